@@ -1,0 +1,25 @@
+import os
+
+# lowprec: replication workflow for three low-precision training papers.
+#   snakemake --cores all                         default: every paper at the tiny scale (CPU)
+#   snakemake --cores all gaussws                 one paper (gaussws | int8_fallback | mor)
+#   snakemake --cores all --config scale=small    another scale (smoke | tiny | small | paper)
+#   snakemake --profile configs/profiles/gpu      one GPU;  configs/profiles/slurm: a SLURM cluster
+#   snakemake --report report.html                the figures and tables as one HTML report
+
+configfile: os.path.join(workflow.basedir, "configs", "config.yaml")
+
+
+include: "pipelines/common.smk"
+include: "pipelines/data.smk"
+include: "pipelines/train.smk"
+include: "pipelines/report.smk"
+
+
+report: "pipelines/report/workflow.rst"
+
+
+rule all:
+    default_target: True
+    input:
+        f"{RESULTS}/REPORT.md",

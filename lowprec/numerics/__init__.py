@@ -1,0 +1,46 @@
+"""Number formats, scaled quantization and error metrics (pure torch, any device)."""
+
+from .formats import (
+    FORMATS,
+    FloatFormat,
+    Format,
+    IntFormat,
+    cast,
+    get_format,
+    ilog2,
+    pow2,
+    to_native,
+    to_torch_dtype,
+)
+from .metrics import (
+    amax,
+    flush_fraction,
+    relative_error,
+    saturation_fraction,
+    sqnr_db,
+    tensor_stats,
+)
+from .scaling import (
+    SCALINGS,
+    DelayedScaler,
+    QTensor,
+    QuantSpec,
+    block_amax,
+    compute_scale,
+    expand_blocks,
+    fake_quantize,
+    gam_block_scales,
+    gam_block_scales_bitwise,
+    mx_block_scales,
+    quantize,
+    scale_from_amax,
+)
+
+__all__ = [
+    "FORMATS", "FloatFormat", "Format", "IntFormat", "cast", "get_format", "ilog2", "pow2",
+    "to_native", "to_torch_dtype",
+    "amax", "flush_fraction", "relative_error", "saturation_fraction", "sqnr_db", "tensor_stats",
+    "SCALINGS", "DelayedScaler", "QTensor", "QuantSpec", "block_amax", "compute_scale",
+    "expand_blocks", "fake_quantize", "gam_block_scales", "gam_block_scales_bitwise",
+    "mx_block_scales", "quantize", "scale_from_amax",
+]

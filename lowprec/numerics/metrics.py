@@ -1,0 +1,98 @@
+"""Quantization error metrics, as Python floats for telemetry.
+
+All reductions run in float64 so that a metric never carries the error of the format it measures.
+NaN handling: an element where x or q is NaN is left out of every metric (a NaN in one activation
+should show up as its own telemetry signal, not turn every number for the tensor into NaN).
+Infinities are kept and follow IEEE arithmetic (an overflow to Inf gives sqnr -inf, amax inf).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Union
+
+import torch
+
+from .formats import Format, get_format
+
+__all__ = [
+    "sqnr_db",
+    "relative_error",
+    "amax",
+    "flush_fraction",
+    "saturation_fraction",
+    "tensor_stats",
+]
+
+
+def _pair(x: torch.Tensor, q: torch.Tensor):
+    x = x.detach().to(torch.float64).flatten()
+    q = q.detach().to(torch.float64).flatten()
+    if x.shape != q.shape:
+        raise ValueError(f"x and q differ in size: {x.numel()} vs {q.numel()}")
+    keep = ~(torch.isnan(x) | torch.isnan(q))
+    return x[keep], q[keep]
+
+
+def sqnr_db(x: torch.Tensor, q: torch.Tensor) -> float:
+    """10 log10(sum x^2 / sum (x - q)^2). +inf when q == x (also for an all-zero x);
+    -inf when x is all zero but q is not."""
+    x, q = _pair(x, q)
+    signal = float((x * x).sum())
+    noise = float(((x - q) ** 2).sum())
+    if noise == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / noise)
+
+
+def relative_error(x: torch.Tensor, q: torch.Tensor) -> float:
+    """MoR's metric: mean over non-zero x of |q - x| / |x|. A value flushed to 0 contributes 1.0.
+    0.0 when x has no non-zero (non-NaN) element."""
+    x, q = _pair(x, q)
+    nz = x != 0
+    if not bool(nz.any()):
+        return 0.0
+    return float(((q[nz] - x[nz]).abs() / x[nz].abs()).mean())
+
+
+def amax(x: torch.Tensor) -> float:
+    """max |x| ignoring NaN (Inf is reported: it is what telemetry must see); 0.0 if nothing left."""
+    a = x.detach().to(torch.float64).abs().flatten()
+    a = a[~torch.isnan(a)]
+    return float(a.max()) if a.numel() else 0.0
+
+
+def flush_fraction(x: torch.Tensor, q: torch.Tensor) -> float:
+    """Share of non-zero x whose quantized value is exactly 0 (underflow)."""
+    x, q = _pair(x, q)
+    nz = x != 0
+    n = int(nz.sum())
+    return float((q[nz] == 0).sum()) / n if n else 0.0
+
+
+def saturation_fraction(x: torch.Tensor, scale: Union[float, torch.Tensor],
+                        fmt: Union[str, Format]) -> float:
+    """Share of (non-NaN) elements with |x * scale| > fmax, i.e. clipped by a saturating cast.
+    The product is formed in fp32, as the quantizer forms it. `scale` must broadcast to x: a
+    number, or a QTensor's expanded_scale()."""
+    s = scale if isinstance(scale, torch.Tensor) else torch.tensor(float(scale))
+    y = x.detach().to(torch.float32) * s.to(device=x.device, dtype=torch.float32)
+    y = y[~torch.isnan(y)]
+    if y.numel() == 0:
+        return 0.0
+    return float((y.abs() > get_format(fmt).fmax).sum()) / y.numel()
+
+
+def tensor_stats(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict:
+    """All metrics as floats with a fixed set of keys (saturation_fraction is NaN unless both
+    scale and fmt are given), so telemetry tables keep one schema."""
+    sat = saturation_fraction(x, scale, fmt) if (scale is not None and fmt is not None) else math.nan
+    return {
+        "sqnr_db": sqnr_db(x, q),
+        "relative_error": relative_error(x, q),
+        "amax": amax(x),
+        "flush_fraction": flush_fraction(x, q),
+        "saturation_fraction": sat,
+    }

@@ -1,0 +1,449 @@
+"""Scaled quantization: how a tensor is mapped onto a format's range before the cast.
+
+Convention (Transformer Engine's): a `scale` is the ENCODE multiplier.
+
+    codes = cast(x * scale)        x ~= codes / scale        scale = fmax / amax
+
+so a larger scale means finer resolution, and a block's amax lands on (or just below) fmax.
+
+Layout. Every mode works on a 2-D view: an N-D tensor is flattened to rows = prod(leading dims),
+cols = last dim (a 1-D tensor is one row). The view is tiled by blocks of (R, C) elements and each
+block gets one scale. Scale grids have shape (ceil(rows / R), ceil(cols / C)); `expand_blocks`
+broadcasts a grid back to the 2-D shape. Shapes not divisible by the block are zero-padded
+internally (zeros never change an amax) and cropped. The modes are block shapes plus a rule:
+
+    none     scale 1, cast only
+    tensor   one block = the whole tensor, scale = fmax / amax ("current scaling")
+    delayed  like tensor, but amax comes from a DelayedScaler's history (pass amax=)
+    block    (R, C) blocks, scale = fmax / amax_block (e.g. (1, 128) groups, (128, 128) tiles)
+    channel  axis=-1: one scale per row (reduce over the last dim); axis=0: one per column
+    mx       (1, 32) blocks, E8M0 power-of-two scale by the OCP MX v1.0 rule
+    gam      GAM (MoR paper 2.5): tensor scale's mantissa, per-block power-of-two exponent
+
+Degenerate inputs never give an Inf/NaN/zero scale:
+* an amax of 0 (all-zero or padding-only block) gives scale 1;
+* a tiny amax whose ideal scale overflows fp32 is capped at 2^127 (and floored at 2^-126);
+* NaN and +-Inf elements are left out of every amax (like CUDA's fmaxf, which TE's amax uses,
+  ignores NaN), so scales stay finite and no block is poisoned by another block's bad value.
+  The bad elements themselves go through the cast: NaN stays NaN in codes and output; +-Inf
+  saturates to +-fmax / scale with saturate=True, or follows the format's overflow rule with
+  saturate=False (NaN for E4M3, +-Inf for E5M2).
+INT8 uses the same machinery with fmax = qmax (127).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from .formats import FORMATS, cast, get_format, ilog2
+from .formats import pow2 as _exact_pow2
+
+__all__ = [
+    "SCALINGS",
+    "QuantSpec",
+    "QTensor",
+    "DelayedScaler",
+    "block_amax",
+    "expand_blocks",
+    "scale_from_amax",
+    "mx_block_scales",
+    "gam_block_scales",
+    "gam_block_scales_bitwise",
+    "compute_scale",
+    "quantize",
+    "fake_quantize",
+]
+
+SCALINGS = ("none", "tensor", "delayed", "block", "channel", "mx", "gam")
+_ROUNDINGS = ("nearest", "stochastic")
+_REDUCTIONS = ("max", "most_recent")
+_DEFAULT_BLOCK = {"block": (1, 128), "gam": (128, 128), "mx": (1, 32)}
+_MX_BLOCK = (1, 32)
+_E8M0_EXP_RANGE = (-127, 127)
+# Scale bounds: finite, normal, and within reach of a power-of-two rescale in fp32.
+_SCALE_MIN_EXP, _SCALE_MAX_EXP = -126, 127
+
+
+# ----------------------------------------------------------------------------------------------
+# Spec
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """Everything that decides how one tensor is quantized; plain data so that a YAML config is a
+    spec. `block` is filled in with the mode's default ((1, 128) for block, (128, 128) for gam,
+    (1, 32) for mx) and must stay None for modes that do not tile. `margin` divides the scale by
+    2^margin (TE). `pow2` rounds scales down to a power of two ("E8" scales, never saturates).
+    `history_len`/`reduction` configure the DelayedScaler for scaling="delayed"."""
+
+    fmt: str = "e4m3"
+    scaling: str = "tensor"
+    block: Optional[tuple] = None
+    axis: int = -1
+    rounding: str = "nearest"
+    saturate: bool = True
+    pow2: bool = False
+    margin: int = 0
+    history_len: int = 1024
+    reduction: str = "max"
+
+    def __post_init__(self):
+        if self.fmt not in FORMATS:
+            raise ValueError(f"fmt: unknown format {self.fmt!r}; known: {', '.join(FORMATS)}")
+        if self.scaling not in SCALINGS:
+            raise ValueError(f"scaling: must be one of {SCALINGS}, got {self.scaling!r}")
+        self._check_block()
+        if self.axis not in (-1, 0) or isinstance(self.axis, bool):
+            raise ValueError(f"axis: must be -1 (a scale per row) or 0 (a scale per column), got {self.axis!r}")
+        if self.rounding not in _ROUNDINGS:
+            raise ValueError(f"rounding: must be one of {_ROUNDINGS}, got {self.rounding!r}")
+        for name in ("saturate", "pow2"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: must be a bool, got {getattr(self, name)!r}")
+        if not _is_int(self.margin) or self.margin < 0:
+            raise ValueError(f"margin: must be an int >= 0, got {self.margin!r}")
+        if self.margin and self.scaling in ("mx", "gam", "none"):
+            raise ValueError(f"margin: not used by scaling={self.scaling!r}; leave it 0")
+        if self.pow2 and self.scaling in ("gam", "none"):
+            # GAM's point is the tensor-wide mantissa; E8 block scales are scaling="block", pow2=True.
+            raise ValueError(f"pow2: not compatible with scaling={self.scaling!r}")
+        if not _is_int(self.history_len) or self.history_len < 1:
+            raise ValueError(f"history_len: must be an int >= 1, got {self.history_len!r}")
+        if self.reduction not in _REDUCTIONS:
+            raise ValueError(f"reduction: must be one of {_REDUCTIONS}, got {self.reduction!r}")
+
+    def _check_block(self):
+        block = self.block
+        if block is None:
+            object.__setattr__(self, "block", _DEFAULT_BLOCK.get(self.scaling))
+            return
+        if self.scaling not in _DEFAULT_BLOCK:
+            raise ValueError(f"block: only used by scaling in {tuple(_DEFAULT_BLOCK)}, not {self.scaling!r}")
+        if (
+            not isinstance(block, (tuple, list))
+            or len(block) != 2
+            or not all(_is_int(b) and b >= 1 for b in block)
+        ):
+            raise ValueError(f"block: must be two positive ints (rows, cols), got {block!r}")
+        block = (int(block[0]), int(block[1]))
+        if self.scaling == "mx" and block != _MX_BLOCK:
+            raise ValueError(f"block: mx scaling uses {_MX_BLOCK} blocks, got {block}")
+        object.__setattr__(self, "block", block)
+
+    @property
+    def format(self):
+        return get_format(self.fmt)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["block"] = list(self.block) if self.block is not None else None  # YAML has no tuples
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "QuantSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown QuantSpec field(s) {unknown}; known: {sorted(known)}")
+        d = dict(d)
+        if isinstance(d.get("block"), list):
+            d["block"] = tuple(d["block"])
+        return cls(**d)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# ----------------------------------------------------------------------------------------------
+# Layout
+
+
+def _as_2d(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() == 0:
+        return x.reshape(1, 1)
+    return x.reshape(-1, x.shape[-1])
+
+
+def _grid_shape(shape2d, block):
+    return (-(-shape2d[0] // block[0]), -(-shape2d[1] // block[1]))
+
+
+def block_amax(x2d: torch.Tensor, block) -> torch.Tensor:
+    """Max |x| per (R, C) block of a 2-D tensor, fp32, grid shape (ceil(rows/R), ceil(cols/C)).
+    NaN and Inf count as 0 (see the module docstring); padding is zeros."""
+    br, bc = block
+    a = x2d.to(torch.float32).abs()
+    a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
+    rows, cols = a.shape
+    nr, nc = _grid_shape((rows, cols), block)
+    a = F.pad(a, (0, nc * bc - cols, 0, nr * br - rows))
+    return a.reshape(nr, br, nc, bc).amax(dim=(1, 3))
+
+
+def expand_blocks(grid: torch.Tensor, shape2d, block) -> torch.Tensor:
+    """Broadcast a per-block grid to the 2-D element shape (cropping the padded edge)."""
+    rows, cols = shape2d
+    full = grid.repeat_interleave(block[0], dim=0).repeat_interleave(block[1], dim=1)
+    return full[:rows, :cols]
+
+
+def _resolve_block(spec: QuantSpec, shape2d):
+    rows, cols = max(shape2d[0], 1), max(shape2d[1], 1)
+    if spec.scaling in ("none", "tensor", "delayed"):
+        return (rows, cols)
+    if spec.scaling == "channel":
+        return (1, cols) if spec.axis == -1 else (rows, 1)
+    return spec.block
+
+
+# ----------------------------------------------------------------------------------------------
+# Scale rules (pure functions of amaxes)
+
+
+def _valid_amax(a: torch.Tensor) -> torch.Tensor:
+    return (a > 0) & torch.isfinite(a)
+
+
+def _fp32(v, like: Optional[torch.Tensor] = None) -> torch.Tensor:
+    if isinstance(v, torch.Tensor):
+        return v.to(torch.float32)
+    device = like.device if like is not None else None
+    return torch.tensor(float(v), dtype=torch.float32, device=device)
+
+
+def _ratio(num: float, den: torch.Tensor) -> torch.Tensor:
+    # A correctly rounded fp32 quotient. `num / tensor` in torch is reciprocal-then-multiply (two
+    # roundings), which would make fmax/amax differ from what TE and a kernel compute.
+    return torch.div(torch.full_like(den, num), den)
+
+
+def scale_from_amax(amax, fmax: float, margin: int = 0, pow2: bool = False) -> torch.Tensor:
+    """fmax / amax / 2^margin in fp32, optionally rounded down to a power of two; 1 where amax is
+    0 or not finite; clamped to [2^-126, 2^127] so it is always finite, normal and nonzero."""
+    a = _fp32(amax)
+    ok = _valid_amax(a)
+    s = _ratio(fmax, torch.where(ok, a, torch.ones_like(a)))
+    if margin:
+        s = s * 2.0 ** -margin  # a power of two: exact
+    s = s.clamp(2.0**_SCALE_MIN_EXP, 2.0**_SCALE_MAX_EXP)
+    if pow2:
+        s = _exact_pow2(ilog2(s))
+    return torch.where(ok, s, torch.ones_like(s))
+
+
+def mx_block_scales(block_amax: torch.Tensor, emax_elem: int) -> torch.Tensor:
+    """OCP MX v1.0: shared_exp = floor(log2(amax)) - emax_elem, clamped to E8M0's [-127, 127];
+    the decode scale is X = 2^shared_exp, so our encode scale is 2^-shared_exp. amax 0 -> 1."""
+    a = _fp32(block_amax)
+    ok = _valid_amax(a)
+    shared = (ilog2(torch.where(ok, a, torch.ones_like(a))) - emax_elem).clamp(*_E8M0_EXP_RANGE)
+    return torch.where(ok, _exact_pow2(-shared), torch.ones_like(a))
+
+
+def _mantissa_bits(s: torch.Tensor) -> torch.Tensor:
+    return s.contiguous().view(torch.int32) & 0x7FFFFF
+
+
+def _exponent_field(s: torch.Tensor) -> torch.Tensor:
+    return (s.contiguous().view(torch.int32) >> 23) & 0xFF
+
+
+def _floor_log2_ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # floor(log2(a / b)) without forming a / b (whose rounding can cross a power of two):
+    # a = ma 2^ea, b = mb 2^eb with ma, mb in [0.5, 1), so a/b = (ma/mb) 2^(ea-eb), ma/mb in (1/2, 2).
+    ma, ea = torch.frexp(a)
+    mb, eb = torch.frexp(b)
+    return ea - eb - (ma < mb).to(torch.int32)
+
+
+def gam_block_scales(block_amax, tensor_amax, fmax: float) -> torch.Tensor:
+    """GAM closed form: s_g * 2^floor(log2(tensor_amax / block_amax)), s_g = fmax / tensor_amax.
+
+    The largest scale of the form s_g * 2^k that keeps the block's amax at or below fmax (up to
+    s_g's own fp32 rounding); blocks differ only by powers of two. Blocks with amax 0 get s_g.
+    Scales are capped at 2^127 like every scale here.
+
+    k is computed exactly from the amaxes' frexp parts, not as floor(log2(fp32 quotient)): the
+    rounded quotient (and log2) can land on the next power of two, which the plain torch.log2
+    sketch does on random tensors. Versus the bit rule (which works on the *rounded* scales), this
+    can still differ when a block amax is within a few fp32 ulps of tensor_amax / 2^k: the bit rule
+    then picks the scale twice as large. Both keep the block amax at or below fmax (to one ulp)."""
+    ab = _fp32(block_amax)
+    ag = _fp32(tensor_amax, like=ab).expand_as(ab)
+    s_g = scale_from_amax(ag, fmax)
+    ok = _valid_amax(ab) & _valid_amax(ag)
+    one = torch.ones_like(ab)
+    k = _floor_log2_ratio(torch.where(ok, ag, one), torch.where(ok, ab, one))
+    # Largest k with s_g * 2^k <= 2^127; the bitwise rule hits the same cap through s_b's clamp.
+    k_max = _SCALE_MAX_EXP - ilog2(s_g) - (_mantissa_bits(s_g) > 0).to(torch.int32)
+    k_min = _SCALE_MIN_EXP - ilog2(s_g)
+    k = torch.minimum(torch.maximum(k, k_min), k_max)
+    # Adding k to the exponent field: exact s_g * 2^k, and no pow2(k) that could leave fp32 range.
+    scaled = (s_g.contiguous().view(torch.int32) + k * (1 << 23)).view(torch.float32)
+    return torch.where(ok, scaled, s_g)
+
+
+def gam_block_scales_bitwise(block_amax, tensor_amax, fmax: float) -> torch.Tensor:
+    """GAM by the paper's bit-level rule: take the 23-bit mantissa m_g of s_g = fmax/tensor_amax
+    and the 8-bit exponent e_b of s_b = fmax/block_amax; scale = 2^e_b * 1.m_g, with the exponent
+    decremented when m_g > m_b (so the block amax cannot exceed fmax). Reference for tests."""
+    ab = _fp32(block_amax)
+    ag = _fp32(tensor_amax, like=ab).expand_as(ab)
+    s_g = scale_from_amax(ag, fmax)
+    s_b = scale_from_amax(ab, fmax)
+    m_g, m_b = _mantissa_bits(s_g), _mantissa_bits(s_b)
+    e = _exponent_field(s_b) - (m_g > m_b).to(torch.int32)
+    scaled = (e * (1 << 23) + m_g).view(torch.float32)
+    ok = _valid_amax(ab) & _valid_amax(ag)
+    return torch.where(ok, scaled, s_g)
+
+
+# ----------------------------------------------------------------------------------------------
+# Delayed scaling
+
+
+class DelayedScaler:
+    """Per-tensor delayed scaling from an amax history.
+
+    Defaults are Transformer Engine's DelayedScaling (history_len=1024, reduction="max",
+    margin=0). Megatron-style "most recent amax" is history_len=1, reduction="most_recent".
+
+    One training step:
+        cur = amax(x)                       # metrics.amax or block_amax
+        q = quantize(x, spec, amax=scaler.amax(cur))   # history BEFORE this step
+        scaler.update(cur)                 # then record this step
+
+    `amax(current)` / `scale(current)` reduce the history recorded so far; on the first call
+    (empty history) they use `current`. A non-finite amax (an overflowing step) is recorded as
+    0, "no information", so it cannot pin the scale for history_len steps; an all-zero history
+    gives scale 1 like any zero amax.
+    """
+
+    def __init__(self, history_len: int = 1024, reduction: str = "max", fmt: str = "e4m3",
+                 margin: int = 0, pow2: bool = False):
+        if not _is_int(history_len) or history_len < 1:
+            raise ValueError(f"history_len: must be an int >= 1, got {history_len!r}")
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"reduction: must be one of {_REDUCTIONS}, got {reduction!r}")
+        self.history_len = history_len
+        self.reduction = reduction
+        self.fmax = get_format(fmt).fmax
+        self.margin = margin
+        self.pow2 = pow2
+        self._history: Optional[torch.Tensor] = None
+
+    @classmethod
+    def from_spec(cls, spec: QuantSpec) -> "DelayedScaler":
+        return cls(spec.history_len, spec.reduction, spec.fmt, spec.margin, spec.pow2)
+
+    @property
+    def history(self) -> torch.Tensor:
+        """Recorded amaxes, oldest first (at most history_len)."""
+        return self._history if self._history is not None else torch.zeros(0)
+
+    def amax(self, current=None) -> torch.Tensor:
+        if self._history is None or self._history.numel() == 0:
+            if current is None:
+                raise ValueError("empty amax history: pass the current amax on the first call")
+            return _fp32(current)
+        if self.reduction == "max":
+            return self._history.max()
+        return self._history[-1]
+
+    def scale(self, current=None) -> torch.Tensor:
+        return scale_from_amax(self.amax(current), self.fmax, self.margin, self.pow2)
+
+    def update(self, amax) -> None:
+        a = _fp32(amax).detach().reshape(1)
+        if self._history is not None:
+            a = a.to(self._history.device)
+        a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
+        h = a if self._history is None else torch.cat([self._history, a])
+        self._history = h[-self.history_len:]
+
+
+# ----------------------------------------------------------------------------------------------
+# Quantize
+
+
+@dataclass
+class QTensor:
+    """codes: fp32, x's shape, values on the format grid (not scaled back).
+    scale: fp32 per-block grid of shape (ceil(rows/R), ceil(cols/C)) over the 2-D view of x
+    (rows = prod(leading dims), cols = last dim); `expanded_scale()` gives it in x's shape.
+    block: the (R, C) block the grid refers to; dtype: x's dtype, restored by dequantize()."""
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+    spec: QuantSpec
+    block: tuple
+    dtype: torch.dtype
+
+    def expanded_scale(self) -> torch.Tensor:
+        shape2d = tuple(_as_2d(self.codes).shape)
+        return expand_blocks(self.scale, shape2d, self.block).reshape(self.codes.shape)
+
+    def dequantize(self) -> torch.Tensor:
+        return (self.codes / self.expanded_scale()).to(self.dtype)
+
+
+def _scale_grid(x2d: torch.Tensor, spec: QuantSpec, block, amax) -> torch.Tensor:
+    fmt = spec.format
+    if amax is not None and spec.scaling not in ("tensor", "delayed", "gam"):
+        raise ValueError(f"amax= is only used by tensor, delayed and gam scaling, not {spec.scaling!r}")
+    if spec.scaling == "none":
+        return torch.ones(_grid_shape(x2d.shape, block), dtype=torch.float32, device=x2d.device)
+    amaxes = block_amax(x2d, block)
+    if spec.scaling == "mx":
+        return mx_block_scales(amaxes, fmt.emax)
+    if spec.scaling == "gam":
+        tensor_amax = _fp32(amax, like=amaxes).to(amaxes.device) if amax is not None else amaxes.max()
+        return gam_block_scales(amaxes, tensor_amax, fmt.fmax)
+    if amax is not None:  # tensor / delayed with an amax from elsewhere (history, other ranks)
+        amaxes = _fp32(amax).to(amaxes.device).reshape(1, 1)
+    return scale_from_amax(amaxes, fmt.fmax, spec.margin, spec.pow2)
+
+
+def compute_scale(x: torch.Tensor, spec: QuantSpec, amax=None) -> torch.Tensor:
+    """The per-block encode-scale grid for x (see the module docstring for its shape).
+    amax: for tensor/delayed, the amax to use instead of x's own (delayed without it behaves
+    like a scaler with an empty history: x's own amax); for gam, the group amax."""
+    x2d = _as_2d(x)
+    return _scale_grid(x2d, spec, _resolve_block(spec, x2d.shape), amax)
+
+
+def quantize(
+    x: torch.Tensor,
+    spec: QuantSpec,
+    generator: Optional[torch.Generator] = None,
+    noise: Optional[torch.Tensor] = None,
+    amax=None,
+) -> QTensor:
+    """Scale, then cast with spec's rounding and saturation. noise (x's shape) feeds stochastic
+    rounding with given uniforms; generator seeds them otherwise."""
+    x2d = _as_2d(x).to(torch.float32)
+    block = _resolve_block(spec, x2d.shape)
+    grid = _scale_grid(x2d, spec, block, amax)
+    scaled = x2d * expand_blocks(grid, x2d.shape, block)
+    if noise is not None:
+        if tuple(noise.shape) != tuple(x.shape):
+            raise ValueError(f"noise shape {tuple(noise.shape)} != input shape {tuple(x.shape)}")
+        noise = noise.reshape(scaled.shape)
+    codes = cast(scaled, spec.fmt, spec.rounding, spec.saturate, generator, noise)
+    return QTensor(codes.reshape(x.shape), grid, spec, tuple(block), x.dtype)
+
+
+def fake_quantize(
+    x: torch.Tensor,
+    spec: QuantSpec,
+    generator: Optional[torch.Generator] = None,
+    noise: Optional[torch.Tensor] = None,
+    amax=None,
+) -> torch.Tensor:
+    """quantize() then dequantize(): same shape and dtype as x."""
+    return quantize(x, spec, generator, noise, amax).dequantize()

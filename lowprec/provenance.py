@@ -1,0 +1,66 @@
+"""What produced a result: code version, library versions, hardware, time."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from .config import REPO_ROOT
+
+PACKAGES = ("torch", "triton", "lightning", "transformers", "tokenizers", "numpy", "snakemake")
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for pkg in PACKAGES:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def device_info() -> dict:
+    import torch
+
+    info = {"host": platform.node(), "platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
+            "torch_threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info.update(gpu=torch.cuda.get_device_name(0), gpu_count=torch.cuda.device_count(),
+                    cuda=torch.version.cuda, capability=".".join(map(str, torch.cuda.get_device_capability(0))))
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10)
+            info["driver"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError, IndexError):
+            info["driver"] = None
+    else:
+        info["gpu"] = None
+    return info
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def collect() -> dict:
+    status = _git("status", "--porcelain")
+    return {
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(status) if status is not None else None,
+        "versions": versions(),
+        "device": device_info(),
+        "argv": sys.argv[1:],  # argv[0] is a local path that says nothing about the run
+    }

@@ -1,0 +1,1 @@
+"""Tables, figures and the report, drawn from run outputs only."""

@@ -1,0 +1,57 @@
+"""Reading run folders (``results/runs/<scale>/<paper>/<model>/<method>/s<seed>/``) into tables."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+
+@dataclass
+class Run:
+    dir: Path
+    paper: str
+    scale: str
+    model: str
+    method: str
+    seed: int
+    metrics: pd.DataFrame
+    provenance: dict
+
+    @property
+    def status(self) -> str:
+        return self.provenance.get("status", "unknown")
+
+    @property
+    def final_val_loss(self) -> float | None:
+        v = self.provenance.get("final_val_loss")
+        return None if v is None else float(v)
+
+
+def load_run(run_dir: str | Path) -> Run:
+    run_dir = Path(run_dir)
+    for f in ("metrics.csv", "provenance.json", "config.yaml"):
+        if not (run_dir / f).is_file():
+            raise FileNotFoundError(f"{run_dir}: missing {f}; the run did not finish")
+    prov = json.loads((run_dir / "provenance.json").read_text())
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    return Run(dir=run_dir, paper=cfg["paper"], scale=cfg["scale"], model=cfg["model"]["name"],
+               method=cfg["method"]["name"], seed=int(cfg["seed"]),
+               metrics=pd.read_csv(run_dir / "metrics.csv"), provenance=prov)
+
+
+def load_runs(run_dirs) -> list[Run]:
+    return [load_run(d) for d in run_dirs]
+
+
+def final_losses(runs: list[Run]) -> pd.DataFrame:
+    """One row per run: model, method, seed, status, final val loss, mean tokens/s, precision."""
+    return pd.DataFrame([{
+        "model": r.model, "method": r.method, "seed": r.seed, "status": r.status,
+        "final_val_loss": r.final_val_loss, "tokens": r.provenance.get("tokens_seen"),
+        "tokens_per_s": r.provenance.get("mean_tokens_per_s"),
+        "numerics": (r.provenance.get("method") or {}).get("numerics"),
+    } for r in runs])

@@ -1,0 +1,69 @@
+"""Final-loss tables: mean, spread and n over seeds, and the gap to the baseline method."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..io import write_text
+from .runs import final_losses, load_runs
+
+
+def summarize(per_run: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
+    rows = []
+    for (model, method), g in per_run.groupby(["model", "method"], sort=False):
+        ok = g[g["status"] == "completed"]["final_val_loss"].dropna()
+        rows.append({
+            "model": model, "method": method, "n": int(len(g)), "diverged": int((g["status"] == "diverged").sum()),
+            "val_loss_mean": float(ok.mean()) if len(ok) else np.nan,
+            "val_loss_std": float(ok.std(ddof=1)) if len(ok) > 1 else np.nan,
+            "tokens": int(g["tokens"].max()) if g["tokens"].notna().any() else None,
+            "tokens_per_s": float(g["tokens_per_s"].mean()) if g["tokens_per_s"].notna().any() else np.nan,
+            "numerics": g["numerics"].iloc[0],
+        })
+    table = pd.DataFrame(rows)
+    if baseline is not None and len(table):
+        base = table[table["method"] == baseline].set_index("model")["val_loss_mean"]
+        table["delta_vs_baseline"] = table["val_loss_mean"] - table["model"].map(base)
+        table["delta_pct"] = 100 * table["delta_vs_baseline"] / table["model"].map(base)
+    return table
+
+
+def _fmt(v, digits=4) -> str:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def to_markdown(table: pd.DataFrame, baseline: str | None) -> str:
+    cols = ["model", "method", "n", "diverged", "val loss (mean)", "std", "Δ vs " + (baseline or "–"),
+            "Δ %", "tokens", "tokens/s", "numerics"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in table.iterrows():
+        lines.append("| " + " | ".join([
+            r["model"], r["method"], str(r["n"]), str(r["diverged"]), _fmt(r["val_loss_mean"]),
+            _fmt(r["val_loss_std"]), _fmt(r.get("delta_vs_baseline", np.nan)), _fmt(r.get("delta_pct", np.nan), 2),
+            _fmt(r["tokens"]), _fmt(r["tokens_per_s"], 0), _fmt(r["numerics"]),
+        ]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="Final validation-loss table from run folders.")
+    ap.add_argument("--runs", nargs="+", required=True)
+    ap.add_argument("--baseline", default=None)
+    ap.add_argument("--csv", required=True)
+    ap.add_argument("--md", required=True)
+    args = ap.parse_args(argv)
+    table = summarize(final_losses(load_runs(args.runs)), args.baseline)
+    write_text(args.csv, table.to_csv(index=False, float_format="%.6g"))
+    write_text(args.md, to_markdown(table, args.baseline))
+
+
+if __name__ == "__main__":
+    main()

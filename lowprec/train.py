@@ -1,0 +1,333 @@
+"""Train one run: ``python -m lowprec.train --config run.yaml``.
+
+Writes into the run's ``output_dir``:
+  metrics.csv       one row per logged step (train_loss, val_loss, lr, tokens, tokens_per_s, ...)
+  config.yaml       the resolved config
+  provenance.json   code and library versions, device, times, tokens seen, status (written last)
+  checkpoints/      last.ckpt, from which a killed run resumes
+A non-finite loss stops the run with status ``diverged``; that is a result, not an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import lightning as L
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+
+from . import config as cfglib
+from . import provenance
+from .data import TokenData
+from .io import write_json, write_text, write_yaml
+from .methods import apply_method, resolve_precision
+from .models import build_model, causal_lm_loss, count_parameters
+
+STATUS_COMPLETED, STATUS_DIVERGED = "completed", "diverged"
+
+
+# --------------------------------------------------------------------------- data
+
+class TrainBatches(torch.utils.data.IterableDataset):
+    """Endless random windows; batch ``i`` depends only on (seed, i), so a resumed run can start at
+    any batch and see exactly what an uninterrupted run would have seen."""
+
+    def __init__(self, tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, start: int = 0):
+        if len(tokens) <= seq_len + 1:
+            raise ValueError(f"train split has {len(tokens)} tokens, fewer than seq_len+1={seq_len + 1}")
+        self.tokens, self.batch_size, self.seq_len, self.seed, self.start = tokens, batch_size, seq_len, seed, start
+
+    def batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rng = np.random.default_rng([self.seed, i])
+        offsets = rng.integers(0, len(self.tokens) - self.seq_len - 1, size=self.batch_size)
+        rows = np.stack([self.tokens[o:o + self.seq_len + 1] for o in offsets]).astype(np.int64)
+        t = torch.from_numpy(rows)
+        return t[:, :-1], t[:, 1:]
+
+    def __iter__(self):
+        i = self.start
+        while True:
+            yield self.batch(i)
+            i += 1
+
+
+def val_batches(tokens: np.ndarray, batch_size: int, seq_len: int, n_batches: int) -> list:
+    """A fixed validation set: non-overlapping windows spread evenly over the validation split."""
+    n_windows = (len(tokens) - 1) // seq_len
+    if n_windows < 1:
+        raise ValueError(f"validation split has {len(tokens)} tokens, fewer than seq_len+1={seq_len + 1}")
+    want = min(n_windows, n_batches * batch_size)
+    starts = np.linspace(0, n_windows - 1, want).astype(np.int64) * seq_len
+    rows = torch.from_numpy(np.stack([tokens[s:s + seq_len + 1] for s in starts]).astype(np.int64))
+    return [(rows[i:i + batch_size, :-1], rows[i:i + batch_size, 1:]) for i in range(0, want, batch_size)]
+
+
+class LMData(L.LightningDataModule):
+    def __init__(self, data: TokenData, train_cfg: dict, seed: int):
+        super().__init__()
+        self.data, self.cfg, self.seed = data, train_cfg, seed
+
+    def train_dataloader(self):
+        # Loops are restored before dataloaders are requested, so global_step is the resumed step.
+        start = self.trainer.global_step * self.cfg.get("grad_accum", 1) if self.trainer else 0
+        ds = TrainBatches(self.data.splits["train"], self.cfg["batch_size"], self.cfg["seq_len"], self.seed, start)
+        return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+
+    def val_dataloader(self):
+        batches = val_batches(self.data.splits["val"], self.cfg["batch_size"], self.cfg["seq_len"],
+                              self.cfg.get("val_batches", 8))
+        return torch.utils.data.DataLoader(batches, batch_size=None, num_workers=0)
+
+
+# --------------------------------------------------------------------------- model
+
+def lr_lambda(warmup: int, max_steps: int, min_ratio: float):
+    def f(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, max_steps - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    return f
+
+
+class LitLM(L.LightningModule):
+    def __init__(self, cfg: dict, vocab_size: int, precision: str):
+        super().__init__()
+        self.cfg, self.train_cfg = cfg, cfg["train"]
+        self.model = build_model(cfg["model"], vocab_size)
+        self.method_info = apply_method(self.model, cfg["method"], precision)
+        self.tokens_per_batch = self.train_cfg["batch_size"] * self.train_cfg["seq_len"]
+        self.diverged_at: int | None = None
+        self.step_losses: list[torch.Tensor] = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = causal_lm_loss(self.model, x, y)
+        if not torch.isfinite(loss):
+            # Skipping backward keeps the weights of the last finite step; the run ends here.
+            self.diverged_at = self.global_step
+            self.trainer.should_stop = True
+            return None
+        self.step_losses.append(loss.detach())
+        return loss
+
+    def on_validation_epoch_start(self):
+        self.val_losses = []
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.val_losses.append(causal_lm_loss(self.model, x, y).detach())
+
+    def on_validation_epoch_end(self):
+        # equal-size batches, so the mean of batch means is the token mean
+        self.log("val_loss", torch.stack(self.val_losses).mean(), prog_bar=True, sync_dist=True, logger=False)
+
+    def configure_optimizers(self):
+        t = self.train_cfg
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": t.get("weight_decay", 0.0)},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=t["lr"], betas=tuple(t.get("betas", (0.9, 0.95))), eps=t.get("eps", 1e-8))
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lr_lambda(t.get("warmup_steps", 0), t["max_steps"], t.get("min_lr_ratio", 0.1)))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+class StepLogger(Callback):
+    """Writes one row per logged optimizer step, keyed by the number of steps completed:
+    train loss (mean over the step's micro-batches), lr, tokens, tokens/s over the window
+    (training batches only, validation excluded) and peak memory; validation rows likewise."""
+
+    def __init__(self, tokens_per_step: int, every: int):
+        self.tokens_per_step, self.every = tokens_per_step, every
+        self.window_time, self.window_steps, self.total_time, self.total_steps = 0.0, 0, 0.0, 0
+        self._last_step = None
+
+    def _log(self, trainer, metrics: dict):
+        step = trainer.global_step
+        metrics = {**metrics, "tokens": float(step * self.tokens_per_step * trainer.world_size)}
+        for lg in trainer.loggers:
+            lg.log_metrics(metrics, step=step)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self._last_step != trainer.global_step:  # first micro-batch of an optimizer step
+            self._t0, self._last_step = time.perf_counter(), trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self._last_step:  # still accumulating
+            return
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - self._t0
+        self.window_time += dt
+        self.total_time += dt
+        self.window_steps += 1
+        self.total_steps += 1
+        losses, pl_module.step_losses = pl_module.step_losses, []
+        if trainer.global_step % self.every == 0 and losses:
+            self._log(trainer, {
+                "train_loss": torch.stack(losses).mean().item(),
+                "lr": trainer.optimizers[0].param_groups[0]["lr"],
+                "tokens_per_s": self.window_steps * self.tokens_per_step * trainer.world_size / self.window_time,
+                "peak_mem_mb": peak_memory_mb(),
+            })
+            self.window_time, self.window_steps = 0.0, 0
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.sanity_checking or "val_loss" not in trainer.callback_metrics:
+            return
+        self._log(trainer, {"val_loss": trainer.callback_metrics["val_loss"].item()})
+
+    def mean_tokens_per_s(self, world_size: int = 1) -> float | None:
+        if not self.total_time:
+            return None
+        return self.total_steps * self.tokens_per_step * world_size / self.total_time
+
+
+def peak_memory_mb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    # ru_maxrss is KiB on Linux: the process's peak resident memory
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# --------------------------------------------------------------------------- run
+
+def _merge_logs(log_dir: Path) -> "pd.DataFrame":
+    """One row per step from all log segments (a resumed run adds one segment per restart)."""
+    import pandas as pd
+
+    parts = sorted(log_dir.glob("segment-*/metrics.csv"), key=lambda p: int(p.parent.name.split("-")[1]))
+    frames = [pd.read_csv(p) for p in parts if p.stat().st_size > 0]
+    if not frames:
+        return pd.DataFrame(columns=["step"])
+    df = pd.concat(frames, ignore_index=True)
+    df = df.drop(columns=[c for c in ("epoch",) if c in df.columns])
+    # later segments re-log steps after the checkpoint; keep the last value of each column per step
+    return df.groupby("step", as_index=False).last().sort_values("step")
+
+
+def _resume_checkpoint(ckpt_dir: Path, cfg_hash: str) -> Path | None:
+    last, stamp = ckpt_dir / "last.ckpt", ckpt_dir / "config.sha"
+    if (ckpt_dir / "COMPLETE").exists():
+        return None  # a finished run asked to run again means: train again
+    if last.is_file() and stamp.is_file() and stamp.read_text().strip() == cfg_hash:
+        return last
+    return None  # no checkpoint, or one from a different config: start fresh
+
+
+def run(cfg: dict, callbacks: list | None = None) -> dict:
+    """Train one run from its resolved config; returns its provenance record."""
+    cfg = cfglib.validate(cfg, "run", f"run config {cfg.get('run_id', '?')}")
+    t = cfg["train"]
+    out = Path(cfg["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    for f in ("metrics.csv", "provenance.json"):  # stale results must not outlive a rerun
+        (out / f).unlink(missing_ok=True)
+    if t.get("threads"):
+        torch.set_num_threads(int(t["threads"]))
+    started, t_start = provenance.now(), time.time()
+
+    data = TokenData(cfg["data"]["dir"])
+    on_gpu = torch.cuda.is_available() and t.get("accelerator", "auto") in ("auto", "gpu", "cuda")
+    precision = resolve_precision(t.get("precision", "auto"), on_gpu)
+    L.seed_everything(cfg["seed"], workers=True, verbose=False)
+    module = LitLM(cfg, data.vocab_size, precision)
+
+    cfg_hash = cfglib.config_hash(cfg)
+    ckpt_dir, log_dir = out / "checkpoints", out / "logs"
+    resume = _resume_checkpoint(ckpt_dir, cfg_hash)
+    if resume is None:
+        import shutil
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+        shutil.rmtree(log_dir, ignore_errors=True)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    write_text(ckpt_dir / "config.sha", cfg_hash + "\n")
+    segment = 1 + max((int(p.name.split("-")[1]) for p in log_dir.glob("segment-*")), default=-1)
+
+    loggers = [CSVLogger(save_dir=str(log_dir), name="", version=f"segment-{segment}")]
+    if cfg.get("logging", {}).get("wandb"):
+        try:
+            from lightning.pytorch.loggers import WandbLogger
+            import wandb  # noqa: F401
+        except ImportError as e:
+            raise RuntimeError("logging.wandb is true but wandb is not installed (pip install wandb)") from e
+        lg = cfg["logging"]
+        loggers.append(WandbLogger(project=lg.get("wandb_project", "lowprec"), save_dir=str(out),
+                                   name=f"{cfg['paper']}/{cfg['run_id']}", offline=lg.get("wandb_mode", "offline") == "offline",
+                                   config=cfg))
+    steplog = StepLogger(module.tokens_per_batch * t.get("grad_accum", 1), t.get("log_every", 10))
+    checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=0,
+                                 every_n_train_steps=t.get("ckpt_every", 100))
+    trainer = L.Trainer(
+        max_steps=t["max_steps"], accelerator="gpu" if on_gpu else "cpu",
+        devices=t.get("devices", 1) if on_gpu else 1, num_nodes=t.get("num_nodes", 1),
+        strategy=t.get("strategy", "auto"), precision=precision,
+        gradient_clip_val=t.get("grad_clip"), accumulate_grad_batches=t.get("grad_accum", 1),
+        val_check_interval=t["val_every"] * t.get("grad_accum", 1), check_val_every_n_epoch=None,
+        limit_val_batches=t.get("val_batches", 8), num_sanity_val_steps=0,
+        log_every_n_steps=t.get("log_every", 10), logger=loggers,  # rows come from StepLogger
+        callbacks=[steplog, checkpoint, *(callbacks or [])],
+        enable_progress_bar=cfg.get("logging", {}).get("progress_bar", False), enable_model_summary=False,
+        deterministic=t.get("deterministic", False), default_root_dir=str(out),
+    )
+    trainer.fit(module, datamodule=LMData(data, t, cfg["seed"]), ckpt_path=str(resume) if resume else None)
+
+    # final validation at the last step, unless the interval already landed there
+    status = STATUS_DIVERGED if module.diverged_at is not None else STATUS_COMPLETED
+    if status == STATUS_COMPLETED and trainer.global_step % t["val_every"] != 0:
+        trainer.validate(module, datamodule=LMData(data, t, cfg["seed"]), verbose=False)
+    if trainer.global_rank != 0:
+        return {}
+    for lg in loggers:
+        lg.finalize("success")
+    metrics = _merge_logs(log_dir)
+    steps = module.diverged_at if status == STATUS_DIVERGED else trainer.global_step  # finite steps taken
+    write_text(out / "metrics.csv", metrics.to_csv(index=False))
+    write_yaml(out / "config.yaml", cfg)
+    val = metrics["val_loss"].dropna() if "val_loss" in metrics else []
+    record = {
+        **provenance.collect(),
+        "paper": cfg["paper"], "run_id": cfg["run_id"], "status": status,
+        "diverged_at_step": module.diverged_at,
+        "resumed_from": str(resume) if resume else None,
+        "steps": steps,
+        "tokens_seen": steps * steplog.tokens_per_step * trainer.world_size,
+        "parameters": count_parameters(module.model),
+        "precision": precision, "method": module.method_info,
+        "final_val_loss": float(val.iloc[-1]) if len(val) else None,
+        "mean_tokens_per_s": steplog.mean_tokens_per_s(trainer.world_size),
+        "peak_mem_mb": peak_memory_mb(),
+        "data_manifest": {k: data.manifest[k] for k in ("input", "tokens", "vocab_size")},
+        "started": started, "finished": provenance.now(), "wall_s": round(time.time() - t_start, 2),
+    }
+    write_json(out / "provenance.json", record)
+    write_text(ckpt_dir / "COMPLETE", status + "\n")  # last.ckpt stays for downstream use (fine-tuning)
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Train one lowprec run.")
+    ap.add_argument("--config", required=True, help="resolved run config (YAML)")
+    args = ap.parse_args(argv)
+    try:
+        cfg = cfglib.load_yaml(args.config)
+        record = run(cfg)
+    except cfglib.ConfigError as e:
+        sys.exit(f"lowprec.train: error: {e}")
+    if record:
+        print(f"{record['run_id']}: {record['status']} after {record['steps']} steps, "
+              f"val_loss={record['final_val_loss']}, {record['wall_s']} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+# Corpus -> tokenizer -> uint16 token files + manifest (lowprec.data).
+
+
+rule prepare_data:
+    output:
+        train=f"{RESULTS}/data/{{data_id}}/train.bin",
+        val=f"{RESULTS}/data/{{data_id}}/val.bin",
+        tokenizer=f"{RESULTS}/data/{{data_id}}/tokenizer.json",
+        manifest=f"{RESULTS}/data/{{data_id}}/manifest.json",
+    params:
+        spec=lambda w: shlex.quote(json.dumps(DATA[w.data_id], sort_keys=True)),
+        out=lambda w: f"{RESULTS}/data/{w.data_id}",
+    log:
+        f"{RESULTS}/logs/data/{{data_id}}.log",
+    shell:
+        "python -m lowprec.data --spec {params.spec} --out {params.out} > {log} 2>&1"

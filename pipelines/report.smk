@@ -1,0 +1,60 @@
+# Tables and figures per paper from run folders only, then results/REPORT.md (lowprec.report).
+
+
+def paper_run_files(paper):
+    return [f"{d}/{f}" for d in run_dirs(paper) for f in ("metrics.csv", "provenance.json", "config.yaml")]
+
+
+def paper_outputs(paper):
+    base = f"{RESULTS}/{paper}/{SCALE}"
+    return [f"{base}/figures/loss_curves.png", f"{base}/figures/loss_curves.pdf",
+            f"{base}/tables/final_loss.csv", f"{base}/tables/final_loss.md"]
+
+
+rule loss_curves:
+    input:
+        lambda w: paper_run_files(w.paper),
+    output:
+        png=report(f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_curves.png", category="{paper}",
+                   subcategory="loss curves", caption="report/loss_curves.rst"),
+        pdf=f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_curves.pdf",
+    params:
+        runs=lambda w: " ".join(run_dirs(w.paper)),
+        title=lambda w: shlex.quote(f"{lpc.experiment_config(w.paper)['title']} ({SCALE})"),
+    shell:
+        "python -m lowprec.report.curves --runs {params.runs} --title {params.title} --out {output.png} {output.pdf}"
+
+
+rule final_loss_table:
+    input:
+        lambda w: paper_run_files(w.paper),
+    output:
+        csv=report(f"{RESULTS}/{{paper}}/{SCALE}/tables/final_loss.csv", category="{paper}",
+                   subcategory="tables", caption="report/final_loss.rst"),
+        md=f"{RESULTS}/{{paper}}/{SCALE}/tables/final_loss.md",
+    params:
+        runs=lambda w: " ".join(run_dirs(w.paper)),
+        baseline=lambda w: lpc.experiment_config(w.paper).get("baseline", "bf16"),
+    shell:
+        "python -m lowprec.report.tables --runs {params.runs} --baseline {params.baseline} "
+        "--csv {output.csv} --md {output.md}"
+
+
+rule report_md:
+    input:
+        [f for p in PAPERS for f in paper_outputs(p)],
+    output:
+        f"{RESULTS}/REPORT.md",
+    params:
+        papers=" ".join(f"--paper {p} {','.join(run_dirs(p))}" for p in PAPERS),
+    shell:
+        "python -m lowprec.report.build --results {RESULTS} --scale {SCALE} {params.papers} --out {output}"
+
+
+for _paper in ("gaussws", "int8_fallback", "mor"):
+
+    rule:
+        name:
+            _paper
+        input:
+            paper_outputs(_paper) if _paper in PAPERS else [],

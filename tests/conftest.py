@@ -1,0 +1,51 @@
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Keep torch's CPU thread pool small and tests deterministic on 2-core machines.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _synthetic_play(seed: int, n_lines: int = 900) -> str:
+    """Deterministic English-like text with structure a tiny model can learn quickly."""
+    rng = random.Random(seed)
+    speakers = ["KING", "QUEEN", "FOOL", "LORD", "LADY"]
+    words = ("the my thy good lord sweet night day love death crown heart fair noble speak "
+             "come go stay know see hear tell grace blood honour truth king queen fool").split()
+    lines = []
+    for i in range(n_lines):
+        if i % 6 == 0:
+            lines.append(f"\n{rng.choice(speakers)}.")
+        lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + ".")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("corpus")
+    for i in range(6):
+        (d / f"play_{i}.txt").write_text(_synthetic_play(i))
+    return d
+
+
+@pytest.fixture(scope="session")
+def prepared_data(corpus_dir, tmp_path_factory) -> Path:
+    from lowprec.data import prepare
+
+    out = tmp_path_factory.mktemp("data") / "synthetic"
+    prepare({"source": "local", "path": str(corpus_dir), "vocab_size": 320, "val_fraction": 0.2}, out)
+    return out
+
+
+def smoke_run_config(paper, model, method, data_dir, out_root, **train):
+    """A smoke-scale run config pointed at the synthetic corpus."""
+    from lowprec.config import resolve_run
+
+    cfg = resolve_run("smoke", paper, model, method, 0, results=str(out_root))
+    cfg["data"]["dir"] = str(data_dir)
+    cfg["train"].update(train)
+    return cfg

@@ -1,0 +1,101 @@
+"""Metrics against plain float64 numpy formulas and on inputs built to have known answers."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lowprec.numerics import (
+    QuantSpec,
+    amax,
+    fake_quantize,
+    flush_fraction,
+    quantize,
+    relative_error,
+    saturation_fraction,
+    sqnr_db,
+    tensor_stats,
+)
+
+
+def sample(seed=0, n=50_000):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g) * torch.exp2(torch.randint(-20, 20, (n,), generator=g).float())
+    x[::7] = 0.0
+    return x, fake_quantize(x, QuantSpec(scaling="block", block=(1, 128)))
+
+
+def test_sqnr_matches_numpy():
+    x, q = sample()
+    xd, qd = x.double().numpy(), q.double().numpy()
+    want = 10 * np.log10(np.sum(xd**2) / np.sum((xd - qd) ** 2))
+    assert sqnr_db(x, q) == pytest.approx(want, rel=1e-12)
+    assert sqnr_db(x.to(torch.bfloat16), q.to(torch.bfloat16)) == pytest.approx(
+        10 * np.log10(np.sum(x.bfloat16().double().numpy() ** 2)
+                      / np.sum((x.bfloat16().double().numpy() - q.bfloat16().double().numpy()) ** 2)), rel=1e-12)
+
+
+def test_sqnr_edge_cases():
+    x = torch.tensor([1.0, -2.0, 3.0])
+    assert sqnr_db(x, x) == math.inf
+    assert sqnr_db(torch.zeros(4), torch.zeros(4)) == math.inf
+    assert sqnr_db(torch.zeros(4), torch.ones(4)) == -math.inf
+    assert sqnr_db(x, torch.zeros(3)) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="size"):
+        sqnr_db(x, torch.zeros(4))
+
+
+def test_relative_error_matches_numpy():
+    x, q = sample(1)
+    xd, qd = x.double().numpy(), q.double().numpy()
+    nz = xd != 0
+    want = np.mean(np.abs(qd[nz] - xd[nz]) / np.abs(xd[nz]))
+    assert relative_error(x, q) == pytest.approx(want, rel=1e-12)
+
+
+def test_relative_error_edge_cases():
+    x = torch.tensor([0.0, 1.0, 4.0, 0.0])
+    q = torch.tensor([5.0, 0.0, 5.0, 0.0])  # an underflow counts 1.0; zeros of x are skipped
+    assert relative_error(x, q) == pytest.approx((1.0 + 0.25) / 2)
+    assert relative_error(torch.zeros(5), torch.ones(5)) == 0.0
+
+
+def test_flush_fraction():
+    x = torch.tensor([0.0, 1e-6, -1e-6, 2.0, 3.0, 0.0])
+    q = torch.tensor([0.0, 0.0, -0.0, 2.0, 3.0, 1.0])
+    assert flush_fraction(x, q) == 0.5
+    assert flush_fraction(torch.zeros(3), torch.zeros(3)) == 0.0
+    # with e4m3 and one per-tensor scale, values far below the amax really are flushed
+    x = torch.tensor([1000.0] + [1e-3] * 9)
+    assert flush_fraction(x, fake_quantize(x, QuantSpec(scaling="tensor"))) == 0.9
+
+
+def test_saturation_fraction():
+    x = torch.tensor([1.0, 2.0, 3.0, -4.0, 0.0])
+    assert saturation_fraction(x, 150.0, "e4m3") == 0.4  # 3*150, 4*150 exceed 448; exactly 448 does not
+    assert saturation_fraction(torch.tensor([448.0, 448.5]), 1.0, "e4m3") == 0.5
+    assert saturation_fraction(x, torch.tensor([1.0, 1.0, 1.0, 200.0, 1.0]), "int8") == 0.2
+    q = quantize(torch.randn(8, 256), QuantSpec(scaling="block"))
+    assert saturation_fraction(q.codes, 1.0, "e4m3") == 0.0
+
+
+def test_nan_elements_are_ignored():
+    x = torch.tensor([1.0, math.nan, 2.0, 0.0, 4.0])
+    q = torch.tensor([1.0, 1.0, math.nan, 0.0, 3.0])
+    assert sqnr_db(x, q) == pytest.approx(10 * math.log10(17.0 / 1.0))
+    assert relative_error(x, q) == pytest.approx((0 + 0.25) / 2)
+    assert amax(torch.tensor([math.nan, -3.0, 2.0])) == 3.0
+    assert amax(torch.tensor([math.nan])) == 0.0
+    assert amax(torch.tensor([1.0, -math.inf])) == math.inf  # overflow must stay visible
+    assert saturation_fraction(torch.tensor([math.nan, 500.0, 1.0]), 1.0, "e4m3") == 0.5
+
+
+def test_tensor_stats():
+    x, q = sample(2)
+    stats = tensor_stats(x, q)
+    assert set(stats) == {"sqnr_db", "relative_error", "amax", "flush_fraction", "saturation_fraction"}
+    assert all(isinstance(v, float) for v in stats.values())
+    assert math.isnan(stats["saturation_fraction"])
+    assert stats["amax"] == x.abs().max().item()
+    assert tensor_stats(x, q, scale=1e6, fmt="e4m3")["saturation_fraction"] > 0.0

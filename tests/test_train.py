@@ -1,0 +1,106 @@
+import json
+
+import pandas as pd
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from lowprec import train
+from conftest import smoke_run_config
+
+
+class Crash(RuntimeError):
+    pass
+
+
+class CrashAt(Callback):
+    """Simulates a killed job: raises once training has completed ``step`` optimizer steps."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step >= self.step:
+            raise Crash(f"killed at step {trainer.global_step}")
+
+
+class PoisonAt(Callback):
+    """Writes a NaN into a weight: the next loss is not finite."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, *args):
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                next(pl_module.model.parameters()).fill_(float("nan"))
+
+
+def _losses(out_dir):
+    m = pd.read_csv(out_dir / "metrics.csv")
+    return m.dropna(subset=["train_loss"]).set_index("step")["train_loss"]
+
+
+def test_run_writes_outputs_and_loss_falls(prepared_data, tmp_path):
+    cfg = smoke_run_config("gaussws", "gpt2", "bf16", prepared_data, tmp_path, max_steps=30, log_every=2,
+                           val_every=10, lr=1e-2)
+    rec = train.run(cfg)
+    out = tmp_path / "runs/smoke/gaussws/gpt2/bf16/s0"
+    assert {p.name for p in out.iterdir()} >= {"metrics.csv", "config.yaml", "provenance.json"}
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["status"] == "completed" and prov["steps"] == 30
+    assert prov["tokens_seen"] == 30 * cfg["train"]["batch_size"] * cfg["train"]["seq_len"]
+    for key in ("git_commit", "git_dirty", "versions", "device", "started", "finished", "precision"):
+        assert key in prov
+    assert prov["versions"]["torch"] and prov["versions"]["lightning"] and prov["versions"]["transformers"]
+    assert prov["precision"] == "32-true" and "stand-in" in prov["method"]["numerics"]
+    m = pd.read_csv(out / "metrics.csv")
+    assert {"step", "train_loss", "val_loss", "lr", "tokens", "tokens_per_s", "peak_mem_mb"} <= set(m.columns)
+    val = m.dropna(subset=["val_loss"])
+    assert list(val["step"]) == [10, 20, 30]
+    assert val["val_loss"].iloc[-1] < val["val_loss"].iloc[0]
+    assert rec["final_val_loss"] == pytest.approx(val["val_loss"].iloc[-1])
+
+
+def test_same_seed_same_losses(prepared_data, tmp_path):
+    a = smoke_run_config("mor", "nemotron", "bf16", prepared_data, tmp_path / "a")
+    b = smoke_run_config("mor", "nemotron", "bf16", prepared_data, tmp_path / "b")
+    train.run(a)
+    train.run(b)
+    la, lb = _losses(tmp_path / "a/runs/smoke/mor/nemotron/bf16/s0"), _losses(tmp_path / "b/runs/smoke/mor/nemotron/bf16/s0")
+    assert len(la) >= 5
+    pd.testing.assert_series_equal(la, lb)
+
+
+def test_resume_after_kill_matches_uninterrupted(prepared_data, tmp_path):
+    kw = dict(max_steps=12, ckpt_every=4, log_every=1, val_every=6)
+    ref = smoke_run_config("int8_fallback", "llama2", "bf16", prepared_data, tmp_path / "ref", **kw)
+    train.run(ref)
+    killed = smoke_run_config("int8_fallback", "llama2", "bf16", prepared_data, tmp_path / "k", **kw)
+    with pytest.raises(Crash):
+        train.run(killed, callbacks=[CrashAt(6)])  # killed after step 6; last checkpoint at step 4
+    out = tmp_path / "k/runs/smoke/int8_fallback/llama2/bf16/s0"
+    assert not (out / "metrics.csv").exists() and not (out / "provenance.json").exists()
+    rec = train.run(killed)
+    assert rec["resumed_from"].endswith("last.ckpt") and rec["steps"] == 12
+    lr, lk = _losses(tmp_path / "ref/runs/smoke/int8_fallback/llama2/bf16/s0"), _losses(out)
+    pd.testing.assert_series_equal(lr, lk, rtol=1e-6, atol=0)  # every step, before and after the kill
+    assert list(lk.index) == list(range(1, 13))
+
+
+def test_divergence_is_recorded_not_raised(prepared_data, tmp_path):
+    cfg = smoke_run_config("gaussws", "llama2", "bf16", prepared_data, tmp_path, max_steps=12, log_every=1)
+    rec = train.run(cfg, callbacks=[PoisonAt(3)])
+    assert rec["status"] == "diverged" and rec["diverged_at_step"] == 3 and rec["steps"] == 3
+    out = tmp_path / "runs/smoke/gaussws/llama2/bf16/s0"
+    assert json.loads((out / "provenance.json").read_text())["status"] == "diverged"
+    assert (out / "metrics.csv").is_file()
+
+
+def test_config_change_starts_fresh_instead_of_resuming(prepared_data, tmp_path):
+    cfg = smoke_run_config("mor", "nemotron", "bf16", prepared_data, tmp_path, max_steps=8, ckpt_every=4)
+    with pytest.raises(Crash):
+        train.run(cfg, callbacks=[CrashAt(5)])
+    cfg["train"]["lr"] = 1e-3
+    rec = train.run(cfg)
+    assert rec["resumed_from"] is None and rec["steps"] == 8
