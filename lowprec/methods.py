@@ -1,14 +1,25 @@
 """Methods: what a run's ``method`` section does to the model before training.
 
-A method names a ``recipe``.  ``bf16`` is the baseline: Lightning's ``bf16-mixed`` on GPU; on CPU the
-run keeps fp32 (bf16 autocast is about 3x slower than fp32 on CPU cores) and says so in its outputs.
+A method names a ``recipe`` (``lowprec.recipes.RECIPES``) and may override any GEMM operand of it
+(``fprop``/``dgrad``/``wgrad`` with ``a``/``b`` QuantSpec dicts), choose the layers (``include`` /
+``exclude`` fnmatch patterns on module names; default: every linear layer but the LM head) and turn on
+numerics telemetry (``telemetry_every``: record per layer/GEMM/operand metrics every N steps).
+
+``bf16`` on GPU is Lightning's ``bf16-mixed`` with the model untouched; on CPU (where bf16 autocast is
+about 3x slower than fp32) it is the emulated recipe: linear-layer operands rounded to bf16, fp32
+accumulation, everything else fp32.  Every other recipe swaps the linear layers for ``QLinear``.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-RECIPES = ("bf16",)
+from .linear import DEFAULT_EXCLUDE, convert
+from .recipes import recipe_from_config
+from .telemetry import Telemetry
+
+METHOD_KEYS = {"name", "recipe", "include", "exclude", "telemetry_every", "fprop", "dgrad", "wgrad",
+               "high_precision"}
 
 
 def resolve_precision(requested: str, on_gpu: bool) -> str:
@@ -17,13 +28,23 @@ def resolve_precision(requested: str, on_gpu: bool) -> str:
     return "bf16-mixed" if on_gpu else "32-true"
 
 
-def apply_method(model: nn.Module, method_cfg: dict, precision: str) -> dict:
-    """Prepare ``model`` for the method in place; return a description for the run's provenance."""
-    recipe = method_cfg.get("recipe", "bf16")
-    if recipe not in RECIPES:
-        raise ValueError(f"method.recipe: unknown recipe {recipe!r}; known: {list(RECIPES)}")
-    if recipe == "bf16":
-        numerics = "bf16 autocast (Lightning bf16-mixed)" if precision.startswith("bf16") else \
-            f"{precision} stand-in for the bf16 baseline (CPU)"
-        return {"recipe": recipe, "numerics": numerics}
-    raise AssertionError("unreachable")
+def apply_method(model: nn.Module, method_cfg: dict, precision: str, seed: int = 0) -> dict:
+    """Prepare ``model`` in place; return a description for provenance, plus the telemetry collector."""
+    unknown = set(method_cfg) - METHOD_KEYS
+    if unknown:
+        raise ValueError(f"method: unknown key(s) {sorted(unknown)}; known: {sorted(METHOD_KEYS)}")
+    recipe = recipe_from_config(method_cfg)
+    every = int(method_cfg.get("telemetry_every", 0) or 0)
+    telemetry = Telemetry(every) if every else None
+    native_bf16 = recipe.name == "bf16" and not recipe.quantized and precision.startswith("bf16")
+    if native_bf16:
+        return {"recipe": recipe.name, "numerics": "bf16 autocast (Lightning bf16-mixed)", "layers": [],
+                "telemetry": None}
+    layers = convert(model, recipe, include=method_cfg.get("include"),
+                     exclude=method_cfg.get("exclude", DEFAULT_EXCLUDE), telemetry=telemetry, seed=seed)
+    if recipe.quantized:
+        numerics = f"{recipe.name}: {recipe.description} (emulated, fp32 accumulate)"
+    else:
+        numerics = f"{recipe.name}: {recipe.high_precision} GEMM operands (emulated), fp32 accumulate"
+    return {"recipe": recipe.name, "numerics": numerics, "layers": layers, "recipe_spec": recipe.to_dict(),
+            "telemetry": telemetry}

@@ -2,6 +2,7 @@
 
 Writes into the run's ``output_dir``:
   metrics.csv       one row per logged step (train_loss, val_loss, lr, tokens, tokens_per_s, ...)
+  telemetry.csv     per layer/GEMM/operand numerics every ``method.telemetry_every`` steps (if on)
   config.yaml       the resolved config
   provenance.json   code and library versions, device, times, tokens seen, status (written last)
   checkpoints/      last.ckpt, from which a killed run resumes
@@ -103,7 +104,8 @@ class LitLM(L.LightningModule):
         super().__init__()
         self.cfg, self.train_cfg = cfg, cfg["train"]
         self.model = build_model(cfg["model"], vocab_size)
-        self.method_info = apply_method(self.model, cfg["method"], precision)
+        self.method_info = apply_method(self.model, cfg["method"], precision, seed=cfg["seed"])
+        self.telemetry = self.method_info.pop("telemetry")
         self.tokens_per_batch = self.train_cfg["batch_size"] * self.train_cfg["seq_len"]
         self.diverged_at: int | None = None
         self.step_losses: list[torch.Tensor] = []
@@ -193,6 +195,23 @@ class StepLogger(Callback):
         return self.total_steps * self.tokens_per_step * world_size / self.total_time
 
 
+class TelemetryWriter(Callback):
+    """Tells the collector the current step and appends its rows to the log segment as they come."""
+
+    def __init__(self, telemetry, path: Path):
+        self.telemetry, self.path = telemetry, path
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.telemetry.step = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.telemetry.rows:
+            frame = self.telemetry.frame()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            frame.to_csv(self.path, mode="a", header=not self.path.exists(), index=False)
+            self.telemetry.rows.clear()
+
+
 def peak_memory_mb() -> float:
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**20
@@ -202,18 +221,32 @@ def peak_memory_mb() -> float:
 
 # --------------------------------------------------------------------------- run
 
+def _segments(log_dir: Path, name: str) -> "pd.DataFrame | None":
+    import pandas as pd
+
+    parts = sorted(log_dir.glob(f"segment-*/{name}"), key=lambda p: int(p.parent.name.split("-")[1]))
+    frames = [pd.read_csv(p) for p in parts if p.stat().st_size > 0]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
 def _merge_logs(log_dir: Path) -> "pd.DataFrame":
     """One row per step from all log segments (a resumed run adds one segment per restart)."""
     import pandas as pd
 
-    parts = sorted(log_dir.glob("segment-*/metrics.csv"), key=lambda p: int(p.parent.name.split("-")[1]))
-    frames = [pd.read_csv(p) for p in parts if p.stat().st_size > 0]
-    if not frames:
+    df = _segments(log_dir, "metrics.csv")
+    if df is None:
         return pd.DataFrame(columns=["step"])
-    df = pd.concat(frames, ignore_index=True)
     df = df.drop(columns=[c for c in ("epoch",) if c in df.columns])
     # later segments re-log steps after the checkpoint; keep the last value of each column per step
     return df.groupby("step", as_index=False).last().sort_values("step")
+
+
+def _merge_telemetry(log_dir: Path) -> "pd.DataFrame | None":
+    df = _segments(log_dir, "telemetry.csv")
+    if df is None:
+        return None
+    key = ["step", "layer", "gemm", "operand"]
+    return df.drop_duplicates(subset=key, keep="last").sort_values(key, kind="stable")
 
 
 def _resume_checkpoint(ckpt_dir: Path, cfg_hash: str) -> Path | None:
@@ -231,7 +264,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     t = cfg["train"]
     out = Path(cfg["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
-    for f in ("metrics.csv", "provenance.json"):  # stale results must not outlive a rerun
+    for f in ("metrics.csv", "provenance.json", "telemetry.csv"):  # stale results must not outlive a rerun
         (out / f).unlink(missing_ok=True)
     if t.get("threads"):
         torch.set_num_threads(int(t["threads"]))
@@ -255,6 +288,9 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     segment = 1 + max((int(p.name.split("-")[1]) for p in log_dir.glob("segment-*")), default=-1)
 
     loggers = [CSVLogger(save_dir=str(log_dir), name="", version=f"segment-{segment}")]
+    extra_callbacks = []
+    if module.telemetry is not None:
+        extra_callbacks.append(TelemetryWriter(module.telemetry, log_dir / f"segment-{segment}" / "telemetry.csv"))
     if cfg.get("logging", {}).get("wandb"):
         try:
             from lightning.pytorch.loggers import WandbLogger
@@ -276,7 +312,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
         val_check_interval=t["val_every"] * t.get("grad_accum", 1), check_val_every_n_epoch=None,
         limit_val_batches=t.get("val_batches", 8), num_sanity_val_steps=0,
         log_every_n_steps=t.get("log_every", 10), logger=loggers,  # rows come from StepLogger
-        callbacks=[steplog, checkpoint, *(callbacks or [])],
+        callbacks=[steplog, checkpoint, *extra_callbacks, *(callbacks or [])],
         enable_progress_bar=cfg.get("logging", {}).get("progress_bar", False), enable_model_summary=False,
         deterministic=t.get("deterministic", False), default_root_dir=str(out),
     )
@@ -293,6 +329,9 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     metrics = _merge_logs(log_dir)
     steps = module.diverged_at if status == STATUS_DIVERGED else trainer.global_step  # finite steps taken
     write_text(out / "metrics.csv", metrics.to_csv(index=False))
+    telemetry = _merge_telemetry(log_dir)
+    if telemetry is not None:
+        write_text(out / "telemetry.csv", telemetry.to_csv(index=False))
     write_yaml(out / "config.yaml", cfg)
     val = metrics["val_loss"].dropna() if "val_loss" in metrics else []
     record = {

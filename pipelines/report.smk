@@ -51,7 +51,7 @@ rule report_md:
         "python -m lowprec.report.build --results {RESULTS} --scale {SCALE} {params.papers} --out {output}"
 
 
-for _paper in ("gaussws", "int8_fallback", "mor"):
+for _paper in ("gaussws", "int8_fallback", "mor", "baselines"):
 
     rule:
         name:

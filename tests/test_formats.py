@@ -280,3 +280,17 @@ def test_stochastic_rounding_saturation_and_specials():
     q = cast(torch.tensor([447.9, 450.0]), "e4m3", rounding="stochastic", saturate=False,
              noise=torch.tensor([0.5, 0.99]))
     assert q[0] == 448.0 and math.isnan(q[1])
+
+
+@pytest.mark.parametrize("name", ["e4m3", "e5m2", "bf16", "fp16"])
+def test_native_fast_path_equals_the_arithmetic_rounding(name):
+    """cast() takes torch's own cast for RNE with saturation; the bit arithmetic (used for
+    stochastic rounding and non-saturating casts) must agree with it on every bf16 pattern."""
+    from lowprec.numerics.formats import _cast_float, _cast_native
+
+    fmt = FORMATS[name]
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    a = _cast_native(x, fmt)
+    b = _cast_float(x, fmt, "nearest", True, None, None)
+    same = (a.view(torch.int32) == b.view(torch.int32)) | (torch.isnan(a) & torch.isnan(b))
+    assert bool(same.all())

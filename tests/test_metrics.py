@@ -73,8 +73,10 @@ def test_flush_fraction():
 
 def test_saturation_fraction():
     x = torch.tensor([1.0, 2.0, 3.0, -4.0, 0.0])
-    assert saturation_fraction(x, 150.0, "e4m3") == 0.4  # 3*150, 4*150 exceed 448; exactly 448 does not
-    assert saturation_fraction(torch.tensor([448.0, 448.5]), 1.0, "e4m3") == 0.5
+    assert saturation_fraction(x, 150.0, "e4m3") == 0.2  # 600 is clipped; 450 still rounds to 448
+    # E4M3's top binade is spaced by 32: (448, 464] rounds to 448, beyond that a value is clipped
+    assert saturation_fraction(torch.tensor([448.0, 448.5, 464.0, 464.5]), 1.0, "e4m3") == 0.25
+    assert saturation_fraction(torch.tensor([127.0, 127.5, 127.6]), 1.0, "int8") == pytest.approx(1 / 3)
     assert saturation_fraction(x, torch.tensor([1.0, 1.0, 1.0, 200.0, 1.0]), "int8") == 0.2
     q = quantize(torch.randn(8, 256), QuantSpec(scaling="block"))
     assert saturation_fraction(q.codes, 1.0, "e4m3") == 0.0

@@ -53,7 +53,8 @@ def test_run_writes_outputs_and_loss_falls(prepared_data, tmp_path):
     for key in ("git_commit", "git_dirty", "versions", "device", "started", "finished", "precision"):
         assert key in prov
     assert prov["versions"]["torch"] and prov["versions"]["lightning"] and prov["versions"]["transformers"]
-    assert prov["precision"] == "32-true" and "stand-in" in prov["method"]["numerics"]
+    assert prov["precision"] == "32-true" and "bf16 GEMM operands (emulated)" in prov["method"]["numerics"]
+    assert len(prov["method"]["layers"]) == 4  # c_attn, attn.c_proj, c_fc, mlp.c_proj; not lm_head
     m = pd.read_csv(out / "metrics.csv")
     assert {"step", "train_loss", "val_loss", "lr", "tokens", "tokens_per_s", "peak_mem_mb"} <= set(m.columns)
     val = m.dropna(subset=["val_loss"])
@@ -104,3 +105,29 @@ def test_config_change_starts_fresh_instead_of_resuming(prepared_data, tmp_path)
     cfg["train"]["lr"] = 1e-3
     rec = train.run(cfg)
     assert rec["resumed_from"] is None and rec["steps"] == 8
+
+
+@pytest.mark.parametrize("method", ["int8_block", "fp8_delayed"])
+def test_resume_with_stateful_recipe_and_telemetry(prepared_data, tmp_path, method):
+    """Stochastic-rounding draws and delayed-scaling histories travel with the checkpoint, so a
+    killed quantized run resumes onto the uninterrupted run's losses; telemetry rows are merged."""
+    kw = dict(max_steps=8, ckpt_every=4, log_every=1, val_every=4)
+    runs = {}
+    for tag in ("ref", "killed"):
+        cfg = smoke_run_config("baselines", "gpt2", method, prepared_data, tmp_path / tag, **kw)
+        cfg["method"]["telemetry_every"] = 2
+        runs[tag] = cfg
+    train.run(runs["ref"])
+    with pytest.raises(Crash):
+        train.run(runs["killed"], callbacks=[CrashAt(6)])
+    rec = train.run(runs["killed"])
+    assert rec["resumed_from"] is not None
+    ref_dir = tmp_path / f"ref/runs/smoke/baselines/gpt2/{method}/s0"
+    out = tmp_path / f"killed/runs/smoke/baselines/gpt2/{method}/s0"
+    pd.testing.assert_series_equal(_losses(ref_dir), _losses(out), rtol=1e-6, atol=0)
+    tel = pd.read_csv(out / "telemetry.csv")
+    assert sorted(tel["step"].unique()) == [0, 2, 4, 6]
+    assert len(tel) == 4 * 4 * 6  # steps x layers x (gemm, operand)
+    assert not tel.duplicated(["step", "layer", "gemm", "operand"]).any()
+    ref_tel = pd.read_csv(ref_dir / "telemetry.csv")
+    pd.testing.assert_frame_equal(tel.reset_index(drop=True), ref_tel.reset_index(drop=True), rtol=1e-5)

@@ -285,9 +285,39 @@ def cast(
     x32 = x.to(torch.float32)
     if isinstance(f, IntFormat):
         q = _cast_int(x32, f, rounding, generator, noise)
+    elif rounding == "nearest" and saturate and _native_float_dtype(f) is not None:
+        q = _cast_native(x32, f)
     else:
         q = _cast_float(x32, f, rounding, saturate, generator, noise)
     return q.to(x.dtype)
+
+
+def _native_float_dtype(f: FloatFormat) -> Optional[torch.dtype]:
+    return to_torch_dtype(f) if f.name in ("e4m3", "e5m2", "bf16", "fp16") else None
+
+
+_DECODE_TABLES: dict = {}
+
+
+def _decode_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # fp32 value of each of the 256 codes of an 8-bit float: a table lookup decodes several times
+    # faster than torch's float8 -> float32 conversion on CPU
+    key = (dtype, device)
+    if key not in _DECODE_TABLES:
+        _DECODE_TABLES[key] = torch.arange(256, dtype=torch.uint8, device=device).view(dtype).to(torch.float32)
+    return _DECODE_TABLES[key]
+
+
+def _cast_native(x32: torch.Tensor, f: FloatFormat) -> torch.Tensor:
+    """RNE with saturation through torch's own cast: several times faster than the arithmetic in
+    _cast_float and equal to it bit for bit (tested on every bf16 pattern), given the clamp, which
+    keeps every torch version's disagreeing overflow rules out of play."""
+    dtype = _native_float_dtype(f)
+    codes = x32.clamp(-f.max_normal, f.max_normal).to(dtype)
+    if dtype.itemsize == 1:
+        table = _decode_table(dtype, codes.device)
+        return torch.take(table, codes.view(torch.uint8).long()).reshape(x32.shape)
+    return codes.to(torch.float32)
 
 
 def to_torch_dtype(fmt: Union[str, Format]) -> Optional[torch.dtype]:

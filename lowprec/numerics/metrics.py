@@ -72,17 +72,28 @@ def flush_fraction(x: torch.Tensor, q: torch.Tensor) -> float:
     return float((q[nz] == 0).sum()) / n if n else 0.0
 
 
+def _clip_threshold(fmt) -> float:
+    """Largest |value| that a round-to-nearest cast still maps onto +-fmax rather than beyond it:
+    fmax plus half the spacing of the top binade (448 + 8 for E4M3, 127.5 for INT8). A value in
+    (fmax, threshold] rounds to fmax anyway, so it is not clipped."""
+    f = get_format(fmt)
+    if hasattr(f, "man_bits"):
+        return f.fmax + 2.0 ** (f.emax - f.man_bits - 1)
+    return f.fmax + 0.5
+
+
 def saturation_fraction(x: torch.Tensor, scale: Union[float, torch.Tensor],
                         fmt: Union[str, Format]) -> float:
-    """Share of (non-NaN) elements with |x * scale| > fmax, i.e. clipped by a saturating cast.
-    The product is formed in fp32, as the quantizer forms it. `scale` must broadcast to x: a
-    number, or a QTensor's expanded_scale()."""
+    """Share of (non-NaN) elements that a saturating cast clips: |x * scale| beyond what rounds to
+    fmax (see _clip_threshold). The product is formed in fp32, as the quantizer forms it, so a
+    current-scaled amax that lands a rounding error above fmax does not count. `scale` must
+    broadcast to x: a number, or a QTensor's expanded_scale()."""
     s = scale if isinstance(scale, torch.Tensor) else torch.tensor(float(scale))
     y = x.detach().to(torch.float32) * s.to(device=x.device, dtype=torch.float32)
     y = y[~torch.isnan(y)]
     if y.numel() == 0:
         return 0.0
-    return float((y.abs() > get_format(fmt).fmax).sum()) / y.numel()
+    return float((y.abs() > _clip_threshold(fmt)).sum()) / y.numel()
 
 
 def tensor_stats(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict:

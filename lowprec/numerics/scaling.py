@@ -49,6 +49,7 @@ __all__ = [
     "DelayedScaler",
     "block_amax",
     "expand_blocks",
+    "apply_blocks",
     "scale_from_amax",
     "mx_block_scales",
     "gam_block_scales",
@@ -176,13 +177,30 @@ def _grid_shape(shape2d, block):
 def block_amax(x2d: torch.Tensor, block) -> torch.Tensor:
     """Max |x| per (R, C) block of a 2-D tensor, fp32, grid shape (ceil(rows/R), ceil(cols/C)).
     NaN and Inf count as 0 (see the module docstring); padding is zeros."""
-    br, bc = block
     a = x2d.to(torch.float32).abs()
-    a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
-    rows, cols = a.shape
+    grid = _blocks_view(a, block).amax(dim=(1, 3))
+    if not torch.isfinite(grid).all():  # rare: mask NaN/Inf only when some block holds one
+        a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
+        grid = _blocks_view(a, block).amax(dim=(1, 3))
+    return grid
+
+
+def _blocks_view(x2d: torch.Tensor, block) -> torch.Tensor:
+    """(nr, R, nc, C) view of x2d, zero-padded to whole blocks (a copy only when padding)."""
+    br, bc = block
+    rows, cols = x2d.shape
     nr, nc = _grid_shape((rows, cols), block)
-    a = F.pad(a, (0, nc * bc - cols, 0, nr * br - rows))
-    return a.reshape(nr, br, nc, bc).amax(dim=(1, 3))
+    if nr * br != rows or nc * bc != cols:
+        x2d = F.pad(x2d, (0, nc * bc - cols, 0, nr * br - rows))
+    return x2d.reshape(nr, br, nc, bc)
+
+
+def apply_blocks(x2d: torch.Tensor, grid: torch.Tensor, block, op) -> torch.Tensor:
+    """op(x, per-block value) elementwise, broadcasting the grid over its blocks without
+    materialising the expanded grid; the result has x2d's shape."""
+    rows, cols = x2d.shape
+    out = op(_blocks_view(x2d, block), grid[:, None, :, None])
+    return out.reshape(out.shape[0] * out.shape[1], -1)[:rows, :cols]
 
 
 def expand_blocks(grid: torch.Tensor, shape2d, block) -> torch.Tensor:
@@ -389,7 +407,8 @@ class QTensor:
         return expand_blocks(self.scale, shape2d, self.block).reshape(self.codes.shape)
 
     def dequantize(self) -> torch.Tensor:
-        return (self.codes / self.expanded_scale()).to(self.dtype)
+        codes2d = _as_2d(self.codes)
+        return apply_blocks(codes2d, self.scale, self.block, torch.div).reshape(self.codes.shape).to(self.dtype)
 
 
 def _scale_grid(x2d: torch.Tensor, spec: QuantSpec, block, amax) -> torch.Tensor:
@@ -429,7 +448,7 @@ def quantize(
     x2d = _as_2d(x).to(torch.float32)
     block = _resolve_block(spec, x2d.shape)
     grid = _scale_grid(x2d, spec, block, amax)
-    scaled = x2d * expand_blocks(grid, x2d.shape, block)
+    scaled = apply_blocks(x2d, grid, block, torch.mul)
     if noise is not None:
         if tuple(noise.shape) != tuple(x.shape):
             raise ValueError(f"noise shape {tuple(noise.shape)} != input shape {tuple(x.shape)}")

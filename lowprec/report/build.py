@@ -43,9 +43,10 @@ def build(results: Path, scale: str, papers: list[str], run_dirs: dict[str, list
                   (base / "tables" / "final_loss.md").read_text().rstrip(), "",
                   "Provenance:", "", *_provenance_summary(runs), ""]
         numerics = {(r.provenance.get("method") or {}).get("numerics") for r in runs}
-        if any(n and "stand-in" in n for n in numerics):
-            lines += ["Note: on CPU the bf16 baseline runs in fp32 and is labelled as such; on GPU it is "
-                      "Lightning's bf16-mixed.", ""]
+        if any(n and "emulated" in n for n in numerics):
+            lines += ["Note: these runs emulate their recipes (linear-layer GEMM operands quantized or "
+                      "rounded to BF16, fp32 accumulation; attention products, norms and embeddings in "
+                      "fp32). On GPU the BF16 baseline is Lightning's bf16-mixed.", ""]
     text = "\n".join(lines)
     write_text(out, text)
     return text

@@ -53,6 +53,26 @@ def to_markdown(table: pd.DataFrame, baseline: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def matrix_markdown(table: pd.DataFrame, baseline: str | None) -> str:
+    """Method x model grid of the mean final validation loss (Δ to the baseline in brackets)."""
+    models = list(dict.fromkeys(table["model"]))
+    lines = ["| method | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    for method, g in table.groupby("method", sort=False):
+        cells = []
+        for m in models:
+            r = g[g["model"] == m]
+            if r.empty:
+                cells.append("–")
+                continue
+            r = r.iloc[0]
+            delta = r.get("delta_vs_baseline", np.nan)
+            extra = f" ({delta:+.3f})" if baseline and method != baseline and not pd.isna(delta) else ""
+            div = f", {r['diverged']} diverged" if r["diverged"] else ""
+            cells.append(_fmt(r["val_loss_mean"]) + extra + div)
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="Final validation-loss table from run folders.")
     ap.add_argument("--runs", nargs="+", required=True)
@@ -62,7 +82,11 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     table = summarize(final_losses(load_runs(args.runs)), args.baseline)
     write_text(args.csv, table.to_csv(index=False, float_format="%.6g"))
-    write_text(args.md, to_markdown(table, args.baseline))
+    md = to_markdown(table, args.baseline)
+    if table["model"].nunique() > 1 and table["method"].nunique() > 1:
+        md += "\nFinal validation loss, method x model (Δ to " + str(args.baseline) + "):\n\n" + \
+            matrix_markdown(table, args.baseline)
+    write_text(args.md, md)
 
 
 if __name__ == "__main__":

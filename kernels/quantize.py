@@ -1,0 +1,562 @@
+"""Triton kernels that quantize a 2-D tensor to FP8 (E4M3, E5M2) or INT8 codes, bit-exact with the
+torch reference in ``lowprec.numerics``.
+
+API (all return ``(codes, scale)``; codes in the native dtype and x's shape, scale fp32 with the
+layout ``lowprec.numerics.compute_scale`` returns for the equivalent ``QuantSpec``)::
+
+    quantize_fp8(x, fmt="e4m3", scaling="tensor", block=None, scale=None, margin=0, pow2=False,
+                 fp8_cast="auto")
+    quantize_int8(x, scaling="tensor", block=None, scale=None, noise=None, margin=0, pow2=False)
+    quantize_spec(x, spec, scale=None, noise=None, fp8_cast="auto")   # from a QuantSpec
+    triton_available(device=None) -> bool                   # else use the torch path
+
+scaling:
+    "tensor"   scale given (1 element) or, if None, current scaling from x's amax  -> scale (1, 1)
+    "delayed"  like "tensor", scale required (the caller owns the amax history)    -> scale (1, 1)
+    "channel"  one scale per row (reference: QuantSpec(scaling="channel", axis=-1)) -> scale (M, 1)
+    "block"    one scale per (BR, BC) block, default (1, 128)       -> scale (ceil(M/BR), ceil(N/BC))
+The scale is the ENCODE multiplier (codes = cast(x * scale), x ~= codes / scale). INT8 rounds to
+nearest even, or stochastically when ``noise`` (x's shape, U[0, 1) floats) is given; the same noise
+in ``lowprec.numerics.quantize(..., noise=noise)`` gives the same codes.
+
+Semantics are the reference's (saturate=True, the only mode native codes allow):
+* amax ignores NaN and +-Inf; an amax of 0 gives scale 1; fmax / amax is a correctly rounded
+  division (``tl.math.div_rn``). Triton's plain ``/`` is not: with Triton 3.6 on an H200, 448 / a
+  differed from torch.div in 5.1M of 2^24 random a, div_rn in none. Scales are clamped to
+  [2^-126, 2^127]; margin and pow2 act as in ``scale_from_amax`` (only for scales the kernels
+  compute; a given scale is used as is).
+* N-D inputs use the reference's 2-D view (rows = prod(leading dims)); a non-contiguous input is
+  copied first.
+* Blocks that overhang the tensor are masked; masked lanes count as zeros, which is the
+  reference's zero padding.
+* FP8: x*scale is clamped to +-fmax (so +-Inf -> +-fmax), NaN stays NaN. NaN bits: 0x7F, with the
+  sign of the scaled value on the written-out path; the reference's sign follows the platform's
+  multiply (CUDA returns a positive canonical NaN), so compare NaN positions, not NaN bits.
+* INT8: NaN -> 0, clamp to +-127, -0 -> 0.
+
+Why the rounding is written out instead of a ``.to(tl.float8e4nv)`` cast: the Triton 3.9
+interpreter's fp32->fp8 conversion rounds ties away from zero (1.0625 -> 1.125, 400 -> 416),
+truncates subnormals and turns NaN into 384, and its bf16->fp32 conversion garbles subnormals. The
+kernels therefore (a) read bf16 as raw 16-bit words and widen them with a shift, and (b) build FP8
+codes from the reference's own formula: e = clamp(floor(log2|y|), emin, emax),
+r = round_half_even(|y| / 2^(e - man)), and the code magnitude is (e - emin) * 2^man + r, which is
+the encoding for normals, subnormals and the carry into the next binade alike. That path is integer
+and fp32 arithmetic only, so it is also exact on GPUs without FP8 hardware. On CUDA devices with
+FP8 conversion instructions (compute capability >= 8.9) the default is the hardware
+``cvt.rn.satfinite`` cast instead (``fp8_cast="native"``, RNE with subnormals, applied to the
+already clamped value); ``fp8_cast="emulated"`` forces the written-out path everywhere. Both are
+bit-exact with the reference on an H200 (every bf16 value, random tensors); the hardware cast is
+faster (2^26 bf16 elements: per-tensor 0.97x vs 0.73x the bandwidth of x.clone()).
+
+Interpreter: Triton decides at ``@triton.jit`` time whether a kernel is interpreted, so
+``TRITON_INTERPRET=1`` must be set before this module is first imported for CPU tensors to work
+(reloading it after setting the variable also works). Whether ``triton`` itself was imported
+earlier does not matter, because the kernels use only Triton builtins and their own helpers.
+FP8 stochastic rounding is not implemented (INT8 only).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from lowprec.numerics import QuantSpec, get_format, to_torch_dtype
+from lowprec.numerics.formats import FloatFormat, IntFormat
+
+try:  # the torch emulation in lowprec.numerics never needs Triton; only this module does
+    import triton
+    import triton.language as tl
+
+    _TRITON_IMPORT_ERROR: Optional[BaseException] = None
+except Exception as exc:  # ImportError, or a broken install raising at import time
+    triton = None
+    tl = None
+    _TRITON_IMPORT_ERROR = exc
+
+__all__ = [
+    "triton_available",
+    "interpreter_active",
+    "quantize_fp8",
+    "quantize_int8",
+    "quantize_spec",
+    "SCALINGS",
+]
+
+SCALINGS = ("tensor", "delayed", "channel", "block")
+_FP8_FORMATS = ("e4m3", "e5m2")
+_INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_DEFAULT_BLOCK = (1, 128)
+_FP8_CASTS = ("auto", "native", "emulated")
+
+# Elements one program holds in registers at once. Blocks bigger than this are processed in
+# chunks: a first sweep for the amax, a second that re-reads the block (from L2) to quantize.
+_TILE = 8192
+# Contiguous columns a program should cover per row when blocks are narrow, so that loads of
+# (1, 32) or (1, 128) blocks still coalesce into long row segments.
+_MIN_ROW_SPAN = 512
+_ELEMWISE_BLOCK = 4096
+_NUM_WARPS: Optional[int] = None  # tuning override for the block kernel; None: by tile size
+_AMAX_BLOCK = 8192
+
+_SCALE_MIN = 2.0**-126
+_SCALE_MAX = 2.0**127
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernels
+
+if triton is not None:
+
+    @triton.jit
+    def _load_fp32(ptr, offs, mask, IN_KIND: tl.constexpr):
+        # IN_KIND 0: fp32; 1: bf16 read as int16 words; 2: fp16.
+        if IN_KIND == 1:
+            # Widening bf16 is a 16-bit shift; doing it on the raw bits keeps subnormals exact in the
+            # interpreter too (whose bf16 conversion does not).
+            w = tl.load(ptr + offs, mask=mask, other=0)
+            return (w.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+        else:
+            return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
+
+    # Only Triton builtins and this module's own @triton.jit helpers are used inside kernels: the
+    # jit-defined helpers of triton.language (tl.max, tl.cdiv, tl.zeros, ...) are fixed as compiled
+    # or interpreted when triton is imported, so they break the interpreter whenever triton was
+    # imported before TRITON_INTERPRET=1 was set, even if this module is (re)imported after.
+    @triton.jit
+    def _max_combine(a, b):
+        return tl.maximum(a, b)
+
+    @triton.jit
+    def _max_axis(x, axis: tl.constexpr):
+        return tl.reduce(x, axis, _max_combine)
+
+    @triton.jit
+    def _finite_abs(x):
+        # NaN compares false, so NaN and +-Inf both drop out of the amax, as in block_amax.
+        a = tl.abs(x)
+        return tl.where(a < float("inf"), a, 0.0)
+
+    @triton.jit
+    def _scale_from_amax(amax, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr, POW2: tl.constexpr):
+        ok = amax > 0.0
+        # div_rn: a correctly rounded quotient like the reference's torch.div (one rounding).
+        s = tl.math.div_rn(tl.where(ok, FMAX, 1.0), tl.where(ok, amax, 1.0))
+        if MARGIN_MUL != 1.0:
+            s = s * MARGIN_MUL  # a power of two: exact unless it underflows, which the clamp fixes
+        s = tl.minimum(tl.maximum(s, 1.1754943508222875e-38), 1.7014118346046923e38)  # 2^-126, 2^127
+        if POW2:
+            # s is a positive normal here, so dropping the mantissa bits is floor to a power of two.
+            s = (s.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)
+        return tl.where(ok, s, 1.0)
+
+    @triton.jit
+    def _encode(y, u, FMAX: tl.constexpr, IS_INT: tl.constexpr, MAN: tl.constexpr,
+                EMIN: tl.constexpr, EMAX: tl.constexpr, STOCHASTIC: tl.constexpr,
+                NATIVE: tl.constexpr, FP8_TY: tl.constexpr):
+        """Codes for y = x * scale (fp32): int8 values, or FP8 bit patterns as uint8."""
+        if IS_INT:
+            y = tl.where(y != y, 0.0, y)
+            y = tl.minimum(tl.maximum(y, -FMAX), FMAX)
+            if STOCHASTIC:
+                r = tl.floor(tl.abs(y) + u)
+                # |y| + u can round up to 128.0 in fp32 when |y| is just below 127.
+                r = tl.minimum(r, FMAX)
+                r = tl.where(y < 0.0, -r, r)
+            else:
+                # Adding 1.5 * 2^23 puts |y| <= 127 in the binade whose ulp is 1, so the fp32 add
+                # itself rounds half to even; no rint needed (the interpreter has none).
+                r = (y + 12582912.0) - 12582912.0
+            return r.to(tl.int8)
+        else:
+            # where, not minimum/maximum: NaN must pass through to be encoded as NaN below.
+            y = tl.where(y > FMAX, FMAX, y)
+            y = tl.where(y < -FMAX, -FMAX, y)
+            if NATIVE:
+                # cvt.rn.satfinite: RNE with subnormals, NaN -> 0x7F (the sign of a NaN is not
+                # meaningful after a CUDA multiply anyway).
+                return y.to(FP8_TY, fp_downcast_rounding="rtne").to(tl.uint8, bitcast=True)
+            else:
+                bits = y.to(tl.int32, bitcast=True)
+                sign = tl.where(bits < 0, 0x80, 0)
+                # NaN's payload would make r NaN and its int conversion undefined; its code is set below.
+                mag_bits = tl.where(y != y, 0, bits & 0x7FFFFFFF)
+                # fp32 subnormals read as exponent -127 and are clamped to emin, like the reference.
+                e = tl.minimum(tl.maximum((mag_bits >> 23) - 127, EMIN), EMAX)
+                inv_quantum = ((127 + MAN - e) << 23).to(tl.float32, bitcast=True)
+                # |y| * 2^(man - e) is exact (a power-of-two factor, result <= 2^(man+1)); adding 2^23
+                # then rounds it half to even onto the integers.
+                r = (mag_bits.to(tl.float32, bitcast=True) * inv_quantum + 8388608.0) - 8388608.0
+                code = ((e - EMIN) << MAN) + r.to(tl.int32)
+                code = code | sign
+                code = tl.where(y != y, 0x7F | sign, code)
+                return code.to(tl.uint8)
+
+    @triton.jit
+    def _quant_scalar_scale_kernel(
+        x_ptr, noise_ptr, codes_ptr, scale_ptr, numel,
+        BLOCK: tl.constexpr, IN_KIND: tl.constexpr, FMAX: tl.constexpr, IS_INT: tl.constexpr,
+        MAN: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr, STOCHASTIC: tl.constexpr,
+        NATIVE: tl.constexpr, FP8_TY: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < numel
+        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+        s = tl.load(scale_ptr)
+        u = 0.0
+        if STOCHASTIC:
+            u = tl.load(noise_ptr + offs, mask=mask, other=0.0)
+        codes = _encode(x * s, u, FMAX, IS_INT, MAN, EMIN, EMAX, STOCHASTIC, NATIVE, FP8_TY)
+        tl.store(codes_ptr + offs, codes, mask=mask)
+
+    @triton.jit
+    def _amax_partial_kernel(x_ptr, out_ptr, numel, BLOCK: tl.constexpr, IN_KIND: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < numel
+        a = _finite_abs(_load_fp32(x_ptr, offs, mask, IN_KIND))
+        tl.store(out_ptr + pid, _max_axis(a, 0))
+
+    @triton.jit
+    def _tensor_scale_kernel(partial_ptr, scale_ptr, n, BLOCK: tl.constexpr, FMAX: tl.constexpr,
+                             MARGIN_MUL: tl.constexpr, POW2: tl.constexpr):
+        # One program: the max of the partial amaxes and the scale, on the device, so current
+        # scaling costs three launches and no host round trip or chain of small torch ops.
+        acc = tl.full([BLOCK], 0.0, tl.float32)
+        for start in range(0, n, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            acc = tl.maximum(acc, tl.load(partial_ptr + offs, mask=offs < n, other=0.0))
+        tl.store(scale_ptr, _scale_from_amax(_max_axis(acc, 0), FMAX, MARGIN_MUL, POW2))
+
+    @triton.jit
+    def _quant_block_kernel(
+        x_ptr, noise_ptr, codes_ptr, scale_ptr, M, N, n_brow, n_bcol,
+        BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
+        G: tl.constexpr, K: tl.constexpr, NCH_R: tl.constexpr, NCH_C: tl.constexpr,
+        IN_KIND: tl.constexpr, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr, POW2: tl.constexpr,
+        IS_INT: tl.constexpr, MAN: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
+        STOCHASTIC: tl.constexpr, NATIVE: tl.constexpr, FP8_TY: tl.constexpr,
+    ):
+        """One program: G block-rows x K block-columns of (BR, BC) blocks, held as a 4-D tile
+        [G, RP, K, CP] (RP, CP: BR, BC padded to powers of two, or a chunk of them when a block
+        is bigger than the tile; then NCH_R x NCH_C chunks are swept twice)."""
+        pid = tl.program_id(0)
+        n_cgrp = (n_bcol + K - 1) // K
+        pid_r = pid // n_cgrp
+        pid_c = pid % n_cgrp
+
+        g = tl.arange(0, G)[:, None, None, None]
+        r = tl.arange(0, RP)[None, :, None, None]
+        k = tl.arange(0, K)[None, None, :, None]
+        c = tl.arange(0, CP)[None, None, None, :]
+        brow = pid_r * G + g
+        bcol = pid_c * K + k
+
+        if NCH_R * NCH_C == 1:
+            row = brow * BR + r
+            col = bcol * BC + c
+            mask = (r < BR) & (row < M) & (c < BC) & (col < N)
+            offs = row.to(tl.int64) * N + col
+            x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+            amax = _max_axis(_max_axis(_finite_abs(x), 3), 1)
+        else:
+            acc = tl.full([G, RP, K, CP], 0.0, tl.float32)
+            for i in range(NCH_R * NCH_C):
+                rr = (i // NCH_C) * RP + r
+                cc = (i % NCH_C) * CP + c
+                row = brow * BR + rr
+                col = bcol * BC + cc
+                mask = (rr < BR) & (row < M) & (cc < BC) & (col < N)
+                offs = row.to(tl.int64) * N + col
+                acc = tl.maximum(acc, _finite_abs(_load_fp32(x_ptr, offs, mask, IN_KIND)))
+            amax = _max_axis(_max_axis(acc, 3), 1)
+
+        scale = _scale_from_amax(amax, FMAX, MARGIN_MUL, POW2)  # [G, K]
+        sb_row = pid_r * G + tl.arange(0, G)[:, None]
+        sb_col = pid_c * K + tl.arange(0, K)[None, :]
+        tl.store(scale_ptr + sb_row * n_bcol + sb_col, scale, mask=(sb_row < n_brow) & (sb_col < n_bcol))
+        s4 = scale[:, None, :, None]
+
+        if NCH_R * NCH_C == 1:
+            u = 0.0
+            if STOCHASTIC:
+                u = tl.load(noise_ptr + offs, mask=mask, other=0.0)
+            codes = _encode(x * s4, u, FMAX, IS_INT, MAN, EMIN, EMAX, STOCHASTIC, NATIVE, FP8_TY)
+            tl.store(codes_ptr + offs, codes, mask=mask)
+        else:
+            for i in range(NCH_R * NCH_C):
+                rr = (i // NCH_C) * RP + r
+                cc = (i % NCH_C) * CP + c
+                row = brow * BR + rr
+                col = bcol * BC + cc
+                mask = (rr < BR) & (row < M) & (cc < BC) & (col < N)
+                offs = row.to(tl.int64) * N + col
+                x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+                u = 0.0
+                if STOCHASTIC:
+                    u = tl.load(noise_ptr + offs, mask=mask, other=0.0)
+                codes = _encode(x * s4, u, FMAX, IS_INT, MAN, EMIN, EMAX, STOCHASTIC, NATIVE, FP8_TY)
+                tl.store(codes_ptr + offs, codes, mask=mask)
+
+
+# ----------------------------------------------------------------------------------------------
+# Availability
+
+
+def interpreter_active() -> bool:
+    """True if this module's kernels were built for the Triton interpreter (TRITON_INTERPRET=1 was
+    set when the module was imported), so they run on CPU tensors."""
+    if triton is None:
+        return False
+    return type(_quant_block_kernel).__name__ == "InterpretedFunction"
+
+
+def triton_available(device=None) -> bool:
+    """Whether the kernels can run on `device` (default: CUDA if present, else CPU): Triton imports
+    and either the device is CUDA (compiled) or the interpreter is active (any device)."""
+    if triton is None:
+        return False
+    if interpreter_active():
+        return True
+    if device is None:
+        return torch.cuda.is_available()
+    return torch.device(device).type == "cuda" and torch.cuda.is_available()
+
+
+def _require_triton(x: torch.Tensor) -> None:
+    if triton is None:
+        raise RuntimeError(
+            "lowprec.kernels.quantize needs Triton, which failed to import "
+            f"({_TRITON_IMPORT_ERROR!r}); use lowprec.numerics.quantize (torch) instead"
+        )
+    if not interpreter_active() and x.device.type != "cuda":
+        raise RuntimeError(
+            f"Triton kernels need a CUDA tensor (got device {x.device}); for CPU tensors set "
+            "TRITON_INTERPRET=1 before lowprec.kernels.quantize is first imported, or use "
+            "lowprec.numerics.quantize"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Host side
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _tiling(br: int, bc: int, n_brow: int, n_bcol: int) -> dict:
+    cp = min(_next_pow2(bc), _TILE)
+    rp = min(_next_pow2(br), max(_TILE // cp, 1))
+    nch_c, nch_r = _cdiv(bc, cp), _cdiv(br, rp)
+    k = g = 1
+    if nch_r * nch_c == 1:
+        # Several narrow blocks side by side (long coalesced row segments), then several block-rows
+        # until the tile is full; never more than the grid has.
+        k = min(_next_pow2(n_bcol), max(_MIN_ROW_SPAN // cp, 1), max(_TILE // (rp * cp), 1))
+        g = min(_next_pow2(n_brow), max(_TILE // (rp * k * cp), 1))
+    return dict(RP=rp, CP=cp, K=k, G=g, NCH_R=nch_r, NCH_C=nch_c)
+
+
+def _num_warps(tile_elems: int) -> int:
+    if _NUM_WARPS is not None:
+        return _NUM_WARPS
+    return 8 if tile_elems >= 4096 else 4
+
+
+def _in_kind(x: torch.Tensor):
+    if x.dtype == torch.float32:
+        return 0, x
+    if x.dtype == torch.bfloat16:
+        return 1, x.view(torch.int16)
+    return 2, x
+
+
+def _use_native_cast(x: torch.Tensor, fp8_cast: str) -> bool:
+    if fp8_cast not in _FP8_CASTS:
+        raise ValueError(f"fp8_cast must be one of {_FP8_CASTS}, got {fp8_cast!r}")
+    if fp8_cast == "emulated" or interpreter_active():
+        if fp8_cast == "native":
+            raise ValueError("fp8_cast='native' is not available under the Triton interpreter")
+        return False
+    hw = x.device.type == "cuda" and torch.cuda.get_device_capability(x.device) >= (8, 9)
+    if fp8_cast == "native" and not hw:
+        raise ValueError("fp8_cast='native' needs a CUDA device of compute capability >= 8.9")
+    return hw
+
+
+def _as_2d(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() == 0:
+        return x.reshape(1, 1)
+    # Rows spelled out: reshape(-1, 0) is ambiguous for tensors with an empty last dim.
+    return x.reshape(x.numel() // x.shape[-1] if x.shape[-1] else math.prod(x.shape[:-1]), x.shape[-1])
+
+
+def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _INPUT_DTYPES:
+        raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
+    if block is not None and scaling != "block":
+        raise ValueError(f"block is only used with scaling='block', not {scaling!r}")
+    if scale is not None and scaling not in ("tensor", "delayed"):
+        raise ValueError(f"scale= is only taken by tensor/delayed scaling; {scaling!r} computes its own")
+    if scaling == "delayed" and scale is None:
+        raise ValueError("scaling='delayed' needs scale= (from a DelayedScaler)")
+    if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
+        raise ValueError(f"margin must be an int >= 0, got {margin!r}")
+    if (margin or pow2) and scale is not None:
+        raise ValueError("margin/pow2 shape computed scales; a given scale is used as is")
+    _require_triton(x)
+
+    fmt = get_format(fmt_name)
+    is_int = isinstance(fmt, IntFormat)
+    out_dtype = to_torch_dtype(fmt)
+    stochastic = noise is not None
+    if stochastic and not is_int:
+        raise NotImplementedError("stochastic rounding is implemented for int8 only")
+
+    x2d = _as_2d(x).contiguous()
+    M, N = x2d.shape
+    if noise is not None:
+        if tuple(noise.shape) != tuple(x.shape):
+            raise ValueError(f"noise shape {tuple(noise.shape)} != input shape {tuple(x.shape)}")
+        noise = noise.to(device=x.device, dtype=torch.float32).reshape(M, N).contiguous()
+
+    if scaling == "channel":
+        block = (1, max(N, 1))
+    elif scaling == "block":
+        block = _DEFAULT_BLOCK if block is None else tuple(block)
+        if len(block) != 2 or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block):
+            raise ValueError(f"block must be two positive ints (rows, cols), got {block!r}")
+
+    codes = torch.empty((M, N), dtype=out_dtype, device=x.device)
+    codes_arg = codes if is_int else codes.view(torch.uint8)
+    in_kind, x_arg = _in_kind(x2d)
+    if is_int:
+        enc = dict(IS_INT=True, MAN=0, EMIN=0, EMAX=0, NATIVE=False, FP8_TY=tl.int8)
+    else:
+        assert isinstance(fmt, FloatFormat)
+        enc = dict(IS_INT=False, MAN=fmt.man_bits, EMIN=fmt.emin, EMAX=fmt.emax,
+                   NATIVE=_use_native_cast(x, fp8_cast),
+                   FP8_TY=tl.float8e4nv if fmt.name == "e4m3" else tl.float8e5)
+    fmax = float(fmt.fmax)
+    noise_arg = noise if stochastic else x_arg  # never read unless STOCHASTIC
+
+    if scaling in ("tensor", "delayed"):
+        if scale is not None:
+            if not isinstance(scale, torch.Tensor) or scale.numel() != 1:
+                raise ValueError("scale must be a 1-element tensor")
+            scale = scale.to(device=x.device, dtype=torch.float32).reshape(1, 1).contiguous()
+        elif M * N == 0:
+            # The reference's grid for an empty tensor: one block of (max(M, 1), max(N, 1)).
+            scale = torch.ones((_cdiv(M, max(M, 1)), _cdiv(N, max(N, 1))), dtype=torch.float32, device=x.device)
+        else:
+            scale = _tensor_scale(x_arg, in_kind, M * N, fmax, margin, pow2)
+        if M * N:
+            grid = (_cdiv(M * N, _ELEMWISE_BLOCK),)
+            _quant_scalar_scale_kernel[grid](
+                x_arg, noise_arg, codes_arg, scale, M * N,
+                BLOCK=_ELEMWISE_BLOCK, IN_KIND=in_kind, FMAX=fmax, STOCHASTIC=stochastic,
+                num_warps=8, **enc,
+            )
+        return codes.reshape(x.shape), scale
+
+    br, bc = block
+    n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
+    scales = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
+    if M * N == 0:
+        return codes.reshape(x.shape), scales
+    t = _tiling(br, bc, n_brow, n_bcol)
+    grid = (_cdiv(n_brow, t["G"]) * _cdiv(n_bcol, t["K"]),)
+    _quant_block_kernel[grid](
+        x_arg, noise_arg, codes_arg, scales, M, N, n_brow, n_bcol,
+        BR=br, BC=bc, IN_KIND=in_kind, FMAX=fmax, MARGIN_MUL=2.0**-margin, POW2=bool(pow2),
+        STOCHASTIC=stochastic, num_warps=_num_warps(t["G"] * t["RP"] * t["K"] * t["CP"]),
+        **t, **enc,
+    )
+    return codes.reshape(x.shape), scales
+
+
+def _tensor_scale(x_arg, in_kind, numel, fmax, margin, pow2) -> torch.Tensor:
+    """Current scaling: per-program amaxes, then one program reduces them and applies the same
+    scale rule as the block kernel (max is order-independent, so this is exact)."""
+    n_prog = _cdiv(numel, _AMAX_BLOCK)
+    partial = torch.empty(n_prog, dtype=torch.float32, device=x_arg.device)
+    _amax_partial_kernel[(n_prog,)](x_arg, partial, numel, BLOCK=_AMAX_BLOCK, IN_KIND=in_kind, num_warps=8)
+    scale = torch.empty((1, 1), dtype=torch.float32, device=x_arg.device)
+    _tensor_scale_kernel[(1,)](partial, scale, n_prog, BLOCK=1024, FMAX=fmax, MARGIN_MUL=2.0**-margin,
+                               POW2=bool(pow2), num_warps=4)
+    return scale
+
+
+def quantize_fp8(
+    x: torch.Tensor,
+    fmt: str = "e4m3",
+    scaling: str = "tensor",
+    block: Optional[tuple] = None,
+    scale: Optional[torch.Tensor] = None,
+    *,
+    margin: int = 0,
+    pow2: bool = False,
+    fp8_cast: str = "auto",
+):
+    """FP8 codes (torch.float8_e4m3fn / float8_e5m2) and fp32 encode scales; see the module
+    docstring for scaling modes and layout. fp8_cast: "auto" (hardware cast on CUDA with FP8
+    support, else the written-out RNE), "native" or "emulated"."""
+    name = get_format(fmt).name
+    if name not in _FP8_FORMATS:
+        raise ValueError(f"fmt must be one of {_FP8_FORMATS}, got {fmt!r}")
+    return _quantize(x, name, scaling, block, scale, None, margin, pow2, fp8_cast)
+
+
+def quantize_int8(
+    x: torch.Tensor,
+    scaling: str = "tensor",
+    block: Optional[tuple] = None,
+    scale: Optional[torch.Tensor] = None,
+    noise: Optional[torch.Tensor] = None,
+    *,
+    margin: int = 0,
+    pow2: bool = False,
+):
+    """Symmetric INT8 codes in [-127, 127] and fp32 encode scales. noise (x's shape, U[0, 1))
+    switches from round-to-nearest-even to stochastic rounding."""
+    return _quantize(x, "int8", scaling, block, scale, noise, margin, pow2, "auto")
+
+
+def quantize_spec(
+    x: torch.Tensor,
+    spec: QuantSpec,
+    scale: Optional[torch.Tensor] = None,
+    noise: Optional[torch.Tensor] = None,
+    fp8_cast: str = "auto",
+):
+    """The kernel equivalent of lowprec.numerics.quantize(x, spec, noise=noise) for the specs the
+    kernels cover (fmt e4m3/e5m2/int8; scaling tensor/delayed/channel with axis=-1/block;
+    saturate=True). For delayed scaling pass scale=scale_from_amax(history amax) (or
+    DelayedScaler.scale()); spec.margin/pow2 then do nothing, the given scale is used as is.
+    Stochastic rounding (int8) needs noise."""
+    if spec.fmt not in _FP8_FORMATS + ("int8",):
+        raise ValueError(f"no kernel for fmt={spec.fmt!r}")
+    if spec.scaling not in SCALINGS:
+        raise ValueError(f"no kernel for scaling={spec.scaling!r}")
+    if spec.scaling == "channel" and spec.axis != -1:
+        raise ValueError("the kernels scale per row only (channel, axis=-1)")
+    if not spec.saturate:
+        raise ValueError("native codes are always saturated; saturate=False has no kernel")
+    if spec.rounding == "stochastic" and noise is None:
+        raise ValueError("rounding='stochastic' needs noise= (uniforms with x's shape)")
+    if spec.rounding == "nearest" and noise is not None:
+        raise ValueError("noise= given but spec.rounding is 'nearest'")
+    block = spec.block if spec.scaling == "block" else None
+    margin, pow2 = (spec.margin, spec.pow2) if scale is None else (0, False)
+    return _quantize(x, spec.fmt, spec.scaling, block, scale, noise, margin, pow2, fp8_cast)

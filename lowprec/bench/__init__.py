@@ -1,0 +1,1 @@
+"""Benchmark scripts; each writes its results with provenance under results/."""

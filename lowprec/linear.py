@@ -1,0 +1,186 @@
+"""A recipe-aware linear layer and the module swap that installs it.
+
+``convert(model, recipe)`` replaces ``nn.Linear`` and transformers' GPT2 ``Conv1D`` (whose weight is
+stored transposed, (in, out)) with ``QLinear``; the weight and bias Parameters are kept as they are,
+so optimizer state, checkpoints and state-dict keys do not change.  ``QLinear`` runs its own autograd
+Function: each of the three GEMMs quantizes its two operands as the recipe says (``lowprec.recipes``)
+and multiplies in fp32 (the emulation path; ``lowprec.gemm`` has the GPU fast path).
+
+    from lowprec import convert, RECIPES
+    convert(model, RECIPES["fp8_hybrid"])             # two lines, like torchao's convert_to_float8_training
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import zlib
+from typing import Iterable, Optional
+
+import torch
+from torch import nn
+
+from .gemm import fast_path_applies, scaled_mm
+from .numerics import DelayedScaler, QuantSpec, block_amax, quantize
+from .recipes import GEMMS, OPERANDS, Recipe
+from .telemetry import Telemetry
+
+DEFAULT_EXCLUDE = ("lm_head", "*.lm_head", "score")
+
+_HP_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def _conv1d_class():
+    try:
+        from transformers.pytorch_utils import Conv1D
+        return Conv1D
+    except ImportError:  # transformers is optional for the library itself
+        return None
+
+
+class QLinear(nn.Module):
+    """``y = x W^T + b`` with every GEMM operand quantized as ``recipe`` says."""
+
+    def __init__(self, weight: nn.Parameter, bias: Optional[nn.Parameter], recipe: Recipe, name: str = "",
+                 transposed: bool = False, telemetry: Optional[Telemetry] = None, seed: int = 0):
+        super().__init__()
+        self.weight, self.bias = weight, bias
+        self.recipe, self.name, self.transposed = recipe, name, transposed
+        self.telemetry = telemetry
+        self.seed = (seed * 1_000_003 + zlib.crc32(name.encode())) & 0x7FFFFFFF
+        # counts forward calls; persistent so stochastic rounding after a resume draws what an
+        # uninterrupted run would have drawn
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+        self.scalers = {(g, op): DelayedScaler.from_spec(spec)
+                        for g in GEMMS for op, spec in zip(OPERANDS[g], recipe.gemm(g))
+                        if spec is not None and spec.scaling == "delayed"}
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[0 if self.transposed else 1]
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[1 if self.transposed else 0]
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, recipe={self.recipe.name}"
+
+    # delayed-scaling histories travel with checkpoints
+    def get_extra_state(self):
+        return {f"{g}.{op}": s.history.clone() for (g, op), s in self.scalers.items()}
+
+    def set_extra_state(self, state):
+        for (g, op), s in self.scalers.items():
+            h = (state or {}).get(f"{g}.{op}")
+            s._history = None if h is None or h.numel() == 0 else h.clone()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            y = _QLinearFn.apply(x.float(), self.weight, self.bias, self)
+        if self.training:  # evaluation passes must not shift the training steps' random draws
+            self.calls += 1
+        return y.to(out_dtype)
+
+    # ------------------------------------------------------------------ one GEMM
+    def _operand(self, gemm: str, operand: str, t: torch.Tensor, spec: Optional[QuantSpec]):
+        """The operand's QTensor under ``spec`` (None when the recipe keeps it in high precision)."""
+        if spec is None:
+            return None
+        amax, scaler = None, self.scalers.get((gemm, operand))
+        if scaler is not None:
+            current = block_amax(t, tuple(t.shape)).reshape(())  # NaN/Inf ignored, as in every amax
+            amax = scaler.amax(current)
+            if self.training:  # evaluation sees the history but does not write to it
+                scaler.update(current)
+        gen = None
+        if spec.rounding == "stochastic":
+            gen = torch.Generator(device=t.device)
+            gen.manual_seed(zlib.crc32(f"{self.seed}:{int(self.calls)}:{gemm}:{operand}".encode()))
+        return quantize(t, spec, generator=gen, amax=amax)
+
+    def _values(self, t: torch.Tensor, qt) -> torch.Tensor:
+        if qt is None:
+            return t.to(_HP_DTYPES[self.recipe.high_precision]).float()
+        return qt.dequantize().float()
+
+    def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``a @ b.T`` with a: (rows, R) and b: (cols, R), R the reduction dimension."""
+        spec_a, spec_b = self.recipe.gemm(name)
+        op_a, op_b = OPERANDS[name]
+        qta, qtb = self._operand(name, op_a, a, spec_a), self._operand(name, op_b, b, spec_b)
+        tel = self.telemetry
+        if tel is not None:
+            for op, t, qt, spec in ((op_a, a, qta, spec_a), (op_b, b, qtb, spec_b)):
+                if tel.wants(self.name, name, op):
+                    tel.record(self.name, name, op, t, self._values(t, qt),
+                               qt.expanded_scale() if qt is not None else None,
+                               spec.fmt if spec is not None else None)
+        if fast_path_applies(a, b, spec_a, spec_b):
+            return scaled_mm(qta, qtb)
+        return self._values(a, qta) @ self._values(b, qtb).t()
+
+
+class _QLinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer: QLinear):
+        w = weight.t() if layer.transposed else weight  # (N, K)
+        x2d = x.reshape(-1, x.shape[-1])
+        y = layer.gemm("fprop", x2d, w.float())
+        if bias is not None:
+            y = y + bias.float()
+        ctx.layer = layer
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x, weight)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        layer = ctx.layer
+        w = (weight.t() if layer.transposed else weight).float()
+        dy2d = dy.reshape(-1, dy.shape[-1]).float()
+        x2d = x.reshape(-1, x.shape[-1])
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = layer.gemm("dgrad", dy2d, w.t()).reshape(x.shape)
+        if ctx.needs_input_grad[1]:
+            dw = layer.gemm("wgrad", dy2d.t(), x2d.t())
+            dw = (dw.t() if layer.transposed else dw).to(weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2d.sum(0)
+        return dx, dw, db, None
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def convert(model: nn.Module, recipe: Recipe, include: Optional[Iterable[str]] = None,
+            exclude: Iterable[str] = DEFAULT_EXCLUDE, telemetry: Optional[Telemetry] = None,
+            seed: int = 0) -> list[str]:
+    """Swap linear layers for ``QLinear`` in place; returns the names of the swapped modules.
+
+    include / exclude: fnmatch patterns on module names (``model.layers.*.mlp.*``); by default every
+    linear layer except the LM head.  Embeddings and norms are not linear layers and stay as they are.
+    """
+    conv1d = _conv1d_class()
+    swapped = []
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            is_linear = isinstance(child, nn.Linear)
+            is_conv1d = conv1d is not None and isinstance(child, conv1d)
+            if not (is_linear or is_conv1d):
+                continue
+            if include is not None and not _matches(name, include):
+                continue
+            if _matches(name, exclude):
+                continue
+            q = QLinear(child.weight, child.bias, recipe, name=name, transposed=is_conv1d,
+                        telemetry=telemetry, seed=seed)
+            setattr(parent, child_name, q)
+            swapped.append(name)
+    if not swapped:
+        raise ValueError(f"convert: no linear layer matched include={include} exclude={list(exclude)}")
+    return swapped

@@ -1,0 +1,148 @@
+"""Recipes: what each operand of the three GEMMs of a linear layer sees.
+
+A linear layer ``Y = X W^T`` runs three GEMMs per training step:
+
+    fprop   Y  = X  W^T     a = X   (M, K)    b = W    (N, K)
+    dgrad   dX = dY W       a = dY  (M, N)    b = W^T  (K, N)
+    wgrad   dW = dY^T X     a = dY^T (N, M)   b = X^T  (K, M)
+
+Every operand is described in the orientation it enters its GEMM, *reduction dimension last*, so a
+block of ``(1, 128)`` always means 128 consecutive elements along the dimension being summed (the
+DeepSeek-V3 / Transformer Engine 1x128 convention: activations in fprop are grouped along K, the
+same tensor in wgrad along M), and ``channel`` scaling (axis=-1) gives one scale per row of that view
+(per token for X in fprop, per output channel for W).  An operand spec of ``None`` means "not
+quantized": the operand is rounded to the recipe's ``high_precision`` dtype (bf16 or fp32) and the
+GEMM accumulates in fp32.
+
+Named recipes (``RECIPES``), each documented below with its source:
+  bf16                    operands rounded to bf16, fp32 accumulate (on GPU: Lightning bf16-mixed)
+  fp8_tensorwise_current  every operand E4M3, per-tensor current scaling (torchao "tensorwise")
+  fp8_delayed             E4M3 forward / E5M2 gradients, delayed scaling from an amax history
+                          (Transformer Engine DelayedScaling defaults: HYBRID, history 1024, max)
+  fp8_hybrid              E4M3 forward / E5M2 gradients, per-tensor current scaling
+                          (TE Float8CurrentScaling with Format.HYBRID)
+  fp8_blockwise           E4M3; activations and gradients in 1x128 groups, weights in 128x128 tiles,
+                          fp32 scales (DeepSeek-V3; TE Float8BlockScaling)
+  mxfp8                   E4M3 with OCP MX scaling: 1x32 blocks, E8M0 power-of-two scales
+  int8_block              INT8 in 32x32 blocks; gradients with stochastic rounding (Jetfire)
+  int8_rowwise            INT8, X and dY per row, W per tensor; weight gradient in 16 bits
+                          (SwitchBack)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple, Optional
+
+from .numerics import QuantSpec
+
+GEMMS = ("fprop", "dgrad", "wgrad")
+OPERANDS = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}
+
+
+class Gemm(NamedTuple):
+    """The two operands of one GEMM: ``a`` (left) and ``b`` (right), reduction dimension last."""
+    a: Optional[QuantSpec]
+    b: Optional[QuantSpec]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    fprop: Gemm
+    dgrad: Gemm
+    wgrad: Gemm
+    high_precision: str = "bf16"  # dtype of operands that are not quantized: "bf16" or "fp32"
+    description: str = ""
+
+    def __post_init__(self):
+        if self.high_precision not in ("bf16", "fp32"):
+            raise ValueError(f"recipe {self.name}: high_precision must be 'bf16' or 'fp32', "
+                             f"got {self.high_precision!r}")
+        for g in GEMMS:
+            gemm = getattr(self, g)
+            if not isinstance(gemm, Gemm):
+                object.__setattr__(self, g, Gemm(*gemm))
+
+    def gemm(self, name: str) -> Gemm:
+        return getattr(self, name)
+
+    @property
+    def quantized(self) -> bool:
+        return any(s is not None for g in GEMMS for s in self.gemm(g))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "high_precision": self.high_precision,
+                **{g: {k: (s.to_dict() if s is not None else None) for k, s in zip("ab", self.gemm(g))}
+                   for g in GEMMS}}
+
+
+def _same(spec: Optional[QuantSpec]) -> Gemm:
+    return Gemm(spec, spec)
+
+
+def _fp8(fmt: str, scaling: str, **kw) -> QuantSpec:
+    return QuantSpec(fmt=fmt, scaling=scaling, **kw)
+
+
+_E4M3_T = _fp8("e4m3", "tensor")
+_E5M2_T = _fp8("e5m2", "tensor")
+_E4M3_D = _fp8("e4m3", "delayed", history_len=1024, reduction="max")
+_E5M2_D = _fp8("e5m2", "delayed", history_len=1024, reduction="max")
+_E4M3_1x128 = _fp8("e4m3", "block", block=(1, 128))
+_E4M3_128x128 = _fp8("e4m3", "block", block=(128, 128))
+_MX = _fp8("e4m3", "mx")
+_I8_32 = QuantSpec(fmt="int8", scaling="block", block=(32, 32))
+_I8_32_SR = QuantSpec(fmt="int8", scaling="block", block=(32, 32), rounding="stochastic")
+_I8_ROW = QuantSpec(fmt="int8", scaling="channel", axis=-1)
+_I8_T = QuantSpec(fmt="int8", scaling="tensor")
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in [
+    Recipe("bf16", Gemm(None, None), Gemm(None, None), Gemm(None, None),
+           description="BF16 operands, fp32 accumulation"),
+    Recipe("fp8_tensorwise_current", _same(_E4M3_T), _same(_E4M3_T), _same(_E4M3_T),
+           description="E4M3 everywhere, per-tensor current scaling (torchao Float8Linear tensorwise)"),
+    Recipe("fp8_delayed", _same(_E4M3_D), Gemm(_E5M2_D, _E4M3_D), Gemm(_E5M2_D, _E4M3_D),
+           description="HYBRID formats, delayed scaling, amax history 1024 reduced by max (TE defaults; "
+                       "Megatron uses history 1, most_recent)"),
+    Recipe("fp8_hybrid", _same(_E4M3_T), Gemm(_E5M2_T, _E4M3_T), Gemm(_E5M2_T, _E4M3_T),
+           description="E4M3 forward, E5M2 gradients, per-tensor current scaling"),
+    Recipe("fp8_blockwise", Gemm(_E4M3_1x128, _E4M3_128x128), Gemm(_E4M3_1x128, _E4M3_128x128),
+           Gemm(_E4M3_1x128, _E4M3_1x128),
+           description="E4M3, 1x128 groups for activations and gradients, 128x128 weight tiles, fp32 scales"),
+    Recipe("mxfp8", _same(_MX), _same(_MX), _same(_MX),
+           description="MXFP8: E4M3 elements, 1x32 blocks, E8M0 scales (OCP MX v1.0)"),
+    Recipe("int8_block", _same(_I8_32), Gemm(_I8_32_SR, _I8_32), Gemm(_I8_32_SR, _I8_32),
+           description="INT8 per 32x32 block; gradients stochastically rounded (Jetfire)"),
+    Recipe("int8_rowwise", Gemm(_I8_ROW, _I8_T), Gemm(_I8_ROW, _I8_T), Gemm(None, None),
+           description="INT8: activations and gradients per row, weights per tensor; weight gradient "
+                       "in 16 bits (SwitchBack)"),
+]}
+
+
+def _spec_or_none(d) -> Optional[QuantSpec]:
+    return None if d is None else QuantSpec.from_dict(d)
+
+
+def recipe_from_config(method_cfg: dict) -> Recipe:
+    """The named recipe, with any per-GEMM operand overrides from the method config, e.g.
+    ``{recipe: fp8_hybrid, wgrad: {a: null}}`` keeps the weight gradient's dY in high precision."""
+    name = method_cfg.get("recipe", "bf16")
+    if name not in RECIPES:
+        raise ValueError(f"method.recipe: unknown recipe {name!r}; known: {sorted(RECIPES)}")
+    recipe = RECIPES[name]
+    changes = {}
+    for g in GEMMS:
+        if g in method_cfg:
+            over = method_cfg[g] or {}
+            unknown = set(over) - {"a", "b"}
+            if unknown:
+                raise ValueError(f"method.{g}: unknown operand(s) {sorted(unknown)}; use 'a' and 'b'")
+            cur = recipe.gemm(g)
+            try:
+                changes[g] = Gemm(*(_spec_or_none(over[k]) if k in over else getattr(cur, k) for k in "ab"))
+            except ValueError as e:
+                raise ValueError(f"method.{g}: {e}") from e
+    if "high_precision" in method_cfg:
+        changes["high_precision"] = method_cfg["high_precision"]
+    return replace(recipe, **changes) if changes else recipe

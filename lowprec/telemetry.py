@@ -1,0 +1,51 @@
+"""Per-layer, per-GEMM, per-operand numerics telemetry, recorded every ``every`` optimizer steps.
+
+Quantized layers call ``Telemetry.wants(layer, gemm, operand)`` before doing any measuring work, so
+telemetry that is off (``every=0``) or between recording steps costs one integer comparison.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .numerics import get_format, tensor_stats
+
+
+class Telemetry:
+    def __init__(self, every: int = 0):
+        if every < 0:
+            raise ValueError(f"telemetry every must be >= 0, got {every}")
+        self.every = every
+        self.step = 0
+        self.rows: list[dict] = []
+        self._seen: set = set()
+
+    def wants(self, layer: str, gemm: str, operand: str) -> bool:
+        if not self.every or self.step % self.every:
+            return False
+        key = (self.step, layer, gemm, operand)
+        if key in self._seen:  # gradient accumulation: measure the first micro-batch only
+            return False
+        self._seen.add(key)
+        return True
+
+    @torch.no_grad()
+    def record(self, layer: str, gemm: str, operand: str, x: torch.Tensor, q: torch.Tensor,
+               scale: torch.Tensor | None, fmt: str | None, **extra) -> None:
+        stats = tensor_stats(x, q, scale, get_format(fmt) if fmt else None)
+        self.rows.append({"step": self.step, "layer": layer, "gemm": gemm, "operand": operand,
+                          "format": fmt or "hp", **stats, **extra})
+
+    def frame(self):
+        import pandas as pd
+        return pd.DataFrame(self.rows)
+
+    def clear(self) -> None:
+        self.rows.clear()
+        self._seen.clear()
+
+
+def all_finite(row: dict) -> bool:
+    return all(not (isinstance(v, float) and math.isinf(v)) for v in row.values())

@@ -1,0 +1,323 @@
+"""Triton quantize kernels vs the torch reference in lowprec.numerics, bit for bit.
+
+Runs on CUDA when a device is present, else under the Triton interpreter on CPU (about 10 s).
+Triton picks interpreted vs compiled when a function is decorated with @triton.jit (reading
+TRITON_INTERPRET at that moment), so the variable only has to be set before
+lowprec.kernels.quantize is first imported; if some other module imported it earlier without the
+variable, it is reloaded below. Whether triton itself was imported earlier does not matter here:
+the kernels avoid triton.language's own @jit helpers (tl.max, tl.cdiv, ...), which are fixed when
+triton is imported.
+"""
+
+import importlib
+import importlib.util
+import math
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest.importorskip("triton")
+
+from lowprec.numerics import (  # noqa: E402
+    QuantSpec,
+    compute_scale,
+    quantize,
+    sqnr_db,
+    to_native,
+    to_torch_dtype,
+)
+
+_MOD = "lowprec.kernels.quantize"
+if _MOD in sys.modules and os.environ.get("TRITON_INTERPRET") == "1" and not sys.modules[_MOD].interpreter_active():
+    importlib.reload(sys.modules[_MOD])
+kq = importlib.import_module(_MOD)
+
+DEVICES = (["cpu"] if kq.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])
+if not DEVICES:
+    pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
+
+# The interpreter evaluates kernels with numpy, which warns about IEEE events the kernels rely on
+# (fmax / tiny amax overflowing before the clamp, signalling-NaN inputs).
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+
+FORMATS = ("e4m3", "e5m2", "int8")
+DTYPES = (torch.float32, torch.bfloat16)
+# (scaling, block) cases; "delayed" gets a scale from an amax that is not x's own.
+CASES = [
+    ("tensor", None),
+    ("delayed", None),
+    ("channel", None),
+    ("block", (1, 32)),
+    ("block", (4, 32)),
+    ("block", (32, 32)),
+    ("block", (3, 7)),
+]
+SHAPES = [(8, 64), (5, 40)]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
+
+
+def _fp8_casts(device):
+    # On CUDA both the hardware cast and the written-out rounding must match the reference.
+    if device == "cuda" and torch.cuda.get_device_capability() >= (8, 9):
+        return ["native", "emulated"]
+    return ["auto"]
+
+
+def _special(shape, dtype, device, seed=0):
+    """Random values spread over many binades, plus a zero row, a zero (4, 32) block region,
+    NaN, +-Inf, an fp32 subnormal and -0.0."""
+    g = torch.Generator().manual_seed(seed)
+    m, n = shape
+    x = torch.randn(m, n, generator=g) * torch.exp2(torch.randint(-6, 7, (m, n), generator=g).float())
+    x[1] = 0.0
+    x[4:8, 32:64] = 0.0
+    x[2, 3] = float("nan")
+    x[3, 5] = float("inf")
+    x[0, 0] = -float("inf")
+    x[m - 1, n - 1] = 1e-42
+    x[0, 1] = -0.0
+    return x.to(dtype).to(device)
+
+
+def _spec(fmt, scaling, block, **kw):
+    return QuantSpec(fmt, scaling, block=block, **kw)
+
+
+def _ref_native(codes_fp32, fmt):
+    # Reference codes are fp32 values on the grid and in range, so this conversion is exact.
+    return codes_fp32.to(torch.float32).to(to_torch_dtype(fmt))
+
+
+def assert_codes_equal(got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if got.dtype == torch.int8:
+        assert torch.equal(got, want)
+        return
+    # Bits, so -0.0 vs +0.0 counts; NaN by position only (the NaN's sign bit is platform-defined).
+    gn, wn = got.float().isnan(), want.float().isnan()
+    assert torch.equal(gn, wn), "NaN positions differ"
+    gb, wb = got.view(torch.uint8)[~gn], want.view(torch.uint8)[~wn]
+    bad = (gb != wb).nonzero()
+    assert bad.numel() == 0, f"{bad.numel()} codes differ, e.g. got {gb[bad[:5, 0]]} want {wb[bad[:5, 0]]}"
+
+
+def run_both(x, spec, noise=None, amax=None, fp8_cast="auto"):
+    scale = None
+    if spec.scaling == "delayed":
+        scale = compute_scale(x, spec, amax=amax)
+    got_codes, got_scale = kq.quantize_spec(x, spec, scale=scale, noise=noise, fp8_cast=fp8_cast)
+    ref = quantize(x, spec, noise=noise, amax=amax)
+    return got_codes, got_scale, _ref_native(ref.codes, spec.fmt), ref.scale
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("scaling,block", CASES, ids=lambda c: str(c).replace(" ", ""))
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matches_reference(device, dtype, fmt, scaling, block, shape):
+    x = _special(shape, dtype, device)
+    spec = _spec(fmt, scaling, block)
+    amax = torch.tensor(3.7, device=device) if scaling == "delayed" else None
+    for cast in _fp8_casts(device) if fmt != "int8" else ["auto"]:
+        codes, scale, ref_codes, ref_scale = run_both(x, spec, amax=amax, fp8_cast=cast)
+        assert_codes_equal(codes, ref_codes)
+        assert scale.dtype == torch.float32
+        assert torch.equal(scale, ref_scale)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_bf16_value(device, fmt):
+    """All 65536 bf16 bit patterns (subnormals, ties, NaN, Inf) through the encoder, with a plain
+    scale and one that is not a power of two."""
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    x = x.reshape(256, 256).to(device)
+    for s in (1.0, 1.37 * 2.0**-3):
+        scale = torch.tensor([s], device=device)
+        for cast in _fp8_casts(device) if fmt != "int8" else ["auto"]:
+            codes, got_scale = kq.quantize_spec(x, QuantSpec(fmt, "delayed"), scale=scale, fp8_cast=cast)
+            assert torch.equal(got_scale, scale.reshape(1, 1))
+            # What the reference quantize does with a given scale: cast(x * scale).
+            assert_codes_equal(codes, to_native(x.float() * scale, fmt))
+
+
+@pytest.mark.parametrize("fmt,fmax", [("e4m3", 448.0), ("e5m2", 57344.0), ("int8", 127.0)])
+def test_overflow_saturates_not_nan(device, fmt, fmax):
+    """A scale that pushes values past fmax must give +-fmax codes (the interpreter's and some
+    torch versions' fp8 casts give NaN or garbage there)."""
+    x = torch.tensor([[460.0, 500.0, 1e4, float("inf"), -1e4, -float("inf"), 1.0, 2.0]], device=device)
+    scale = torch.tensor(300.0, device=device)
+    for cast in _fp8_casts(device) if fmt != "int8" else ["auto"]:
+        codes, _ = kq.quantize_spec(x, QuantSpec(fmt, "delayed"), scale=scale, fp8_cast=cast)
+        vals = codes.float().cpu()
+        assert not vals.isnan().any()
+        assert vals[0, :4].eq(fmax).all() and vals[0, 4:6].eq(-fmax).all()
+        assert_codes_equal(codes, to_native(x * scale, fmt))
+
+
+def test_nan_inf_rules(device):
+    x = torch.tensor([[1.0, float("nan"), float("inf"), -2.0]], device=device)
+    # Inf and NaN are left out of the amax: the scale is fmax / 2.
+    codes, scale = kq.quantize_fp8(x, "e4m3", "channel")
+    assert scale.item() == 224.0
+    vals = codes.float().cpu()[0]
+    assert vals[0] == 224.0 and vals[1].isnan() and vals[2] == 448.0 and vals[3] == -448.0
+    codes, scale = kq.quantize_int8(x, "block", block=(1, 2))
+    assert codes.cpu().tolist() == [[127, 0, 127, -127]]
+    # Only NaN/Inf in a block: amax 0, scale 1.
+    assert scale.cpu().tolist() == [[127.0, 63.5]]
+    _, scale = kq.quantize_int8(torch.tensor([[float("nan"), float("inf")]], device=device), "channel")
+    assert scale.item() == 1.0
+
+
+def test_scale_edge_cases(device):
+    """Zero rows -> 1; a subnormal amax whose fmax/amax overflows -> 2^127; margin and pow2."""
+    x = torch.zeros(4, 16, device=device)
+    x[1, 3] = 1e-44
+    x[2] = torch.linspace(-3, 3, 16)
+    x[3, 0] = 1e30
+    for margin, pow2 in ((0, False), (2, False), (0, True), (1, True)):
+        for scaling, block in (("channel", None), ("block", (2, 8)), ("tensor", None)):
+            spec = QuantSpec("e4m3", scaling, block=block, margin=margin, pow2=pow2)
+            codes, scale, ref_codes, ref_scale = run_both(x, spec)
+            assert torch.equal(scale, ref_scale), (scaling, margin, pow2)
+            assert_codes_equal(codes, ref_codes)
+    _, scale = kq.quantize_fp8(x, "e4m3", "channel")
+    assert scale[0].item() == 1.0 and scale[1].item() == 2.0**127
+
+
+@pytest.mark.parametrize("scaling,block", [("tensor", None), ("channel", None), ("block", (1, 32)), ("block", (3, 7))])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_int8_stochastic_rounding_matches_reference(device, dtype, scaling, block):
+    x = _special((5, 40), dtype, device, seed=1)
+    g = torch.Generator().manual_seed(2)
+    noise = torch.rand(5, 40, generator=g).to(device)
+    noise[0, 2] = 0.99999994  # largest fp32 below 1: exercises the 128 -> 127 clamp
+    spec = QuantSpec("int8", scaling, block=block, rounding="stochastic")
+    codes, scale, ref_codes, ref_scale = run_both(x, spec, noise=noise)
+    assert torch.equal(scale, ref_scale)
+    assert_codes_equal(codes, ref_codes)
+    # It really rounded stochastically: some codes differ from round-to-nearest.
+    rne, _ = kq.quantize_int8(x, scaling, block=block)
+    assert (rne != codes).any()
+
+
+def test_stochastic_clamp_at_127(device):
+    x = torch.tensor([[126.99999, -126.99999, 127.0]], device=device)
+    noise = torch.full_like(x, 0.99999994)
+    codes, _ = kq.quantize_int8(x, "delayed", scale=torch.tensor(1.0, device=device), noise=noise)
+    ref = quantize(x, QuantSpec("int8", "delayed", rounding="stochastic"), noise=noise, amax=torch.tensor(127.0))
+    assert codes.cpu().tolist() == [[127, -127, 127]]
+    assert_codes_equal(codes, _ref_native(ref.codes, "int8"))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantization_happened(device, fmt):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(8, 64, generator=g).to(device)
+    codes, scale = kq.quantize_spec(x, QuantSpec(fmt, "block", block=(1, 32)))
+    expanded = scale.repeat_interleave(32, dim=1)
+    assert not torch.equal(codes.float(), x * expanded), "codes equal the unrounded scaled input"
+    db = sqnr_db(x.cpu(), (codes.float() / expanded).cpu())
+    assert math.isfinite(db) and 10.0 < db < 60.0, db
+
+
+def test_tensor_scaling_without_scale_is_current_scaling(device):
+    x = _special((5, 40), torch.bfloat16, device, seed=4)
+    for fmt in FORMATS:
+        codes, scale, ref_codes, ref_scale = run_both(x, QuantSpec(fmt, "tensor"))
+        assert scale.shape == (1, 1) and torch.equal(scale, ref_scale)
+        assert_codes_equal(codes, ref_codes)
+
+
+def test_float16_and_nd_input(device):
+    x = _special((6, 40), torch.float32, device, seed=5).reshape(2, 3, 40).to(torch.float16)
+    for scaling, block in (("channel", None), ("block", (4, 32))):
+        codes, scale, ref_codes, ref_scale = run_both(x, QuantSpec("e4m3", scaling, block=block))
+        assert codes.shape == x.shape and torch.equal(scale, ref_scale)
+        assert_codes_equal(codes, ref_codes)
+
+
+def test_empty(device):
+    x = torch.zeros(0, 16, device=device)
+    for scaling, block in (("tensor", None), ("channel", None), ("block", (1, 8))):
+        codes, scale = kq.quantize_fp8(x, "e4m3", scaling, block=block)
+        ref = compute_scale(x, QuantSpec("e4m3", scaling, block=block))
+        assert codes.shape == x.shape and scale.shape == ref.shape
+    # No columns: the reference cannot form its 2-D view here; the kernels just return empties.
+    codes, scale = kq.quantize_int8(torch.zeros(3, 0, device=device), "channel")
+    assert codes.shape == (3, 0) and scale.shape == (3, 0)
+
+
+def test_large_blocks_are_chunked(device):
+    """Blocks larger than one program's tile take the two-sweep path (amax, then quantize)."""
+    big = 16 if device == "cpu" else 8192
+    x = _special((5, 2 * big + 5), torch.float32, device, seed=6)
+    tile = kq._TILE
+    try:
+        if device == "cpu":
+            kq._TILE = 16  # force chunking on an interpreter-sized tensor
+        for scaling, block in (("channel", None), ("block", (3, 20)), ("block", (2, 2 * big))):
+            codes, scale, ref_codes, ref_scale = run_both(x, QuantSpec("e5m2", scaling, block=block))
+            assert torch.equal(scale, ref_scale)
+            assert_codes_equal(codes, ref_codes)
+    finally:
+        kq._TILE = tile
+
+
+def test_argument_errors(device):
+    x = torch.randn(4, 8, device=device)
+    with pytest.raises(ValueError):
+        kq.quantize_fp8(x, "e2m1")
+    with pytest.raises(ValueError):
+        kq.quantize_fp8(x, "e4m3", "mx")
+    with pytest.raises(ValueError):
+        kq.quantize_fp8(x, "e4m3", "channel", block=(1, 8))
+    with pytest.raises(ValueError):
+        kq.quantize_fp8(x, "e4m3", "delayed")
+    with pytest.raises(ValueError):
+        kq.quantize_int8(x, "channel", scale=torch.ones(1, device=device))
+    with pytest.raises(ValueError):
+        kq.quantize_int8(x, "tensor", noise=torch.rand(3, 8, device=device))
+    with pytest.raises(NotImplementedError):
+        kq._quantize(x, "e4m3", "tensor", None, None, torch.rand_like(x), 0, False, "auto")
+    with pytest.raises(ValueError):
+        kq.quantize_spec(x, QuantSpec("e4m3", saturate=False))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cuda_many_random_scales(fmt):
+    """Thousands of distinct amaxes: an approximate fp32 division (Triton's plain '/') would show
+    up here as scales one ulp off."""
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(4096, 256, generator=g) * torch.exp2(torch.randint(-20, 20, (4096, 1), generator=g).float()))
+    x = x.cuda().to(torch.bfloat16)
+    for spec in (QuantSpec(fmt, "channel"), QuantSpec(fmt, "block", block=(1, 128)), QuantSpec(fmt, "block", block=(128, 128))):
+        for cast in _fp8_casts("cuda") if fmt != "int8" else ["auto"]:
+            codes, scale, ref_codes, ref_scale = run_both(x, spec, fp8_cast=cast)
+            assert torch.equal(scale, ref_scale)
+            assert_codes_equal(codes, ref_codes)
+
+
+def test_import_without_triton(monkeypatch):
+    """The module imports without Triton; the kernels then raise a clear RuntimeError."""
+    monkeypatch.setitem(sys.modules, "triton", None)
+    monkeypatch.setitem(sys.modules, "triton.language", None)
+    path = Path(kq.__file__)
+    spec = importlib.util.spec_from_file_location("_quantize_without_triton", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert not mod.triton_available()
+    assert not mod.interpreter_active()
+    with pytest.raises(RuntimeError, match="Triton"):
+        mod.quantize_fp8(torch.ones(2, 2))
