@@ -231,6 +231,18 @@ if triton is not None:
         tl.store(scale_ptr, _scale_from_amax(_max_axis(acc, 0), FMAX, MARGIN_MUL, POW2))
 
     @triton.jit
+    def _chunk(i, r, c, brow, bcol, M, N, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr,
+               CP: tl.constexpr, NCH_C: tl.constexpr):
+        """Element offsets and mask of chunk i of a program's blocks (chunk 0 is the whole block
+        when it fits the tile)."""
+        rr = (i // NCH_C) * RP + r
+        cc = (i % NCH_C) * CP + c
+        row = brow * BR + rr
+        col = bcol * BC + cc
+        mask = (rr < BR) & (row < M) & (cc < BC) & (col < N)
+        return row.to(tl.int64) * N + col, mask
+
+    @triton.jit
     def _quant_block_kernel(
         x_ptr, noise_ptr, codes_ptr, scale_ptr, M, N, n_brow, n_bcol,
         BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
@@ -255,21 +267,13 @@ if triton is not None:
         bcol = pid_c * K + k
 
         if NCH_R * NCH_C == 1:
-            row = brow * BR + r
-            col = bcol * BC + c
-            mask = (r < BR) & (row < M) & (c < BC) & (col < N)
-            offs = row.to(tl.int64) * N + col
+            offs, mask = _chunk(0, r, c, brow, bcol, M, N, BR, BC, RP, CP, NCH_C)
             x = _load_fp32(x_ptr, offs, mask, IN_KIND)
             amax = _max_axis(_max_axis(_finite_abs(x), 3), 1)
         else:
             acc = tl.full([G, RP, K, CP], 0.0, tl.float32)
             for i in range(NCH_R * NCH_C):
-                rr = (i // NCH_C) * RP + r
-                cc = (i % NCH_C) * CP + c
-                row = brow * BR + rr
-                col = bcol * BC + cc
-                mask = (rr < BR) & (row < M) & (cc < BC) & (col < N)
-                offs = row.to(tl.int64) * N + col
+                offs, mask = _chunk(i, r, c, brow, bcol, M, N, BR, BC, RP, CP, NCH_C)
                 acc = tl.maximum(acc, _finite_abs(_load_fp32(x_ptr, offs, mask, IN_KIND)))
             amax = _max_axis(_max_axis(acc, 3), 1)
 
@@ -287,12 +291,7 @@ if triton is not None:
             tl.store(codes_ptr + offs, codes, mask=mask)
         else:
             for i in range(NCH_R * NCH_C):
-                rr = (i // NCH_C) * RP + r
-                cc = (i % NCH_C) * CP + c
-                row = brow * BR + rr
-                col = bcol * BC + cc
-                mask = (rr < BR) & (row < M) & (cc < BC) & (col < N)
-                offs = row.to(tl.int64) * N + col
+                offs, mask = _chunk(i, r, c, brow, bcol, M, N, BR, BC, RP, CP, NCH_C)
                 x = _load_fp32(x_ptr, offs, mask, IN_KIND)
                 u = 0.0
                 if STOCHASTIC:
@@ -422,7 +421,8 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast)
     out_dtype = to_torch_dtype(fmt)
     stochastic = noise is not None
     if stochastic and not is_int:
-        raise NotImplementedError("stochastic rounding is implemented for int8 only")
+        raise ValueError(f"{fmt_name}: stochastic rounding in the kernel is int8 only; use "
+                         "lowprec.numerics.quantize for FP8 stochastic rounding")
 
     x2d = _as_2d(x).contiguous()
     M, N = x2d.shape

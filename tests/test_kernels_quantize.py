@@ -288,7 +288,7 @@ def test_argument_errors(device):
         kq.quantize_int8(x, "channel", scale=torch.ones(1, device=device))
     with pytest.raises(ValueError):
         kq.quantize_int8(x, "tensor", noise=torch.rand(3, 8, device=device))
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(ValueError, match="stochastic rounding in the kernel is int8 only"):
         kq._quantize(x, "e4m3", "tensor", None, None, torch.rand_like(x), 0, False, "auto")
     with pytest.raises(ValueError):
         kq.quantize_spec(x, QuantSpec("e4m3", saturate=False))
