@@ -16,8 +16,8 @@ from .numerics import QuantSpec, to_torch_dtype
 _FP8 = ("e4m3", "e5m2")
 
 
-def _eligible(spec: QuantSpec | None) -> bool:
-    return spec is not None and spec.fmt in _FP8 and (
+def _eligible(spec) -> bool:
+    return isinstance(spec, QuantSpec) and spec.fmt in _FP8 and (
         spec.scaling in ("tensor", "delayed") or (spec.scaling == "channel" and spec.axis == -1))
 
 

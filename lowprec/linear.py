@@ -21,7 +21,7 @@ from torch import nn
 
 from .gemm import fast_path_applies, scaled_mm
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize
-from .recipes import GEMMS, OPERANDS, Recipe
+from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe
 from .telemetry import Telemetry
 
 DEFAULT_EXCLUDE = ("lm_head", "*.lm_head", "score")
@@ -52,7 +52,8 @@ class QLinear(nn.Module):
         self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
         self.scalers = {(g, op): DelayedScaler.from_spec(spec)
                         for g in GEMMS for op, spec in zip(OPERANDS[g], recipe.gemm(g))
-                        if spec is not None and spec.scaling == "delayed"}
+                        if isinstance(spec, QuantSpec) and spec.scaling == "delayed"}
+        self.weight_transform = recipe.weight_transform(self) if recipe.weight_transform else None
 
     @property
     def in_features(self) -> int:
@@ -77,16 +78,18 @@ class QLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         with torch.autocast(device_type=x.device.type, enabled=False):
-            y = _QLinearFn.apply(x.float(), self.weight, self.bias, self)
+            w = self.weight if self.weight_transform is None else self.weight_transform(self.weight)
+            y = _QLinearFn.apply(x.float(), w, self.bias, self)
         if self.training:  # evaluation passes must not shift the training steps' random draws
             self.calls += 1
         return y.to(out_dtype)
 
     # ------------------------------------------------------------------ one GEMM
-    def _operand(self, gemm: str, operand: str, t: torch.Tensor, spec: Optional[QuantSpec]):
-        """The operand's QTensor under ``spec`` (None when the recipe keeps it in high precision)."""
-        if spec is None:
-            return None
+    def _seed(self, gemm: str, operand: str) -> int:
+        return zlib.crc32(f"{self.seed}:{int(self.calls)}:{gemm}:{operand}".encode())
+
+    def _operand(self, gemm: str, operand: str, t: torch.Tensor, spec: QuantSpec):
+        """The operand's QTensor under ``spec``."""
         amax, scaler = None, self.scalers.get((gemm, operand))
         if scaler is not None:
             current = block_amax(t, tuple(t.shape)).reshape(())  # NaN/Inf ignored, as in every amax
@@ -96,29 +99,40 @@ class QLinear(nn.Module):
         gen = None
         if spec.rounding == "stochastic":
             gen = torch.Generator(device=t.device)
-            gen.manual_seed(zlib.crc32(f"{self.seed}:{int(self.calls)}:{gemm}:{operand}".encode()))
+            gen.manual_seed(self._seed(gemm, operand))
         return quantize(t, spec, generator=gen, amax=amax)
 
-    def _values(self, t: torch.Tensor, qt) -> torch.Tensor:
-        if qt is None:
-            return t.to(_HP_DTYPES[self.recipe.high_precision]).float()
-        return qt.dequantize().float()
+    def _values(self, gemm: str, operand: str, t: torch.Tensor, spec) -> torch.Tensor:
+        """The fp32 values the GEMM multiplies for this operand, recording telemetry if asked."""
+        tel = self.telemetry
+        want = tel is not None and tel.wants(self.name, gemm, operand)
+        if spec is None:
+            values = t.to(_HP_DTYPES[self.recipe.high_precision]).float()
+            if want:
+                tel.record(self.name, gemm, operand, t, values, None, None)
+        elif isinstance(spec, OperandQuantizer):
+            values, stats = spec(t, OperandCall(self, gemm, operand, self._seed(gemm, operand), self.training))
+            if want:
+                tel.record(self.name, gemm, operand, t, values, None, None, **stats)
+        else:
+            qt = self._operand(gemm, operand, t, spec)
+            values = qt.dequantize().float()
+            if want:
+                tel.record(self.name, gemm, operand, t, values, qt.expanded_scale(), spec.fmt)
+        return values
 
     def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """``a @ b.T`` with a: (rows, R) and b: (cols, R), R the reduction dimension."""
         spec_a, spec_b = self.recipe.gemm(name)
         op_a, op_b = OPERANDS[name]
-        qta, qtb = self._operand(name, op_a, a, spec_a), self._operand(name, op_b, b, spec_b)
-        tel = self.telemetry
-        if tel is not None:
-            for op, t, qt, spec in ((op_a, a, qta, spec_a), (op_b, b, qtb, spec_b)):
-                if tel.wants(self.name, name, op):
-                    tel.record(self.name, name, op, t, self._values(t, qt),
-                               qt.expanded_scale() if qt is not None else None,
-                               spec.fmt if spec is not None else None)
         if fast_path_applies(a, b, spec_a, spec_b):
+            qta, qtb = self._operand(name, op_a, a, spec_a), self._operand(name, op_b, b, spec_b)
+            tel = self.telemetry
+            for op, t, qt in ((op_a, a, qta), (op_b, b, qtb)):
+                if tel is not None and tel.wants(self.name, name, op):
+                    tel.record(self.name, name, op, t, qt.dequantize().float(), qt.expanded_scale(), qt.spec.fmt)
             return scaled_mm(qta, qtb)
-        return self._values(a, qta) @ self._values(b, qtb).t()
+        return self._values(name, op_a, a, spec_a) @ self._values(name, op_b, b, spec_b).t()
 
 
 class _QLinearFn(torch.autograd.Function):

@@ -31,8 +31,11 @@ Named recipes (``RECIPES``), each documented below with its source:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import NamedTuple, Optional
+import abc
+from dataclasses import dataclass, replace
+from typing import Any, Callable, NamedTuple, Optional, Union
+
+import torch
 
 from .numerics import QuantSpec
 
@@ -40,10 +43,40 @@ GEMMS = ("fprop", "dgrad", "wgrad")
 OPERANDS = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}
 
 
+@dataclass
+class OperandCall:
+    """Where an operand quantizer is being applied: the layer (a ``QLinear``), the GEMM and operand
+    names, a seed for this call's random draws (derived from the run seed, layer, call count, GEMM
+    and operand, so it survives a resume), and whether the layer is training."""
+    layer: Any
+    gemm: str
+    operand: str
+    seed: int
+    training: bool
+
+
+class OperandQuantizer(abc.ABC):
+    """An operand treatment that a QuantSpec cannot describe (a per-call format choice, a block
+    fallback to two INT8 parts, ...). Returns the fp32 values the GEMM multiplies and a dict of
+    numbers for telemetry (e.g. {"format": "e4m3", "fallback_ratio": 0.02})."""
+
+    name = "custom"
+
+    @abc.abstractmethod
+    def __call__(self, t: torch.Tensor, call: OperandCall) -> tuple[torch.Tensor, dict]:
+        ...
+
+    def to_dict(self) -> dict:
+        return {"quantizer": self.name, **{k: v for k, v in vars(self).items() if not k.startswith("_")}}
+
+
+Operand = Union[QuantSpec, OperandQuantizer, None]
+
+
 class Gemm(NamedTuple):
     """The two operands of one GEMM: ``a`` (left) and ``b`` (right), reduction dimension last."""
-    a: Optional[QuantSpec]
-    b: Optional[QuantSpec]
+    a: Operand
+    b: Operand
 
 
 @dataclass(frozen=True)
@@ -54,6 +87,9 @@ class Recipe:
     wgrad: Gemm
     high_precision: str = "bf16"  # dtype of operands that are not quantized: "bf16" or "fp32"
     description: str = ""
+    # builds, per layer, a module mapping the master weight to the weight every GEMM uses (for
+    # weight-noise and fake-quantization methods); gradients reach the master weight through it
+    weight_transform: Optional[Callable[[Any], torch.nn.Module]] = None
 
     def __post_init__(self):
         if self.high_precision not in ("bf16", "fp32"):
@@ -69,10 +105,12 @@ class Recipe:
 
     @property
     def quantized(self) -> bool:
-        return any(s is not None for g in GEMMS for s in self.gemm(g))
+        return self.weight_transform is not None or any(s is not None for g in GEMMS for s in self.gemm(g))
 
     def to_dict(self) -> dict:
+        wt = self.weight_transform
         return {"name": self.name, "high_precision": self.high_precision,
+                "weight_transform": getattr(wt, "__name__", repr(wt)) if wt is not None else None,
                 **{g: {k: (s.to_dict() if s is not None else None) for k, s in zip("ab", self.gemm(g))}
                    for g in GEMMS}}
 

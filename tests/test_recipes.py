@@ -218,3 +218,39 @@ def test_recipe_overrides_from_config():
         recipe_from_config({"recipe": "fp7"})
     with pytest.raises(ValueError, match=r"method.fprop: fmt"):
         recipe_from_config({"recipe": "bf16", "fprop": {"a": {"fmt": "e9m9"}}})
+
+
+def test_extension_points_operand_quantizer_and_weight_transform():
+    """The two hooks the papers' methods plug into: an operand quantizer (sees the call, returns
+    values and telemetry) and a per-layer weight transform whose gradient reaches the master weight."""
+    from lowprec.recipes import Gemm, OperandQuantizer, Recipe
+
+    class RoundToHalf(OperandQuantizer):
+        name = "round_to_half"
+
+        def __init__(self):
+            self.calls = []
+
+        def __call__(self, t, call):
+            self.calls.append((call.gemm, call.operand, call.training))
+            return torch.round(t * 2) / 2, {"format": "halves", "share_changed": float((t * 2 != torch.round(t * 2)).float().mean())}
+
+    class PlusOne(nn.Module):
+        def forward(self, w):
+            return w + 1.0
+
+    quant = RoundToHalf()
+    recipe = Recipe("custom", Gemm(quant, None), Gemm(None, None), Gemm(None, None), high_precision="fp32",
+                    weight_transform=lambda layer: PlusOne())
+    tel = Telemetry(every=1)
+    layer = nn.Sequential(nn.Linear(8, 4, bias=False))
+    w0 = layer[0].weight.detach().clone()
+    convert(layer, recipe, telemetry=tel)
+    x = torch.randn(5, 8)
+    y = layer(x)
+    torch.testing.assert_close(y, (torch.round(x * 2) / 2) @ (w0 + 1).t())
+    y.sum().backward()
+    torch.testing.assert_close(layer[0].weight.grad, torch.ones(5, 4).t() @ x)  # identity through +1
+    assert quant.calls == [("fprop", "x", True)]
+    row = tel.frame().query("operand == 'x' and gemm == 'fprop'").iloc[0]
+    assert row["format"] == "halves" and 0 < row["share_changed"] <= 1
