@@ -162,12 +162,38 @@ def _spec_or_none(d) -> Optional[QuantSpec]:
     return None if d is None else QuantSpec.from_dict(d)
 
 
+# Paper methods build their recipe from the method config (their own keys); "module:function",
+# imported on first use so that the numerics core does not depend on the paper modules.
+RECIPE_BUILDERS: dict[str, str] = {
+    "gaussws": "lowprec.gaussws:gaussws_recipe",
+    "ste": "lowprec.gaussws:ste_recipe_from_config",
+    "int8_fallback": "lowprec.int8_fallback:int8_fallback_recipe",
+    "mor": "lowprec.mor:mor_recipe",
+}
+GENERIC_METHOD_KEYS = {"name", "recipe", "include", "exclude", "telemetry_every"}
+
+
+def _builder(name: str):
+    import importlib
+
+    module, func = RECIPE_BUILDERS[name].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
 def recipe_from_config(method_cfg: dict) -> Recipe:
-    """The named recipe, with any per-GEMM operand overrides from the method config, e.g.
-    ``{recipe: fp8_hybrid, wgrad: {a: null}}`` keeps the weight gradient's dY in high precision."""
+    """The recipe a method config names: a built-in recipe (``RECIPES``), optionally with per-GEMM
+    operand overrides, e.g. ``{recipe: fp8_hybrid, wgrad: {a: null}}`` keeps the weight gradient's dY
+    in high precision; or a paper method (``RECIPE_BUILDERS``) built from its own keys."""
     name = method_cfg.get("recipe", "bf16")
+    if name in RECIPE_BUILDERS:
+        own = {k: v for k, v in method_cfg.items() if k not in GENERIC_METHOD_KEYS}
+        return _builder(name)(own)
     if name not in RECIPES:
-        raise ValueError(f"method.recipe: unknown recipe {name!r}; known: {sorted(RECIPES)}")
+        raise ValueError(f"method.recipe: unknown recipe {name!r}; known: {sorted(RECIPES) + sorted(RECIPE_BUILDERS)}")
+    unknown = set(method_cfg) - GENERIC_METHOD_KEYS - set(GEMMS) - {"high_precision"}
+    if unknown:
+        raise ValueError(f"method: unknown key(s) {sorted(unknown)} for recipe {name!r}; known: "
+                         f"{sorted(GENERIC_METHOD_KEYS | set(GEMMS) | {'high_precision'})}")
     recipe = RECIPES[name]
     changes = {}
     for g in GEMMS:

@@ -1,0 +1,312 @@
+"""Triton kernels for MoR's tensor-level decision (lowprec.mor): E4M3 codes, scales and the
+relative error of a 2-D tensor in two passes, without writing the dequantized tensor.
+
+API::
+
+    mor_quantize_e4m3(x, partition="block", block=(128, 128), scale="gam", fp8_cast="auto")
+        -> (codes float8_e4m3fn in x's shape, scales fp32 grid, rel_error fp32 0-d tensor)
+    mor_decide(x, threshold=0.045, **same) -> (codes, scales, rel_error, "e4m3" | "bf16")
+    triton_available(device=None), interpreter_active()
+
+Equal to the torch reference ``lowprec.mor.quantize_e4m3`` / ``mor_relative_error`` for the same
+partition and scale rule: codes and scales bit for bit (NaN compared by position), the relative
+error up to fp32 summation order (see below). Partitions are the reference's: "tensor" (one scale),
+"block" ((R, C) tiles), "channel" (one scale per row of the 2-D view); scale rules "gam" (closed
+form of ``lowprec.numerics.gam_block_scales``), "e8" (power of two), "fp32" (448 / amax).
+
+Passes. The scale grid is cut into tiles of at most ``_TILE`` elements that never straddle a
+scale block, so a program always knows its one scale:
+  1. per tile: amax of |x| (NaN/Inf left out); torch then reduces tiles to the block-amax grid
+     and the tensor amax (tiny tensors, stay on the device, no host sync);
+  2. per tile: the block's scale (GAM from block and tensor amax), codes, and the partial sum
+     of |dequant(code) - x| / |x| over non-zero x with their count; the first tile of a block
+     writes its scale. torch sums the partials in fp64 and divides.
+The dequantized value lives only in registers.
+
+Error tolerance: every term is computed exactly as the reference forms it (fp32 multiply,
+correctly rounded divisions ``div_rn``), so only the order of summation differs: the kernel adds
+up to ``_TILE`` = 8192 non-negative fp32 terms per tile in a tree, then fp64 across tiles; the
+reference adds all terms in fp64. The tree's relative error is at most about log2(8192) * 2^-24
+~ 8e-7; tests allow 1e-5 relative.
+
+Interpreter notes (as in ``lowprec.kernels.quantize``): bf16 is read as raw 16-bit words and
+widened with a shift, the E4M3 rounding is written out (the interpreter's fp32->fp8 cast rounds
+ties away and truncates subnormals), and only Triton builtins plus this module's own helpers are
+used inside kernels, so ``TRITON_INTERPRET=1`` has to be set before this module is first imported
+(or the module reloaded after). On CUDA with FP8 conversion instructions (capability >= 8.9)
+``fp8_cast="auto"`` uses the hardware RNE cast for the codes instead.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+try:  # lowprec.mor never needs Triton; only this module does
+    import triton
+    import triton.language as tl
+
+    _TRITON_IMPORT_ERROR: Optional[BaseException] = None
+except Exception as exc:  # ImportError, or a broken install raising at import time
+    triton = None
+    tl = None
+    _TRITON_IMPORT_ERROR = exc
+
+__all__ = ["mor_quantize_e4m3", "mor_decide", "triton_available", "interpreter_active",
+           "PARTITIONS", "SCALE_RULES"]
+
+PARTITIONS = ("tensor", "block", "channel")
+SCALE_RULES = ("gam", "e8", "fp32")
+_SCALE_RULE_ID = {"gam": 0, "e8": 1, "fp32": 2}
+_INPUT_DTYPES = (torch.float32, torch.bfloat16)
+_FP8_CASTS = ("auto", "native", "emulated")
+_E4M3_MAX = 448.0
+# Elements per tile (a power of two); tests shrink it to put several tiles in one block.
+_TILE = 8192
+
+
+if triton is not None:
+
+    @triton.jit
+    def _load_fp32(ptr, offs, mask, IS_BF16: tl.constexpr):
+        if IS_BF16:
+            # A 16-bit shift widens bf16 exactly, subnormals included, also in the interpreter.
+            w = tl.load(ptr + offs, mask=mask, other=0)
+            return (w.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+        else:
+            return tl.load(ptr + offs, mask=mask, other=0.0)
+
+    @triton.jit
+    def _max_combine(a, b):
+        return tl.maximum(a, b)
+
+    @triton.jit
+    def _add_combine(a, b):
+        return a + b
+
+    @triton.jit
+    def _tile_offsets(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR: tl.constexpr, TC: tl.constexpr):
+        """Program pid -> tile (ti, tj) of scale block (bi, bj); programs are laid out as the
+        (n_brow, TPB_R, n_bcol, TPB_C) partial grid, row-major."""
+        tj = pid % TPB_C
+        q = pid // TPB_C
+        bj = q % n_bcol
+        q = q // n_bcol
+        ti = q % TPB_R
+        bi = q // TPB_R
+        rr = ti * TR + tl.arange(0, TR)[:, None]   # row within the block
+        cc = tj * TC + tl.arange(0, TC)[None, :]
+        row = bi * SBR + rr
+        col = bj * SBC + cc
+        mask = (rr < SBR) & (row < M) & (cc < SBC) & (col < N)
+        return row.to(tl.int64) * N + col, mask, bi, bj, ti, tj
+
+    @triton.jit
+    def _amax_kernel(x_ptr, partial_ptr, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C,
+                     TR: tl.constexpr, TC: tl.constexpr, IS_BF16: tl.constexpr):
+        pid = tl.program_id(0)
+        offs, mask, bi, bj, ti, tj = _tile_offsets(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR, TC)
+        a = tl.abs(_load_fp32(x_ptr, offs, mask, IS_BF16))
+        a = tl.where(a < float("inf"), a, 0.0)  # NaN compares false too: both leave the amax
+        tl.store(partial_ptr + pid, tl.reduce(tl.reduce(a, 1, _max_combine), 0, _max_combine))
+
+    @triton.jit
+    def _plain_scale(amax, POW2: tl.constexpr):
+        ok = amax > 0.0
+        s = tl.math.div_rn(tl.where(ok, 448.0, 1.0), tl.where(ok, amax, 1.0))
+        s = tl.minimum(tl.maximum(s, 1.1754943508222875e-38), 1.7014118346046923e38)  # 2^-126, 2^127
+        if POW2:
+            s = (s.to(tl.int32, bitcast=True) & 0x7F800000).to(tl.float32, bitcast=True)
+        return tl.where(ok, s, 1.0)
+
+    @triton.jit
+    def _exp_mant(a):
+        """Unbiased exponent and 23-bit mantissa of a positive finite fp32, subnormals normalised
+        (the frexp parts the reference's GAM compares)."""
+        sub = a < 1.1754943508222875e-38
+        bits = tl.where(sub, a * 16777216.0, a).to(tl.int32, bitcast=True)
+        e = ((bits >> 23) & 0xFF) - 127 - tl.where(sub, 24, 0)
+        return e, bits & 0x7FFFFF
+
+    @triton.jit
+    def _gam_scale(ab, ag):
+        """s_g * 2^floor(log2(ag / ab)) with s_g = 448 / ag, k from the amaxes' exponent and
+        mantissa bits (no rounded quotient), clamped so the scale stays a finite normal."""
+        s_g = _plain_scale(ag, False)
+        ok = (ab > 0.0) & (ag > 0.0)
+        eg, mg = _exp_mant(tl.where(ok, ag, 1.0))
+        eb, mb = _exp_mant(tl.where(ok, ab, 1.0))
+        k = eg - eb - (mg < mb).to(tl.int32)
+        sg_bits = s_g.to(tl.int32, bitcast=True)
+        e_sg = ((sg_bits >> 23) & 0xFF) - 127
+        k = tl.maximum(k, -126 - e_sg)
+        k = tl.minimum(k, 127 - e_sg - ((sg_bits & 0x7FFFFF) > 0).to(tl.int32))
+        scaled = (sg_bits + k * 8388608).to(tl.float32, bitcast=True)  # k added to the exponent field
+        return tl.where(ok, scaled, s_g)
+
+    @triton.jit
+    def _e4m3(y, NATIVE: tl.constexpr):
+        """(code bits as uint8, fp32 value of the code) for y = x * scale, saturating at 448."""
+        y = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the encoder
+        y = tl.where(y < -448.0, -448.0, y)
+        if NATIVE:
+            c = y.to(tl.float8e4nv, fp_downcast_rounding="rtne")
+            return c.to(tl.uint8, bitcast=True), c.to(tl.float32)
+        else:
+            bits = y.to(tl.int32, bitcast=True)
+            neg = bits < 0
+            isnan = y != y
+            mag_bits = tl.where(isnan, 0, bits & 0x7FFFFFFF)
+            # binade of |y| clamped to E4M3's [emin, emax] = [-6, 8]; below -6 the subnormal step
+            e = tl.minimum(tl.maximum((mag_bits >> 23) - 127, -6), 8)
+            inv_quantum = ((127 + 3 - e) << 23).to(tl.float32, bitcast=True)
+            quantum = ((127 - 3 + e) << 23).to(tl.float32, bitcast=True)
+            # |y| / quantum is exact; adding 2^23 rounds it half to even onto the integers
+            r = (mag_bits.to(tl.float32, bitcast=True) * inv_quantum + 8388608.0) - 8388608.0
+            code = ((e + 6) << 3) + r.to(tl.int32)
+            code = code | tl.where(neg, 0x80, 0)
+            code = tl.where(isnan, 0x7F | tl.where(neg, 0x80, 0), code)
+            q = r * quantum
+            q = tl.where(neg, -q, q)
+            q = tl.where(isnan, y, q)
+            return code.to(tl.uint8), q
+
+    @triton.jit
+    def _quant_error_kernel(x_ptr, bamax_ptr, tamax_ptr, codes_ptr, scale_ptr, err_ptr, nz_ptr,
+                            M, N, SBR, SBC, n_bcol, TPB_R, TPB_C,
+                            TR: tl.constexpr, TC: tl.constexpr, IS_BF16: tl.constexpr,
+                            RULE: tl.constexpr, NATIVE: tl.constexpr):
+        pid = tl.program_id(0)
+        offs, mask, bi, bj, ti, tj = _tile_offsets(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR, TC)
+        ab = tl.load(bamax_ptr + bi * n_bcol + bj)
+        if RULE == 0:
+            s = _gam_scale(ab, tl.load(tamax_ptr))
+        else:
+            s = _plain_scale(ab, RULE == 1)
+        tl.store(scale_ptr + bi * n_bcol + bj, s, mask=(ti == 0) & (tj == 0))
+        x = _load_fp32(x_ptr, offs, mask, IS_BF16)
+        code, q = _e4m3(x * s, NATIVE)
+        tl.store(codes_ptr + offs, code, mask=mask)
+        deq = tl.math.div_rn(q, s)
+        nz = (x != 0.0) & mask
+        ratio = tl.math.div_rn(tl.abs(deq - x), tl.where(nz, tl.abs(x), 1.0))
+        ratio = tl.where(nz, ratio, 0.0)
+        tl.store(err_ptr + pid, tl.reduce(tl.reduce(ratio, 1, _add_combine), 0, _add_combine))
+        tl.store(nz_ptr + pid, tl.reduce(tl.reduce(nz.to(tl.int32), 1, _add_combine), 0, _add_combine))
+
+
+def interpreter_active() -> bool:
+    """True if the kernels were built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
+    if triton is None:
+        return False
+    return type(_quant_error_kernel).__name__ == "InterpretedFunction"
+
+
+def triton_available(device=None) -> bool:
+    if triton is None:
+        return False
+    if interpreter_active():
+        return True
+    if device is None:
+        return torch.cuda.is_available()
+    return torch.device(device).type == "cuda" and torch.cuda.is_available()
+
+
+def _require_triton(x: torch.Tensor) -> None:
+    if triton is None:
+        raise RuntimeError(f"lowprec.kernels.mor_quant needs Triton, which failed to import "
+                           f"({_TRITON_IMPORT_ERROR!r}); use lowprec.mor (torch) instead")
+    if not interpreter_active() and x.device.type != "cuda":
+        raise RuntimeError(f"Triton kernels need a CUDA tensor (got device {x.device}); for CPU tensors set "
+                           "TRITON_INTERPRET=1 before lowprec.kernels.mor_quant is first imported, or use lowprec.mor")
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _use_native(x: torch.Tensor, fp8_cast: str) -> bool:
+    if fp8_cast not in _FP8_CASTS:
+        raise ValueError(f"fp8_cast must be one of {_FP8_CASTS}, got {fp8_cast!r}")
+    hw = (not interpreter_active() and x.device.type == "cuda"
+          and torch.cuda.get_device_capability(x.device) >= (8, 9))
+    if fp8_cast == "native" and not hw:
+        raise ValueError("fp8_cast='native' needs a compiled kernel on CUDA with capability >= 8.9")
+    return hw and fp8_cast != "emulated"
+
+
+def _scale_block(partition: str, block, M: int, N: int) -> tuple:
+    if partition == "tensor":
+        return (max(M, 1), max(N, 1))
+    if partition == "channel":
+        return (1, max(N, 1))
+    if (not isinstance(block, (tuple, list)) or len(block) != 2
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
+        raise ValueError(f"block must be two positive ints (rows, cols), got {block!r}")
+    return (int(block[0]), int(block[1]))
+
+
+def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128), scale: str = "gam",
+                      fp8_cast: str = "auto"):
+    """E4M3 codes (x's shape, torch.float8_e4m3fn), encode scales (fp32 grid over the 2-D view:
+    (1, 1) for tensor, (M, 1) for channel, (ceil(M/R), ceil(N/C)) for block) and the MoR relative
+    error (fp32 0-d tensor, on x's device). x: fp32 or bf16, any shape (2-D view: rows = leading
+    dims); a non-contiguous x is copied first."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _INPUT_DTYPES:
+        raise TypeError(f"x must be float32 or bfloat16, got {x.dtype}")
+    if partition not in PARTITIONS:
+        raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
+    if scale not in SCALE_RULES:
+        raise ValueError(f"scale must be one of {SCALE_RULES}, got {scale!r}")
+    _require_triton(x)
+    x2d = (x.reshape(1, 1) if x.dim() == 0 else x.reshape(-1, x.shape[-1])).contiguous()
+    M, N = x2d.shape
+    sbr, sbc = _scale_block(partition, block, M, N)
+    n_brow, n_bcol = _cdiv(M, sbr), _cdiv(N, sbc)
+    codes = torch.empty((M, N), dtype=torch.float8_e4m3fn, device=x.device)
+    if M * N == 0:
+        scales = torch.ones((n_brow, n_bcol), dtype=torch.float32, device=x.device)
+        return codes.reshape(x.shape), scales, torch.zeros((), dtype=torch.float32, device=x.device)
+    # Tiles: whole rows of a block where they fit, so loads run along contiguous memory.
+    tc = min(_next_pow2(sbc), _TILE)
+    tr = min(_next_pow2(sbr), max(_TILE // tc, 1))
+    tpb_r, tpb_c = _cdiv(sbr, tr), _cdiv(sbc, tc)
+    n_prog = n_brow * tpb_r * n_bcol * tpb_c
+    is_bf16 = x2d.dtype == torch.bfloat16
+    x_arg = x2d.view(torch.int16) if is_bf16 else x2d
+    geom = (M, N, sbr, sbc, n_bcol, tpb_r, tpb_c)
+    num_warps = 8 if tr * tc >= 4096 else 4
+
+    partial = torch.empty(n_prog, dtype=torch.float32, device=x.device)
+    _amax_kernel[(n_prog,)](x_arg, partial, *geom, TR=tr, TC=tc, IS_BF16=is_bf16, num_warps=num_warps)
+    bamax = partial.view(n_brow, tpb_r, n_bcol, tpb_c).amax(dim=(1, 3)).contiguous()
+    tamax = bamax.amax().reshape(1)
+
+    scales = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
+    err = torch.empty(n_prog, dtype=torch.float32, device=x.device)
+    nz = torch.empty(n_prog, dtype=torch.int32, device=x.device)
+    _quant_error_kernel[(n_prog,)](
+        x_arg, bamax, tamax, codes.view(torch.uint8), scales, err, nz, *geom,
+        TR=tr, TC=tc, IS_BF16=is_bf16, RULE=_SCALE_RULE_ID[scale], NATIVE=_use_native(x, fp8_cast),
+        num_warps=num_warps,
+    )
+    count = nz.sum(dtype=torch.int64)
+    total = err.sum(dtype=torch.float64)
+    rel = torch.where(count > 0, total / count.clamp_min(1), torch.zeros_like(total)).to(torch.float32)
+    return codes.reshape(x.shape), scales, rel
+
+
+def mor_decide(x: torch.Tensor, threshold: float = 0.045, partition: str = "block", block=(128, 128),
+               scale: str = "gam", fp8_cast: str = "auto"):
+    """mor_quantize_e4m3 plus the decision, which needs the error on the host (one sync): it picks
+    the GEMM that runs next. NaN error -> "bf16", as in lowprec.mor.decide."""
+    codes, scales, rel = mor_quantize_e4m3(x, partition, block, scale, fp8_cast)
+    err = float(rel)
+    return codes, scales, rel, "e4m3" if err <= threshold else "bf16"

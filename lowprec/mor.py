@@ -1,0 +1,453 @@
+"""MoR, Mixture of Representations (Su, Dykas, Chrzanowski, Chhugani; arXiv 2512.22804).
+
+Each GEMM operand is quantized to FP8 E4M3 under some partition of scales, its *relative error*
+(mean over non-zero elements of |q(x) - x| / |x|) is measured, and the operand is kept in E4M3 only
+if that error is at most a threshold (4.5 %); otherwise it stays BF16 for this GEMM. Everything is
+decided afresh on every call: no history. Reconstructed from the brief
+``/work/shared/papers/mor.md`` (sections 2.3-2.8, from the first author's public reference code);
+this module is our own implementation.
+
+Tensor level (``MoRQuantizer``), partitions of the scale grid over the reduction-last 2-D view:
+
+    tensor    one scale, 448 / amax ("current scaling")
+    block     (R, C) tiles, default (128, 128); scale rule gam (default) | e8 | fp32
+    channel   one scale per row (per token for X in fprop, per output channel for W), GAM over
+              the tensor by default
+
+Scale rules (``scale``): ``gam`` = tensor scale's mantissa with a per-block power-of-two exponent
+(``lowprec.numerics.gam_block_scales``, exact closed form); ``e8`` = power-of-two scales (the
+authors' "E8", RZ, never saturates); ``fp32`` = plain 448 / amax_block. Every rule maps a block's
+amax to at most 448, so nothing saturates and an underflow is the only way to lose a value.
+
+Sub-tensor level (``SubTensorMoRQuantizer``), per (128, 128) block with dynamic range
+DR = amax / (smallest non-zero |x|) (1 for an all-zero block), the brief's section 2.8 rule:
+
+    DR <= 4 * 448 * 2^6 = 114 688   -> E4M3   (E4M3's normal range plus two binades of subnormals)
+    DR <= 57344 * 2^14              -> E4M3 if its block error <= E5M2's, else
+                                       E5M2 (three_way) or BF16 (two_way)
+    larger                          -> BF16
+
+A block-mixed operand cannot feed one FP8 GEMM: the returned values are the per-block dequantized
+values (emulation) and the stats say the GEMM runs in BF16 unless every block is E4M3.
+
+``mor_recipe(method_cfg)`` builds a ``Recipe`` whose selected operand slots use one MoR quantizer
+and whose other slots stay BF16.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+
+from .numerics import QuantSpec, cast, get_format
+from .numerics.scaling import (
+    QTensor,
+    apply_blocks,
+    block_amax,
+    expand_blocks,
+    gam_block_scales,
+    quantize,
+    scale_from_amax,
+)
+from .recipes import GEMMS, OPERANDS, Gemm, OperandCall, OperandQuantizer, Recipe
+
+__all__ = [
+    "E4M3_MAX", "E5M2_MAX", "E4M3_DYNAMIC_RANGE", "E5M2_DYNAMIC_RANGE", "SUBTENSOR_E4M3_RANGE",
+    "DEFAULT_THRESHOLD", "DEFAULT_BLOCK", "PARTITIONS", "SCALE_RULES", "SUBTENSOR_MODES",
+    "ALL_OPERAND_SLOTS", "MOR_KEYS",
+    "e4m3_spec", "quantize_e4m3", "mor_relative_error", "decide", "mor_tensor", "MoRResult",
+    "subtensor_mor", "SubTensorResult", "relative_error_by_partition",
+    "MoRQuantizer", "SubTensorMoRQuantizer", "mor_recipe", "recipe_coverage",
+]
+
+E4M3_MAX = get_format("e4m3").fmax          # 448
+E5M2_MAX = get_format("e5m2").fmax          # 57344
+# max normal / min normal: the range a format holds at full precision
+E4M3_DYNAMIC_RANGE = E4M3_MAX / get_format("e4m3").min_normal    # 28672
+E5M2_DYNAMIC_RANGE = E5M2_MAX / get_format("e5m2").min_normal    # 939524096
+# The authors' CUDA budget for "E4M3 without looking": two more binades, into the subnormals, whose
+# coarser steps cost little while only a few elements live there (brief 2.8; their Python
+# reference's 28762 is a typo for 28672).
+SUBTENSOR_E4M3_RANGE = 4 * E4M3_DYNAMIC_RANGE                  # 114688
+
+DEFAULT_THRESHOLD = 0.045
+DEFAULT_BLOCK = (128, 128)
+PARTITIONS = ("tensor", "block", "channel")
+SCALE_RULES = ("gam", "e8", "fp32")
+SUBTENSOR_MODES = ("three_way", "two_way")
+DEQUANT = ("fp32", "bf16")
+
+# Block choice codes in SubTensorResult.choice
+E4M3, E5M2, BF16 = 0, 1, 2
+_CHOICE_NAMES = ("e4m3", "e5m2", "bf16")
+
+
+def _as_2d(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() == 0:
+        return x.reshape(1, 1)
+    return x.reshape(-1, x.shape[-1])
+
+
+def _check_block(block) -> tuple:
+    if (not isinstance(block, (tuple, list)) or len(block) != 2
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
+        raise ValueError(f"block: must be two positive ints (rows, cols), got {block!r}")
+    return (int(block[0]), int(block[1]))
+
+
+def _choose(name: str, value, options) -> str:
+    if value not in options:
+        raise ValueError(f"{name}: must be one of {options}, got {value!r}")
+    return value
+
+
+def _check_threshold(threshold) -> float:
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
+        raise ValueError(f"threshold: must be a number >= 0, got {threshold!r}")
+    return float(threshold)
+
+
+# ----------------------------------------------------------------------------------------------
+# Tensor level
+
+
+def e4m3_spec(partition: str = "block", block=DEFAULT_BLOCK, scale: str = "gam", cols: int = 1) -> QuantSpec:
+    """The E4M3 QuantSpec that a partition and scale rule stand for on a 2-D view with ``cols``
+    columns (channel+GAM is a GAM grid of (1, cols) blocks)."""
+    _choose("partition", partition, PARTITIONS)
+    _choose("scale", scale, SCALE_RULES)
+    pow2 = scale == "e8"
+    if partition == "tensor":
+        # With one block GAM is current scaling exactly, so gam and fp32 coincide here.
+        return QuantSpec("e4m3", "tensor", pow2=pow2)
+    if partition == "block":
+        block = _check_block(block)
+        if scale == "gam":
+            return QuantSpec("e4m3", "gam", block=block)
+        return QuantSpec("e4m3", "block", block=block, pow2=pow2)
+    if scale == "gam":
+        return QuantSpec("e4m3", "gam", block=(1, max(int(cols), 1)))
+    return QuantSpec("e4m3", "channel", axis=-1, pow2=pow2)
+
+
+def quantize_e4m3(x: torch.Tensor, partition: str = "block", block=DEFAULT_BLOCK, scale: str = "gam") -> QTensor:
+    """E4M3 codes and scales of x's 2-D view (rows = leading dims) under a MoR partition."""
+    x2d = _as_2d(x).to(torch.float32)
+    return quantize(x2d, e4m3_spec(partition, block, scale, cols=x2d.shape[1]))
+
+
+def _ratio_terms(x: torch.Tensor, q: torch.Tensor):
+    """|q - x| / |x| in fp32 (0 where x == 0) and the non-zero mask; NaN in x stays NaN."""
+    nz = x != 0
+    return torch.where(nz, (q - x).abs() / x.abs(), torch.zeros_like(x)), nz
+
+
+def mor_relative_error(x: torch.Tensor, q: torch.Tensor) -> float:
+    """MoR's statistic: sum over non-zero x of |q - x| / |x|, divided by their count (a flushed value
+    contributes 1.0; 0.0 if x has no non-zero element). Terms in fp32 as the authors' kernels form
+    them, summed in fp64 so that the decision does not depend on the summation order. A NaN or Inf
+    in x makes the result NaN, which ``decide`` sends to BF16."""
+    x = x.to(torch.float32)
+    q = q.to(torch.float32)
+    terms, nz = _ratio_terms(x, q)
+    n = int(nz.sum())
+    if n == 0:
+        return 0.0
+    return float(terms.sum(dtype=torch.float64)) / n
+
+
+def decide(err: float, threshold: float = DEFAULT_THRESHOLD) -> str:
+    """"e4m3" if err <= threshold, else "bf16" (a NaN error is not <= anything: BF16)."""
+    return "e4m3" if err <= threshold else "bf16"
+
+
+class MoRResult(NamedTuple):
+    values: torch.Tensor      # fp32, x's 2-D view: what the GEMM multiplies
+    format: str               # "e4m3" | "bf16"
+    rel_error: float          # E4M3 relative error that decided it
+    qtensor: QTensor          # the E4M3 quantization (codes, scales), also when BF16 was chosen
+
+
+def _bf16(x2d: torch.Tensor) -> torch.Tensor:
+    return x2d.to(torch.bfloat16).to(torch.float32)
+
+
+def mor_tensor(x: torch.Tensor, partition: str = "block", block=DEFAULT_BLOCK, scale: str = "gam",
+               threshold: float = DEFAULT_THRESHOLD, dequant: str = "fp32") -> MoRResult:
+    """Tensor-level MoR on x's 2-D view. dequant="bf16" rounds the E4M3 values to BF16 as the
+    authors' fake quantization does (their GEMMs are BF16); the default keeps the exact fp32
+    dequantized values, which is what an FP8 GEMM multiplies."""
+    _choose("dequant", dequant, DEQUANT)
+    x2d = _as_2d(x).to(torch.float32)
+    qt = quantize_e4m3(x2d, partition, block, scale)
+    deq = qt.dequantize()
+    err = mor_relative_error(x2d, deq)
+    fmt = decide(err, threshold)
+    if fmt == "bf16":
+        values = _bf16(x2d)
+    else:
+        values = _bf16(deq) if dequant == "bf16" else deq
+    return MoRResult(values, fmt, err, qt)
+
+
+def relative_error_by_partition(x: torch.Tensor, block=DEFAULT_BLOCK, scale: str = "gam",
+                                partitions=PARTITIONS) -> dict:
+    """{partition: E4M3 relative error} for one tensor (heat maps of error per tensor per step)."""
+    x2d = _as_2d(x).to(torch.float32)
+    return {p: mor_relative_error(x2d, quantize_e4m3(x2d, p, block, scale).dequantize()) for p in partitions}
+
+
+# ----------------------------------------------------------------------------------------------
+# Sub-tensor level
+
+
+def _block_view(x2d: torch.Tensor, block, fill: float) -> torch.Tensor:
+    """(nr, R, nc, C) view of x2d padded with ``fill`` to whole blocks."""
+    br, bc = block
+    rows, cols = x2d.shape
+    nr, nc = -(-rows // br), -(-cols // bc)
+    if nr * br != rows or nc * bc != cols:
+        x2d = F.pad(x2d, (0, nc * bc - cols, 0, nr * br - rows), value=fill)
+    return x2d.reshape(nr, br, nc, bc)
+
+
+def _block_sum(t2d: torch.Tensor, block) -> torch.Tensor:
+    return _block_view(t2d, block, 0.0).sum(dim=(1, 3), dtype=torch.float64)
+
+
+def block_dynamic_range(x2d: torch.Tensor, block=DEFAULT_BLOCK):
+    """(amax, amin, DR) grids: amax and the smallest non-zero |x| per block (NaN/Inf left out, as
+    in every amax here); DR = amax / amin, 1 for blocks without a non-zero finite element."""
+    a = x2d.to(torch.float32).abs()
+    amax = block_amax(x2d, block)
+    inf = torch.full_like(a, math.inf)
+    amin = _block_view(torch.where((a > 0) & (a < math.inf), a, inf), block, math.inf).amin(dim=(1, 3))
+    has = amax > 0
+    dr = torch.where(has, amax / torch.where(has, amin, torch.ones_like(amin)), torch.ones_like(amax))
+    return amax, amin, dr
+
+
+def _subtensor_scales(amax: torch.Tensor, fmax: float, scale: str) -> torch.Tensor:
+    if scale == "gam":
+        return gam_block_scales(amax, amax.max(), fmax)
+    return scale_from_amax(amax, fmax, pow2=scale == "e8")
+
+
+class SubTensorResult(NamedTuple):
+    values: torch.Tensor          # fp32 2-D: per block E4M3 / E5M2 dequantized or BF16-rounded x
+    choice: torch.Tensor          # int8 grid: 0 E4M3, 1 E5M2, 2 BF16
+    dynamic_range: torch.Tensor   # fp32 grid
+    e4m3_error: torch.Tensor      # fp64 grid: per-block sum of E4M3 relative errors
+    e5m2_error: torch.Tensor      # fp64 grid: same for E5M2
+    scales: dict                  # {"e4m3": grid, "e5m2": grid} encode scales
+
+    @property
+    def gemm_format(self) -> str:
+        """The GEMM runs in E4M3 only if every block is E4M3; mixed operands are upcast to BF16."""
+        return "e4m3" if bool((self.choice == E4M3).all()) else "bf16"
+
+    def shares(self) -> dict:
+        n = max(self.choice.numel(), 1)
+        return {f"{name}_share": float((self.choice == code).sum()) / n for code, name in enumerate(_CHOICE_NAMES)}
+
+
+def subtensor_mor(x: torch.Tensor, block=DEFAULT_BLOCK, mode: str = "two_way", scale: str = "fp32",
+                  dequant: str = "fp32") -> SubTensorResult:
+    """Sub-tensor MoR on x's 2-D view (see the module docstring for the rule). Ties between the
+    E4M3 and E5M2 errors go to E4M3, the format that gives the faster GEMM."""
+    _choose("mode", mode, SUBTENSOR_MODES)
+    _choose("scale", scale, SCALE_RULES)
+    _choose("dequant", dequant, DEQUANT)
+    block = _check_block(block)
+    x2d = _as_2d(x).to(torch.float32)
+    amax, _, dr = block_dynamic_range(x2d, block)
+    deq, errs, scales = {}, {}, {}
+    for fmt, fmax in (("e4m3", E4M3_MAX), ("e5m2", E5M2_MAX)):
+        s = _subtensor_scales(amax, fmax, scale)
+        codes = cast(apply_blocks(x2d, s, block, torch.mul), fmt)
+        d = apply_blocks(codes, s, block, torch.div)
+        terms, _ = _ratio_terms(x2d, d)
+        deq[fmt], errs[fmt], scales[fmt] = d, _block_sum(terms, block), s
+    fits_e4 = dr <= SUBTENSOR_E4M3_RANGE
+    fits_e5 = dr <= E5M2_DYNAMIC_RANGE
+    e4_no_worse = errs["e4m3"] <= errs["e5m2"]
+    wide = torch.full_like(amax, E5M2 if mode == "three_way" else BF16, dtype=torch.int8)
+    choice = torch.where(fits_e4 | (fits_e5 & e4_no_worse), torch.full_like(wide, E4M3),
+                         torch.where(fits_e5, wide, torch.full_like(wide, BF16)))
+    per_elem = expand_blocks(choice, tuple(x2d.shape), block)
+    e4, e5 = deq["e4m3"], deq["e5m2"]
+    if dequant == "bf16":
+        e4, e5 = _bf16(e4), _bf16(e5)
+    values = torch.where(per_elem == E4M3, e4, torch.where(per_elem == E5M2, e5, _bf16(x2d)))
+    return SubTensorResult(values, choice, dr, errs["e4m3"], errs["e5m2"], scales)
+
+
+# ----------------------------------------------------------------------------------------------
+# Operand quantizers
+
+
+class _Coverage:
+    """Counts decisions per (layer, gemm, operand) over training calls, for the paper's headline
+    "share of tensors in FP8", which telemetry (sampled every N steps) only estimates. Not saved
+    in checkpoints: a resumed run counts from the resume on."""
+
+    def _count(self, call: OperandCall, **counts) -> None:
+        if not call.training:
+            return
+        key = (getattr(call.layer, "name", ""), call.gemm, call.operand)
+        row = self._counts.setdefault(key, {})
+        for k, v in counts.items():
+            row[k] = row.get(k, 0) + v
+
+    def coverage(self) -> list[dict]:
+        return [{"layer": layer, "gemm": gemm, "operand": op, **c}
+                for (layer, gemm, op), c in sorted(self._counts.items())]
+
+    def reset_coverage(self) -> None:
+        self._counts.clear()
+
+
+class MoRQuantizer(_Coverage, OperandQuantizer):
+    """Tensor-level MoR for one GEMM operand: E4M3 under ``partition`` if its relative error is at
+    most ``threshold``, else BF16. Stateless apart from the coverage counters; deterministic."""
+
+    name = "mor"
+
+    def __init__(self, partition: str = "block", block=DEFAULT_BLOCK, scale: str = "gam",
+                 threshold: float = DEFAULT_THRESHOLD, dequant: str = "fp32"):
+        self.partition = _choose("partition", partition, PARTITIONS)
+        self.block = _check_block(block)
+        self.scale = _choose("scale", scale, SCALE_RULES)
+        self.threshold = _check_threshold(threshold)
+        self.dequant = _choose("dequant", dequant, DEQUANT)
+        self._counts: dict = {}
+
+    def __call__(self, t: torch.Tensor, call: OperandCall):
+        r = mor_tensor(t, self.partition, self.block, self.scale, self.threshold, self.dequant)
+        e4 = r.format == "e4m3"
+        self._count(call, calls=1, e4m3=int(e4))
+        stats = {"format": r.format, "mor_rel_error": r.rel_error, "e4m3_share": 1.0 if e4 else 0.0,
+                 "partition": self.partition}
+        return r.values.reshape(t.shape), stats
+
+    def to_dict(self) -> dict:
+        return {"quantizer": self.name, "partition": self.partition,
+                "block": list(self.block) if self.partition == "block" else None, "scale": self.scale,
+                "threshold": self.threshold, "dequant": self.dequant}
+
+
+class SubTensorMoRQuantizer(_Coverage, OperandQuantizer):
+    """Sub-tensor MoR: a format per (128, 128) block. ``format`` in the stats is the GEMM's:
+    "e4m3" only when every block is E4M3, else "bf16" (mixed blocks are upcast)."""
+
+    name = "mor_subtensor"
+
+    def __init__(self, block=DEFAULT_BLOCK, mode: str = "two_way", scale: str = "fp32", dequant: str = "fp32"):
+        self.block = _check_block(block)
+        self.mode = _choose("subtensor_mode", mode, SUBTENSOR_MODES)
+        self.scale = _choose("scale", scale, SCALE_RULES)
+        self.dequant = _choose("dequant", dequant, DEQUANT)
+        self._counts: dict = {}
+
+    def __call__(self, t: torch.Tensor, call: OperandCall):
+        x2d = _as_2d(t).to(torch.float32)
+        r = subtensor_mor(x2d, self.block, self.mode, self.scale, self.dequant)
+        shares = r.shares()
+        blocks = {f"{name}_blocks": int((r.choice == code).sum()) for code, name in enumerate(_CHOICE_NAMES)}
+        self._count(call, calls=1, e4m3=int(r.gemm_format == "e4m3"), blocks=r.choice.numel(), **blocks)
+        finite_dr = r.dynamic_range[torch.isfinite(r.dynamic_range)]
+        stats = {"format": r.gemm_format, "mor_rel_error": mor_relative_error(x2d, r.values), **shares,
+                 "partition": "subtensor", "subtensor_mode": self.mode,
+                 "max_block_dynamic_range": float(finite_dr.max()) if finite_dr.numel() else math.nan}
+        return r.values.reshape(t.shape), stats
+
+    def to_dict(self) -> dict:
+        return {"quantizer": self.name, "partition": "subtensor", "block": list(self.block),
+                "subtensor_mode": self.mode, "scale": self.scale, "dequant": self.dequant}
+
+
+# ----------------------------------------------------------------------------------------------
+# Recipe
+
+ALL_OPERAND_SLOTS = tuple(f"{g}.{op}" for g in GEMMS for op in OPERANDS[g])
+MOR_KEYS = frozenset({"partition", "block", "scale", "threshold", "subtensor_mode", "operands", "dequant"})
+# Keys of a run's method section that are not MoR's own and are read elsewhere (lowprec.methods).
+_METHOD_KEYS = frozenset({"name", "recipe", "include", "exclude", "telemetry_every", "high_precision"})
+_ROLE_SLOTS = {role: tuple(s for s in ALL_OPERAND_SLOTS if s.endswith("." + role)) for role in ("x", "w", "dy")}
+
+
+def _operand_slots(spec) -> tuple:
+    """Slots from a list of "gemm.operand" names and/or roles ("x", "w", "dy": every GEMM the
+    tensor enters), or "all"."""
+    if spec is None or spec == "all":
+        return ALL_OPERAND_SLOTS
+    if isinstance(spec, str) or not isinstance(spec, (list, tuple)):
+        raise ValueError(f"operands: a list of slots {list(ALL_OPERAND_SLOTS)} or roles x/w/dy, or 'all'; "
+                         f"got {spec!r}")
+    chosen = set()
+    for item in spec:
+        if item in _ROLE_SLOTS:
+            chosen.update(_ROLE_SLOTS[item])
+        elif item in ALL_OPERAND_SLOTS:
+            chosen.add(item)
+        else:
+            raise ValueError(f"operands: unknown slot {item!r}; known: {list(ALL_OPERAND_SLOTS)} and roles x, w, dy")
+    if not chosen:
+        raise ValueError("operands: empty; leave it out for all six slots")
+    return tuple(s for s in ALL_OPERAND_SLOTS if s in chosen)
+
+
+def mor_recipe(method_cfg: Optional[dict] = None) -> Recipe:
+    """A Recipe with MoR on the selected operand slots and BF16 (``high_precision``) elsewhere.
+
+    Keys (defaults): partition (block) tensor|block|channel|subtensor; block ([128, 128]) for block
+    and subtensor; scale (gam; fp32 for subtensor) gam|e8|fp32; threshold (0.045) for the tensor
+    level; subtensor_mode (two_way) three_way|two_way; operands (all six slots) e.g.
+    ["fprop.x", "fprop.w"] or roles ["x", "w"]; dequant (fp32) fp32|bf16. The run's other method
+    keys (name, recipe, include, exclude, telemetry_every, high_precision) are accepted and, except
+    high_precision, ignored here. A key that the chosen partition does not use is an error, so a
+    config never silently means less than it says.
+    """
+    cfg = dict(method_cfg or {})
+    unknown = set(cfg) - MOR_KEYS - _METHOD_KEYS
+    if unknown:
+        raise ValueError(f"method (mor): unknown key(s) {sorted(unknown)}; MoR keys: {sorted(MOR_KEYS)}")
+    partition = _choose("partition", cfg.get("partition", "block"), PARTITIONS + ("subtensor",))
+    sub = partition == "subtensor"
+    unused = {"tensor": {"block", "subtensor_mode"}, "channel": {"block", "subtensor_mode"},
+              "block": {"subtensor_mode"}, "subtensor": {"threshold"}}[partition]
+    given = sorted(unused & set(cfg))
+    if given:
+        raise ValueError(f"method (mor): {given} not used with partition {partition!r}")
+    block = _check_block(cfg.get("block", DEFAULT_BLOCK))
+    scale = cfg.get("scale", "fp32" if sub else "gam")
+    dequant = cfg.get("dequant", "fp32")
+    if sub:
+        mode = cfg.get("subtensor_mode", "two_way")
+        quant: OperandQuantizer = SubTensorMoRQuantizer(block, mode, scale, dequant)
+        detail = f"{mode}, {block[0]}x{block[1]} blocks, {scale} scales"
+    else:
+        threshold = cfg.get("threshold", DEFAULT_THRESHOLD)
+        quant = MoRQuantizer(partition, block, scale, threshold, dequant)
+        where = f"{block[0]}x{block[1]} blocks, " if partition == "block" else ""
+        detail = f"{where}{scale} scales, E4M3 if relative error <= {quant.threshold:g} else BF16"
+    slots = _operand_slots(cfg.get("operands"))
+    gemms = {g: Gemm(*(quant if f"{g}.{op}" in slots else None for op in OPERANDS[g])) for g in GEMMS}
+    return Recipe(f"mor_{partition}", gemms["fprop"], gemms["dgrad"], gemms["wgrad"],
+                  high_precision=cfg.get("high_precision", "bf16"),
+                  description=f"MoR {partition} ({detail}); MoR operands: {', '.join(slots)}")
+
+
+def recipe_coverage(recipe: Recipe) -> list[dict]:
+    """Decision counts of every MoR quantizer in ``recipe`` (one row per layer, GEMM and operand:
+    training calls, calls that chose E4M3 and, for sub-tensor MoR, blocks per format)."""
+    seen, rows = set(), []
+    for g in GEMMS:
+        for q in recipe.gemm(g):
+            if isinstance(q, _Coverage) and id(q) not in seen:
+                seen.add(id(q))
+                rows.extend(q.coverage())
+    return rows

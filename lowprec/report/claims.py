@@ -1,0 +1,156 @@
+"""Claims registry -> verdicts.
+
+Each claim (``configs/claims/<paper>.yaml``) names a metric computed from this scale's outputs and a
+test. Verdicts:
+  reproduced       the test passes at a scale where the claim is meaningful
+  not reproduced   it fails there
+  inconclusive     too few seeds, or our number exists only at a scale too small to decide
+  not run at this scale   the runs or files the metric needs do not exist
+
+Tests:
+  noninferiority   loss_gap = mean(method) - mean(baseline) over seeds, per model; reproduced when a
+                   one-sided Welch t-test rejects "gap >= margin" at alpha for every model (the
+                   MLPerf-reference style of comparing seeds rather than single runs); not reproduced
+                   when the gap's mean exceeds the margin and the test in the other direction rejects
+                   "gap <= margin"; else inconclusive.
+  threshold        value (op) target, within tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .. import config as cfglib
+from ..io import write_text
+
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_RUN = "reproduced", "not reproduced", "inconclusive", "not run at this scale"
+
+
+def load_claims(paper: str) -> list[dict]:
+    path = cfglib.CONFIG_DIR / "claims" / f"{paper}.yaml"
+    if not path.is_file():
+        return []
+    return cfglib.validate(cfglib.load_yaml(path), "claims", f"claims file {path.name}")["claims"]
+
+
+def _welch_one_sided(a: np.ndarray, b: np.ndarray, margin: float, less: bool) -> float:
+    """p-value of H0: mean(a) - mean(b) >= margin (less=True) or <= margin (less=False)."""
+    from scipy import stats
+
+    diff = a.mean() - b.mean() - margin
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return 0.0 if (diff < 0) == less and diff != 0 else 1.0
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    t = diff / se
+    return float(stats.t.cdf(t, df) if less else stats.t.sf(t, df))
+
+
+def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str) -> dict:
+    m, t = claim["metric"], claim["test"]
+    models = m.get("models") or sorted(per_run["model"].unique()) if len(per_run) else []
+    ok = per_run[per_run["status"] == "completed"]
+    gaps, pvals, verdicts = [], [], []
+    for model in models:
+        a = ok[(ok["model"] == model) & (ok["method"] == m["method"])]["final_val_loss"].to_numpy(float)
+        b = ok[(ok["model"] == model) & (ok["method"] == m["baseline"])]["final_val_loss"].to_numpy(float)
+        diverged = per_run[(per_run["model"] == model) & (per_run["method"] == m["method"])
+                           & (per_run["status"] == "diverged")]
+        if len(diverged):
+            verdicts.append(NOT_REPRODUCED)
+            gaps.append(f"{model}: {len(diverged)} diverged")
+            continue
+        if len(a) == 0 or len(b) == 0:
+            verdicts.append(NOT_RUN)
+            continue
+        gap = a.mean() - b.mean()
+        gaps.append(f"{model}: {gap:+.4f} (n={len(a)}/{len(b)})")
+        need = t.get("seeds", 3)
+        if min(len(a), len(b)) < max(2, need):
+            verdicts.append(INCONCLUSIVE)
+            continue
+        p_ok = _welch_one_sided(a, b, t["margin"], less=True)
+        p_bad = _welch_one_sided(a, b, t["margin"], less=False)
+        pvals.append(f"{model}: p={p_ok:.3g}")
+        alpha = t.get("alpha", 0.05)
+        verdicts.append(REPRODUCED if p_ok < alpha else NOT_REPRODUCED if p_bad < alpha else INCONCLUSIVE)
+    return {"ours": "; ".join(gaps) or "–", "detail": "; ".join(pvals), "verdict": _combine(verdicts)}
+
+
+def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
+    m, t = claim["metric"], claim["test"]
+    path = results / m["file"].lstrip("/") if m["file"].startswith("/") else paper_dir / m["file"]
+    if not path.is_file():
+        return {"ours": "–", "detail": f"missing {path.name}", "verdict": NOT_RUN}
+    df = pd.read_csv(path)
+    if m.get("query"):
+        df = df.query(m["query"])
+    if df.empty or m["column"] not in df:
+        return {"ours": "–", "detail": f"no rows for {m.get('query')}", "verdict": NOT_RUN}
+    col = df[m["column"]].astype(float)
+    value = {"mean": col.mean, "max": col.max, "min": col.min, "first": lambda: col.iloc[0]}[m.get("reduce", "first")]()
+    target, tol = t["target"], t.get("tolerance", 0.0)
+    passed = {"<=": value <= target + tol, ">=": value >= target - tol, "==": abs(value - target) <= tol}[t["op"]]
+    unit = m.get("unit", "")
+    return {"ours": f"{value:.4g}{unit}", "detail": f"{t['op']} {target}{unit} (±{tol})",
+            "verdict": REPRODUCED if passed else NOT_REPRODUCED}
+
+
+def _combine(verdicts: list[str]) -> str:
+    if not verdicts or all(v == NOT_RUN for v in verdicts):
+        return NOT_RUN
+    for v in (NOT_REPRODUCED, INCONCLUSIVE, NOT_RUN):
+        if v in verdicts:
+            return v
+    return REPRODUCED
+
+
+def evaluate(paper: str, scale: str, per_run: pd.DataFrame, results: Path) -> pd.DataFrame:
+    rows = []
+    for c in load_claims(paper):
+        out = _loss_gap(c, per_run, scale) if c["metric"]["kind"] == "loss_gap" else \
+            _value(c, results / paper / scale, results)
+        if out["verdict"] in (REPRODUCED, NOT_REPRODUCED) and scale not in c["meaningful_at"]:
+            out["detail"] = (out["detail"] + "; " if out["detail"] else "") + \
+                f"{out['verdict']} at {scale}, meaningful at {', '.join(c['meaningful_at'])}"
+            out["verdict"] = INCONCLUSIVE
+        rows.append({"paper": paper, "claim": c["id"], "statement": c["statement"], "source": c["source"],
+                     "paper_value": c["paper_value"], "scale": scale, **out})
+    return pd.DataFrame(rows, columns=["paper", "claim", "statement", "source", "paper_value", "scale",
+                                       "ours", "detail", "verdict"])
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    lines = ["| claim | paper | ours | verdict | test | source |", "|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        lines.append(f"| {r['claim']}: {r['statement']} | {r['paper_value']} | {r['ours']} | **{r['verdict']}** "
+                     f"| {r['detail'] or '–'} | {r['source']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    from .runs import final_losses, load_runs
+
+    ap = argparse.ArgumentParser(description="Verdicts for a paper's claims at one scale.")
+    ap.add_argument("--paper", required=True)
+    ap.add_argument("--scale", required=True)
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--runs", nargs="*", default=[])
+    ap.add_argument("--csv", required=True)
+    ap.add_argument("--md", required=True)
+    args = ap.parse_args(argv)
+    per_run = final_losses(load_runs(args.runs)) if args.runs else pd.DataFrame(
+        columns=["model", "method", "seed", "status", "final_val_loss"])
+    table = evaluate(args.paper, args.scale, per_run, Path(args.results))
+    write_text(args.csv, table.to_csv(index=False))
+    write_text(args.md, to_markdown(table))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""MoR Triton kernel (lowprec.kernels.mor_quant) vs the torch reference in lowprec.mor: codes and
+scales bit for bit, relative error up to fp32 summation order (rel 1e-5).
+
+CUDA when present, else the Triton interpreter on CPU (tiny shapes: it runs each program in numpy).
+TRITON_INTERPRET must be set before the kernel module is first imported; if another test imported
+it without, it is reloaded (same pattern as test_kernels_quantize.py).
+"""
+
+import importlib
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest.importorskip("triton")
+
+from lowprec import mor  # noqa: E402
+
+_MOD = "lowprec.kernels.mor_quant"
+if _MOD in sys.modules and os.environ.get("TRITON_INTERPRET") == "1" and not sys.modules[_MOD].interpreter_active():
+    importlib.reload(sys.modules[_MOD])
+km = importlib.import_module(_MOD)
+
+DEVICE = "cpu" if km.interpreter_active() else ("cuda" if torch.cuda.is_available() else None)
+if DEVICE is None:
+    pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+
+ERR_RTOL = 1e-5
+
+
+def _data(shape, dtype, seed=0, special=False):
+    """Gaussian values over ~16 binades (subnormal codes, flushes, ties after bf16 rounding),
+    optionally with a zero row, -0.0, an fp32 subnormal, NaN and +-Inf."""
+    g = torch.Generator().manual_seed(seed)
+    m, n = shape
+    x = torch.randn(m, n, generator=g) * torch.exp2(torch.randint(-8, 8, (m, n), generator=g).float())
+    if special:
+        x[1] = 0.0
+        x[0, 1] = -0.0
+        x[m - 1, n - 1] = 1e-42
+        x[2, 3] = float("nan")
+        x[3, 5] = float("inf")
+        x[0, 0] = -float("inf")
+    return x.to(dtype).to(DEVICE)
+
+
+def _check(x, partition, block, scale):
+    codes, scales, err = km.mor_quantize_e4m3(x, partition, block, scale, fp8_cast="auto")
+    ref = mor.quantize_e4m3(x.cpu(), partition, block, scale)
+    want = ref.codes.to(torch.float8_e4m3fn)
+    got = codes.cpu()
+    assert got.dtype == torch.float8_e4m3fn and got.shape == x.shape
+    gn, wn = got.float().isnan(), want.float().isnan()
+    assert torch.equal(gn, wn), "NaN positions differ"
+    bad = (got.view(torch.uint8)[~gn] != want.view(torch.uint8)[~wn]).sum()
+    assert bad == 0, f"{int(bad)} codes differ"
+    assert scales.dtype == torch.float32 and torch.equal(scales.cpu(), ref.scale)
+    ref_err = mor.mor_relative_error(x.cpu().float(), ref.dequantize())
+    assert err.dtype == torch.float32 and err.dim() == 0
+    if ref_err != ref_err:
+        assert torch.isnan(err)
+    else:
+        assert float(err) == pytest.approx(ref_err, rel=ERR_RTOL, abs=0.0)
+    return float(err)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("partition,block,scale", [
+    ("block", (32, 32), "gam"),
+    ("block", (32, 32), "e8"),
+    ("tensor", None, "gam"),
+    ("channel", None, "gam"),
+], ids=lambda c: str(c).replace(" ", ""))
+def test_kernel_equals_reference(dtype, partition, block, scale):
+    _check(_data((64, 64), dtype, seed=1), partition, block or (128, 128), scale)
+
+
+def test_kernel_ragged_blocks_several_tiles_per_block(monkeypatch):
+    """Blocks that overhang the tensor, and a tile smaller than a block (partial amaxes and error
+    sums reduced across tiles)."""
+    x = _data((48, 80), torch.float32, seed=2)
+    # tile 256: (32, 32) blocks in 4 tiles, (24, 40) in 6; tile 64: each 80-wide row in 2
+    for tile, partition, block, scale in ((256, "block", (32, 32), "fp32"), (256, "block", (24, 40), "gam"),
+                                          (64, "channel", None, "gam")):
+        monkeypatch.setattr(km, "_TILE", tile)
+        _check(x, partition, block or (128, 128), scale)
+
+
+def test_kernel_special_values():
+    x = _data((40, 48), torch.float32, seed=3, special=True)
+    assert math.isnan(_check(x, "block", (32, 32), "gam"))  # a NaN/Inf tensor never picks E4M3
+    y = _data((40, 48), torch.float32, seed=3)
+    y[1] = 0.0
+    y[0, 1] = -0.0
+    y[39, 47] = 1e-42
+    _check(y, "block", (32, 32), "gam")
+    z = torch.zeros(8, 16, device=DEVICE)
+    codes, scales, err = km.mor_quantize_e4m3(z, "block", (4, 8))
+    assert float(err) == 0.0 and torch.equal(scales.cpu(), torch.ones(2, 2))
+
+
+def test_kernel_decision_matches_tensor_level_mor():
+    x = _data((64, 64), torch.bfloat16, seed=4)
+    for partition in ("block", "channel"):
+        _, _, err, fmt = km.mor_decide(x, 0.045, partition, (32, 32))
+        r = mor.mor_tensor(x.cpu(), partition, (32, 32))
+        assert fmt == r.format and float(err) == pytest.approx(r.rel_error, rel=ERR_RTOL)
+        # the threshold decides on the kernel's own error
+        assert km.mor_decide(x, float(err), partition, (32, 32))[3] == "e4m3"
+
+
+def test_kernel_argument_errors():
+    x = torch.zeros(4, 4, device=DEVICE)
+    with pytest.raises(ValueError, match="partition"):
+        km.mor_quantize_e4m3(x, "rows")
+    with pytest.raises(ValueError, match="scale"):
+        km.mor_quantize_e4m3(x, "block", (2, 2), "e5")
+    with pytest.raises(TypeError, match="float32 or bfloat16"):
+        km.mor_quantize_e4m3(x.half())
+    with pytest.raises(ValueError, match="block"):
+        km.mor_quantize_e4m3(x, "block", (0, 2))
