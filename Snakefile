@@ -13,6 +13,7 @@ configfile: os.path.join(workflow.basedir, "configs", "config.yaml")
 include: "pipelines/common.smk"
 include: "pipelines/data.smk"
 include: "pipelines/train.smk"
+include: "pipelines/gaussws.smk"
 include: "pipelines/report.smk"
 
 

@@ -37,6 +37,36 @@ def _conv1d_class():
         return None
 
 
+def layer_seed(seed: int, name: str) -> int:
+    """A layer's own seed: the run seed mixed with the layer's name, stable across processes."""
+    return (seed * 1_000_003 + zlib.crc32(name.encode())) & 0x7FFFFFFF
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def linear_layers(model: nn.Module, include: Optional[Iterable[str]] = None,
+                  exclude: Iterable[str] = DEFAULT_EXCLUDE):
+    """(parent, attribute, full name, module, transposed) of every linear layer that include/exclude
+    select: QLinear, nn.Linear, and GPT2's Conv1D (transposed weight)."""
+    conv1d = _conv1d_class()
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            name = f"{parent_name}.{child_name}" if parent_name else child_name
+            if isinstance(child, QLinear):
+                transposed = child.transposed
+            elif isinstance(child, nn.Linear):
+                transposed = False
+            elif conv1d is not None and isinstance(child, conv1d):
+                transposed = True
+            else:
+                continue
+            if (include is not None and not matches(name, include)) or matches(name, exclude):
+                continue
+            yield parent, child_name, name, child, transposed
+
+
 class QLinear(nn.Module):
     """``y = x W^T + b`` with every GEMM operand quantized as ``recipe`` says."""
 
@@ -46,7 +76,7 @@ class QLinear(nn.Module):
         self.weight, self.bias = weight, bias
         self.recipe, self.name, self.transposed = recipe, name, transposed
         self.telemetry = telemetry
-        self.seed = (seed * 1_000_003 + zlib.crc32(name.encode())) & 0x7FFFFFFF
+        self.seed = layer_seed(seed, name)
         # counts forward calls; persistent so stochastic rounding after a resume draws what an
         # uninterrupted run would have drawn
         self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
@@ -166,10 +196,6 @@ class _QLinearFn(torch.autograd.Function):
         return dx, dw, db, None
 
 
-def _matches(name: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
-
-
 def convert(model: nn.Module, recipe: Recipe, include: Optional[Iterable[str]] = None,
             exclude: Iterable[str] = DEFAULT_EXCLUDE, telemetry: Optional[Telemetry] = None,
             seed: int = 0) -> list[str]:
@@ -178,23 +204,13 @@ def convert(model: nn.Module, recipe: Recipe, include: Optional[Iterable[str]] =
     include / exclude: fnmatch patterns on module names (``model.layers.*.mlp.*``); by default every
     linear layer except the LM head.  Embeddings and norms are not linear layers and stay as they are.
     """
-    conv1d = _conv1d_class()
     swapped = []
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            name = f"{parent_name}.{child_name}" if parent_name else child_name
-            is_linear = isinstance(child, nn.Linear)
-            is_conv1d = conv1d is not None and isinstance(child, conv1d)
-            if not (is_linear or is_conv1d):
-                continue
-            if include is not None and not _matches(name, include):
-                continue
-            if _matches(name, exclude):
-                continue
-            q = QLinear(child.weight, child.bias, recipe, name=name, transposed=is_conv1d,
-                        telemetry=telemetry, seed=seed)
-            setattr(parent, child_name, q)
-            swapped.append(name)
+    for parent, attr, name, child, transposed in list(linear_layers(model, include, exclude)):
+        if isinstance(child, QLinear):
+            continue  # already converted
+        setattr(parent, attr, QLinear(child.weight, child.bias, recipe, name=name, transposed=transposed,
+                                      telemetry=telemetry, seed=seed))
+        swapped.append(name)
     if not swapped:
         raise ValueError(f"convert: no linear layer matched include={include} exclude={list(exclude)}")
     return swapped

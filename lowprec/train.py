@@ -106,6 +106,7 @@ class LitLM(L.LightningModule):
         self.model = build_model(cfg["model"], vocab_size)
         self.method_info = apply_method(self.model, cfg["method"], precision, seed=cfg["seed"])
         self.telemetry = self.method_info.pop("telemetry")
+        self.bit_decay = float(cfg["method"].get("bit_decay", 0.0) or 0.0)  # GaussWS learnable-b penalty
         self.tokens_per_batch = self.train_cfg["batch_size"] * self.train_cfg["seq_len"]
         self.diverged_at: int | None = None
         self.step_losses: list[torch.Tensor] = []
@@ -119,6 +120,9 @@ class LitLM(L.LightningModule):
             self.trainer.should_stop = True
             return None
         self.step_losses.append(loss.detach())
+        if self.bit_decay:
+            from .gaussws import bit_decay_loss
+            loss = loss + bit_decay_loss(self.model, self.bit_decay)
         return loss
 
     def on_validation_epoch_start(self):
@@ -320,6 +324,8 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
 
     # final validation at the last step, unless the interval already landed there
     status = STATUS_DIVERGED if module.diverged_at is not None else STATUS_COMPLETED
+    if status == STATUS_COMPLETED:  # the final weights, for evaluation and export after training
+        trainer.save_checkpoint(str(ckpt_dir / "last.ckpt"))
     if status == STATUS_COMPLETED and trainer.global_step % t["val_every"] != 0:
         trainer.validate(module, datamodule=LMData(data, t, cfg["seed"]), verbose=False)
     if trainer.global_rank != 0:

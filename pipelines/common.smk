@@ -31,6 +31,11 @@ RUNS = _runs()
 DATA = {Path(c["data"]["dir"]).name: {k: v for k, v in c["data"].items() if k != "dir"} for c in RUNS.values()}
 
 
+# Paper-specific tables and figures, added by pipelines/<paper>.smk; the paper target, the claims
+# and the report depend on them.
+PAPER_EXTRA_OUTPUTS = {p: [] for p in PAPERS}
+
+
 def run_key(w):
     return (w.paper, w.model, w.method, w.seed)
 

@@ -8,7 +8,24 @@ def paper_run_files(paper):
 def paper_outputs(paper):
     base = f"{RESULTS}/{paper}/{SCALE}"
     return [f"{base}/figures/loss_curves.png", f"{base}/figures/loss_curves.pdf",
-            f"{base}/tables/final_loss.csv", f"{base}/tables/final_loss.md"]
+            f"{base}/tables/final_loss.csv", f"{base}/tables/final_loss.md",
+            f"{base}/tables/claims.csv", f"{base}/tables/claims.md"] + PAPER_EXTRA_OUTPUTS.get(paper, [])
+
+
+rule claims:
+    input:
+        runs=lambda w: paper_run_files(w.paper),
+        extra=lambda w: PAPER_EXTRA_OUTPUTS.get(w.paper, []),
+        registry=lambda w: [p for p in [f"configs/claims/{w.paper}.yaml"] if Path(p).exists()],
+    output:
+        csv=report(f"{RESULTS}/{{paper}}/{SCALE}/tables/claims.csv", category="{paper}",
+                   subcategory="claims", caption="report/claims.rst"),
+        md=f"{RESULTS}/{{paper}}/{SCALE}/tables/claims.md",
+    params:
+        runs=lambda w: " ".join(run_dirs(w.paper)),
+    shell:
+        "python -m lowprec.report.claims --paper {wildcards.paper} --scale {SCALE} --results {RESULTS} "
+        "--runs {params.runs} --csv {output.csv} --md {output.md}"
 
 
 rule loss_curves:

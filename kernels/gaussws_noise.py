@@ -1,0 +1,329 @@
+"""Fused GaussWS noise kernel: W_c = bf16(W + R * Delta) in one read of W and one write of W_c.
+
+API::
+
+    gaussws_noise(w, b=6, block=(32, 32), seed=0) -> w_c            # bf16, w's shape
+    gaussws_noise_ex(w, b, block, seed, return_r=False, return_delta=False, return_bits=False)
+        -> NoiseResult(w_c, r, delta, bits)                          # r int8, delta fp32 grid, bits int32
+    triton_available(device=None), interpreter_active(), supports_block(block)
+
+w: 2-D fp32 or bf16 (the master weight in its stored layout); block (rows, cols) with rows
+divisible by 4 (the GaussWS default 32x32, or 16x16, 64x64, ...); b: an int, or an integer tensor of
+the block grid's shape (learnable b, already rounded and clamped); seed: up to 62 bits (the Philox
+key is its two 31-bit halves, ``lowprec.gaussws.philox_key``).
+
+Semantics are ``lowprec.gaussws.gaussws_reference`` with ``rng="philox"``, bit for bit:
+
+* bits: Philox4x32-10 (the generator behind ``tl.randint4x``, written out here with Triton builtins
+  only, see below); element (r, c) takes output r % 4 of counter (r // 4) * cols + c. One Philox call
+  thus serves four rows, and a program processes each block as four row-interleaved lanes.
+* R from one 32-bit word u: sign = bit 0, |R| = number of thresholds that u >> 1 reaches
+  (``lowprec.gaussws.THRESHOLDS``).
+* Delta = 2^(ceil(log2 amax) + 1 - b) from the amax's exponent and mantissa bits; amax over finite
+  elements (NaN, +-Inf ignored); Delta = 0 for amax 0 / subnormal and for exponents below -126.
+* W_c = bf16_rne(fp32(W + R * Delta)); NaN stays NaN (the written-out cast gives 0x7FC0, the
+  hardware cast 0x7FFF, torch 0x7FC0 or 0xFFFF depending on its code path: compare NaN positions),
+  +-Inf stays +-Inf.
+
+Interpreter notes (as in ``kernels/quantize.py``): bf16 input is read as raw 16-bit words and widened
+with a shift; under the interpreter the fp32 -> bf16 cast is written out as integer RNE (on CUDA
+the hardware ``cvt.rn.bf16.f32`` is used, ``bf16_cast="emulated"`` forces the integer path there
+too). The kernel uses only Triton builtins (``tl.umulhi``, ``tl.mul``, ``tl.reduce``...), never
+triton.language's own @jit helpers (``tl.randint4x``, ``tl.max``), which are fixed as compiled or
+interpreted when triton is first imported and break the interpreter if that happened before
+TRITON_INTERPRET=1 was set. Set TRITON_INTERPRET=1 before importing this module to run on CPU.
+
+Cost model (why the layout): per element the kernel moves 4 (fp32) or 2 (bf16) bytes in and 2 out,
+and spends a quarter of a Philox4x32-10 call (~70 integer ops / 4) plus ~15 ops for R, the add and
+the cast, so on an H100/H200 it sits near the memory/integer-throughput balance; ``rounds`` (Philox
+rounds, default 10) is exposed for the benchmark only.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Union
+
+import torch
+
+from lowprec.gaussws import PHILOX_ROUNDS, THRESHOLDS, philox_key
+
+try:
+    import triton
+    import triton.language as tl
+
+    _TRITON_IMPORT_ERROR: Optional[BaseException] = None
+except Exception as exc:  # ImportError, or a broken install raising at import time
+    triton = None
+    tl = None
+    _TRITON_IMPORT_ERROR = exc
+
+__all__ = ["gaussws_noise", "gaussws_noise_ex", "NoiseResult", "triton_available", "interpreter_active",
+           "supports_block"]
+
+# Elements (all four lanes) one program holds; tuning knobs for the benchmark.
+_TILE = 8192
+_MIN_ROW_SPAN = 128  # contiguous columns per row segment a program should cover
+_NUM_WARPS: Optional[int] = None
+_MAX_BLOCK_ELEMS = 16384  # one block must fit a program (128 x 128)
+_BF16_CASTS = ("auto", "native", "emulated")
+_FORCE_WIDE = False  # tests: take the int64 offset/counter path on small tensors
+
+T0, T1, T2 = THRESHOLDS
+
+
+if triton is not None:
+
+    @triton.jit
+    def _load_fp32(ptr, offs, mask, IN_BF16: tl.constexpr):
+        if IN_BF16:
+            w = tl.load(ptr + offs, mask=mask, other=0)
+            return (w.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+        else:
+            return tl.load(ptr + offs, mask=mask, other=0.0)
+
+    @triton.jit
+    def _max_combine(a, b):
+        return tl.maximum(a, b)
+
+    @triton.jit
+    def _finite_abs(x):
+        a = tl.abs(x)
+        return tl.where(a < float("inf"), a, 0.0)  # NaN compares false too
+
+    @triton.jit
+    def _philox(c0, c1, k0, k1, ROUNDS: tl.constexpr):
+        # Philox4x32 (Salmon et al. 2011) on counters (c0, c1, 0, 0): the round of Random123 and of
+        # triton.language.random, spelled with builtins so that the interpreter runs it.
+        c2 = c0 * 0
+        c3 = c0 * 0
+        for _ in tl.static_range(ROUNDS):
+            a0 = c0
+            a2 = c2
+            c0 = tl.umulhi(0xCD9E8D57, a2) ^ c1 ^ k0
+            c2 = tl.umulhi(0xD2511F53, a0) ^ c3 ^ k1
+            c1 = tl.mul(a2, 0xCD9E8D57, sanitize_overflow=False)
+            c3 = tl.mul(a0, 0xD2511F53, sanitize_overflow=False)
+            k0 = tl.add(k0, 0x9E3779B9, sanitize_overflow=False)
+            k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
+        return c0, c1, c2, c3
+
+    @triton.jit
+    def _lane(x, u, d4, out_ptr, r_ptr, bits_ptr, offs, mask, T0: tl.constexpr, T1: tl.constexpr,
+              T2: tl.constexpr, WRITE_R: tl.constexpr, WRITE_BITS: tl.constexpr, NATIVE_BF16: tl.constexpr):
+        # (u >> 1) >= T  <=>  u >= 2T for even 2T: unsigned compares on u save the shift
+        mag = (u >= 2 * T0).to(tl.int32) + (u >= 2 * T1).to(tl.int32) + (u >= 2 * T2).to(tl.int32)
+        r = tl.where((u & 1) != 0, -mag, mag)
+        # r * Delta is exact (|r| <= 3, Delta a power of two), so a fused multiply-add rounds the same
+        y = x + r.to(tl.float32) * d4
+        if NATIVE_BF16:
+            h = y.to(tl.bfloat16).to(tl.int16, bitcast=True)
+        else:
+            bits = y.to(tl.uint32, bitcast=True)
+            rounded = bits + 0x7FFF + ((bits >> 16) & 1)  # RNE on the dropped 16 bits
+            h = tl.where(y != y, 0x7FC0, (rounded >> 16).to(tl.int32)).to(tl.int16)
+        tl.store(out_ptr + offs, h, mask=mask)
+        if WRITE_R:
+            tl.store(r_ptr + offs, r.to(tl.int8), mask=mask)
+        if WRITE_BITS:
+            tl.store(bits_ptr + offs, u.to(tl.int32, bitcast=True), mask=mask)
+
+    # k0/k1/B_CONST: values of 1 must not turn into constexprs (they are used as tensors)
+    @triton.jit(do_not_specialize=["k0", "k1", "B_CONST"])
+    def _gaussws_kernel(
+        w_ptr, out_ptr, b_ptr, delta_ptr, r_ptr, bits_ptr,
+        M, N, n_brow, n_bcol, k0, k1, B_CONST,
+        Q: tl.constexpr, QP: tl.constexpr, BC: tl.constexpr, CP: tl.constexpr,
+        G: tl.constexpr, K: tl.constexpr, IN_BF16: tl.constexpr, B_GRID: tl.constexpr,
+        WRITE_DELTA: tl.constexpr, WRITE_R: tl.constexpr, WRITE_BITS: tl.constexpr,
+        NATIVE_BF16: tl.constexpr, WIDE: tl.constexpr, ROUNDS: tl.constexpr,
+        T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr,
+    ):
+        """One program: G block-rows x K block-columns of (4Q, BC) blocks, each block held as four
+        lanes [G, QP, K, CP] of rows 4q + lane (lane l uses Philox output l of counter q*N + col)."""
+        pid = tl.program_id(0)
+        n_cgrp = (n_bcol + K - 1) // K
+        pid_r = pid // n_cgrp
+        pid_c = pid % n_cgrp
+
+        g = tl.arange(0, G)[:, None, None, None]
+        j = tl.arange(0, QP)[None, :, None, None]
+        k = tl.arange(0, K)[None, None, :, None]
+        c = tl.arange(0, CP)[None, None, None, :]
+        brow = pid_r * G + g
+        bcol = pid_c * K + k
+        col = bcol * BC + c
+        ok = (j < Q) & (c < BC) & (col < N) & (brow < n_brow)
+        if WIDE:  # offsets or counters past 2^31
+            quad = brow.to(tl.int64) * Q + j
+        else:
+            quad = brow * Q + j
+        row0 = quad * 4
+        offs = row0 * N + col
+        m0 = ok & (row0 < M)
+        m1 = ok & (row0 + 1 < M)
+        m2 = ok & (row0 + 2 < M)
+        m3 = ok & (row0 + 3 < M)
+        x0 = _load_fp32(w_ptr, offs, m0, IN_BF16)
+        x1 = _load_fp32(w_ptr, offs + N, m1, IN_BF16)
+        x2 = _load_fp32(w_ptr, offs + 2 * N, m2, IN_BF16)
+        x3 = _load_fp32(w_ptr, offs + 3 * N, m3, IN_BF16)
+
+        a = tl.maximum(tl.maximum(_finite_abs(x0), _finite_abs(x1)), tl.maximum(_finite_abs(x2), _finite_abs(x3)))
+        amax = tl.reduce(tl.reduce(a, 3, _max_combine), 1, _max_combine)  # [G, K]
+
+        gr = pid_r * G + tl.arange(0, G)[:, None]
+        gc = pid_c * K + tl.arange(0, K)[None, :]
+        gmask = (gr < n_brow) & (gc < n_bcol)
+        if B_GRID:
+            bb = tl.load(b_ptr + gr * n_bcol + gc, mask=gmask, other=0)
+        else:
+            bb = B_CONST
+        abits = amax.to(tl.int32, bitcast=True)
+        e_field = (abits >> 23) & 0xFF
+        n = e_field - 127 + ((abits & 0x7FFFFF) != 0).to(tl.int32) + 1 - bb
+        good = (e_field > 0) & (n >= -126)
+        n = tl.minimum(tl.maximum(n, -126), 127)
+        delta = tl.where(good, ((n + 127) << 23).to(tl.float32, bitcast=True), 0.0)
+        if WRITE_DELTA:
+            tl.store(delta_ptr + gr * n_bcol + gc, delta, mask=gmask)
+        d4 = delta[:, None, :, None]
+
+        ctr = quad * N + col
+        if WIDE:
+            c0 = (ctr & 0xFFFFFFFF).to(tl.uint32)
+            c1 = (ctr >> 32).to(tl.uint32)
+        else:
+            c0 = ctr.to(tl.uint32, bitcast=True)
+            c1 = c0 * 0
+        u0, u1, u2, u3 = _philox(c0, c1, k0.to(tl.uint32), k1.to(tl.uint32), ROUNDS)
+
+        _lane(x0, u0, d4, out_ptr, r_ptr, bits_ptr, offs, m0, T0, T1, T2, WRITE_R, WRITE_BITS, NATIVE_BF16)
+        _lane(x1, u1, d4, out_ptr, r_ptr, bits_ptr, offs + N, m1, T0, T1, T2, WRITE_R, WRITE_BITS, NATIVE_BF16)
+        _lane(x2, u2, d4, out_ptr, r_ptr, bits_ptr, offs + 2 * N, m2, T0, T1, T2, WRITE_R, WRITE_BITS, NATIVE_BF16)
+        _lane(x3, u3, d4, out_ptr, r_ptr, bits_ptr, offs + 3 * N, m3, T0, T1, T2, WRITE_R, WRITE_BITS, NATIVE_BF16)
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def interpreter_active() -> bool:
+    """True if the kernels were built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
+    if triton is None:
+        return False
+    return type(_gaussws_kernel).__name__ == "InterpretedFunction"
+
+
+def triton_available(device=None) -> bool:
+    """Whether the kernel can run on `device` (default: CUDA if present, else CPU)."""
+    if triton is None:
+        return False
+    if interpreter_active():
+        return True
+    if device is None:
+        return torch.cuda.is_available()
+    return torch.device(device).type == "cuda" and torch.cuda.is_available()
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def supports_block(block) -> bool:
+    """Blocks the kernel handles: rows divisible by 4 (four rows share a Philox call) and the padded
+    block within one program's tile."""
+    br, bc = block
+    return br % 4 == 0 and br >= 4 and bc >= 1 and 4 * _next_pow2(br // 4) * _next_pow2(bc) <= _MAX_BLOCK_ELEMS
+
+
+def _tiling(br: int, bc: int, n_brow: int, n_bcol: int) -> dict:
+    q = br // 4
+    qp, cp = _next_pow2(q), _next_pow2(bc)
+    per_block = 4 * qp * cp
+    k = min(_next_pow2(n_bcol), max(_MIN_ROW_SPAN // cp, 1), max(_TILE // per_block, 1))
+    g = min(_next_pow2(n_brow), max(_TILE // (per_block * k), 1))
+    return dict(Q=q, QP=qp, BC=bc, CP=cp, K=k, G=g)
+
+
+class NoiseResult(NamedTuple):
+    w_c: torch.Tensor
+    r: Optional[torch.Tensor]
+    delta: Optional[torch.Tensor]
+    bits: Optional[torch.Tensor]
+
+
+def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32, 32), seed: int = 0, *,
+                     return_r: bool = False, return_delta: bool = False, return_bits: bool = False,
+                     rounds: int = PHILOX_ROUNDS, bf16_cast: str = "auto") -> NoiseResult:
+    """W_c plus, on request, R (int8), the Delta grid (fp32) and the raw Philox words (int32)."""
+    if triton is None:
+        raise RuntimeError(f"lowprec.kernels.gaussws_noise needs Triton, which failed to import "
+                           f"({_TRITON_IMPORT_ERROR!r}); use lowprec.gaussws.gaussws_reference")
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
+        raise ValueError("w must be a 2-D tensor")
+    if w.dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"w must be float32 or bfloat16, got {w.dtype}")
+    if not interpreter_active() and w.device.type != "cuda":
+        raise RuntimeError(f"the Triton kernel needs a CUDA tensor (got {w.device}); set TRITON_INTERPRET=1 "
+                           "before importing lowprec.kernels.gaussws_noise for CPU tensors")
+    if isinstance(block, int):
+        block = (block, block)
+    br, bc = int(block[0]), int(block[1])
+    if not supports_block((br, bc)):
+        raise ValueError(f"block {(br, bc)}: rows must be a multiple of 4 and a block at most "
+                         f"{_MAX_BLOCK_ELEMS} elements (padded); use lowprec.gaussws.gaussws_reference")
+    if not 0 <= int(seed) < 2**62:
+        raise ValueError(f"seed must be in [0, 2^62), got {seed}")
+    if bf16_cast not in _BF16_CASTS:
+        raise ValueError(f"bf16_cast must be one of {_BF16_CASTS}, got {bf16_cast!r}")
+    if bf16_cast == "native" and interpreter_active():
+        raise ValueError("bf16_cast='native' is not available under the Triton interpreter")
+    native = bf16_cast == "native" or (bf16_cast == "auto" and not interpreter_active())
+
+    w = w.contiguous()
+    M, N = w.shape
+    n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
+    dev = w.device
+    if isinstance(b, torch.Tensor):
+        if tuple(b.shape) != (n_brow, n_bcol):
+            raise ValueError(f"b grid shape {tuple(b.shape)} != block grid {(n_brow, n_bcol)}")
+        b_arg, b_const, b_grid = b.to(device=dev, dtype=torch.int32).contiguous(), 0, True
+    else:
+        b_arg, b_const, b_grid = None, int(b), False
+
+    out = torch.empty((M, N), dtype=torch.bfloat16, device=dev)
+    delta = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=dev) if return_delta else None
+    r = torch.empty((M, N), dtype=torch.int8, device=dev) if return_r else None
+    bits = torch.empty((M, N), dtype=torch.int32, device=dev) if return_bits else None
+    if M * N == 0:
+        if delta is not None:
+            delta.zero_()
+        return NoiseResult(out, r, delta, bits)
+
+    w_arg = w.view(torch.int16) if w.dtype == torch.bfloat16 else w
+    out_arg = out.view(torch.int16)
+    dummy = out_arg  # never read or written when the matching flag is off
+    t = _tiling(br, bc, n_brow, n_bcol)
+    quads = n_brow * t["Q"]
+    wide = _FORCE_WIDE or max(M * N, (quads + 1) * N * 4) >= 2**31 - 1
+    k0, k1 = philox_key(int(seed))
+    grid = (_cdiv(n_brow, t["G"]) * _cdiv(n_bcol, t["K"]),)
+    num_warps = _NUM_WARPS or (8 if 4 * t["G"] * t["QP"] * t["K"] * t["CP"] >= 4096 else 4)
+    _gaussws_kernel[grid](
+        w_arg, out_arg, b_arg if b_grid else dummy, delta if delta is not None else dummy,
+        r if r is not None else dummy, bits if bits is not None else dummy,
+        M, N, n_brow, n_bcol, k0, k1, b_const,
+        IN_BF16=w.dtype == torch.bfloat16, B_GRID=b_grid, WRITE_DELTA=delta is not None,
+        WRITE_R=r is not None, WRITE_BITS=bits is not None, NATIVE_BF16=native, WIDE=wide,
+        ROUNDS=int(rounds), T0=T0, T1=T1, T2=T2, num_warps=num_warps, **t,
+    )
+    return NoiseResult(out, r, delta, bits)
+
+
+def gaussws_noise(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32, 32), seed: int = 0,
+                  **kw) -> torch.Tensor:
+    """W_c = bf16(W + R * Delta) for a 2-D fp32/bf16 weight (see the module docstring)."""
+    return gaussws_noise_ex(w, b, block, seed, **kw).w_c

@@ -1,0 +1,77 @@
+"""Evaluate a finished run's final weights, optionally after exporting them to a low-precision
+format: ``python -m lowprec.evaluate --run DIR --export none mxfp8 mxfp6_e3m2 --out export.csv``.
+
+The validation set is the run's own (same windows as during training); the model is rebuilt from
+the run's ``config.yaml`` and loaded from ``checkpoints/last.ckpt``.  Exports are round-to-nearest
+MX quantization of every converted linear layer's weight (``lowprec.gaussws.EXPORT_FORMATS``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+import yaml
+
+from .data import TokenData
+from .io import write_text
+from .models import causal_lm_loss
+
+
+def load_trained(run_dir: str | Path):
+    """(LitLM with the run's final weights, in eval mode; the run config; its TokenData)."""
+    from .train import LitLM
+
+    run_dir = Path(run_dir)
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    if not ckpt.is_file():
+        raise FileNotFoundError(f"{ckpt}: no final checkpoint (did the run complete?)")
+    data = TokenData(cfg["data"]["dir"])
+    module = LitLM(cfg, data.vocab_size, "32-true")
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    module.load_state_dict(state)
+    module.eval()
+    return module, cfg, data
+
+
+@torch.no_grad()
+def validation_loss(module, cfg: dict, data: TokenData) -> float:
+    from .train import val_batches
+
+    t = cfg["train"]
+    batches = val_batches(data.splits["val"], t["batch_size"], t["seq_len"], t.get("val_batches", 8))
+    losses = [causal_lm_loss(module.model, x, y) for x, y in batches]
+    return float(torch.stack(losses).mean())
+
+
+def evaluate_exports(run_dir: str | Path, formats: list[str]) -> list[dict]:
+    from .gaussws import EXPORT_FORMATS, export_weights
+
+    rows = []
+    for fmt in formats:
+        if fmt != "none" and fmt not in EXPORT_FORMATS:
+            raise ValueError(f"--export: unknown format {fmt!r}; choose none or one of {sorted(EXPORT_FORMATS)}")
+        module, cfg, data = load_trained(run_dir)  # fresh weights for every format
+        if fmt != "none":
+            export_weights(module.model, fmt)
+        rows.append({"model": cfg["model"]["name"], "method": cfg["method"]["name"], "seed": cfg["seed"],
+                     "export": fmt, "val_loss": validation_loss(module, cfg, data)})
+    return rows
+
+
+def main(argv=None) -> None:
+    import pandas as pd
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", required=True, help="run folder")
+    ap.add_argument("--export", nargs="+", default=["none"])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    rows = evaluate_exports(args.run, args.export)
+    write_text(args.out, pd.DataFrame(rows).to_csv(index=False, float_format="%.6g"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,576 @@
+"""INT8 training with dynamic block-level fallback (Zhang et al., arXiv 2503.08040), emulated.
+
+What the paper confirms (abstract, one figure caption): block-level INT8 quantization as in Jetfire,
+and a mixed-precision GEMM that "dynamically falls back 8-bit to 16-bit for activation blocks
+containing outliers". The paper body could not be read here (see
+``shared/papers/int8_fallback.md``), so the following are our reconstruction, each marked where it
+is a choice the paper may make differently:
+
+Representation. Every operand is quantized per block to symmetric INT8 exactly like the
+``int8_block`` recipe (``lowprec.numerics.quantize``, encode scale 127 / block amax, so with no
+block falling back this module reproduces Jetfire bit for bit). A fallback block is held in 16 bits
+as two INT8 parts (our reading of "16-bit" that keeps the GEMM on INT8 units)::
+
+    x ~= q1 / S1 + q2 / S2        S1 = 127 / amax(x_b),  r = x - q1 / S1,  S2 = 127 / amax(r_b)
+
+|r| <= 1 / (2 S1) with nearest rounding, so S2 >= 254 S1 and the pair resolves about 15 bits
+relative to the block amax. A fallback block costs one extra INT8 product in the GEMM.
+
+Rules (which blocks fall back; block amaxes over the operand in its GEMM orientation):
+  absmax   amax_b > tau * (median block amax of the tensor)                 [default; tau ours]
+  topk     the round(rho * n_blocks) blocks of largest amax, ties by position (a fixed budget)
+  error    the block's nearest-INT8 relative L2 error ||x_b - deq(q1_b)|| / ||x_b|| > threshold
+  dynamic  amax_b > tau * L, L an EMA over this layer/GEMM/operand's past calls of the
+           ``quantile`` of its block amaxes; the level from *before* the call is used (delayed,
+           like delayed scaling), so a kernel knows the threshold before reading the tensor and
+           quantizes in one pass. The first call uses its own level.
+  none     nothing falls back (Jetfire through the same code path, for ablations)
+Zero blocks (padding, dead units) are left out of medians and quantiles, so a mostly-zero tensor
+does not send every non-zero block to 16 bits.
+
+Coverage (our default, following the abstract's "activation blocks"): X in fprop and in wgrad.
+``fallback_gemms`` / ``fallback_operands`` widen it to dY and W for ablations. Gradients (dY) are
+stochastically rounded by default, as in Jetfire; a fallback dY block rounds both parts
+stochastically with independent draws, which keeps E[q1/S1 + q2/S2] = x.
+
+Defaults that are ours (the paper is silent or unread): tau = 8 (a block whose amax is 8x the
+typical one loses 18 dB, 3 bits, of SQNR to its outlier), rho = 0.02, error_threshold = 0.02
+(a Gaussian 32x32 block's INT8 error is about 0.0075), ema = 0.9, quantile = 0.5, and the
+median-of-non-zero-blocks reference level.
+
+Dynamic-rule state (one EMA level per layer/GEMM/operand) lives in the quantizer object, keyed by
+``call.layer.name``; ``state_dict()`` / ``load_state_dict()`` cover all of it and
+``state_for_layer()`` / ``load_state_for_layer()`` one layer's share, for ``QLinear`` extra state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import torch
+
+from .numerics import QuantSpec, block_amax, cast, quantize, scale_from_amax
+from .numerics.scaling import _blocks_view, apply_blocks, expand_blocks
+from .recipes import GEMMS, OPERANDS, Gemm, OperandCall, OperandQuantizer, Recipe
+
+__all__ = [
+    "RULES",
+    "DEFAULTS",
+    "FallbackQTensor",
+    "FallbackInt8Quantizer",
+    "block_int8_error",
+    "select_blocks",
+    "fallback_quantize",
+    "int8_block_gemm_reference",
+    "int8_fallback_recipe",
+    "block_absmax_stats",
+]
+
+RULES = ("absmax", "topk", "error", "dynamic", "none")
+QMAX = 127.0
+
+DEFAULTS = {
+    "block": (32, 32),
+    "rule": "absmax",
+    "tau": 8.0,
+    "rho": 0.02,
+    "error_threshold": 0.02,
+    "ema": 0.9,
+    "quantile": 0.5,
+    "fallback_gemms": ("fprop", "wgrad"),
+    "fallback_operands": ("x",),
+    "stochastic_gradients": True,
+    "high_precision": "bf16",
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Representation
+
+
+def _as_2d(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1, t.shape[-1]) if t.dim() != 2 else t
+
+
+def _block_mask(values2d: torch.Tensor, mask: torch.Tensor, block) -> torch.Tensor:
+    return apply_blocks(values2d, mask, block, lambda v, m: torch.where(m, v, torch.zeros_like(v)))
+
+
+@dataclass
+class FallbackQTensor:
+    """A 2-D operand in block INT8 with fallback blocks in two INT8 parts.
+
+    codes / residual: fp32 tensors holding integers in [-127, 127] (x's 2-D shape); residual is 0
+    outside fallback blocks. scale / residual_scale: ENCODE scales per block (the
+    ``lowprec.numerics`` convention, x ~= codes / scale), grid (ceil(rows/R), ceil(cols/C));
+    residual_scale is 1 outside fallback blocks. mask: bool grid, True where the block fell back."""
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+    residual: torch.Tensor
+    residual_scale: torch.Tensor
+    mask: torch.Tensor
+    block: tuple
+    # False when it is known without looking that no block fell back (no mask was given)
+    maybe_fallback: bool = True
+
+    def first_part(self) -> torch.Tensor:
+        """q1 / S1: what plain block INT8 (Jetfire) would multiply."""
+        return apply_blocks(self.codes, self.scale, self.block, torch.div)
+
+    def dequantize(self) -> torch.Tensor:
+        first = self.first_part()
+        if not self.maybe_fallback or _none_set(self.mask):
+            return first
+        return first + apply_blocks(self.residual, self.residual_scale, self.block, torch.div)
+
+    @property
+    def fallback_ratio(self) -> torch.Tensor:
+        return self.mask.float().mean() if self.mask.numel() else torch.zeros(())
+
+    def gemm_operands(self):
+        """(q1 int8, d1, q2 int8, d2, flags int8) for the integer GEMM: DECODE scales (x ~= q * d),
+        d2 = 0 outside fallback blocks."""
+        d1 = torch.div(torch.ones_like(self.scale), self.scale)
+        d2 = torch.where(self.mask, torch.div(torch.ones_like(self.residual_scale), self.residual_scale),
+                         torch.zeros_like(self.residual_scale))
+        return (self.codes.to(torch.int8), d1, self.residual.to(torch.int8), d2, self.mask.to(torch.int8))
+
+
+def _none_set(mask: torch.Tensor) -> bool:
+    """True when no block falls back, asked only where the answer is free: on CUDA it would wait
+    for the device, and the all-zero residual is cheap to carry along instead."""
+    return not mask.is_cuda and not bool(mask.any())
+
+
+def _int8_spec(block, rounding: str) -> QuantSpec:
+    return QuantSpec(fmt="int8", scaling="block", block=tuple(block), rounding=rounding)
+
+
+def fallback_quantize(x: torch.Tensor, block=(32, 32), mask: Optional[torch.Tensor] = None,
+                      rounding: str = "nearest", generator: Optional[torch.Generator] = None,
+                      noise: Optional[tuple] = None) -> FallbackQTensor:
+    """Block INT8 of the 2-D view of x, with the blocks of ``mask`` (bool grid) in two parts.
+
+    Stochastic rounding draws the first part's uniforms, then the residual's, from ``generator``
+    (or takes them as ``noise=(u1, u2)``, each x's 2-D shape), so the first part equals what
+    ``quantize(x, int8 block spec, generator)`` gives for the same generator state."""
+    x2d = _as_2d(x).to(torch.float32)
+    block = tuple(block)
+    u1 = u2 = None
+    if noise is not None:
+        u1, u2 = noise
+    q = quantize(x2d, _int8_spec(block, rounding), generator=generator if u1 is None else None, noise=u1)
+    grid = q.scale.shape
+    given = mask is not None
+    if not given:
+        mask = torch.zeros(grid, dtype=torch.bool, device=x2d.device)
+    if tuple(mask.shape) != tuple(grid):
+        raise ValueError(f"mask grid {tuple(mask.shape)} != block grid {tuple(grid)}")
+    codes = q.codes.reshape(x2d.shape)
+    if not given or _none_set(mask):
+        return FallbackQTensor(codes, q.scale, torch.zeros_like(codes), torch.ones_like(q.scale),
+                               mask.to(torch.bool), block, maybe_fallback=given)
+    if rounding == "stochastic" and u2 is None:
+        u2 = torch.rand(x2d.shape, generator=generator, dtype=torch.float32, device=x2d.device)
+    r = x2d - apply_blocks(codes, q.scale, block, torch.div)
+    amax_r = torch.where(mask, block_amax(r, block), torch.zeros_like(q.scale))
+    s2 = scale_from_amax(amax_r, QMAX)  # 1 where amax_r is 0: outside the mask, or an exact block
+    q2 = cast(apply_blocks(r, s2, block, torch.mul), "int8", rounding, noise=u2)
+    q2 = _block_mask(q2, mask, block)
+    return FallbackQTensor(codes, q.scale, q2, s2, mask.to(torch.bool), block)
+
+
+# ----------------------------------------------------------------------------------------------
+# Rules
+
+
+def block_int8_error(x: torch.Tensor, block) -> torch.Tensor:
+    """Per-block relative L2 error of nearest-rounding block INT8: ||x_b - deq_b|| / ||x_b||
+    (0 for an all-zero block; NaN/Inf elements count as 0)."""
+    x2d = _as_2d(x).to(torch.float32)
+    x2d = torch.where(torch.isfinite(x2d), x2d, torch.zeros_like(x2d))
+    deq = quantize(x2d, _int8_spec(block, "nearest")).dequantize()
+    err = _block_sum(((x2d - deq) ** 2), block)
+    ref = _block_sum(x2d * x2d, block)
+    return torch.where(ref > 0, torch.sqrt(err / torch.where(ref > 0, ref, torch.ones_like(ref))),
+                       torch.zeros_like(ref))
+
+
+def _block_sum(v2d: torch.Tensor, block) -> torch.Tensor:
+    return _blocks_view(v2d, block).sum(dim=(1, 3))
+
+
+def _positive_quantile(a: torch.Tensor, q: float) -> torch.Tensor:
+    """The lower q-quantile of the positive entries of a (Inf if none), without a host sync:
+    zeros sort first, so the wanted entry sits at an index computed on the device."""
+    s, _ = torch.sort(a.flatten())
+    n = s.numel()
+    zeros = (s <= 0).sum()
+    npos = n - zeros
+    idx = zeros + torch.floor(q * (npos - 1).clamp(min=0).to(torch.float64)).to(torch.int64)
+    val = s[idx.clamp(max=max(n - 1, 0))] if n else torch.zeros((), device=a.device)
+    return torch.where(npos > 0, val, torch.full_like(val, math.inf))
+
+
+def _topk_mask(amax: torch.Tensor, rho: float) -> torch.Tensor:
+    n = amax.numel()
+    k = min(n, int(math.floor(rho * n + 0.5)))
+    order = torch.sort(amax.flatten(), descending=True, stable=True).indices
+    mask = torch.zeros(n, dtype=torch.bool, device=amax.device)
+    mask[order[:k]] = True
+    return mask.reshape(amax.shape)
+
+
+def select_blocks(x: torch.Tensor, block, rule: str, *, tau: float = DEFAULTS["tau"],
+                  rho: float = DEFAULTS["rho"], error_threshold: float = DEFAULTS["error_threshold"],
+                  threshold: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None):
+    """(mask, threshold) for a stateless rule; ``dynamic`` takes its amax ``threshold`` from the
+    caller (``FallbackInt8Quantizer`` keeps the EMA). threshold is a 0-d tensor (NaN for rules
+    without one)."""
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    x2d = _as_2d(x)
+    if amax is None:
+        amax = block_amax(x2d, block)
+    nan = torch.full((), math.nan, device=amax.device)
+    if rule == "none":
+        return torch.zeros_like(amax, dtype=torch.bool), nan
+    if rule == "absmax":
+        thr = tau * _positive_quantile(amax, 0.5)
+        return amax > thr, thr
+    if rule == "topk":
+        return _topk_mask(amax, rho), nan
+    if rule == "error":
+        thr = torch.full((), float(error_threshold), device=amax.device)
+        return block_int8_error(x2d, block) > thr, thr
+    if threshold is None:
+        raise ValueError("rule 'dynamic' needs threshold= (FallbackInt8Quantizer keeps it)")
+    return amax > threshold, threshold
+
+
+# ----------------------------------------------------------------------------------------------
+# Exact integer GEMM (the kernel's reference)
+
+
+def _rows(grid: torch.Tensor, rows_per: int, n: int) -> torch.Tensor:
+    return grid.repeat_interleave(rows_per, dim=0)[:n]
+
+
+def int8_block_gemm_reference(qa, da, qb, db, block_a, block_b, ra=None, dra=None, fa=None,
+                              rb=None, drb=None, fb=None) -> torch.Tensor:
+    """``A @ B.T`` in fp32 from block-scaled INT8 operands, the way the kernel computes it.
+
+    qa (M, K), qb (N, K): integer codes (any integer or integer-valued dtype). da, db: DECODE scales
+    per block, grids (ceil(M/BM), ceil(K/BK)) and (ceil(N/BN), ceil(K/BK)); block_a = (BM, BK),
+    block_b = (BN, BK) with the same BK (the K-group). ra/dra/fa, rb/drb/fb: optional second INT8
+    parts of A / B with their decode scales and per-block flags (residuals count only where the
+    flag is set).
+
+    Per K-group k, int32 partial products (computed in int64, checked to fit int32) are converted
+    to fp32 and scaled by the fp32 outer product of the two scale vectors, then added to an fp32
+    accumulator in this order: q1a.q1b, q2a.q1b, q1a.q2b, q2a.q2b. The Triton kernel does the same
+    fp32 operations in the same order, so the results are equal bit for bit (terms it skips for
+    tiles without a flag are exact zeros here)."""
+    M, K = qa.shape
+    N = qb.shape[0]
+    bm, bk = block_a
+    bn, bk_b = block_b
+    if bk != bk_b:
+        raise ValueError(f"A and B must share the K-group: {block_a} vs {block_b}")
+    if qb.shape[1] != K:
+        raise ValueError(f"K differs: {tuple(qa.shape)} vs {tuple(qb.shape)}")
+    nkb = -(-K // bk)
+
+    def prep(q, d, r, dr, f, rows_per, n):
+        d = _rows(d.to(torch.float32), rows_per, n)
+        parts = [(q.to(torch.int64), d)]
+        if r is not None:
+            flags = _rows(f.to(torch.bool), rows_per, n)
+            parts.append((r.to(torch.int64), torch.where(flags, _rows(dr.to(torch.float32), rows_per, n),
+                                                         torch.zeros_like(d))))
+        return parts
+
+    pa = prep(qa, da, ra, dra, fa, bm, M)
+    pb = prep(qb, db, rb, drb, fb, bn, N)
+    # the kernel's term order: b's first part against each a part, then b's second part
+    order = [(ia, ib) for ib in range(len(pb)) for ia in range(len(pa))]
+    y = torch.zeros(M, N, dtype=torch.float32, device=qa.device)
+    lim = 2**31 - 1
+    for kb in range(nkb):
+        k0, k1 = kb * bk, min((kb + 1) * bk, K)
+        for ia, ib in order:
+            (a, sa), (b, sb) = pa[ia], pb[ib]
+            if a.is_cuda:
+                # CUDA has no int64 matmul; float64 is exact here (integer terms, |sums| < 2^53)
+                p = (a[:, k0:k1].double() @ b[:, k0:k1].double().t()).to(torch.int64)
+            else:
+                p = a[:, k0:k1] @ b[:, k0:k1].t()
+            if p.numel() and int(p.abs().max()) > lim:
+                raise OverflowError("int32 partial product overflows: K-group too large")
+            scale = sa[:, kb][:, None] * sb[:, kb][None, :]
+            y = y + p.to(torch.int32).to(torch.float32) * scale
+    return y
+
+
+# ----------------------------------------------------------------------------------------------
+# The operand quantizer
+
+
+class _Stats(Mapping):
+    """Telemetry numbers that become Python floats only when read: converting a CUDA tensor waits
+    for the device, and QLinear reads the stats only on telemetry steps."""
+
+    def __init__(self, **items):
+        self._items = items
+
+    def __getitem__(self, key):
+        v = self._items[key]
+        if callable(v):
+            v = v()
+        return v.item() if isinstance(v, torch.Tensor) else v
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+
+def _check_block(block) -> tuple:
+    if (not isinstance(block, (tuple, list)) or len(block) != 2
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
+        raise ValueError(f"block: must be two positive ints (rows, cols), got {block!r}")
+    return (int(block[0]), int(block[1]))
+
+
+class FallbackInt8Quantizer(OperandQuantizer):
+    """Block INT8 for every operand; blocks of the configured (GEMM, operand) slots that the rule
+    flags fall back to two INT8 parts. One instance can serve all six operand slots of a recipe:
+    the call says which slot it is."""
+
+    name = "int8_fallback"
+
+    def __init__(self, block=DEFAULTS["block"], rule: str = DEFAULTS["rule"], tau: float = DEFAULTS["tau"],
+                 rho: float = DEFAULTS["rho"], error_threshold: float = DEFAULTS["error_threshold"],
+                 ema: float = DEFAULTS["ema"], quantile: float = DEFAULTS["quantile"],
+                 fallback_gemms: Iterable[str] = DEFAULTS["fallback_gemms"],
+                 fallback_operands: Iterable[str] = DEFAULTS["fallback_operands"],
+                 stochastic_gradients: bool = DEFAULTS["stochastic_gradients"]):
+        self.block = _check_block(block)
+        if rule not in RULES:
+            raise ValueError(f"rule: must be one of {RULES}, got {rule!r}")
+        self.rule = rule
+        for key, v, lo, hi in (("tau", tau, 0.0, math.inf), ("rho", rho, 0.0, 1.0),
+                               ("error_threshold", error_threshold, 0.0, math.inf), ("ema", ema, 0.0, 1.0),
+                               ("quantile", quantile, 0.0, 1.0)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+                raise ValueError(f"{key}: must be a number in [{lo}, {hi}], got {v!r}")
+        if ema >= 1.0:
+            raise ValueError("ema: must be < 1 (1 would never move the level)")
+        self.tau, self.rho, self.error_threshold = float(tau), float(rho), float(error_threshold)
+        self.ema, self.quantile = float(ema), float(quantile)
+        self.fallback_gemms = tuple(fallback_gemms)
+        self.fallback_operands = tuple(fallback_operands)
+        bad_g = set(self.fallback_gemms) - set(GEMMS)
+        bad_o = set(self.fallback_operands) - {"x", "w", "dy"}
+        if bad_g or bad_o:
+            raise ValueError(f"fallback_gemms must be within {GEMMS} and fallback_operands within "
+                             f"('x', 'w', 'dy'); got unknown {sorted(bad_g | bad_o)}")
+        if not isinstance(stochastic_gradients, bool):
+            raise ValueError(f"stochastic_gradients: must be a bool, got {stochastic_gradients!r}")
+        self.stochastic_gradients = stochastic_gradients
+        # (layer name, gemm, operand) -> {"level": 0-d fp32 tensor, "steps": int}
+        self._state: dict = {}
+
+    # -- which slots do what
+    def falls_back(self, gemm: str, operand: str) -> bool:
+        return self.rule != "none" and gemm in self.fallback_gemms and operand in self.fallback_operands
+
+    def rounding(self, operand: str) -> str:
+        return "stochastic" if (self.stochastic_gradients and operand == "dy") else "nearest"
+
+    # -- dynamic-rule state
+    @staticmethod
+    def _key(call: OperandCall) -> tuple:
+        return (str(getattr(call.layer, "name", "")), call.gemm, call.operand)
+
+    def _dynamic_threshold(self, amax: torch.Tensor, key: tuple, training: bool) -> torch.Tensor:
+        # all tensor arithmetic, no host sync; an all-zero call has no level (Inf) and must not
+        # enter the EMA
+        level_now = _positive_quantile(amax, self.quantile)
+        st = self._state.get(key)
+        prev = level_now if st is None else st["level"].to(amax.device)
+        prev_ok = torch.isfinite(prev)
+        level = torch.where(prev_ok, prev, level_now)
+        if training:
+            blended = self.ema * level + (1.0 - self.ema) * level_now
+            new = torch.where(prev_ok, torch.where(torch.isfinite(level_now), blended, level), level_now)
+            self._state[key] = {"level": new.detach().to(torch.float32),
+                                "steps": (0 if st is None else st["steps"]) + 1}
+        return self.tau * level
+
+    def state_dict(self) -> dict:
+        return {f"{n}:{g}.{o}": {"level": v["level"].detach().cpu().clone(), "steps": v["steps"]}
+                for (n, g, o), v in self._state.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._state = {}
+        for k, v in (state or {}).items():
+            name, _, slot = k.rpartition(":")
+            g, _, o = slot.partition(".")
+            self._state[(name, g, o)] = {"level": torch.as_tensor(v["level"], dtype=torch.float32).clone(),
+                                         "steps": int(v["steps"])}
+
+    def state_for_layer(self, name: str) -> dict:
+        """This layer's share of the state, keyed "gemm.operand" (for QLinear.get_extra_state)."""
+        return {f"{g}.{o}": {"level": v["level"].detach().cpu().clone(), "steps": v["steps"]}
+                for (n, g, o), v in self._state.items() if n == name}
+
+    def load_state_for_layer(self, name: str, state: dict) -> None:
+        for k in [k for k in self._state if k[0] == name]:
+            del self._state[k]
+        for slot, v in (state or {}).items():
+            g, _, o = slot.partition(".")
+            self._state[(name, g, o)] = {"level": torch.as_tensor(v["level"], dtype=torch.float32).clone(),
+                                         "steps": int(v["steps"])}
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        d["block"] = list(self.block)
+        d["fallback_gemms"] = list(self.fallback_gemms)
+        d["fallback_operands"] = list(self.fallback_operands)
+        return d
+
+    # -- quantization
+    def quantize_operand(self, t: torch.Tensor, call: OperandCall):
+        """(FallbackQTensor of t's 2-D view, stats). The GPU path feeds the result to
+        ``lowprec.kernels.int8_fallback_gemm.gemm_fallback_qtensors``."""
+        t2d = _as_2d(t).to(torch.float32)
+        rounding = self.rounding(call.operand)
+        gen = None
+        if rounding == "stochastic":
+            gen = torch.Generator(device=t2d.device)
+            gen.manual_seed(call.seed)
+        mask, thr = None, math.nan
+        active = self.falls_back(call.gemm, call.operand)
+        if active:
+            amax = block_amax(t2d, self.block)
+            if self.rule == "dynamic":
+                thr = self._dynamic_threshold(amax, self._key(call), call.training)
+                mask, thr = select_blocks(t2d, self.block, "dynamic", threshold=thr, amax=amax)
+            else:
+                mask, thr = select_blocks(t2d, self.block, self.rule, tau=self.tau, rho=self.rho,
+                                          error_threshold=self.error_threshold, amax=amax)
+        fq = fallback_quantize(t2d, self.block, mask, rounding, generator=gen)
+        stats = _Stats(format="int8", rule=self.rule if active else "none",
+                       fallback_ratio=lambda: fq.fallback_ratio, n_blocks=int(fq.mask.numel()),
+                       n_fallback=lambda: fq.mask.sum(), fallback_threshold=thr)
+        return fq, stats
+
+    def __call__(self, t: torch.Tensor, call: OperandCall):
+        fq, stats = self.quantize_operand(t, call)
+        return fq.dequantize().reshape(t.shape), stats
+
+
+# ----------------------------------------------------------------------------------------------
+# Recipe
+
+
+_RECIPE_KEYS = set(DEFAULTS)
+
+
+def int8_fallback_recipe(method_cfg: Optional[dict] = None) -> Recipe:
+    """The recipe from a method config's own keys (see DEFAULTS); all six operands INT8 in blocks,
+    fallback only in the configured slots."""
+    cfg = dict(method_cfg or {})
+    cfg.pop("recipe", None)
+    unknown = set(cfg) - _RECIPE_KEYS
+    if unknown:
+        raise ValueError(f"method: unknown key(s) {sorted(unknown)} for recipe 'int8_fallback'; "
+                         f"known: {sorted(_RECIPE_KEYS)}")
+    c = {**DEFAULTS, **cfg}
+    for key in ("fallback_gemms", "fallback_operands"):
+        if isinstance(c[key], str):
+            raise ValueError(f"{key}: must be a list, got the string {c[key]!r}")
+    try:
+        block = _check_block(tuple(c["block"]) if isinstance(c["block"], list) else c["block"])
+        quant = FallbackInt8Quantizer(block=block, rule=c["rule"], tau=c["tau"], rho=c["rho"],
+                                      error_threshold=c["error_threshold"], ema=c["ema"],
+                                      quantile=c["quantile"], fallback_gemms=c["fallback_gemms"],
+                                      fallback_operands=c["fallback_operands"],
+                                      stochastic_gradients=c["stochastic_gradients"])
+    except ValueError as e:
+        raise ValueError(f"method (int8_fallback): {e}") from e
+    slots = ", ".join(f"{g}.{o}" for g in GEMMS for o in OPERANDS[g] if quant.falls_back(g, o)) or "none"
+    if quant.rule == "absmax":
+        what = f"absmax > {quant.tau:g} x median block amax"
+    elif quant.rule == "topk":
+        what = f"top {quant.rho:g} of blocks by amax"
+    elif quant.rule == "error":
+        what = f"INT8 relative error > {quant.error_threshold:g}"
+    elif quant.rule == "dynamic":
+        what = f"absmax > {quant.tau:g} x EMA({quant.ema:g}) of the q{quant.quantile:g} block amax"
+    else:
+        what = "no fallback"
+    desc = (f"INT8 per {block[0]}x{block[1]} block; fallback blocks as two INT8 parts ({what}) in {slots}; "
+            f"gradients {'stochastically rounded' if quant.stochastic_gradients else 'rounded to nearest'}")
+    return Recipe("int8_fallback", Gemm(quant, quant), Gemm(quant, quant), Gemm(quant, quant),
+                  high_precision=c["high_precision"], description=desc)
+
+
+# ----------------------------------------------------------------------------------------------
+# Outlier analysis (for the figures)
+
+
+def block_absmax_stats(x: torch.Tensor, block=(32, 32), taus=(4.0, 8.0, 16.0)) -> dict:
+    """Outlier structure of a layer input (its 2-D view: tokens x channels).
+
+    Returns floats: n_blocks, median_block_amax, max_over_median, p90/p99/p999 of the block amax
+    over the median, kurtosis (Pearson, of the elements: 3 for a Gaussian), and for each tau the
+    share of blocks above tau x median (``share_above_<tau>``) and how those hot blocks are laid
+    out: ``rowwise_<tau>`` (share of hot blocks in a block-row that is at least half hot:
+    token-wise outliers), ``colwise_<tau>`` (same for block-columns: channel-wise), ``isolated_<tau>``
+    (the rest); plus ``ratios``, the sorted block amax / median as a CPU tensor, for histograms.
+    The median is over non-zero blocks, as in the fallback rules."""
+    block = _check_block(tuple(block))
+    x2d = _as_2d(x.detach()).to(torch.float32)
+    amax = block_amax(x2d, block)
+    med = float(_positive_quantile(amax, 0.5))
+    ratios = (amax / med) if math.isfinite(med) and med > 0 else torch.zeros_like(amax)
+    flat = torch.sort(ratios.flatten().double().cpu()).values
+    x64 = x2d.double()
+    x64 = x64[torch.isfinite(x64)]
+    var = float(x64.var(unbiased=False)) if x64.numel() else 0.0
+    kurt = float(((x64 - x64.mean()) ** 4).mean() / var**2) if var > 0 else math.nan
+
+    def q(p):
+        return float(torch.quantile(flat, p)) if flat.numel() else math.nan
+
+    out = {"n_blocks": int(amax.numel()), "median_block_amax": med,
+           "max_over_median": float(flat[-1]) if flat.numel() else math.nan,
+           "p90_over_median": q(0.90), "p99_over_median": q(0.99), "p999_over_median": q(0.999),
+           "kurtosis": kurt}
+    for tau in taus:
+        hot = (ratios > tau).cpu()
+        n_hot = int(hot.sum())
+        tag = f"{tau:g}"
+        out[f"share_above_{tag}"] = n_hot / max(hot.numel(), 1)
+        hot_rows = hot.float().mean(dim=1) >= 0.5
+        hot_cols = hot.float().mean(dim=0) >= 0.5
+        in_row = hot & hot_rows[:, None]
+        in_col = hot & hot_cols[None, :] & ~in_row
+        den = max(n_hot, 1)
+        out[f"rowwise_{tag}"] = int(in_row.sum()) / den
+        out[f"colwise_{tag}"] = int(in_col.sum()) / den
+        out[f"isolated_{tag}"] = (n_hot - int(in_row.sum()) - int(in_col.sum())) / den if n_hot else 0.0
+    out["ratios"] = flat.float()
+    return out
+
+
+def expand_mask(mask: torch.Tensor, shape2d, block) -> torch.Tensor:
+    """The block mask broadcast to elements (for plots and tests)."""
+    return expand_blocks(mask, shape2d, block)

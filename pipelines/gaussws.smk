@@ -1,0 +1,68 @@
+# GaussWS (arXiv 2505.11170): the 9-bit exactness figure, overhead, memory and post-training export
+# tables (lowprec.report.gaussws), on top of the generic loss curves and final-loss table.
+
+GW_EXPORTS = ["none", "mxfp8", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"]
+GW_GPU = "results/gaussws/overhead_h200.csv"  # committed H200 measurement (kernels and overhead)
+
+if "gaussws" in PAPERS:
+    GW = f"{RESULTS}/gaussws/{SCALE}"
+    PAPER_EXTRA_OUTPUTS["gaussws"] += [
+        f"{GW}/figures/exactness.png", f"{GW}/figures/exactness.pdf", f"{GW}/tables/exactness.csv",
+        f"{GW}/tables/overhead.csv", f"{GW}/tables/overhead.md",
+        f"{GW}/tables/memory.csv", f"{GW}/tables/memory.md",
+        f"{GW}/tables/export.csv", f"{GW}/tables/export.md",
+    ]
+
+    def gw_runs(method=None):
+        return [c["output_dir"] for k, c in RUNS.items() if k[0] == "gaussws" and (method is None or k[2] == method)]
+
+    rule gaussws_export_eval:
+        input:
+            f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/provenance.json",
+        output:
+            f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/export.csv",
+        params:
+            run=lambda w: f"{RESULTS}/runs/{SCALE}/gaussws/{w.model}/{w.method}/s{w.seed}",
+            formats=" ".join(GW_EXPORTS),
+        shell:
+            "python -m lowprec.evaluate --run {params.run} --export {params.formats} --out {output}"
+
+    rule gaussws_exactness:
+        input:
+            [f"{d}/provenance.json" for d in gw_runs("bf16")],
+        output:
+            png=report(f"{GW}/figures/exactness.png", category="gaussws", subcategory="noise bits",
+                       caption="report/gaussws_exactness.rst"),
+            pdf=f"{GW}/figures/exactness.pdf",
+            csv=f"{GW}/tables/exactness.csv",
+        params:
+            runs=" ".join(gw_runs("bf16")),
+        shell:
+            "python -m lowprec.report.gaussws exactness --runs {params.runs} --csv {output.csv} "
+            "--png {output.png} --pdf {output.pdf}"
+
+    rule gaussws_overhead_memory:
+        input:
+            [f"{d}/provenance.json" for d in gw_runs()],
+        output:
+            ocsv=f"{GW}/tables/overhead.csv",
+            omd=f"{GW}/tables/overhead.md",
+            mcsv=f"{GW}/tables/memory.csv",
+            mmd=f"{GW}/tables/memory.md",
+        params:
+            runs=" ".join(gw_runs()),
+            gpu=GW_GPU,
+        shell:
+            "python -m lowprec.report.gaussws overhead --runs {params.runs} --gpu {params.gpu} "
+            "--csv {output.ocsv} --md {output.omd} && "
+            "python -m lowprec.report.gaussws memory --runs {params.runs} --gpu {params.gpu} "
+            "--csv {output.mcsv} --md {output.mmd}"
+
+    rule gaussws_export_table:
+        input:
+            [f"{d}/export.csv" for d in gw_runs()],
+        output:
+            csv=f"{GW}/tables/export.csv",
+            md=f"{GW}/tables/export.md",
+        shell:
+            "python -m lowprec.report.gaussws export --evals {input} --csv {output.csv} --md {output.md}"

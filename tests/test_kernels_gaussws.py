@@ -1,0 +1,194 @@
+"""The fused GaussWS Triton kernel against the torch reference in lowprec.gaussws, bit for bit.
+
+Runs on CUDA when a device is present, else under the Triton interpreter on CPU (a few seconds).
+As in test_kernels_quantize.py, TRITON_INTERPRET must be set before lowprec.kernels.gaussws_noise is
+first imported (the kernel uses Triton builtins only, so an earlier import of triton itself does not
+matter); the module is reloaded if someone imported it before without the variable.
+
+The contract: kernel(W, seed) == gaussws_reference(W, bits=<the kernel's Philox words>), and those
+words are lowprec.gaussws.philox_bits(shape, seed), Philox4x32-10 as in tl.randint4x.
+"""
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest.importorskip("triton")
+
+from lowprec import gaussws as gw  # noqa: E402
+
+_MOD = "lowprec.kernels.gaussws_noise"
+if _MOD in sys.modules and os.environ.get("TRITON_INTERPRET") == "1" and not sys.modules[_MOD].interpreter_active():
+    importlib.reload(sys.modules[_MOD])
+kg = importlib.import_module(_MOD)
+
+DEVICES = (["cpu"] if kg.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])
+if not DEVICES:
+    pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+
+SEED = 0x1234_5678_9ABC  # > 32 bits: both Philox key halves are used
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
+
+
+def _weights(shape, dtype, device, seed=0, std=0.02):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(shape, generator=g) * std
+    return w.to(dtype).to(device)
+
+
+def _same_bf16(a, b):
+    """Bitwise equal, except that NaNs only need to be NaN in both (their bits differ by code path)."""
+    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
+    if not torch.equal(nan_a, nan_b):
+        return False
+    ia, ib = a.view(torch.int16), b.view(torch.int16)
+    return torch.equal(torch.where(nan_a, 0, ia), torch.where(nan_b, 0, ib))
+
+
+def _check(w, b, block, seed=SEED):
+    res = kg.gaussws_noise_ex(w, b, block, seed, return_r=True, return_delta=True, return_bits=True)
+    bits = res.bits.to(torch.int64) & 0xFFFFFFFF
+    assert torch.equal(bits.cpu(), gw.philox_bits(tuple(w.shape), seed)), "Philox words"
+    ref_wc, ref_r, ref_delta = gw.gaussws_reference(w, b, block, bits=bits)
+    assert torch.equal(res.r, ref_r), "R"
+    assert torch.equal(res.delta, ref_delta), "Delta"
+    assert _same_bf16(res.w_c, ref_wc), "W_c"
+    # and the reference drawing its own Philox words agrees
+    assert _same_bf16(gw.gaussws_reference(w, b, block, seed=seed, rng="philox")[0], ref_wc)
+    return res
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("block", [(32, 32), (16, 16)])
+def test_kernel_matches_reference(device, dtype, block):
+    w = _weights((64, 64), dtype, device)
+    w[:16, 16:32] = 0.0                       # a zero block (16x16) / part of one (32x32)
+    w[32:, 32:] *= 2.0**-12                   # a block of small weights: its own Delta
+    res = _check(w, 6, block)
+    if block == (16, 16):
+        assert torch.all(res.w_c[:16, 16:32] == 0) and res.delta[0, 1] == 0
+        assert (res.r[:16, 16:32] != 0).any()  # R was drawn, Delta 0 keeps the block exactly zero
+    assert (res.w_c.float() != w.float()).float().mean() > 0.2  # noise was added
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_ragged_shapes_and_b_grid(device, dtype):
+    w = _weights((50, 70), dtype, device, seed=1)       # rows not a multiple of 4 or 32
+    _check(w, 9, (32, 32))
+    b = torch.tensor([[4, 7, 10], [5, 6, 16]], dtype=torch.int32, device=device)
+    res = _check(w, b, (32, 32))
+    want = gw.block_delta(w, b, (32, 32))
+    assert torch.equal(res.delta, want)
+    _check(_weights((7, 5), dtype, device, seed=2), 4, (4, 4))
+
+
+def test_kernel_wide_index_path(device, monkeypatch):
+    # tensors past 2^31 elements use int64 offsets and split 64-bit Philox counters; same bits
+    monkeypatch.setattr(kg, "_FORCE_WIDE", True)
+    _check(_weights((40, 72), torch.bfloat16, device, seed=8), 7, (16, 16))
+
+
+def test_kernel_nan_inf(device):
+    w = _weights((64, 32), torch.float32, device, seed=3)
+    w[1, 2], w[5, 6], w[40, 7] = float("nan"), float("inf"), float("-inf")
+    res = _check(w, 5, (32, 32))
+    assert torch.isnan(res.w_c[1, 2]) and res.w_c[5, 6] == float("inf") and res.w_c[40, 7] == float("-inf")
+    clean = torch.where(torch.isfinite(w), w, torch.zeros_like(w))
+    assert torch.equal(res.delta, gw.block_delta(clean, 5, (32, 32)))  # NaN/Inf left out of the amax
+
+
+def test_kernel_bf16_cast_paths_agree(device):
+    w = _weights((64, 64), torch.float32, device, seed=4)
+    w[3, 3] = float("nan")
+    a = kg.gaussws_noise(w, 6, (32, 32), 7, bf16_cast="emulated")
+    b = kg.gaussws_noise(w, 6, (32, 32), 7)
+    assert _same_bf16(a, b)
+    if device == "cpu":
+        assert a[3, 3].view(torch.int16).item() == 0x7FC0  # the written-out cast's NaN
+
+
+def test_kernel_distribution(device):
+    res = kg.gaussws_noise_ex(_weights((256, 256), torch.float32, device, seed=5), 6, (32, 32), 99, return_r=True)
+    r = res.r.cpu().to(torch.int64).clamp(-2, 2)
+    frac = torch.bincount(r.flatten() + 2, minlength=5).double() / r.numel()
+    pmf = gw.rounded_gaussian_pmf()
+    # 65536 draws: a standard error of 0.0018 for P(0), 0.0014 for P(+-1)
+    assert frac[2].item() == pytest.approx(pmf[0], abs=0.008)
+    assert frac[1].item() == pytest.approx(pmf[-1], abs=0.006) and frac[3].item() == pytest.approx(pmf[1], abs=0.006)
+
+
+def test_kernel_rejects_unsupported(device):
+    w = _weights((64, 64), torch.float32, device)
+    assert kg.supports_block((32, 32)) and kg.supports_block((4, 7)) and not kg.supports_block((3, 32))
+    assert not kg.supports_block((256, 256))
+    with pytest.raises(ValueError, match="multiple of 4"):
+        kg.gaussws_noise(w, 6, (6, 32))
+    with pytest.raises(ValueError, match="grid"):
+        kg.gaussws_noise(w, torch.full((3, 3), 6), (32, 32))
+
+
+def test_weight_transform_uses_kernel_and_matches_torch_path(device):
+    w = torch.nn.Parameter(_weights((96, 64), torch.float32, device, seed=6))
+    tk = gw.GaussWSWeight(w.shape, seed=11, b=5, backend="triton")
+    tt = gw.GaussWSWeight(w.shape, seed=11, b=5, backend="torch", rng="philox")
+    a, b = tk(w), tt(w)
+    assert tk.last_backend == "triton" and tt.last_backend == "torch"
+    assert torch.equal(a, b)
+    # learnable b through the kernel: same W_c and the same b gradient as the torch path
+    lk = gw.GaussWSWeight(w.shape, seed=11, learnable_b=True, backend="triton").to(device)
+    lt = gw.GaussWSWeight(w.shape, seed=11, learnable_b=True, backend="torch", rng="philox").to(device)
+    g = torch.randn(w.shape, device=device)
+    (lk(w) * g).sum().backward()
+    (lt(w) * g).sum().backward()
+    assert torch.equal(lk._cache["w_c"], lt._cache["w_c"])
+    assert torch.equal(lk.bits.grad, lt.bits.grad)
+    # Conv1D-style transposed weights: the stored block is transposed, the noise drawn on the stored layout
+    ct = gw.GaussWSWeight((64, 96), seed=3, transposed=True, block=(32, 16), backend="triton")
+    cr = gw.GaussWSWeight((64, 96), seed=3, transposed=True, block=(32, 16), backend="torch", rng="philox")
+    wt = _weights((64, 96), torch.float32, device, seed=7)
+    assert ct.stored_block == (16, 32) and torch.equal(ct(wt), cr(wt))
+
+
+def test_philox_matches_triton_randint4x():
+    # Cross-check with triton.language.random in a fresh interpreter (its @jit helpers only run
+    # interpreted when TRITON_INTERPRET=1 is set before triton is imported).
+    code = textwrap.dedent(f"""
+        import os
+        os.environ["TRITON_INTERPRET"] = "1"
+        import torch, triton, triton.language as tl
+        from lowprec import gaussws as gw
+
+        @triton.jit
+        def k(out, seed, n: tl.constexpr):
+            i = tl.arange(0, n)
+            a, b, c, d = tl.randint4x(seed, i.to(tl.uint32))
+            tl.store(out + 4 * i, a.to(tl.int64)); tl.store(out + 4 * i + 1, b.to(tl.int64))
+            tl.store(out + 4 * i + 2, c.to(tl.int64)); tl.store(out + 4 * i + 3, d.to(tl.int64))
+
+        seed = {SEED}
+        k0, k1 = gw.philox_key(seed)
+        out = torch.zeros(4 * 64, dtype=torch.int64)
+        k[(1,)](out, k0 + (k1 << 32), 64)
+        got = out.reshape(64, 4) & 0xFFFFFFFF
+        ctr = torch.arange(64)
+        want = torch.stack(gw.philox4x32(ctr, ctr * 0, k0, k1), dim=1)
+        assert torch.equal(got, want), (got[:2], want[:2])
+        print("ok")
+    """)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]

@@ -1,0 +1,239 @@
+"""Triton fallback kernels (lowprec.kernels.int8_fallback_gemm) against the torch reference in
+lowprec.int8_fallback: the quantize pass bit for bit, the GEMM equal to the exact integer emulation
+bit for bit (under the interpreter; to fp32 rounding on CUDA).
+
+Runs on CUDA when present, else under the Triton interpreter on CPU (a few seconds, tiny shapes).
+The kernels call lowprec.kernels.quantize's jit helpers, so both modules must be built in the same
+mode: with TRITON_INTERPRET=1 set here, whichever was imported earlier without it is reloaded,
+quantize first.
+"""
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest.importorskip("triton")
+
+from lowprec.int8_fallback import (  # noqa: E402
+    block_int8_error,
+    fallback_quantize,
+    int8_block_gemm_reference,
+    select_blocks,
+)
+from lowprec.numerics import block_amax  # noqa: E402
+
+_KQ, _KF = "lowprec.kernels.quantize", "lowprec.kernels.int8_fallback_gemm"
+if os.environ.get("TRITON_INTERPRET") == "1":
+    if _KQ in sys.modules and not sys.modules[_KQ].interpreter_active():
+        importlib.reload(sys.modules[_KQ])
+        if _KF in sys.modules:
+            importlib.reload(sys.modules[_KF])
+    if _KF in sys.modules and not sys.modules[_KF].interpreter_active():
+        importlib.reload(sys.modules[_KF])
+kf = importlib.import_module(_KF)
+
+DEVICES = (["cpu"] if kf.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])
+if not DEVICES:
+    pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
+
+
+def _x(shape, seed=0, device="cpu", special=False):
+    """Gaussian with a hot block, a spike, and (special) NaN/Inf/-0."""
+    g = torch.Generator().manual_seed(seed)
+    m, n = shape
+    x = torch.randn(m, n, generator=g)
+    x[: max(1, m // 8), : max(1, n // 8)] *= 40.0
+    x[m - 3, n - 5] = 300.0
+    if special:
+        x[1, 2] = float("nan")
+        x[2, 3] = float("inf")
+        x[3, 4] = -0.0
+    return x.to(device)
+
+
+def _same_as_reference(got, ref):
+    q1, s1, q2, s2, flags = got
+    assert q1.dtype == q2.dtype == flags.dtype == torch.int8
+    assert torch.equal(q1.float().cpu(), ref.codes.cpu())
+    assert torch.equal(s1.cpu(), ref.scale.cpu())
+    assert torch.equal(q2.float().cpu(), ref.residual.cpu())
+    assert torch.equal(s2.cpu(), ref.residual_scale.cpu())
+    assert torch.equal(flags.bool().cpu(), ref.mask.cpu())
+
+
+# ----------------------------------------------------------------------------------------------
+# Quantize
+
+
+@pytest.mark.parametrize("shape,block", [((64, 96), (32, 32)), ((40, 72), (32, 32)), ((32, 256), (1, 128)),
+                                         ((40, 60), (8, 16))], ids=str)
+def test_quantize_pass_matches_reference(device, shape, block):
+    x = _x(shape, device=device, special=True)
+    for dtype in (torch.float32, torch.bfloat16):
+        xd = x.to(dtype)
+        mask, thr = select_blocks(xd.float(), block, "absmax")
+        ref = fallback_quantize(xd, block, mask)
+        assert ref.mask.any()
+        _same_as_reference(kf.quantize_fallback_int8(xd, block, mask=mask), ref)
+        # one pass with the threshold decided in the kernel: the same blocks
+        _same_as_reference(kf.quantize_fallback_int8(xd, block, threshold=thr), ref)
+    # no fallback: plain block INT8
+    _same_as_reference(kf.quantize_fallback_int8(x, block), fallback_quantize(x, block))
+
+
+def test_quantize_stochastic_rounding_matches_reference(device):
+    x = _x((64, 64), seed=1, device=device)
+    g = torch.Generator().manual_seed(2)
+    u1, u2 = torch.rand(64, 64, generator=g).to(device), torch.rand(64, 64, generator=g).to(device)
+    u1[0, 0] = u2[0, 1] = 0.99999994  # the 128 -> 127 clamp
+    mask, _ = select_blocks(x, (32, 32), "topk", rho=0.5)
+    ref = fallback_quantize(x, (32, 32), mask, rounding="stochastic", noise=(u1, u2))
+    got = kf.quantize_fallback_int8(x, (32, 32), mask=mask, noise=(u1, u2))
+    _same_as_reference(got, ref)
+    assert not torch.equal(got[0], kf.quantize_fallback_int8(x, (32, 32), mask=mask)[0])
+
+
+def test_block_stats_and_rules(device):
+    x = _x((64, 128), seed=3, device=device, special=True)
+    amax, err = kf.block_stats_int8(x, (32, 32))
+    assert torch.equal(amax, block_amax(x, (32, 32)))
+    torch.testing.assert_close(err, block_int8_error(x, (32, 32)), rtol=1e-5, atol=1e-7)
+    for rule, kw in (("absmax", {}), ("topk", {"rho": 0.25}), ("error", {"error_threshold": 0.02}), ("none", {})):
+        got = kf.quantize_fallback_rule(x, (32, 32), rule, **kw)
+        mask, _ = select_blocks(x, (32, 32), rule, **kw)
+        assert torch.equal(got[4].bool(), mask), rule
+        _same_as_reference(got, fallback_quantize(x, (32, 32), mask))
+
+
+# ----------------------------------------------------------------------------------------------
+# GEMM
+
+
+def _operands(x, w, block_a, block_b, rho_b=0.25):
+    fa = fallback_quantize(x, block_a, select_blocks(x, block_a, "absmax")[0])
+    fb = fallback_quantize(w, block_b, select_blocks(w, block_b, "topk", rho=rho_b)[0])
+    assert fa.mask.any() and fb.mask.any()
+    return fa, fb
+
+
+@pytest.mark.parametrize("dims,block_a,block_b,tile", [
+    ((64, 64, 64), (32, 32), (32, 32), None),         # the Jetfire shape
+    ((64, 64, 64), (32, 32), (32, 32), (16, 16)),     # tiles smaller than blocks: some skip the branch
+    ((40, 24, 80), (1, 32), (16, 32), None),          # ragged M, N and a partial K-group
+    ((32, 48, 72), (8, 24), (4, 24), (16, 32)),       # a K-group that is not a power of two
+], ids=["64^3", "small-tiles", "ragged", "group24"])
+def test_gemm_equals_integer_emulation(device, dims, block_a, block_b, tile):
+    M, N, K = dims
+    x = _x((M, K), seed=4, device=device)
+    w = _x((N, K), seed=5, device=device) * 0.05
+    fa, fb = _operands(x, w, block_a, block_b)
+    A, B = fa.gemm_operands(), fb.gemm_operands()
+    kw = {} if tile is None else {"block_m": tile[0], "block_n": tile[1]}
+    results = {}
+    for use_a in (False, True):
+        for use_b in (False, True):
+            ra = A[2:] if use_a else (None, None, None)
+            rb = B[2:] if use_b else (None, None, None)
+            got = kf.int8_fallback_gemm(A[0], A[1], B[0], B[1], block_a, block_b, *ra, *rb, **kw)
+            want = int8_block_gemm_reference(A[0], A[1], B[0], B[1], block_a, block_b, *ra, *rb)
+            if device == "cpu":
+                assert torch.equal(got, want), (use_a, use_b)
+            else:  # FMA contraction on the GPU: one rounding fewer per term
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+            results[use_a, use_b] = got
+    # the second parts did something, and brought the product closer to the exact one
+    exact = (x.double() @ w.double().t())
+    errs = {k: float((v.double() - exact).norm() / exact.norm()) for k, v in results.items()}
+    assert max(errs[True, False], errs[False, True]) < errs[False, False], errs
+    assert errs[True, True] < min(errs[True, False], errs[False, True]) / 2, errs
+
+
+def test_kernel_path_end_to_end(device):
+    """Quantize kernel -> GEMM kernel equals the torch FallbackQTensor path -> reference GEMM, and
+    the dequantized fp32 product that QLinear multiplies, to fp32 summation order."""
+    x = _x((64, 64), seed=6, device=device)
+    w = _x((32, 64), seed=7, device=device) * 0.05
+    mask, _ = select_blocks(x, (32, 32), "absmax")
+    q1, s1, q2, s2, flags = kf.quantize_fallback_int8(x, (32, 32), mask=mask)
+    wq1, ws1, _, _, _ = kf.quantize_fallback_int8(w, (32, 32))
+    y = kf.int8_fallback_gemm(q1, 1.0 / s1, wq1, 1.0 / ws1, (32, 32), (32, 32), q2,
+                              torch.where(flags.bool(), 1.0 / s2, torch.zeros_like(s2)), flags)
+    fa, fb = fallback_quantize(x, (32, 32), mask), fallback_quantize(w, (32, 32))
+    y_t = kf.gemm_fallback_qtensors(fa, fb)
+    if device == "cpu":
+        assert torch.equal(y, y_t)
+    y64 = fa.dequantize().double() @ fb.dequantize().double().t()
+    assert float((y_t.double() - y64).abs().max() / y64.abs().max()) < 1e-6
+
+
+def test_argument_errors(device):
+    q = torch.zeros(32, 32, dtype=torch.int8, device=device)
+    d = torch.ones(1, 1, device=device)
+    with pytest.raises(TypeError):
+        kf.int8_fallback_gemm(q.float(), d, q, d)
+    with pytest.raises(ValueError, match="K-group"):
+        kf.int8_fallback_gemm(q, d, q, d, (32, 32), (32, 16))
+    with pytest.raises(ValueError, match="scale grid"):
+        kf.int8_fallback_gemm(q, torch.ones(2, 1, device=device), q, d)
+    with pytest.raises(ValueError, match="ra needs"):
+        kf.int8_fallback_gemm(q, d, q, d, ra=q)
+    x = torch.randn(32, 32, device=device)
+    with pytest.raises(ValueError, match="not both"):
+        kf.quantize_fallback_int8(x, mask=torch.zeros(1, 1, dtype=torch.bool), threshold=1.0)
+    with pytest.raises(ValueError, match="mask grid"):
+        kf.quantize_fallback_int8(x, mask=torch.zeros(2, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="at most"):
+        kf.quantize_fallback_int8(x, (256, 128))
+    with pytest.raises(ValueError, match="dynamic"):
+        kf.quantize_fallback_rule(x, rule="dynamic")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_realistic_sizes():
+    g = torch.Generator(device="cuda").manual_seed(8)
+    x = torch.randn(1024, 2048, device="cuda", generator=g)
+    x[:, 100] *= 60.0
+    w = torch.randn(512, 2048, device="cuda", generator=g) * 0.02
+    fa, fb = _operands(x, w, (32, 32), (32, 32), rho_b=0.001)
+    A, B = fa.gemm_operands(), fb.gemm_operands()
+    got = kf.int8_fallback_gemm(A[0], A[1], B[0], B[1], (32, 32), (32, 32), *A[2:])
+    want = int8_block_gemm_reference(A[0], A[1], B[0], B[1], (32, 32), (32, 32), *A[2:])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    mask = select_blocks(x, (32, 32), "absmax")[0]
+    _same_as_reference(kf.quantize_fallback_int8(x, (32, 32), mask=mask), fallback_quantize(x, (32, 32), mask))
+
+
+def test_import_without_triton(monkeypatch):
+    """The module imports without Triton; the kernels then raise a clear RuntimeError."""
+    monkeypatch.setitem(sys.modules, "triton", None)
+    monkeypatch.setitem(sys.modules, "triton.language", None)
+    # a Triton-less quantize module for it to import
+    qpath = Path(sys.modules[_KQ].__file__)
+    qspec = importlib.util.spec_from_file_location("lowprec.kernels._quantize_nt", qpath)
+    qmod = importlib.util.module_from_spec(qspec)
+    qspec.loader.exec_module(qmod)
+    monkeypatch.setitem(sys.modules, _KQ, qmod)
+    monkeypatch.setattr(sys.modules["lowprec.kernels"], "quantize", qmod, raising=False)
+    spec = importlib.util.spec_from_file_location("lowprec.kernels._fallback_nt", Path(kf.__file__),
+                                                  submodule_search_locations=None)
+    mod = importlib.util.module_from_spec(spec)
+    mod.__package__ = "lowprec.kernels"
+    spec.loader.exec_module(mod)
+    assert not mod.triton_available() and not mod.interpreter_active()
+    with pytest.raises(RuntimeError, match="Triton"):
+        mod.quantize_fallback_int8(torch.ones(2, 2))
