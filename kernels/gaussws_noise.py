@@ -26,12 +26,13 @@ Semantics are ``lowprec.gaussws.gaussws_reference`` with ``rng="philox"``, bit f
   +-Inf stays +-Inf.
 
 Interpreter notes (as in ``kernels/quantize.py``): bf16 input is read as raw 16-bit words and widened
-with a shift; under the interpreter the fp32 -> bf16 cast is written out as integer RNE (on CUDA
+with a shift (``lowprec.kernels._common``, whose jit helpers the kernel calls); under the interpreter the fp32 -> bf16 cast is written out as integer RNE (on CUDA
 the hardware ``cvt.rn.bf16.f32`` is used, ``bf16_cast="emulated"`` forces the integer path there
 too). The kernel uses only Triton builtins (``tl.umulhi``, ``tl.mul``, ``tl.reduce``...), never
 triton.language's own @jit helpers (``tl.randint4x``, ``tl.max``), which are fixed as compiled or
 interpreted when triton is first imported and break the interpreter if that happened before
-TRITON_INTERPRET=1 was set. Set TRITON_INTERPRET=1 before importing this module to run on CPU.
+TRITON_INTERPRET=1 was set. Set TRITON_INTERPRET=1 before importing this module (and _common) to run
+on CPU, or reload both (``_common.reload_for_interpreter``).
 
 Cost model (why the layout): per element the kernel moves 4 (fp32) or 2 (bf16) bytes in and 2 out,
 and spends a quarter of a Philox4x32-10 call (~70 integer ops / 4) plus ~15 ops for R, the add and
@@ -47,15 +48,10 @@ import torch
 
 from lowprec.gaussws import PHILOX_ROUNDS, THRESHOLDS, philox_key
 
-try:
-    import triton
-    import triton.language as tl
+from . import _common as _c
+from ._common import _cdiv, _next_pow2
 
-    _TRITON_IMPORT_ERROR: Optional[BaseException] = None
-except Exception as exc:  # ImportError, or a broken install raising at import time
-    triton = None
-    tl = None
-    _TRITON_IMPORT_ERROR = exc
+triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
 __all__ = ["gaussws_noise", "gaussws_noise_ex", "NoiseResult", "triton_available", "interpreter_active",
            "supports_block"]
@@ -69,26 +65,11 @@ _BF16_CASTS = ("auto", "native", "emulated")
 _FORCE_WIDE = False  # tests: take the int64 offset/counter path on small tensors
 
 T0, T1, T2 = THRESHOLDS
+_JIT_FNS: tuple = ()  # the kernel and the _common helper it calls (mode checks)
 
 
 if triton is not None:
-
-    @triton.jit
-    def _load_fp32(ptr, offs, mask, IN_BF16: tl.constexpr):
-        if IN_BF16:
-            w = tl.load(ptr + offs, mask=mask, other=0)
-            return (w.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        else:
-            return tl.load(ptr + offs, mask=mask, other=0.0)
-
-    @triton.jit
-    def _max_combine(a, b):
-        return tl.maximum(a, b)
-
-    @triton.jit
-    def _finite_abs(x):
-        a = tl.abs(x)
-        return tl.where(a < float("inf"), a, 0.0)  # NaN compares false too
+    from ._common import _block_grid, _finite_abs, _load_fp32, _max_axis
 
     @triton.jit
     def _philox(c0, c1, k0, k1, ROUNDS: tl.constexpr):
@@ -133,24 +114,14 @@ if triton is not None:
         w_ptr, out_ptr, b_ptr, delta_ptr, r_ptr, bits_ptr,
         M, N, n_brow, n_bcol, k0, k1, B_CONST,
         Q: tl.constexpr, QP: tl.constexpr, BC: tl.constexpr, CP: tl.constexpr,
-        G: tl.constexpr, K: tl.constexpr, IN_BF16: tl.constexpr, B_GRID: tl.constexpr,
+        G: tl.constexpr, K: tl.constexpr, IN_KIND: tl.constexpr, B_GRID: tl.constexpr,
         WRITE_DELTA: tl.constexpr, WRITE_R: tl.constexpr, WRITE_BITS: tl.constexpr,
         NATIVE_BF16: tl.constexpr, WIDE: tl.constexpr, ROUNDS: tl.constexpr,
         T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr,
     ):
         """One program: G block-rows x K block-columns of (4Q, BC) blocks, each block held as four
         lanes [G, QP, K, CP] of rows 4q + lane (lane l uses Philox output l of counter q*N + col)."""
-        pid = tl.program_id(0)
-        n_cgrp = (n_bcol + K - 1) // K
-        pid_r = pid // n_cgrp
-        pid_c = pid % n_cgrp
-
-        g = tl.arange(0, G)[:, None, None, None]
-        j = tl.arange(0, QP)[None, :, None, None]
-        k = tl.arange(0, K)[None, None, :, None]
-        c = tl.arange(0, CP)[None, None, None, :]
-        brow = pid_r * G + g
-        bcol = pid_c * K + k
+        pid_r, pid_c, j, c, brow, bcol = _block_grid(n_bcol, G, QP, K, CP)
         col = bcol * BC + c
         ok = (j < Q) & (c < BC) & (col < N) & (brow < n_brow)
         if WIDE:  # offsets or counters past 2^31
@@ -163,13 +134,13 @@ if triton is not None:
         m1 = ok & (row0 + 1 < M)
         m2 = ok & (row0 + 2 < M)
         m3 = ok & (row0 + 3 < M)
-        x0 = _load_fp32(w_ptr, offs, m0, IN_BF16)
-        x1 = _load_fp32(w_ptr, offs + N, m1, IN_BF16)
-        x2 = _load_fp32(w_ptr, offs + 2 * N, m2, IN_BF16)
-        x3 = _load_fp32(w_ptr, offs + 3 * N, m3, IN_BF16)
+        x0 = _load_fp32(w_ptr, offs, m0, IN_KIND)
+        x1 = _load_fp32(w_ptr, offs + N, m1, IN_KIND)
+        x2 = _load_fp32(w_ptr, offs + 2 * N, m2, IN_KIND)
+        x3 = _load_fp32(w_ptr, offs + 3 * N, m3, IN_KIND)
 
         a = tl.maximum(tl.maximum(_finite_abs(x0), _finite_abs(x1)), tl.maximum(_finite_abs(x2), _finite_abs(x3)))
-        amax = tl.reduce(tl.reduce(a, 3, _max_combine), 1, _max_combine)  # [G, K]
+        amax = _max_axis(_max_axis(a, 3), 1)  # [G, K]
 
         gr = pid_r * G + tl.arange(0, G)[:, None]
         gc = pid_c * K + tl.arange(0, K)[None, :]
@@ -202,34 +173,21 @@ if triton is not None:
         _lane(x2, u2, d4, out_ptr, r_ptr, bits_ptr, offs + 2 * N, m2, T0, T1, T2, WRITE_R, WRITE_BITS, NATIVE_BF16)
         _lane(x3, u3, d4, out_ptr, r_ptr, bits_ptr, offs + 3 * N, m3, T0, T1, T2, WRITE_R, WRITE_BITS, NATIVE_BF16)
 
+    _JIT_FNS = (_gaussws_kernel, _load_fp32)
+
 
 # ----------------------------------------------------------------------------------------------
 
 
 def interpreter_active() -> bool:
-    """True if the kernels were built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
-    if triton is None:
-        return False
-    return type(_gaussws_kernel).__name__ == "InterpretedFunction"
+    """True if the kernel (and the helpers it calls) were built for the Triton interpreter
+    (TRITON_INTERPRET=1 at import)."""
+    return bool(_JIT_FNS) and _c.is_interpreted(*_JIT_FNS)
 
 
 def triton_available(device=None) -> bool:
     """Whether the kernel can run on `device` (default: CUDA if present, else CPU)."""
-    if triton is None:
-        return False
-    if interpreter_active():
-        return True
-    if device is None:
-        return torch.cuda.is_available()
-    return torch.device(device).type == "cuda" and torch.cuda.is_available()
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+    return triton is not None and _c.available(interpreter_active(), device)
 
 
 def supports_block(block) -> bool:
@@ -259,16 +217,12 @@ def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32
                      return_r: bool = False, return_delta: bool = False, return_bits: bool = False,
                      rounds: int = PHILOX_ROUNDS, bf16_cast: str = "auto") -> NoiseResult:
     """W_c plus, on request, R (int8), the Delta grid (fp32) and the raw Philox words (int32)."""
-    if triton is None:
-        raise RuntimeError(f"lowprec.kernels.gaussws_noise needs Triton, which failed to import "
-                           f"({_TRITON_IMPORT_ERROR!r}); use lowprec.gaussws.gaussws_reference")
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise ValueError("w must be a 2-D tensor")
     if w.dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"w must be float32 or bfloat16, got {w.dtype}")
-    if not interpreter_active() and w.device.type != "cuda":
-        raise RuntimeError(f"the Triton kernel needs a CUDA tensor (got {w.device}); set TRITON_INTERPRET=1 "
-                           "before importing lowprec.kernels.gaussws_noise for CPU tensors")
+    _c.require_triton("lowprec.kernels.gaussws_noise", "lowprec.gaussws.gaussws_reference", _TRITON_IMPORT_ERROR,
+                      _JIT_FNS, w.device)
     if isinstance(block, int):
         block = (block, block)
     br, bc = int(block[0]), int(block[1])
@@ -303,7 +257,7 @@ def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32
             delta.zero_()
         return NoiseResult(out, r, delta, bits)
 
-    w_arg = w.view(torch.int16) if w.dtype == torch.bfloat16 else w
+    in_kind, w_arg = _c._in_kind(w)
     out_arg = out.view(torch.int16)
     dummy = out_arg  # never read or written when the matching flag is off
     t = _tiling(br, bc, n_brow, n_bcol)
@@ -316,7 +270,7 @@ def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32
         w_arg, out_arg, b_arg if b_grid else dummy, delta if delta is not None else dummy,
         r if r is not None else dummy, bits if bits is not None else dummy,
         M, N, n_brow, n_bcol, k0, k1, b_const,
-        IN_BF16=w.dtype == torch.bfloat16, B_GRID=b_grid, WRITE_DELTA=delta is not None,
+        IN_KIND=in_kind, B_GRID=b_grid, WRITE_DELTA=delta is not None,
         WRITE_R=r is not None, WRITE_BITS=bits is not None, NATIVE_BF16=native, WIDE=wide,
         ROUNDS=int(rounds), T0=T0, T1=T1, T2=T2, num_warps=num_warps, **t,
     )

@@ -32,8 +32,9 @@ reference adds all terms in fp64. The tree's relative error is at most about log
 Interpreter notes (as in ``lowprec.kernels.quantize``): bf16 is read as raw 16-bit words and
 widened with a shift, the E4M3 rounding is written out (the interpreter's fp32->fp8 cast rounds
 ties away and truncates subnormals), and only Triton builtins plus this module's own helpers are
-used inside kernels, so ``TRITON_INTERPRET=1`` has to be set before this module is first imported
-(or the module reloaded after). On CUDA with FP8 conversion instructions (capability >= 8.9)
+used inside kernels, so ``TRITON_INTERPRET=1`` has to be set before this module (and
+``lowprec.kernels._common``, whose jit helpers it calls) is first imported, or both reloaded after
+(``_common.reload_for_interpreter``). On CUDA with FP8 conversion instructions (capability >= 8.9)
 ``fp8_cast="auto"`` uses the hardware RNE cast for the codes instead.
 """
 
@@ -43,15 +44,11 @@ from typing import Optional
 
 import torch
 
-try:  # lowprec.mor never needs Triton; only this module does
-    import triton
-    import triton.language as tl
+from . import _common as _c
+from ._common import _cdiv, _check_block, _next_pow2
 
-    _TRITON_IMPORT_ERROR: Optional[BaseException] = None
-except Exception as exc:  # ImportError, or a broken install raising at import time
-    triton = None
-    tl = None
-    _TRITON_IMPORT_ERROR = exc
+# lowprec.mor never needs Triton; only this module does
+triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
 __all__ = ["mor_quantize_e4m3", "mor_decide", "triton_available", "interpreter_active",
            "PARTITIONS", "SCALE_RULES"]
@@ -64,26 +61,11 @@ _FP8_CASTS = ("auto", "native", "emulated")
 _E4M3_MAX = 448.0
 # Elements per tile (a power of two); tests shrink it to put several tiles in one block.
 _TILE = 8192
+_JIT_FNS: tuple = ()  # this module's kernel and the _common helper it calls (mode checks)
 
 
 if triton is not None:
-
-    @triton.jit
-    def _load_fp32(ptr, offs, mask, IS_BF16: tl.constexpr):
-        if IS_BF16:
-            # A 16-bit shift widens bf16 exactly, subnormals included, also in the interpreter.
-            w = tl.load(ptr + offs, mask=mask, other=0)
-            return (w.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        else:
-            return tl.load(ptr + offs, mask=mask, other=0.0)
-
-    @triton.jit
-    def _max_combine(a, b):
-        return tl.maximum(a, b)
-
-    @triton.jit
-    def _add_combine(a, b):
-        return a + b
+    from ._common import _finite_abs, _load_fp32, _max_axis, _sum_axis
 
     @triton.jit
     def _tile_offsets(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR: tl.constexpr, TC: tl.constexpr):
@@ -104,12 +86,11 @@ if triton is not None:
 
     @triton.jit
     def _amax_kernel(x_ptr, partial_ptr, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C,
-                     TR: tl.constexpr, TC: tl.constexpr, IS_BF16: tl.constexpr):
+                     TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
         pid = tl.program_id(0)
         offs, mask, bi, bj, ti, tj = _tile_offsets(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR, TC)
-        a = tl.abs(_load_fp32(x_ptr, offs, mask, IS_BF16))
-        a = tl.where(a < float("inf"), a, 0.0)  # NaN compares false too: both leave the amax
-        tl.store(partial_ptr + pid, tl.reduce(tl.reduce(a, 1, _max_combine), 0, _max_combine))
+        a = _finite_abs(_load_fp32(x_ptr, offs, mask, IN_KIND))  # NaN and Inf leave the amax
+        tl.store(partial_ptr + pid, _max_axis(_max_axis(a, 1), 0))
 
     @triton.jit
     def _plain_scale(amax, POW2: tl.constexpr):
@@ -175,7 +156,7 @@ if triton is not None:
     @triton.jit
     def _quant_error_kernel(x_ptr, bamax_ptr, tamax_ptr, codes_ptr, scale_ptr, err_ptr, nz_ptr,
                             M, N, SBR, SBC, n_bcol, TPB_R, TPB_C,
-                            TR: tl.constexpr, TC: tl.constexpr, IS_BF16: tl.constexpr,
+                            TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr,
                             RULE: tl.constexpr, NATIVE: tl.constexpr):
         pid = tl.program_id(0)
         offs, mask, bi, bj, ti, tj = _tile_offsets(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR, TC)
@@ -185,49 +166,31 @@ if triton is not None:
         else:
             s = _plain_scale(ab, RULE == 1)
         tl.store(scale_ptr + bi * n_bcol + bj, s, mask=(ti == 0) & (tj == 0))
-        x = _load_fp32(x_ptr, offs, mask, IS_BF16)
+        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
         code, q = _e4m3(x * s, NATIVE)
         tl.store(codes_ptr + offs, code, mask=mask)
         deq = tl.math.div_rn(q, s)
         nz = (x != 0.0) & mask
         ratio = tl.math.div_rn(tl.abs(deq - x), tl.where(nz, tl.abs(x), 1.0))
         ratio = tl.where(nz, ratio, 0.0)
-        tl.store(err_ptr + pid, tl.reduce(tl.reduce(ratio, 1, _add_combine), 0, _add_combine))
-        tl.store(nz_ptr + pid, tl.reduce(tl.reduce(nz.to(tl.int32), 1, _add_combine), 0, _add_combine))
+        tl.store(err_ptr + pid, _sum_axis(_sum_axis(ratio, 1), 0))
+        tl.store(nz_ptr + pid, _sum_axis(_sum_axis(nz.to(tl.int32), 1), 0))
+
+    _JIT_FNS = (_quant_error_kernel, _load_fp32)
 
 
 def interpreter_active() -> bool:
-    """True if the kernels were built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
-    if triton is None:
-        return False
-    return type(_quant_error_kernel).__name__ == "InterpretedFunction"
+    """True if the kernels (and the helpers they call) were built for the Triton interpreter
+    (TRITON_INTERPRET=1 at import)."""
+    return bool(_JIT_FNS) and _c.is_interpreted(*_JIT_FNS)
 
 
 def triton_available(device=None) -> bool:
-    if triton is None:
-        return False
-    if interpreter_active():
-        return True
-    if device is None:
-        return torch.cuda.is_available()
-    return torch.device(device).type == "cuda" and torch.cuda.is_available()
+    return triton is not None and _c.available(interpreter_active(), device)
 
 
 def _require_triton(x: torch.Tensor) -> None:
-    if triton is None:
-        raise RuntimeError(f"lowprec.kernels.mor_quant needs Triton, which failed to import "
-                           f"({_TRITON_IMPORT_ERROR!r}); use lowprec.mor (torch) instead")
-    if not interpreter_active() and x.device.type != "cuda":
-        raise RuntimeError(f"Triton kernels need a CUDA tensor (got device {x.device}); for CPU tensors set "
-                           "TRITON_INTERPRET=1 before lowprec.kernels.mor_quant is first imported, or use lowprec.mor")
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+    _c.require_triton("lowprec.kernels.mor_quant", "lowprec.mor", _TRITON_IMPORT_ERROR, _JIT_FNS, x.device)
 
 
 def _use_native(x: torch.Tensor, fp8_cast: str) -> bool:
@@ -245,10 +208,7 @@ def _scale_block(partition: str, block, M: int, N: int) -> tuple:
         return (max(M, 1), max(N, 1))
     if partition == "channel":
         return (1, max(N, 1))
-    if (not isinstance(block, (tuple, list)) or len(block) != 2
-            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
-        raise ValueError(f"block must be two positive ints (rows, cols), got {block!r}")
-    return (int(block[0]), int(block[1]))
+    return _check_block(block)
 
 
 def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128), scale: str = "gam",
@@ -279,13 +239,12 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     tr = min(_next_pow2(sbr), max(_TILE // tc, 1))
     tpb_r, tpb_c = _cdiv(sbr, tr), _cdiv(sbc, tc)
     n_prog = n_brow * tpb_r * n_bcol * tpb_c
-    is_bf16 = x2d.dtype == torch.bfloat16
-    x_arg = x2d.view(torch.int16) if is_bf16 else x2d
+    in_kind, x_arg = _c._in_kind(x2d)
     geom = (M, N, sbr, sbc, n_bcol, tpb_r, tpb_c)
     num_warps = 8 if tr * tc >= 4096 else 4
 
     partial = torch.empty(n_prog, dtype=torch.float32, device=x.device)
-    _amax_kernel[(n_prog,)](x_arg, partial, *geom, TR=tr, TC=tc, IS_BF16=is_bf16, num_warps=num_warps)
+    _amax_kernel[(n_prog,)](x_arg, partial, *geom, TR=tr, TC=tc, IN_KIND=in_kind, num_warps=num_warps)
     bamax = partial.view(n_brow, tpb_r, n_bcol, tpb_c).amax(dim=(1, 3)).contiguous()
     tamax = bamax.amax().reshape(1)
 
@@ -294,7 +253,7 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     nz = torch.empty(n_prog, dtype=torch.int32, device=x.device)
     _quant_error_kernel[(n_prog,)](
         x_arg, bamax, tamax, codes.view(torch.uint8), scales, err, nz, *geom,
-        TR=tr, TC=tc, IS_BF16=is_bf16, RULE=_SCALE_RULE_ID[scale], NATIVE=_use_native(x, fp8_cast),
+        TR=tr, TC=tc, IN_KIND=in_kind, RULE=_SCALE_RULE_ID[scale], NATIVE=_use_native(x, fp8_cast),
         num_warps=num_warps,
     )
     count = nz.sum(dtype=torch.int64)

@@ -50,9 +50,10 @@ faster (2^26 bf16 elements: per-tensor 0.97x vs 0.73x the bandwidth of x.clone()
 
 Interpreter: Triton decides at ``@triton.jit`` time whether a kernel is interpreted, so
 ``TRITON_INTERPRET=1`` must be set before this module is first imported for CPU tensors to work
-(reloading it after setting the variable also works). Whether ``triton`` itself was imported
-earlier does not matter, because the kernels use only Triton builtins and their own helpers.
-FP8 stochastic rounding is not implemented (INT8 only).
+(reloading it after setting the variable also works, after ``lowprec.kernels._common``, whose jit
+helpers the kernels call: ``_common.reload_for_interpreter`` does both). Whether ``triton`` itself
+was imported earlier does not matter, because the kernels use only Triton builtins and the helpers
+of this package. FP8 stochastic rounding is not implemented (INT8 only).
 """
 
 from __future__ import annotations
@@ -62,18 +63,13 @@ from typing import Optional
 
 import torch
 
+from lowprec.kernels import _common as _c
+from lowprec.kernels._common import _cdiv, _in_kind, _next_pow2  # noqa: F401  (_in_kind: int8_fallback_gemm)
 from lowprec.numerics import QuantSpec, get_format, to_torch_dtype
 from lowprec.numerics.formats import FloatFormat, IntFormat
 
-try:  # the torch emulation in lowprec.numerics never needs Triton; only this module does
-    import triton
-    import triton.language as tl
-
-    _TRITON_IMPORT_ERROR: Optional[BaseException] = None
-except Exception as exc:  # ImportError, or a broken install raising at import time
-    triton = None
-    tl = None
-    _TRITON_IMPORT_ERROR = exc
+# the torch emulation in lowprec.numerics never needs Triton; only this module does
+triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
 __all__ = [
     "triton_available",
@@ -107,36 +103,14 @@ _SCALE_MAX = 2.0**127
 # ----------------------------------------------------------------------------------------------
 # Kernels
 
+_JIT_FNS: tuple = ()  # this module's kernel and the _common helper it calls (mode checks)
+
 if triton is not None:
-
-    @triton.jit
-    def _load_fp32(ptr, offs, mask, IN_KIND: tl.constexpr):
-        # IN_KIND 0: fp32; 1: bf16 read as int16 words; 2: fp16.
-        if IN_KIND == 1:
-            # Widening bf16 is a 16-bit shift; doing it on the raw bits keeps subnormals exact in the
-            # interpreter too (whose bf16 conversion does not).
-            w = tl.load(ptr + offs, mask=mask, other=0)
-            return (w.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        else:
-            return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
-
-    # Only Triton builtins and this module's own @triton.jit helpers are used inside kernels: the
+    # Only Triton builtins and the @triton.jit helpers of this package are used inside kernels: the
     # jit-defined helpers of triton.language (tl.max, tl.cdiv, tl.zeros, ...) are fixed as compiled
     # or interpreted when triton is imported, so they break the interpreter whenever triton was
     # imported before TRITON_INTERPRET=1 was set, even if this module is (re)imported after.
-    @triton.jit
-    def _max_combine(a, b):
-        return tl.maximum(a, b)
-
-    @triton.jit
-    def _max_axis(x, axis: tl.constexpr):
-        return tl.reduce(x, axis, _max_combine)
-
-    @triton.jit
-    def _finite_abs(x):
-        # NaN compares false, so NaN and +-Inf both drop out of the amax, as in block_amax.
-        a = tl.abs(x)
-        return tl.where(a < float("inf"), a, 0.0)
+    from lowprec.kernels._common import _block_grid, _finite_abs, _load_fp32, _max_axis
 
     @triton.jit
     def _scale_from_amax(amax, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr, POW2: tl.constexpr):
@@ -254,17 +228,7 @@ if triton is not None:
         """One program: G block-rows x K block-columns of (BR, BC) blocks, held as a 4-D tile
         [G, RP, K, CP] (RP, CP: BR, BC padded to powers of two, or a chunk of them when a block
         is bigger than the tile; then NCH_R x NCH_C chunks are swept twice)."""
-        pid = tl.program_id(0)
-        n_cgrp = (n_bcol + K - 1) // K
-        pid_r = pid // n_cgrp
-        pid_c = pid % n_cgrp
-
-        g = tl.arange(0, G)[:, None, None, None]
-        r = tl.arange(0, RP)[None, :, None, None]
-        k = tl.arange(0, K)[None, None, :, None]
-        c = tl.arange(0, CP)[None, None, None, :]
-        brow = pid_r * G + g
-        bcol = pid_c * K + k
+        pid_r, pid_c, r, c, brow, bcol = _block_grid(n_bcol, G, RP, K, CP)
 
         if NCH_R * NCH_C == 1:
             offs, mask = _chunk(0, r, c, brow, bcol, M, N, BR, BC, RP, CP, NCH_C)
@@ -299,55 +263,33 @@ if triton is not None:
                 codes = _encode(x * s4, u, FMAX, IS_INT, MAN, EMIN, EMAX, STOCHASTIC, NATIVE, FP8_TY)
                 tl.store(codes_ptr + offs, codes, mask=mask)
 
+    _JIT_FNS = (_quant_block_kernel, _load_fp32)
+
 
 # ----------------------------------------------------------------------------------------------
 # Availability
 
 
 def interpreter_active() -> bool:
-    """True if this module's kernels were built for the Triton interpreter (TRITON_INTERPRET=1 was
-    set when the module was imported), so they run on CPU tensors."""
-    if triton is None:
-        return False
-    return type(_quant_block_kernel).__name__ == "InterpretedFunction"
+    """True if this module's kernels (and the helpers they call) were built for the Triton
+    interpreter (TRITON_INTERPRET=1 was set when the modules were imported), so they run on CPU
+    tensors."""
+    return bool(_JIT_FNS) and _c.is_interpreted(*_JIT_FNS)
 
 
 def triton_available(device=None) -> bool:
     """Whether the kernels can run on `device` (default: CUDA if present, else CPU): Triton imports
     and either the device is CUDA (compiled) or the interpreter is active (any device)."""
-    if triton is None:
-        return False
-    if interpreter_active():
-        return True
-    if device is None:
-        return torch.cuda.is_available()
-    return torch.device(device).type == "cuda" and torch.cuda.is_available()
+    return triton is not None and _c.available(interpreter_active(), device)
 
 
 def _require_triton(x: torch.Tensor) -> None:
-    if triton is None:
-        raise RuntimeError(
-            "lowprec.kernels.quantize needs Triton, which failed to import "
-            f"({_TRITON_IMPORT_ERROR!r}); use lowprec.numerics.quantize (torch) instead"
-        )
-    if not interpreter_active() and x.device.type != "cuda":
-        raise RuntimeError(
-            f"Triton kernels need a CUDA tensor (got device {x.device}); for CPU tensors set "
-            "TRITON_INTERPRET=1 before lowprec.kernels.quantize is first imported, or use "
-            "lowprec.numerics.quantize"
-        )
+    _c.require_triton("lowprec.kernels.quantize", "lowprec.numerics.quantize", _TRITON_IMPORT_ERROR, _JIT_FNS,
+                      x.device)
 
 
 # ----------------------------------------------------------------------------------------------
 # Host side
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _tiling(br: int, bc: int, n_brow: int, n_bcol: int) -> dict:
@@ -367,14 +309,6 @@ def _num_warps(tile_elems: int) -> int:
     if _NUM_WARPS is not None:
         return _NUM_WARPS
     return 8 if tile_elems >= 4096 else 4
-
-
-def _in_kind(x: torch.Tensor):
-    if x.dtype == torch.float32:
-        return 0, x
-    if x.dtype == torch.bfloat16:
-        return 1, x.view(torch.int16)
-    return 2, x
 
 
 def _use_native_cast(x: torch.Tensor, fp8_cast: str) -> bool:

@@ -2,7 +2,8 @@
 # tables (lowprec.report.gaussws), on top of the generic loss curves and final-loss table.
 
 GW_EXPORTS = ["none", "mxfp8", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"]
-GW_GPU = "results/gaussws/overhead_h200.csv"  # committed H200 measurement (kernels and overhead)
+# committed H200 measurement (overhead and memory), read wherever the workflow runs
+GW_GPU = os.path.join(workflow.basedir, "results", "gaussws", "overhead_h200.csv")
 
 if "gaussws" in PAPERS:
     GW = f"{RESULTS}/gaussws/{SCALE}"

@@ -30,6 +30,15 @@ def test_smoke_dag_end_to_end(tmp_path):
         assert f"(`{paper}`" in report
         table = pd.read_csv(res / paper / "smoke" / "tables" / "final_loss.csv")
         assert (table["n"] >= 1).all() and table["val_loss_mean"].notna().all()
+    gw = res / "gaussws" / "smoke"
+    for f in ("figures/exactness.png", "tables/exactness.csv", "tables/export.csv", "tables/overhead.csv",
+              "tables/memory.csv", "tables/claims.csv"):
+        assert (gw / f).stat().st_size > 0, f
+    claims = pd.read_csv(gw / "tables" / "claims.csv")
+    assert set(claims["claim"]) == {"stable_vs_bf16", "fp6_parameters", "nine_bit_limit", "overhead", "memory"}
+    assert "## Verdicts" in report
+    export = pd.read_csv(gw / "tables" / "export.csv")
+    assert set(export["export"]) == {"none", "mxfp8", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"}
     models = {p.parent.parent.name for p in (res / "runs" / "smoke").glob("*/*/*/s0")}
     assert models == {"gpt2", "llama2", "nemotron"}
     # nothing left to do: outputs are complete and consistent

@@ -85,7 +85,8 @@ def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str) -> dict:
 
 def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
     m, t = claim["metric"], claim["test"]
-    path = results / m["file"].lstrip("/") if m["file"].startswith("/") else paper_dir / m["file"]
+    # "/x.csv": a committed reference result (GPU measurements) under the repository's results/
+    path = cfglib.REPO_ROOT / "results" / m["file"].lstrip("/") if m["file"].startswith("/") else paper_dir / m["file"]
     if not path.is_file():
         return {"ours": "–", "detail": f"missing {path.name}", "verdict": NOT_RUN}
     df = pd.read_csv(path)

@@ -105,9 +105,8 @@ def overhead_table(runs, gpu_csv: str | None) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     if gpu_csv and Path(gpu_csv).is_file():
         g = pd.read_csv(gpu_csv)
-        df = pd.concat([df, g.assign(where=g.get("where", "H200 benchmark (same process, interleaved)"))[
-            [c for c in ("where", "model", "method", "tokens_per_s", "overhead_pct") if c in g or c == "where"]]],
-            ignore_index=True)
+        g["where"] = [f"H200 benchmark, {b}x{s} tokens/step, interleaved repeats" for b, s in zip(g["batch"], g["seq"])]
+        df = pd.concat([df, g[["where", "model", "method", "tokens_per_s", "overhead_pct"]]], ignore_index=True)
     return df
 
 

@@ -25,6 +25,9 @@ def results_block(results: Path, scale: str = "tiny") -> str:
             continue
         exp = cfglib.experiment_config(paper)
         parts += [f"**{exp['title']}** (`{paper}`, arXiv {exp['arxiv']})", "", table.read_text().rstrip(), ""]
+        claims = results / paper / scale / "tables" / "claims.md"
+        if claims.is_file() and claims.read_text().count("\n") > 2:
+            parts += ["Claims at this scale:", "", claims.read_text().rstrip(), ""]
     parts.append(END)
     return "\n".join(parts)
 

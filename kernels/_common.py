@@ -1,0 +1,175 @@
+"""What the Triton kernel modules of ``lowprec.kernels`` share: the guarded Triton import, the
+``@triton.jit`` helpers several kernels call, and the availability checks.
+
+Interpreter mode: Triton decides at ``@triton.jit`` time whether a function is interpreted, so the
+helpers here are fixed as interpreted or compiled when THIS module is imported, and a kernel module
+binds them when it is imported. A kernel built in one mode cannot call helpers built in the other,
+so set ``TRITON_INTERPRET=1`` before the first import of any ``lowprec.kernels`` module, or reload
+this module and then the kernel modules, dependencies first (``reload_for_interpreter`` does that).
+Only Triton builtins are used inside the helpers: triton.language's own @jit helpers (tl.max,
+tl.sum, tl.cdiv, ...) are fixed when triton itself is imported, so they would break the interpreter
+whenever triton was imported before the variable was set.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Optional
+
+import torch
+
+
+def import_triton():
+    """(triton, triton.language, None), or (None, None, the exception) when Triton does not import
+    (ImportError, or a broken install raising at import time). Kernel modules call this themselves,
+    so that each one sees whether Triton imports at the moment it is imported."""
+    try:
+        import triton
+        import triton.language as tl
+    except Exception as exc:
+        return None, None, exc
+    return triton, tl, None
+
+
+triton, tl, _TRITON_IMPORT_ERROR = import_triton()
+
+
+if triton is not None:
+
+    @triton.jit
+    def _load_fp32(ptr, offs, mask, IN_KIND: tl.constexpr):
+        # IN_KIND 0: fp32; 1: bf16 read as int16 words; 2: fp16 (see _in_kind).
+        if IN_KIND == 1:
+            # Widening bf16 is a 16-bit shift; doing it on the raw bits keeps subnormals exact in the
+            # interpreter too (whose bf16 conversion does not).
+            w = tl.load(ptr + offs, mask=mask, other=0)
+            return (w.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+        else:
+            return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
+
+    @triton.jit
+    def _max_combine(a, b):
+        return tl.maximum(a, b)
+
+    @triton.jit
+    def _add_combine(a, b):
+        return a + b
+
+    @triton.jit
+    def _max_axis(x, axis: tl.constexpr):
+        return tl.reduce(x, axis, _max_combine)
+
+    @triton.jit
+    def _sum_axis(x, axis: tl.constexpr):
+        # tl.reduce with our own combine: tl.sum is a triton.language jit helper (see above)
+        return tl.reduce(x, axis, _add_combine)
+
+    @triton.jit
+    def _finite_abs(x):
+        # NaN compares false, so NaN and +-Inf both drop out of an amax, as in block_amax.
+        a = tl.abs(x)
+        return tl.where(a < float("inf"), a, 0.0)
+
+    @triton.jit
+    def _block_grid(n_bcol, G: tl.constexpr, RP: tl.constexpr, K: tl.constexpr, CP: tl.constexpr):
+        """A program of a kernel that holds G block-rows x K block-columns as a 4-D tile
+        [G, RP, K, CP]: its (pid_r, pid_c), the row and column aranges r [1, RP, 1, 1] and
+        c [1, 1, 1, CP], and the block indices brow [G, 1, 1, 1] and bcol [1, 1, K, 1]."""
+        pid = tl.program_id(0)
+        n_cgrp = (n_bcol + K - 1) // K
+        pid_r = pid // n_cgrp
+        pid_c = pid % n_cgrp
+        g = tl.arange(0, G)[:, None, None, None]
+        r = tl.arange(0, RP)[None, :, None, None]
+        k = tl.arange(0, K)[None, None, :, None]
+        c = tl.arange(0, CP)[None, None, None, :]
+        return pid_r, pid_c, r, c, pid_r * G + g, pid_c * K + k
+
+
+# ----------------------------------------------------------------------------------------------
+# Availability
+
+
+def is_interpreted(*fns) -> bool:
+    """True if every one of the @triton.jit functions fns was built for the Triton interpreter."""
+    return all(type(f).__name__ == "InterpretedFunction" for f in fns)
+
+
+def interpreter_active() -> bool:
+    """True if this module's helpers were built for the interpreter."""
+    return triton is not None and is_interpreted(_load_fp32)
+
+
+def available(interpreted: bool, device=None) -> bool:
+    """Whether kernels built in this mode can run on `device` (default: CUDA if present, else CPU):
+    anywhere when interpreted, else on CUDA only. The caller checks first that Triton imports."""
+    if interpreted:
+        return True
+    if device is None:
+        return torch.cuda.is_available()
+    return torch.device(device).type == "cuda" and torch.cuda.is_available()
+
+
+def require_triton(module: str, fallback: str, import_error: Optional[BaseException], jit_fns: tuple,
+                   device) -> None:
+    """Raise a RuntimeError unless `module`'s kernels can run on `device`. jit_fns: the module's own
+    kernel first, then the helpers it calls from other modules (empty when Triton did not import);
+    they must all be interpreted or all compiled. fallback: the torch path to use instead."""
+    if not jit_fns:
+        raise RuntimeError(f"{module} needs Triton, which failed to import ({import_error!r}); "
+                           f"use {fallback} (torch) instead")
+    mine = is_interpreted(jit_fns[0])
+    if any(is_interpreted(f) != mine for f in jit_fns[1:]):
+        raise RuntimeError(f"{module} and the Triton helpers it calls were imported with different "
+                           "TRITON_INTERPRET settings; reload lowprec.kernels._common, then the kernel "
+                           "modules (lowprec.kernels._common.reload_for_interpreter)")
+    if not mine and torch.device(device).type != "cuda":
+        raise RuntimeError(f"Triton kernels need a CUDA tensor (got device {device}); for CPU tensors set "
+                           f"TRITON_INTERPRET=1 before lowprec.kernels modules are first imported, or use "
+                           f"{fallback}")
+
+
+def reload_for_interpreter(*modules: str) -> None:
+    """With TRITON_INTERPRET=1 set: rebuild this module and the named kernel modules (full names,
+    dependencies first, e.g. "lowprec.kernels.quantize", "lowprec.kernels.int8_fallback_gemm") for
+    the interpreter where they were imported before without it. Once one is reloaded, every later
+    one that is loaded is reloaded too, so that it binds the new helpers. Modules not imported yet
+    are left to their first import; nothing happens without the variable."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    stale = False
+    for name in (__name__, *modules):
+        mod = sys.modules.get(name)
+        if mod is not None and (stale or not mod.interpreter_active()):
+            importlib.reload(mod)
+            stale = True
+
+
+# ----------------------------------------------------------------------------------------------
+# Host side
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _in_kind(x: torch.Tensor):
+    """(IN_KIND for _load_fp32, the tensor to pass): bf16 goes in as its raw int16 words."""
+    if x.dtype == torch.float32:
+        return 0, x
+    if x.dtype == torch.bfloat16:
+        return 1, x.view(torch.int16)
+    return 2, x
+
+
+def _check_block(block) -> tuple:
+    if (not isinstance(block, (tuple, list)) or len(block) != 2
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
+        raise ValueError(f"block must be two positive ints (rows, cols), got {block!r}")
+    return int(block[0]), int(block[1])
