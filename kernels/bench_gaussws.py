@@ -15,16 +15,14 @@ configuration per (size, dtype) is marked best=1.
 
 from __future__ import annotations
 
-import argparse
 import csv
-import datetime as _dt
-import json
-import os
-import platform
-import subprocess
 import sys
 from pathlib import Path
-from typing import NoReturn
+
+from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
+                                  parse_int_list, require_cuda_triton, write_provenance)
+
+PROG = "bench_gaussws"
 
 SHAPES = {
     20: (1024, 1024), 21: (1024, 2048), 22: (2048, 2048), 23: (2048, 4096), 24: (4096, 4096),
@@ -40,9 +38,7 @@ FIELDS = [
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m lowprec.kernels.bench_gaussws", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="CSV path; <name>.provenance.json goes beside it")
+    p = bench_parser("lowprec.kernels.bench_gaussws", __doc__, "CSV path; <name>.provenance.json goes beside it")
     p.add_argument("--sizes", default=DEFAULT_SIZES,
                    help=f"comma-separated log2(numel) in {min(SHAPES)}..{max(SHAPES)}")
     p.add_argument("--dtypes", default="bf16,fp32", help="master weight dtypes (default bf16,fp32)")
@@ -52,95 +48,46 @@ def _parse(argv):
                    help="Philox rounds (10 is the method's; fewer only to see what the generator costs)")
     p.add_argument("--block", type=int, default=32, help="square block side (default 32)")
     p.add_argument("--b", type=int, default=6, help="bit-width b (does not change the work)")
-    p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    add_do_bench_args(p)
     p.add_argument("--check-max", type=int, default=26,
                    help="bit-exact check against the torch reference up to this log2(numel) (default 26)")
     p.add_argument("--ref-max", type=int, default=26, help="time the torch path up to this log2(numel)")
     return p.parse_args(argv)
 
 
-def _fail(msg: str) -> NoReturn:
-    print(f"bench_gaussws: {msg}", file=sys.stderr)
-    sys.exit(2)
+def _provenance(timer: str) -> dict:
+    from lowprec.provenance import git_dirty
 
-
-def _run(cmd, cwd=None):
-    try:
-        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20)
-        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _provenance(args, torch, triton) -> dict:
-    dev = torch.cuda.current_device()
-    here = Path(__file__).resolve().parent
-    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-    return {
-        "utc_time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _run(["git", "rev-parse", "HEAD"], cwd=here),
-        "git_dirty": bool(_run(["git", "status", "--porcelain"], cwd=here)),
-        "gpu": torch.cuda.get_device_name(dev),
-        "gpu_capability": ".".join(map(str, torch.cuda.get_device_capability(dev))),
-        "driver": driver.splitlines()[0] if driver else None,
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "host": platform.node(),
-        "argv": sys.argv[1:],
-        "timer": f"triton.testing.do_bench(warmup={args.warmup}, rep={args.rep}, return_mode='median')",
-        "bytes": "W read once (2 or 4 B/elem) + W_c written once (2 B/elem)",
-        "clone": "x.clone() of the same master weight: bytes = 2 * x.nbytes",
-        "cast": "x.to(torch.bfloat16): the per-forward weight cast of BF16 autocast",
-        "reference": "lowprec.gaussws.gaussws_reference(rng='generator'), the path without the kernel",
-    }
+    return gpu_provenance(
+        git_dirty=git_dirty(),
+        timer=timer,
+        bytes="W read once (2 or 4 B/elem) + W_c written once (2 B/elem)",
+        clone="x.clone() of the same master weight: bytes = 2 * x.nbytes",
+        cast="x.to(torch.bfloat16): the per-forward weight cast of BF16 autocast",
+        reference="lowprec.gaussws.gaussws_reference(rng='generator'), the path without the kernel",
+    )
 
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    import torch
-
-    if not torch.cuda.is_available():
-        _fail("needs a CUDA device (torch.cuda.is_available() is False); the kernel's correctness tests "
-              "run on CPU under TRITON_INTERPRET=1 (tests/test_kernels_gaussws.py), but timings there mean nothing")
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        _fail("TRITON_INTERPRET=1 is set: interpreted kernels cannot be benchmarked; unset it")
-    try:
-        import triton
-        import triton.testing
-    except ImportError as exc:
-        _fail(f"Triton is not importable ({exc})")
+    torch, _ = require_cuda_triton(PROG, "tests/test_kernels_gaussws.py")
 
     from lowprec import gaussws as gw
     from lowprec.kernels import gaussws_noise as kg
 
-    try:
-        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-        tiles = [int(s) for s in args.tiles.split(",") if s.strip()]
-        warps = [int(s) for s in args.warps.split(",") if s.strip()]
-    except ValueError:
-        _fail("--sizes/--tiles/--warps: expected comma-separated integers")
-    bad = [s for s in sizes if s not in SHAPES]
-    if bad:
-        _fail(f"--sizes: {bad} not in {min(SHAPES)}..{max(SHAPES)}")
+    sizes = parse_int_list(PROG, "--sizes", args.sizes, allowed=SHAPES)
+    tiles = parse_int_list(PROG, "--tiles", args.tiles)
+    warps = parse_int_list(PROG, "--warps", args.warps)
     dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
     names = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if not set(names) <= set(dtypes):
-        _fail(f"--dtypes: choose from {sorted(dtypes)}")
+        fail(PROG, f"--dtypes: choose from {sorted(dtypes)}")
     block = (args.block, args.block)
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    prov = _provenance(args, torch, triton)
+    bench, timer = do_bench_median(args.warmup, args.rep)
     prov_path = out.with_name(out.stem + ".provenance.json")
-    prov_path.write_text(json.dumps(prov, indent=2) + "\n")
-    print(f"# {prov['gpu']}  driver {prov['driver']}  torch {prov['torch']}  triton {prov['triton']}  "
-          f"cuda {prov['cuda']}", flush=True)
-
-    def bench(fn):
-        return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
+    write_provenance(prov_path, _provenance(timer))
 
     rows, mismatches = [], 0
     for log2n in sizes:

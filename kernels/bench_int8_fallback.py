@@ -24,15 +24,14 @@ dequantized operands, max |diff| / max |exact|. A JSON provenance file is writte
 
 from __future__ import annotations
 
-import argparse
 import csv
-import datetime as _dt
-import json
-import os
-import platform
 import sys
 from pathlib import Path
-from typing import NoReturn
+
+from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
+                                  parse_int_list, parse_list, require_cuda_triton, write_provenance)
+
+PROG = "bench_int8_fallback"
 
 DEFAULT_SIZES = "2048,4096,8192"
 DEFAULT_GROUPS = "32,64,128,256"
@@ -46,9 +45,7 @@ FIELDS = [
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m lowprec.kernels.bench_int8_fallback", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="CSV path; the provenance JSON goes beside it")
+    p = bench_parser("lowprec.kernels.bench_int8_fallback", __doc__)
     p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"square GEMM sizes (default {DEFAULT_SIZES})")
     p.add_argument("--groups", default=DEFAULT_GROUPS, help=f"K-group sizes (default {DEFAULT_GROUPS})")
     p.add_argument("--ratios", default=DEFAULT_RATIOS, help=f"fallback shares of A blocks (default {DEFAULT_RATIOS})")
@@ -61,95 +58,52 @@ def _parse(argv):
     p.add_argument("--block-n", type=int, default=None, help="tuning: output tile columns (default 128)")
     p.add_argument("--num-warps", type=int, default=None, help="tuning: num_warps (default 8)")
     p.add_argument("--num-stages", type=int, default=None, help="tuning: num_stages (default 3, 2 above group 128)")
-    p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    add_do_bench_args(p)
     p.add_argument("--no-check", action="store_true", help="skip the float64 accuracy check")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
 
-def _fail(msg: str) -> NoReturn:
-    print(f"bench_int8_fallback: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def _csv_list(s: str, conv, what: str):
-    try:
-        return [conv(v) for v in s.split(",") if v.strip()]
-    except ValueError:
-        _fail(f"--{what}: cannot parse {s!r}")
-
-
-def _provenance(args, torch, triton) -> dict:
-    from lowprec.kernels.bench_quantize import _driver, _git_commit
-
-    dev = torch.cuda.current_device()
-    return {
-        "utc_time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _git_commit(),
-        "gpu": torch.cuda.get_device_name(dev),
-        "gpu_capability": ".".join(map(str, torch.cuda.get_device_capability(dev))),
-        "driver": _driver(),
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "host": platform.node(),
-        "argv": sys.argv[1:],
-        "timer": f"triton.testing.do_bench(warmup={args.warmup}, rep={args.rep}, return_mode='median')",
-        "operands": "A (M, K) and B (N, K) int8 codes uniform in [-127, 127], K contiguous; decode scales "
-                    "uniform in [0.5, 1.5) / 127 per (block_rows x group) block; fallback residual codes "
-                    "random in flagged A blocks, zero elsewhere",
-        "tflops": "2*M*N*K / time (useful work); tops_issued adds 2*M*N*K*tile_ratio for the extra products",
-        "baselines": {"bf16": "torch.matmul(a_bf16, b_bf16.t())",
-                      "int_mm": "torch._int_mm(a_int8, b_int8.t()) (B column-major), int32 out, no scales"},
-        "paper_reference": "arXiv 2503.08040 figure (b): throughput vs group size K on RTX 4090, dims 2048/4096/8192",
-    }
+def _provenance(timer: str) -> dict:
+    return gpu_provenance(
+        timer=timer,
+        operands="A (M, K) and B (N, K) int8 codes uniform in [-127, 127], K contiguous; decode scales "
+                 "uniform in [0.5, 1.5) / 127 per (block_rows x group) block; fallback residual codes "
+                 "random in flagged A blocks, zero elsewhere",
+        tflops="2*M*N*K / time (useful work); tops_issued adds 2*M*N*K*tile_ratio for the extra products",
+        baselines={"bf16": "torch.matmul(a_bf16, b_bf16.t())",
+                   "int_mm": "torch._int_mm(a_int8, b_int8.t()) (B column-major), int32 out, no scales"},
+        paper_reference="arXiv 2503.08040 figure (b): throughput vs group size K on RTX 4090, dims 2048/4096/8192",
+    )
 
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    import torch
-
-    if not torch.cuda.is_available():
-        _fail("needs a CUDA device (torch.cuda.is_available() is False); the kernels' correctness "
-              "tests run on CPU under TRITON_INTERPRET=1, but timings there mean nothing")
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        _fail("TRITON_INTERPRET=1 is set: interpreted kernels cannot be benchmarked; unset it")
-    try:
-        import triton
-        import triton.testing
-    except ImportError as exc:
-        _fail(f"Triton is not importable ({exc})")
+    torch, _ = require_cuda_triton(PROG, "tests/test_kernels_int8_fallback.py")
     from lowprec.kernels import int8_fallback_gemm as kf
 
-    sizes = _csv_list(args.sizes, int, "sizes")
-    groups = _csv_list(args.groups, int, "groups")
-    ratios = _csv_list(args.ratios, float, "ratios")
-    ratio_groups = _csv_list(args.ratio_groups, int, "ratio-groups")
-    patterns = _csv_list(args.patterns, str, "patterns")
-    sweeps = set(_csv_list(args.sweeps, str, "sweeps"))
+    sizes = parse_int_list(PROG, "--sizes", args.sizes)
+    groups = parse_int_list(PROG, "--groups", args.groups)
+    ratios = parse_list(PROG, "--ratios", args.ratios, float)
+    ratio_groups = parse_int_list(PROG, "--ratio-groups", args.ratio_groups)
+    patterns = parse_list(PROG, "--patterns", args.patterns, str)
+    sweeps = set(parse_list(PROG, "--sweeps", args.sweeps, str))
     if not set(patterns) <= {"random", "rows"}:
-        _fail(f"--patterns: unknown pattern in {patterns}")
+        fail(PROG, f"--patterns: unknown pattern in {patterns}")
     if not sweeps <= {"group", "ratio", "quantize"}:
-        _fail(f"--sweeps: unknown sweep in {sorted(sweeps)}")
+        fail(PROG, f"--sweeps: unknown sweep in {sorted(sweeps)}")
     if any(not 0.0 <= r <= 1.0 for r in ratios):
-        _fail("--ratios: shares must be within [0, 1]")
+        fail(PROG, "--ratios: shares must be within [0, 1]")
     br = args.block_rows
     tune = {"block_m": args.block_m, "block_n": args.block_n, "num_warps": args.num_warps,
             "num_stages": args.num_stages}
     bm, bn, _, _ = kf._gemm_config(1 << 20, 1 << 20, 128, args.block_m, args.block_n, None, None)
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    prov = _provenance(args, torch, triton)
-    out.with_suffix(".json").write_text(json.dumps(prov, indent=2) + "\n")
-    print(f"# {prov['gpu']}  torch {prov['torch']}  triton {prov['triton']}  cuda {prov['cuda']}", flush=True)
+    bench, timer = do_bench_median(args.warmup, args.rep)
+    write_provenance(out.with_suffix(".json"), _provenance(timer))
 
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
-
-    def bench(fn):
-        return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
 
     def scales(rows, nkb):
         return (torch.rand(rows, nkb, device="cuda", generator=gen) + 0.5) / 127.0

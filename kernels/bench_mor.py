@@ -35,16 +35,15 @@ driver, CUDA, torch, triton, git commit, UTC time) is written beside the CSV.
 
 from __future__ import annotations
 
-import argparse
 import csv
-import datetime as _dt
-import json
-import os
-import platform
-import subprocess
 import sys
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import NamedTuple
+
+from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
+                                  parse_int_list, parse_list, require_cuda_triton, write_provenance)
+
+PROG = "bench_mor"
 
 DEFAULT_HIDDEN = "4096,8192,16384"
 DEFAULT_TOKENS = 8192
@@ -58,53 +57,22 @@ FIELDS = [
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m lowprec.kernels.bench_mor", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="CSV path; the provenance JSON goes beside it")
+    p = bench_parser("lowprec.kernels.bench_mor", __doc__)
     p.add_argument("--hidden", default=DEFAULT_HIDDEN, help=f"comma-separated hidden sizes (default {DEFAULT_HIDDEN})")
     p.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help=f"tokens per step (default {DEFAULT_TOKENS})")
     p.add_argument("--partitions", default=",".join(MOR_PARTITIONS), help="MoR partitions to time")
     p.add_argument("--block", default="128x128", help="square block for partition block (default 128x128)")
     p.add_argument("--scale", default="gam", choices=("gam", "e8", "fp32"), help="MoR scale rule (default gam)")
     p.add_argument("--thresholds", default="0.045", help="comma-separated MoR thresholds (default 0.045)")
-    p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    add_do_bench_args(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-check", action="store_true", help="skip the comparison with the torch reference")
     return p.parse_args(argv)
 
 
-def _fail(msg: str) -> NoReturn:
-    print(f"bench_mor: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def _run(cmd, cwd=None):
-    try:
-        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _provenance(args, torch, triton) -> dict:
-    dev = torch.cuda.current_device()
-    return {
-        "utc_time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent),
-        "gpu": torch.cuda.get_device_name(dev),
-        "gpu_capability": ".".join(map(str, torch.cuda.get_device_capability(dev))),
-        "driver": _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "host": platform.node(),
-        "argv": sys.argv[1:],
-        "timer": f"triton.testing.do_bench(warmup={args.warmup}, rep={args.rep}, return_mode='median')",
-        "flops": "3 GEMMs x 2 * tokens * hidden^2",
-        "data": "X, dY ~ N(0, 1), W ~ N(0, 0.02^2), bf16",
-    }
+def _provenance(timer: str) -> dict:
+    return gpu_provenance(timer=timer, flops="3 GEMMs x 2 * tokens * hidden^2",
+                          data="X, dY ~ N(0, 1), W ~ N(0, 0.02^2), bf16")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -247,46 +215,29 @@ def _matches_reference(torch, km, x, partition, block, scale) -> bool:
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    import torch
-
-    if not torch.cuda.is_available():
-        _fail("needs a CUDA device (torch.cuda.is_available() is False); the MoR kernel's correctness tests "
-              "run on CPU under TRITON_INTERPRET=1 (tests/test_kernels_mor.py), but timings there mean nothing")
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        _fail("TRITON_INTERPRET=1 is set: interpreted kernels cannot be benchmarked; unset it")
+    torch, _ = require_cuda_triton(PROG, "tests/test_kernels_mor.py")
     if not hasattr(torch, "_scaled_mm"):
-        _fail(f"torch {torch.__version__} has no torch._scaled_mm")
+        fail(PROG, f"torch {torch.__version__} has no torch._scaled_mm")
     if torch.cuda.get_device_capability() < (8, 9):
-        _fail(f"FP8 GEMMs need compute capability >= 8.9, got {torch.cuda.get_device_capability()}")
-    try:
-        import triton
-        import triton.testing
-    except ImportError as exc:
-        _fail(f"Triton is not importable ({exc})")
+        fail(PROG, f"FP8 GEMMs need compute capability >= 8.9, got {torch.cuda.get_device_capability()}")
     from lowprec.kernels import mor_quant as km
 
+    hidden = parse_int_list(PROG, "--hidden", args.hidden)
+    thresholds = parse_list(PROG, "--thresholds", args.thresholds, float)
     try:
-        hidden = [int(h) for h in args.hidden.split(",") if h.strip()]
-        thresholds = [float(t) for t in args.thresholds.split(",") if t.strip()]
         br, bc = (int(v) for v in args.block.lower().split("x"))
     except ValueError as exc:
-        _fail(f"bad --hidden/--thresholds/--block: {exc}")
+        fail(PROG, f"bad --block: {exc}")
     if any(h % 16 for h in hidden) or args.tokens % 16:
-        _fail("hidden sizes and tokens must be multiples of 16 (cuBLASLt FP8 GEMMs)")
+        fail(PROG, "hidden sizes and tokens must be multiples of 16 (cuBLASLt FP8 GEMMs)")
     partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
     if not set(partitions) <= set(MOR_PARTITIONS):
-        _fail(f"--partitions: unknown partition in {partitions}; known: {MOR_PARTITIONS}")
+        fail(PROG, f"--partitions: unknown partition in {partitions}; known: {MOR_PARTITIONS}")
     block = (br, bc)
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    prov = _provenance(args, torch, triton)
-    out.with_suffix(".json").write_text(json.dumps(prov, indent=2) + "\n")
-    print(f"# {prov['gpu']}  driver {prov['driver']}  torch {prov['torch']}  triton {prov['triton']}  "
-          f"cuda {prov['cuda']}", flush=True)
-
-    def bench(fn):
-        return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
+    bench, timer = do_bench_median(args.warmup, args.rep)
+    write_provenance(out.with_suffix(".json"), _provenance(timer))
 
     with out.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=FIELDS)

@@ -12,16 +12,14 @@ CSV (same name, .json).
 
 from __future__ import annotations
 
-import argparse
 import csv
-import datetime as _dt
-import json
-import os
-import platform
-import subprocess
 import sys
 from pathlib import Path
-from typing import NoReturn
+
+from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
+                                  parse_int_list, require_cuda_triton, write_provenance)
+
+PROG = "bench_quantize"
 
 # (rows, cols) per log2(numel): square-ish from 2^24 up, 4096 rows below so that per-row and
 # (128, 128) tilings still have thousands of programs.
@@ -56,15 +54,12 @@ FIELDS = [
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m lowprec.kernels.bench_quantize", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="CSV path; the provenance JSON goes beside it")
+    p = bench_parser("lowprec.kernels.bench_quantize", __doc__)
     p.add_argument("--sizes", default=DEFAULT_SIZES,
                    help=f"comma-separated log2(numel) from {min(SHAPES)}..{max(SHAPES)} (default {DEFAULT_SIZES})")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32", "fp16"), help="input dtype (default bf16)")
     p.add_argument("--fmts", default="e4m3,e5m2,int8", help="comma-separated subset of e4m3,e5m2,int8")
-    p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    add_do_bench_args(p)
     p.add_argument("--no-reference", action="store_true", help="skip timing the torch reference")
     p.add_argument("--no-check", action="store_true", help="skip the bit-exact comparison with the reference")
     p.add_argument("--scalings", default="delayed,tensor,channel,block",
@@ -77,79 +72,27 @@ def _parse(argv):
     return p.parse_args(argv)
 
 
-def _fail(msg: str) -> NoReturn:
-    print(f"bench_quantize: {msg}", file=sys.stderr)
-    sys.exit(2)
-
-
-def _git_commit():
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _driver():
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _provenance(args, torch, triton) -> dict:
-    dev = torch.cuda.current_device()
-    return {
-        "utc_time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _git_commit(),
-        "gpu": torch.cuda.get_device_name(dev),
-        "gpu_capability": ".".join(map(str, torch.cuda.get_device_capability(dev))),
-        "driver": _driver(),
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "host": platform.node(),
-        "argv": sys.argv[1:],
-        "timer": f"triton.testing.do_bench(warmup={args.warmup}, rep={args.rep}, return_mode='median')",
-        "bytes": "input read + codes written + scales written (+ noise read for stochastic rounding; "
-                 "+ a second input read for current 'tensor' scaling, whose amax pass reads x once more)",
-        "clone": "x.clone() of the same input: bytes = 2 * x.nbytes",
-        "tiling": {"tile": args.tile, "row_span": args.row_span, "num_warps": args.num_warps},
-    }
+def _provenance(args, timer: str) -> dict:
+    return gpu_provenance(
+        timer=timer,
+        bytes="input read + codes written + scales written (+ noise read for stochastic rounding; "
+              "+ a second input read for current 'tensor' scaling, whose amax pass reads x once more)",
+        clone="x.clone() of the same input: bytes = 2 * x.nbytes",
+        tiling={"tile": args.tile, "row_span": args.row_span, "num_warps": args.num_warps},
+    )
 
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    import torch
-
-    if not torch.cuda.is_available():
-        _fail("needs a CUDA device (torch.cuda.is_available() is False); the kernels' correctness "
-              "tests run on CPU under TRITON_INTERPRET=1, but timings there mean nothing")
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        _fail("TRITON_INTERPRET=1 is set: interpreted kernels cannot be benchmarked; unset it")
-    try:
-        import triton
-        import triton.testing
-    except ImportError as exc:
-        _fail(f"Triton is not importable ({exc})")
+    torch, _ = require_cuda_triton(PROG, "tests/test_kernels_quantize.py")
 
     from lowprec.kernels import quantize as kq
     from lowprec.numerics import QuantSpec, compute_scale, quantize, to_torch_dtype
 
-    try:
-        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    except ValueError:
-        _fail(f"--sizes: expected comma-separated integers, got {args.sizes!r}")
-    bad = [s for s in sizes if s not in SHAPES]
-    if bad:
-        _fail(f"--sizes: {bad} not in {min(SHAPES)}..{max(SHAPES)}")
+    sizes = parse_int_list(PROG, "--sizes", args.sizes, allowed=SHAPES)
     fmts = [f.strip() for f in args.fmts.split(",") if f.strip()]
     if not set(fmts) <= {"e4m3", "e5m2", "int8"}:
-        _fail(f"--fmts: unknown format in {fmts}")
+        fail(PROG, f"--fmts: unknown format in {fmts}")
     scalings = {c.strip() for c in args.scalings.split(",") if c.strip()}
     if args.tile is not None:
         kq._TILE = args.tile
@@ -162,13 +105,8 @@ def main(argv=None) -> int:
     in_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[args.dtype]
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    prov = _provenance(args, torch, triton)
-    out.with_suffix(".json").write_text(json.dumps(prov, indent=2) + "\n")
-    print(f"# {prov['gpu']}  torch {prov['torch']}  triton {prov['triton']}  cuda {prov['cuda']}", flush=True)
-
-    def bench(fn):
-        return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
+    bench, timer = do_bench_median(args.warmup, args.rep)
+    write_provenance(out.with_suffix(".json"), _provenance(args, timer))
 
     rows = []
     with out.open("w", newline="") as fh:

@@ -44,8 +44,9 @@ multiply/add sequence, the interpreter (numpy) equals the torch reference bit fo
 compiler may contract ``acc + p * s`` into an FMA (one rounding instead of two), so on CUDA the
 result agrees to about 1e-6 relative per K-group instead of bitwise.
 
-Interpreter: as for ``lowprec.kernels.quantize`` (whose jit helpers these kernels call), set
-TRITON_INTERPRET=1 before both modules are first imported, or reload both (quantize first).
+Interpreter: as for ``lowprec.kernels.quantize`` (whose jit helpers these kernels call, with those of
+``lowprec.kernels._common``), set TRITON_INTERPRET=1 before the three modules are first imported, or
+reload them (_common, quantize, then this one: ``_common.reload_for_interpreter``).
 """
 
 from __future__ import annotations
@@ -54,17 +55,11 @@ from typing import Optional
 
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-
-    _TRITON_IMPORT_ERROR: Optional[BaseException] = None
-except Exception as exc:  # ImportError, or a broken install raising at import time
-    triton = None
-    tl = None
-    _TRITON_IMPORT_ERROR = exc
-
+from . import _common as _c
 from . import quantize as _kq
+from ._common import _cdiv, _check_block, _next_pow2
+
+triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
 __all__ = [
     "triton_available",
@@ -82,14 +77,21 @@ _MAX_BLOCK_ELEMS = 16384
 # Elements a quantize program aims for when blocks are small ((1, 128): 32 block-rows at once).
 _QUANT_TILE = 4096
 _GROUP_M = 8
+_JIT_FNS: tuple = ()  # this module's kernel and the helpers it calls from quantize and _common (mode checks)
 
 if triton is not None and _kq.triton is not None:
-    from .quantize import _encode, _finite_abs, _load_fp32, _max_axis, _scale_from_amax
+    from ._common import _finite_abs, _load_fp32, _max_axis, _sum_axis
+    from .quantize import _encode, _scale_from_amax
 
     @triton.jit
-    def _block_view(pid_r, pid_c, M, N, n_brow, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr,
-                    CP: tl.constexpr, G: tl.constexpr):
-        """Offsets and mask of G vertically stacked (BR, BC) blocks held as a [G, RP, CP] tile."""
+    def _block_view(M, N, n_brow, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
+                    G: tl.constexpr):
+        """This program's (pid_r, pid_c) and the offsets and mask of its G vertically stacked
+        (BR, BC) blocks held as a [G, RP, CP] tile (programs run down block-columns)."""
+        pid = tl.program_id(0)
+        n_rgrp = (n_brow + G - 1) // G
+        pid_c = pid // n_rgrp
+        pid_r = pid % n_rgrp
         g = tl.arange(0, G)[:, None, None]
         r = tl.arange(0, RP)[None, :, None]
         c = tl.arange(0, CP)[None, None, :]
@@ -97,30 +99,21 @@ if triton is not None and _kq.triton is not None:
         row = brow * BR + r
         col = pid_c * BC + c
         mask = (r < BR) & (c < BC) & (brow < n_brow) & (row < M) & (col < N)
-        return row.to(tl.int64) * N + col, mask
+        return pid_r, pid_c, row.to(tl.int64) * N + col, mask
 
     @triton.jit
     def _block_max(v):
         return _max_axis(_max_axis(v, 2), 1)
 
     @triton.jit
-    def _add(a, b):
-        return a + b
-
-    @triton.jit
     def _block_sum(v):
-        # tl.reduce with our own combine: tl.sum is a triton.language jit helper (see quantize.py)
-        return tl.reduce(tl.reduce(v, 2, _add), 1, _add)
+        return _sum_axis(_sum_axis(v, 2), 1)
 
     @triton.jit
     def _stats_kernel(x_ptr, amax_ptr, err_ptr, M, N, n_brow, n_bcol,
                       BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
                       G: tl.constexpr, IN_KIND: tl.constexpr):
-        pid = tl.program_id(0)
-        n_rgrp = (n_brow + G - 1) // G
-        pid_c = pid // n_rgrp
-        pid_r = pid % n_rgrp
-        offs, mask = _block_view(pid_r, pid_c, M, N, n_brow, BR, BC, RP, CP, G)
+        pid_r, pid_c, offs, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
         x = _load_fp32(x_ptr, offs, mask, IN_KIND)
         x = tl.where(tl.abs(x) < float("inf"), x, 0.0)  # NaN and Inf count as 0, as in the reference
         amax = _block_max(tl.abs(x))
@@ -143,11 +136,7 @@ if triton is not None and _kq.triton is not None:
                                G: tl.constexpr, IN_KIND: tl.constexpr, STOCHASTIC: tl.constexpr,
                                MODE: tl.constexpr):
         """MODE 0: flags from mask_ptr; 1: amax > *thr_ptr; 2: no fallback."""
-        pid = tl.program_id(0)
-        n_rgrp = (n_brow + G - 1) // G
-        pid_c = pid // n_rgrp
-        pid_r = pid % n_rgrp
-        offs, mask = _block_view(pid_r, pid_c, M, N, n_brow, BR, BC, RP, CP, G)
+        pid_r, pid_c, offs, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
         x = _load_fp32(x_ptr, offs, mask, IN_KIND)
         amax = _block_max(_finite_abs(x))
         s1 = _scale_from_amax(amax, 127.0, 1.0, False)
@@ -240,58 +229,30 @@ if triton is not None and _kq.triton is not None:
         c_offs = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
         tl.store(c_ptr + c_offs, acc, mask=m_ok[:, None] & n_ok[None, :])
 
+    _JIT_FNS = (_gemm_kernel, _encode, _load_fp32)
+
 
 # ----------------------------------------------------------------------------------------------
 # Availability
 
 
 def interpreter_active() -> bool:
-    """True when these kernels (and the quantize helpers they call) run under the interpreter."""
-    if triton is None or _kq.triton is None:
-        return False
-    return (type(_gemm_kernel).__name__ == "InterpretedFunction") and _kq.interpreter_active()
+    """True when these kernels (and the quantize and _common helpers they call) run under the
+    interpreter."""
+    return bool(_JIT_FNS) and _c.is_interpreted(*_JIT_FNS)
 
 
 def triton_available(device=None) -> bool:
-    if triton is None or _kq.triton is None:
-        return False
-    if interpreter_active():
-        return True
-    if device is None:
-        return torch.cuda.is_available()
-    return torch.device(device).type == "cuda" and torch.cuda.is_available()
+    return triton is not None and _kq.triton is not None and _c.available(interpreter_active(), device)
 
 
 def _require_triton(t: torch.Tensor) -> None:
-    if triton is None or _kq.triton is None:
-        raise RuntimeError("lowprec.kernels.int8_fallback_gemm needs Triton, which failed to import "
-                           f"({_TRITON_IMPORT_ERROR!r}); use lowprec.int8_fallback (torch) instead")
-    mine = type(_gemm_kernel).__name__ == "InterpretedFunction"
-    if mine != _kq.interpreter_active():
-        raise RuntimeError("lowprec.kernels.quantize and lowprec.kernels.int8_fallback_gemm were imported "
-                           "with different TRITON_INTERPRET settings; reload quantize, then this module")
-    if not mine and t.device.type != "cuda":
-        raise RuntimeError(f"Triton kernels need a CUDA tensor (got device {t.device}); for CPU tensors set "
-                           "TRITON_INTERPRET=1 before lowprec.kernels is first imported")
+    _c.require_triton("lowprec.kernels.int8_fallback_gemm", "lowprec.int8_fallback", _TRITON_IMPORT_ERROR,
+                      _JIT_FNS, t.device)
 
 
 # ----------------------------------------------------------------------------------------------
 # Quantize
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _check_block(block) -> tuple:
-    if (not isinstance(block, (tuple, list)) or len(block) != 2
-            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
-        raise ValueError(f"block must be two positive ints (rows, cols), got {block!r}")
-    return int(block[0]), int(block[1])
 
 
 def _prep_x(x: torch.Tensor, block):
@@ -308,7 +269,7 @@ def _prep_x(x: torch.Tensor, block):
     M, N = x2d.shape
     n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
     g = min(_next_pow2(n_brow), max(_QUANT_TILE // (rp * cp), 1))
-    kind, arg = _kq._in_kind(x2d)
+    kind, arg = _c._in_kind(x2d)
     t = dict(BR=br, BC=bc, RP=rp, CP=cp, G=g, IN_KIND=kind)
     return x2d, arg, M, N, n_brow, n_bcol, t, (_cdiv(n_brow, g) * n_bcol,)
 

@@ -40,8 +40,6 @@ used inside kernels, so ``TRITON_INTERPRET=1`` has to be set before this module 
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from . import _common as _c

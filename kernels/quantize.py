@@ -64,7 +64,7 @@ from typing import Optional
 import torch
 
 from lowprec.kernels import _common as _c
-from lowprec.kernels._common import _cdiv, _in_kind, _next_pow2  # noqa: F401  (_in_kind: int8_fallback_gemm)
+from lowprec.kernels._common import _cdiv, _in_kind, _next_pow2
 from lowprec.numerics import QuantSpec, get_format, to_torch_dtype
 from lowprec.numerics.formats import FloatFormat, IntFormat
 

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import yaml
 

@@ -7,7 +7,6 @@ import platform
 import subprocess
 import sys
 from importlib import metadata
-from pathlib import Path
 
 from .config import REPO_ROOT
 
@@ -20,6 +19,17 @@ def _git(*args: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_commit() -> str | None:
+    """HEAD of the repository this code runs from, or None outside a git checkout."""
+    return _git("rev-parse", "HEAD")
+
+
+def git_dirty() -> bool | None:
+    """Whether the checkout has uncommitted changes (None: unknown)."""
+    status = _git("status", "--porcelain")
+    return bool(status) if status is not None else None
 
 
 def versions() -> dict:
@@ -56,10 +66,9 @@ def now() -> str:
 
 
 def collect() -> dict:
-    status = _git("status", "--porcelain")
     return {
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(status) if status is not None else None,
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
         "versions": versions(),
         "device": device_info(),
         "argv": sys.argv[1:],  # argv[0] is a local path that says nothing about the run

@@ -49,3 +49,15 @@ def smoke_run_config(paper, model, method, data_dir, out_root, **train):
     cfg["data"]["dir"] = str(data_dir)
     cfg["train"].update(train)
     return cfg
+
+
+def linear_reference64(ref, x, g):
+    """Output, dX and dW of ``ref`` (an nn.Linear) for input x and output gradient g, in float64:
+    the independent reference every quantized linear is measured against."""
+    import torch  # noqa: F401
+
+    x64 = x.double().requires_grad_()
+    w64 = ref.weight.detach().double().requires_grad_()
+    y = x64 @ w64.t() + ref.bias.detach().double()
+    y.backward(g.double())
+    return y.detach(), x64.grad, w64.grad

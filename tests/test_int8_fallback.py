@@ -6,6 +6,8 @@ import copy
 import math
 
 import pytest
+
+from conftest import linear_reference64
 import torch
 from torch import nn
 
@@ -247,21 +249,13 @@ def _run(layer, x, g):
     return y.detach(), x.grad, layer[0].weight.grad
 
 
-def _ref64(ref, x, g):
-    x64 = x.double().requires_grad_()
-    w64 = ref.weight.detach().double().requires_grad_()
-    y = x64 @ w64.t() + ref.bias.detach().double()
-    y.backward(g.double())
-    return y.detach(), x64.grad, w64.grad
-
-
 def test_three_gemms_against_float64_and_better_than_jetfire_on_outliers():
     x, _ = _planted(shape=(192, 256))
     g = torch.randn(192, 128, generator=torch.Generator().manual_seed(5))
     ref, q = _pair(int8_fallback_recipe({}))
     _, jet = _pair(RECIPES["int8_block"])
     got, base = _run(q, x, g), _run(jet, x, g)
-    want = _ref64(ref, x, g)
+    want = linear_reference64(ref, x, g)
     s = {k: sqnr_db(w.float(), a) for k, a, w in zip(("out", "dx", "dw"), got, want)}
     s_jet = {k: sqnr_db(w.float(), a) for k, a, w in zip(("out", "dx", "dw"), base, want)}
     # floors from the INT8 operands that remain (W, dY); ceilings below the bf16 recipe's 53 dB on

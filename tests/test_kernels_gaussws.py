@@ -1,9 +1,10 @@
 """The fused GaussWS Triton kernel against the torch reference in lowprec.gaussws, bit for bit.
 
 Runs on CUDA when a device is present, else under the Triton interpreter on CPU (a few seconds).
-As in test_kernels_quantize.py, TRITON_INTERPRET must be set before lowprec.kernels.gaussws_noise is
-first imported (the kernel uses Triton builtins only, so an earlier import of triton itself does not
-matter); the module is reloaded if someone imported it before without the variable.
+As in test_kernels_quantize.py, TRITON_INTERPRET must be set before lowprec.kernels.gaussws_noise (and
+lowprec.kernels._common, whose jit helpers it calls) is first imported (the kernel uses Triton builtins
+only, so an earlier import of triton itself does not matter); the modules are reloaded if someone
+imported them before without the variable.
 
 The contract: kernel(W, seed) == gaussws_reference(W, bits=<the kernel's Philox words>), and those
 words are lowprec.gaussws.philox_bits(shape, seed), Philox4x32-10 as in tl.randint4x.
@@ -24,10 +25,10 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from lowprec import gaussws as gw  # noqa: E402
+from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 
 _MOD = "lowprec.kernels.gaussws_noise"
-if _MOD in sys.modules and os.environ.get("TRITON_INTERPRET") == "1" and not sys.modules[_MOD].interpreter_active():
-    importlib.reload(sys.modules[_MOD])
+reload_for_interpreter(_MOD)
 kg = importlib.import_module(_MOD)
 
 DEVICES = (["cpu"] if kg.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])

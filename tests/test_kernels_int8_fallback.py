@@ -3,9 +3,9 @@ lowprec.int8_fallback: the quantize pass bit for bit, the GEMM equal to the exac
 bit for bit (under the interpreter; to fp32 rounding on CUDA).
 
 Runs on CUDA when present, else under the Triton interpreter on CPU (a few seconds, tiny shapes).
-The kernels call lowprec.kernels.quantize's jit helpers, so both modules must be built in the same
-mode: with TRITON_INTERPRET=1 set here, whichever was imported earlier without it is reloaded,
-quantize first.
+The kernels call the jit helpers of lowprec.kernels.quantize and lowprec.kernels._common, so the three
+modules must be built in the same mode: with TRITON_INTERPRET=1 set here, whichever was imported
+earlier without it is reloaded, with the modules after it (_common, quantize, this one).
 """
 
 import importlib
@@ -28,16 +28,11 @@ from lowprec.int8_fallback import (  # noqa: E402
     int8_block_gemm_reference,
     select_blocks,
 )
+from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 from lowprec.numerics import block_amax  # noqa: E402
 
 _KQ, _KF = "lowprec.kernels.quantize", "lowprec.kernels.int8_fallback_gemm"
-if os.environ.get("TRITON_INTERPRET") == "1":
-    if _KQ in sys.modules and not sys.modules[_KQ].interpreter_active():
-        importlib.reload(sys.modules[_KQ])
-        if _KF in sys.modules:
-            importlib.reload(sys.modules[_KF])
-    if _KF in sys.modules and not sys.modules[_KF].interpreter_active():
-        importlib.reload(sys.modules[_KF])
+reload_for_interpreter(_KQ, _KF)
 kf = importlib.import_module(_KF)
 
 DEVICES = (["cpu"] if kf.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])

@@ -2,14 +2,14 @@
 scales bit for bit, relative error up to fp32 summation order (rel 1e-5).
 
 CUDA when present, else the Triton interpreter on CPU (tiny shapes: it runs each program in numpy).
-TRITON_INTERPRET must be set before the kernel module is first imported; if another test imported
-it without, it is reloaded (same pattern as test_kernels_quantize.py).
+TRITON_INTERPRET must be set before the kernel module (and lowprec.kernels._common, whose jit helpers
+it calls) is first imported; if another test imported them without, they are reloaded (same pattern
+as test_kernels_quantize.py).
 """
 
 import importlib
 import math
 import os
-import sys
 
 import pytest
 import torch
@@ -20,10 +20,10 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from lowprec import mor  # noqa: E402
+from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 
 _MOD = "lowprec.kernels.mor_quant"
-if _MOD in sys.modules and os.environ.get("TRITON_INTERPRET") == "1" and not sys.modules[_MOD].interpreter_active():
-    importlib.reload(sys.modules[_MOD])
+reload_for_interpreter(_MOD)
 km = importlib.import_module(_MOD)
 
 DEVICE = "cpu" if km.interpreter_active() else ("cuda" if torch.cuda.is_available() else None)

@@ -3,10 +3,10 @@
 Runs on CUDA when a device is present, else under the Triton interpreter on CPU (about 10 s).
 Triton picks interpreted vs compiled when a function is decorated with @triton.jit (reading
 TRITON_INTERPRET at that moment), so the variable only has to be set before
-lowprec.kernels.quantize is first imported; if some other module imported it earlier without the
-variable, it is reloaded below. Whether triton itself was imported earlier does not matter here:
-the kernels avoid triton.language's own @jit helpers (tl.max, tl.cdiv, ...), which are fixed when
-triton is imported.
+lowprec.kernels.quantize (and lowprec.kernels._common, whose jit helpers it calls) is first imported;
+if some other module imported them earlier without the variable, they are reloaded below. Whether
+triton itself was imported earlier does not matter here: the kernels avoid triton.language's own
+@jit helpers (tl.max, tl.cdiv, ...), which are fixed when triton is imported.
 """
 
 import importlib
@@ -24,6 +24,7 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 
+from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 from lowprec.numerics import (  # noqa: E402
     QuantSpec,
     compute_scale,
@@ -34,8 +35,7 @@ from lowprec.numerics import (  # noqa: E402
 )
 
 _MOD = "lowprec.kernels.quantize"
-if _MOD in sys.modules and os.environ.get("TRITON_INTERPRET") == "1" and not sys.modules[_MOD].interpreter_active():
-    importlib.reload(sys.modules[_MOD])
+reload_for_interpreter(_MOD)
 kq = importlib.import_module(_MOD)
 
 DEVICES = (["cpu"] if kq.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])

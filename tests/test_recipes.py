@@ -4,6 +4,8 @@ Float8Linear, and SQNR floors with upper bounds that prove quantization happened
 import copy
 
 import pytest
+
+from conftest import linear_reference64
 import torch
 from torch import nn
 
@@ -44,21 +46,13 @@ def _run(layer, x, g):
     return y.detach(), x.grad, w.grad
 
 
-def _reference64(ref, x, g):
-    x64 = x.double().requires_grad_()
-    w64 = ref.weight.detach().double().requires_grad_()
-    y = x64 @ w64.t() + ref.bias.detach().double()
-    y.backward(g.double())
-    return y.detach(), x64.grad, w64.grad
-
-
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_recipe_sqnr_within_band(recipe):
     ref, q = _pair(recipe)
     torch.manual_seed(1)
     x, g = torch.randn(192, 256), torch.randn(192, 128)
     y, dx, dw = _run(q, x, g)
-    y64, dx64, dw64 = _reference64(ref, x, g)
+    y64, dx64, dw64 = linear_reference64(ref, x, g)
     lo, hi = BANDS[recipe]
     for what, a, b in (("out", y, y64), ("dx", dx, dx64), ("dw", dw, dw64)):
         if recipe == "int8_rowwise" and what == "dw":

@@ -27,7 +27,6 @@ A provenance JSON goes beside the CSV.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 import sys
@@ -38,6 +37,9 @@ import torch
 
 from .. import provenance
 from ..io import write_json
+from .common import bench_parser, fail, require_cuda
+
+PROG = "gaussws_overhead"
 
 MODEL = {"name": "llama2_100m", "family": "llama", "layers": 12, "d_model": 768, "heads": 12, "kv_heads": 12,
          "ffn": 2048, "max_seq_len": 1024, "tie_embeddings": False}
@@ -57,9 +59,8 @@ FIELDS = ["model", "method", "baseline", "path", "noise_backend", "b", "block", 
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m lowprec.bench.gaussws_overhead", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="results/gaussws/overhead_h200.csv")
+    p = bench_parser("lowprec.bench.gaussws_overhead", __doc__, "CSV path; <name>.provenance.json goes beside it",
+                     default="results/gaussws/overhead_h200.csv")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {list(ARMS)}")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=1024)
@@ -71,11 +72,6 @@ def _parse(argv):
     p.add_argument("--block", type=int, default=32)
     p.add_argument("--resample", default="step", choices=("step", "microbatch"))
     return p.parse_args(argv)
-
-
-def _fail(msg: str):
-    print(f"gaussws_overhead: {msg}", file=sys.stderr)
-    sys.exit(2)
 
 
 def _build(arm: str, args):
@@ -113,19 +109,18 @@ def _step(model, opt, batches):
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    if not torch.cuda.is_available():
-        _fail("needs a CUDA device (torch.cuda.is_available() is False)")
+    require_cuda(PROG)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = set(arms) - set(ARMS)
     if unknown:
-        _fail(f"--arms: unknown {sorted(unknown)}; known: {list(ARMS)}")
+        fail(PROG, f"--arms: unknown {sorted(unknown)}; known: {list(ARMS)}")
     for a in arms:
         if ARMS[a][1] not in arms:
-            _fail(f"--arms: {a} is measured against {ARMS[a][1]}, which is not in the list")
+            fail(PROG, f"--arms: {a} is measured against {ARMS[a][1]}, which is not in the list")
     from ..gaussws import bytes_per_param, noise_modules
     from ..kernels import gaussws_noise as kg
     if any(a in ("gaussws", "gaussws_qlinear") for a in arms) and not kg.triton_available("cuda"):
-        _fail("the gaussws arms need the Triton kernel (triton importable, CUDA device)")
+        fail(PROG, "the gaussws arms need the Triton kernel (triton importable, CUDA device)")
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     batches = []

@@ -4,7 +4,6 @@ one line per method; the mean over seeds with a min-max band."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import matplotlib
 
@@ -13,7 +12,7 @@ import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..io import atomic_path  # noqa: E402
+from .figures import save_figure  # noqa: E402
 from .runs import load_runs  # noqa: E402
 
 
@@ -52,11 +51,7 @@ def plot(runs, title: str, outputs: list[str]) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    for out in outputs:
-        with atomic_path(out) as tmp:
-            # matplotlib picks the format from the suffix; the temp name hides it
-            fig.savefig(tmp, format=Path(out).suffix.lstrip("."), dpi=120,
-                        metadata={"CreationDate": None} if out.endswith(".pdf") else {"Software": None})
+    save_figure(fig, outputs)
     plt.close(fig)
 
 

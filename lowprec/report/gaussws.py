@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..io import atomic_path, write_text
+from ..io import write_text
+from .figures import save_figure
 from .runs import load_runs
 from .tables import _fmt
 
@@ -82,10 +83,7 @@ def plot_exactness(df: pd.DataFrame, outputs: list[str]) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    for out in outputs:
-        with atomic_path(out) as tmp:
-            fig.savefig(tmp, format=Path(out).suffix.lstrip("."), dpi=120,
-                        metadata={"CreationDate": None} if out.endswith(".pdf") else {"Software": None})
+    save_figure(fig, outputs)
     plt.close(fig)
 
 

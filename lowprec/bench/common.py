@@ -1,0 +1,132 @@
+"""Plumbing shared by the GPU benchmark scripts (``lowprec.kernels.bench_*``, ``lowprec.bench.*``):
+the argument parser with ``--out`` and the do_bench options, exit code 2 with a message for a
+precondition or option that does not hold, the CUDA / Triton checks, comma-separated list options,
+the median do_bench timer, and the provenance JSON written beside each CSV.
+
+Importing this module needs neither torch nor Triton (``--help`` works anywhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Callable, NoReturn
+
+
+def bench_parser(prog: str, doc: str, out_help: str = "CSV path; the provenance JSON goes beside it",
+                 **out_kw) -> argparse.ArgumentParser:
+    """An ArgumentParser for ``python -m <prog>`` with the module docstring as description and --out
+    (required unless out_kw gives a default)."""
+    p = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required="default" not in out_kw, help=out_help, **out_kw)
+    return p
+
+
+def add_do_bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
+    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+
+
+def fail(prog: str, msg: str) -> NoReturn:
+    """'<prog>: <msg>' on stderr and exit code 2 (a precondition or an option does not hold)."""
+    print(f"{prog}: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def require_cuda(prog: str, hint: str = ""):
+    """torch, or exit 2 without a CUDA device; hint is appended to the message."""
+    import torch
+
+    if not torch.cuda.is_available():
+        fail(prog, "needs a CUDA device (torch.cuda.is_available() is False)" + hint)
+    return torch
+
+
+def require_cuda_triton(prog: str, tests: str = ""):
+    """(torch, triton) for timing compiled Triton kernels, or exit 2 when there is no CUDA device,
+    TRITON_INTERPRET=1 is set, or Triton (with triton.testing) does not import. tests: the CPU
+    correctness tests of the kernels, named in the no-CUDA message."""
+    where = f" ({tests})" if tests else ""
+    torch = require_cuda(prog, f"; the kernels' correctness tests run on CPU under TRITON_INTERPRET=1{where}, "
+                               "but timings there mean nothing")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        fail(prog, "TRITON_INTERPRET=1 is set: interpreted kernels cannot be benchmarked; unset it")
+    try:
+        import triton
+        import triton.testing  # noqa: F401
+    except ImportError as exc:
+        fail(prog, f"Triton is not importable ({exc})")
+    return torch, triton
+
+
+_KINDS = {int: "integers", float: "numbers"}
+
+
+def parse_list(prog: str, flag: str, text: str, conv: Callable = int) -> list:
+    """The comma-separated values of option `flag` (empty items skipped), each through conv; exit 2
+    if one does not convert."""
+    try:
+        return [conv(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        fail(prog, f"{flag}: expected comma-separated {_KINDS.get(conv, 'values')}, got {text!r}")
+
+
+def parse_int_list(prog: str, flag: str, text: str, allowed=None) -> list:
+    """parse_list of integers; with `allowed` (a range of integers, or a dict keyed by them) exit 2
+    for values outside it."""
+    values = parse_list(prog, flag, text, int)
+    if allowed is not None:
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            fail(prog, f"{flag}: {bad} not in {min(allowed)}..{max(allowed)}")
+    return values
+
+
+def do_bench_median(warmup: int, rep: int):
+    """(bench, description): bench(fn) is the median time in ms of triton.testing.do_bench; the
+    description goes into the provenance as its "timer"."""
+    import triton.testing
+
+    def bench(fn) -> float:
+        return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+    return bench, f"triton.testing.do_bench(warmup={warmup}, rep={rep}, return_mode='median')"
+
+
+def gpu_provenance(**extra) -> dict:
+    """What produced a GPU benchmark result (lowprec.provenance, flattened): UTC time, git commit,
+    GPU name and compute capability, driver, CUDA, torch, Triton, Python, host and argv, then
+    the script's own keys."""
+    import torch
+    import triton
+
+    from lowprec import provenance
+
+    dev = provenance.device_info()
+    return {
+        "utc_time": provenance.now(),
+        "git_commit": provenance.git_commit(),
+        "gpu": dev["gpu"],
+        "gpu_capability": dev["capability"],
+        "driver": dev["driver"],
+        "cuda": dev["cuda"],
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": provenance.versions()["python"],
+        "host": dev["host"],
+        "argv": sys.argv[1:],
+        **extra,
+    }
+
+
+def write_provenance(path: Path, prov: dict) -> None:
+    """Write prov as JSON to path (creating its folder) and print the headline of the run."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(prov, indent=2) + "\n")
+    print(f"# {prov['gpu']}  driver {prov['driver']}  torch {prov['torch']}  triton {prov['triton']}  "
+          f"cuda {prov['cuda']}", flush=True)
