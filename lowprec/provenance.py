@@ -27,8 +27,9 @@ def git_commit() -> str | None:
 
 
 def git_dirty() -> bool | None:
-    """Whether the checkout has uncommitted changes (None: unknown)."""
-    status = _git("status", "--porcelain")
+    """Whether the code has uncommitted changes (None: unknown). results/ is left out: a workflow
+    that regenerates its outputs changes it while it runs, which says nothing about the code."""
+    status = _git("status", "--porcelain", "--", ".", ":(exclude)results")
     return bool(status) if status is not None else None
 
 
