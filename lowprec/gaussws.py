@@ -56,7 +56,7 @@ and evaluation (the trained model *is* the quantized one).
 
 Entry points:
     gaussws_recipe(method_cfg), ste_recipe(fmt), ste_recipe_from_config(method_cfg)    recipes
-        (GAUSSWS_KEYS: the gaussws keys and defaults; RECIPE_BUILDERS: name -> builder)
+        (GAUSSWS_KEYS: the gaussws keys and defaults; registered in lowprec.recipes.RECIPE_BUILDERS)
     apply_native(model, method_cfg)       the same transforms on plain nn.Linear (bf16 autocast path)
     bit_decay_loss(model, lam), bit_parameters(model), noise_modules(model), mark_step()
     export_weights(model, fmt), exported_copy(model, fmt), EXPORT_FORMATS          post-training MX RTN
@@ -70,7 +70,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import math
-from dataclasses import replace
 from typing import Iterable, Optional, Sequence, Union
 
 import torch
@@ -80,11 +79,11 @@ from .numerics import QuantSpec, block_amax, fake_quantize
 from .numerics.formats import pow2 as _exact_pow2
 from .numerics.scaling import apply_blocks
 from .linear import DEFAULT_EXCLUDE, QLinear, layer_seed, linear_layers
-from .recipes import Gemm, Recipe
+from .recipes import Gemm, Recipe, recipe_from_config
 
 __all__ = [
-    "GAUSSWS_KEYS", "RECIPE_BUILDERS", "NOISES", "SAMPLERS", "STE_FORMATS",
-    "gaussws_recipe", "ste_recipe", "ste_recipe_from_config", "recipe_for",
+    "GAUSSWS_KEYS", "NOISES", "SAMPLERS", "STE_FORMATS",
+    "gaussws_recipe", "ste_recipe", "ste_recipe_from_config",
     "GaussWSWeight", "STEWeight", "apply_native", "mark_step",
     "bit_decay_loss", "bit_parameters", "noise_modules",
     "export_weights", "exported_copy", "mx_rtn", "EXPORT_FORMATS",
@@ -611,9 +610,9 @@ GAUSSWS_KEYS = {"noise": "rounded_gaussian", "b": 6, "block": [32, 32], "learnab
                 "b_min": 4, "b_max": 16, "resample": "step", "sampler": "threshold", "backend": "auto",
                 "rng": "generator", "bit_decay": 0.0}
 STE_KEYS = {"fmt": None}
-# keys of the method section that are not ours (handled by apply_method / recipe_from_config)
-_GENERIC_KEYS = {"name", "recipe", "include", "exclude", "telemetry_every", "high_precision",
-                 "fprop", "dgrad", "wgrad"}
+# keys of the method section that are not ours (handled by apply_method); GEMM overrides and
+# high_precision are lowprec.recipes.with_overrides's, applied by recipe_from_config
+_GENERIC_KEYS = {"name", "recipe", "include", "exclude", "telemetry_every"}
 _BF16 = Gemm(None, None)
 _RECIPE_NOISE = {"gaussws": None, "diffq_uniform": "uniform", "gaussian": "gaussian"}
 
@@ -640,23 +639,6 @@ def gaussws_options(method_cfg: dict) -> dict:
     return opts
 
 
-def _with_generic(recipe: Recipe, cfg: dict) -> Recipe:
-    """Honour the method's high_precision and per-GEMM operand overrides (``fprop: {a: {...}}``), as
-    recipe_from_config does for built-in recipes: GaussWS with FP8 GEMMs is then one config away."""
-    changes = {}
-    for g in ("fprop", "dgrad", "wgrad"):
-        if g in cfg:
-            over = cfg[g] or {}
-            if set(over) - {"a", "b"}:
-                raise ValueError(f"method.{g}: unknown operand(s) {sorted(set(over) - {'a', 'b'})}; use 'a' and 'b'")
-            cur = recipe.gemm(g)
-            changes[g] = Gemm(*((None if over[k] is None else QuantSpec.from_dict(over[k])) if k in over
-                                else getattr(cur, k) for k in "ab"))
-    if "high_precision" in cfg:
-        changes["high_precision"] = cfg["high_precision"]
-    return replace(recipe, **changes) if changes else recipe
-
-
 def gaussws_recipe(method_cfg: Optional[dict] = None) -> Recipe:
     """The GaussWS recipe (or its noise arms) for a method config such as
     ``{recipe: gaussws, b: 6, block: [32, 32], learnable_b: false, resample: step,
@@ -667,8 +649,8 @@ def gaussws_recipe(method_cfg: Optional[dict] = None) -> Recipe:
     b = "learnable b" if opts["learnable_b"] else f"b={opts['b']}"
     desc = (f"{opts['noise']} weight noise, {b}, {opts['block'][0]}x{opts['block'][1]} blocks, "
             f"W_c cached per {opts['resample']}; BF16 operands, fp32 accumulate")
-    return _with_generic(Recipe(name, _BF16, _BF16, _BF16, high_precision="bf16", description=desc,
-                                weight_transform=GaussWSWeight.factory(**opts)), cfg)
+    return Recipe(name, _BF16, _BF16, _BF16, high_precision="bf16", description=desc,
+                  weight_transform=GaussWSWeight.factory(**opts))
 
 
 def ste_recipe(fmt: Union[str, dict]) -> Recipe:
@@ -683,39 +665,15 @@ def ste_recipe(fmt: Union[str, dict]) -> Recipe:
         fmt = cfg["fmt"]
     f = _ste_format(fmt)
     alias = {v: k for k, v in STE_FORMATS.items()}[f]
-    return _with_generic(Recipe(f"ste_{alias}", _BF16, _BF16, _BF16, high_precision="bf16",
-                                description=f"weights fake-quantized to MX {f} (RTN, 1x32 along in, "
-                                            "straight-through); BF16 operands, fp32 accumulate",
-                                weight_transform=STEWeight.factory(f)), cfg)
+    return Recipe(f"ste_{alias}", _BF16, _BF16, _BF16, high_precision="bf16",
+                  description=f"weights fake-quantized to MX {f} (RTN, 1x32 along in, "
+                              "straight-through); BF16 operands, fp32 accumulate",
+                  weight_transform=STEWeight.factory(f))
 
 
 def ste_recipe_from_config(method_cfg: dict) -> Recipe:
     """``{recipe: ste, fmt: e2m1}`` (fmt: e2m1/e3m2/e2m3/e4m3 or mxfp4/mxfp6_e3m2/mxfp6_e2m3/mxfp8)."""
     return ste_recipe(dict(method_cfg or {}))
-
-
-def _ste_builder(fmt):
-    def build(cfg):
-        _check_keys(cfg or {}, {}, f"ste {fmt}")
-        return ste_recipe(fmt)
-    return build
-
-
-RECIPE_BUILDERS = {
-    "gaussws": gaussws_recipe,
-    "diffq_uniform": gaussws_recipe,
-    "gaussian": gaussws_recipe,
-    "ste": ste_recipe_from_config,
-    **{f"ste_{alias}": _ste_builder(f) for alias, f in STE_FORMATS.items()},
-}
-
-
-def recipe_for(method_cfg: dict) -> Recipe:
-    """The recipe for a method config whose ``recipe`` is one of RECIPE_BUILDERS."""
-    name = method_cfg.get("recipe")
-    if name not in RECIPE_BUILDERS:
-        raise ValueError(f"not a GaussWS-module recipe: {name!r}; known: {sorted(RECIPE_BUILDERS)}")
-    return RECIPE_BUILDERS[name](method_cfg)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -756,7 +714,7 @@ def apply_native(model: nn.Module, method_cfg: dict, include: Optional[Iterable[
     default to the method config's, then to every linear layer but the LM head; layer seeds follow
     QLinear's rule, so both paths give a layer the same noise stream (given the same rng)."""
     from torch.nn.utils import parametrize
-    recipe = recipe_for(method_cfg)
+    recipe = recipe_from_config(method_cfg)
     include = method_cfg.get("include") if include is None else include
     exclude = method_cfg.get("exclude", DEFAULT_EXCLUDE) if exclude is None else exclude
     done = []

@@ -180,21 +180,12 @@ def _builder(name: str):
     return getattr(importlib.import_module(module), func)
 
 
-def recipe_from_config(method_cfg: dict) -> Recipe:
-    """The recipe a method config names: a built-in recipe (``RECIPES``), optionally with per-GEMM
-    operand overrides, e.g. ``{recipe: fp8_hybrid, wgrad: {a: null}}`` keeps the weight gradient's dY
-    in high precision; or a paper method (``RECIPE_BUILDERS``) built from its own keys."""
-    name = method_cfg.get("recipe", "bf16")
-    if name in RECIPE_BUILDERS:
-        own = {k: v for k, v in method_cfg.items() if k not in GENERIC_METHOD_KEYS}
-        return _builder(name)(own)
-    if name not in RECIPES:
-        raise ValueError(f"method.recipe: unknown recipe {name!r}; known: {sorted(RECIPES) + sorted(RECIPE_BUILDERS)}")
-    unknown = set(method_cfg) - GENERIC_METHOD_KEYS - set(GEMMS) - {"high_precision"}
-    if unknown:
-        raise ValueError(f"method: unknown key(s) {sorted(unknown)} for recipe {name!r}; known: "
-                         f"{sorted(GENERIC_METHOD_KEYS | set(GEMMS) | {'high_precision'})}")
-    recipe = RECIPES[name]
+OVERRIDE_KEYS = set(GEMMS) | {"high_precision"}
+
+
+def with_overrides(recipe: Recipe, method_cfg: dict) -> Recipe:
+    """``recipe`` with the method config's per-GEMM operand overrides and ``high_precision``, e.g.
+    ``{wgrad: {a: null}}`` keeps the weight gradient's dY in high precision."""
     changes = {}
     for g in GEMMS:
         if g in method_cfg:
@@ -210,3 +201,20 @@ def recipe_from_config(method_cfg: dict) -> Recipe:
     if "high_precision" in method_cfg:
         changes["high_precision"] = method_cfg["high_precision"]
     return replace(recipe, **changes) if changes else recipe
+
+
+def recipe_from_config(method_cfg: dict) -> Recipe:
+    """The recipe a method config names: a built-in recipe (``RECIPES``) or a paper method
+    (``RECIPE_BUILDERS``, built from its own keys), either way with the per-GEMM operand overrides
+    of ``with_overrides``, e.g. ``{recipe: gaussws, fprop: {a: {fmt: e4m3, scaling: tensor}}}``."""
+    name = method_cfg.get("recipe", "bf16")
+    if name in RECIPE_BUILDERS:
+        own = {k: v for k, v in method_cfg.items() if k not in GENERIC_METHOD_KEYS | OVERRIDE_KEYS}
+        return with_overrides(_builder(name)(own), method_cfg)
+    if name not in RECIPES:
+        raise ValueError(f"method.recipe: unknown recipe {name!r}; known: {sorted(RECIPES) + sorted(RECIPE_BUILDERS)}")
+    unknown = set(method_cfg) - GENERIC_METHOD_KEYS - OVERRIDE_KEYS
+    if unknown:
+        raise ValueError(f"method: unknown key(s) {sorted(unknown)} for recipe {name!r}; known: "
+                         f"{sorted(GENERIC_METHOD_KEYS | OVERRIDE_KEYS)}")
+    return with_overrides(RECIPES[name], method_cfg)

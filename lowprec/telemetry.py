@@ -6,8 +6,6 @@ telemetry that is off (``every=0``) or between recording steps costs one integer
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .numerics import get_format, tensor_stats
@@ -46,6 +44,3 @@ class Telemetry:
         self.rows.clear()
         self._seen.clear()
 
-
-def all_finite(row: dict) -> bool:
-    return all(not (isinstance(v, float) and math.isinf(v)) for v in row.values())

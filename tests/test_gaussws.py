@@ -383,8 +383,9 @@ def _on_mx_grid(wq2d, fmt):
                                               ("mxfp6_e2m3", "e2m3", 29, 33), ("mxfp8", "e4m3", 28.5, 32.5)])
 def test_ste_arms_quantize(alias, fmt, lo, hi):
     rec = gw.ste_recipe(fmt)
-    assert rec.name == f"ste_{alias}" and gw.recipe_for({"recipe": "ste", "fmt": fmt}).name == rec.name
-    assert gw.recipe_for({"recipe": f"ste_{alias}"}).name == rec.name
+    from lowprec.recipes import recipe_from_config
+    assert rec.name == f"ste_{alias}" and recipe_from_config({"recipe": "ste", "fmt": fmt}).name == rec.name
+    assert gw.ste_recipe(alias).name == rec.name
     m = _mlp(rec)
     q = m[0]
     with torch.no_grad():  # Gaussian weights: the SQNR bands are for N(0, s^2) (nn.Linear inits uniform)
@@ -473,7 +474,8 @@ def test_recipe_keys_and_defaults():
     assert r.name == "gaussws" and "b=4" in r.description
     assert recipe_from_config({"name": "ste_mxfp4", "recipe": "ste", "fmt": "e2m1"}).name == "ste_mxfp4"
     # high_precision and GEMM overrides are honoured: GaussWS weights with FP8 operands
-    r = gw.gaussws_recipe({"b": 6, "high_precision": "fp32", "fprop": {"a": {"fmt": "e4m3", "scaling": "tensor"}}})
+    r = recipe_from_config({"recipe": "gaussws", "b": 6, "high_precision": "fp32",
+                            "fprop": {"a": {"fmt": "e4m3", "scaling": "tensor"}}})
     assert r.high_precision == "fp32" and r.fprop.a.fmt == "e4m3" and r.fprop.b is None
 
 
