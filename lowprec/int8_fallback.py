@@ -475,6 +475,18 @@ class FallbackInt8Quantizer(OperandQuantizer):
         fq, stats = self.quantize_operand(t, call)
         return fq.dequantize().reshape(t.shape), stats
 
+    def fused_gemm(self, other, a, b, call_a, call_b):
+        """The Triton block-scaled INT8 GEMM (``lowprec.kernels.int8_fallback_gemm``) on CUDA: the
+        same codes and scales as the emulation, an extra INT8 product for fallback blocks only."""
+        if other is not self or not a.is_cuda:
+            return None
+        from .kernels import int8_fallback_gemm as kf
+        if not kf.triton_available(a.device):
+            return None
+        fqa, _ = self.quantize_operand(a, call_a)
+        fqb, _ = self.quantize_operand(b, call_b)
+        return kf.gemm_fallback_qtensors(fqa, fqb)
+
 
 # ----------------------------------------------------------------------------------------------
 # Recipe

@@ -151,10 +151,18 @@ class QLinear(nn.Module):
                 tel.record(self.name, gemm, operand, t, values, qt.expanded_scale(), spec.fmt)
         return values
 
+    def _measuring(self) -> bool:
+        return self.telemetry is not None and self.telemetry.recording()
+
     def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """``a @ b.T`` with a: (rows, R) and b: (cols, R), R the reduction dimension."""
         spec_a, spec_b = self.recipe.gemm(name)
         op_a, op_b = OPERANDS[name]
+        if isinstance(spec_a, OperandQuantizer) and a.is_cuda and not self._measuring():
+            calls = [OperandCall(self, name, op, self._seed(name, op), self.training) for op in (op_a, op_b)]
+            y = spec_a.fused_gemm(spec_b, a, b, *calls)
+            if y is not None:
+                return y
         if fast_path_applies(a, b, spec_a, spec_b):
             qta, qtb = self._operand(name, op_a, a, spec_a), self._operand(name, op_b, b, spec_b)
             tel = self.telemetry

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import subprocess
 import sys
@@ -22,14 +23,17 @@ def _git(*args: str) -> str | None:
 
 
 def git_commit() -> str | None:
-    """HEAD of the repository this code runs from, or None outside a git checkout."""
-    return _git("rev-parse", "HEAD")
+    """HEAD of the repository this code runs from, or None outside a git checkout. A copy of the
+    tree without its .git (staged onto a compute node) names its commit in LOWPREC_GIT_COMMIT."""
+    return _git("rev-parse", "HEAD") or os.environ.get("LOWPREC_GIT_COMMIT") or None
 
 
 def git_dirty() -> bool | None:
     """Whether the code has uncommitted changes (None: unknown). results/ is left out: a workflow
     that regenerates its outputs changes it while it runs, which says nothing about the code."""
     status = _git("status", "--porcelain", "--", ".", ":(exclude)results")
+    if status is None and os.environ.get("LOWPREC_GIT_DIRTY") in ("0", "1"):
+        return os.environ["LOWPREC_GIT_DIRTY"] == "1"
     return bool(status) if status is not None else None
 
 

@@ -66,6 +66,15 @@ class OperandQuantizer(abc.ABC):
     def __call__(self, t: torch.Tensor, call: OperandCall) -> tuple[torch.Tensor, dict]:
         ...
 
+    def fused_gemm(self, other: "Operand", a: torch.Tensor, b: torch.Tensor, call_a: OperandCall,
+                   call_b: OperandCall) -> Optional[torch.Tensor]:
+        """fp32 ``a @ b.T`` on a hardware path (a low-precision GEMM kernel) when this quantizer
+        treats ``a`` and ``other`` treats ``b``, multiplying the same quantized values that
+        ``__call__`` would return (only the accumulation order may differ); None where there is
+        no such path, and QLinear multiplies the emulated values. Never called on telemetry steps,
+        so it need not produce statistics."""
+        return None
+
     def to_dict(self) -> dict:
         return {"quantizer": self.name, **{k: v for k, v in vars(self).items() if not k.startswith("_")}}
 

@@ -20,8 +20,12 @@ class Telemetry:
         self.rows: list[dict] = []
         self._seen: set = set()
 
+    def recording(self) -> bool:
+        """Whether this step is a recording step (a layer may then skip fused hardware paths)."""
+        return bool(self.every) and self.step % self.every == 0
+
     def wants(self, layer: str, gemm: str, operand: str) -> bool:
-        if not self.every or self.step % self.every:
+        if not self.recording():
             return False
         key = (self.step, layer, gemm, operand)
         if key in self._seen:  # gradient accumulation: measure the first micro-batch only

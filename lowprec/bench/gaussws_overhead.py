@@ -30,7 +30,6 @@ from __future__ import annotations
 import csv
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -38,12 +37,11 @@ import torch
 from .. import provenance
 from ..io import write_json
 from .common import bench_parser, fail, require_cuda
+from .train_step import AUTOCAST, MODEL, OPTIMIZER, VOCAB, build_model, interleaved_tokens_per_s, optimizer
+from .train_step import random_batches, step
 
 PROG = "gaussws_overhead"
 
-MODEL = {"name": "llama2_100m", "family": "llama", "layers": 12, "d_model": 768, "heads": 12, "kv_heads": 12,
-         "ffn": 2048, "max_seq_len": 1024, "tie_embeddings": False}
-VOCAB = 8192
 ARMS = {  # name: (path, baseline)
     "bf16": ("native", "bf16"),
     "gaussws": ("native", "bf16"),
@@ -77,11 +75,9 @@ def _parse(argv):
 def _build(arm: str, args):
     from ..gaussws import apply_native, gaussws_recipe, noise_modules
     from ..linear import convert
-    from ..models import build_model
     from ..recipes import RECIPES
 
-    torch.manual_seed(0)
-    model = build_model(MODEL, VOCAB).cuda()
+    model = build_model()
     cfg = {"recipe": "gaussws", "b": args.b, "block": [args.block, args.block], "resample": args.resample}
     if arm == "gaussws":
         apply_native(model, {**cfg, "backend": "triton"})
@@ -93,18 +89,7 @@ def _build(arm: str, args):
         convert(model, gaussws_recipe({**cfg, "backend": "triton"}))
     model.train()
     noised = sum(m.shape[0] * m.shape[1] for _, m in noise_modules(model))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), fused=True)
-    return model, opt, noised
-
-
-def _step(model, opt, batches):
-    from ..models import causal_lm_loss
-    for x, y in batches:
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = causal_lm_loss(model, x, y) / len(batches)
-        loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    return model, optimizer(model), noised
 
 
 def main(argv=None) -> int:
@@ -122,11 +107,7 @@ def main(argv=None) -> int:
     if any(a in ("gaussws", "gaussws_qlinear") for a in arms) and not kg.triton_available("cuda"):
         fail(PROG, "the gaussws arms need the Triton kernel (triton importable, CUDA device)")
 
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    batches = []
-    for _ in range(args.accum):
-        x = torch.randint(0, VOCAB, (args.batch, args.seq), device="cuda", generator=gen)
-        batches.append((x, torch.roll(x, -1, 1)))
+    batches = random_batches(args.batch, args.seq, args.accum)
     tokens = args.batch * args.seq * args.accum
 
     # Phase 1, one arm after another: build, warm up (Triton compiles, cuBLAS picks kernels), memory.
@@ -137,11 +118,11 @@ def main(argv=None) -> int:
         base = torch.cuda.memory_allocated()
         model, opt, noised = _build(arm, args)
         for _ in range(max(args.warmup - 2, 1)):
-            _step(model, opt, batches)
+            step(model, opt, batches)
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         for _ in range(2):
-            _step(model, opt, batches)
+            step(model, opt, batches)
         torch.cuda.synchronize()
         backends = {m.last_backend for _, m in noise_modules(model)}
         info[arm] = {
@@ -155,18 +136,8 @@ def main(argv=None) -> int:
         print(f"# {arm}: peak {info[arm]['peak'] / 2**30:.2f} GiB, steady {info[arm]['steady'] / 2**30:.2f} GiB, "
               f"noise backend {info[arm]['noise_backend'] or '-'}", flush=True)
 
-    # Phase 2: interleaved timed repeats, so that clock and thermal drift hit every arm alike.
-    reps = {arm: [] for arm in arms}
-    for r in range(args.repeats):
-        for arm in arms:
-            model, opt = state[arm]
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(args.steps):
-                _step(model, opt, batches)
-            torch.cuda.synchronize()
-            reps[arm].append(tokens * args.steps / (time.perf_counter() - t0))
-        print(f"# repeat {r + 1}/{args.repeats}: " + "  ".join(f"{a} {reps[a][-1]:,.0f}" for a in arms), flush=True)
+    # Phase 2: interleaved timed repeats
+    reps = interleaved_tokens_per_s(state, batches, args.steps, args.repeats)
 
     rows = []
     for arm in arms:
@@ -204,8 +175,7 @@ def main(argv=None) -> int:
         w.writerows(rows)
     write_json(out.with_name(out.stem + ".provenance.json"), {
         **provenance.collect(), "time": provenance.now(), "model": MODEL, "vocab": VOCAB,
-        "optimizer": "torch.optim.AdamW(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)",
-        "autocast": "torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss",
+        "optimizer": OPTIMIZER, "autocast": AUTOCAST,
         "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
         "what": __doc__.strip().split("\n")[0],
     })
