@@ -24,16 +24,17 @@ def _git(*args: str) -> str | None:
 
 def git_commit() -> str | None:
     """HEAD of the repository this code runs from, or None outside a git checkout. A copy of the
-    tree without its .git (staged onto a compute node) names its commit in LOWPREC_GIT_COMMIT."""
-    return _git("rev-parse", "HEAD") or os.environ.get("LOWPREC_GIT_COMMIT") or None
+    tree staged onto a compute node (without its .git, or with a stale one) names its commit in
+    LOWPREC_GIT_COMMIT, which then wins."""
+    return os.environ.get("LOWPREC_GIT_COMMIT") or _git("rev-parse", "HEAD")
 
 
 def git_dirty() -> bool | None:
     """Whether the code has uncommitted changes (None: unknown). results/ is left out: a workflow
     that regenerates its outputs changes it while it runs, which says nothing about the code."""
-    status = _git("status", "--porcelain", "--", ".", ":(exclude)results")
-    if status is None and os.environ.get("LOWPREC_GIT_DIRTY") in ("0", "1"):
+    if os.environ.get("LOWPREC_GIT_DIRTY") in ("0", "1"):  # a staged copy, as in git_commit
         return os.environ["LOWPREC_GIT_DIRTY"] == "1"
+    status = _git("status", "--porcelain", "--", ".", ":(exclude)results")
     return bool(status) if status is not None else None
 
 
