@@ -85,6 +85,38 @@ def test_int8_fallback_fused_gemm_equals_emulation(rule, monkeypatch):
         assert sqnr_db(b, a) > 60
 
 
+@pytest.mark.parametrize("spec", [
+    QuantSpec("e4m3", "tensor"), QuantSpec("e5m2", "tensor"), QuantSpec("e4m3", "channel", axis=-1),
+    QuantSpec("e4m3", "block", block=(128, 128)), QuantSpec("int8", "block", block=(32, 32)),
+    QuantSpec("int8", "block", block=(32, 32), rounding="stochastic"), QuantSpec("int8", "channel", axis=-1),
+])
+def test_cuda_quantize_dispatch_is_bit_exact(spec, monkeypatch):
+    from lowprec.kernels import quantize as kq
+    from lowprec.numerics import quantize, scaling
+
+    if not kq.triton_available("cuda"):
+        pytest.skip("Triton not usable on this CUDA device")
+    torch.manual_seed(0)
+    x = torch.randn(300, 520, device="cuda") * torch.logspace(-3, 3, 520, device="cuda")
+    x[5, 7], x[9, 1] = float("nan"), float("inf")
+    calls = {"n": 0}
+    real = kq.quantize_spec
+
+    def counting(*a, **kw):
+        calls["n"] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(kq, "quantize_spec", counting)
+    g1, g2 = torch.Generator(device="cuda").manual_seed(3), torch.Generator(device="cuda").manual_seed(3)
+    qk = quantize(x, spec, generator=g1 if spec.rounding == "stochastic" else None)
+    assert calls["n"] == 1
+    monkeypatch.setattr(scaling, "USE_KERNELS", False)
+    qt = quantize(x, spec, generator=g2 if spec.rounding == "stochastic" else None)
+    assert calls["n"] == 1
+    assert torch.equal(qk.scale, qt.scale)
+    assert torch.equal(qk.codes.nan_to_num(123.0), qt.codes.nan_to_num(123.0))
+
+
 def test_emulation_on_gpu_matches_cpu():
     torch.manual_seed(1)
     cpu = nn.Sequential(nn.Linear(256, 128))

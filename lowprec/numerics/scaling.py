@@ -33,12 +33,14 @@ INT8 uses the same machinery with fmax = qmax (127).
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
+from . import formats
 from .formats import FORMATS, cast, get_format, ilog2
 from .formats import pow2 as _exact_pow2
 
@@ -444,7 +446,10 @@ def quantize(
     amax=None,
 ) -> QTensor:
     """Scale, then cast with spec's rounding and saturation. noise (x's shape) feeds stochastic
-    rounding with given uniforms; generator seeds them otherwise."""
+    rounding with given uniforms; generator seeds them otherwise. On CUDA the specs that the Triton
+    quantize kernels cover take them (one pass instead of several; the same codes and scales)."""
+    if x.is_cuda and USE_KERNELS and _kernel_covers(spec):
+        return _quantize_kernel(x, spec, generator, noise, amax)
     x2d = _as_2d(x).to(torch.float32)
     block = _resolve_block(spec, x2d.shape)
     grid = _scale_grid(x2d, spec, block, amax)
@@ -455,6 +460,43 @@ def quantize(
         noise = noise.reshape(scaled.shape)
     codes = cast(scaled, spec.fmt, spec.rounding, spec.saturate, generator, noise)
     return QTensor(codes.reshape(x.shape), grid, spec, tuple(block), x.dtype)
+
+
+# The CUDA dispatch to lowprec.kernels.quantize; off with LOWPREC_QUANT_KERNELS=0 (or by setting
+# this flag, as the tests that compare the two paths do).
+USE_KERNELS = os.environ.get("LOWPREC_QUANT_KERNELS", "1") != "0"
+_KERNEL_FORMATS = ("e4m3", "e5m2", "int8")
+
+
+def _kernel_covers(spec: QuantSpec) -> bool:
+    return (spec.fmt in _KERNEL_FORMATS and spec.saturate
+            and spec.scaling in ("tensor", "delayed", "block") + (("channel",) if spec.axis == -1 else ())
+            and (spec.rounding == "nearest" or spec.fmt == "int8"))
+
+
+def _quantize_kernel(x, spec, generator, noise, amax) -> QTensor:
+    from ..kernels import quantize as kq  # the kernels import this module
+    if not kq.triton_available(x.device):
+        raise RuntimeError("CUDA quantization needs Triton (set lowprec.numerics.scaling.USE_KERNELS = False "
+                           "to run the torch path instead)")
+    x2d = _as_2d(x)
+    if x2d.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        x2d = x2d.float()
+    block = _resolve_block(spec, x2d.shape)
+    scale = None
+    if amax is not None:
+        if spec.scaling not in ("tensor", "delayed"):
+            raise ValueError(f"amax= is only used by tensor, delayed and gam scaling, not {spec.scaling!r}")
+        scale = scale_from_amax(_fp32(amax).to(x.device).reshape(1, 1), spec.format.fmax, spec.margin, spec.pow2)
+    elif spec.scaling == "delayed":  # no history yet: the tensor's own amax, as the torch path does
+        scale = scale_from_amax(block_amax(x2d.float(), block), spec.format.fmax, spec.margin, spec.pow2)
+    if noise is not None and tuple(noise.shape) != tuple(x.shape):
+        raise ValueError(f"noise shape {tuple(noise.shape)} != input shape {tuple(x.shape)}")
+    u = None
+    if spec.rounding == "stochastic":
+        u = formats._uniforms(x2d, generator, None if noise is None else noise.reshape(x2d.shape))
+    codes, grid = kq.quantize_spec(x2d, spec, scale=scale, noise=u)
+    return QTensor(codes.float().reshape(x.shape), grid, spec, tuple(block), x.dtype)
 
 
 def fake_quantize(
