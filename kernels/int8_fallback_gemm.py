@@ -173,7 +173,8 @@ if triton is not None and _kq.triton is not None:
                      M, N, K, n_kb,
                      BMS: tl.constexpr, BNS: tl.constexpr, GK: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     GROUP_M: tl.constexpr, HAS_RA: tl.constexpr, HAS_RB: tl.constexpr):
+                     GROUP_M: tl.constexpr, HAS_RA: tl.constexpr, HAS_RB: tl.constexpr,
+                     EVEN: tl.constexpr):
         pid = tl.program_id(0)
         n_pm = (M + BLOCK_M - 1) // BLOCK_M
         n_pn = (N + BLOCK_N - 1) // BLOCK_N
@@ -200,8 +201,12 @@ if triton is not None and _kq.triton is not None:
             k_ok = (offs_k < GK) & (kk < K)
             a_mask = m_ok[:, None] & k_ok[None, :]
             b_mask = k_ok[:, None] & n_ok[None, :]
-            a = tl.load(a_ptr + a_rows + kk[None, :], mask=a_mask, other=0)
-            b = tl.load(b_ptr + b_cols + kk[:, None], mask=b_mask, other=0)
+            if EVEN:  # no masks: the loads vectorize and pipeline (masks along K defeat both)
+                a = tl.load(a_ptr + a_rows + kk[None, :])
+                b = tl.load(b_ptr + b_cols + kk[:, None])
+            else:
+                a = tl.load(a_ptr + a_rows + kk[None, :], mask=a_mask, other=0)
+                b = tl.load(b_ptr + b_cols + kk[:, None], mask=b_mask, other=0)
             da = tl.load(da_ptr + sa_idx + kb, mask=m_ok, other=0.0)
             db = tl.load(db_ptr + sb_idx + kb, mask=n_ok, other=0.0)
             p = tl.dot(a, b, out_dtype=tl.int32)
@@ -417,7 +422,9 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
         qa, da, ra if has_ra else qa, dra if has_ra else da, fa if has_ra else qa,
         qb, db, rb if has_rb else qb, drb if has_rb else db, fb if has_rb else qb, c,
         M, N, K, n_kb, BMS=bms, BNS=bns, GK=gk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=_next_pow2(gk),
-        GROUP_M=_GROUP_M, HAS_RA=has_ra, HAS_RB=has_rb, num_warps=nw, num_stages=ns,
+        GROUP_M=_GROUP_M, HAS_RA=has_ra, HAS_RB=has_rb,
+        EVEN=(M % bm == 0 and N % bn == 0 and K % gk == 0 and _next_pow2(gk) == gk),
+        num_warps=nw, num_stages=ns,
     )
     return c
 
