@@ -6,6 +6,7 @@ import os
 #   snakemake --cores all --config scale=small    another scale (smoke | tiny | small | paper)
 #   snakemake --profile configs/profiles/gpu      one GPU;  configs/profiles/slurm: a SLURM cluster
 #   snakemake --report report.html                the figures and tables as one HTML report
+#   snakemake regenerate --forceall --config reuse_runs=true   rebuild from committed runs, no training
 
 configfile: os.path.join(workflow.basedir, "configs", "config.yaml")
 
@@ -14,6 +15,8 @@ include: "pipelines/common.smk"
 include: "pipelines/data.smk"
 include: "pipelines/train.smk"
 include: "pipelines/gaussws.smk"
+include: "pipelines/mor.smk"
+include: "pipelines/int8_fallback.smk"
 include: "pipelines/report.smk"
 
 

@@ -8,6 +8,7 @@ the only thing ``python -m lowprec.train`` reads.  Every value a run used is in 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -52,11 +53,16 @@ def deep_merge(base: dict, override: dict) -> dict:
 
 def _registry():
     """All schema files, addressable by file name so that they can ``$ref`` each other."""
+    files = sorted((CONFIG_DIR / "schema").glob("*.schema.yaml"))
+    # parsing the schemas dominated resolving a large grid: parse once per version of the files
+    return _load_registry(tuple((str(p), p.stat().st_mtime_ns) for p in files))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_registry(files: tuple):
     from referencing import Registry, Resource
 
-    resources = [(p.name, Resource.from_contents(load_yaml(p)))
-                 for p in sorted((CONFIG_DIR / "schema").glob("*.schema.yaml"))]
-    return Registry().with_resources(resources)
+    return Registry().with_resources([(Path(p).name, Resource.from_contents(load_yaml(p))) for p, _ in files])
 
 
 def validate(cfg: dict, schema_name: str, where: str = "config") -> dict:
@@ -103,7 +109,14 @@ def model_config(name: str, scale: str) -> dict:
 
 def workflow_config(cfg: dict) -> dict:
     """Validate the Snakemake config and attach the scale's defaults (``cfg['scale_cfg']``)."""
-    cfg = validate(dict(cfg), "workflow", "workflow config (configs/config.yaml / --config)")
+    cfg = dict(cfg)
+    # `--config reuse_runs=true` arrives as the string 'true' (Snakemake parses only True/False)
+    flags = [k for k, v in _registry().contents("workflow.schema.yaml")["properties"].items()
+             if v.get("type") == "boolean"]
+    for k in flags:
+        if isinstance(cfg.get(k), str) and cfg[k].lower() in ("true", "false"):
+            cfg[k] = cfg[k].lower() == "true"
+    cfg = validate(cfg, "workflow", "workflow config (configs/config.yaml / --config)")
     out = dict(cfg)
     out["scale_cfg"] = scale_config(cfg["scale"])
     for paper in cfg["papers"]:
@@ -142,7 +155,7 @@ def resolve_run(scale: str, paper: str, model: str, method: str, seed: int,
     train = deep_merge(deep_merge(sc["train"], exp.get("train", {})), per_scale.get("train", {}))
     method_cfg = copy.deepcopy(exp["methods"][method] or {})
     train = deep_merge(train, method_cfg.pop("train", {}))
-    data = deep_merge(sc["data"], exp.get("data", {}))
+    data = deep_merge(deep_merge(sc["data"], exp.get("data", {})), per_scale.get("data", {}))
     run = {
         "paper": paper,
         "scale": scale,
@@ -156,7 +169,81 @@ def resolve_run(scale: str, paper: str, model: str, method: str, seed: int,
         "output_dir": f"{results}/runs/{scale}/{paper}/{model}/{method}/s{seed}",
     }
     run = deep_merge(run, overrides or {})
-    return validate(run, "run", f"run config {run['run_id']}")
+    run = validate(run, "run", f"run config {run['run_id']}")
+    t = run["train"]
+    if isinstance(t.get("devices", 1), int):
+        check_global_batch(t["batch_size"], t.get("devices", 1) * t.get("num_nodes", 1),
+                           f"run config {paper} {run['run_id']}: ")
+    return run
+
+
+def check_global_batch(batch_size: int, world_size: int, where: str = "") -> None:
+    """``train.batch_size`` is the global batch (all ranks together); each rank takes an equal share."""
+    if batch_size % world_size:
+        raise ConfigError(f"{where}train.batch_size={batch_size} is the global batch and must be divisible "
+                          f"by the number of processes, train.devices x train.num_nodes = {world_size}")
+
+
+def finetune_grid(paper: str, scale: str) -> dict | None:
+    """Models, methods and seeds of the paper's fine-tuning runs at this scale (None if it has none)."""
+    exp = experiment_config(paper)
+    ft = exp.get("finetune")
+    if not ft:
+        return None
+    per_scale = exp.get("scales", {}).get(scale, {}).get("finetune", {})
+    grid = experiment_grid(paper, scale)
+    return {"from": ft["from"], "models": per_scale.get("models", ft.get("models", grid["models"])),
+            "methods": per_scale.get("methods", ft["methods"]), "seeds": grid["seeds"]}
+
+
+def resolve_finetune_run(scale: str, paper: str, model: str, method: str, seed: int,
+                         results: str = "results", overrides: dict | None = None) -> dict:
+    """The config of one fine-tuning run: ``method`` (its recipe and options as in pre-training)
+    trained from the final weights of the ``finetune.from`` run of the same model and seed, on the
+    scale's corpus narrowed by ``finetune.data`` (another corpus if it names another ``source``)
+    and encoded with that run's tokenizer (token ids must mean what they meant in pre-training);
+    ``finetune.train`` then the scale's ``finetune.train`` override the run's train settings.
+    Output: ``runs/<scale>/<paper>_finetune/``."""
+    exp = experiment_config(paper)
+    ft = exp.get("finetune")
+    if not ft:
+        raise ConfigError(f"experiment {paper}: no 'finetune' section")
+    for key, name in (("finetune.from", ft["from"]), ("finetune.methods", method)):
+        if name not in exp["methods"]:
+            raise ConfigError(f"experiment {paper}: {key}: unknown method {name!r}; known: {list(exp['methods'])}")
+    source = resolve_run(scale, paper, model, ft["from"], seed, results=results, overrides=overrides)
+    run = resolve_run(scale, paper, model, method, seed, results=results, overrides=overrides)
+    per_scale = exp.get("scales", {}).get(scale, {}).get("finetune", {})
+    train = deep_merge(deep_merge(run["train"], ft.get("train", {})), per_scale.get("train", {}))
+    train["init_from"] = f"{source['output_dir']}/checkpoints/last.ckpt"
+    ft_data = deep_merge(ft.get("data", {}), per_scale.get("data", {}))
+    corpus = scale_config(scale)["data"]
+    if ft_data.get("source", corpus["source"]) != corpus["source"]:
+        # another corpus: nothing of the pre-training source's settings applies to it
+        corpus = {k: corpus[k] for k in ("vocab_size", "val_fraction") if k in corpus}
+    data = deep_merge(corpus, ft_data)
+    data["tokenizer"] = f"{source['data']['dir']}/tokenizer.json"
+    run.update({
+        "run_id": f"finetune/{model}/{method}/s{seed}",
+        "data": {**data, "dir": f"{results}/data/{data_id(data)}"},
+        "train": train,
+        "output_dir": f"{results}/runs/{scale}/{paper}_finetune/{model}/{method}/s{seed}",
+    })
+    return validate(run, "run", f"run config {paper} {run['run_id']}")
+
+
+# What every finished run folder holds (lowprec.train writes them; tables and figures read them).
+RUN_FILES = ("metrics.csv", "provenance.json", "config.yaml")
+
+
+def check_run_folders(run_dirs) -> None:
+    """Regenerating from committed runs (``reuse_runs``): every run folder of the grid must be there."""
+    missing = [f"{d} (no {', '.join(f for f in RUN_FILES if not (Path(d) / f).is_file())})"
+               for d in run_dirs if not all((Path(d) / f).is_file() for f in RUN_FILES)]
+    if missing:
+        shown = "\n  ".join(missing[:20]) + (f"\n  ... and {len(missing) - 20} more" if len(missing) > 20 else "")
+        raise ConfigError(f"reuse_runs: {len(missing)} run folder(s) of this grid are missing or incomplete; "
+                          f"train them (drop reuse_runs) or restore them from git:\n  {shown}")
 
 
 def config_hash(cfg: dict) -> str:

@@ -9,6 +9,10 @@ Sources (``data.source``):
                ``data.data_files``; needs the ``datasets`` package, and network for hub datasets;
                ``name: text`` with local ``data_files`` works offline).
 
+``data.documents`` / ``data.exclude_documents`` (fnmatch patterns on document names) select
+documents before ``max_documents``; ``data.tokenizer`` (a ``tokenizer.json`` of an earlier
+preparation) encodes with that tokenizer instead of training one, for a held-out fine-tuning corpus.
+
 Train and validation are split by document, deterministically (documents ordered by the sha256 of
 their names; the first ``val_fraction`` go to validation).  A corpus of one document is split at the
 line boundary nearest to ``1 - val_fraction`` of its length.
@@ -143,6 +147,25 @@ def huggingface_documents(name: str, split: str, text_field: str, data_files=Non
     return [Document(f"{i:09d}", row[text_field]) for i, row in enumerate(ds)]
 
 
+def select_documents(docs: list[Document], include=None, exclude=None) -> list[Document]:
+    """The documents whose names match an ``include`` pattern (all if None) and no ``exclude``
+    pattern (fnmatch). Holding documents out of one dataset and training on them in another (a
+    fine-tuning corpus) is the use; an include pattern that matches nothing is a typo, not an
+    empty selection, so it is an error."""
+    for key, pats in (("data.documents", include), ("data.exclude_documents", exclude)):
+        if pats is not None and (isinstance(pats, str) or not all(isinstance(p, str) for p in pats)):
+            raise DataError(f"{key}: must be a list of name patterns, got {pats!r}")
+    if include is not None:
+        unmatched = [p for p in include if not any(fnmatch.fnmatchcase(d.name, p) for d in docs)]
+        if unmatched:
+            raise DataError(f"data.documents: pattern(s) {unmatched} match no document; "
+                            f"documents: {[d.name for d in docs][:50]}")
+        docs = [d for d in docs if any(fnmatch.fnmatchcase(d.name, p) for p in include)]
+    if exclude:
+        docs = [d for d in docs if not any(fnmatch.fnmatchcase(d.name, p) for p in exclude)]
+    return docs
+
+
 def load_documents(cfg: dict) -> tuple[list[Document], dict]:
     """Documents of the configured source, and a description of the input for the manifest."""
     source = cfg.get("source")
@@ -164,6 +187,7 @@ def load_documents(cfg: dict) -> tuple[list[Document], dict]:
         info = {"name": cfg["name"], "split": cfg.get("split", "train")}
     else:
         raise DataError(f"data.source: unknown source {source!r}; choose shakespeare, local or huggingface")
+    docs = select_documents(docs, cfg.get("documents"), cfg.get("exclude_documents"))
     if cfg.get("max_documents"):
         docs = docs[: cfg["max_documents"]]
     docs = [d for d in docs if d.text.strip()]
@@ -203,6 +227,23 @@ def train_tokenizer(docs: list[Document], vocab_size: int):
     return tok
 
 
+def load_tokenizer(path: str):
+    """A tokenizer saved by an earlier preparation (``tokenizer.json``): a corpus meant for
+    fine-tuning a model must be encoded with the token ids that model was trained on."""
+    from tokenizers import Tokenizer
+
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"data.tokenizer: file not found: {p}")
+    try:
+        tok = Tokenizer.from_file(str(p))
+    except Exception as e:  # tokenizers raises a bare Exception subclass for unreadable files
+        raise DataError(f"data.tokenizer: {p} is not a tokenizers JSON file ({e})") from e
+    if tok.token_to_id(EOT) is None:
+        raise DataError(f"data.tokenizer: {p} has no {EOT} token (not made by lowprec.data)")
+    return tok
+
+
 def encode_documents(tok, docs: list[Document]) -> np.ndarray:
     eot = tok.token_to_id(EOT)
     ids: list[int] = []
@@ -223,7 +264,7 @@ def prepare(cfg: dict, out_dir: str | os.PathLike) -> dict:
         raise DataError(f"data.vocab_size={vocab_size} does not fit the uint16 token files (max 65536)")
     docs, input_info = load_documents(cfg)
     train_docs, val_docs = split_documents(docs, float(cfg.get("val_fraction", 0.1)))
-    tok = train_tokenizer(train_docs, vocab_size)
+    tok = load_tokenizer(cfg["tokenizer"]) if cfg.get("tokenizer") else train_tokenizer(train_docs, vocab_size)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -241,6 +282,8 @@ def prepare(cfg: dict, out_dir: str | os.PathLike) -> dict:
             "dtype": "uint16",
             "tokens": counts,
             "documents": {"train": [d.name for d in train_docs], "val": [d.name for d in val_docs]},
+            "tokenizer": ({"from": str(cfg["tokenizer"]), "sha256": sha256_file(cfg["tokenizer"])}
+                          if cfg.get("tokenizer") else "trained on the train split"),
             "outputs": {f: sha256_file(tmp / f) for f in ("train.bin", "val.bin", "tokenizer.json")},
         }
         write_json(tmp / "manifest.json", manifest)

@@ -96,14 +96,32 @@ class QLinear(nn.Module):
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, recipe={self.recipe.name}"
 
-    # delayed-scaling histories travel with checkpoints
+    def _stateful_quantizers(self) -> list:
+        """Operand quantizers that keep per-layer state across calls (``state_for_layer`` /
+        ``load_state_for_layer``, e.g. the dynamic fallback rule's EMA level), each once."""
+        found = {}
+        for g in GEMMS:
+            for spec in self.recipe.gemm(g):
+                if isinstance(spec, OperandQuantizer) and hasattr(spec, "state_for_layer"):
+                    found.setdefault(id(spec), spec)
+        return list(found.values())
+
+    # delayed-scaling histories and quantizer state travel with checkpoints, so a resumed run
+    # continues exactly where the killed one was
     def get_extra_state(self):
-        return {f"{g}.{op}": s.history.clone() for (g, op), s in self.scalers.items()}
+        state = {f"{g}.{op}": s.history.clone() for (g, op), s in self.scalers.items()}
+        quantizers = self._stateful_quantizers()
+        if quantizers:
+            state["quantizers"] = [q.state_for_layer(self.name) for q in quantizers]
+        return state
 
     def set_extra_state(self, state):
         for (g, op), s in self.scalers.items():
             h = (state or {}).get(f"{g}.{op}")
             s._history = None if h is None or h.numel() == 0 else h.clone()
+        saved = (state or {}).get("quantizers") or []
+        for i, q in enumerate(self._stateful_quantizers()):
+            q.load_state_for_layer(self.name, saved[i] if i < len(saved) else {})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
@@ -143,7 +161,10 @@ class QLinear(nn.Module):
         elif isinstance(spec, OperandQuantizer):
             values, stats = spec(t, OperandCall(self, gemm, operand, self._seed(gemm, operand), self.training))
             if want:
-                tel.record(self.name, gemm, operand, t, values, None, None, **stats)
+                # optional hook: numbers worth their cost only on telemetry steps (MoR's error
+                # under every partition)
+                more = getattr(spec, "telemetry_stats", None)
+                tel.record(self.name, gemm, operand, t, values, None, None, **stats, **(more(t) if more else {}))
         else:
             qt = self._operand(gemm, operand, t, spec)
             values = qt.dequantize().float()

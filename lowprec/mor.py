@@ -31,12 +31,14 @@ A block-mixed operand cannot feed one FP8 GEMM: the returned values are the per-
 values (emulation) and the stats say the GEMM runs in BF16 unless every block is E4M3.
 
 ``mor_recipe(method_cfg)`` builds a ``Recipe`` whose selected operand slots use one MoR quantizer
-and whose other slots stay BF16.
+and whose other slots stay BF16. On telemetry steps both quantizers also report the operand's E4M3
+error under every partition (``telemetry_stats``), the numbers of the paper's heat maps.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from typing import NamedTuple, Optional
 
 import torch
@@ -45,6 +47,7 @@ import torch.nn.functional as F
 from .numerics import QuantSpec, cast, get_format
 from .numerics.scaling import (
     QTensor,
+    _resolve_block,
     apply_blocks,
     block_amax,
     expand_blocks,
@@ -142,7 +145,10 @@ def quantize_e4m3(x: torch.Tensor, partition: str = "block", block=DEFAULT_BLOCK
 def _ratio_terms(x: torch.Tensor, q: torch.Tensor):
     """|q - x| / |x| in fp32 (0 where x == 0) and the non-zero mask; NaN in x stays NaN."""
     nz = x != 0
-    return torch.where(nz, (q - x).abs() / x.abs(), torch.zeros_like(x)), nz
+    # |(q - x) / x| equals |q - x| / |x| bit for bit (IEEE division is correctly rounded and
+    # symmetric in sign); in place it makes one temporary instead of four, the emulation's hot spot.
+    terms = (q - x).div_(x).abs_()
+    return terms.masked_fill_(~nz, 0.0), nz
 
 
 def mor_relative_error(x: torch.Tensor, q: torch.Tensor) -> float:
@@ -157,6 +163,26 @@ def mor_relative_error(x: torch.Tensor, q: torch.Tensor) -> float:
     if n == 0:
         return 0.0
     return float(terms.sum(dtype=torch.float64)) / n
+
+
+# On CUDA, the E4M3 codes, scales and relative error come from lowprec.kernels.mor_quant (two passes
+# that never write the dequantized tensor): codes and scales bit for bit those of quantize_e4m3, the
+# error equal up to fp32 summation order (relative 1e-6), so only an error within that distance of
+# the threshold could decide differently. Off with LOWPREC_MOR_KERNEL=0.
+USE_KERNEL = os.environ.get("LOWPREC_MOR_KERNEL", "1") != "0"
+
+
+def _e4m3_with_error(x2d: torch.Tensor, partition: str, block, scale: str) -> tuple:
+    """(QTensor of the E4M3 quantization, MoR relative error as a float) of a 2-D fp32 tensor."""
+    if x2d.is_cuda and USE_KERNEL:
+        from .kernels import mor_quant as km  # the kernels import this package
+        if km.triton_available(x2d.device):
+            codes, scales, rel = km.mor_quantize_e4m3(x2d, partition, block, scale)
+            spec = e4m3_spec(partition, block, scale, cols=x2d.shape[1])
+            qt = QTensor(codes.float(), scales, spec, tuple(_resolve_block(spec, x2d.shape)), torch.float32)
+            return qt, float(rel)
+    qt = quantize_e4m3(x2d, partition, block, scale)
+    return qt, mor_relative_error(x2d, qt.dequantize())
 
 
 def decide(err: float, threshold: float = DEFAULT_THRESHOLD) -> str:
@@ -182,9 +208,8 @@ def mor_tensor(x: torch.Tensor, partition: str = "block", block=DEFAULT_BLOCK, s
     dequantized values, which is what an FP8 GEMM multiplies."""
     _choose("dequant", dequant, DEQUANT)
     x2d = _as_2d(x).to(torch.float32)
-    qt = quantize_e4m3(x2d, partition, block, scale)
+    qt, err = _e4m3_with_error(x2d, partition, block, scale)
     deq = qt.dequantize()
-    err = mor_relative_error(x2d, deq)
     fmt = decide(err, threshold)
     if fmt == "bf16":
         values = _bf16(x2d)
@@ -310,7 +335,17 @@ class _Coverage:
         self._counts.clear()
 
 
-class MoRQuantizer(_Coverage, OperandQuantizer):
+class _ErrorByPartition:
+    """``telemetry_stats``: the operand's E4M3 relative error under every partition (with this
+    quantizer's block and scale rule), the numbers of the paper's heat maps. Three extra
+    quantizations, so ``QLinear`` asks for them only on telemetry steps."""
+
+    def telemetry_stats(self, t: torch.Tensor) -> dict:
+        errs = relative_error_by_partition(t, self.block, self.scale)
+        return {f"rel_error_{p}": e for p, e in errs.items()}
+
+
+class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
     """Tensor-level MoR for one GEMM operand: E4M3 under ``partition`` if its relative error is at
     most ``threshold``, else BF16. Stateless apart from the coverage counters; deterministic."""
 
@@ -339,7 +374,7 @@ class MoRQuantizer(_Coverage, OperandQuantizer):
                 "threshold": self.threshold, "dequant": self.dequant}
 
 
-class SubTensorMoRQuantizer(_Coverage, OperandQuantizer):
+class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
     """Sub-tensor MoR: a format per (128, 128) block. ``format`` in the stats is the GEMM's:
     "e4m3" only when every block is E4M3, else "bf16" (mixed blocks are upcast)."""
 

@@ -1,12 +1,21 @@
 """Train one run: ``python -m lowprec.train --config run.yaml``.
 
-Writes into the run's ``output_dir``:
+Writes into the run's ``output_dir`` (rank zero only, under DDP/FSDP):
   metrics.csv       one row per logged step (train_loss, val_loss, lr, tokens, tokens_per_s, ...)
   telemetry.csv     per layer/GEMM/operand numerics every ``method.telemetry_every`` steps (if on)
   config.yaml       the resolved config
   provenance.json   code and library versions, device, times, tokens seen, status (written last)
   checkpoints/      last.ckpt, from which a killed run resumes
 A non-finite loss stops the run with status ``diverged``; that is a result, not an error.
+
+Multi-process training (``train.strategy: ddp | fsdp``, ``train.devices``, ``train.num_nodes``):
+``train.batch_size`` is the global batch, all ranks together. Each of the N ranks takes its own
+``batch_size / N`` rows of every global batch, so N ranks train on exactly the batches of the
+1-process run; the logged train and validation losses are reduced over ranks. Telemetry is rank
+zero's: the statistics of the operands rank zero quantizes (its shard of each batch; weights are
+the same on every rank). Summaries such as SQNR in dB do not combine exactly across ranks, so none
+are averaged. Throughput and peak memory are measured on rank zero.
+``train.init_from`` starts from another run's final weights (fine-tuning); see ``init_weights_from``.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import torch
 import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities import rank_zero_only
 
 from . import config as cfglib
 from . import provenance
@@ -37,17 +47,23 @@ STATUS_COMPLETED, STATUS_DIVERGED = "completed", "diverged"
 # --------------------------------------------------------------------------- data
 
 class TrainBatches(torch.utils.data.IterableDataset):
-    """Endless random windows; batch ``i`` depends only on (seed, i), so a resumed run can start at
-    any batch and see exactly what an uninterrupted run would have seen."""
+    """Endless random windows; global batch ``i`` depends only on (seed, i), so a resumed run can start
+    at any batch and see exactly what an uninterrupted run would have seen. Rank ``rank`` of
+    ``world_size`` gets its contiguous share of the global batch's rows."""
 
-    def __init__(self, tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, start: int = 0):
+    def __init__(self, tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, start: int = 0,
+                 rank: int = 0, world_size: int = 1):
         if len(tokens) <= seq_len + 1:
             raise ValueError(f"train split has {len(tokens)} tokens, fewer than seq_len+1={seq_len + 1}")
+        cfglib.check_global_batch(batch_size, world_size)
         self.tokens, self.batch_size, self.seq_len, self.seed, self.start = tokens, batch_size, seq_len, seed, start
+        per_rank = batch_size // world_size
+        self.rows = slice(rank * per_rank, (rank + 1) * per_rank)
 
     def batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         rng = np.random.default_rng([self.seed, i])
-        offsets = rng.integers(0, len(self.tokens) - self.seq_len - 1, size=self.batch_size)
+        # draw the whole global batch, keep this rank's rows: the same windows for any world size
+        offsets = rng.integers(0, len(self.tokens) - self.seq_len - 1, size=self.batch_size)[self.rows]
         rows = np.stack([self.tokens[o:o + self.seq_len + 1] for o in offsets]).astype(np.int64)
         t = torch.from_numpy(rows)
         return t[:, :-1], t[:, 1:]
@@ -60,31 +76,48 @@ class TrainBatches(torch.utils.data.IterableDataset):
 
 
 def val_batches(tokens: np.ndarray, batch_size: int, seq_len: int, n_batches: int) -> list:
-    """A fixed validation set: non-overlapping windows spread evenly over the validation split."""
+    """A fixed validation set: non-overlapping windows spread evenly over the validation split, in
+    batches of equal size (so the mean of batch means is the token mean)."""
     n_windows = (len(tokens) - 1) // seq_len
     if n_windows < 1:
         raise ValueError(f"validation split has {len(tokens)} tokens, fewer than seq_len+1={seq_len + 1}")
     want = min(n_windows, n_batches * batch_size)
+    if want > batch_size:
+        want -= want % batch_size
     starts = np.linspace(0, n_windows - 1, want).astype(np.int64) * seq_len
     rows = torch.from_numpy(np.stack([tokens[s:s + seq_len + 1] for s in starts]).astype(np.int64))
     return [(rows[i:i + batch_size, :-1], rows[i:i + batch_size, 1:]) for i in range(0, want, batch_size)]
 
 
 class LMData(L.LightningDataModule):
+    """Shards batches over ranks itself (the Trainer runs with ``use_distributed_sampler=False``)."""
+
     def __init__(self, data: TokenData, train_cfg: dict, seed: int):
         super().__init__()
         self.data, self.cfg, self.seed = data, train_cfg, seed
 
+    def _rank_world(self) -> tuple[int, int]:
+        return (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+
     def train_dataloader(self):
         # Loops are restored before dataloaders are requested, so global_step is the resumed step.
         start = self.trainer.global_step * self.cfg.get("grad_accum", 1) if self.trainer else 0
-        ds = TrainBatches(self.data.splits["train"], self.cfg["batch_size"], self.cfg["seq_len"], self.seed, start)
+        rank, world = self._rank_world()
+        ds = TrainBatches(self.data.splits["train"], self.cfg["batch_size"], self.cfg["seq_len"], self.seed, start,
+                          rank=rank, world_size=world)
         return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
 
     def val_dataloader(self):
-        batches = val_batches(self.data.splits["val"], self.cfg["batch_size"], self.cfg["seq_len"],
-                              self.cfg.get("val_batches", 8))
-        return torch.utils.data.DataLoader(batches, batch_size=None, num_workers=0)
+        """Every validation batch split row-wise over the ranks, each piece with its weight (1, or 0
+        for a stand-in row where a batch has fewer rows than ranks: every rank must run the same
+        number of forward passes, since DDP synchronizes buffers in each)."""
+        rank, world = self._rank_world()
+        pieces = []
+        for x, y in val_batches(self.data.splits["val"], self.cfg["batch_size"], self.cfg["seq_len"],
+                                self.cfg.get("val_batches", 8)):
+            xs, ys = torch.tensor_split(x, world)[rank], torch.tensor_split(y, world)[rank]
+            pieces.append((xs, ys, 1.0) if len(xs) else (x[:1], y[:1], 0.0))
+        return torch.utils.data.DataLoader(pieces, batch_size=None, num_workers=0)
 
 
 # --------------------------------------------------------------------------- model
@@ -109,11 +142,15 @@ class LitLM(L.LightningModule):
         self.tokens_per_batch = self.train_cfg["batch_size"] * self.train_cfg["seq_len"]
         self.diverged_at: int | None = None
         self.step_losses: list[torch.Tensor] = []
+        self.matrix_names = {n for n, p in self.model.named_parameters() if p.dim() >= 2}  # weight decay
 
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss = causal_lm_loss(self.model, x, y)
-        if not torch.isfinite(loss):
+        finite = bool(torch.isfinite(loss))
+        if self.trainer.world_size > 1:  # all ranks skip backward together, or DDP would hang
+            finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
+        if not finite:
             # Skipping backward keeps the weights of the last finite step; the run ends here.
             self.diverged_at = self.global_step
             self.trainer.should_stop = True
@@ -125,20 +162,26 @@ class LitLM(L.LightningModule):
         return loss
 
     def on_validation_epoch_start(self):
-        self.val_losses = []
+        self.val_sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss x tokens, tokens
 
     def validation_step(self, batch, batch_idx):
-        x, y = batch
-        self.val_losses.append(causal_lm_loss(self.model, x, y).detach())
+        x, y, weight = batch
+        n = weight * y.numel()
+        self.val_sums += torch.stack([causal_lm_loss(self.model, x, y).detach().double() * n,
+                                      torch.tensor(n, dtype=torch.float64, device=self.device)])
 
     def on_validation_epoch_end(self):
-        # equal-size batches, so the mean of batch means is the token mean
-        self.log("val_loss", torch.stack(self.val_losses).mean(), prog_bar=True, sync_dist=True, logger=False)
+        # the token mean over the whole validation set, whichever rank evaluated which rows
+        sums = self.trainer.strategy.reduce(self.val_sums, reduce_op="sum")
+        self.log("val_loss", (sums[0] / sums[1]).float(), prog_bar=True, logger=False)
 
     def configure_optimizers(self):
         t = self.train_cfg
-        decay = [p for p in self.model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.model.parameters() if p.dim() < 2]
+        # FSDP flattens parameters into 1-D shards before this hook runs: decide by the names of
+        # the matrices recorded at build time, not by the shapes seen here
+        params = [(_clean_name(n), p) for n, p in self.model.named_parameters()]
+        decay = [p for n, p in params if n in self.matrix_names]
+        no_decay = [p for n, p in params if n not in self.matrix_names]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": t.get("weight_decay", 0.0)},
                                  {"params": no_decay, "weight_decay": 0.0}],
                                 lr=t["lr"], betas=tuple(t.get("betas", (0.9, 0.95))), eps=t.get("eps", 1e-8))
@@ -147,10 +190,16 @@ class LitLM(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
+def _clean_name(name: str) -> str:
+    """A parameter name as the unwrapped model spells it (FSDP inserts a wrapper level)."""
+    return name.replace("_fsdp_wrapped_module.", "")
+
+
 class StepLogger(Callback):
     """Writes one row per logged optimizer step, keyed by the number of steps completed:
-    train loss (mean over the step's micro-batches), lr, tokens, tokens/s over the window
-    (training batches only, validation excluded) and peak memory; validation rows likewise."""
+    train loss (mean over the step's micro-batches and the ranks), lr, tokens (global), tokens/s
+    over the window (training batches only, validation excluded) and peak memory (rank zero);
+    validation rows likewise."""
 
     def __init__(self, tokens_per_step: int, every: int):
         self.tokens_per_step, self.every = tokens_per_step, every
@@ -159,7 +208,7 @@ class StepLogger(Callback):
 
     def _log(self, trainer, metrics: dict):
         step = trainer.global_step
-        metrics = {**metrics, "tokens": float(step * self.tokens_per_step * trainer.world_size)}
+        metrics = {**metrics, "tokens": float(step * self.tokens_per_step)}
         for lg in trainer.loggers:
             lg.log_metrics(metrics, step=step)
 
@@ -178,11 +227,12 @@ class StepLogger(Callback):
         self.window_steps += 1
         self.total_steps += 1
         losses, pl_module.step_losses = pl_module.step_losses, []
-        if trainer.global_step % self.every == 0 and losses:
+        if trainer.global_step % self.every == 0 and losses:  # same decision on every rank
+            loss = trainer.strategy.reduce(torch.stack(losses).mean(), reduce_op="mean")  # equal shards
             self._log(trainer, {
-                "train_loss": torch.stack(losses).mean().item(),
+                "train_loss": loss.item(),
                 "lr": trainer.optimizers[0].param_groups[0]["lr"],
-                "tokens_per_s": self.window_steps * self.tokens_per_step * trainer.world_size / self.window_time,
+                "tokens_per_s": self.window_steps * self.tokens_per_step / self.window_time,
                 "peak_mem_mb": peak_memory_mb(),
             })
             self.window_time, self.window_steps = 0.0, 0
@@ -192,14 +242,15 @@ class StepLogger(Callback):
             return
         self._log(trainer, {"val_loss": trainer.callback_metrics["val_loss"].item()})
 
-    def mean_tokens_per_s(self, world_size: int = 1) -> float | None:
+    def mean_tokens_per_s(self) -> float | None:
         if not self.total_time:
             return None
-        return self.total_steps * self.tokens_per_step * world_size / self.total_time
+        return self.total_steps * self.tokens_per_step / self.total_time
 
 
 class TelemetryWriter(Callback):
-    """Tells the collector the current step and appends its rows to the log segment as they come."""
+    """Tells the collector the current step and appends its rows to the log segment as they come;
+    under DDP/FSDP only rank zero's rows (see the module docstring)."""
 
     def __init__(self, telemetry, path: Path):
         self.telemetry, self.path = telemetry, path
@@ -208,6 +259,8 @@ class TelemetryWriter(Callback):
         self.telemetry.step = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.telemetry.rows and not trainer.is_global_zero:
+            self.telemetry.rows.clear()
         if self.telemetry.rows:
             frame = self.telemetry.frame()
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -261,34 +314,129 @@ def _resume_checkpoint(ckpt_dir: Path, cfg_hash: str) -> Path | None:
     return None  # no checkpoint, or one from a different config: start fresh
 
 
+def init_weights_from(model: torch.nn.Module, source: str) -> dict:
+    """Copy every parameter of ``model`` from ``source``: a Lightning checkpoint of ``LitLM``, a
+    plain state dict, or a run folder (its ``checkpoints/last.ckpt``). Only parameters travel:
+    buffers and extra state (call counters, scaling histories, fallback levels) belong to the
+    recipe of the run being started, which may differ from the source's. Returns provenance."""
+    from .io import sha256_file
+
+    path = Path(source)
+    if path.is_dir():
+        done = path / "checkpoints" / "COMPLETE"
+        if not done.is_file() or done.read_text().strip() != STATUS_COMPLETED:
+            raise cfglib.ConfigError(f"train.init_from: run folder {path} has not completed "
+                                     f"(no 'completed' in {done})")
+        path = path / "checkpoints" / "last.ckpt"
+    if not path.is_file():
+        raise cfglib.ConfigError(f"train.init_from: checkpoint file not found: {path}")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
+    if not isinstance(state, dict):
+        raise cfglib.ConfigError(f"train.init_from: {path} holds no state dict")
+    # LitLM keeps the network as self.model: its keys carry a "model." prefix
+    if any(k.startswith("model.") for k in state):
+        state = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+    params = dict(model.named_parameters())
+    missing = [n for n in params if n not in state]
+    if missing:
+        raise cfglib.ConfigError(f"train.init_from: {path} lacks parameter(s) {missing[:8]} "
+                                 f"({len(missing)} of {len(params)}): a different model?")
+    wrong = [f"{n}: {tuple(state[n].shape)} vs {tuple(p.shape)}" for n, p in params.items()
+             if tuple(state[n].shape) != tuple(p.shape)]
+    if wrong:
+        raise cfglib.ConfigError(f"train.init_from: {path}: shape mismatch (checkpoint vs model) "
+                                 f"for {wrong[:4]} (another model size or vocabulary?)")
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(state[n].to(p.dtype))
+    return {"path": str(path), "sha256": sha256_file(path)}
+
+
+class PrepareRunFolder(Callback):
+    """Rank zero clears the outputs and checkpoints a previous attempt left and stamps the checkpoint
+    folder with the config hash. This runs in ``setup``, between Lightning's pre- and post-setup
+    barriers: every rank has read the checkpoint folder (to decide whether to resume) before
+    anything in it changes, and none trains before the change is done."""
+
+    def __init__(self, out: Path, cfg_hash: str, fresh: bool):
+        self.out, self.cfg_hash, self.fresh, self.done = out, cfg_hash, fresh, False
+
+    def setup(self, trainer, pl_module, stage):
+        if self.done or not trainer.is_global_zero:
+            return
+        import shutil
+
+        for f in ("metrics.csv", "provenance.json", "telemetry.csv"):  # stale results must not outlive a rerun
+            (self.out / f).unlink(missing_ok=True)
+        if self.fresh:
+            shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
+        (self.out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        write_text(self.out / "checkpoints" / "config.sha", self.cfg_hash + "\n")
+        self.done = True
+
+
+def placement(t: dict, cuda: bool) -> dict:
+    """Lightning's accelerator, devices, num_nodes and strategy for a run's ``train`` settings. A run
+    configured for GPUs on a machine without one trains as a single CPU process (slowly, but with
+    the same global batch); ``accelerator: cpu`` keeps the configured devices (gloo processes)."""
+    accelerator = t.get("accelerator", "auto")
+    if cuda and accelerator in ("auto", "gpu", "cuda"):
+        accelerator = "gpu"
+    elif accelerator != "cpu":
+        return {"accelerator": "cpu", "devices": 1, "num_nodes": 1, "strategy": "auto"}
+    elif t.get("strategy") == "fsdp":
+        raise cfglib.ConfigError("train.strategy: fsdp needs GPUs (Lightning's FSDP runs on CUDA only), "
+                                 "but train.accelerator is cpu; use ddp on CPU")
+    return {"accelerator": accelerator, "devices": t.get("devices", 1), "num_nodes": t.get("num_nodes", 1),
+            "strategy": t.get("strategy", "auto")}
+
+
+def lightning_strategy(name: str, model: torch.nn.Module):
+    """``fsdp`` shards per transformer block (the classes transformers lists as ``_no_split_modules``),
+    so that only one block's full weights are gathered at a time; other names go to Lightning."""
+    if name != "fsdp":
+        return name
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    blocks = {type(m) for m in model.modules() if type(m).__name__ in (getattr(model, "_no_split_modules", None) or ())}
+    return FSDPStrategy(auto_wrap_policy=blocks or None)
+
+
 def run(cfg: dict, callbacks: list | None = None) -> dict:
-    """Train one run from its resolved config; returns its provenance record."""
+    """Train one run from its resolved config; returns its provenance record (empty on ranks other
+    than zero, which write nothing)."""
     cfg = cfglib.validate(cfg, "run", f"run config {cfg.get('run_id', '?')}")
     t = cfg["train"]
     out = Path(cfg["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
-    for f in ("metrics.csv", "provenance.json", "telemetry.csv"):  # stale results must not outlive a rerun
-        (out / f).unlink(missing_ok=True)
     if t.get("threads"):
         torch.set_num_threads(int(t["threads"]))
     started, t_start = provenance.now(), time.time()
 
     data = TokenData(cfg["data"]["dir"])
-    on_gpu = torch.cuda.is_available() and t.get("accelerator", "auto") in ("auto", "gpu", "cuda")
-    precision = resolve_precision(t.get("precision", "auto"), on_gpu)
+    place = placement(t, torch.cuda.is_available())
+    precision = resolve_precision(t.get("precision", "auto"), place["accelerator"] == "gpu")
     L.seed_everything(cfg["seed"], workers=True, verbose=False)
     module = LitLM(cfg, data.vocab_size, precision)
+    n_parameters = count_parameters(module.model)  # before FSDP shards them
 
+    # Read-only here (every rank decides the same); PrepareRunFolder changes the folder later.
     cfg_hash = cfglib.config_hash(cfg)
     ckpt_dir, log_dir = out / "checkpoints", out / "logs"
     resume = _resume_checkpoint(ckpt_dir, cfg_hash)
-    if resume is None:
+    if resume is None and rank_zero_only.rank == 0:
+        # Old log segments go now, before the CSV logger opens its folder. Only rank zero reads or
+        # writes logs/ (rank from RANK / LOCAL_RANK / SLURM_PROCID; no process group exists yet).
         import shutil
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
         shutil.rmtree(log_dir, ignore_errors=True)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    write_text(ckpt_dir / "config.sha", cfg_hash + "\n")
-    segment = 1 + max((int(p.name.split("-")[1]) for p in log_dir.glob("segment-*")), default=-1)
+    init_from = None
+    if t.get("init_from"):
+        # a resumed run restores its own checkpoint; only a fresh start takes the source's weights
+        init_from = ({"path": t["init_from"], "restored_by_resume": True} if resume
+                     else init_weights_from(module.model, t["init_from"]))
+    segment = 0 if resume is None else 1 + max((int(p.name.split("-")[1]) for p in log_dir.glob("segment-*")),
+                                                default=-1)
 
     loggers = [CSVLogger(save_dir=str(log_dir), name="", version=f"segment-{segment}")]
     extra_callbacks = []
@@ -308,17 +456,20 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=0,
                                  every_n_train_steps=t.get("ckpt_every", 100))
     trainer = L.Trainer(
-        max_steps=t["max_steps"], accelerator="gpu" if on_gpu else "cpu",
-        devices=t.get("devices", 1) if on_gpu else 1, num_nodes=t.get("num_nodes", 1),
-        strategy=t.get("strategy", "auto"), precision=precision,
+        max_steps=t["max_steps"], accelerator=place["accelerator"], devices=place["devices"],
+        num_nodes=place["num_nodes"], strategy=lightning_strategy(place["strategy"], module.model),
+        precision=precision, use_distributed_sampler=False,  # LMData shards over ranks itself
         gradient_clip_val=t.get("grad_clip"), accumulate_grad_batches=t.get("grad_accum", 1),
         val_check_interval=t["val_every"] * t.get("grad_accum", 1), check_val_every_n_epoch=None,
         limit_val_batches=t.get("val_batches", 8), num_sanity_val_steps=0,
         log_every_n_steps=t.get("log_every", 10), logger=loggers,  # rows come from StepLogger
-        callbacks=[steplog, checkpoint, *extra_callbacks, *(callbacks or [])],
+        callbacks=[PrepareRunFolder(out, cfg_hash, fresh=resume is None), steplog, checkpoint,
+                   *extra_callbacks, *(callbacks or [])],
         enable_progress_bar=cfg.get("logging", {}).get("progress_bar", False), enable_model_summary=False,
         deterministic=t.get("deterministic", False), default_root_dir=str(out),
     )
+    world_size = trainer.num_devices * trainer.num_nodes
+    cfglib.check_global_batch(t["batch_size"], world_size)  # before any process is launched
     trainer.fit(module, datamodule=LMData(data, t, cfg["seed"]), ckpt_path=str(resume) if resume else None)
 
     # final validation at the last step, unless the interval already landed there
@@ -344,12 +495,14 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
         "paper": cfg["paper"], "run_id": cfg["run_id"], "status": status,
         "diverged_at_step": module.diverged_at,
         "resumed_from": str(resume) if resume else None,
+        "init_from": init_from,
         "steps": steps,
-        "tokens_seen": steps * steplog.tokens_per_step * trainer.world_size,
-        "parameters": count_parameters(module.model),
+        "tokens_seen": steps * steplog.tokens_per_step,
+        "world_size": world_size, "strategy": place["strategy"],
+        "parameters": n_parameters,
         "precision": precision, "method": module.method_info,
         "final_val_loss": float(val.iloc[-1]) if len(val) else None,
-        "mean_tokens_per_s": steplog.mean_tokens_per_s(trainer.world_size),
+        "mean_tokens_per_s": steplog.mean_tokens_per_s(),
         "peak_mem_mb": peak_memory_mb(),
         "data_manifest": {k: data.manifest[k] for k in ("input", "tokens", "vocab_size")},
         "started": started, "finished": provenance.now(), "wall_s": round(time.time() - t_start, 2),

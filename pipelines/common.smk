@@ -11,8 +11,19 @@ SCALE = WF["scale"]
 RESULTS = WF["results"]
 PAPERS = WF["papers"]
 OVERRIDES = {"logging": {"wandb": True}} if WF.get("wandb") else {}
-if WF.get("threads"):
-    OVERRIDES = lpc.deep_merge(OVERRIDES, {"train": {"threads": WF["threads"]}})
+# threads, strategy, devices, num_nodes: --config overrides of every run's train settings
+_TRAIN_OVERRIDES = {k: WF[k] for k in ("threads", "strategy", "devices", "num_nodes") if WF.get(k)}
+if _TRAIN_OVERRIDES:
+    OVERRIDES = lpc.deep_merge(OVERRIDES, {"train": _TRAIN_OVERRIDES})
+
+# REUSE_RUNS (`--config reuse_runs=true`, which target `regenerate` requires): the run folders under
+# results/runs/<scale>/ are committed inputs, not outputs. The train rule is not defined, so no job
+# can retrain a run whatever the file mtimes are after a git clone; a missing run folder stops the
+# workflow at parse time, naming it. A paper's .smk must ask `if not REUSE_RUNS:` before defining
+# any rule whose output lies in a run folder (an evaluation of a run's checkpoint, a fine-tuning
+# run that starts from another run): checkpoints are not committed, so under REUSE_RUNS such a
+# file (e.g. gaussws's export.csv) is itself a committed input of the rules that read it.
+REUSE_RUNS = bool(WF.get("reuse_runs"))
 
 
 def _runs():
@@ -28,6 +39,8 @@ def _runs():
 
 
 RUNS = _runs()
+if REUSE_RUNS:
+    lpc.check_run_folders([c["output_dir"] for c in RUNS.values()])
 DATA = {Path(c["data"]["dir"]).name: {k: v for k, v in c["data"].items() if k != "dir"} for c in RUNS.values()}
 
 
@@ -45,10 +58,19 @@ def run_dirs(paper):
 
 
 def run_gpus(cfg):
+    """GPUs a training job holds: train.devices per node x train.num_nodes (0 on CPU)."""
     t = cfg["train"]
     if t.get("accelerator", "auto") == "cpu" or SCALE in ("smoke", "tiny"):
         return 0
-    return int(t.get("devices", 1)) * int(t.get("num_nodes", 1))
+    return gpus_per_node(cfg) * int(t.get("num_nodes", 1))
+
+
+def gpus_per_node(cfg):
+    devices = cfg["train"].get("devices", 1)
+    if devices == "auto":
+        raise lpc.ConfigError(f"run {cfg['run_id']}: train.devices is 'auto', but the workflow must know how many "
+                              "GPUs to reserve for it; give a number")
+    return int(devices)
 
 
 wildcard_constraints:

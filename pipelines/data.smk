@@ -2,6 +2,9 @@
 
 
 rule prepare_data:
+    input:
+        # a corpus encoded with an earlier preparation's tokenizer (data.tokenizer) waits for it
+        tokenizer=lambda w: [DATA[w.data_id]["tokenizer"]] if DATA[w.data_id].get("tokenizer") else [],
     output:
         train=f"{RESULTS}/data/{{data_id}}/train.bin",
         val=f"{RESULTS}/data/{{data_id}}/val.bin",

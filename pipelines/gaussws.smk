@@ -17,29 +17,41 @@ if "gaussws" in PAPERS:
     def gw_runs(method=None):
         return [c["output_dir"] for k, c in RUNS.items() if k[0] == "gaussws" and (method is None or k[2] == method)]
 
-    rule gaussws_export_eval:
-        input:
-            f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/provenance.json",
-        output:
-            f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/export.csv",
-        params:
-            run=lambda w: f"{RESULTS}/runs/{SCALE}/gaussws/{w.model}/{w.method}/s{w.seed}",
-            formats=" ".join(GW_EXPORTS),
-        shell:
-            "python -m lowprec.evaluate --run {params.run} --export {params.formats} --out {output}"
+    # These two read the run's checkpoint, which is not committed: under REUSE_RUNS the run
+    # folder's export.csv and exactness.csv are committed inputs instead.
+    if not REUSE_RUNS:
+
+        rule gaussws_export_eval:
+            input:
+                f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/provenance.json",
+            output:
+                f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/export.csv",
+            params:
+                run=lambda w: f"{RESULTS}/runs/{SCALE}/gaussws/{w.model}/{w.method}/s{w.seed}",
+                formats=" ".join(GW_EXPORTS),
+            shell:
+                "python -m lowprec.evaluate --run {params.run} --export {params.formats} --out {output}"
+
+        rule gaussws_exactness_run:
+            input:
+                f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/provenance.json",
+            output:
+                f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/exactness.csv",
+            params:
+                run=lambda w: f"{RESULTS}/runs/{SCALE}/gaussws/{w.model}/{w.method}/s{w.seed}",
+            shell:
+                "python -m lowprec.report.gaussws exactness-run --runs {params.run} --csv {output}"
 
     rule gaussws_exactness:
         input:
-            [f"{d}/provenance.json" for d in gw_runs("bf16")],
+            [f"{d}/exactness.csv" for d in gw_runs("bf16")],
         output:
             png=report(f"{GW}/figures/exactness.png", category="gaussws", subcategory="noise bits",
                        caption="report/gaussws_exactness.rst"),
             pdf=f"{GW}/figures/exactness.pdf",
             csv=f"{GW}/tables/exactness.csv",
-        params:
-            runs=" ".join(gw_runs("bf16")),
         shell:
-            "python -m lowprec.report.gaussws exactness --runs {params.runs} --csv {output.csv} "
+            "python -m lowprec.report.gaussws exactness --evals {input} --csv {output.csv} "
             "--png {output.png} --pdf {output.pdf}"
 
     rule gaussws_overhead_memory:

@@ -2,7 +2,16 @@
 
 
 def paper_run_files(paper):
-    return [f"{d}/{f}" for d in run_dirs(paper) for f in ("metrics.csv", "provenance.json", "config.yaml")]
+    return [f"{d}/{f}" for d in run_dirs(paper) for f in lpc.RUN_FILES]
+
+
+# Cross-method matrix: heat map of the final validation-loss gap to the baseline, method x model
+# (the table is part of final_loss.md). Drawn for the experiments that cross every recipe with
+# every model family.
+MATRIX_PAPERS = [p for p in ("baselines",) if p in PAPERS]
+for _paper in MATRIX_PAPERS:
+    PAPER_EXTRA_OUTPUTS[_paper] += [f"{RESULTS}/{_paper}/{SCALE}/figures/loss_gap_matrix.png",
+                                    f"{RESULTS}/{_paper}/{SCALE}/figures/loss_gap_matrix.pdf"]
 
 
 def paper_outputs(paper):
@@ -57,6 +66,22 @@ rule final_loss_table:
         "--csv {output.csv} --md {output.md}"
 
 
+rule loss_gap_matrix:
+    input:
+        lambda w: paper_run_files(w.paper),
+    output:
+        png=report(f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_gap_matrix.png", category="{paper}",
+                   subcategory="tables", caption="report/loss_gap_matrix.rst"),
+        pdf=f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_gap_matrix.pdf",
+    params:
+        runs=lambda w: " ".join(run_dirs(w.paper)),
+        baseline=lambda w: lpc.experiment_config(w.paper).get("baseline", "bf16"),
+        title=lambda w: shlex.quote(f"{lpc.experiment_config(w.paper)['title']} ({SCALE})"),
+    shell:
+        "python -m lowprec.report.matrix --runs {params.runs} --baseline {params.baseline} --title {params.title} "
+        "--out {output.png} {output.pdf}"
+
+
 rule report_md:
     input:
         [f for p in PAPERS for f in paper_outputs(p)],
@@ -66,6 +91,21 @@ rule report_md:
         papers=" ".join(f"--paper {p} {','.join(run_dirs(p))}" for p in PAPERS),
     shell:
         "python -m lowprec.report.build --results {RESULTS} --scale {SCALE} {params.papers} --out {output}"
+
+
+def _regenerate_input(w):
+    if not REUSE_RUNS:
+        raise lpc.ConfigError("target regenerate rebuilds from committed run folders and never trains; "
+                              "add --config reuse_runs=true (e.g. snakemake regenerate --forceall "
+                              "--config scale=small reuse_runs=true)")
+    return f"{RESULTS}/REPORT.md"
+
+
+# Every table, figure, claim verdict and REPORT.md of the selected papers from the run folders under
+# results/runs/<scale>/, without training (REUSE_RUNS). --forceall rebuilds outputs that exist.
+rule regenerate:
+    input:
+        _regenerate_input,
 
 
 for _paper in ("gaussws", "int8_fallback", "mor", "baselines"):

@@ -117,6 +117,27 @@ def test_cuda_quantize_dispatch_is_bit_exact(spec, monkeypatch):
     assert torch.equal(qk.codes.nan_to_num(123.0), qt.codes.nan_to_num(123.0))
 
 
+@pytest.mark.parametrize("partition,scale", [("tensor", "gam"), ("block", "gam"), ("channel", "gam"),
+                                             ("block", "e8"), ("block", "fp32")])
+def test_mor_kernel_path_equals_torch_path(partition, scale, monkeypatch):
+    from lowprec import mor
+    from lowprec.kernels import mor_quant as km
+
+    if not km.triton_available("cuda"):
+        pytest.skip("Triton not usable on this CUDA device")
+    torch.manual_seed(0)
+    for x in (torch.randn(384, 256, device="cuda"),                                   # E4M3 chosen
+              torch.randn(384, 256, device="cuda") * torch.logspace(-6, 4, 256, device="cuda")):  # BF16
+        rk = mor.mor_tensor(x, partition, (128, 128), scale)
+        monkeypatch.setattr(mor, "USE_KERNEL", False)
+        rt = mor.mor_tensor(x, partition, (128, 128), scale)
+        monkeypatch.setattr(mor, "USE_KERNEL", True)
+        assert torch.equal(rk.qtensor.codes, rt.qtensor.codes) and torch.equal(rk.qtensor.scale, rt.qtensor.scale)
+        assert rk.rel_error == pytest.approx(rt.rel_error, rel=1e-5) and rk.format == rt.format
+        assert torch.equal(rk.values, rt.values)
+        assert rk.rel_error > 0  # the E4M3 path really ran
+
+
 def test_emulation_on_gpu_matches_cpu():
     torch.manual_seed(1)
     cpu = nn.Sequential(nn.Linear(256, 128))

@@ -1,5 +1,6 @@
 """The Snakemake DAG end to end at the smoke scale, in a temporary directory."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,44 @@ def test_smoke_dag_end_to_end(tmp_path):
     assert "## Verdicts" in report
     export = pd.read_csv(gw / "tables" / "export.csv")
     assert set(export["export"]) == {"none", "mxfp8", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"}
+    i8 = res / "int8_fallback" / "smoke"
+    for f in ("figures/outliers.png", "tables/outliers.csv", "tables/outlier_contrast.csv",
+              "figures/fallback_heatmap.png", "figures/fallback_sweep.png", "tables/fallback_ratio.csv",
+              "tables/fallback_summary.csv", "tables/gap_vs_bf16.csv", "figures/finetune_curves.png",
+              "tables/finetune.csv", "figures/throughput.png", "tables/throughput.csv"):
+        assert (i8 / f).stat().st_size > 0, f
+    summary = pd.read_csv(i8 / "tables" / "fallback_summary.csv")
+    fb = summary[summary["method"].str.startswith("int8_fallback")]
+    assert set(fb["rule"]) == {"absmax", "topk", "error", "dynamic"}  # smoke exercises every rule
+    assert fb["fallback_ratio"].between(0, 1).all() and (fb["telemetry_steps"] >= 1).all()
+    ratio = pd.read_csv(i8 / "tables" / "fallback_ratio.csv")
+    assert set(ratio["gemm"]) == {"fprop", "wgrad"} and set(ratio["operand"]) == {"x"}
+    assert set(pd.read_csv(i8 / "tables" / "outliers.csv")["model"]) == {"llama2", "gpt2"}
+    ft = pd.read_csv(i8 / "tables" / "finetune.csv")
+    assert set(ft["method"]) == {"bf16", "int8_block", "int8_rowwise", "int8_fallback"}
+    assert ft["val_loss_mean"].notna().all()
+    ft_prov = json.loads((res / "runs/smoke/int8_fallback_finetune/llama2/int8_fallback/s0/provenance.json").read_text())
+    assert ft_prov["init_from"]["path"].endswith("int8_fallback/llama2/bf16/s0/checkpoints/last.ckpt")
+    i8_claims = pd.read_csv(i8 / "tables" / "claims.csv")
+    assert len(i8_claims) == 9 and "end_to_end_speedup" in set(i8_claims["claim"])
+    assert "### Fallback heatmap" in report and "### Outlier contrast" in report
+    mr = res / "mor" / "smoke"
+    for f in ("figures/rel_error_heatmap.png", "figures/format_heatmap.png", "figures/e4m3_share.png",
+              "tables/rel_error.csv", "tables/rel_error_summary.csv", "tables/e4m3_share.csv",
+              "tables/loss_by_partition.csv", "tables/ablations.csv", "tables/lr_regimes.csv"):
+        assert (mr / f).stat().st_size > 0, f
+    share = pd.read_csv(mr / "tables" / "e4m3_share.csv")
+    overall = share[share["group"] == "all"]
+    assert set(overall["method"]) == {"mor_block", "mor_sub_three_way", "mor_block_th050", "mor_channel_cfg2"}
+    assert overall["e4m3_pct"].between(0, 100).all()
+    assert {"QKV", "attention out", "FC1", "FC2", "X", "W", "dY"} <= set(share["group"])
+    assert set(pd.read_csv(mr / "tables" / "rel_error.csv")["partition"]) == {"tensor", "block", "channel"}
+    assert set(pd.read_csv(mr / "tables" / "ablations.csv")["ablation"]) == {"threshold", "sub-tensor"}
+    assert set(pd.read_csv(mr / "tables" / "lr_regimes.csv")["regime"]) == {"config 1", "config 2"}
+    mor_claims = pd.read_csv(mr / "tables" / "claims.csv").set_index("claim")
+    assert mor_claims.loc["e4m3_share_config2", "verdict"] != "not run at this scale"
+    assert mor_claims.loc["linear_speedup", "ours"].endswith("x")  # the committed H200 benchmark
+    assert "### Rel error heatmap" in report and "### Loss by partition" in report
     models = {p.parent.parent.name for p in (res / "runs" / "smoke").glob("*/*/*/s0")}
     assert models == {"gpt2", "llama2", "nemotron"}
     # nothing left to do: outputs are complete and consistent

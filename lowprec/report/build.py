@@ -44,8 +44,9 @@ def _verdict_table(results: Path, scale: str, papers: list[str]) -> list[str]:
     lines = ["## Verdicts", "", f"| paper | claim | paper's number | ours ({scale}) | verdict |", "|---|---|---|---|---|"]
     for _, r in claims.iterrows():
         lines.append(f"| {r['paper']} | {r['claim']}: {r['statement']} | {r['paper_value']} | {r['ours']} | {r['verdict']} |")
-    counts = claims["verdict"].value_counts()
-    lines += ["", "Totals: " + ", ".join(f"{n} {v}" for v, n in counts.items()), ""]
+    # most frequent first, ties by name: the same text on every rebuild
+    counts = sorted(claims["verdict"].value_counts().items(), key=lambda vn: (-vn[1], vn[0]))
+    lines += ["", "Totals: " + ", ".join(f"{n} {v}" for v, n in counts), ""]
     return lines
 
 

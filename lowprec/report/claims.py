@@ -12,7 +12,8 @@ Tests:
                    one-sided Welch t-test rejects "gap >= margin" at alpha for every model (the
                    MLPerf-reference style of comparing seeds rather than single runs); not reproduced
                    when the gap's mean exceeds the margin and the test in the other direction rejects
-                   "gap <= margin"; else inconclusive.
+                   "gap <= margin"; else inconclusive. ``margin_pct`` instead of ``margin`` states
+                   it in percent of the baseline's mean loss (claims such as "within 0.5 % of BF16").
   threshold        value (op) target, within tolerance.
 """
 
@@ -54,6 +55,8 @@ def _welch_one_sided(a: np.ndarray, b: np.ndarray, margin: float, less: bool) ->
 
 def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str) -> dict:
     m, t = claim["metric"], claim["test"]
+    if "margin" not in t and "margin_pct" not in t:
+        raise ValueError(f"claim {claim.get('id', '?')}: a noninferiority test needs 'margin' or 'margin_pct'")
     models = m.get("models") or sorted(per_run["model"].unique()) if len(per_run) else []
     ok = per_run[per_run["status"] == "completed"]
     gaps, pvals, verdicts = [], [], []
@@ -70,13 +73,16 @@ def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str) -> dict:
             verdicts.append(NOT_RUN)
             continue
         gap = a.mean() - b.mean()
-        gaps.append(f"{model}: {gap:+.4f} (n={len(a)}/{len(b)})")
+        relative = "margin_pct" in t
+        pct = f" ({100 * gap / b.mean():+.2f}%)" if relative else ""
+        gaps.append(f"{model}: {gap:+.4f}{pct} (n={len(a)}/{len(b)})")
         need = t.get("seeds", 3)
         if min(len(a), len(b)) < max(2, need):
             verdicts.append(INCONCLUSIVE)
             continue
-        p_ok = _welch_one_sided(a, b, t["margin"], less=True)
-        p_bad = _welch_one_sided(a, b, t["margin"], less=False)
+        margin = t["margin_pct"] / 100 * b.mean() if relative else t["margin"]
+        p_ok = _welch_one_sided(a, b, margin, less=True)
+        p_bad = _welch_one_sided(a, b, margin, less=False)
         pvals.append(f"{model}: p={p_ok:.3g}")
         alpha = t.get("alpha", 0.05)
         verdicts.append(REPRODUCED if p_ok < alpha else NOT_REPRODUCED if p_bad < alpha else INCONCLUSIVE)
@@ -86,13 +92,22 @@ def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str) -> dict:
 def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
     m, t = claim["metric"], claim["test"]
     # "/x.csv": a committed reference result (GPU measurements) under the repository's results/
-    path = cfglib.REPO_ROOT / "results" / m["file"].lstrip("/") if m["file"].startswith("/") else paper_dir / m["file"]
+    committed = m["file"].startswith("/")
+    path = cfglib.REPO_ROOT / "results" / m["file"].lstrip("/") if committed else paper_dir / m["file"]
     if not path.is_file():
-        return {"ours": "–", "detail": f"missing {path.name}", "verdict": NOT_RUN}
-    df = pd.read_csv(path)
-    if m.get("query"):
-        df = df.query(m["query"])
-    if df.empty or m["column"] not in df:
+        detail = (f"not measured: results/{m['file'].lstrip('/')} (a committed GPU measurement) is absent"
+                  if committed else f"missing {m['file']}: not produced at this scale")
+        return {"ours": "–", "detail": detail, "verdict": NOT_RUN}
+    try:
+        df = pd.read_csv(path)
+        if m.get("query"):
+            df = df.query(m["query"])
+    except (ValueError, KeyError, NameError, SyntaxError) as e:  # empty file, query on a missing column
+        return {"ours": "–", "detail": f"{path.name}: cannot evaluate {m.get('query')!r} ({type(e).__name__}: {e})",
+                "verdict": NOT_RUN}
+    if m["column"] not in df:
+        return {"ours": "–", "detail": f"{path.name} has no column {m['column']!r}", "verdict": NOT_RUN}
+    if df.empty:
         return {"ours": "–", "detail": f"no rows for {m.get('query')}", "verdict": NOT_RUN}
     col = df[m["column"]].astype(float)
     value = {"mean": col.mean, "max": col.max, "min": col.min, "first": lambda: col.iloc[0]}[m.get("reduce", "first")]()

@@ -1,6 +1,7 @@
 """GaussWS (arXiv 2505.11170) figures and tables beyond the loss curves and final losses.
 
-    python -m lowprec.report.gaussws exactness --runs DIR... --csv ... --png ... --pdf ...
+    python -m lowprec.report.gaussws exactness-run --runs DIR --csv DIR/exactness.csv
+    python -m lowprec.report.gaussws exactness --evals CSV... --csv ... --png ... --pdf ...
     python -m lowprec.report.gaussws overhead  --runs DIR... [--gpu CSV] --csv ... --md ...
     python -m lowprec.report.gaussws memory    --runs DIR... [--gpu CSV] --csv ... --md ...
     python -m lowprec.report.gaussws export    --evals CSV... --csv ... --md ...
@@ -149,7 +150,7 @@ def export_table(eval_csvs: list[str]) -> pd.DataFrame:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["exactness", "overhead", "memory", "export"])
+    ap.add_argument("what", choices=["exactness-run", "exactness", "overhead", "memory", "export"])
     ap.add_argument("--runs", nargs="*", default=[])
     ap.add_argument("--evals", nargs="*", default=[])
     ap.add_argument("--gpu", default=None)
@@ -158,10 +159,14 @@ def main(argv=None) -> None:
     ap.add_argument("--png", default=None)
     ap.add_argument("--pdf", default=None)
     args = ap.parse_args(argv)
-    if args.what == "exactness":
+    if args.what == "exactness-run":
+        # per run, from its checkpoint, into the run folder: the figure is then redrawn from
+        # committed files alone (checkpoints are not committed)
+        df = exactness_table(trained_weights(args.runs))
+    elif args.what == "exactness":
         g = torch.Generator().manual_seed(0)
-        weights = {"N(0, 0.02²)": torch.randn(512, 512, generator=g) * 0.02, **trained_weights(args.runs)}
-        df = exactness_table(weights)
+        reference = exactness_table({"N(0, 0.02²)": torch.randn(512, 512, generator=g) * 0.02})
+        df = pd.concat([reference, *(pd.read_csv(p) for p in args.evals)], ignore_index=True)
         plot_exactness(df, [p for p in (args.png, args.pdf) if p])
     elif args.what == "overhead":
         df = overhead_table(load_runs(args.runs), args.gpu)
@@ -169,7 +174,9 @@ def main(argv=None) -> None:
         df = memory_table(load_runs(args.runs), args.gpu)
     else:
         df = export_table(args.evals)
-    write_text(args.csv, df.to_csv(index=False, float_format="%.6g"))
+    # a run's exactness.csv keeps full precision (shortest round-trip): the figure drawn from it
+    # is the figure drawn from the weights
+    write_text(args.csv, df.to_csv(index=False, float_format=None if args.what == "exactness-run" else "%.6g"))
     if args.md:
         write_text(args.md, _md(df))
 

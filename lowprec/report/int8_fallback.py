@@ -1,0 +1,561 @@
+"""INT8 with block fallback (arXiv 2503.08040): figures and tables beyond the loss curves and the
+final-loss table.
+
+    python -m lowprec.report.int8_fallback outliers   --runs BF16_RUN... --csv --md --contrast-csv --contrast-md --png --pdf
+    python -m lowprec.report.int8_fallback fallback   --runs RUN... --heatmap-method M --csv --summary-csv --summary-md --png --pdf --sweep-png --sweep-pdf
+    python -m lowprec.report.int8_fallback gaps       --runs RUN... --csv --md
+    python -m lowprec.report.int8_fallback finetune   --runs FT_RUN... --csv --md --png --pdf
+    python -m lowprec.report.int8_fallback throughput --gemm GEMM_CSV --csv --md --png --pdf
+
+outliers: the trained models run on validation batches; each linear layer's input is cut into the
+fallback blocks and ``block_absmax_stats`` describes it, per GEMM call (one batch), then over
+batches. fallback: the fallback ratio per layer over training from the runs' telemetry (a heat map)
+and per arm (a sweep figure against the loss gap). throughput: the committed GPU GEMM benchmark
+(``lowprec.kernels.bench_int8_fallback``) in the form of the paper's throughput figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from ..io import write_text
+from .figures import save_figure
+from .runs import final_losses, load_runs
+from .tables import summarize, to_markdown
+
+# Which input a linear layer reads, by module-name suffix; layers with one role in one transformer
+# block share their input (q/k/v, gate/up) and are measured once.
+ROLES = {
+    "self_attn.q_proj": "attn_in", "self_attn.k_proj": "attn_in", "self_attn.v_proj": "attn_in",
+    "self_attn.o_proj": "attn_out", "mlp.gate_proj": "ffn_in", "mlp.up_proj": "ffn_in",
+    "mlp.down_proj": "ffn_down",
+    "attn.c_attn": "attn_in", "attn.c_proj": "attn_out", "mlp.c_fc": "ffn_in", "mlp.c_proj": "ffn_down",
+}
+ROLE_ORDER = ("attn_in", "attn_out", "ffn_in", "ffn_down", "other")
+ROLE_TITLES = {"attn_in": "q/k/v input", "attn_out": "attention output-projection input",
+               "ffn_in": "MLP input (gate/up, c_fc)", "ffn_down": "MLP down-projection input",
+               "other": "other"}
+# model family -> the activation class the paper contrasts
+FAMILY_CLASS = {"llama": "glu", "gpt2": "gpt2", "nemotron": "relu2"}
+TAUS = (4.0, 8.0, 16.0)
+GEMM_COLUMNS = ("sweep", "kind", "M", "N", "K", "group", "pattern", "fallback_ratio", "tflops",
+                "speedup_vs_bf16")
+# dense peak INT8 TOPS : BF16 TFLOPS with fp32 accumulation (brief section 3.3g)
+PEAK_RATIO = {"H200": 2.0, "RTX 4090": 4.0}
+
+
+def _md(df: pd.DataFrame, digits: int = 4) -> str:
+    from .gaussws import _md as md
+
+    return md(df, digits)
+
+
+def linear_role(name: str) -> tuple[int, str]:
+    """(transformer block index, role) of a linear layer's module name; -1 when not in a block."""
+    m = re.search(r"\.(\d+)\.", f".{name}.")
+    block = int(m.group(1)) if m else -1
+    role = next((r for suffix, r in ROLES.items() if name.endswith(suffix)), "other")
+    return block, role
+
+
+def _run_config(run) -> dict:
+    return yaml.safe_load((Path(run.dir) / "config.yaml").read_text())
+
+
+# --------------------------------------------------------------------------- outliers
+
+def capture_outlier_stats(model, batches, block=(32, 32), taus=TAUS):
+    """Run ``model`` on ``batches`` ((x, y) token pairs) and describe every linear layer's input
+    with ``block_absmax_stats``, once per (transformer block, role) and batch.
+
+    Returns (rows, ratios): rows are dicts (block, role, linears, batch, and the stats),
+    ratios maps (block, role) to the block amax / median ratios of all batches, for the figure."""
+    import torch
+
+    from ..int8_fallback import block_absmax_stats
+    from ..linear import linear_layers
+
+    layers = list(linear_layers(model))
+    module_name = {id(module): name for _, _, name, module, _ in layers}
+    sharing = {}  # (block, role) -> the linears that read this input
+    for _, _, name, _, _ in layers:
+        sharing.setdefault(linear_role(name), []).append(name)
+    rows, ratios, seen = [], {}, set()
+    state = {"batch": 0}
+
+    def hook(module, args):
+        key = linear_role(module_name[id(module)])
+        if (state["batch"], key) in seen:
+            return
+        seen.add((state["batch"], key))
+        x = args[0].detach()
+        s = block_absmax_stats(x.reshape(-1, x.shape[-1]), block, taus)
+        ratios.setdefault(key, []).append(s.pop("ratios"))
+        rows.append({"block": key[0], "role": key[1], "linears": ",".join(sharing[key]),
+                     "batch": state["batch"], **s})
+
+    handles = [module.register_forward_pre_hook(hook) for _, _, _, module, _ in layers]
+    try:
+        model.eval()
+        with torch.no_grad():
+            for i, (x, _) in enumerate(batches):
+                state["batch"] = i
+                model(input_ids=x)
+    finally:
+        for h in handles:
+            h.remove()
+    return rows, {k: torch.cat(v) for k, v in ratios.items()}
+
+
+def aggregate_outliers(rows: list[dict], taus=TAUS) -> pd.DataFrame:
+    """Per (block, role) over batches: typical values as means, the extreme as the max, and the
+    hot-block layout (at tau = 8) weighted by each batch's number of hot blocks."""
+    df = pd.DataFrame(rows)
+    out = []
+    for (blk, role), g in df.groupby(["block", "role"], sort=True):
+        r = {"block": int(blk), "role": role, "linears": g["linears"].iloc[0], "batches": len(g),
+             "blocks_per_call": int(g["n_blocks"].iloc[0]),
+             "median_block_amax": g["median_block_amax"].mean(),
+             "max_over_median": g["max_over_median"].max(),
+             "p99_over_median": g["p99_over_median"].mean(),
+             "kurtosis": g["kurtosis"].mean()}
+        for tau in taus:
+            r[f"share_above_{tau:g}"] = g[f"share_above_{tau:g}"].mean()
+        hot = g["share_above_8"] * g["n_blocks"]
+        for kind in ("rowwise", "colwise", "isolated"):
+            r[f"{kind}_8"] = float((g[f"{kind}_8"] * hot).sum() / hot.sum()) if hot.sum() > 0 else math.nan
+        out.append(r)
+    table = pd.DataFrame(out)
+    table["role"] = pd.Categorical(table["role"], ROLE_ORDER, ordered=True)
+    return table.sort_values(["block", "role"]).assign(role=lambda t: t["role"].astype(str))
+
+
+def outlier_contrast(table: pd.DataFrame) -> pd.DataFrame:
+    """Per role and statistic: the GLU models' value against GPT2's (magnitudes: the largest over
+    layers; the share of hot blocks: the mean over layers) and their ratio."""
+    stats = {"max_over_median": "max", "p99_over_median": "max", "kurtosis": "max", "share_above_8": "mean"}
+    rows = []
+    for role in [r for r in ROLE_ORDER if r in set(table["role"])]:
+        t = table[table["role"] == role]
+        for stat, how in stats.items():
+            v = {c: getattr(t[t["class"] == c][stat], how)() for c in ("glu", "gpt2")}
+            rows.append({"role": role, "stat": stat, "over_layers": how, "glu": v["glu"], "gpt2": v["gpt2"],
+                         "glu_over_gpt2": v["glu"] / v["gpt2"] if v["gpt2"] and not math.isnan(v["gpt2"]) else math.nan})
+    return pd.DataFrame(rows)
+
+
+def plot_outliers(ratios: dict, tau: float, outputs: list[str]) -> None:
+    """Share of blocks whose absmax exceeds r x the median block absmax, against r: one panel per
+    role, one line per model (pooled over layers and batches)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    roles = [r for r in ROLE_ORDER if any(k[1] == r for m in ratios.values() for k in m)]
+    fig, axes = plt.subplots(1, max(len(roles), 1), figsize=(4.2 * max(len(roles), 1), 3.6), squeeze=False)
+    for ax, role in zip(axes[0], roles):
+        for label, per_key in ratios.items():
+            parts = [v.double().numpy() for k, v in per_key.items() if k[1] == role]
+            if not parts:
+                continue
+            r = np.sort(np.concatenate(parts))
+            r = r[r > 0]
+            if not len(r):
+                continue
+            xs = np.geomspace(max(r[0], 1e-3), r[-1], 200)
+            share = 1.0 - np.searchsorted(r, xs, side="right") / len(r)
+            ax.step(xs, np.where(share > 0, share, np.nan), where="post", label=label)
+        ax.axvline(tau, color="grey", ls=":", lw=1)
+        ax.text(tau * 1.05, 0.5, f"τ = {tau:g}", fontsize=7, color="grey", transform=ax.get_xaxis_transform())
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # 1-2-5 labels as plain numbers: the ranges span few decades
+            axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_title(ROLE_TITLES[role], fontsize=9)
+        ax.set_xlabel("block absmax / median block absmax")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("share of 32x32 blocks above")
+    fig.suptitle("Outlier blocks in linear-layer inputs of the trained BF16 models (validation batches)", fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, outputs)
+    plt.close(fig)
+
+
+def outliers(run_dirs: list[str], n_batches: int | None = None, block=(32, 32)):
+    """(per-layer table, contrast table, ratios per model label) for finished runs."""
+    from ..evaluate import load_trained
+    from ..train import val_batches
+
+    tables, ratios = [], {}
+    for d in run_dirs:
+        module, cfg, data = load_trained(d)
+        t = cfg["train"]
+        batches = val_batches(data.splits["val"], t["batch_size"], t["seq_len"], n_batches or t.get("val_batches", 8))
+        rows, r = capture_outlier_stats(module.model, batches, block)
+        if not rows:
+            raise ValueError(f"{d}: no linear layer inputs captured")
+        fam = cfg["model"]["family"]
+        cls = FAMILY_CLASS.get(fam, fam)
+        table = aggregate_outliers(rows)
+        table.insert(0, "class", cls)
+        table.insert(0, "model", cfg["model"]["name"])
+        tables.append(table)
+        ratios[f"{cfg['model']['name']} ({cls})"] = r
+    table = pd.concat(tables, ignore_index=True)
+    return table, outlier_contrast(table), ratios
+
+
+# --------------------------------------------------------------------------- fallback ratio
+
+def _method_settings(cfg: dict) -> dict:
+    from ..int8_fallback import DEFAULTS
+
+    m = cfg["method"]
+    rule = m.get("rule", DEFAULTS["rule"])
+    knob = {"absmax": ("tau", m.get("tau", DEFAULTS["tau"])), "dynamic": ("tau", m.get("tau", DEFAULTS["tau"])),
+            "topk": ("rho", m.get("rho", DEFAULTS["rho"])),
+            "error": ("error_threshold", m.get("error_threshold", DEFAULTS["error_threshold"]))}.get(rule, ("", None))
+    return {"rule": rule, "knob": knob[0], "knob_value": knob[1]}
+
+
+def fallback_telemetry(runs) -> pd.DataFrame:
+    """Long table of the fallback slots' telemetry rows of every int8_fallback run: model, method,
+    seed, step, layer, gemm, operand, rule, n_blocks, n_fallback, fallback_ratio, threshold."""
+    cols = ["step", "layer", "gemm", "operand", "rule", "n_blocks", "n_fallback", "fallback_ratio",
+            "fallback_threshold"]
+    frames = []
+    for r in runs:
+        cfg = _run_config(r)
+        if cfg["method"].get("recipe") != "int8_fallback":
+            continue
+        path = Path(r.dir) / "telemetry.csv"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no telemetry; set telemetry_every for method {r.method!r}")
+        tel = pd.read_csv(path)
+        missing = [c for c in cols if c not in tel]
+        if missing:
+            raise ValueError(f"{path}: telemetry without column(s) {missing}")
+        tel = tel[tel["rule"] != "none"][cols]  # slots where fallback is on
+        frames.append(tel.assign(model=r.model, method=r.method, seed=r.seed))
+    if not frames:
+        return pd.DataFrame(columns=["model", "method", "seed", *cols])
+    df = pd.concat(frames, ignore_index=True)
+    return df[["model", "method", "seed", *cols]]
+
+
+def fallback_summary(runs, tel: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Per model and method: the fallback ratio (blocks in two parts / blocks, over every telemetry
+    step and fallback slot; and for fprop X alone), the layer with the highest ratio, and the final
+    loss with its gap to the baseline."""
+    losses = summarize(final_losses(runs), baseline)
+    settings = {}
+    for r in runs:
+        cfg = _run_config(r)
+        settings[r.method] = _method_settings(cfg) if cfg["method"].get("recipe") == "int8_fallback" else \
+            {"rule": "none" if cfg["method"].get("recipe") == "int8_block" else "–", "knob": "", "knob_value": None}
+    rows = []
+    for _, lr in losses.iterrows():
+        t = tel[(tel["model"] == lr["model"]) & (tel["method"] == lr["method"])]
+        row = {"model": lr["model"], "method": lr["method"], **settings[lr["method"]]}
+        if len(t):
+            fx = t[(t["gemm"] == "fprop") & (t["operand"] == "x")]
+            per_layer = fx.groupby("layer")[["n_fallback", "n_blocks"]].sum()
+            per_layer = per_layer["n_fallback"] / per_layer["n_blocks"]
+            row.update({"fallback_ratio": t["n_fallback"].sum() / t["n_blocks"].sum(),
+                        "fprop_x_ratio": fx["n_fallback"].sum() / fx["n_blocks"].sum() if len(fx) else math.nan,
+                        "max_layer_ratio": per_layer.max() if len(per_layer) else math.nan,
+                        "max_layer": per_layer.idxmax() if len(per_layer) and per_layer.max() > 0 else "",
+                        "telemetry_steps": int(t["step"].nunique())})
+        elif row["rule"] == "none":
+            row.update({"fallback_ratio": 0.0, "fprop_x_ratio": 0.0})
+        row.update({"n": lr["n"], "val_loss_mean": lr["val_loss_mean"],
+                    "gap_vs_" + baseline: lr.get("delta_vs_baseline", math.nan)})
+        rows.append(row)
+    cols = ["model", "method", "rule", "knob", "knob_value", "fallback_ratio", "fprop_x_ratio",
+            "max_layer_ratio", "max_layer", "telemetry_steps", "n", "val_loss_mean", "gap_vs_" + baseline]
+    return pd.DataFrame(rows).reindex(columns=cols)
+
+
+def _layer_order(layers) -> list[str]:
+    return sorted(set(layers), key=lambda n: (linear_role(n)[0], ROLE_ORDER.index(linear_role(n)[1]), n))
+
+
+def _short(name: str) -> str:
+    return re.sub(r"^(model\.layers|transformer\.h)\.", "", name).replace("self_attn.", "attn.")
+
+
+def plot_heatmap(tel: pd.DataFrame, method: str, outputs: list[str]) -> None:
+    """Fallback ratio of fprop X per layer (rows) over training steps (columns), one panel per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = tel[(tel["method"] == method) & (tel["gemm"] == "fprop") & (tel["operand"] == "x")]
+    models = list(dict.fromkeys(t["model"]))
+    fig, axes = plt.subplots(1, max(len(models), 1), figsize=(5.5 * max(len(models), 1), 4), squeeze=False)
+    if not models:
+        axes[0][0].text(0.5, 0.5, f"no fallback telemetry for method {method!r}", ha="center", va="center")
+        axes[0][0].set_axis_off()
+    # at least 1% full scale: a run without fallback shows as uniformly dark, not as noise
+    vmax = max(float(t["fallback_ratio"].max()), 0.01) if len(t) else 1.0
+    for ax, model in zip(axes[0], models):
+        g = t[t["model"] == model]
+        grid = g.groupby(["layer", "step"])["fallback_ratio"].mean().unstack("step")
+        grid = grid.reindex(_layer_order(grid.index))
+        im = ax.imshow(100 * grid.to_numpy(float), aspect="auto", cmap="viridis", vmin=0, vmax=100 * vmax,
+                       interpolation="nearest")
+        ax.set_yticks(range(len(grid.index)), [_short(n) for n in grid.index], fontsize=7)
+        steps = list(grid.columns)
+        ticks = np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int)
+        ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
+        ax.set_xlabel("step")
+        ax.set_title(f"{model}: {method}, forward X", fontsize=9)
+        fig.colorbar(im, ax=ax, label="blocks falling back (%)")
+    fig.tight_layout()
+    save_figure(fig, outputs)
+    plt.close(fig)
+
+
+def plot_sweep(summary: pd.DataFrame, baseline: str, outputs: list[str]) -> None:
+    """Loss gap to the baseline against the fallback ratio, one point per fallback arm; the
+    no-fallback block INT8 arm as a line at ratio 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gap = "gap_vs_" + baseline
+    fig, ax = plt.subplots(figsize=(6, 4))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (model, g) in enumerate(summary.groupby("model", sort=False)):
+        c = colors[i % len(colors)]
+        fb = g[g["fallback_ratio"].notna() & (g["rule"] != "none")]
+        ax.scatter(100 * fb["fallback_ratio"], fb[gap], color=c, label=f"{model}: fallback arms")
+        for _, r in fb.iterrows():
+            ax.annotate(r["method"].replace("int8_fallback", "fb"), (100 * r["fallback_ratio"], r[gap]),
+                        fontsize=6, xytext=(3, 2), textcoords="offset points")
+        for _, r in g[g["rule"] == "none"].iterrows():
+            ax.axhline(r[gap], color=c, ls="--", lw=1, label=f"{model}: {r['method']} (no fallback)")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel("fallback ratio (% of blocks, over training)")
+    ax.set_ylabel(f"final val loss − {baseline}")
+    ax.set_title("Fallback ratio against loss gap")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, outputs)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- loss gaps
+
+def gap_table(runs, baseline: str) -> pd.DataFrame:
+    """Method x model final-loss gap to the baseline, and the GLU models' mean gap minus GPT2's:
+    positive where a method hurts the GLU model more."""
+    losses = summarize(final_losses(runs), baseline)
+    family = {r.model: _run_config(r)["model"]["family"] for r in runs}
+    models = list(dict.fromkeys(losses["model"]))
+    rows = []
+    for method, g in losses.groupby("method", sort=False):
+        row = {"method": method}
+        for m in models:
+            sel = g[g["model"] == m]
+            row[f"val_loss_{m}"] = sel["val_loss_mean"].iloc[0] if len(sel) else math.nan
+            row[f"gap_{m}"] = sel["delta_vs_baseline"].iloc[0] if len(sel) else math.nan
+        by_class = {c: [row[f"gap_{m}"] for m in models if FAMILY_CLASS.get(family[m]) == c] for c in ("glu", "gpt2")}
+        row["glu_minus_gpt2"] = (np.nanmean(by_class["glu"]) - np.nanmean(by_class["gpt2"])
+                                 if by_class["glu"] and by_class["gpt2"] else math.nan)
+        row["n"] = int(g["n"].min())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- fine-tuning
+
+def finetune_table(runs, baseline: str) -> pd.DataFrame:
+    """Final fine-tuning losses per arm and the gap to the baseline arm's fine-tune."""
+    return summarize(final_losses(runs), baseline)
+
+
+# --------------------------------------------------------------------------- throughput
+
+def read_gemm(path: str | Path) -> pd.DataFrame | None:
+    """The committed GEMM benchmark, or None where it has not been measured; a file with other
+    columns is an error (the figure would silently be wrong)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    df = pd.read_csv(path)
+    missing = [c for c in GEMM_COLUMNS if c not in df]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing} (written by lowprec.kernels.bench_int8_fallback)")
+    return df
+
+
+def throughput_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the figure: BF16 / cuBLAS INT8 baselines, block INT8 per group size K (with its
+    throughput relative to the smallest K), and the fallback GEMM per fallback ratio."""
+    base = df[df["sweep"] == "baseline"].assign(series=lambda t: t["kind"])
+    grp = df[(df["sweep"] == "group") & (df["kind"] == "int8_block")].copy()
+    grp["series"] = "int8_block"
+    smallest = grp.loc[grp.groupby("M")["group"].idxmin()].set_index("M")["tflops"]
+    grp["rel_to_smallest_group"] = grp["tflops"] / grp["M"].map(smallest)
+    ratio = df[(df["sweep"] == "ratio") & (df["kind"] == "int8_fallback")].copy()
+    ratio["series"] = "int8_fallback"
+    cols = ["series", "M", "N", "K", "group", "pattern", "fallback_ratio", "tflops", "speedup_vs_bf16",
+            "rel_to_smallest_group"]
+    out = pd.concat([base, grp, ratio], ignore_index=True)
+    return out.reindex(columns=cols).sort_values(["M", "series", "group", "pattern", "fallback_ratio"],
+                                                 kind="stable", na_position="first").reset_index(drop=True)
+
+
+def throughput_markdown(table: pd.DataFrame, device: str, source: str) -> str:
+    if table.empty:
+        return f"No committed GEMM measurement ({source}).\n"
+    lines = [f"GEMM throughput on {device} (TFLOP/s of useful work, M = N = K; {source}). "
+             f"Dense INT8:BF16 peak is {PEAK_RATIO.get(device, math.nan):g}:1 here "
+             f"(RTX 4090, the paper's GPU: {PEAK_RATIO['RTX 4090']:g}:1), so the ceiling of any INT8 speedup differs.", ""]
+    grp = table[table["series"] == "int8_block"].pivot_table(index="M", columns="group", values="tflops")
+    base = table[table["series"].isin(["bf16_matmul", "int_mm"])].pivot_table(index="M", columns="series", values="tflops")
+    wide = pd.concat([base, grp.rename(columns=lambda k: f"block K={int(k)}")], axis=1).reset_index()
+    wide["M"] = wide["M"].astype(int).astype(str)  # a label, not a number to format
+    lines += ["Block INT8 against the group size K:", "", _md(wide, 1).rstrip(), ""]
+    fb = table[(table["series"] == "int8_fallback") & (table["pattern"] == "random")]
+    if len(fb):
+        fb = fb.assign(target=fb["fallback_ratio"].round(2))
+        piv = fb.pivot_table(index=["M", "group"], columns="target", values="speedup_vs_bf16")
+        piv.columns = [f"ρ={c:g}" for c in piv.columns]
+        piv = piv.reset_index().astype({"M": int, "group": int}).astype({"M": str, "group": str})
+        lines += ["Fallback GEMM, speedup against BF16 by fallback ratio ρ (random blocks):", "",
+                  _md(piv, 2).rstrip(), ""]
+    return "\n".join(lines) + "\n"
+
+
+def plot_throughput(table: pd.DataFrame, device: str, source: str, outputs: list[str]) -> None:
+    """(a) block INT8 against the group size K at 2048/4096/8192, BF16 dashed; (b) the fallback
+    GEMM against the fallback ratio (random blocks; K-group 128 solid, 32 dotted)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    if table.empty:
+        for ax in (a, b):
+            ax.text(0.5, 0.5, f"not measured: {source}", ha="center", va="center", fontsize=8)
+            ax.set_axis_off()
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, m in enumerate(sorted(table["M"].unique()) if len(table) else []):
+        c = colors[i % len(colors)]
+        t = table[table["M"] == m]
+        g = t[t["series"] == "int8_block"].sort_values("group")
+        a.plot(g["group"], g["tflops"], marker="o", color=c, label=f"{m}: block INT8")
+        for ax in (a, b):
+            for series, ls in (("bf16_matmul", "--"), ("int_mm", ":")):
+                v = t[t["series"] == series]["tflops"]
+                if len(v):
+                    ax.axhline(float(v.iloc[0]), color=c, ls=ls, lw=1,
+                               label=f"{m}: {'BF16 cuBLAS' if series == 'bf16_matmul' else 'INT8 _int_mm (no scales)'}"
+                               if ax is a else None)
+        fb = t[(t["series"] == "int8_fallback") & (t["pattern"] == "random")]
+        for group, ls in ((128, "-"), (32, ":")):
+            s = fb[fb["group"] == group].sort_values("fallback_ratio")
+            if len(s):
+                b.plot(100 * s["fallback_ratio"], s["tflops"], marker=".", ls=ls, color=c, label=f"{m}, K-group {group}")
+    a.set_xscale("log", base=2)
+    a.set_xlabel("group size K")
+    a.set_title(f"(a) throughput vs group size K ({device})", fontsize=9)
+    b.set_xlabel("fallback ratio (% of activation blocks)")
+    b.set_title("(b) fallback GEMM vs fallback ratio", fontsize=9)
+    for ax in (a, b):
+        ax.set_ylabel("TFLOP/s (useful work)")
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(fontsize=6)
+    fig.suptitle(f"INT8:BF16 dense peak {PEAK_RATIO.get(device, math.nan):g}:1 on {device} "
+                 f"(4:1 on the paper's RTX 4090)", fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, outputs)
+    plt.close(fig)
+
+
+def _device(gemm_path: Path) -> str:
+    import json
+
+    prov = gemm_path.with_name(gemm_path.name.replace(".csv", ".provenance.json"))
+    gpu = json.loads(prov.read_text()).get("gpu", "") if prov.is_file() else ""
+    return next((k for k in PEAK_RATIO if k.replace(" ", "").lower() in gpu.replace(" ", "").lower()), gpu or "GPU")
+
+
+# --------------------------------------------------------------------------- CLI
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=["outliers", "fallback", "gaps", "finetune", "throughput"])
+    ap.add_argument("--runs", nargs="*", default=[])
+    ap.add_argument("--baseline", default="bf16")
+    ap.add_argument("--batches", type=int, default=None, help="outliers: validation batches (default: the run's)")
+    ap.add_argument("--heatmap-method", default="int8_fallback")
+    ap.add_argument("--gemm", default=None, help="throughput: the committed benchmark CSV")
+    for opt in ("csv", "md", "png", "pdf", "contrast-csv", "contrast-md", "summary-csv", "summary-md",
+                "sweep-png", "sweep-pdf"):
+        ap.add_argument(f"--{opt}", default=None)
+    args = ap.parse_args(argv)
+
+    def out(df, csv, md=None, digits=4):
+        write_text(csv, df.to_csv(index=False, float_format="%.6g"))
+        if md:
+            write_text(md, _md(df, digits))
+
+    figs = [p for p in (args.png, args.pdf) if p]
+    if args.what == "outliers":
+        table, contrast, ratios = outliers(args.runs, args.batches)
+        out(table, args.csv)
+        write_text(args.md, _md(table.drop(columns=["linears"])))  # names are in the CSV; the role says it
+        out(contrast, args.contrast_csv, args.contrast_md)
+        from ..int8_fallback import DEFAULTS
+        plot_outliers(ratios, DEFAULTS["tau"], figs)
+    elif args.what == "fallback":
+        runs = load_runs(args.runs)
+        tel = fallback_telemetry(runs)
+        out(tel, args.csv)
+        summary = fallback_summary(runs, tel, args.baseline)
+        out(summary, args.summary_csv, args.summary_md)
+        plot_heatmap(tel, args.heatmap_method, figs)
+        plot_sweep(summary, args.baseline, [p for p in (args.sweep_png, args.sweep_pdf) if p])
+    elif args.what == "gaps":
+        out(gap_table(load_runs(args.runs), args.baseline), args.csv, args.md)
+    elif args.what == "finetune":
+        from .curves import plot
+
+        runs = load_runs(args.runs)
+        table = finetune_table(runs, args.baseline)
+        write_text(args.csv, table.to_csv(index=False, float_format="%.6g"))
+        write_text(args.md, to_markdown(table, args.baseline))
+        plot(runs, "Fine-tuning the BF16-pretrained model on held-out text", figs)
+    else:
+        path = Path(args.gemm)
+        df = read_gemm(path)
+        table = throughput_table(df) if df is not None else pd.DataFrame(columns=["series", "M", "tflops"])
+        device = _device(path)
+        source = f"results/{path.parent.name}/{path.name}"
+        out(table, args.csv)
+        write_text(args.md, throughput_markdown(table, device, source))
+        plot_throughput(table, device, source, figs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,534 @@
+"""MoR (arXiv 2512.22804): figures and tables beyond the loss curves and the final-loss table.
+
+    python -m lowprec.report.mor telemetry --runs RUN... --heatmap-method M --format-methods M... \\
+        --error-png --error-pdf --error-csv --format-png --format-pdf --summary-csv --summary-md
+    python -m lowprec.report.mor share  --runs RUN... --csv --md --png --pdf
+    python -m lowprec.report.mor tables --runs RUN... --main-csv --main-md --ablations-csv \\
+        --ablations-md --lr-csv --lr-md
+
+Everything is read from run folders: ``config.yaml`` says what an arm is (its MoR settings come from
+the recipe the method config builds, so defaults live in ``lowprec.mor`` only), ``metrics.csv`` and
+``provenance.json`` give the losses, and ``telemetry.csv`` (MoR arms) holds one row per layer, GEMM
+operand and logged step: the format chosen (``format``, e4m3 | bf16), the relative E4M3 error under
+the arm's partition (``mor_rel_error``) and under every partition (``rel_error_<partition>``), and
+for sub-tensor MoR the share of blocks per format.
+
+Arms are grouped by what they are, not by their names: the learning-rate regime is the run's
+(lr, min_lr_ratio), numbered by peak LR as the paper's configurations are (config 1: 3e-4, config 2:
+1.2e-3); an ablation is a per-block MoR arm that differs from the defaults in one setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from ..io import write_text
+from ..linear import matches
+from .figures import save_figure
+from .runs import load_runs
+
+# GEMM operand slot -> the tensor it is (brief 2.9: X, W and dY, each used by two GEMMs)
+ROLES = {"fprop.x": "X", "wgrad.x": "X", "fprop.w": "W", "dgrad.w": "W", "dgrad.dy": "dY", "wgrad.dy": "dY"}
+ROLE_ORDER = ("X", "W", "dY")
+SLOT_ORDER = ("fprop.x", "fprop.w", "dgrad.dy", "dgrad.w", "wgrad.dy", "wgrad.x")
+# the paper's four quantized layer types, by module-name pattern (Nemotron/Llama, GPT2, Megatron)
+LAYER_TYPES = {
+    "QKV": ("*.q_proj", "*.k_proj", "*.v_proj", "*.qkv_proj", "*.attn.c_attn", "*.query_key_value"),
+    "attention out": ("*.o_proj", "*.attn.c_proj", "*.self_attention.dense", "*.out_proj"),
+    "FC1": ("*.up_proj", "*.gate_proj", "*.mlp.c_fc", "*.fc1", "*.dense_h_to_4h"),
+    "FC2": ("*.down_proj", "*.mlp.c_proj", "*.fc2", "*.dense_4h_to_h"),
+}
+TYPE_ORDER = (*LAYER_TYPES, "other")
+# Relative-error bins of the paper's heat maps (0.5 % wide up to 6 %, the authors' log tooling),
+# plus one open bin for everything above.
+ERROR_EDGES = np.round(np.arange(0.0, 0.0601, 0.005), 4)
+ERROR_LABELS = [f"{100 * a:.1f}-{100 * b:.1f}%" for a, b in zip(ERROR_EDGES[:-1], ERROR_EDGES[1:])] + [
+    f">={100 * ERROR_EDGES[-1]:.0f}%"]
+LOW_ERROR = 0.025  # "most tensors' relative error lies well below 2.5 %" (brief 4.3)
+TRAIN_WINDOW = 0.2  # train loss of a run: mean of the logged values over its last 20 % of steps
+FORMATS = ("e4m3", "bf16")  # the tensor-level choice; other telemetry rows are not MoR operands
+
+
+def _md(df: pd.DataFrame, digits: int = 4) -> str:
+    from .gaussws import _md as md
+
+    return md(df, digits)
+
+
+# --------------------------------------------------------------------------- what a run is
+
+def _run_config(run) -> dict:
+    return yaml.safe_load((run.dir / "config.yaml").read_text())
+
+
+def arm_settings(method_cfg: dict) -> dict:
+    """partition (None for a non-MoR recipe), block, scale, threshold, subtensor_mode and the recipe
+    name, read from the quantizer that the method config builds."""
+    from ..mor import MoRQuantizer, SubTensorMoRQuantizer
+    from ..recipes import GEMMS, recipe_from_config
+
+    recipe = recipe_from_config(method_cfg)
+    quants = [q for g in GEMMS for q in recipe.gemm(g) if isinstance(q, (MoRQuantizer, SubTensorMoRQuantizer))]
+    out = {"recipe": method_cfg.get("recipe", "bf16"), "partition": None, "block": None, "scale": None,
+           "threshold": None, "subtensor_mode": None}
+    if quants:
+        d = quants[0].to_dict()
+        out.update({k: d.get(k) for k in ("partition", "scale", "threshold", "subtensor_mode")})
+        out["block"] = "x".join(map(str, d["block"])) if d.get("block") else None
+    return out
+
+
+def _defaults() -> dict:
+    from ..mor import DEFAULT_BLOCK, DEFAULT_THRESHOLD
+
+    return {"block": "x".join(map(str, DEFAULT_BLOCK)), "scale": "gam", "threshold": DEFAULT_THRESHOLD}
+
+
+def setting_label(s: dict) -> str:
+    """A short name of what an arm is: the recipe, or MoR's partition and its non-default settings."""
+    if s["partition"] is None:
+        return s["recipe"]
+    if s["partition"] == "subtensor":
+        return f"MoR sub-tensor {s['subtensor_mode'].replace('_', '-')}"
+    d, extra = _defaults(), []
+    if s["partition"] == "block" and s["block"] != d["block"]:
+        extra.append(f"{s['block']} blocks")
+    if s["scale"] != d["scale"]:
+        extra.append(f"{s['scale']} scales")
+    if s["threshold"] != d["threshold"]:
+        extra.append(f"threshold {100 * s['threshold']:g}%")
+    return f"MoR {s['partition']}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def train_loss(metrics: pd.DataFrame, window: float = TRAIN_WINDOW) -> float:
+    """Mean logged training loss over the last ``window`` of the steps a run logged."""
+    if not 0 < window <= 1:
+        raise ValueError(f"train window: must be in (0, 1], got {window}")
+    m = metrics.dropna(subset=["train_loss"]) if "train_loss" in metrics else metrics.iloc[0:0]
+    if m.empty:
+        return math.nan
+    last = m["step"].max()
+    return float(m[m["step"] > last * (1 - window)]["train_loss"].mean())
+
+
+def run_table(runs, window: float = TRAIN_WINDOW) -> pd.DataFrame:
+    """One row per run: model, method, seed, status, losses, LR regime and the arm's settings."""
+    rows = []
+    for r in runs:
+        cfg = _run_config(r)
+        t = cfg["train"]
+        settings = arm_settings(cfg["method"])
+        rows.append({"model": r.model, "method": r.method, "seed": r.seed, "status": r.status,
+                     "val_loss": r.final_val_loss if r.status == "completed" else math.nan,
+                     "train_loss": train_loss(r.metrics, window) if r.status == "completed" else math.nan,
+                     "lr": float(t["lr"]), "min_lr_ratio": float(t.get("min_lr_ratio", 0.1)),
+                     **settings, "setting": setting_label(settings)})
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    peaks = sorted(set(zip(df["lr"], df["min_lr_ratio"])))
+    df["regime"] = [f"config {1 + peaks.index(k)}" for k in zip(df["lr"], df["min_lr_ratio"])]
+    df["lr_schedule"] = [f"{lr:g} -> {lr * ratio:g}" for lr, ratio in zip(df["lr"], df["min_lr_ratio"])]
+    return df
+
+
+# --------------------------------------------------------------------------- telemetry
+
+def layer_type(name: str) -> str:
+    for kind, patterns in LAYER_TYPES.items():
+        if matches(name, patterns):
+            return kind
+    return "other"
+
+
+def _layer_index(name: str) -> int:
+    m = re.search(r"\.(\d+)\.", f".{name}.")
+    return int(m.group(1)) if m else -1
+
+
+def decisions(run) -> pd.DataFrame | None:
+    """The run's MoR telemetry rows (one per layer, GEMM operand and logged step) with the tensor's
+    label, layer type and role, or None if the run recorded none."""
+    path = run.dir / "telemetry.csv"
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    df = pd.read_csv(path)
+    if "format" not in df:
+        raise ValueError(f"{path}: no 'format' column; not a telemetry file")
+    df = df[df["format"].isin(FORMATS)].copy()
+    if df.empty:
+        return None
+    df["slot"] = df["gemm"] + "." + df["operand"]
+    unknown = sorted(set(df["slot"]) - set(ROLES))
+    if unknown:
+        raise ValueError(f"{path}: unknown GEMM operand(s) {unknown}; known: {list(ROLES)}")
+    df["role"] = df["slot"].map(ROLES)
+    df["layer_type"] = df["layer"].map(layer_type)
+    df["layer_index"] = df["layer"].map(_layer_index)
+    df["tensor"] = [f"L{i} {name.rsplit('.', 1)[-1]} {slot}" if i >= 0 else f"{name} {slot}"
+                    for i, name, slot in zip(df["layer_index"], df["layer"], df["slot"])]
+    df["e4m3"] = (df["format"] == "e4m3").astype(float)
+    df["model"], df["method"], df["seed"] = run.model, run.method, run.seed
+    return df
+
+
+def tensor_order(df: pd.DataFrame) -> list[str]:
+    """Tensors top to bottom: by block, layer type (QKV, attention out, FC1, FC2), layer, GEMM slot."""
+    keys = df.drop_duplicates("tensor")[["tensor", "layer_index", "layer_type", "layer", "slot"]]
+    keys = keys.assign(t=keys["layer_type"].map(TYPE_ORDER.index), s=keys["slot"].map(SLOT_ORDER.index))
+    return keys.sort_values(["layer_index", "t", "layer", "s"])["tensor"].tolist()
+
+
+def error_bin(err) -> np.ndarray:
+    """Index of the paper's 0.5 % bin that each relative error falls in (the last bin is open);
+    NaN (a non-finite tensor) stays NaN."""
+    e = np.asarray(err, dtype=float)
+    idx = np.searchsorted(ERROR_EDGES, e, side="right") - 1.0
+    return np.where(np.isnan(e), np.nan, np.clip(idx, 0, len(ERROR_LABELS) - 1))
+
+
+def partitions_in(df: pd.DataFrame) -> list[str]:
+    from ..mor import PARTITIONS
+
+    return [p for p in PARTITIONS if f"rel_error_{p}" in df]
+
+
+def rel_error_long(dec: pd.DataFrame) -> pd.DataFrame:
+    """(tensor, step, partition) -> relative error and its bin, from one run's decisions."""
+    parts = partitions_in(dec)
+    if not parts:
+        raise ValueError(f"run {dec['method'].iloc[0]}: telemetry has no rel_error_<partition> columns "
+                         "(recorded before MoR telemetry measured every partition)")
+    long = dec.melt(id_vars=["model", "method", "seed", "tensor", "layer_type", "role", "step"],
+                    value_vars=[f"rel_error_{p}" for p in parts], var_name="partition", value_name="rel_error")
+    long["partition"] = long["partition"].str.removeprefix("rel_error_")
+    long["bin"] = error_bin(long["rel_error"])
+    long["bin_label"] = [ERROR_LABELS[int(b)] if not np.isnan(b) else "nan" for b in long["bin"]]
+    return long
+
+
+def rel_error_summary(decs: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per arm and partition: share of (tensor, step) cells below 2.5 % relative error, median,
+    95th percentile and maximum (in percent)."""
+    rows = []
+    for dec in decs:
+        for part in partitions_in(dec):
+            e = dec[f"rel_error_{part}"].astype(float)
+            finite = e[np.isfinite(e)]
+            rows.append({"model": dec["model"].iloc[0], "method": dec["method"].iloc[0], "partition": part,
+                         "cells": int(len(e)),
+                         "below_2p5_pct": 100 * float((finite < LOW_ERROR).sum()) / max(len(e), 1),
+                         "median_pct": 100 * float(finite.median()) if len(finite) else math.nan,
+                         "p95_pct": 100 * float(finite.quantile(0.95)) if len(finite) else math.nan,
+                         "max_pct": 100 * float(finite.max()) if len(finite) else math.nan})
+    return pd.DataFrame(rows, columns=["model", "method", "partition", "cells", "below_2p5_pct", "median_pct",
+                                       "p95_pct", "max_pct"])
+
+
+def _grid(dec: pd.DataFrame, column: str, order: list[str]) -> tuple[np.ndarray, list]:
+    wide = dec.pivot_table(index="tensor", columns="step", values=column, aggfunc="mean", dropna=False)
+    wide = wide.reindex(index=order)
+    return wide.to_numpy(dtype=float), list(wide.columns)
+
+
+def _tensor_ticks(ax, labels: list[str], max_labels: int = 60) -> None:
+    every = max(1, math.ceil(len(labels) / max_labels))
+    ax.set_yticks(range(0, len(labels), every))
+    ax.set_yticklabels(labels[::every], fontsize=5 if len(labels) > 30 else 7)
+
+
+def _step_ticks(ax, steps: list, max_labels: int = 12) -> None:
+    every = max(1, math.ceil(len(steps) / max_labels))
+    ax.set_xticks(range(0, len(steps), every))
+    ax.set_xticklabels([str(int(s)) for s in steps[::every]], fontsize=7)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_error_heatmap(dec: pd.DataFrame, outputs: list[str]) -> None:
+    """Tensor x step, the relative E4M3 error binned as in the paper, one panel per partition."""
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+
+    plt = _plt()
+    parts, order = partitions_in(dec), tensor_order(dec)
+    n = len(ERROR_LABELS)
+    cmap = ListedColormap(plt.get_cmap("viridis")(np.linspace(0, 1, n)))
+    norm = BoundaryNorm(np.arange(-0.5, n), n)
+    height = min(max(3.5, 0.11 * len(order) + 1.5), 22)
+    fig, axes = plt.subplots(1, len(parts), figsize=(3.4 * len(parts) + 1.6, height), squeeze=False)
+    for ax, part in zip(axes[0], parts):
+        values, steps = _grid(dec, f"rel_error_{part}", order)
+        im = ax.imshow(error_bin(values), aspect="auto", interpolation="nearest", cmap=cmap, norm=norm)
+        ax.set_title(f"{part} partition", fontsize=9)
+        ax.set_xlabel("training step")
+        _step_ticks(ax, steps)
+        if ax is axes[0][0]:
+            _tensor_ticks(ax, order)
+        else:
+            ax.set_yticks([])
+    cbar = fig.colorbar(im, ax=axes[0].tolist(), ticks=range(n), fraction=0.04, pad=0.02)
+    cbar.ax.set_yticklabels(ERROR_LABELS, fontsize=7)
+    cbar.set_label("relative error of E4M3 (0.5 % bins)")
+    fig.suptitle(f"Relative E4M3 error per tensor: {dec['model'].iloc[0]} / {dec['method'].iloc[0]} "
+                 f"(seed {dec['seed'].iloc[0]}); at the 4.5 % threshold, bins from 4.5-5.0 % up fall back to BF16",
+                 fontsize=9)
+    save_figure(fig, outputs)
+    plt.close(fig)
+
+
+def plot_format_heatmap(decs: list[pd.DataFrame], outputs: list[str]) -> None:
+    """Tensor x step, the share of the tensor kept in E4M3 (1 or 0 at tensor level, the block share
+    for sub-tensor MoR), one panel per arm."""
+    plt = _plt()
+    order = tensor_order(pd.concat(decs, ignore_index=True))
+    height = min(max(3.5, 0.11 * len(order) + 1.5), 22)
+    fig, axes = plt.subplots(1, len(decs), figsize=(2.6 * len(decs) + 2.0, height), squeeze=False)
+    for ax, dec in zip(axes[0], decs):
+        sub = "e4m3_share" in dec and (dec.get("partition") == "subtensor").any()
+        values, steps = _grid(dec, "e4m3_share" if sub else "e4m3", order)
+        im = ax.imshow(values, aspect="auto", interpolation="nearest", cmap="RdYlGn", vmin=0, vmax=1)
+        share = 100 * dec["e4m3"].mean()
+        ax.set_title(f"{dec['method'].iloc[0]}\n{share:.1f}% E4M3 GEMM operands", fontsize=8)
+        ax.set_xlabel("training step")
+        _step_ticks(ax, steps)
+        if ax is axes[0][0]:
+            _tensor_ticks(ax, order)
+        else:
+            ax.set_yticks([])
+    cbar = fig.colorbar(im, ax=axes[0].tolist(), fraction=0.04, pad=0.02)
+    cbar.set_label("E4M3 (1) or BF16 (0); sub-tensor: share of blocks in E4M3")
+    fig.suptitle("Representation chosen per tensor and step", fontsize=9)
+    save_figure(fig, outputs)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- E4M3 share
+
+def share_table(runs) -> pd.DataFrame:
+    """Per MoR arm: the share of GEMM-operand decisions in E4M3 over all logged steps, overall, per
+    layer type and per operand role (the paper's 98.38 % / 95.93 %); sub-tensor arms also give the
+    share of blocks per format. Seeds pooled (every seed logs the same decisions)."""
+    info = run_table(runs).set_index(["model", "method", "seed"])
+    frames = [d for d in (decisions(r) for r in runs) if d is not None]
+    cols = ["model", "method", "setting", "regime", "group_kind", "group", "e4m3_pct", "decisions", "runs",
+            "block_e4m3_pct", "block_e5m2_pct", "block_bf16_pct"]
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    dec = pd.concat(frames, ignore_index=True)
+    rows = []
+    for (model, method), g in dec.groupby(["model", "method"], sort=False):
+        first = info.loc[(model, method, g["seed"].iloc[0])]
+        groupings = [("all", pd.Series("all", index=g.index)), ("layer type", g["layer_type"]), ("operand", g["role"])]
+        for kind, key in groupings:
+            order = {"all": ["all"], "layer type": list(TYPE_ORDER), "operand": list(ROLE_ORDER)}[kind]
+            for name in [o for o in order if (key == o).any()]:
+                sel = g[key == name]
+                row = {"model": model, "method": method, "setting": first["setting"], "regime": first["regime"],
+                       "group_kind": kind, "group": name, "e4m3_pct": 100 * sel["e4m3"].mean(),
+                       "decisions": int(len(sel)), "runs": int(sel["seed"].nunique())}
+                for fmt in ("e4m3", "e5m2", "bf16"):
+                    col = f"{fmt}_share"
+                    sub = col in sel and (sel.get("partition") == "subtensor").all()
+                    row[f"block_{fmt}_pct"] = 100 * sel[col].mean() if sub else math.nan
+                rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
+
+
+def plot_share(table: pd.DataFrame, outputs: list[str]) -> None:
+    plt = _plt()
+    groups = [g for g in ("all", *TYPE_ORDER, *ROLE_ORDER) if g in set(table["group"])]
+    arms = list(dict.fromkeys(zip(table["model"], table["method"])))
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(groups) * max(1, len(arms)) / 3 + 3), 4))
+    width = 0.8 / max(len(arms), 1)
+    for i, (model, method) in enumerate(arms):
+        t = table[(table["model"] == model) & (table["method"] == method)].set_index("group")
+        ys = [t["e4m3_pct"].get(g, np.nan) for g in groups]
+        label = method if table["model"].nunique() == 1 else f"{model} / {method}"
+        ax.bar(np.arange(len(groups)) + (i - (len(arms) - 1) / 2) * width, ys, width, label=label)
+    for y, text in ((98.38, "paper 98.38 %\n(per-channel, config 1)"), (95.93, "paper 95.93 %\n(config 2)")):
+        ax.axhline(y, color="grey", ls=":", lw=1)
+        ax.text(len(groups) - 0.4, y, text, fontsize=6, color="grey", ha="left", va="center")
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, fontsize=8)
+    low = np.nanmin(table["e4m3_pct"]) if len(table) else 0
+    ax.set_ylim(max(0, min(90, low - 5)), 100.5)
+    ax.set_ylabel("GEMM operands in E4M3 (%)")
+    ax.set_title("Share of tensors quantized to E4M3: overall, per layer type, per operand", fontsize=9)
+    ax.set_xlim(-0.5, len(groups) + 0.6)  # room for the paper's reference labels
+    ax.legend(fontsize=6, ncol=1, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    save_figure(fig, outputs)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- loss tables
+
+def arm_table(runs, window: float = TRAIN_WINDOW) -> pd.DataFrame:
+    """One row per (model, method): losses over seeds and the gaps, in percent, to the BF16 arm
+    with the same learning-rate regime; the overall E4M3 share for MoR arms."""
+    per_run = run_table(runs, window)
+    if per_run.empty:
+        return per_run
+    keys = ["model", "method"]
+    first = per_run.groupby(keys, sort=False).first().reset_index()
+    agg = per_run.groupby(keys, sort=False).agg(
+        n=("seed", "count"), diverged=("status", lambda s: int((s == "diverged").sum())),
+        train_loss=("train_loss", "mean"), val_loss=("val_loss", "mean")).reset_index()
+    arms = first[keys + ["regime", "lr_schedule", "setting", "recipe", "partition", "block", "scale",
+                         "threshold", "subtensor_mode"]].merge(agg, on=keys)
+    base = arms[(arms["recipe"] == "bf16") & arms["partition"].isna()].drop_duplicates(["model", "regime"])
+    base = base.set_index(["model", "regime"])
+    for col in ("train_loss", "val_loss"):
+        ref = [base[col].get((m, r), np.nan) for m, r in zip(arms["model"], arms["regime"])]
+        arms[col.replace("_loss", "_gap_pct")] = 100 * (arms[col] - ref) / np.asarray(ref, dtype=float)
+    share = share_table(runs)
+    overall = share[share["group"] == "all"].set_index(["model", "method"])
+    arms["e4m3_pct"] = [overall["e4m3_pct"].get((m, me), np.nan) for m, me in zip(arms["model"], arms["method"])]
+    for fmt in ("e4m3", "e5m2", "bf16"):
+        col = f"block_{fmt}_pct"
+        arms[col] = [overall[col].get((m, me), np.nan) for m, me in zip(arms["model"], arms["method"])]
+    return arms
+
+
+def _first_regime(arms: pd.DataFrame) -> pd.DataFrame:
+    return arms[arms["regime"] == "config 1"]
+
+
+def _default_except(arms: pd.DataFrame, free: str | None) -> pd.Series:
+    """Arms whose block, scale and threshold are MoR's defaults, except the ``free`` one."""
+    d = _defaults()
+    ok = pd.Series(True, index=arms.index)
+    for key in ("block", "scale", "threshold"):
+        if key != free:
+            ok &= arms[key] == d[key]
+    return ok
+
+
+LOSS_COLUMNS = ["n", "diverged", "train_loss", "val_loss", "train_gap_pct", "val_gap_pct", "e4m3_pct"]
+
+
+def main_table(arms: pd.DataFrame) -> pd.DataFrame:
+    """Config 1: BF16, the FP8 baselines and tensor-level MoR under each partition (default
+    threshold, block and scale), losses and gaps to BF16 in percent (the paper's Table: within 0.5 %)."""
+    a = _first_regime(arms)
+    d = _defaults()
+    tensor_level = a["partition"].isin(["tensor", "block", "channel"])
+    default = (a["scale"] == d["scale"]) & (a["threshold"] == d["threshold"])
+    default &= (a["partition"] != "block") | (a["block"] == d["block"])  # a block size only for blocks
+    keep = a["partition"].isna() | (tensor_level & default)
+    return a[keep][["model", "method", "setting", *LOSS_COLUMNS]].reset_index(drop=True)
+
+
+ABLATIONS = (("threshold", "threshold"), ("block size", "block"), ("scale", "scale"))
+
+
+def ablation_table(arms: pd.DataFrame) -> pd.DataFrame:
+    """Config 1: per-block MoR varying one setting at a time (threshold, block size, scale rule),
+    and sub-tensor MoR two- vs three-way beside BF16; a group appears when it has a varied arm.
+    val_vs_ref_pct and e4m3_vs_ref_pts compare each row with its group's reference (the default
+    setting, BF16 for the sub-tensor group)."""
+    a = _first_regime(arms)
+    block, d = a[a["partition"] == "block"], _defaults()
+    parts = []
+    for name, key in ABLATIONS:
+        g = block[_default_except(block, key)]
+        if g[key].nunique() > 1:
+            fmt = (lambda v: f"{100 * v:g}%") if key == "threshold" else str
+            parts.append(g.assign(ablation=name, value=g[key].map(fmt), is_ref=g[key] == d[key]))
+    sub = a[a["partition"] == "subtensor"]
+    if len(sub):
+        bf16 = a[(a["recipe"] == "bf16") & a["partition"].isna()]
+        parts.append(pd.concat([bf16.assign(value="BF16", is_ref=True),
+                                sub.assign(value=sub["subtensor_mode"], is_ref=False)]).assign(ablation="sub-tensor"))
+    cols = ["ablation", "value", "model", "method", *LOSS_COLUMNS, "val_vs_ref_pct", "e4m3_vs_ref_pts",
+            "block_e4m3_pct", "block_e5m2_pct", "block_bf16_pct"]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    t = pd.concat(parts, ignore_index=True)
+    # against the group's reference arm (the default setting; BF16 for sub-tensor MoR), same model
+    ref = t[t["is_ref"]].drop_duplicates(["ablation", "model"]).set_index(["ablation", "model"])
+    key = list(zip(t["ablation"], t["model"]))
+    ref_val = np.array([ref["val_loss"].get(k, np.nan) for k in key], dtype=float)
+    t["val_vs_ref_pct"] = 100 * (t["val_loss"] - ref_val) / ref_val
+    t["e4m3_vs_ref_pts"] = t["e4m3_pct"] - np.array([ref["e4m3_pct"].get(k, np.nan) for k in key], dtype=float)
+    return t[cols]
+
+
+def lr_table(arms: pd.DataFrame) -> pd.DataFrame:
+    """The arms trained under more than one learning-rate regime, side by side."""
+    counts = arms.groupby(["model", "setting"])["regime"].transform("nunique")
+    t = arms[counts > 1].sort_values(["model", "setting", "regime"], kind="stable")
+    return t[["model", "setting", "regime", "lr_schedule", "method", *LOSS_COLUMNS]].reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- CLI
+
+def _write(df: pd.DataFrame, csv: str, md: str | None = None, note: str = "") -> None:
+    write_text(csv, df.to_csv(index=False, float_format="%.6g"))
+    if md:
+        write_text(md, (note + "\n\n" if note else "") + (_md(df) if len(df) else "(no rows at this scale)\n"))
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=["telemetry", "share", "tables"])
+    ap.add_argument("--runs", nargs="+", required=True)
+    ap.add_argument("--heatmap-method", default=None, help="arm whose telemetry the error heat map shows")
+    ap.add_argument("--format-methods", nargs="*", default=None, help="arms of the format heat map")
+    ap.add_argument("--train-window", type=float, default=TRAIN_WINDOW)
+    for name in ("error-png", "error-pdf", "error-csv", "format-png", "format-pdf", "summary-csv", "summary-md",
+                 "csv", "md", "png", "pdf", "main-csv", "main-md", "ablations-csv", "ablations-md", "lr-csv", "lr-md"):
+        ap.add_argument(f"--{name}", default=None)
+    args = ap.parse_args(argv)
+    runs = load_runs(args.runs)
+    if args.what == "telemetry":
+        decs = {(r.method, r.seed): d for r in runs if (d := decisions(r)) is not None}
+        if not decs:
+            raise SystemExit("lowprec.report.mor telemetry: none of the runs has MoR telemetry "
+                             "(method.telemetry_every on a MoR arm)")
+        by_method = {}
+        for (method, seed), d in sorted(decs.items(), key=lambda kv: kv[0][1]):
+            by_method.setdefault(method, d)  # the lowest seed of each arm
+        method = args.heatmap_method if args.heatmap_method in by_method else next(iter(by_method))
+        heat = by_method[method]
+        plot_error_heatmap(heat, [p for p in (args.error_png, args.error_pdf) if p])
+        if args.error_csv:
+            write_text(args.error_csv, rel_error_long(heat).to_csv(index=False, float_format="%.6g"))
+        chosen = [m for m in (args.format_methods or list(by_method)) if m in by_method] or list(by_method)
+        plot_format_heatmap([by_method[m] for m in chosen], [p for p in (args.format_png, args.format_pdf) if p])
+        _write(rel_error_summary(list(decs.values())), args.summary_csv, args.summary_md,
+               "Relative E4M3 error of every logged GEMM operand under each partition (percent of cells "
+               "below 2.5 %, median, 95th percentile, maximum).")
+    elif args.what == "share":
+        table = share_table(runs)
+        _write(table, args.csv, args.md, "Share of GEMM-operand decisions in E4M3 over the logged steps "
+               "(paper: 98.38 % per-channel in config 1, 95.93 % in config 2).")
+        if args.png or args.pdf:
+            plot_share(table, [p for p in (args.png, args.pdf) if p])
+    else:
+        arms = arm_table(runs, args.train_window)
+        _write(main_table(arms), args.main_csv, args.main_md,
+               "Config 1: final train and validation loss per partition strategy against BF16 "
+               "(gap in percent; paper: every MoR partition within 0.5 %).")
+        _write(ablation_table(arms), args.ablations_csv, args.ablations_md,
+               "Config 1 ablations of per-block MoR (one setting varied), and sub-tensor MoR beside BF16.")
+        _write(lr_table(arms), args.lr_csv, args.lr_md,
+               "The arms trained under both learning-rate regimes (gaps to BF16 of the same regime).")
+
+
+if __name__ == "__main__":
+    main()

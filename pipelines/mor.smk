@@ -1,0 +1,89 @@
+# MoR (arXiv 2512.22804): heat maps of the relative E4M3 error and of the chosen representation per
+# tensor and step, the share of tensors in E4M3 per layer type and operand, the main loss table per
+# partition strategy, the ablation and learning-rate tables (lowprec.report.mor), on top of the
+# generic loss curves and final losses. The speed claim reads the committed H200 benchmark
+# results/mor/linear_h200.csv (lowprec.kernels.bench_mor) directly from configs/claims/mor.yaml.
+
+# the arm whose telemetry the error heat map shows: MoR's default partition (the report falls back
+# to the first arm with telemetry when it is not in this scale's grid)
+MOR_HEATMAP_METHOD = "mor_block"
+# the arms of the format heat map, where present: the three partitions and sub-tensor MoR, both LRs
+MOR_FORMAT_METHODS = ["mor_tensor", "mor_block", "mor_channel", "mor_sub_two_way", "mor_sub_three_way",
+                      "mor_tensor_cfg2", "mor_block_cfg2", "mor_channel_cfg2"]
+
+if "mor" in PAPERS:
+    MR = f"{RESULTS}/mor/{SCALE}"
+    PAPER_EXTRA_OUTPUTS["mor"] += [
+        f"{MR}/figures/rel_error_heatmap.png", f"{MR}/figures/rel_error_heatmap.pdf", f"{MR}/tables/rel_error.csv",
+        f"{MR}/figures/format_heatmap.png", f"{MR}/figures/format_heatmap.pdf",
+        f"{MR}/tables/rel_error_summary.csv", f"{MR}/tables/rel_error_summary.md",
+        f"{MR}/tables/e4m3_share.csv", f"{MR}/tables/e4m3_share.md",
+        f"{MR}/figures/e4m3_share.png", f"{MR}/figures/e4m3_share.pdf",
+        f"{MR}/tables/loss_by_partition.csv", f"{MR}/tables/loss_by_partition.md",
+        f"{MR}/tables/ablations.csv", f"{MR}/tables/ablations.md",
+        f"{MR}/tables/lr_regimes.csv", f"{MR}/tables/lr_regimes.md",
+    ]
+
+    def mor_runs(telemetry_only=False):
+        """Run folders of the paper; with telemetry_only, those of arms that log telemetry."""
+        return [c["output_dir"] for k, c in RUNS.items()
+                if k[0] == "mor" and (not telemetry_only or c["method"].get("telemetry_every"))]
+
+    rule mor_telemetry:
+        input:
+            # provenance.json is written last, after telemetry.csv
+            [f"{d}/provenance.json" for d in mor_runs(telemetry_only=True)],
+        output:
+            epng=report(f"{MR}/figures/rel_error_heatmap.png", category="mor", subcategory="telemetry",
+                        caption="report/mor_rel_error_heatmap.rst"),
+            epdf=f"{MR}/figures/rel_error_heatmap.pdf",
+            ecsv=f"{MR}/tables/rel_error.csv",
+            fpng=report(f"{MR}/figures/format_heatmap.png", category="mor", subcategory="telemetry",
+                        caption="report/mor_format_heatmap.rst"),
+            fpdf=f"{MR}/figures/format_heatmap.pdf",
+            scsv=f"{MR}/tables/rel_error_summary.csv",
+            smd=f"{MR}/tables/rel_error_summary.md",
+        params:
+            runs=" ".join(mor_runs(telemetry_only=True)),
+            formats=" ".join(MOR_FORMAT_METHODS),
+        shell:
+            "python -m lowprec.report.mor telemetry --runs {params.runs} --heatmap-method {MOR_HEATMAP_METHOD} "
+            "--format-methods {params.formats} --error-png {output.epng} --error-pdf {output.epdf} "
+            "--error-csv {output.ecsv} --format-png {output.fpng} --format-pdf {output.fpdf} "
+            "--summary-csv {output.scsv} --summary-md {output.smd}"
+
+    rule mor_share:
+        input:
+            [f"{d}/provenance.json" for d in mor_runs()],
+        output:
+            csv=report(f"{MR}/tables/e4m3_share.csv", category="mor", subcategory="tables",
+                       caption="report/mor_e4m3_share.rst"),
+            md=f"{MR}/tables/e4m3_share.md",
+            png=report(f"{MR}/figures/e4m3_share.png", category="mor", subcategory="telemetry",
+                       caption="report/mor_e4m3_share.rst"),
+            pdf=f"{MR}/figures/e4m3_share.pdf",
+        params:
+            runs=" ".join(mor_runs()),
+        shell:
+            "python -m lowprec.report.mor share --runs {params.runs} --csv {output.csv} --md {output.md} "
+            "--png {output.png} --pdf {output.pdf}"
+
+    rule mor_tables:
+        input:
+            [f"{d}/{f}" for d in mor_runs() for f in ("metrics.csv", "config.yaml", "provenance.json")],
+        output:
+            main=report(f"{MR}/tables/loss_by_partition.csv", category="mor", subcategory="tables",
+                        caption="report/mor_tables.rst"),
+            main_md=f"{MR}/tables/loss_by_partition.md",
+            abl=report(f"{MR}/tables/ablations.csv", category="mor", subcategory="tables",
+                       caption="report/mor_tables.rst"),
+            abl_md=f"{MR}/tables/ablations.md",
+            lr=report(f"{MR}/tables/lr_regimes.csv", category="mor", subcategory="tables",
+                      caption="report/mor_tables.rst"),
+            lr_md=f"{MR}/tables/lr_regimes.md",
+        params:
+            runs=" ".join(mor_runs()),
+        shell:
+            "python -m lowprec.report.mor tables --runs {params.runs} --main-csv {output.main} "
+            "--main-md {output.main_md} --ablations-csv {output.abl} --ablations-md {output.abl_md} "
+            "--lr-csv {output.lr} --lr-md {output.lr_md}"
