@@ -9,6 +9,7 @@ MX quantization of every converted linear layer's weight (``lowprec.gaussws.EXPO
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import torch
@@ -29,7 +30,11 @@ def load_trained(run_dir: str | Path):
     if not ckpt.is_file():
         raise FileNotFoundError(f"{ckpt}: no final checkpoint (did the run complete?)")
     data = TokenData(cfg["data"]["dir"])
-    module = LitLM(cfg, data.vocab_size, "32-true")
+    # the numerics the run trained with decide the module's layout: a GPU BF16 run is the plain
+    # model under autocast (no QLinear buffers in its checkpoint), a CPU one the emulated recipe
+    prov = run_dir / "provenance.json"
+    precision = json.loads(prov.read_text()).get("precision", "32-true") if prov.is_file() else "32-true"
+    module = LitLM(cfg, data.vocab_size, precision)
     state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
     module.load_state_dict(state)
     module.eval()

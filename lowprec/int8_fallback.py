@@ -84,6 +84,11 @@ DEFAULTS = {
     "fallback_operands": ("x",),
     "stochastic_gradients": True,
     "high_precision": "bf16",
+    # "kernel": on CUDA the GEMMs run on the Triton block-scaled INT8 kernel (the speed measurements);
+    # "emulated": fp32 GEMMs of the dequantized values, the same numerics up to accumulation order.
+    # Emulated is the default because, with quantization still unfused torch ops, the kernel path
+    # syncs the host per operand and trains no faster.
+    "gemm": "emulated",
 }
 
 
@@ -359,7 +364,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
                  ema: float = DEFAULTS["ema"], quantile: float = DEFAULTS["quantile"],
                  fallback_gemms: Iterable[str] = DEFAULTS["fallback_gemms"],
                  fallback_operands: Iterable[str] = DEFAULTS["fallback_operands"],
-                 stochastic_gradients: bool = DEFAULTS["stochastic_gradients"]):
+                 stochastic_gradients: bool = DEFAULTS["stochastic_gradients"], gemm: str = DEFAULTS["gemm"]):
         self.block = _check_block(block)
         if rule not in RULES:
             raise ValueError(f"rule: must be one of {RULES}, got {rule!r}")
@@ -383,6 +388,9 @@ class FallbackInt8Quantizer(OperandQuantizer):
         if not isinstance(stochastic_gradients, bool):
             raise ValueError(f"stochastic_gradients: must be a bool, got {stochastic_gradients!r}")
         self.stochastic_gradients = stochastic_gradients
+        if gemm not in ("emulated", "kernel"):
+            raise ValueError(f"gemm: must be 'emulated' or 'kernel', got {gemm!r}")
+        self.gemm = gemm
         # (layer name, gemm, operand) -> {"level": 0-d fp32 tensor, "steps": int}
         self._state: dict = {}
 
@@ -478,7 +486,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
     def fused_gemm(self, other, a, b, call_a, call_b):
         """The Triton block-scaled INT8 GEMM (``lowprec.kernels.int8_fallback_gemm``) on CUDA: the
         same codes and scales as the emulation, an extra INT8 product for fallback blocks only."""
-        if other is not self or not a.is_cuda:
+        if self.gemm != "kernel" or other is not self or not a.is_cuda:
             return None
         from .kernels import int8_fallback_gemm as kf
         if not kf.triton_available(a.device):
@@ -514,7 +522,7 @@ def int8_fallback_recipe(method_cfg: Optional[dict] = None) -> Recipe:
                                       error_threshold=c["error_threshold"], ema=c["ema"],
                                       quantile=c["quantile"], fallback_gemms=c["fallback_gemms"],
                                       fallback_operands=c["fallback_operands"],
-                                      stochastic_gradients=c["stochastic_gradients"])
+                                      stochastic_gradients=c["stochastic_gradients"], gemm=c["gemm"])
     except ValueError as e:
         raise ValueError(f"method (int8_fallback): {e}") from e
     slots = ", ".join(f"{g}.{o}" for g in GEMMS for o in OPERANDS[g] if quant.falls_back(g, o)) or "none"

@@ -17,9 +17,11 @@ if "int8_fallback" in PAPERS:
     I8_FT = {(model, method, str(seed)): lpc.resolve_finetune_run(SCALE, "int8_fallback", model, method, seed,
                                                                   results=RESULTS, overrides=OVERRIDES)
              for model in I8_FT_GRID["models"] for method in I8_FT_GRID["methods"] for seed in I8_FT_GRID["seeds"]}
-    # the fine-tuning corpus is prepared by rule prepare_data like any other (pipelines/data.smk)
-    for _cfg in I8_FT.values():
-        DATA[Path(_cfg["data"]["dir"]).name] = {k: v for k, v in _cfg["data"].items() if k != "dir"}
+    if REUSE_RUNS:  # the fine-tuning run folders are committed inputs like the others
+        lpc.check_run_folders([c["output_dir"] for c in I8_FT.values()])
+    else:  # the fine-tuning corpus is prepared by rule prepare_data like any other (pipelines/data.smk)
+        for _cfg in I8_FT.values():
+            DATA[Path(_cfg["data"]["dir"]).name] = {k: v for k, v in _cfg["data"].items() if k != "dir"}
 
     PAPER_EXTRA_OUTPUTS["int8_fallback"] += [
         f"{I8}/figures/outliers.png", f"{I8}/figures/outliers.pdf",
@@ -42,38 +44,56 @@ if "int8_fallback" in PAPERS:
         return [c["output_dir"] for c in I8_FT.values()]
 
     I8_FT_RUN = f"{I8_FT_DIR}/{{model}}/{{method}}/s{{seed}}"
+    I8_RUN = f"{RESULTS}/runs/{SCALE}/int8_fallback/{{model}}/{{method}}/s{{seed}}"
 
-    rule int8_finetune_config:
-        output:
-            f"{RESULTS}/configs/{SCALE}/{I8_FT_RUN}.yaml",
-        params:
-            cfg=lambda w: I8_FT[(w.model, w.method, w.seed)],
-        run:
-            write_yaml(output[0], params.cfg)
+    # Rules whose outputs lie in run folders (a fine-tuning run, an evaluation of a checkpoint)
+    # exist only when training: under REUSE_RUNS those files are committed inputs (common.smk).
+    if not REUSE_RUNS:
 
-    rule int8_finetune_train:
-        input:
-            cfg=f"{RESULTS}/configs/{SCALE}/{I8_FT_RUN}.yaml",
-            data=lambda w: f"{I8_FT[(w.model, w.method, w.seed)]['data']['dir']}/manifest.json",
-            # the pre-training run whose final weights (train.init_from) start this one
-            source=lambda w: str(Path(I8_FT[(w.model, w.method, w.seed)]["train"]["init_from"]).parents[1] / "provenance.json"),
-        output:
-            metrics=f"{RESULTS}/runs/{SCALE}/{I8_FT_RUN}/metrics.csv",
-            config=f"{RESULTS}/runs/{SCALE}/{I8_FT_RUN}/config.yaml",
-            provenance=f"{RESULTS}/runs/{SCALE}/{I8_FT_RUN}/provenance.json",
-        threads: lambda w: I8_FT[(w.model, w.method, w.seed)]["train"].get("threads") or 1
-        resources:
-            gpu=lambda w: run_gpus(I8_FT[(w.model, w.method, w.seed)]),
-        params:
-            launcher=config.get("launcher", ""),
-        log:
-            f"{RESULTS}/logs/train/{SCALE}/{I8_FT_RUN}.log",
-        shell:
-            "{params.launcher} python -m lowprec.train --config {input.cfg} > {log} 2>&1"
+        rule int8_finetune_config:
+            output:
+                f"{RESULTS}/configs/{SCALE}/{I8_FT_RUN}.yaml",
+            params:
+                cfg=lambda w: I8_FT[(w.model, w.method, w.seed)],
+            run:
+                write_yaml(output[0], params.cfg)
+
+        rule int8_finetune_train:
+            input:
+                cfg=f"{RESULTS}/configs/{SCALE}/{I8_FT_RUN}.yaml",
+                data=lambda w: f"{I8_FT[(w.model, w.method, w.seed)]['data']['dir']}/manifest.json",
+                # the pre-training run whose final weights (train.init_from) start this one
+                source=lambda w: str(Path(I8_FT[(w.model, w.method, w.seed)]["train"]["init_from"]).parents[1] / "provenance.json"),
+            output:
+                metrics=f"{RESULTS}/runs/{SCALE}/{I8_FT_RUN}/metrics.csv",
+                config=f"{RESULTS}/runs/{SCALE}/{I8_FT_RUN}/config.yaml",
+                provenance=f"{RESULTS}/runs/{SCALE}/{I8_FT_RUN}/provenance.json",
+            threads: lambda w: I8_FT[(w.model, w.method, w.seed)]["train"].get("threads") or 1
+            resources:
+                gpu=lambda w: run_gpus(I8_FT[(w.model, w.method, w.seed)]),
+            params:
+                launcher=config.get("launcher", ""),
+            log:
+                f"{RESULTS}/logs/train/{SCALE}/{I8_FT_RUN}.log",
+            shell:
+                "{params.launcher} python -m lowprec.train --config {input.cfg} > {log} 2>&1"
+
+        rule int8_outliers_run:
+            input:
+                f"{I8_RUN}/provenance.json",
+            output:
+                stats=f"{I8_RUN}/outliers.csv",
+                ccdf=f"{I8_RUN}/outlier_ccdf.csv",
+            params:
+                run=lambda w: f"{RESULTS}/runs/{SCALE}/int8_fallback/{w.model}/{w.method}/s{w.seed}",
+            shell:
+                "python -m lowprec.report.int8_fallback outliers-run --runs {params.run} --csv {output.stats} "
+                "--ccdf {output.ccdf}"
 
     rule int8_outliers:
         input:
-            [f"{d}/provenance.json" for d in i8_runs(I8_BASELINE)],
+            evals=[f"{d}/outliers.csv" for d in i8_runs(I8_BASELINE)],
+            ccdfs=[f"{d}/outlier_ccdf.csv" for d in i8_runs(I8_BASELINE)],
         output:
             png=report(f"{I8}/figures/outliers.png", category="int8_fallback", subcategory="outliers",
                        caption="report/int8_outliers.rst"),
@@ -82,10 +102,9 @@ if "int8_fallback" in PAPERS:
             md=f"{I8}/tables/outliers.md",
             ccsv=f"{I8}/tables/outlier_contrast.csv",
             cmd=f"{I8}/tables/outlier_contrast.md",
-        params:
-            runs=" ".join(i8_runs(I8_BASELINE)),
         shell:
-            "python -m lowprec.report.int8_fallback outliers --runs {params.runs} --csv {output.csv} --md {output.md} "
+            "python -m lowprec.report.int8_fallback outliers --evals {input.evals} --ccdfs {input.ccdfs} "
+            "--csv {output.csv} --md {output.md} "
             "--contrast-csv {output.ccsv} --contrast-md {output.cmd} --png {output.png} --pdf {output.pdf}"
 
     rule int8_fallback_ratio:

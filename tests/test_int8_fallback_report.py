@@ -92,6 +92,20 @@ def test_aggregate_weights_layout_by_hot_blocks_and_contrast_ratio():
     assert (row["glu"], row["gpt2"], row["glu_over_gpt2"]) == (10.0, 4.0, 2.5)
 
 
+def test_ccdf_grid_and_block_weighted_pooling(tmp_path):
+    ratios = {(0, "ffn_down"): torch.tensor([0.5, 1.0, 1.0, 3.0]), (1, "ffn_down"): torch.tensor([1.0, 20.0])}
+    c = rep.ccdf_table(ratios)
+    assert len(c) == 2 * len(rep.CCDF_GRID)
+    at = lambda df, blk, r: float(df[(df["block"] == blk) & (df["r"] == r)]["share_above"].iloc[0])  # noqa: E731
+    assert at(c, 0, 1.0) == 0.25 and at(c, 0, 0.25) == 1.0 and at(c, 0, 4.0) == 0.0
+    assert at(c, 1, 16.0) == 0.5 and at(c, 1, 1024.0) == 0.0
+    pooled = rep.pooled_ccdf(c.assign(model="llama2", **{"class": "glu"}))
+    share = pooled.set_index("r")["share_above"]
+    assert share[1.0] == pytest.approx((1 + 1) / 6) and share[16.0] == pytest.approx(1 / 6)
+    rep.plot_outliers(c.assign(model="llama2", **{"class": "glu"}), 8.0, [str(tmp_path / "o.png")])
+    assert (tmp_path / "o.png").stat().st_size > 0
+
+
 # --------------------------------------------------------------------------- run folders
 
 def _run(root, model, family, method, loss, recipe=None, extra=None, telemetry=None, seed=0):

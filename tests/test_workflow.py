@@ -58,6 +58,8 @@ def test_smoke_dag_end_to_end(tmp_path):
     assert ft["val_loss_mean"].notna().all()
     ft_prov = json.loads((res / "runs/smoke/int8_fallback_finetune/llama2/int8_fallback/s0/provenance.json").read_text())
     assert ft_prov["init_from"]["path"].endswith("int8_fallback/llama2/bf16/s0/checkpoints/last.ckpt")
+    for f in ("outliers.csv", "outlier_ccdf.csv"):  # per-run evaluation, kept for regenerating without checkpoints
+        assert (res / "runs/smoke/int8_fallback/llama2/bf16/s0" / f).stat().st_size > 0, f
     i8_claims = pd.read_csv(i8 / "tables" / "claims.csv")
     assert len(i8_claims) == 9 and "end_to_end_speedup" in set(i8_claims["claim"])
     assert "### Fallback heatmap" in report and "### Outlier contrast" in report

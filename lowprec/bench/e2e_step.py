@@ -64,9 +64,9 @@ def _build(arm: str):
     if arm == "bf16_qlinear":
         convert(model, RECIPES["bf16"])
     elif arm == "int8_block":
-        convert(model, int8_fallback_recipe({"rule": "none"}))
+        convert(model, int8_fallback_recipe({"rule": "none", "gemm": "kernel"}))
     elif arm == "int8_fallback":
-        convert(model, int8_fallback_recipe({}))
+        convert(model, int8_fallback_recipe({"gemm": "kernel"}))
     elif arm == "fp8_tensorwise_current":
         convert(model, RECIPES[arm])
     model.train()

@@ -1,7 +1,8 @@
 """INT8 with block fallback (arXiv 2503.08040): figures and tables beyond the loss curves and the
 final-loss table.
 
-    python -m lowprec.report.int8_fallback outliers   --runs BF16_RUN... --csv --md --contrast-csv --contrast-md --png --pdf
+    python -m lowprec.report.int8_fallback outliers-run --runs BF16_RUN --csv RUN/outliers.csv --ccdf RUN/outlier_ccdf.csv
+    python -m lowprec.report.int8_fallback outliers   --evals outliers.csv... --ccdfs outlier_ccdf.csv... --csv --md --contrast-csv --contrast-md --png --pdf
     python -m lowprec.report.int8_fallback fallback   --runs RUN... --heatmap-method M --csv --summary-csv --summary-md --png --pdf --sweep-png --sweep-pdf
     python -m lowprec.report.int8_fallback gaps       --runs RUN... --csv --md
     python -m lowprec.report.int8_fallback finetune   --runs FT_RUN... --csv --md --png --pdf
@@ -9,7 +10,7 @@ final-loss table.
 
 outliers: the trained models run on validation batches; each linear layer's input is cut into the
 fallback blocks and ``block_absmax_stats`` describes it, per GEMM call (one batch), then over
-batches. fallback: the fallback ratio per layer over training from the runs' telemetry (a heat map)
+batches (per run, into the run folder, since it needs the checkpoint; then across runs). fallback: the fallback ratio per layer over training from the runs' telemetry (a heat map)
 and per arm (a sweep figure against the loss gap). throughput: the committed GPU GEMM benchmark
 (``lowprec.kernels.bench_int8_fallback``) in the form of the paper's throughput figure.
 """
@@ -45,6 +46,9 @@ ROLE_TITLES = {"attn_in": "q/k/v input", "attn_out": "attention output-projectio
 # model family -> the activation class the paper contrasts
 FAMILY_CLASS = {"llama": "glu", "gpt2": "gpt2", "nemotron": "relu2"}
 TAUS = (4.0, 8.0, 16.0)
+# block absmax / median ratios at which the outlier figure's distribution is stored: 8 per octave
+# from 1/4 to 1024, powers of two exact (thresholds such as tau = 8 are grid points)
+CCDF_GRID = tuple(0.25 * 2.0 ** (k / 8) for k in range(97))
 GEMM_COLUMNS = ("sweep", "kind", "M", "N", "K", "group", "pattern", "fallback_ratio", "tflops",
                 "speedup_vs_bf16")
 # dense peak INT8 TOPS : BF16 TFLOPS with fp32 accumulation (brief section 3.3g)
@@ -151,7 +155,28 @@ def outlier_contrast(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot_outliers(ratios: dict, tau: float, outputs: list[str]) -> None:
+def ccdf_table(ratios: dict) -> pd.DataFrame:
+    """Per (block, role): the number of blocks measured and the share whose absmax / median ratio
+    exceeds each r of ``CCDF_GRID``. The grid keeps the distribution small enough to store in the
+    run folder, so that the figure can be redrawn without the checkpoint."""
+    grid = np.asarray(CCDF_GRID)
+    rows = []
+    for (blk, role), r in sorted(ratios.items()):
+        r = np.sort(r.double().numpy())
+        share = 1.0 - np.searchsorted(r, grid, side="right") / max(len(r), 1)
+        rows += [{"block": blk, "role": role, "n_blocks": len(r), "r": g, "share_above": v}
+                 for g, v in zip(grid, share)]
+    return pd.DataFrame(rows, columns=["block", "role", "n_blocks", "r", "share_above"])
+
+
+def pooled_ccdf(ccdf: pd.DataFrame) -> pd.DataFrame:
+    """Per model, role and r: the share of all its layers' blocks above r (weighted by blocks)."""
+    w = ccdf.assign(hot=ccdf["share_above"] * ccdf["n_blocks"])
+    g = w.groupby(["model", "class", "role", "r"], sort=False)[["hot", "n_blocks"]].sum()
+    return (g["hot"] / g["n_blocks"]).rename("share_above").reset_index()
+
+
+def plot_outliers(ccdf: pd.DataFrame, tau: float, outputs: list[str]) -> None:
     """Share of blocks whose absmax exceeds r x the median block absmax, against r: one panel per
     role, one line per model (pooled over layers and batches)."""
     import matplotlib
@@ -160,20 +185,14 @@ def plot_outliers(ratios: dict, tau: float, outputs: list[str]) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    roles = [r for r in ROLE_ORDER if any(k[1] == r for m in ratios.values() for k in m)]
+    pooled = pooled_ccdf(ccdf)
+    roles = [r for r in ROLE_ORDER if r in set(pooled["role"])]
     fig, axes = plt.subplots(1, max(len(roles), 1), figsize=(4.2 * max(len(roles), 1), 3.6), squeeze=False)
     for ax, role in zip(axes[0], roles):
-        for label, per_key in ratios.items():
-            parts = [v.double().numpy() for k, v in per_key.items() if k[1] == role]
-            if not parts:
-                continue
-            r = np.sort(np.concatenate(parts))
-            r = r[r > 0]
-            if not len(r):
-                continue
-            xs = np.geomspace(max(r[0], 1e-3), r[-1], 200)
-            share = 1.0 - np.searchsorted(r, xs, side="right") / len(r)
-            ax.step(xs, np.where(share > 0, share, np.nan), where="post", label=label)
+        for (model, cls), g in pooled[pooled["role"] == role].groupby(["model", "class"], sort=False):
+            g = g[g["share_above"] > 0].sort_values("r")
+            if len(g):
+                ax.step(g["r"], g["share_above"], where="post", label=f"{model} ({cls})")
         ax.axvline(tau, color="grey", ls=":", lw=1)
         ax.text(tau * 1.05, 0.5, f"τ = {tau:g}", fontsize=7, color="grey", transform=ax.get_xaxis_transform())
         ax.set_xscale("log")
@@ -193,28 +212,25 @@ def plot_outliers(ratios: dict, tau: float, outputs: list[str]) -> None:
     plt.close(fig)
 
 
-def outliers(run_dirs: list[str], n_batches: int | None = None, block=(32, 32)):
-    """(per-layer table, contrast table, ratios per model label) for finished runs."""
+def outliers_run(run_dir: str, n_batches: int | None = None, block=(32, 32)):
+    """(per-layer table, CCDF table) of one finished run, each with its model and class; reads the
+    run's final checkpoint, so under reuse_runs the two files in the run folder are the inputs."""
     from ..evaluate import load_trained
     from ..train import val_batches
 
-    tables, ratios = [], {}
-    for d in run_dirs:
-        module, cfg, data = load_trained(d)
-        t = cfg["train"]
-        batches = val_batches(data.splits["val"], t["batch_size"], t["seq_len"], n_batches or t.get("val_batches", 8))
-        rows, r = capture_outlier_stats(module.model, batches, block)
-        if not rows:
-            raise ValueError(f"{d}: no linear layer inputs captured")
-        fam = cfg["model"]["family"]
-        cls = FAMILY_CLASS.get(fam, fam)
-        table = aggregate_outliers(rows)
-        table.insert(0, "class", cls)
-        table.insert(0, "model", cfg["model"]["name"])
-        tables.append(table)
-        ratios[f"{cfg['model']['name']} ({cls})"] = r
-    table = pd.concat(tables, ignore_index=True)
-    return table, outlier_contrast(table), ratios
+    module, cfg, data = load_trained(run_dir)
+    t = cfg["train"]
+    batches = val_batches(data.splits["val"], t["batch_size"], t["seq_len"], n_batches or t.get("val_batches", 8))
+    rows, ratios = capture_outlier_stats(module.model, batches, block)
+    if not rows:
+        raise ValueError(f"{run_dir}: no linear layer inputs captured")
+    cls = FAMILY_CLASS.get(cfg["model"]["family"], cfg["model"]["family"])
+    tag = {"model": cfg["model"]["name"], "class": cls}
+    return aggregate_outliers(rows).assign(**tag), ccdf_table(ratios).assign(**tag)
+
+
+def _front(df: pd.DataFrame, cols=("model", "class")) -> pd.DataFrame:
+    return df[[*cols, *[c for c in df.columns if c not in cols]]]
 
 
 # --------------------------------------------------------------------------- fallback ratio
@@ -504,8 +520,11 @@ def _device(gemm_path: Path) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["outliers", "fallback", "gaps", "finetune", "throughput"])
+    ap.add_argument("what", choices=["outliers-run", "outliers", "fallback", "gaps", "finetune", "throughput"])
     ap.add_argument("--runs", nargs="*", default=[])
+    ap.add_argument("--evals", nargs="*", default=[], help="outliers: the runs' outliers.csv files")
+    ap.add_argument("--ccdfs", nargs="*", default=[], help="outliers: the runs' outlier_ccdf.csv files")
+    ap.add_argument("--ccdf", default=None, help="outliers-run: where the run's CCDF table goes")
     ap.add_argument("--baseline", default="bf16")
     ap.add_argument("--batches", type=int, default=None, help="outliers: validation batches (default: the run's)")
     ap.add_argument("--heatmap-method", default="int8_fallback")
@@ -521,13 +540,20 @@ def main(argv=None) -> None:
             write_text(md, _md(df, digits))
 
     figs = [p for p in (args.png, args.pdf) if p]
-    if args.what == "outliers":
-        table, contrast, ratios = outliers(args.runs, args.batches)
+    if args.what == "outliers-run":
+        if len(args.runs) != 1:
+            ap.error("outliers-run takes one run folder (--runs DIR)")
+        table, ccdf = outliers_run(args.runs[0], args.batches)
+        out(_front(table), args.csv)
+        out(_front(ccdf), args.ccdf)
+    elif args.what == "outliers":
+        from ..int8_fallback import DEFAULTS
+
+        table = pd.concat([pd.read_csv(f) for f in args.evals], ignore_index=True)
         out(table, args.csv)
         write_text(args.md, _md(table.drop(columns=["linears"])))  # names are in the CSV; the role says it
-        out(contrast, args.contrast_csv, args.contrast_md)
-        from ..int8_fallback import DEFAULTS
-        plot_outliers(ratios, DEFAULTS["tau"], figs)
+        out(outlier_contrast(table), args.contrast_csv, args.contrast_md)
+        plot_outliers(pd.concat([pd.read_csv(f) for f in args.ccdfs], ignore_index=True), DEFAULTS["tau"], figs)
     elif args.what == "fallback":
         runs = load_runs(args.runs)
         tel = fallback_telemetry(runs)
