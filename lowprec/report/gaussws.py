@@ -54,12 +54,13 @@ def exactness_table(weights: dict[str, torch.Tensor], block=(32, 32), seed: int 
 def trained_weights(run_dirs: list[str]) -> dict[str, torch.Tensor]:
     """The linear-layer weights of finished runs, flattened per run into one (rows, 32k) matrix."""
     from ..evaluate import load_trained
-    from ..linear import QLinear
+    from ..linear import linear_layers
 
     out = {}
     for d in run_dirs:
         module, cfg, _ = load_trained(d)
-        mats = [m.weight.detach().float() for m in module.model.modules() if isinstance(m, QLinear)]
+        # the transformer blocks' linears, whether the run converted them (CPU) or not (GPU BF16)
+        mats = [m.weight.detach().float() for *_, m, _ in linear_layers(module.model)]
         if mats:
             out[f"trained {cfg['model']['name']}"] = torch.cat([w.reshape(-1, 32) for w in mats if w.numel() % 32 == 0])
     return out
