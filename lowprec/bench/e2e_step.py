@@ -32,8 +32,8 @@ import torch
 from .. import provenance
 from ..io import write_json
 from .common import bench_parser, fail, require_cuda
-from .train_step import AUTOCAST, MODEL, OPTIMIZER, VOCAB, build_model, interleaved_tokens_per_s, optimizer
-from .train_step import random_batches, step
+from .train_step import AUTOCAST, MODEL, OPTIMIZER, VOCAB, add_step_args, build_model, interleaved_tokens_per_s
+from .train_step import optimizer, random_batches, step
 
 PROG = "e2e_step"
 ARMS = ("bf16", "bf16_qlinear", "int8_block", "int8_fallback", "fp8_tensorwise_current")
@@ -46,12 +46,7 @@ def _parse(argv):
     p = bench_parser("lowprec.bench.e2e_step", __doc__, "CSV path; <name>.provenance.json goes beside it",
                      default="results/int8_fallback/e2e_h200.csv")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {list(ARMS)} (bf16 required)")
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--seq", type=int, default=1024)
-    p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
-    p.add_argument("--steps", type=int, default=10, help="optimizer steps per timed repeat")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per arm before timing")
+    add_step_args(p, steps=10, warmup=3)
     return p.parse_args(argv)
 
 

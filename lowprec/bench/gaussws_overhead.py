@@ -37,8 +37,8 @@ import torch
 from .. import provenance
 from ..io import write_json
 from .common import bench_parser, fail, require_cuda
-from .train_step import AUTOCAST, MODEL, OPTIMIZER, VOCAB, build_model, interleaved_tokens_per_s, optimizer
-from .train_step import random_batches, step
+from .train_step import AUTOCAST, MODEL, OPTIMIZER, VOCAB, add_step_args, build_model, interleaved_tokens_per_s
+from .train_step import optimizer, random_batches, step
 
 PROG = "gaussws_overhead"
 
@@ -60,12 +60,7 @@ def _parse(argv):
     p = bench_parser("lowprec.bench.gaussws_overhead", __doc__, "CSV path; <name>.provenance.json goes beside it",
                      default="results/gaussws/overhead_h200.csv")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {list(ARMS)}")
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--seq", type=int, default=1024)
-    p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
-    p.add_argument("--steps", type=int, default=20, help="optimizer steps per timed repeat")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps per arm before timing")
+    add_step_args(p, steps=20, warmup=5)
     p.add_argument("--b", type=int, default=6)
     p.add_argument("--block", type=int, default=32)
     p.add_argument("--resample", default="step", choices=("step", "microbatch"))

@@ -15,6 +15,16 @@ OPTIMIZER = "torch.optim.AdamW(lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1, fus
 AUTOCAST = "torch.autocast('cuda', dtype=torch.bfloat16) around forward and loss"
 
 
+def add_step_args(p, steps: int, warmup: int) -> None:
+    """The command-line options every training-step benchmark shares: tokens per step and timing."""
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
+    p.add_argument("--steps", type=int, default=steps, help="optimizer steps per timed repeat")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=warmup, help="untimed steps per arm before timing")
+
+
 def build_model():
     from ..models import build_model as build
     torch.manual_seed(0)

@@ -258,6 +258,24 @@ def _plt():
     return plt
 
 
+def _heatmap_row(plt, panels, order, width, title_size, imshow_kw):
+    """One row of tensor x step heat maps sharing the tensor axis (labelled on the first panel);
+    panels: [(title, values, steps)]; width: (inches per panel, extra inches)."""
+    height = min(max(3.5, 0.11 * len(order) + 1.5), 22)
+    fig, axes = plt.subplots(1, len(panels), figsize=(width[0] * len(panels) + width[1], height), squeeze=False)
+    im = None
+    for ax, (title, values, steps) in zip(axes[0], panels):
+        im = ax.imshow(values, aspect="auto", interpolation="nearest", **imshow_kw)
+        ax.set_title(title, fontsize=title_size)
+        ax.set_xlabel("training step")
+        _step_ticks(ax, steps)
+        if ax is axes[0][0]:
+            _tensor_ticks(ax, order)
+        else:
+            ax.set_yticks([])
+    return fig, axes, im
+
+
 def plot_error_heatmap(dec: pd.DataFrame, outputs: list[str]) -> None:
     """Tensor x step, the relative E4M3 error binned as in the paper, one panel per partition."""
     from matplotlib.colors import BoundaryNorm, ListedColormap
@@ -267,18 +285,11 @@ def plot_error_heatmap(dec: pd.DataFrame, outputs: list[str]) -> None:
     n = len(ERROR_LABELS)
     cmap = ListedColormap(plt.get_cmap("viridis")(np.linspace(0, 1, n)))
     norm = BoundaryNorm(np.arange(-0.5, n), n)
-    height = min(max(3.5, 0.11 * len(order) + 1.5), 22)
-    fig, axes = plt.subplots(1, len(parts), figsize=(3.4 * len(parts) + 1.6, height), squeeze=False)
-    for ax, part in zip(axes[0], parts):
+    panels = []
+    for part in parts:
         values, steps = _grid(dec, f"rel_error_{part}", order)
-        im = ax.imshow(error_bin(values), aspect="auto", interpolation="nearest", cmap=cmap, norm=norm)
-        ax.set_title(f"{part} partition", fontsize=9)
-        ax.set_xlabel("training step")
-        _step_ticks(ax, steps)
-        if ax is axes[0][0]:
-            _tensor_ticks(ax, order)
-        else:
-            ax.set_yticks([])
+        panels.append((f"{part} partition", error_bin(values), steps))
+    fig, axes, im = _heatmap_row(plt, panels, order, (3.4, 1.6), 9, dict(cmap=cmap, norm=norm))
     cbar = fig.colorbar(im, ax=axes[0].tolist(), ticks=range(n), fraction=0.04, pad=0.02)
     cbar.ax.set_yticklabels(ERROR_LABELS, fontsize=7)
     cbar.set_label("relative error of E4M3 (0.5 % bins)")
@@ -294,20 +305,13 @@ def plot_format_heatmap(decs: list[pd.DataFrame], outputs: list[str]) -> None:
     for sub-tensor MoR), one panel per arm."""
     plt = _plt()
     order = tensor_order(pd.concat(decs, ignore_index=True))
-    height = min(max(3.5, 0.11 * len(order) + 1.5), 22)
-    fig, axes = plt.subplots(1, len(decs), figsize=(2.6 * len(decs) + 2.0, height), squeeze=False)
-    for ax, dec in zip(axes[0], decs):
+    panels = []
+    for dec in decs:
         sub = "e4m3_share" in dec and (dec.get("partition") == "subtensor").any()
         values, steps = _grid(dec, "e4m3_share" if sub else "e4m3", order)
-        im = ax.imshow(values, aspect="auto", interpolation="nearest", cmap="RdYlGn", vmin=0, vmax=1)
         share = 100 * dec["e4m3"].mean()
-        ax.set_title(f"{dec['method'].iloc[0]}\n{share:.1f}% E4M3 GEMM operands", fontsize=8)
-        ax.set_xlabel("training step")
-        _step_ticks(ax, steps)
-        if ax is axes[0][0]:
-            _tensor_ticks(ax, order)
-        else:
-            ax.set_yticks([])
+        panels.append((f"{dec['method'].iloc[0]}\n{share:.1f}% E4M3 GEMM operands", values, steps))
+    fig, axes, im = _heatmap_row(plt, panels, order, (2.6, 2.0), 8, dict(cmap="RdYlGn", vmin=0, vmax=1))
     cbar = fig.colorbar(im, ax=axes[0].tolist(), fraction=0.04, pad=0.02)
     cbar.set_label("E4M3 (1) or BF16 (0); sub-tensor: share of blocks in E4M3")
     fig.suptitle("Representation chosen per tensor and step", fontsize=9)
