@@ -1,9 +1,9 @@
 import os
 
 # lowprec: replication workflow for three low-precision training papers.
-#   snakemake --cores all                         default: every paper at the tiny scale (CPU)
+#   snakemake --cores all                         default: every paper at the tiny scale (CPU) -> results/REPORT.md
 #   snakemake --cores all gaussws                 one paper (gaussws | int8_fallback | mor)
-#   snakemake --cores all --config scale=small    another scale (smoke | tiny | small | paper)
+#   snakemake --cores all --config scale=small    another scale (smoke | tiny | small | paper) -> results/REPORT_small.md
 #   snakemake --profile configs/profiles/gpu      one GPU;  configs/profiles/slurm: a SLURM cluster
 #   snakemake --report report.html                the figures and tables as one HTML report
 #   snakemake regenerate --forceall --config reuse_runs=true   rebuild from committed runs, no training
@@ -26,4 +26,4 @@ report: "pipelines/report/workflow.rst"
 rule all:
     default_target: True
     input:
-        f"{RESULTS}/REPORT.md",
+        REPORT,  # results/REPORT.md at the default scale, results/REPORT_<scale>.md at the others

@@ -236,14 +236,48 @@ def resolve_finetune_run(scale: str, paper: str, model: str, method: str, seed: 
 RUN_FILES = ("metrics.csv", "provenance.json", "config.yaml")
 
 
-def check_run_folders(run_dirs) -> None:
-    """Regenerating from committed runs (``reuse_runs``): every run folder of the grid must be there."""
-    missing = [f"{d} (no {', '.join(f for f in RUN_FILES if not (Path(d) / f).is_file())})"
-               for d in run_dirs if not all((Path(d) / f).is_file() for f in RUN_FILES)]
-    if missing:
-        shown = "\n  ".join(missing[:20]) + (f"\n  ... and {len(missing) - 20} more" if len(missing) > 20 else "")
-        raise ConfigError(f"reuse_runs: {len(missing)} run folder(s) of this grid are missing or incomplete; "
-                          f"train them (drop reuse_runs) or restore them from git:\n  {shown}")
+def missing_run_files(run_dir) -> list[str]:
+    """The files of ``RUN_FILES`` that ``run_dir`` lacks (all of them when the folder is absent)."""
+    return [f for f in RUN_FILES if not (Path(run_dir) / f).is_file()]
+
+
+def committed_runs(runs: dict) -> tuple[dict, dict]:
+    """Regenerating from committed runs (``reuse_runs``): split ``runs`` (any key -> run config)
+    into the runs whose folder holds every file of ``RUN_FILES`` and those that do not. A partial
+    grid (GPU time ran out, a folder without its provenance.json because the run never finished)
+    is regenerated from the runs it has; the caller reports the rest (``uncommitted_message``)."""
+    present, missing = {}, {}
+    for key, cfg in runs.items():
+        (missing if missing_run_files(cfg["output_dir"]) else present)[key] = cfg
+    return present, missing
+
+
+def committed_run_files(run_dirs, name: str) -> tuple[list[str], list[str]]:
+    """(paths of ``<run>/<name>`` that exist, run folders without it): a per-run file that a rule
+    produces from the run's checkpoint (an evaluation), which under ``reuse_runs`` is committed
+    beside the run or not at all, since checkpoints are not committed."""
+    present = [f"{d}/{name}" for d in run_dirs if (Path(d) / name).is_file()]
+    absent = [str(d) for d in run_dirs if not (Path(d) / name).is_file()]
+    return present, absent
+
+
+def uncommitted_message(run_dirs, what: str, consequence: str, limit: int = 20) -> str:
+    """One warning naming the run folders (or files) that regeneration leaves out, and what it does
+    without them; the first ``limit`` are listed."""
+    run_dirs = [str(d) for d in run_dirs]
+    lines = [f"{d} (no {', '.join(m)})" if (m := missing_run_files(d)) and m != list(RUN_FILES) else d
+             for d in run_dirs[:limit]]
+    more = f"\n  ... and {len(run_dirs) - limit} more" if len(run_dirs) > limit else ""
+    return f"reuse_runs: {len(run_dirs)} {what}; {consequence}:\n  " + "\n  ".join(lines) + more
+
+
+def report_path(results: str, scale: str) -> str:
+    """Where the workflow writes the report of ``scale``: ``<results>/REPORT.md`` for the default
+    scale (``scale`` in configs/config.yaml, the one the README's results are), and
+    ``<results>/REPORT_<scale>.md`` for any other, so that reports of different scales sit side by
+    side like their tables (``<results>/<paper>/<scale>/``) and building one never overwrites another."""
+    default = load_yaml(CONFIG_DIR / "config.yaml")["scale"]
+    return f"{results}/REPORT.md" if scale == default else f"{results}/REPORT_{scale}.md"
 
 
 def config_hash(cfg: dict) -> str:

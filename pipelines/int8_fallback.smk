@@ -17,31 +17,61 @@ if "int8_fallback" in PAPERS:
     I8_FT = {(model, method, str(seed)): lpc.resolve_finetune_run(SCALE, "int8_fallback", model, method, seed,
                                                                   results=RESULTS, overrides=OVERRIDES)
              for model in I8_FT_GRID["models"] for method in I8_FT_GRID["methods"] for seed in I8_FT_GRID["seeds"]}
-    if REUSE_RUNS:  # the fine-tuning run folders are committed inputs like the others
-        lpc.check_run_folders([c["output_dir"] for c in I8_FT.values()])
+    if REUSE_RUNS:  # the fine-tuning run folders are committed inputs like the others (common.smk)
+        I8_FT, _missing = lpc.committed_runs(I8_FT)
+        MISSING_RUNS["int8_fallback"] += [c["output_dir"] for c in _missing.values()]
+        if _missing:
+            logger.warning(lpc.uncommitted_message([c["output_dir"] for c in _missing.values()],
+                                                   "fine-tuning run folder(s) are not committed",
+                                                   "the fine-tuning table is built without them" if I8_FT
+                                                   else "no fine-tuning table at this scale"))
     else:  # the fine-tuning corpus is prepared by rule prepare_data like any other (pipelines/data.smk)
         for _cfg in I8_FT.values():
             DATA[Path(_cfg["data"]["dir"]).name] = {k: v for k, v in _cfg["data"].items() if k != "dir"}
-
-    PAPER_EXTRA_OUTPUTS["int8_fallback"] += [
-        f"{I8}/figures/outliers.png", f"{I8}/figures/outliers.pdf",
-        f"{I8}/tables/outliers.csv", f"{I8}/tables/outliers.md",
-        f"{I8}/tables/outlier_contrast.csv", f"{I8}/tables/outlier_contrast.md",
-        f"{I8}/figures/fallback_heatmap.png", f"{I8}/figures/fallback_heatmap.pdf",
-        f"{I8}/figures/fallback_sweep.png", f"{I8}/figures/fallback_sweep.pdf",
-        f"{I8}/tables/fallback_ratio.csv", f"{I8}/tables/fallback_summary.csv", f"{I8}/tables/fallback_summary.md",
-        f"{I8}/tables/gap_vs_bf16.csv", f"{I8}/tables/gap_vs_bf16.md",
-        f"{I8}/figures/finetune_curves.png", f"{I8}/figures/finetune_curves.pdf",
-        f"{I8}/tables/finetune.csv", f"{I8}/tables/finetune.md",
-        f"{I8}/figures/throughput.png", f"{I8}/figures/throughput.pdf",
-        f"{I8}/tables/throughput.csv", f"{I8}/tables/throughput.md",
-    ]
 
     def i8_runs(method=None):
         return [c["output_dir"] for k, c in RUNS.items() if k[0] == "int8_fallback" and (method is None or k[2] == method)]
 
     def i8_ft_runs():
         return [c["output_dir"] for c in I8_FT.values()]
+
+    # per-run outlier statistics of the BF16 runs (rule int8_outliers_run when training; committed
+    # under REUSE_RUNS): the figure needs both files of a run
+    _with_stats = [str(Path(f).parent)
+                   for f in run_files(i8_runs(I8_BASELINE), "outliers.csv", "outlier figure and tables")]
+    I8_CCDFS = run_files(_with_stats, "outlier_ccdf.csv", "outlier figure and tables")
+    I8_OUTLIERS = [f"{Path(f).parent}/outliers.csv" for f in I8_CCDFS]
+    # the fallback heat map, sweep and summary read the telemetry of the fallback arms
+    I8_FALLBACK_ARMS = [k for k, c in RUNS.items()
+                        if k[0] == "int8_fallback" and c["method"].get("recipe") == "int8_fallback"]
+    if REUSE_RUNS and not I8_FALLBACK_ARMS:
+        logger.warning("reuse_runs: no run of an int8_fallback arm is committed at this scale; "
+                       "no fallback heat map, sweep or summary")
+
+    # Under REUSE_RUNS an output whose inputs are not committed is left out (always built when training);
+    # the claims that read it then say "not run at this scale".
+    if not REUSE_RUNS or I8_OUTLIERS:
+        PAPER_EXTRA_OUTPUTS["int8_fallback"] += [
+            f"{I8}/figures/outliers.png", f"{I8}/figures/outliers.pdf",
+            f"{I8}/tables/outliers.csv", f"{I8}/tables/outliers.md",
+            f"{I8}/tables/outlier_contrast.csv", f"{I8}/tables/outlier_contrast.md",
+        ]
+    if not REUSE_RUNS or I8_FALLBACK_ARMS:
+        PAPER_EXTRA_OUTPUTS["int8_fallback"] += [
+            f"{I8}/figures/fallback_heatmap.png", f"{I8}/figures/fallback_heatmap.pdf",
+            f"{I8}/figures/fallback_sweep.png", f"{I8}/figures/fallback_sweep.pdf",
+            f"{I8}/tables/fallback_ratio.csv", f"{I8}/tables/fallback_summary.csv", f"{I8}/tables/fallback_summary.md",
+        ]
+    PAPER_EXTRA_OUTPUTS["int8_fallback"] += [f"{I8}/tables/gap_vs_bf16.csv", f"{I8}/tables/gap_vs_bf16.md"]
+    if not REUSE_RUNS or I8_FT:
+        PAPER_EXTRA_OUTPUTS["int8_fallback"] += [
+            f"{I8}/figures/finetune_curves.png", f"{I8}/figures/finetune_curves.pdf",
+            f"{I8}/tables/finetune.csv", f"{I8}/tables/finetune.md",
+        ]
+    PAPER_EXTRA_OUTPUTS["int8_fallback"] += [
+        f"{I8}/figures/throughput.png", f"{I8}/figures/throughput.pdf",
+        f"{I8}/tables/throughput.csv", f"{I8}/tables/throughput.md",
+    ]
 
     I8_FT_RUN = f"{I8_FT_DIR}/{{model}}/{{method}}/s{{seed}}"
     I8_RUN = f"{RESULTS}/runs/{SCALE}/int8_fallback/{{model}}/{{method}}/s{{seed}}"
@@ -92,8 +122,8 @@ if "int8_fallback" in PAPERS:
 
     rule int8_outliers:
         input:
-            evals=[f"{d}/outliers.csv" for d in i8_runs(I8_BASELINE)],
-            ccdfs=[f"{d}/outlier_ccdf.csv" for d in i8_runs(I8_BASELINE)],
+            evals=I8_OUTLIERS,
+            ccdfs=I8_CCDFS,
         output:
             png=report(f"{I8}/figures/outliers.png", category="int8_fallback", subcategory="outliers",
                        caption="report/int8_outliers.rst"),

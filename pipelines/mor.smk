@@ -13,21 +13,31 @@ MOR_FORMAT_METHODS = ["mor_tensor", "mor_block", "mor_channel", "mor_sub_two_way
 
 if "mor" in PAPERS:
     MR = f"{RESULTS}/mor/{SCALE}"
-    PAPER_EXTRA_OUTPUTS["mor"] += [
-        f"{MR}/figures/rel_error_heatmap.png", f"{MR}/figures/rel_error_heatmap.pdf", f"{MR}/tables/rel_error.csv",
-        f"{MR}/figures/format_heatmap.png", f"{MR}/figures/format_heatmap.pdf",
-        f"{MR}/tables/rel_error_summary.csv", f"{MR}/tables/rel_error_summary.md",
-        f"{MR}/tables/e4m3_share.csv", f"{MR}/tables/e4m3_share.md",
-        f"{MR}/figures/e4m3_share.png", f"{MR}/figures/e4m3_share.pdf",
-        f"{MR}/tables/loss_by_partition.csv", f"{MR}/tables/loss_by_partition.md",
-        f"{MR}/tables/ablations.csv", f"{MR}/tables/ablations.md",
-        f"{MR}/tables/lr_regimes.csv", f"{MR}/tables/lr_regimes.md",
-    ]
 
     def mor_runs(telemetry_only=False):
         """Run folders of the paper; with telemetry_only, those of arms that log telemetry."""
         return [c["output_dir"] for k, c in RUNS.items()
                 if k[0] == "mor" and (not telemetry_only or c["method"].get("telemetry_every"))]
+
+    # The heat maps and E4M3 shares read the MoR arms' telemetry: under REUSE_RUNS they are left out
+    # when no such arm is committed (the claims that read them then say "not run at this scale");
+    # the loss tables are built from the arms present.
+    if REUSE_RUNS and not mor_runs(telemetry_only=True):
+        logger.warning("reuse_runs: no run of a MoR arm (with telemetry) is committed at this scale; "
+                       "no error or format heat map, error summary or E4M3 share")
+    if not REUSE_RUNS or mor_runs(telemetry_only=True):
+        PAPER_EXTRA_OUTPUTS["mor"] += [
+            f"{MR}/figures/rel_error_heatmap.png", f"{MR}/figures/rel_error_heatmap.pdf", f"{MR}/tables/rel_error.csv",
+            f"{MR}/figures/format_heatmap.png", f"{MR}/figures/format_heatmap.pdf",
+            f"{MR}/tables/rel_error_summary.csv", f"{MR}/tables/rel_error_summary.md",
+            f"{MR}/tables/e4m3_share.csv", f"{MR}/tables/e4m3_share.md",
+            f"{MR}/figures/e4m3_share.png", f"{MR}/figures/e4m3_share.pdf",
+        ]
+    PAPER_EXTRA_OUTPUTS["mor"] += [
+        f"{MR}/tables/loss_by_partition.csv", f"{MR}/tables/loss_by_partition.md",
+        f"{MR}/tables/ablations.csv", f"{MR}/tables/ablations.md",
+        f"{MR}/tables/lr_regimes.csv", f"{MR}/tables/lr_regimes.md",
+    ]
 
     rule mor_telemetry:
         input:

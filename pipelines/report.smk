@@ -1,4 +1,5 @@
-# Tables and figures per paper from run folders only, then results/REPORT.md (lowprec.report).
+# Tables and figures per paper from run folders only, then the report, REPORT (results/REPORT.md at the
+# default scale, results/REPORT_<scale>.md at the others; lowprec.report).
 
 
 def paper_run_files(paper):
@@ -86,11 +87,14 @@ rule report_md:
     input:
         [f for p in PAPERS for f in paper_outputs(p)],
     output:
-        f"{RESULTS}/REPORT.md",
+        REPORT,
     params:
         papers=" ".join(f"--paper {p} {','.join(run_dirs(p))}" for p in PAPERS),
+        # under REUSE_RUNS: the runs of the grid that are not committed, listed in the report
+        missing=" ".join(f"--missing {p} {','.join(dirs)}" for p, dirs in MISSING_RUNS.items() if dirs),
     shell:
-        "python -m lowprec.report.build --results {RESULTS} --scale {SCALE} {params.papers} --out {output}"
+        "python -m lowprec.report.build --results {RESULTS} --scale {SCALE} {params.papers} {params.missing} "
+        "--out {output}"
 
 
 def _regenerate_input(w):
@@ -98,11 +102,12 @@ def _regenerate_input(w):
         raise lpc.ConfigError("target regenerate rebuilds from committed run folders and never trains; "
                               "add --config reuse_runs=true (e.g. snakemake regenerate --forceall "
                               "--config scale=small reuse_runs=true)")
-    return f"{RESULTS}/REPORT.md"
+    return REPORT
 
 
-# Every table, figure, claim verdict and REPORT.md of the selected papers from the run folders under
-# results/runs/<scale>/, without training (REUSE_RUNS). --forceall rebuilds outputs that exist.
+# Every table, figure, claim verdict and the report (REPORT) of the selected papers from the run folders
+# under results/runs/<scale>/ that are committed, without training (REUSE_RUNS). --forceall rebuilds
+# outputs that exist.
 rule regenerate:
     input:
         _regenerate_input,

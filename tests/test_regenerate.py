@@ -1,6 +1,7 @@
 """Regeneration from committed runs (`snakemake regenerate --config reuse_runs=true`): the GaussWS
 tables rebuilt from copies of its committed tiny run folders, without training, equal the committed
-tables byte for byte."""
+tables byte for byte; from a partial copy, the runs that are not committed are left out, listed in
+the report, and the claims that need them are not run."""
 
 import shutil
 import subprocess
@@ -14,11 +15,14 @@ PAPER, SCALE = "gaussws", "tiny"
 CONFIG = ["--config", f"scale={SCALE}", f"papers=[{PAPER}]", "reuse_runs=true"]
 
 
-def _copy_committed_runs(dest: Path) -> list[Path]:
-    """The files of each run folder (what git holds: checkpoints/ and logs/ are ignored)."""
+def _copy_committed_runs(dest: Path, methods=None) -> list[Path]:
+    """The files of each run folder (what git holds: checkpoints/ and logs/ are ignored); with
+    ``methods``, only the runs of those methods."""
     src_root = REPO / "results" / "runs" / SCALE / PAPER
     runs = sorted(p.parent for p in src_root.rglob("provenance.json"))
     assert runs, f"no committed runs under {src_root}"
+    if methods is not None:
+        runs = [r for r in runs if r.parent.name in methods]
     for run in runs:
         out = dest / "results" / run.relative_to(REPO / "results")
         out.mkdir(parents=True)
@@ -52,8 +56,52 @@ def test_missing_run_folder_is_named(tmp_path):
     gone = tmp_path / "results" / runs[0].relative_to(REPO / "results")
     shutil.rmtree(gone)
     proc = _snakemake(["-n", "regenerate", *CONFIG], tmp_path)
-    assert proc.returncode != 0
-    assert str(gone.relative_to(tmp_path)) in proc.stderr + proc.stdout
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = proc.stdout + proc.stderr  # the warning, wherever Snakemake's logger writes
+    assert "not committed" in log and str(gone.relative_to(tmp_path)) in log
+
+
+def test_regenerate_from_partial_runs(tmp_path):
+    """Two arms of the grid committed, the others (gaussws_b6 among them) not, and no bf16 run with
+    its exactness.csv: the tables are built from the arms present, the exactness figure is left
+    out, REPORT.md lists the absent runs and the claims that need them are not run."""
+    import pandas as pd
+
+    from lowprec.report.claims import NOT_RUN
+
+    kept = {"bf16", "gaussws_b4"}
+    runs = _copy_committed_runs(tmp_path, kept)
+    for run in runs:
+        (tmp_path / "results" / run.relative_to(REPO / "results") / "exactness.csv").unlink(missing_ok=True)
+    proc = _snakemake(["regenerate", *CONFIG], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    absent = f"results/runs/{SCALE}/{PAPER}/gpt2/gaussws_b6/s0"
+    log = proc.stdout + proc.stderr
+    assert "not committed" in log and absent in log
+    assert "rule train" not in log and "rule gaussws_exactness" not in log
+
+    tables = tmp_path / "results" / PAPER / SCALE / "tables"
+    assert set(pd.read_csv(tables / "final_loss.csv")["method"]) == kept
+    assert set(pd.read_csv(tables / "export.csv")["method"]) == kept
+    assert not (tables / "exactness.csv").exists()
+    claims = pd.read_csv(tables / "claims.csv").set_index("claim")["verdict"]
+    for claim in ("stable_vs_bf16", "fp6_parameters", "nine_bit_limit"):  # b6 and exactness.csv are absent
+        assert claims[claim] == NOT_RUN, (claim, claims[claim])
+    assert claims["memory"] != NOT_RUN  # the committed H200 measurement is read as before
+
+    report = (tmp_path / "results" / "REPORT.md").read_text()  # tiny is the default scale
+    section = report[report.index("## Runs not committed at this scale"):]
+    assert f"| {PAPER} | pre-training | gpt2 | gaussws_b6 | 0 |" in section
+    assert "| bf16 |" not in section.split("\n## ")[0]
+
+
+def test_report_path_per_scale():
+    from lowprec.config import load_yaml, report_path
+
+    default = load_yaml(REPO / "configs" / "config.yaml")["scale"]
+    assert report_path("results", default) == "results/REPORT.md"
+    other = next(s for s in ("tiny", "small") if s != default)
+    assert report_path("out", other) == f"out/REPORT_{other}.md"
 
 
 def test_regenerate_without_reuse_runs_refuses(tmp_path):

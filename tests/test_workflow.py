@@ -24,7 +24,7 @@ def _snakemake(args, cwd, check=True):
 def test_smoke_dag_end_to_end(tmp_path):
     _snakemake(["--cores", "2", "--config", "scale=smoke"], tmp_path)
     res = tmp_path / "results"
-    report = (res / "REPORT.md").read_text()
+    report = (res / "REPORT_smoke.md").read_text()  # REPORT.md is the default scale's
     for paper in ("gaussws", "int8_fallback", "mor"):
         for f in ("figures/loss_curves.png", "figures/loss_curves.pdf", "tables/final_loss.csv", "tables/final_loss.md"):
             assert (res / paper / "smoke" / f).stat().st_size > 0, (paper, f)

@@ -111,6 +111,9 @@ def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
         return {"ours": "–", "detail": f"no rows for {m.get('query')}", "verdict": NOT_RUN}
     col = df[m["column"]].astype(float)
     value = {"mean": col.mean, "max": col.max, "min": col.min, "first": lambda: col.iloc[0]}[m.get("reduce", "first")]()
+    if math.isnan(value):  # e.g. a GLU-vs-GPT2 ratio without one of the models: its runs are absent
+        return {"ours": "–", "detail": f"{path.name}: {m['column']} is empty for {m.get('query')!r} "
+                f"(its runs or arms are absent at this scale)", "verdict": NOT_RUN}
     target, tol = t["target"], t.get("tolerance", 0.0)
     passed = {"<=": value <= target + tol, ">=": value >= target - tol, "==": abs(value - target) <= tol}[t["op"]]
     unit = m.get("unit", "")
