@@ -86,6 +86,15 @@ def parse_int_list(prog: str, flag: str, text: str, allowed=None) -> list:
     return values
 
 
+def parse_names(prog: str, flag: str, text: str, known) -> list:
+    """parse_list of names, each one of `known`; exit 2 naming the unknown ones."""
+    names = parse_list(prog, flag, text, str.strip)
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        fail(prog, f"{flag}: unknown {unknown}; known: {list(known)}")
+    return names
+
+
 def do_bench_median(warmup: int, rep: int):
     """(bench, description): bench(fn) is the median time in ms of triton.testing.do_bench; the
     description goes into the provenance as its "timer"."""

@@ -36,7 +36,7 @@ import torch
 
 from .. import provenance
 from ..io import write_json
-from .common import bench_parser, fail, require_cuda
+from .common import bench_parser, fail, parse_names, require_cuda
 from .train_step import AUTOCAST, MODEL, OPTIMIZER, VOCAB, add_step_args, build_model, interleaved_tokens_per_s
 from .train_step import optimizer, random_batches, step
 
@@ -90,10 +90,7 @@ def _build(arm: str, args):
 def main(argv=None) -> int:
     args = _parse(argv)
     require_cuda(PROG)
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = set(arms) - set(ARMS)
-    if unknown:
-        fail(PROG, f"--arms: unknown {sorted(unknown)}; known: {list(ARMS)}")
+    arms = parse_names(PROG, "--arms", args.arms, ARMS)
     for a in arms:
         if ARMS[a][1] not in arms:
             fail(PROG, f"--arms: {a} is measured against {ARMS[a][1]}, which is not in the list")
