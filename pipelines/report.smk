@@ -26,7 +26,9 @@ rule claims:
     input:
         runs=lambda w: paper_run_files(w.paper),
         extra=lambda w: PAPER_EXTRA_OUTPUTS.get(w.paper, []),
-        registry=lambda w: [p for p in [f"configs/claims/{w.paper}.yaml"] if Path(p).exists()],
+        # by absolute path: the workflow may run from another directory (-s .../Snakefile)
+        registry=lambda w: [p for p in [os.path.join(workflow.basedir, "configs", "claims", f"{w.paper}.yaml")]
+                            if Path(p).exists()],
     output:
         csv=report(f"{RESULTS}/{{paper}}/{SCALE}/tables/claims.csv", category="{paper}",
                    subcategory="claims", caption="report/claims.rst"),
