@@ -22,18 +22,14 @@ the BF16 rate; on an H200 it is 2x, so the GEMM-only ceiling is 2x and the end-t
 
 from __future__ import annotations
 
-import csv
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 
-from .. import provenance
-from ..io import write_json
 from .common import bench_parser, fail, parse_names, require_cuda
-from .train_step import AUTOCAST, MODEL, OPTIMIZER, VOCAB, add_step_args, build_model, interleaved_tokens_per_s
-from .train_step import optimizer, random_batches, step
+from .train_step import MODEL, add_step_args, build_model, interleaved_tokens_per_s, optimizer, random_batches
+from .train_step import step, write_results
 
 PROG = "e2e_step"
 ARMS = ("bf16", "bf16_qlinear", "int8_block", "int8_fallback", "fp8_tensorwise_current")
@@ -137,18 +133,8 @@ def main(argv=None) -> int:
         })
         print(f"{arm:24s} {med[arm]:12,.0f} tok/s  x{rows[-1]['speedup']} vs bf16", flush=True)
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
-    write_json(out.with_name(out.stem + ".provenance.json"), {
-        **provenance.collect(), "time": provenance.now(), "model": MODEL, "vocab": VOCAB,
-        "optimizer": OPTIMIZER, "autocast": AUTOCAST, "what": __doc__.strip().split("\n")[0],
-        "expected_ceiling": "H200 dense INT8 1979 TOPS vs BF16 989 TFLOPS: 2x on GEMMs alone (RTX 4090: 4x)",
-    })
-    print(f"# wrote {out}")
+    write_results(args.out, FIELDS, rows, __doc__.strip().split("\n")[0],
+                  expected_ceiling="H200 dense INT8 1979 TOPS vs BF16 989 TFLOPS: 2x on GEMMs alone (RTX 4090: 4x)")
     return 0
 
 

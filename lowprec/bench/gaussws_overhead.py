@@ -27,18 +27,14 @@ A provenance JSON goes beside the CSV.
 
 from __future__ import annotations
 
-import csv
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 
-from .. import provenance
-from ..io import write_json
 from .common import bench_parser, fail, parse_names, require_cuda
-from .train_step import AUTOCAST, MODEL, OPTIMIZER, VOCAB, add_step_args, build_model, interleaved_tokens_per_s
-from .train_step import optimizer, random_batches, step
+from .train_step import MODEL, add_step_args, build_model, interleaved_tokens_per_s, optimizer, random_batches
+from .train_step import step, write_results
 
 PROG = "gaussws_overhead"
 
@@ -159,19 +155,8 @@ def main(argv=None) -> int:
               f"extra B/param peak {rows[-1]['extra_peak_bytes_per_param'] or '-'} "
               f"steady {rows[-1]['extra_steady_bytes_per_param'] or '-'}", flush=True)
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS)
-        w.writeheader()
-        w.writerows(rows)
-    write_json(out.with_name(out.stem + ".provenance.json"), {
-        **provenance.collect(), "time": provenance.now(), "model": MODEL, "vocab": VOCAB,
-        "optimizer": OPTIMIZER, "autocast": AUTOCAST,
-        "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32},
-        "what": __doc__.strip().split("\n")[0],
-    })
-    print(f"# wrote {out}")
+    write_results(args.out, FIELDS, rows, __doc__.strip().split("\n")[0],
+                  tf32={"matmul": torch.backends.cuda.matmul.allow_tf32, "cudnn": torch.backends.cudnn.allow_tf32})
     return 0
 
 

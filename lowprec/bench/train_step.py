@@ -4,7 +4,9 @@ interleaved repeats, so that clock and thermal drift hit every arm alike."""
 
 from __future__ import annotations
 
+import csv
 import time
+from pathlib import Path
 
 import torch
 
@@ -69,3 +71,22 @@ def interleaved_tokens_per_s(state: dict, batches, steps: int, repeats: int) -> 
             reps[arm].append(tokens * steps / (time.perf_counter() - t0))
         print(f"# repeat {r + 1}/{repeats}: " + "  ".join(f"{a} {reps[a][-1]:,.0f}" for a in state), flush=True)
     return reps
+
+
+def write_results(out: str, fields: list, rows: list[dict], what: str, **extra) -> None:
+    """The benchmark's CSV and, beside it, ``<name>.provenance.json`` (the run's provenance, the model,
+    optimizer and autocast it timed, plus ``extra``)."""
+    from .. import provenance
+    from ..io import write_json
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    write_json(out.with_name(out.stem + ".provenance.json"), {
+        **provenance.collect(), "time": provenance.now(), "model": MODEL, "vocab": VOCAB,
+        "optimizer": OPTIMIZER, "autocast": AUTOCAST, "what": what, **extra,
+    })
+    print(f"# wrote {out}")
