@@ -397,19 +397,17 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
 
     da = scales(da, _cdiv(M, bms), "da")
     db = scales(db, _cdiv(N, bns), "db")
+    def second_part(r, dr, f, q, rows, name):
+        """An operand's optional second part (codes, decode scales, flags), checked and laid out."""
+        if r is None:
+            return None, None, None
+        if dr is None or f is None or r.shape != q.shape or r.dtype != torch.int8:
+            raise ValueError(f"r{name} needs int8 codes of q{name}'s shape, dr{name} and f{name}")
+        return r.contiguous(), scales(dr, rows, f"dr{name}"), f.to(device=dev, dtype=torch.int8).contiguous()
+
     has_ra, has_rb = ra is not None, rb is not None
-    if has_ra:
-        if dra is None or fa is None or ra.shape != qa.shape or ra.dtype != torch.int8:
-            raise ValueError("ra needs int8 codes of qa's shape, dra and fa")
-        dra = scales(dra, _cdiv(M, bms), "dra")
-        fa = fa.to(device=dev, dtype=torch.int8).contiguous()
-        ra = ra.contiguous()
-    if has_rb:
-        if drb is None or fb is None or rb.shape != qb.shape or rb.dtype != torch.int8:
-            raise ValueError("rb needs int8 codes of qb's shape, drb and fb")
-        drb = scales(drb, _cdiv(N, bns), "drb")
-        fb = fb.to(device=dev, dtype=torch.int8).contiguous()
-        rb = rb.contiguous()
+    ra, dra, fa = second_part(ra, dra, fa, qa, _cdiv(M, bms), "a")
+    rb, drb, fb = second_part(rb, drb, fb, qb, _cdiv(N, bns), "b")
     qa, qb = qa.contiguous(), qb.contiguous()
     c = torch.empty((M, N), dtype=torch.float32, device=dev)
     if M == 0 or N == 0:
