@@ -52,7 +52,6 @@ def plot(runs, title: str, outputs: list[str]) -> None:
     fig.suptitle(title)
     fig.tight_layout()
     save_figure(fig, outputs)
-    plt.close(fig)
 
 
 def main(argv=None) -> None:

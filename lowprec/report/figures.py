@@ -9,9 +9,13 @@ from ..io import atomic_path
 
 
 def save_figure(fig, outputs) -> None:
+    """Write fig to every path in outputs, then close it (a figure is drawn for its files only)."""
+    import matplotlib.pyplot as plt
+
     for out in outputs:
         out = str(out)
         with atomic_path(out) as tmp:
             # matplotlib picks the format from the suffix, which the temporary name hides
             fig.savefig(tmp, format=Path(out).suffix.lstrip("."), dpi=120,
                         metadata={"CreationDate": None} if out.endswith(".pdf") else {"Software": None})
+    plt.close(fig)

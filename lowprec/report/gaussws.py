@@ -86,7 +86,6 @@ def plot_exactness(df: pd.DataFrame, outputs: list[str]) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, outputs)
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- overhead and memory

@@ -209,7 +209,6 @@ def plot_outliers(ccdf: pd.DataFrame, tau: float, outputs: list[str]) -> None:
     fig.suptitle("Outlier blocks in linear-layer inputs of the trained BF16 models (validation batches)", fontsize=10)
     fig.tight_layout()
     save_figure(fig, outputs)
-    plt.close(fig)
 
 
 def outliers_run(run_dir: str, n_batches: int | None = None, block=(32, 32)):
@@ -342,7 +341,6 @@ def plot_heatmap(tel: pd.DataFrame, method: str, outputs: list[str]) -> None:
         fig.colorbar(im, ax=ax, label="blocks falling back (%)")
     fig.tight_layout()
     save_figure(fig, outputs)
-    plt.close(fig)
 
 
 def plot_sweep(summary: pd.DataFrame, baseline: str, outputs: list[str]) -> None:
@@ -373,7 +371,6 @@ def plot_sweep(summary: pd.DataFrame, baseline: str, outputs: list[str]) -> None
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, outputs)
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- loss gaps
@@ -505,7 +502,6 @@ def plot_throughput(table: pd.DataFrame, device: str, source: str, outputs: list
                  f"(4:1 on the paper's RTX 4090)", fontsize=9)
     fig.tight_layout()
     save_figure(fig, outputs)
-    plt.close(fig)
 
 
 def _device(gemm_path: Path) -> str:

@@ -54,7 +54,6 @@ def plot(table: pd.DataFrame, baseline: str, title: str, outputs: list[str]) -> 
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     save_figure(fig, outputs)
-    plt.close(fig)
 
 
 def main(argv=None) -> None:

@@ -297,7 +297,6 @@ def plot_error_heatmap(dec: pd.DataFrame, outputs: list[str]) -> None:
                  f"(seed {dec['seed'].iloc[0]}); at the 4.5 % threshold, bins from 4.5-5.0 % up fall back to BF16",
                  fontsize=9)
     save_figure(fig, outputs)
-    plt.close(fig)
 
 
 def plot_format_heatmap(decs: list[pd.DataFrame], outputs: list[str]) -> None:
@@ -316,7 +315,6 @@ def plot_format_heatmap(decs: list[pd.DataFrame], outputs: list[str]) -> None:
     cbar.set_label("E4M3 (1) or BF16 (0); sub-tensor: share of blocks in E4M3")
     fig.suptitle("Representation chosen per tensor and step", fontsize=9)
     save_figure(fig, outputs)
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- E4M3 share
@@ -376,7 +374,6 @@ def plot_share(table: pd.DataFrame, outputs: list[str]) -> None:
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     save_figure(fig, outputs)
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------- loss tables
