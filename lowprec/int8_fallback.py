@@ -46,7 +46,6 @@ Dynamic-rule state (one EMA level per layer/GEMM/operand) lives in the quantizer
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -54,7 +53,7 @@ import torch
 
 from .numerics import QuantSpec, block_amax, cast, quantize, scale_from_amax
 from .numerics.scaling import _blocks_view, apply_blocks, expand_blocks
-from .recipes import GEMMS, OPERANDS, Gemm, OperandCall, OperandQuantizer, Recipe
+from .recipes import GEMMS, OPERANDS, Gemm, LazyStats, OperandCall, OperandQuantizer, Recipe
 
 __all__ = [
     "RULES",
@@ -325,26 +324,6 @@ def int8_block_gemm_reference(qa, da, qb, db, block_a, block_b, ra=None, dra=Non
 # The operand quantizer
 
 
-class _Stats(Mapping):
-    """Telemetry numbers that become Python floats only when read: converting a CUDA tensor waits
-    for the device, and QLinear reads the stats only on telemetry steps."""
-
-    def __init__(self, **items):
-        self._items = items
-
-    def __getitem__(self, key):
-        v = self._items[key]
-        if callable(v):
-            v = v()
-        return v.item() if isinstance(v, torch.Tensor) else v
-
-    def __iter__(self):
-        return iter(self._items)
-
-    def __len__(self):
-        return len(self._items)
-
-
 def _check_block(block) -> tuple:
     if (not isinstance(block, (tuple, list)) or len(block) != 2
             or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
@@ -474,7 +453,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
                 mask, thr = select_blocks(t2d, self.block, self.rule, tau=self.tau, rho=self.rho,
                                           error_threshold=self.error_threshold, amax=amax)
         fq = fallback_quantize(t2d, self.block, mask, rounding, generator=gen)
-        stats = _Stats(format="int8", rule=self.rule if active else "none",
+        stats = LazyStats(format="int8", rule=self.rule if active else "none",
                        fallback_ratio=lambda: fq.fallback_ratio, n_blocks=int(fq.mask.numel()),
                        n_fallback=lambda: fq.mask.sum(), fallback_threshold=thr)
         return fq, stats

@@ -80,6 +80,9 @@ class QLinear(nn.Module):
         # counts forward calls; persistent so stochastic rounding after a resume draws what an
         # uninterrupted run would have drawn
         self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+        # the host's copy of `calls`, valid while the buffer is the same tensor at the same version:
+        # every operand's seed reads the count, and reading a CUDA buffer waits for the device
+        self._calls_seen: Optional[tuple] = None
         self.scalers = {(g, op): DelayedScaler.from_spec(spec)
                         for g in GEMMS for op, spec in zip(OPERANDS[g], recipe.gemm(g))
                         if isinstance(spec, QuantSpec) and spec.scaling == "delayed"}
@@ -129,12 +132,26 @@ class QLinear(nn.Module):
             w = self.weight if self.weight_transform is None else self.weight_transform(self.weight)
             y = _QLinearFn.apply(x.float(), w, self.bias, self)
         if self.training:  # evaluation passes must not shift the training steps' random draws
+            n = self.call_count()
             self.calls += 1
+            self._calls_seen = (self._calls_key(), n + 1)
         return y.to(out_dtype)
 
     # ------------------------------------------------------------------ one GEMM
+    def _calls_key(self) -> tuple:
+        # a load_state_dict, fill_ or .to() gives the buffer a new version or storage
+        return (self.calls.data_ptr(), self.calls._version)
+
+    def call_count(self) -> int:
+        """Training forward calls so far (the ``calls`` buffer), read from the device only after
+        something other than ``forward`` changed it."""
+        seen = self._calls_seen
+        if seen is None or seen[0] != self._calls_key():
+            seen = self._calls_seen = (self._calls_key(), int(self.calls))
+        return seen[1]
+
     def _seed(self, gemm: str, operand: str) -> int:
-        return zlib.crc32(f"{self.seed}:{int(self.calls)}:{gemm}:{operand}".encode())
+        return zlib.crc32(f"{self.seed}:{self.call_count()}:{gemm}:{operand}".encode())
 
     def _operand(self, gemm: str, operand: str, t: torch.Tensor, spec: QuantSpec):
         """The operand's QTensor under ``spec``."""

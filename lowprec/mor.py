@@ -55,7 +55,7 @@ from .numerics.scaling import (
     quantize,
     scale_from_amax,
 )
-from .recipes import GEMMS, OPERANDS, Gemm, OperandCall, OperandQuantizer, Recipe
+from .recipes import GEMMS, OPERANDS, Gemm, LazyStats, OperandCall, OperandQuantizer, Recipe
 
 __all__ = [
     "E4M3_MAX", "E5M2_MAX", "E4M3_DYNAMIC_RANGE", "E5M2_DYNAMIC_RANGE", "SUBTENSOR_E4M3_RANGE",
@@ -156,13 +156,15 @@ def mor_relative_error(x: torch.Tensor, q: torch.Tensor) -> float:
     contributes 1.0; 0.0 if x has no non-zero element). Terms in fp32 as the authors' kernels form
     them, summed in fp64 so that the decision does not depend on the summation order. A NaN or Inf
     in x makes the result NaN, which ``decide`` sends to BF16."""
-    x = x.to(torch.float32)
-    q = q.to(torch.float32)
-    terms, nz = _ratio_terms(x, q)
-    n = int(nz.sum())
-    if n == 0:
-        return 0.0
-    return float(terms.sum(dtype=torch.float64)) / n
+    return float(_relative_error(x, q))
+
+
+def _relative_error(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``mor_relative_error`` as a 0-d fp64 tensor on x's device (no wait for the device)."""
+    terms, nz = _ratio_terms(x.to(torch.float32), q.to(torch.float32))
+    n = nz.sum()
+    total = terms.sum(dtype=torch.float64)
+    return torch.where(n > 0, total / n.clamp_min(1), torch.zeros_like(total))
 
 
 # On CUDA, the E4M3 codes, scales and relative error come from lowprec.kernels.mor_quant (two passes
@@ -173,21 +175,27 @@ USE_KERNEL = os.environ.get("LOWPREC_MOR_KERNEL", "1") != "0"
 
 
 def _e4m3_with_error(x2d: torch.Tensor, partition: str, block, scale: str) -> tuple:
-    """(QTensor of the E4M3 quantization, MoR relative error as a float) of a 2-D fp32 tensor."""
+    """(QTensor of the E4M3 quantization, MoR relative error as a 0-d tensor) of a 2-D fp32 tensor."""
     if x2d.is_cuda and USE_KERNEL:
         from .kernels import mor_quant as km  # the kernels import this package
         if km.triton_available(x2d.device):
             codes, scales, rel = km.mor_quantize_e4m3(x2d, partition, block, scale)
             spec = e4m3_spec(partition, block, scale, cols=x2d.shape[1])
             qt = QTensor(codes.float(), scales, spec, tuple(_resolve_block(spec, x2d.shape)), torch.float32)
-            return qt, float(rel)
+            return qt, rel
     qt = quantize_e4m3(x2d, partition, block, scale)
-    return qt, mor_relative_error(x2d, qt.dequantize())
+    return qt, _relative_error(x2d, qt.dequantize())
 
 
 def decide(err: float, threshold: float = DEFAULT_THRESHOLD) -> str:
     """"e4m3" if err <= threshold, else "bf16" (a NaN error is not <= anything: BF16)."""
     return "e4m3" if err <= threshold else "bf16"
+
+
+def _choose_e4m3(err: torch.Tensor, threshold: float) -> torch.Tensor:
+    """``decide`` on the device: a 0-d bool, True for E4M3. In fp64, so that an fp32 error is
+    compared with the threshold as given, not with its fp32 rounding."""
+    return err.to(torch.float64) <= threshold
 
 
 class MoRResult(NamedTuple):
@@ -206,16 +214,21 @@ def mor_tensor(x: torch.Tensor, partition: str = "block", block=DEFAULT_BLOCK, s
     """Tensor-level MoR on x's 2-D view. dequant="bf16" rounds the E4M3 values to BF16 as the
     authors' fake quantization does (their GEMMs are BF16); the default keeps the exact fp32
     dequantized values, which is what an FP8 GEMM multiplies."""
+    values, e4, err, qt = _mor_on_device(x, partition, block, scale, threshold, dequant)
+    return MoRResult(values, "e4m3" if bool(e4) else "bf16", float(err), qt)
+
+
+def _mor_on_device(x: torch.Tensor, partition: str, block, scale: str, threshold: float, dequant: str):
+    """``mor_tensor`` with the decision left on the device: (values, E4M3 chosen as a 0-d bool,
+    error as a 0-d tensor, QTensor). Both candidates are formed and one is selected, so training
+    never waits for the device to learn which format won."""
     _choose("dequant", dequant, DEQUANT)
     x2d = _as_2d(x).to(torch.float32)
     qt, err = _e4m3_with_error(x2d, partition, block, scale)
     deq = qt.dequantize()
-    fmt = decide(err, threshold)
-    if fmt == "bf16":
-        values = _bf16(x2d)
-    else:
-        values = _bf16(deq) if dequant == "bf16" else deq
-    return MoRResult(values, fmt, err, qt)
+    e4 = _choose_e4m3(err, threshold)
+    values = torch.where(e4, _bf16(deq) if dequant == "bf16" else deq, _bf16(x2d))
+    return values, e4, err, qt
 
 
 def relative_error_by_partition(x: torch.Tensor, block=DEFAULT_BLOCK, scale: str = "gam",
@@ -328,7 +341,8 @@ class _Coverage:
             row[k] = row.get(k, 0) + v
 
     def coverage(self) -> list[dict]:
-        return [{"layer": layer, "gemm": gemm, "operand": op, **c}
+        # counts may be device tensors (summed without waiting for the device); ints when read
+        return [{"layer": layer, "gemm": gemm, "operand": op, **{k: int(v) for k, v in c.items()}}
                 for (layer, gemm, op), c in sorted(self._counts.items())]
 
     def reset_coverage(self) -> None:
@@ -361,12 +375,12 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         self._counts: dict = {}
 
     def __call__(self, t: torch.Tensor, call: OperandCall):
-        r = mor_tensor(t, self.partition, self.block, self.scale, self.threshold, self.dequant)
-        e4 = r.format == "e4m3"
-        self._count(call, calls=1, e4m3=int(e4))
-        stats = {"format": r.format, "mor_rel_error": r.rel_error, "e4m3_share": 1.0 if e4 else 0.0,
-                 "partition": self.partition}
-        return r.values.reshape(t.shape), stats
+        values, e4, err, _ = _mor_on_device(t, self.partition, self.block, self.scale, self.threshold,
+                                            self.dequant)
+        self._count(call, calls=1, e4m3=e4.to(torch.int64))
+        stats = LazyStats(format=lambda: "e4m3" if bool(e4) else "bf16", mor_rel_error=err,
+                          e4m3_share=lambda: e4.double(), partition=self.partition)
+        return values.reshape(t.shape), stats
 
     def to_dict(self) -> dict:
         return {"quantizer": self.name, "partition": self.partition,

@@ -32,6 +32,7 @@ Named recipes (``RECIPES``), each documented below with its source:
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple, Optional, Union
 
@@ -80,6 +81,27 @@ class OperandQuantizer(abc.ABC):
 
 
 Operand = Union[QuantSpec, OperandQuantizer, None]
+
+
+class LazyStats(Mapping):
+    """An operand quantizer's telemetry numbers, made Python values only when read. A value may be
+    a tensor or a function returning one: converting a CUDA tensor waits for the device, and
+    QLinear reads the stats only on telemetry steps."""
+
+    def __init__(self, **items):
+        self._items = items
+
+    def __getitem__(self, key):
+        v = self._items[key]
+        if callable(v):
+            v = v()
+        return v.item() if isinstance(v, torch.Tensor) else v
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
 
 
 class Gemm(NamedTuple):

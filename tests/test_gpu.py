@@ -161,3 +161,36 @@ def test_training_on_gpu(prepared_data, tmp_path, method):
     assert rec["device"]["gpu"]
     if method == "bf16":
         assert rec["method"]["numerics"].startswith("bf16 autocast")
+
+
+@pytest.mark.parametrize("method", [
+    {"recipe": "int8_block"},
+    {"recipe": "int8_fallback"},
+    {"recipe": "mor", "partition": "tensor"},
+    {"recipe": "mor", "partition": "block"},
+    {"recipe": "mor", "partition": "channel"},
+], ids=lambda m: "_".join(str(v) for v in m.values()))
+def test_emulated_training_step_never_waits_for_the_device(method):
+    """A whole step queues without a host sync, so the CPU runs ahead of the GPU: the seeds read a
+    host copy of the call count, fallback and MoR decisions stay on the device, and their telemetry
+    numbers are converted only on telemetry steps."""
+    from lowprec.methods import apply_method
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 384), nn.GELU(), nn.Linear(384, 256)).cuda()
+    info = apply_method(model, dict(method), "32-true", seed=0)
+    assert info["layers"] == ["0", "2"]
+    x = torch.randn(256, 256, device="cuda")
+    x[:, :32] *= 40  # outlier channels: the fallback rule has blocks to send to 16 bits
+
+    def step():
+        model(x).square().mean().backward()
+
+    step()  # compiles the kernels and reads the call count once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert int(model[0].calls) == 2 and model[0].call_count() == 2

@@ -248,3 +248,24 @@ def test_extension_points_operand_quantizer_and_weight_transform():
     assert quant.calls == [("fprop", "x", True)]
     row = tel.frame().query("operand == 'x' and gemm == 'fprop'").iloc[0]
     assert row["format"] == "halves" and 0 < row["share_changed"] <= 1
+
+
+def test_call_count_follows_the_buffer_without_reading_it_each_call():
+    layer = nn.Sequential(nn.Linear(16, 16))
+    convert(layer, RECIPES["int8_block"])
+    q = layer[0]
+    x = torch.randn(4, 16)
+    for _ in range(3):
+        layer(x).sum().backward()
+    assert q.call_count() == int(q.calls) == 3
+    q.calls.fill_(7)  # changed behind forward's back: read again
+    assert q.call_count() == 7
+    state = layer.state_dict()
+    state["0.calls"] = torch.tensor(11)
+    layer.load_state_dict(state)  # a resume
+    assert q.call_count() == 11
+    layer(x)
+    assert q.call_count() == int(q.calls) == 12
+    layer.eval()
+    layer(x)  # evaluation passes do not count
+    assert q.call_count() == 12

@@ -180,6 +180,9 @@ def block_amax(x2d: torch.Tensor, block) -> torch.Tensor:
     """Max |x| per (R, C) block of a 2-D tensor, fp32, grid shape (ceil(rows/R), ceil(cols/C)).
     NaN and Inf count as 0 (see the module docstring); padding is zeros."""
     a = x2d.to(torch.float32).abs()
+    if a.is_cuda:
+        # always masked: asking whether any block holds a NaN/Inf would wait for the device
+        return _blocks_view(a.nan_to_num_(nan=0.0, posinf=0.0), block).amax(dim=(1, 3))
     grid = _blocks_view(a, block).amax(dim=(1, 3))
     if not torch.isfinite(grid).all():  # rare: mask NaN/Inf only when some block holds one
         a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
