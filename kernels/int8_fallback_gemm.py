@@ -333,21 +333,15 @@ def quantize_fallback_rule(x: torch.Tensor, block=(32, 32), rule: str = "absmax"
     """Two passes: block statistics, the rule on the grid (torch, no host sync), then the quantize
     pass with the resulting mask. Same rules as ``lowprec.int8_fallback.select_blocks`` (the
     dynamic rule's threshold is known beforehand: call ``quantize_fallback_int8(threshold=...)``)."""
-    from lowprec.int8_fallback import _positive_quantile, _topk_mask
+    from lowprec.int8_fallback import select_blocks
 
     if rule == "dynamic":
         raise ValueError("rule 'dynamic': pass its threshold to quantize_fallback_int8(threshold=...)")
     if rule == "none":
         return quantize_fallback_int8(x, block, noise=noise)
     amax, err = block_stats_int8(x, block)
-    if rule == "absmax":
-        return quantize_fallback_int8(x, block, threshold=tau * _positive_quantile(amax, 0.5), noise=noise)
-    if rule == "topk":
-        mask = _topk_mask(amax, rho)
-    elif rule == "error":
-        mask = err > error_threshold
-    else:
-        raise ValueError(f"unknown rule {rule!r}")
+    mask, _ = select_blocks(x, block, rule, tau=tau, rho=rho, error_threshold=error_threshold, amax=amax,
+                            error=err)
     return quantize_fallback_int8(x, block, mask=mask, noise=noise)
 
 

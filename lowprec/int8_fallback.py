@@ -52,6 +52,7 @@ from typing import Iterable, Optional
 import torch
 
 from .numerics import QuantSpec, block_amax, cast, quantize, scale_from_amax
+from .numerics import scaling as _scaling
 from .numerics.scaling import _blocks_view, apply_blocks, expand_blocks
 from .recipes import GEMMS, OPERANDS, Gemm, LazyStats, OperandCall, OperandQuantizer, Recipe
 
@@ -216,7 +217,8 @@ def _positive_quantile(a: torch.Tensor, q: float) -> torch.Tensor:
     zeros = (s <= 0).sum()
     npos = n - zeros
     idx = zeros + torch.floor(q * (npos - 1).clamp(min=0).to(torch.float64)).to(torch.int64)
-    val = s[idx.clamp(max=max(n - 1, 0))] if n else torch.zeros((), device=a.device)
+    # index_select, not s[idx]: a tensor subscript reads the index on the host
+    val = s.index_select(0, idx.clamp(max=n - 1).reshape(1)).reshape(()) if n else torch.zeros((), device=a.device)
     return torch.where(npos > 0, val, torch.full_like(val, math.inf))
 
 
@@ -231,10 +233,12 @@ def _topk_mask(amax: torch.Tensor, rho: float) -> torch.Tensor:
 
 def select_blocks(x: torch.Tensor, block, rule: str, *, tau: float = DEFAULTS["tau"],
                   rho: float = DEFAULTS["rho"], error_threshold: float = DEFAULTS["error_threshold"],
-                  threshold: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None):
+                  threshold: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None,
+                  error: Optional[torch.Tensor] = None):
     """(mask, threshold) for a stateless rule; ``dynamic`` takes its amax ``threshold`` from the
     caller (``FallbackInt8Quantizer`` keeps the EMA). threshold is a 0-d tensor (NaN for rules
-    without one)."""
+    without one). ``amax`` / ``error``: the block grids if already known (the GPU kernel's block
+    statistics), else computed from x."""
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     x2d = _as_2d(x)
@@ -250,7 +254,7 @@ def select_blocks(x: torch.Tensor, block, rule: str, *, tau: float = DEFAULTS["t
         return _topk_mask(amax, rho), nan
     if rule == "error":
         thr = torch.full((), float(error_threshold), device=amax.device)
-        return block_int8_error(x2d, block) > thr, thr
+        return (block_int8_error(x2d, block) if error is None else error) > thr, thr
     if threshold is None:
         raise ValueError("rule 'dynamic' needs threshold= (FallbackInt8Quantizer keeps it)")
     return amax > threshold, threshold
@@ -322,6 +326,27 @@ def int8_block_gemm_reference(qa, da, qb, db, block_a, block_b, ra=None, dra=Non
 
 # ----------------------------------------------------------------------------------------------
 # The operand quantizer
+
+
+# On CUDA the fallback slots quantize with lowprec.kernels.int8_fallback_gemm (off, with the other
+# quantize kernels, by LOWPREC_QUANT_KERNELS=0).
+def _fused_kernels(t: torch.Tensor):
+    if not (t.is_cuda and _scaling.USE_KERNELS):
+        return None
+    from .kernels import int8_fallback_gemm as kf  # the kernels import this package
+    return kf if kf.triton_available(t.device) else None
+
+
+def _fused_fallback_quantize(kf, x2d, block, mask, rounding, generator) -> FallbackQTensor:
+    """``fallback_quantize`` in one kernel pass, the same codes and scales; stochastic rounding
+    draws the same uniforms in the same order (first part, then residual) from ``generator``."""
+    noise = None
+    if rounding == "stochastic":
+        noise = tuple(torch.rand(x2d.shape, generator=generator, dtype=torch.float32, device=x2d.device)
+                      for _ in range(2))
+    q1, s1, q2, s2, flags = kf.quantize_fallback_int8(x2d, block, mask=mask, noise=noise)
+    return FallbackQTensor(q1.float(), s1, q2.float(), s2, flags.bool(), tuple(block),
+                           maybe_fallback=mask is not None)
 
 
 def _check_block(block) -> tuple:
@@ -444,15 +469,22 @@ class FallbackInt8Quantizer(OperandQuantizer):
             gen.manual_seed(call.seed)
         mask, thr = None, math.nan
         active = self.falls_back(call.gemm, call.operand)
+        kf = _fused_kernels(t2d) if active else None
         if active:
-            amax = block_amax(t2d, self.block)
+            # on CUDA the block statistics and the two-part quantization are one Triton pass each
+            # (bit-exact with the torch path; a rule on the kernel's error grid agrees with
+            # block_int8_error up to fp32 summation order)
+            amax, err = kf.block_stats_int8(t2d, self.block) if kf else (block_amax(t2d, self.block), None)
             if self.rule == "dynamic":
                 thr = self._dynamic_threshold(amax, self._key(call), call.training)
                 mask, thr = select_blocks(t2d, self.block, "dynamic", threshold=thr, amax=amax)
             else:
                 mask, thr = select_blocks(t2d, self.block, self.rule, tau=self.tau, rho=self.rho,
-                                          error_threshold=self.error_threshold, amax=amax)
-        fq = fallback_quantize(t2d, self.block, mask, rounding, generator=gen)
+                                          error_threshold=self.error_threshold, amax=amax, error=err)
+        if kf:
+            fq = _fused_fallback_quantize(kf, t2d, self.block, mask, rounding, gen)
+        else:
+            fq = fallback_quantize(t2d, self.block, mask, rounding, generator=gen)
         stats = LazyStats(format="int8", rule=self.rule if active else "none",
                        fallback_ratio=lambda: fq.fallback_ratio, n_blocks=int(fq.mask.numel()),
                        n_fallback=lambda: fq.mask.sum(), fallback_threshold=thr)

@@ -232,3 +232,34 @@ def test_import_without_triton(monkeypatch):
     assert not mod.triton_available() and not mod.interpreter_active()
     with pytest.raises(RuntimeError, match="Triton"):
         mod.quantize_fallback_int8(torch.ones(2, 2))
+
+
+@pytest.mark.parametrize("rule", ["absmax", "topk", "dynamic", "error"])
+def test_quantizer_fused_path_equals_torch_path(device, rule, monkeypatch):
+    """FallbackInt8Quantizer on the kernels (what CUDA runs) against its torch path: the same codes,
+    scales, mask and threshold, nearest and stochastic slots, and the dynamic rule's EMA state."""
+    import lowprec.int8_fallback as i8
+    from lowprec.recipes import OperandCall
+
+    class Layer:
+        name = "layer"
+
+    def run(fused):
+        monkeypatch.setattr(i8, "_fused_kernels", (lambda t: kf) if fused else (lambda t: None))
+        q = i8.FallbackInt8Quantizer(rule=rule, rho=0.25, error_threshold=0.01,
+                                     fallback_operands=("x", "dy"))
+        out = []
+        for i, (gemm, op) in enumerate([("fprop", "x"), ("wgrad", "dy"), ("fprop", "x")]):
+            x = _x((64, 96), seed=10 + i, device=device)
+            fq, stats = q.quantize_operand(x, OperandCall(Layer(), gemm, op, seed=7 + i, training=True))
+            out.append((fq, stats["fallback_threshold"], stats["n_fallback"]))
+        return out, q.state_dict()
+
+    (fused, fstate), (ref, rstate) = run(True), run(False)
+    for (a, ta, na), (b, tb, nb) in zip(fused, ref):
+        for f in ("codes", "scale", "residual", "residual_scale", "mask"):
+            assert torch.equal(getattr(a, f), getattr(b, f)), f
+        assert torch.equal(a.dequantize(), b.dequantize())
+        assert na == nb and (ta == tb or (ta != ta and tb != tb))
+    assert sum(n for _, _, n in fused) > 0  # blocks really fell back
+    assert {k: v["level"].item() for k, v in fstate.items()} == {k: v["level"].item() for k, v in rstate.items()}

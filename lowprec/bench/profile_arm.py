@@ -1,37 +1,110 @@
-"""Profile a few training steps of one arm of a benchmark (torch.profiler), to explain an overhead:
+"""Profile a few training steps of one arm (torch.profiler), to explain an overhead:
 
     python -m lowprec.bench.profile_arm --arm gaussws --steps 3
+    python -m lowprec.bench.profile_arm --scale small --model nemotron --method mor_block
 
-Prints the operators with the most CPU and CUDA time.
+``--arm`` takes an arm of the GaussWS overhead benchmark on its ~100M model; ``--method`` takes a
+method of any experiment (``configs/experiments``) on a model at a scale, built and batched the way
+``lowprec.train`` builds it (bf16 autocast around the forward, emulated GEMMs inside QLinear).
+Prints the step time alone, the host syncs of one step (with where they happen), and the operators
+with the most CPU and CUDA time.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import time
+import traceback
+import warnings
 
 import torch
 
 
-def main(argv=None) -> None:
+def _method_model(args):
+    from ..config import experiment_config, model_config, scale_config
+    from ..methods import apply_method
+    from ..models import build_model
+
+    methods = {}
+    for paper in ("baselines", "gaussws", "int8_fallback", "mor"):
+        methods.update(experiment_config(paper).get("methods", {}))
+    if args.method not in methods:
+        raise SystemExit(f"profile_arm: --method: unknown method {args.method!r}; known: {sorted(methods)}")
+    scale = scale_config(args.scale)
+    vocab, batch, seq = scale["data"]["vocab_size"], scale["train"]["batch_size"], scale["train"]["seq_len"]
+    torch.manual_seed(0)
+    model = build_model(model_config(args.model, args.scale), vocab).cuda()
+    method = {k: v for k, v in methods[args.method].items() if k != "train"}
+    method["telemetry_every"] = 0  # the steps between telemetry steps
+    apply_method(model, method, "bf16-mixed")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen)
+    return model, opt, [(x, torch.roll(x, -1, 1))]
+
+
+def _gaussws_model(args):
     from . import gaussws_overhead as go
+    from .train_step import random_batches
+
+    bargs = go._parse([])
+    model, opt, _ = go._build(args.arm, bargs)
+    return model, opt, random_batches(bargs.batch, bargs.seq, 1)
+
+
+def _syncs(step) -> collections.Counter:
+    """Host syncs of one call of ``step``, keyed by the innermost lowprec frames that caused them."""
+    found = collections.Counter()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            orig = warnings.showwarning
+
+            def show(message, *a, **k):
+                frames = [f"{f.filename.rsplit('/lowprec/', 1)[-1]}:{f.lineno}"
+                          for f in traceback.extract_stack()[:-1] if "/lowprec/" in f.filename]
+                found[" < ".join(reversed(frames[-3:])) or "(outside lowprec)"] += 1
+
+            warnings.showwarning = show
+            step()
+            torch.cuda.synchronize()
+            warnings.showwarning = orig
+        del caught
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    return found
+
+
+def main(argv=None) -> None:
+    from .train_step import step
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--arm", default="gaussws")
+    ap.add_argument("--arm", default="gaussws", help="an arm of lowprec.bench.gaussws_overhead")
+    ap.add_argument("--method", help="a method of configs/experiments (instead of --arm)")
+    ap.add_argument("--model", default="llama2")
+    ap.add_argument("--scale", default="small")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=25)
     args = ap.parse_args(argv)
-    bargs = go._parse([])
-    model, opt, _ = go._build(args.arm, bargs)
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randint(0, go.VOCAB, (bargs.batch, bargs.seq), device="cuda", generator=gen)
-    batches = [(x, torch.roll(x, -1, 1))]
+    model, opt, batches = _method_model(args) if args.method else _gaussws_model(args)
     for _ in range(4):
-        go._step(model, opt, batches)
+        step(model, opt, batches)
     torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step(model, opt, batches)
+    torch.cuda.synchronize()
+    print(f"# step time alone: {(time.perf_counter() - t0) / args.steps * 1e3:.1f} ms")
+    syncs = _syncs(lambda: step(model, opt, batches))
+    print(f"# host syncs in one step: {sum(syncs.values())}")
+    for where, n in syncs.most_common(12):
+        print(f"#   {n:5d}  {where}")
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         for _ in range(args.steps):
-            go._step(model, opt, batches)
+            step(model, opt, batches)
         torch.cuda.synchronize()
     ka = prof.key_averages()
     print(ka.table(sort_by="self_cpu_time_total", row_limit=args.rows))
