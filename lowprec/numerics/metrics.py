@@ -31,13 +31,14 @@ def _pair(x: torch.Tensor, q: torch.Tensor):
     if x.shape != q.shape:
         raise ValueError(f"x and q differ in size: {x.numel()} vs {q.numel()}")
     keep = ~(torch.isnan(x) | torch.isnan(q))
+    if bool(keep.all()):  # the usual case: no copy
+        return x, q
     return x[keep], q[keep]
 
 
-def sqnr_db(x: torch.Tensor, q: torch.Tensor) -> float:
-    """10 log10(sum x^2 / sum (x - q)^2). +inf when q == x (also for an all-zero x);
-    -inf when x is all zero but q is not."""
-    x, q = _pair(x, q)
+# Each metric from an already paired (x, q), so that tensor_stats pairs once for all of them.
+
+def _sqnr_db(x: torch.Tensor, q: torch.Tensor) -> float:
     signal = float((x * x).sum())
     noise = float(((x - q) ** 2).sum())
     if noise == 0.0:
@@ -47,29 +48,42 @@ def sqnr_db(x: torch.Tensor, q: torch.Tensor) -> float:
     return 10.0 * math.log10(signal / noise)
 
 
+def _relative_error(x: torch.Tensor, q: torch.Tensor, nz: torch.Tensor, n: int) -> float:
+    if n == 0:
+        return 0.0
+    ratio = (q - x).abs() / torch.where(nz, x.abs(), torch.ones_like(x))
+    return float(ratio.masked_fill_(~nz, 0.0).sum()) / n
+
+
+def _flush_fraction(q: torch.Tensor, nz: torch.Tensor, n: int) -> float:
+    return float((nz & (q == 0)).sum()) / n if n else 0.0
+
+
+def sqnr_db(x: torch.Tensor, q: torch.Tensor) -> float:
+    """10 log10(sum x^2 / sum (x - q)^2). +inf when q == x (also for an all-zero x);
+    -inf when x is all zero but q is not."""
+    return _sqnr_db(*_pair(x, q))
+
+
 def relative_error(x: torch.Tensor, q: torch.Tensor) -> float:
     """MoR's metric: mean over non-zero x of |q - x| / |x|. A value flushed to 0 contributes 1.0.
     0.0 when x has no non-zero (non-NaN) element."""
     x, q = _pair(x, q)
     nz = x != 0
-    if not bool(nz.any()):
-        return 0.0
-    return float(((q[nz] - x[nz]).abs() / x[nz].abs()).mean())
+    return _relative_error(x, q, nz, int(nz.sum()))
 
 
 def amax(x: torch.Tensor) -> float:
     """max |x| ignoring NaN (Inf is reported: it is what telemetry must see); 0.0 if nothing left."""
     a = x.detach().to(torch.float64).abs().flatten()
-    a = a[~torch.isnan(a)]
-    return float(a.max()) if a.numel() else 0.0
+    return float(torch.where(torch.isnan(a), torch.zeros_like(a), a).max()) if a.numel() else 0.0
 
 
 def flush_fraction(x: torch.Tensor, q: torch.Tensor) -> float:
     """Share of non-zero x whose quantized value is exactly 0 (underflow)."""
     x, q = _pair(x, q)
     nz = x != 0
-    n = int(nz.sum())
-    return float((q[nz] == 0).sum()) / n if n else 0.0
+    return _flush_fraction(q, nz, int(nz.sum()))
 
 
 def _clip_threshold(fmt) -> float:
@@ -100,10 +114,13 @@ def tensor_stats(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict
     """All metrics as floats with a fixed set of keys (saturation_fraction is NaN unless both
     scale and fmt are given), so telemetry tables keep one schema."""
     sat = saturation_fraction(x, scale, fmt) if (scale is not None and fmt is not None) else math.nan
+    xp, qp = _pair(x, q)
+    nz = xp != 0
+    n = int(nz.sum())
     return {
-        "sqnr_db": sqnr_db(x, q),
-        "relative_error": relative_error(x, q),
+        "sqnr_db": _sqnr_db(xp, qp),
+        "relative_error": _relative_error(xp, qp, nz, n),
         "amax": amax(x),
-        "flush_fraction": flush_fraction(x, q),
+        "flush_fraction": _flush_fraction(qp, nz, n),
         "saturation_fraction": sat,
     }
