@@ -267,6 +267,7 @@ def mor_decide(x: torch.Tensor, threshold: float = 0.045, partition: str = "bloc
                scale: str = "gam", fp8_cast: str = "auto"):
     """mor_quantize_e4m3 plus the decision, which needs the error on the host (one sync): it picks
     the GEMM that runs next. NaN error -> "bf16", as in lowprec.mor.decide."""
+    from lowprec.mor import decide  # lowprec.mor imports this module on first use
+
     codes, scales, rel = mor_quantize_e4m3(x, partition, block, scale, fp8_cast)
-    err = float(rel)
-    return codes, scales, rel, "e4m3" if err <= threshold else "bf16"
+    return codes, scales, rel, decide(float(rel), threshold)
