@@ -1,5 +1,9 @@
 """Small file helpers: every output is written whole or not at all (Snakemake treats an existing
-output file as finished, so a crash must never leave a half-written one behind)."""
+output file as finished, so a crash must never leave a half-written one behind).
+
+    python -m lowprec.io yaml OUT JSON      # write the JSON object as YAML to OUT (the workflow's
+                                            # config rules: a process that imports no torch)
+"""
 
 from __future__ import annotations
 
@@ -49,3 +53,22 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def main(argv=None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m lowprec.io", description="write a JSON object as a YAML file")
+    ap.add_argument("format", choices=["yaml"])
+    ap.add_argument("out")
+    ap.add_argument("json", help="the object, as JSON text")
+    args = ap.parse_args(argv)
+    try:
+        obj = json.loads(args.json)
+    except json.JSONDecodeError as e:
+        ap.error(f"JSON argument: {e}")
+    write_yaml(args.out, obj)
+
+
+if __name__ == "__main__":
+    main()

@@ -4,7 +4,6 @@ import shlex
 from pathlib import Path
 
 from lowprec import config as lpc
-from lowprec.io import write_yaml
 from snakemake.logging import logger
 
 WF = lpc.workflow_config(config)  # raises a ConfigError that names the bad key

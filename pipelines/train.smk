@@ -14,12 +14,13 @@ def train_launch(cfg):
 if not REUSE_RUNS:
 
     rule run_config:
+        localrule: True  # a small write: never a cluster job
         output:
             f"{RESULTS}/configs/{SCALE}/{RUN}.yaml",
         params:
-            cfg=lambda w: RUNS[run_key(w)],
-        run:
-            write_yaml(output[0], params.cfg)
+            cfg=lambda w: json.dumps(RUNS[run_key(w)]),
+        shell:
+            "python -m lowprec.io yaml {output:q} {params.cfg:q}"
 
     rule train:
         input:
