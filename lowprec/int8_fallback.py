@@ -486,8 +486,8 @@ class FallbackInt8Quantizer(OperandQuantizer):
         else:
             fq = fallback_quantize(t2d, self.block, mask, rounding, generator=gen)
         stats = LazyStats(format="int8", rule=self.rule if active else "none",
-                       fallback_ratio=lambda: fq.fallback_ratio, n_blocks=int(fq.mask.numel()),
-                       n_fallback=lambda: fq.mask.sum(), fallback_threshold=thr)
+                          fallback_ratio=lambda: fq.fallback_ratio, n_blocks=int(fq.mask.numel()),
+                          n_fallback=lambda: fq.mask.sum(), fallback_threshold=thr)
         return fq, stats
 
     def __call__(self, t: torch.Tensor, call: OperandCall):
