@@ -404,13 +404,20 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
     def __call__(self, t: torch.Tensor, call: OperandCall):
         x2d = _as_2d(t).to(torch.float32)
         r = subtensor_mor(x2d, self.block, self.mode, self.scale, self.dequant)
-        shares = r.shares()
-        blocks = {f"{name}_blocks": int((r.choice == code).sum()) for code, name in enumerate(_CHOICE_NAMES)}
-        self._count(call, calls=1, e4m3=int(r.gemm_format == "e4m3"), blocks=r.choice.numel(), **blocks)
-        finite_dr = r.dynamic_range[torch.isfinite(r.dynamic_range)]
-        stats = {"format": r.gemm_format, "mor_rel_error": mor_relative_error(x2d, r.values), **shares,
-                 "partition": "subtensor", "subtensor_mode": self.mode,
-                 "max_block_dynamic_range": float(finite_dr.max()) if finite_dr.numel() else math.nan}
+        # counts stay device tensors and stats are read lazily, as for tensor-level MoR: a training
+        # step never waits for the device
+        blocks = {f"{name}_blocks": (r.choice == code).sum() for code, name in enumerate(_CHOICE_NAMES)}
+        self._count(call, calls=1, e4m3=(r.choice == E4M3).all().to(torch.int64), blocks=r.choice.numel(),
+                    **blocks)
+
+        def max_block_dynamic_range():
+            finite_dr = r.dynamic_range[torch.isfinite(r.dynamic_range)]
+            return float(finite_dr.max()) if finite_dr.numel() else math.nan
+
+        shares = {f"{name}_share": (lambda name=name: r.shares()[f"{name}_share"]) for name in _CHOICE_NAMES}
+        stats = LazyStats(format=lambda: r.gemm_format, mor_rel_error=lambda: _relative_error(x2d, r.values),
+                          **shares, partition="subtensor", subtensor_mode=self.mode,
+                          max_block_dynamic_range=max_block_dynamic_range)
         return r.values.reshape(t.shape), stats
 
     def to_dict(self) -> dict:

@@ -169,6 +169,7 @@ def test_training_on_gpu(prepared_data, tmp_path, method):
     {"recipe": "mor", "partition": "tensor"},
     {"recipe": "mor", "partition": "block"},
     {"recipe": "mor", "partition": "channel"},
+    {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "three_way"},
 ], ids=lambda m: "_".join(str(v) for v in m.values()))
 def test_emulated_training_step_never_waits_for_the_device(method):
     """A whole step queues without a host sync, so the CPU runs ahead of the GPU: the seeds read a
