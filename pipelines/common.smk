@@ -28,6 +28,7 @@ if _TRAIN_OVERRIDES:
 # itself a committed input of the rules that read it, and an output built from such files is added
 # to PAPER_EXTRA_OUTPUTS only when some of them are committed.
 REUSE_RUNS = bool(WF.get("reuse_runs"))
+CLAIMS_STATISTIC = WF.get("claims_statistic", "welch")
 # the report of this scale: results/REPORT.md at the default scale, REPORT_<scale>.md otherwise
 REPORT = lpc.report_path(RESULTS, SCALE)
 

@@ -37,7 +37,7 @@ rule claims:
         runs=lambda w: " ".join(run_dirs(w.paper)),
     shell:
         "python -m lowprec.report.claims --paper {wildcards.paper} --scale {SCALE} --results {RESULTS} "
-        "--runs {params.runs} --csv {output.csv} --md {output.md}"
+        "--statistic {CLAIMS_STATISTIC} --runs {params.runs} --csv {output.csv} --md {output.md}"
 
 
 rule loss_curves:

@@ -43,6 +43,48 @@ def test_welch_matches_scipy():
     assert p == pytest.approx(stats.ttest_ind(a, b, equal_var=False, alternative="greater").pvalue)
 
 
+def test_paired_matches_scipy():
+    from scipy import stats
+    import numpy as np
+
+    a, b = np.array([5.012, 4.951, 4.998]), np.array([5.010, 4.946, 4.994])
+    for less, alternative in ((True, "less"), (False, "greater")):
+        p = cl._paired_one_sided(a - b, 0.02, less=less)
+        assert p == pytest.approx(stats.ttest_rel(a - 0.02, b, alternative=alternative).pvalue)
+
+
+def _seed_matched(spread=0.05, gap=0.004, wobble=0.001):
+    """Seeds far apart (spread) with a steady per-seed gap: Welch cannot decide, the paired test can."""
+    rows = []
+    for s, (level, w) in enumerate(zip((-spread, 0.0, spread), (-wobble, 0.0, wobble))):
+        rows.append({"model": "a", "method": "bf16", "seed": s, "status": "completed", "final_val_loss": 5.0 + level})
+        rows.append({"model": "a", "method": "m", "seed": s, "status": "completed",
+                     "final_val_loss": 5.0 + level + gap + w})
+    return pd.DataFrame(rows)
+
+
+def test_paired_statistic_uses_the_seed_pairs():
+    runs = _seed_matched()
+    welch = cl._loss_gap(CLAIM, runs, "small")
+    assert welch["verdict"] == cl.INCONCLUSIVE
+    assert "Welch p=" in welch["detail"] and "paired p=" in welch["detail"] and "over 3 seeds" in welch["detail"]
+    paired = {**CLAIM, "test": {**CLAIM["test"], "statistic": "paired"}}
+    assert cl._loss_gap(paired, runs, "small")["verdict"] == cl.REPRODUCED
+    far = _seed_matched(gap=0.03)   # a steady gap above the 0.02 margin
+    assert cl._loss_gap(paired, far, "small")["verdict"] == cl.NOT_REPRODUCED
+    # seeds that do not match (bf16 ran 0-2, the method 3-5) leave nothing to pair
+    shifted = runs.assign(seed=[s + 3 if m == "m" else s for s, m in zip(runs["seed"], runs["method"])])
+    out = cl._loss_gap(paired, shifted, "small")
+    assert out["verdict"] == cl.INCONCLUSIVE and "fewer than 2 seeds in common" in out["detail"]
+
+
+def test_workflow_statistic_decides_registry_claims_that_name_none(tmp_path):
+    runs = _seed_matched(spread=0.05, gap=0.004).replace({"method": {"m": "mor_tensor"}}).assign(model="nemotron")
+    verdict = {s: cl.evaluate("mor", "small", runs, tmp_path, s).set_index("claim").loc["loss_per_tensor", "verdict"]
+               for s in ("welch", "paired")}
+    assert verdict == {"welch": cl.INCONCLUSIVE, "paired": cl.REPRODUCED}
+
+
 def test_value_threshold_and_scale(tmp_path):
     paper_dir = tmp_path / "p" / "tiny"
     (paper_dir / "tables").mkdir(parents=True)

@@ -36,6 +36,8 @@ def test_unknown_scale_paper_method_model():
         lpc.workflow_config({"scale": "huge", "papers": ["mor"], "results": "r"})
     with pytest.raises(lpc.ConfigError, match="papers"):
         lpc.workflow_config({"scale": "tiny", "papers": ["nope"], "results": "r"})
+    with pytest.raises(lpc.ConfigError, match="claims_statistic"):
+        lpc.workflow_config({"scale": "tiny", "papers": ["mor"], "results": "r", "claims_statistic": "ttest"})
     with pytest.raises(lpc.ConfigError, match="unknown method 'nope'"):
         lpc.resolve_run("tiny", "mor", "nemotron", "nope", 0)
     with pytest.raises(lpc.ConfigError, match="unknown model 'gpt5'"):

@@ -219,7 +219,9 @@ def test_error_summary_and_figures(runs, tmp_path):
     long = pd.read_csv(out / "e.csv")
     assert set(long["method"]) == {"mor_block"} and len(long) == 48 * 3
     assert set(long.loc[long["partition"] == "tensor", "bin"]) == {8}   # 4 % -> 4.0-4.5 %
-    summary = pd.read_csv(out / "s.csv").set_index(["method", "partition"])
+    summary = pd.read_csv(out / "s.csv")
+    assert not summary.duplicated(["method", "seed", "partition"]).any()   # one row per run and partition
+    summary = summary.set_index(["method", "partition"])
     assert summary.loc[("mor_block", "block"), "below_2p5_pct"] == 100.0
     assert summary.loc[("mor_block", "tensor"), "below_2p5_pct"] == 0.0
     assert summary.loc[("mor_block", "channel"), "median_pct"] == pytest.approx(1.0)

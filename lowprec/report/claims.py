@@ -14,6 +14,10 @@ Tests:
                    when the gap's mean exceeds the margin and the test in the other direction rejects
                    "gap <= margin"; else inconclusive. ``margin_pct`` instead of ``margin`` states
                    it in percent of the baseline's mean loss (claims such as "within 0.5 % of BF16").
+                   ``statistic: paired`` (in the entry, or the workflow's ``claims_statistic`` for
+                   entries that name none) tests the per-seed differences instead: a seed gives every
+                   arm the same initial weights and batch order. Welch is the default; the detail
+                   shows both p-values either way.
   threshold        value (op) target, within tolerance.
 """
 
@@ -39,30 +43,41 @@ def load_claims(paper: str) -> list[dict]:
     return cfglib.validate(cfglib.load_yaml(path), "claims", f"claims file {path.name}")["claims"]
 
 
-def _welch_one_sided(a: np.ndarray, b: np.ndarray, margin: float, less: bool) -> float:
-    """p-value of H0: mean(a) - mean(b) >= margin (less=True) or <= margin (less=False)."""
+def _one_sided_p(diff: float, se: float, df: float, less: bool) -> float:
+    """p-value of H0: diff >= 0 (less=True) or diff <= 0 (less=False), diff ~ t(df) * se."""
     from scipy import stats
 
-    diff = a.mean() - b.mean() - margin
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    se = math.sqrt(va + vb)
     if se == 0:
         return 0.0 if (diff < 0) == less and diff != 0 else 1.0
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     t = diff / se
     return float(stats.t.cdf(t, df) if less else stats.t.sf(t, df))
 
 
-def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str) -> dict:
+def _welch_one_sided(a: np.ndarray, b: np.ndarray, margin: float, less: bool) -> float:
+    """p-value of H0: mean(a) - mean(b) >= margin (less=True) or <= margin (less=False)."""
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb == 0:
+        return _one_sided_p(a.mean() - b.mean() - margin, 0.0, 1.0, less)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return _one_sided_p(a.mean() - b.mean() - margin, math.sqrt(va + vb), df, less)
+
+
+def _paired_one_sided(d: np.ndarray, margin: float, less: bool) -> float:
+    """The same hypotheses on per-seed differences d = a[seed] - b[seed] (paired t-test)."""
+    return _one_sided_p(d.mean() - margin, d.std(ddof=1) / math.sqrt(len(d)), len(d) - 1, less)
+
+
+def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = "welch") -> dict:
     m, t = claim["metric"], claim["test"]
     if "margin" not in t and "margin_pct" not in t:
         raise ValueError(f"claim {claim.get('id', '?')}: a noninferiority test needs 'margin' or 'margin_pct'")
+    statistic = t.get("statistic", statistic)
     models = m.get("models") or sorted(per_run["model"].unique()) if len(per_run) else []
     ok = per_run[per_run["status"] == "completed"]
     gaps, pvals, verdicts = [], [], []
     for model in models:
-        a = ok[(ok["model"] == model) & (ok["method"] == m["method"])]["final_val_loss"].to_numpy(float)
-        b = ok[(ok["model"] == model) & (ok["method"] == m["baseline"])]["final_val_loss"].to_numpy(float)
+        a = ok[(ok["model"] == model) & (ok["method"] == m["method"])].set_index("seed")["final_val_loss"].astype(float)
+        b = ok[(ok["model"] == model) & (ok["method"] == m["baseline"])].set_index("seed")["final_val_loss"].astype(float)
         diverged = per_run[(per_run["model"] == model) & (per_run["method"] == m["method"])
                            & (per_run["status"] == "diverged")]
         if len(diverged):
@@ -81,9 +96,22 @@ def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str) -> dict:
             verdicts.append(INCONCLUSIVE)
             continue
         margin = t["margin_pct"] / 100 * b.mean() if relative else t["margin"]
-        p_ok = _welch_one_sided(a, b, margin, less=True)
-        p_bad = _welch_one_sided(a, b, margin, less=False)
-        pvals.append(f"{model}: p={p_ok:.3g}")
+        # A seed fixes the initial weights and the batch order, so arms run with the same seeds are
+        # matched pairs; the paired test removes the seed-to-seed spread that the Welch test carries.
+        common = a.index.intersection(b.index)
+        d = (a[common] - b[common]).to_numpy()
+        p = {"welch": (_welch_one_sided(a.to_numpy(), b.to_numpy(), margin, less=True),
+                       _welch_one_sided(a.to_numpy(), b.to_numpy(), margin, less=False))}
+        if len(d) >= 2:
+            p["paired"] = (_paired_one_sided(d, margin, less=True), _paired_one_sided(d, margin, less=False))
+        said = {"welch": f"Welch p={p['welch'][0]:.3g}",
+                "paired": f"paired p={p['paired'][0]:.3g} over {len(d)} seeds" if "paired" in p
+                else "no paired test: fewer than 2 seeds in common"}
+        pvals.append(f"{model}: {said[statistic]} ({said['paired' if statistic == 'welch' else 'welch']})")
+        if statistic == "paired" and len(d) < max(2, need):
+            verdicts.append(INCONCLUSIVE)
+            continue
+        p_ok, p_bad = p[statistic]
         alpha = t.get("alpha", 0.05)
         verdicts.append(REPRODUCED if p_ok < alpha else NOT_REPRODUCED if p_bad < alpha else INCONCLUSIVE)
     return {"ours": "; ".join(gaps) or "–", "detail": "; ".join(pvals), "verdict": _combine(verdicts)}
@@ -130,10 +158,11 @@ def _combine(verdicts: list[str]) -> str:
     return REPRODUCED
 
 
-def evaluate(paper: str, scale: str, per_run: pd.DataFrame, results: Path) -> pd.DataFrame:
+def evaluate(paper: str, scale: str, per_run: pd.DataFrame, results: Path, statistic: str = "welch") -> pd.DataFrame:
+    """Verdicts of the paper's claims; ``statistic`` tests the loss claims whose entry names none."""
     rows = []
     for c in load_claims(paper):
-        out = _loss_gap(c, per_run, scale) if c["metric"]["kind"] == "loss_gap" else \
+        out = _loss_gap(c, per_run, scale, statistic) if c["metric"]["kind"] == "loss_gap" else \
             _value(c, results / paper / scale, results)
         if out["verdict"] in (REPRODUCED, NOT_REPRODUCED) and scale not in c["meaningful_at"]:
             out["detail"] = (out["detail"] + "; " if out["detail"] else "") + \
@@ -161,12 +190,14 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", required=True)
     ap.add_argument("--results", default="results")
     ap.add_argument("--runs", nargs="*", default=[])
+    ap.add_argument("--statistic", choices=["welch", "paired"], default="welch",
+                    help="test of the loss claims whose registry entry names none")
     ap.add_argument("--csv", required=True)
     ap.add_argument("--md", required=True)
     args = ap.parse_args(argv)
     per_run = final_losses(load_runs(args.runs)) if args.runs else pd.DataFrame(
         columns=["model", "method", "seed", "status", "final_val_loss"])
-    table = evaluate(args.paper, args.scale, per_run, Path(args.results))
+    table = evaluate(args.paper, args.scale, per_run, Path(args.results), args.statistic)
     write_text(args.csv, table.to_csv(index=False))
     write_text(args.md, to_markdown(table))
 

@@ -214,21 +214,21 @@ def rel_error_long(dec: pd.DataFrame) -> pd.DataFrame:
 
 
 def rel_error_summary(decs: list[pd.DataFrame]) -> pd.DataFrame:
-    """Per arm and partition: share of (tensor, step) cells below 2.5 % relative error, median,
-    95th percentile and maximum (in percent)."""
+    """Per run (arm and seed) and partition: share of (tensor, step) cells below 2.5 % relative error,
+    median, 95th percentile and maximum (in percent)."""
     rows = []
-    for dec in decs:
+    for dec in sorted(decs, key=lambda d: (str(d["method"].iloc[0]), int(d["seed"].iloc[0]))):
         for part in partitions_in(dec):
             e = dec[f"rel_error_{part}"].astype(float)
             finite = e[np.isfinite(e)]
-            rows.append({"model": dec["model"].iloc[0], "method": dec["method"].iloc[0], "partition": part,
-                         "cells": int(len(e)),
+            rows.append({"model": dec["model"].iloc[0], "method": dec["method"].iloc[0],
+                         "seed": int(dec["seed"].iloc[0]), "partition": part, "cells": int(len(e)),
                          "below_2p5_pct": 100 * float((finite < LOW_ERROR).sum()) / max(len(e), 1),
                          "median_pct": 100 * float(finite.median()) if len(finite) else math.nan,
                          "p95_pct": 100 * float(finite.quantile(0.95)) if len(finite) else math.nan,
                          "max_pct": 100 * float(finite.max()) if len(finite) else math.nan})
-    return pd.DataFrame(rows, columns=["model", "method", "partition", "cells", "below_2p5_pct", "median_pct",
-                                       "p95_pct", "max_pct"])
+    return pd.DataFrame(rows, columns=["model", "method", "seed", "partition", "cells", "below_2p5_pct",
+                                       "median_pct", "p95_pct", "max_pct"])
 
 
 def _grid(dec: pd.DataFrame, column: str, order: list[str]) -> tuple[np.ndarray, list]:
