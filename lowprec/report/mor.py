@@ -263,12 +263,14 @@ def _heatmap_row(plt, panels, order, width, title_size, imshow_kw):
     panels: [(title, values, steps)]; width: (inches per panel, extra inches)."""
     height = min(max(3.5, 0.11 * len(order) + 1.5), 22)
     fig, axes = plt.subplots(1, len(panels), figsize=(width[0] * len(panels) + width[1], height), squeeze=False)
+    # fixed margins in inches: matplotlib's default fractions leave several inches blank on a tall figure
+    fig.subplots_adjust(top=1 - 1.1 / height, bottom=0.6 / height)
     im = None
     for ax, (title, values, steps) in zip(axes[0], panels):
         im = ax.imshow(values, aspect="auto", interpolation="nearest", **imshow_kw)
         ax.set_title(title, fontsize=title_size)
         ax.set_xlabel("training step")
-        _step_ticks(ax, steps)
+        _step_ticks(ax, steps, max_labels=max(3, int(width[0] / 0.45)))   # 3-digit labels need ~0.45 in
         if ax is axes[0][0]:
             _tensor_ticks(ax, order)
         else:
