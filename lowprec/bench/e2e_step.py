@@ -8,9 +8,10 @@ Arms (``--arms``):
   bf16                    plain model under bf16 autocast: the BF16 baseline every ``speedup`` is against
   bf16_qlinear            lowprec.convert with the bf16 recipe: the suite's QLinear path with no low-precision
                           GEMM (fp32 GEMMs of bf16-rounded operands), i.e. the cost of the layer plumbing
-  int8_block              the int8_fallback recipe with rule "none": block INT8 operands (torch quantization)
-                          and every GEMM on the Triton block-scaled INT8 kernel, no fallback
+  int8_block              the int8_fallback recipe with rule "none": block INT8 operands (Triton quantize
+                          kernel) and every GEMM on the Triton block-scaled INT8 kernel, no fallback
   int8_fallback           the int8_fallback recipe with its defaults (absmax rule, tau 8): as int8_block,
+                          X's block statistics and two-part quantization are Triton kernels too, and
                           fallback blocks of X add an INT8 product on their residual
   fp8_tensorwise_current  FP8 E4M3 current scaling through torch._scaled_mm, for reference
 
