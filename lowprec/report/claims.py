@@ -34,6 +34,7 @@ from .. import config as cfglib
 from ..io import write_text
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_RUN = "reproduced", "not reproduced", "inconclusive", "not run at this scale"
+STATISTICS = ("welch", "paired")  # of a noninferiority test; the first is the default
 
 
 def load_claims(paper: str) -> list[dict]:
@@ -190,7 +191,7 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", required=True)
     ap.add_argument("--results", default="results")
     ap.add_argument("--runs", nargs="*", default=[])
-    ap.add_argument("--statistic", choices=["welch", "paired"], default="welch",
+    ap.add_argument("--statistic", choices=STATISTICS, default=STATISTICS[0],
                     help="test of the loss claims whose registry entry names none")
     ap.add_argument("--csv", required=True)
     ap.add_argument("--md", required=True)
