@@ -94,6 +94,10 @@ def test_value_threshold_and_scale(tmp_path):
     assert cl._value(claim, paper_dir, tmp_path)["verdict"] == cl.REPRODUCED
     claim["test"]["target"] = 1.0
     assert cl._value(claim, paper_dir, tmp_path)["verdict"] == cl.NOT_REPRODUCED
+    claim["test"] = {"kind": "threshold", "op": ">", "target": 1.2}   # strict: equal is not more
+    assert cl._value(claim, paper_dir, tmp_path)["verdict"] == cl.NOT_REPRODUCED
+    claim["test"]["target"] = 1.1999
+    assert cl._value(claim, paper_dir, tmp_path)["verdict"] == cl.REPRODUCED
     claim["metric"]["file"] = "tables/missing.csv"
     assert cl._value(claim, paper_dir, tmp_path)["verdict"] == cl.NOT_RUN
 

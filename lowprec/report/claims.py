@@ -144,9 +144,11 @@ def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
         return {"ours": "–", "detail": f"{path.name}: {m['column']} is empty for {m.get('query')!r} "
                 f"(its runs or arms are absent at this scale)", "verdict": NOT_RUN}
     target, tol = t["target"], t.get("tolerance", 0.0)
-    passed = {"<=": value <= target + tol, ">=": value >= target - tol, "==": abs(value - target) <= tol}[t["op"]]
+    passed = {"<=": value <= target + tol, ">=": value >= target - tol, "==": abs(value - target) <= tol,
+              "<": value < target, ">": value > target}[t["op"]]
     unit = m.get("unit", "")
-    return {"ours": f"{value:.4g}{unit}", "detail": f"{t['op']} {target}{unit} (±{tol})",
+    within = f" (±{tol})" if t["op"] in ("<=", ">=", "==") else ""
+    return {"ours": f"{value:.4g}{unit}", "detail": f"{t['op']} {target}{unit}{within}",
             "verdict": REPRODUCED if passed else NOT_REPRODUCED}
 
 
