@@ -105,12 +105,15 @@ def build(results: Path, scale: str, papers: list[str], run_dirs: dict[str, list
         claims_md = base / "tables" / "claims.md"
         if claims_md.is_file() and claims_md.read_text().count("\n") > 2:
             lines += ["Claims:", "", claims_md.read_text().rstrip(), ""]
-        for fig in sorted((base / "figures").glob("*.png")):
-            if fig.stem not in GENERIC_FIGURES:
-                lines += [f"### {_title(fig.stem)}", "", f"![{fig.stem}]({rel(fig)})", ""]
-        for table in sorted((base / "tables").glob("*.md")):
-            if table.stem not in GENERIC_TABLES:
-                lines += [f"### {_title(table.stem)}", "", table.read_text().rstrip(), ""]
+        # one section per output name: its figure, then its table (e4m3_share.png beside e4m3_share.md)
+        figs = {f.stem: f for f in (base / "figures").glob("*.png") if f.stem not in GENERIC_FIGURES}
+        tables = {t.stem: t for t in (base / "tables").glob("*.md") if t.stem not in GENERIC_TABLES}
+        for stem in sorted(figs.keys() | tables.keys()):
+            lines += [f"### {_title(stem)}", ""]
+            if stem in figs:
+                lines += [f"![{stem}]({rel(figs[stem])})", ""]
+            if stem in tables:
+                lines += [tables[stem].read_text().rstrip(), ""]
         if exp.get("our_choices"):
             lines += ["Settings that are our choices where the paper is silent:", "",
                       *[f"- {c}" for c in exp["our_choices"]], ""]
