@@ -38,6 +38,9 @@ def test_smoke_dag_end_to_end(tmp_path):
     claims = pd.read_csv(gw / "tables" / "claims.csv")
     assert set(claims["claim"]) == {"stable_vs_bf16", "fp6_parameters", "nine_bit_limit", "overhead", "memory"}
     assert "## Verdicts" in report
+    for section in report.split("\n## ")[1:]:   # a figure and its table share one section per paper
+        headings = [line for line in section.splitlines() if line.startswith("### ")]
+        assert len(headings) == len(set(headings)), headings
     export = pd.read_csv(gw / "tables" / "export.csv")
     assert set(export["export"]) == {"none", "mxfp8", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"}
     i8 = res / "int8_fallback" / "smoke"
