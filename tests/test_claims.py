@@ -78,6 +78,13 @@ def test_paired_statistic_uses_the_seed_pairs():
     assert out["verdict"] == cl.INCONCLUSIVE and "fewer than 2 seeds in common" in out["detail"]
 
 
+def test_a_seed_twice_is_named():
+    runs = _runs({"a": 0.0})
+    twice = pd.concat([runs, runs[runs["method"] == "m"].head(1)])
+    with pytest.raises(ValueError, match=r"a/m has more than one run for seed\(s\) \[0\]"):
+        cl._loss_gap({**CLAIM, "id": "c"}, twice, "small")
+
+
 def test_workflow_statistic_decides_registry_claims_that_name_none(tmp_path):
     runs = _seed_matched(spread=0.05, gap=0.004).replace({"method": {"m": "mor_tensor"}}).assign(model="nemotron")
     verdict = {s: cl.evaluate("mor", "small", runs, tmp_path, s).set_index("claim").loc["loss_per_tensor", "verdict"]

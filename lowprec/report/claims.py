@@ -68,6 +68,17 @@ def _paired_one_sided(d: np.ndarray, margin: float, less: bool) -> float:
     return _one_sided_p(d.mean() - margin, d.std(ddof=1) / math.sqrt(len(d)), len(d) - 1, less)
 
 
+def _by_seed(runs: pd.DataFrame, model: str, method: str, claim: dict) -> pd.Series:
+    """Final validation loss per seed of one arm. A seed twice means two run folders for one run
+    (e.g. a fine-tuning run passed with the pre-training runs): it would count as two samples."""
+    rows = runs[(runs["model"] == model) & (runs["method"] == method)]
+    twice = sorted(int(s) for s in rows["seed"][rows["seed"].duplicated()].unique())
+    if twice:
+        raise ValueError(f"claim {claim.get('id', '?')}: {model}/{method} has more than one run for seed(s) "
+                         f"{twice}; pass each (model, method, seed) run folder once")
+    return rows.set_index("seed")["final_val_loss"].astype(float)
+
+
 def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = "welch") -> dict:
     m, t = claim["metric"], claim["test"]
     if "margin" not in t and "margin_pct" not in t:
@@ -77,8 +88,7 @@ def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = "
     ok = per_run[per_run["status"] == "completed"]
     gaps, pvals, verdicts = [], [], []
     for model in models:
-        a = ok[(ok["model"] == model) & (ok["method"] == m["method"])].set_index("seed")["final_val_loss"].astype(float)
-        b = ok[(ok["model"] == model) & (ok["method"] == m["baseline"])].set_index("seed")["final_val_loss"].astype(float)
+        a, b = (_by_seed(ok, model, method, claim) for method in (m["method"], m["baseline"]))
         diverged = per_run[(per_run["model"] == model) & (per_run["method"] == m["method"])
                            & (per_run["status"] == "diverged")]
         if len(diverged):
