@@ -37,6 +37,7 @@ error under every partition (``telemetry_stats``), the numbers of the paper's he
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import NamedTuple, Optional
@@ -414,7 +415,8 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
             finite_dr = r.dynamic_range[torch.isfinite(r.dynamic_range)]
             return float(finite_dr.max()) if finite_dr.numel() else math.nan
 
-        shares = {f"{name}_share": (lambda name=name: r.shares()[f"{name}_share"]) for name in _CHOICE_NAMES}
+        all_shares = functools.cache(r.shares)   # one computation for the three share entries
+        shares = {f"{name}_share": (lambda name=name: all_shares()[f"{name}_share"]) for name in _CHOICE_NAMES}
         stats = LazyStats(format=lambda: r.gemm_format, mor_rel_error=lambda: _relative_error(x2d, r.values),
                           **shares, partition="subtensor", subtensor_mode=self.mode,
                           max_block_dynamic_range=max_block_dynamic_range)
