@@ -1,19 +1,153 @@
-"""GPU fast path for FP8 GEMMs: ``torch._scaled_mm`` where the recipe's scales allow it.
+"""Hardware GEMMs for QLinear: FP8 quantization in plain torch ops and ``torch._scaled_mm``.
 
-Applies when both operands are FP8 (not both E5M2) with per-tensor (current or delayed) or per-row
-(``channel``, axis=-1, i.e. per row of the reduction-last view) scales, the tensors are on CUDA, and
-the shape meets cuBLASLt's rules (reduction and output columns multiples of 16).  Everything else
-returns None and runs the emulation, which has the same meaning: the codes are the same, only the
-accumulation order differs.
+Two users:
+* the fast path (``lowprec.linear``, ``FastPlan``): activations stay in their own dtype, operands a
+  recipe leaves unquantized go to a BF16 (or FP32) GEMM, FP8 operands are quantized here
+  (``quantize_fp8``: amax, scale, cast; written as torch ops so that ``torch.compile`` fuses them
+  into one or two passes) and multiplied by ``fp8_mm`` on FP8 tensor cores. No dequantized copy is
+  materialized and nothing waits for the device.
+* the emulation on CUDA (``scaled_mm``): two QTensors whose scales ``_scaled_mm`` can take.
+
+``quantize_fp8`` gives the codes and scales of ``lowprec.numerics.quantize`` bit for bit (the same
+amax rule, ``scale_from_amax`` and a saturating round-to-nearest-even cast; the tests compare them);
+the GEMM differs from the emulation only in accumulation order and in multiplying by the fp32
+reciprocal of the encode scale instead of dividing by it.
+
+Scale layouts ``_scaled_mm`` takes (checked on an H200 with torch 2.11; see ``FP8_PAIRS``):
+    tensor x tensor      scale_a (), scale_b ()                           any output dtype
+    row x row            scale_a (M, 1), scale_b (1, N)                   bf16 output
+    1x128 x 128x128      scale_a (M, K/128) column-major,                 bf16 output, CUDA only
+                         scale_b (N/128, K/128) column-major
+(a tensor scale pairs with a row scale by broadcasting it to a vector). Any other pair, or a shape
+cuBLASLt refuses (K and N must be multiples of 16), multiplies the dequantized operands in fp32: the
+emulation's arithmetic, still exact codes.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
+import torch.nn.functional as F
 
 from .numerics import QuantSpec, to_torch_dtype
+from .numerics.scaling import _blocks_view, _resolve_block, apply_blocks, scale_from_amax
 
 _FP8 = ("e4m3", "e5m2")
+# operand scale kinds: "tensor" (one scale), "row" (one per row of the reduction-last view),
+# "1x128" / "128x128" (DeepSeek-V3 blocks along the reduction dimension)
+_ROW, _TENSOR = "row", "tensor"
+
+
+def scale_kind(spec) -> Optional[str]:
+    """How ``_scaled_mm`` sees an operand's scales, or None where the fast path cannot quantize it
+    (not FP8, stochastic rounding, delayed scaling's history, MX / GAM scales, no saturation)."""
+    if not (isinstance(spec, QuantSpec) and spec.fmt in _FP8 and spec.rounding == "nearest" and spec.saturate):
+        return None
+    if spec.scaling == "tensor":
+        return _TENSOR
+    if spec.scaling == "channel" and spec.axis == -1:
+        return _ROW
+    if spec.scaling == "block" and spec.block in ((1, 128), (128, 128)):
+        return f"{spec.block[0]}x{spec.block[1]}"
+    return None
+
+
+# (kind of a, kind of b) pairs that _scaled_mm multiplies, and whether they need a CUDA device
+FP8_PAIRS = {(_TENSOR, _TENSOR): False, (_ROW, _ROW): False, (_TENSOR, _ROW): False, (_ROW, _TENSOR): False,
+             ("1x128", "128x128"): True}
+
+
+def fp8_pair_supported(kind_a: str, kind_b: str, spec_a: QuantSpec, spec_b: QuantSpec) -> bool:
+    """Whether two operands of these kinds go to ``_scaled_mm`` (else the fp32 fallback GEMM)."""
+    return (kind_a, kind_b) in FP8_PAIRS and not (spec_a.fmt == spec_b.fmt == "e5m2")
+
+
+def quantize_fp8(t: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes, scale grid) of a 2-D operand (reduction dimension last) under an FP8 ``spec`` that
+    ``scale_kind`` accepts: codes in the torch float8 dtype, row-major; the encode-scale grid as in
+    ``QTensor.scale``. NaN and +-Inf are left out of every amax (as in ``block_amax``); NaN stays NaN
+    in the codes and +-Inf saturates to +-fmax."""
+    fmt = spec.format
+    x = t.float()
+    block = _resolve_block(spec, tuple(x.shape))
+    mag = torch.where(torch.isfinite(x), x.abs(), torch.zeros((), dtype=x.dtype, device=x.device))
+    amax = _blocks_view(mag, block).amax(dim=(1, 3))
+    scale = scale_from_amax(amax, fmt.fmax, spec.margin, spec.pow2)
+    scaled = apply_blocks(x, scale, block, torch.mul)
+    codes = scaled.clamp(-fmt.fmax, fmt.fmax).to(to_torch_dtype(spec.fmt)).contiguous()
+    return codes, scale
+
+
+def _decode(scale: torch.Tensor) -> torch.Tensor:
+    return torch.reciprocal(scale.float())
+
+
+def fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, kind_a: str, b8: torch.Tensor, scale_b: torch.Tensor,
+           kind_b: str, out_dtype: torch.dtype) -> torch.Tensor:
+    """``dequant(a) @ dequant(b).T`` on FP8 tensor cores: a8 (M, K) and b8 (N, K) row-major codes
+    with their encode-scale grids (``quantize_fp8``) of the given kinds (a pair of ``FP8_PAIRS``)."""
+    inv_a, inv_b = _decode(scale_a), _decode(scale_b)
+    if kind_a == "1x128":  # (M, K/128), column-major; b's (N/128, K/128) grid, column-major
+        inv_a, inv_b = inv_a.t().contiguous().t(), inv_b.t().contiguous().t()
+        return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16).to(out_dtype)
+    if kind_a == kind_b == _TENSOR:
+        return torch._scaled_mm(a8, b8.t(), scale_a=inv_a.reshape(()), scale_b=inv_b.reshape(()),
+                                out_dtype=out_dtype)
+    # row-wise on either side: both scales as vectors, bf16 output (cuBLASLt's rule)
+    inv_a = inv_a.reshape(-1, 1).expand(a8.shape[0], 1).contiguous()
+    inv_b = inv_b.reshape(1, -1).expand(1, b8.shape[0]).contiguous()
+    return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16).to(out_dtype)
+
+
+def dequantized_mm(a8: torch.Tensor, scale_a: torch.Tensor, spec_a: QuantSpec, b8: torch.Tensor,
+                   scale_b: torch.Tensor, spec_b: QuantSpec) -> torch.Tensor:
+    """fp32 ``dequant(a) @ dequant(b).T``: the fallback for pairs and shapes ``_scaled_mm`` refuses."""
+    def values(codes, scale, spec):
+        block = _resolve_block(spec, tuple(codes.shape))
+        return apply_blocks(codes.float(), scale, block, torch.div)
+    return values(a8, scale_a, spec_a) @ values(b8, scale_b, spec_b).t()
+
+
+def shape_fits(a: torch.Tensor, b: torch.Tensor, kind_a: str, kind_b: str) -> bool:
+    """cuBLASLt's shape rules for a (M, K) @ b (N, K).T: K and N multiples of 16, M > 0, and whole
+    128-blocks for block scales."""
+    (m, k), n = a.shape, b.shape[0]
+    if m == 0 or k % 16 or n % 16:
+        return False
+    if "1x128" in (kind_a, kind_b):
+        return k % 128 == 0 and n % 128 == 0
+    return True
+
+
+def fp8_gemm(a: torch.Tensor, b: torch.Tensor, spec_a: QuantSpec, spec_b: QuantSpec,
+             out_dtype: torch.dtype) -> torch.Tensor:
+    """``a @ b.T`` with both operands quantized to FP8 as their specs say (a (M, K), b (N, K),
+    reduction last): on ``_scaled_mm`` where the pair, the device and the shape allow, else in fp32
+    from the same codes."""
+    kind_a, kind_b = scale_kind(spec_a), scale_kind(spec_b)
+    a8, sa = quantize_fp8(a, spec_a)
+    b8, sb = quantize_fp8(b, spec_b)
+    hardware = (fp8_pair_supported(kind_a, kind_b, spec_a, spec_b) and (a.is_cuda or not FP8_PAIRS[(kind_a, kind_b)])
+                and shape_fits(a, b, kind_a, kind_b))
+    if hardware:
+        return fp8_mm(a8, sa, kind_a, b8, sb, kind_b, out_dtype)
+    return dequantized_mm(a8, sa, spec_a, b8, sb, spec_b).to(out_dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# The emulation's CUDA shortcut: two QTensors whose scales _scaled_mm takes
+
+
+def _qtensor_kind(qt) -> Optional[str]:
+    spec = qt.spec
+    if not (isinstance(spec, QuantSpec) and spec.fmt in _FP8):
+        return None
+    if spec.scaling in ("tensor", "delayed"):
+        return _TENSOR
+    if spec.scaling == "channel" and spec.axis == -1:
+        return _ROW
+    return None
 
 
 def _eligible(spec) -> bool:
@@ -22,21 +156,71 @@ def _eligible(spec) -> bool:
 
 
 def fast_path_applies(a: torch.Tensor, b: torch.Tensor, spec_a, spec_b) -> bool:
+    """Whether the emulation may multiply these operands' QTensors with ``scaled_mm``."""
     return (a.is_cuda and hasattr(torch, "_scaled_mm") and _eligible(spec_a) and _eligible(spec_b)
             and not (spec_a.fmt == spec_b.fmt == "e5m2")
             and a.shape[1] % 16 == 0 and b.shape[0] % 16 == 0 and a.shape[0] > 0)
 
 
 def scaled_mm(qa, qb) -> torch.Tensor:
-    """fp32 ``dequant(qa) @ dequant(qb).T`` on FP8 tensor cores from two QTensors."""
-    a8 = qa.codes.to(to_torch_dtype(qa.spec.fmt))           # exact: codes are on the grid
-    b8 = qb.codes.to(to_torch_dtype(qb.spec.fmt))
-    inv_a = (1.0 / qa.scale.float()).reshape(-1, 1) if qa.scale.numel() > 1 else (1.0 / qa.scale.float()).reshape(())
-    inv_b = (1.0 / qb.scale.float()).reshape(1, -1) if qb.scale.numel() > 1 else (1.0 / qb.scale.float()).reshape(())
-    rowwise = inv_a.dim() == 2 or inv_b.dim() == 2
-    if rowwise:  # cuBLASLt row-wise scaling wants both scales as vectors and a bf16 output
-        inv_a = inv_a.expand(a8.shape[0], 1).contiguous() if inv_a.dim() == 0 else inv_a.contiguous()
-        inv_b = inv_b.expand(1, b8.shape[0]).contiguous() if inv_b.dim() == 0 else inv_b.contiguous()
-    out = torch._scaled_mm(a8.contiguous(), b8.contiguous().t(), scale_a=inv_a, scale_b=inv_b,
-                           out_dtype=torch.bfloat16 if rowwise else torch.float32)
-    return out.float()
+    """fp32 ``dequant(qa) @ dequant(qb).T`` on FP8 tensor cores from two QTensors (per-tensor,
+    delayed or per-row scales)."""
+    a8 = qa.codes.to(to_torch_dtype(qa.spec.fmt)).contiguous()  # exact: codes are on the grid
+    b8 = qb.codes.to(to_torch_dtype(qb.spec.fmt)).contiguous()
+    return fp8_mm(a8, qa.scale, _qtensor_kind(qa), b8, qb.scale, _qtensor_kind(qb), torch.float32)
+
+
+def hp_mm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, out_dtype: torch.dtype) -> torch.Tensor:
+    """``a @ b.T`` with both operands rounded to ``dtype`` (bf16 tensor cores accumulate in fp32)."""
+    return F.linear(a.to(dtype), b.to(dtype)).to(out_dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# The fast path's plan for a recipe
+
+
+class FastPlan:
+    """How each GEMM of a recipe runs on the fast path: both operands unquantized ("hp": a GEMM in
+    the recipe's high-precision dtype) or both FP8 with scales ``_scaled_mm`` understands ("fp8").
+    ``FastPlan.for_recipe`` is None for a recipe with anything else (operand quantizers such as MoR
+    or INT8 fallback, INT8 or MX specs, stochastic rounding, delayed scaling): such layers run the
+    emulation."""
+
+    def __init__(self, gemms: dict, high_precision: torch.dtype):
+        self.gemms, self.high_precision = gemms, high_precision
+        self.all_hp = all(kind == "hp" for kind, _, _ in gemms.values())
+
+    @classmethod
+    def for_recipe(cls, recipe) -> Optional["FastPlan"]:
+        from .recipes import GEMMS, OperandQuantizer
+        gemms = {}
+        for g in GEMMS:
+            a, b = recipe.gemm(g)
+            if isinstance(a, OperandQuantizer) or isinstance(b, OperandQuantizer):
+                return None
+            if a is None and b is None:
+                gemms[g] = ("hp", None, None)
+            elif scale_kind(a) is not None and scale_kind(b) is not None:
+                gemms[g] = ("fp8", a, b)
+            else:
+                return None
+        return cls(gemms, {"bf16": torch.bfloat16, "fp32": torch.float32}[recipe.high_precision])
+
+    def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        """``a @ b.T`` (reduction last) of GEMM ``name`` in ``out_dtype``."""
+        kind, spec_a, spec_b = self.gemms[name]
+        if kind == "hp":
+            return hp_mm(a, b, self.high_precision, out_dtype)
+        return fp8_gemm(a, b, spec_a, spec_b, out_dtype)
+
+    def describe(self) -> str:
+        """One line for provenance: what each GEMM runs on."""
+        def one(kind, a, b):
+            if kind == "hp":
+                return f"{self.high_precision}".replace("torch.", "")
+            return f"fp8 {a.fmt}/{b.fmt}, {scale_kind(a)}/{scale_kind(b)} scales"
+        return ", ".join(f"{g}: {one(*v)}" for g, v in self.gemms.items())
+
+    def fp8_gemms(self) -> int:
+        """GEMMs per layer and training step that run on FP8 operands."""
+        return sum(kind == "fp8" for kind, _, _ in self.gemms.values())

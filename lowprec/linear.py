@@ -4,7 +4,13 @@
 stored transposed, (in, out)) with ``QLinear``; the weight and bias Parameters are kept as they are,
 so optimizer state, checkpoints and state-dict keys do not change.  ``QLinear`` runs its own autograd
 Function: each of the three GEMMs quantizes its two operands as the recipe says (``lowprec.recipes``)
-and multiplies in fp32 (the emulation path; ``lowprec.gemm`` has the GPU fast path).
+and multiplies in fp32: the emulation, the reference every method is defined by.
+
+The fast path (``lowprec.gemm.FastPlan``) runs the same recipe as a training path: activations stay
+in their dtype, unquantized operands go to BF16 tensor-core GEMMs, FP8 operands to ``_scaled_mm``,
+with no host sync, so ``torch.compile`` traces the layer whole. It is taken where the recipe allows
+(``FastPlan.for_recipe``), on the devices ``LOWPREC_FAST_PATH`` names (``cuda``, the default; ``all``;
+``off``), and never on a telemetry step, which needs the emulation's values.
 
     from lowprec import convert, RECIPES
     convert(model, RECIPES["fp8_hybrid"])             # two lines, like torchao's convert_to_float8_training
@@ -13,13 +19,15 @@ and multiplies in fp32 (the emulation path; ``lowprec.gemm`` has the GPU fast pa
 from __future__ import annotations
 
 import fnmatch
+import os
 import zlib
 from typing import Iterable, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from .gemm import fast_path_applies, scaled_mm
+from .gemm import FastPlan, fast_path_applies, scaled_mm
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize
 from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe
 from .telemetry import Telemetry
@@ -27,6 +35,11 @@ from .telemetry import Telemetry
 DEFAULT_EXCLUDE = ("lm_head", "*.lm_head", "score")
 
 _HP_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+# Devices whose QLinear layers take the fast path when their recipe allows: "cuda" (default), "all"
+# (the CPU too: tests, and CPU runs that want speed over the emulation's exact accumulation order), "off"
+FAST_PATH = os.environ.get("LOWPREC_FAST_PATH", "cuda")
+_FAST_PATH_CHOICES = ("cuda", "all", "off")
 
 
 def _conv1d_class():
@@ -87,6 +100,11 @@ class QLinear(nn.Module):
                         for g in GEMMS for op, spec in zip(OPERANDS[g], recipe.gemm(g))
                         if isinstance(spec, QuantSpec) and spec.scaling == "delayed"}
         self.weight_transform = recipe.weight_transform(self) if recipe.weight_transform else None
+        self.fast_plan = FastPlan.for_recipe(recipe)
+        # the transformed weight of this step, set eagerly by `compiled` before a compiled forward:
+        # weight transforms keep host-side state (GaussWS's noise counter and cache) that a
+        # compiled graph must not trace
+        self._weight_now: Optional[torch.Tensor] = None
 
     @property
     def in_features(self) -> int:
@@ -126,10 +144,28 @@ class QLinear(nn.Module):
         for i, q in enumerate(self._stateful_quantizers()):
             q.load_state_for_layer(self.name, saved[i] if i < len(saved) else {})
 
+    def fast(self, x: torch.Tensor) -> bool:
+        """Whether this call takes the fast path: the recipe allows it, the device is enabled, and
+        no telemetry is recorded (a compiled step never records: the trainer runs recording steps
+        eagerly)."""
+        if self.fast_plan is None:
+            return False
+        if FAST_PATH not in _FAST_PATH_CHOICES:
+            raise ValueError(f"LOWPREC_FAST_PATH must be one of {_FAST_PATH_CHOICES}, got {FAST_PATH!r}")
+        if FAST_PATH == "off" or (FAST_PATH == "cuda" and not x.is_cuda):
+            return False
+        return torch.compiler.is_compiling() or not self._measuring()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        fast = self.fast(x)
         with torch.autocast(device_type=x.device.type, enabled=False):
-            w = self.weight if self.weight_transform is None else self.weight_transform(self.weight)
+            w = self._weight_now
+            if w is None:
+                w = self.weight if self.weight_transform is None else self.weight_transform(self.weight)
+            if fast:
+                # the fast plans have no per-call random draws, so `calls` (the seeds' counter) stays
+                return _fast_linear(x, w, self.bias, self.fast_plan, self.transposed, out_dtype)
             y = _QLinearFn.apply(x.float(), w, self.bias, self)
         if self.training:  # evaluation passes must not shift the training steps' random draws
             n = self.call_count()
@@ -240,6 +276,69 @@ class _QLinearFn(torch.autograd.Function):
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.sum(0)
         return dx, dw, db, None
+
+
+class compiled:
+    """``torch.compile(model)`` for training and evaluation with QLinear layers: before each call the
+    layers' weight transforms run eagerly (their draws and caches stay in Python; the compiled graph
+    takes the transformed weights as inputs, and gradients reach the master weights through them),
+    and the uncompiled model can be called through ``.eager`` (telemetry steps). ``compile_kw`` go
+    to ``torch.compile``."""
+
+    def __init__(self, model: nn.Module, **compile_kw):
+        self.eager = model
+        self.fn = torch.compile(model, **compile_kw)
+        self._transformed = [m for m in model.modules() if isinstance(m, QLinear) and m.weight_transform is not None]
+
+    def __call__(self, *args, **kwargs):
+        for m in self._transformed:
+            m._weight_now = m.weight_transform(m.weight)
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            for m in self._transformed:
+                m._weight_now = None
+
+
+def _fast_linear(x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype) -> torch.Tensor:
+    if plan.all_hp:  # plain autograd: the GEMMs are autocast's, in the recipe's dtype
+        dt = plan.high_precision
+        w = weight.t() if transposed else weight
+        return F.linear(x.to(dt), w.to(dt), None if bias is None else bias.to(dt)).to(out_dtype)
+    return _FastLinearFn.apply(x, weight, bias, plan, transposed, out_dtype)
+
+
+class _FastLinearFn(torch.autograd.Function):
+    """The three GEMMs of ``FastPlan``: activations and gradients in their own dtype, the weight
+    gradient in fp32 (bf16 where ``_scaled_mm`` returns only bf16)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype):
+        w = weight.t() if transposed else weight  # (N, K)
+        x2d = x.reshape(-1, x.shape[-1])
+        y = plan.gemm("fprop", x2d, w, out_dtype)
+        if bias is not None:
+            y = y + bias.to(out_dtype)
+        ctx.plan, ctx.transposed, ctx.has_bias = plan, transposed, bias is not None
+        ctx.save_for_backward(x, weight)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        plan = ctx.plan
+        w = weight.t() if ctx.transposed else weight
+        dy2d = dy.reshape(-1, dy.shape[-1])
+        x2d = x.reshape(-1, x.shape[-1])
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = plan.gemm("dgrad", dy2d, w.t(), x.dtype).reshape(x.shape)
+        if ctx.needs_input_grad[1]:
+            dw = plan.gemm("wgrad", dy2d.t(), x2d.t(), torch.float32)
+            dw = (dw.t() if ctx.transposed else dw).to(weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2d.float().sum(0)
+        return dx, dw, db, None, None, None
 
 
 def convert(model: nn.Module, recipe: Recipe, include: Optional[Iterable[str]] = None,

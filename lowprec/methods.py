@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from .gemm import FastPlan
 from .linear import DEFAULT_EXCLUDE, convert
 from .recipes import recipe_from_config
 from .telemetry import Telemetry
@@ -39,5 +40,7 @@ def apply_method(model: nn.Module, method_cfg: dict, precision: str, seed: int =
         numerics = f"{recipe.name}: {recipe.description} (emulated, fp32 accumulate)"
     else:
         numerics = f"{recipe.name}: {recipe.high_precision} GEMM operands (emulated), fp32 accumulate"
+    plan = FastPlan.for_recipe(recipe)
     return {"recipe": recipe.name, "numerics": numerics, "layers": layers, "recipe_spec": recipe.to_dict(),
+            "fast_path": (plan.describe() + " (CUDA; telemetry steps emulated)") if plan else "none: emulated",
             "telemetry": telemetry}

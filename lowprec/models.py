@@ -81,6 +81,7 @@ def count_parameters(model: nn.Module) -> int:
     return total
 
 
-def causal_lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    logits = model(input_ids=x).logits
+def causal_lm_loss(model, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross entropy of ``model`` (a causal LM, or a callable such as a compiled one)."""
+    logits = model(input_ids=x, use_cache=False).logits  # training builds no KV cache
     return nn.functional.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1))

@@ -143,10 +143,18 @@ class LitLM(L.LightningModule):
         self.diverged_at: int | None = None
         self.step_losses: list[torch.Tensor] = []
         self.matrix_names = {n for n, p in self.model.named_parameters() if p.dim() >= 2}  # weight decay
+        self.compiled = None  # lowprec.linear.compiled(self.model) when train.compile is on
+
+    def net(self):
+        """The model this step calls: the compiled one, except on telemetry steps, which need the
+        emulation's values (QLinear takes the fast path only where nothing is recorded)."""
+        if self.compiled is None or (self.telemetry is not None and self.telemetry.recording()):
+            return self.model
+        return self.compiled
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        loss = causal_lm_loss(self.model, x, y)
+        loss = causal_lm_loss(self.net(), x, y)
         finite = bool(torch.isfinite(loss))
         if self.trainer.world_size > 1:  # all ranks skip backward together, or DDP would hang
             finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
@@ -167,7 +175,7 @@ class LitLM(L.LightningModule):
     def validation_step(self, batch, batch_idx):
         x, y, weight = batch
         n = weight * y.numel()
-        self.val_sums += torch.stack([causal_lm_loss(self.model, x, y).detach().double() * n,
+        self.val_sums += torch.stack([causal_lm_loss(self.net(), x, y).detach().double() * n,
                                       torch.tensor(n, dtype=torch.float64, device=self.device)])
 
     def on_validation_epoch_end(self):
@@ -403,6 +411,16 @@ def lightning_strategy(name: str, model: torch.nn.Module):
     return FSDPStrategy(auto_wrap_policy=blocks or None)
 
 
+def use_compile(t: dict, place: dict) -> bool:
+    """train.compile resolved: auto compiles on the GPU (but not FSDP's per-block wrapping)."""
+    want = t.get("compile", "auto")
+    if want == "auto":
+        return place["accelerator"] == "gpu" and place["strategy"] != "fsdp"
+    if want and place["strategy"] == "fsdp":
+        raise cfglib.ConfigError("train.compile: true is not supported with train.strategy fsdp; use ddp or compile: false")
+    return bool(want)
+
+
 def run(cfg: dict, callbacks: list | None = None) -> dict:
     """Train one run from its resolved config; returns its provenance record (empty on ranks other
     than zero, which write nothing)."""
@@ -419,6 +437,9 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     precision = resolve_precision(t.get("precision", "auto"), place["accelerator"] == "gpu")
     L.seed_everything(cfg["seed"], workers=True, verbose=False)
     module = LitLM(cfg, data.vocab_size, precision)
+    if use_compile(t, place):
+        from .linear import compiled
+        module.compiled = compiled(module.model)
     n_parameters = count_parameters(module.model)  # before FSDP shards them
 
     # Read-only here (every rank decides the same); PrepareRunFolder changes the folder later.
@@ -500,7 +521,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
         "tokens_seen": steps * steplog.tokens_per_step,
         "world_size": world_size, "strategy": place["strategy"],
         "parameters": n_parameters,
-        "precision": precision, "method": module.method_info,
+        "precision": precision, "compiled": module.compiled is not None, "method": module.method_info,
         "final_val_loss": float(val.iloc[-1]) if len(val) else None,
         "mean_tokens_per_s": steplog.mean_tokens_per_s(),
         "peak_mem_mb": peak_memory_mb(),

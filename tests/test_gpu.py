@@ -27,7 +27,11 @@ def _run(layer, x, g):
 
 @pytest.mark.parametrize("recipe", [RECIPES["fp8_tensorwise_current"], RECIPES["fp8_hybrid"],
                                     RECIPES["fp8_delayed"], FP8_ROWWISE])
-def test_scaled_mm_fast_path_equals_emulation(recipe, monkeypatch):
+def test_emulation_scaled_mm_shortcut_equals_emulation(recipe, monkeypatch):
+    """The emulation's own CUDA shortcut (QTensors through _scaled_mm), with the fast path off."""
+    import lowprec.linear as lin
+
+    monkeypatch.setattr(lin, "FAST_PATH", "off")
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(512, 256)).cuda()
     fast, emu = copy.deepcopy(base), copy.deepcopy(base)
@@ -41,7 +45,6 @@ def test_scaled_mm_fast_path_equals_emulation(recipe, monkeypatch):
         calls["n"] += 1
         return real(qa, qb)
 
-    import lowprec.linear as lin
     monkeypatch.setattr(lin, "scaled_mm", counting)
     yf, dxf, dwf = _run(fast, x, g)
     assert calls["n"] == 3  # all three GEMMs took the FP8 tensor-core path
@@ -51,6 +54,106 @@ def test_scaled_mm_fast_path_equals_emulation(recipe, monkeypatch):
     floor = 45 if recipe is FP8_ROWWISE else 60
     for a, b in ((yf, ye), (dxf, dxe), (dwf, dwe)):
         assert sqnr_db(b, a) > floor
+
+
+FAST_RECIPES = ["bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise"]
+
+
+@pytest.mark.parametrize("name", FAST_RECIPES + ["fp8_rowwise"])
+def test_fast_path_gemms_equal_emulation(name, monkeypatch):
+    """Each GEMM of the fast path against the emulation on the same operands: the same codes and
+    scales, outputs within an SQNR floor, and the FP8 GEMMs really on _scaled_mm."""
+    from lowprec.gemm import FastPlan, quantize_fp8, scale_kind
+    from lowprec.numerics import quantize
+
+    recipe = FP8_ROWWISE if name == "fp8_rowwise" else RECIPES[name]
+    plan = FastPlan.for_recipe(recipe)
+    calls = {"n": 0}
+    real = torch._scaled_mm
+
+    def counting(*a, **kw):
+        calls["n"] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(torch, "_scaled_mm", counting)
+    torch.manual_seed(0)
+    m, k, n = 384, 512, 256
+    for g, (a, b) in {"fprop": (torch.randn(m, k), torch.randn(n, k)),
+                      "dgrad": (torch.randn(m, n) * 1e-4, torch.randn(k, n)),
+                      "wgrad": (torch.randn(n, m) * 1e-4, torch.randn(k, m))}.items():
+        a, b = a.cuda().bfloat16(), b.cuda()
+        spec_a, spec_b = recipe.gemm(g)
+        ref = (a.float() if spec_a is None else quantize(a, spec_a).dequantize().float()) @ \
+              (b.bfloat16().float() if spec_b is None else quantize(b, spec_b).dequantize().float()).t()
+        before = calls["n"]
+        out = plan.gemm(g, a, b, torch.float32)
+        fp8 = spec_a is not None
+        for t, spec in ((a, spec_a), (b, spec_b)):
+            if spec is not None:
+                codes, scale = quantize_fp8(t, spec)
+                q = quantize(t, spec)
+                assert torch.equal(codes.float(), q.codes) and torch.equal(scale, q.scale)
+        pair = (scale_kind(spec_a), scale_kind(spec_b)) if fp8 else None
+        expect_hw = fp8 and pair in gemm_mod.FP8_PAIRS
+        assert (calls["n"] - before == 1) == expect_hw, (g, pair)
+        # fp32 output only from tensor x tensor FP8; bf16 GEMMs and row/block scaling return bf16
+        floor = 60 if pair == ("tensor", "tensor") else 45
+        assert sqnr_db(ref, out) > floor
+        if fp8:  # the operands were really quantized: FP8's error is far above the GEMMs' rounding
+            assert sqnr_db(a.float() @ b.float().t(), out) < 40
+
+
+@pytest.mark.parametrize("method", [{"recipe": r} for r in FAST_RECIPES] + [{"recipe": "gaussws", "b": 6}],
+                         ids=lambda m: m["recipe"])
+def test_compiled_model_has_no_graph_breaks(method):
+    """A converted model compiles whole (``lowprec.linear.compiled``), forward and backward."""
+    import torch._dynamo
+
+    from lowprec.linear import compiled
+    from lowprec.models import build_model, causal_lm_loss
+    from lowprec.recipes import recipe_from_config
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = build_model({"family": "llama", "layers": 2, "d_model": 256, "heads": 4, "ffn": 512,
+                         "max_seq_len": 128}, 512).cuda()
+    convert(model, recipe_from_config(method))
+    fn = compiled(model)
+    x = torch.randint(0, 512, (4, 128), device="cuda")
+    for m in fn._transformed:
+        m._weight_now = m.weight_transform(m.weight)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        explained = torch._dynamo.explain(fn.fn)(input_ids=x, use_cache=False)
+    assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]
+    for _ in range(2):  # new transformed weights each step: no recompilation
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = causal_lm_loss(fn, x, torch.roll(x, -1, 1))
+        loss.backward()
+        assert torch.isfinite(loss)
+
+
+def test_blockwise_scale_layouts():
+    """Which DeepSeek-style block pairs _scaled_mm takes on this GPU (FP8_PAIRS lists the ones the
+    fast path uses); prints the others' errors for the record."""
+    from lowprec.gemm import fp8_mm, quantize_fp8
+
+    torch.manual_seed(0)
+    a, b = torch.randn(256, 512, device="cuda"), torch.randn(384, 512, device="cuda")
+    sa, sb = QuantSpec("e4m3", "block", block=(1, 128)), QuantSpec("e4m3", "block", block=(128, 128))
+    a8, ga = quantize_fp8(a, sa)
+    b8, gb = quantize_fp8(b, sb)
+    ref = gemm_mod.dequantized_mm(a8, ga, sa, b8, gb, sb)
+    assert sqnr_db(ref, fp8_mm(a8, ga, "1x128", b8, gb, "128x128", torch.float32)) > 45
+    b8r, gbr = quantize_fp8(b, sa)  # 1x128 x 1x128 (the weight gradient of fp8_blockwise)
+    ref2 = gemm_mod.dequantized_mm(a8, ga, sa, b8r, gbr, sa)
+    for name, sbl in (("(N, K/128) column-major", (1.0 / gbr).t().contiguous().t()),
+                      ("(N, K/128) row-major", (1.0 / gbr).contiguous())):
+        try:
+            out = torch._scaled_mm(a8, b8r.t(), scale_a=(1.0 / ga).t().contiguous().t(), scale_b=sbl,
+                                   out_dtype=torch.bfloat16)
+            print(f"1x128 x 1x128 with scale_b {name}: SQNR {sqnr_db(ref2, out.float()):.1f} dB")
+        except RuntimeError as e:
+            print(f"1x128 x 1x128 with scale_b {name}: refused ({str(e).splitlines()[0][:120]})")
 
 
 @pytest.mark.parametrize("rule", ["absmax", "none"])
@@ -137,7 +240,10 @@ def test_mor_kernel_path_equals_torch_path(partition, scale, monkeypatch):
         assert rk.rel_error > 0  # the E4M3 path really ran
 
 
-def test_emulation_on_gpu_matches_cpu():
+def test_emulation_on_gpu_matches_cpu(monkeypatch):
+    import lowprec.linear as lin
+
+    monkeypatch.setattr(lin, "FAST_PATH", "off")
     torch.manual_seed(1)
     cpu = nn.Sequential(nn.Linear(256, 128))
     gpu = copy.deepcopy(cpu).cuda()

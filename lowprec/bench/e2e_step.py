@@ -1,142 +1,238 @@
-"""End-to-end training-step throughput of low-precision recipes against BF16 on one GPU: tokens/s of a
-~100M Llama2-style (SwiGLU, i.e. GLU) model, every arm measured in the same process with interleaved
-repeats (``lowprec.bench.train_step``).
+"""End-to-end training-step throughput of every method against compiled BF16 and the peers a user
+would pick instead (torchao float8 training), on one GPU:
 
-    python -m lowprec.bench.e2e_step --out results/int8_fallback/e2e_h200.csv
+    python -m lowprec.bench.e2e_step --out results/bench/e2e_h200.csv
+    python -m lowprec.bench.e2e_step --shapes llama_1b --arms bf16_compiled,int8_fallback --merge
+
+Shapes (``--shapes``): ``llama_100m`` (12 x 768, ffn 2048, 16 x 1024 tokens per step) and ``llama_1b``
+(16 x 2048, ffn 5632, 16 heads, 8 x 2048 tokens per step), both Llama2-style (SwiGLU), vocab 8192.
 
 Arms (``--arms``):
-  bf16                    plain model under bf16 autocast: the BF16 baseline every ``speedup`` is against
-  bf16_qlinear            lowprec.convert with the bf16 recipe: the suite's QLinear path with no low-precision
-                          GEMM (fp32 GEMMs of bf16-rounded operands), i.e. the cost of the layer plumbing
-  int8_block              the int8_fallback recipe with rule "none": block INT8 operands (Triton quantize
-                          kernel) and every GEMM on the Triton block-scaled INT8 kernel, no fallback
-  int8_fallback           the int8_fallback recipe with its defaults (absmax rule, tau 8): as int8_block,
-                          X's block statistics and two-part quantization are Triton kernels too, and
-                          fallback blocks of X add an INT8 product on their residual
-  fp8_tensorwise_current  FP8 E4M3 current scaling through torch._scaled_mm, for reference
+  bf16_eager              plain model under bf16 autocast
+  bf16_compiled           the same under torch.compile: the baseline of every ratio
+  torchao_tensorwise      torchao float8 training (Float8LinearConfig "tensorwise"), compiled
+  torchao_rowwise         torchao float8 training ("rowwise"), compiled
+  <recipe or method>      the suite's recipes and methods (fp8_tensorwise_current, fp8_delayed, fp8_hybrid,
+                          fp8_blockwise, mor_tensor, mor_channel, mor_block, mor_sub_two_way, gaussws,
+                          int8_block, int8_fallback) through lowprec.convert, compiled with
+                          lowprec.linear.compiled where the recipe has a fast path (``FastPlan``), else
+                          eager (the emulation; the CSV's ``path`` column says which)
 
-Quantization is included in every arm's step. ``fused_gemms_per_step`` counts the GEMMs that really ran on
-the low-precision kernel in one step (0 would mean the arm measured only emulation). The headline is
-int8_fallback against bf16 (the paper: 1.57x end to end on an RTX 4090, where INT8 tensor cores have 4x
-the BF16 rate; on an H200 it is 2x, so the GEMM-only ceiling is 2x and the end-to-end one lower).
+Every arm's step is forward, loss, backward and a fused AdamW step, quantization included. Arms run
+one after another (a 1B model with its AdamW state is ~18 GB: all arms at once do not fit); the
+baseline is measured first and again last, and the ratios are against the mean of the two (their
+spread is in the provenance as the drift of the run). ``lowp_gemms_per_step`` counts the
+low-precision GEMMs of one profiled step (``aten::_scaled_mm`` calls and the Triton INT8 GEMM
+kernels): 0 for an arm with a hardware path (``HARDWARE_ARMS``) means nothing ran on low-precision
+hardware, and the run fails; the MoR arms have no hardware GEMM yet and count 0.
+``--merge`` keeps the rows of other (shape, arm) pairs already in ``--out`` (each run measures its
+own baseline; the provenance lists every run that contributed).
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
+import time
+from pathlib import Path
 
 import torch
 
 from .common import bench_parser, fail, parse_names, require_cuda
-from .train_step import MODEL, add_step_args, build_model, interleaved_tokens_per_s, optimizer, random_batches
-from .train_step import step, write_results
+from .train_step import MODEL, optimizer, random_batches, step
 
 PROG = "e2e_step"
-ARMS = ("bf16", "bf16_qlinear", "int8_block", "int8_fallback", "fp8_tensorwise_current")
-FIELDS = ["model", "recipe", "path", "batch", "seq", "accum", "tokens_per_s", "tokens_per_s_reps", "step_ms",
-          "bf16_tokens_per_s", "speedup", "speedup_vs_bf16_qlinear", "fused_gemms_per_step", "n_params",
-          "steps", "repeats"]
+SHAPES = {
+    "llama_100m": {"model": MODEL, "batch": 16, "seq": 1024},
+    "llama_1b": {"model": {"name": "llama2_1b", "family": "llama", "layers": 16, "d_model": 2048, "heads": 16,
+                           "kv_heads": 16, "ffn": 5632, "max_seq_len": 2048, "tie_embeddings": False},
+                 "batch": 8, "seq": 2048},
+}
+BASELINE = "bf16_compiled"
+PEERS = ("bf16_eager", BASELINE, "torchao_tensorwise", "torchao_rowwise")
+METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
+    "fp8_tensorwise_current": {"recipe": "fp8_tensorwise_current"},
+    "fp8_delayed": {"recipe": "fp8_delayed"},
+    "fp8_hybrid": {"recipe": "fp8_hybrid"},
+    "fp8_blockwise": {"recipe": "fp8_blockwise"},
+    "mor_tensor": {"recipe": "mor", "partition": "tensor"},
+    "mor_channel": {"recipe": "mor", "partition": "channel"},
+    "mor_block": {"recipe": "mor", "partition": "block"},
+    "mor_sub_two_way": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way"},
+    "gaussws": {"recipe": "gaussws", "b": 6},
+    "int8_block": {"recipe": "int8_fallback", "rule": "none", "gemm": "kernel"},
+    "int8_fallback": {"recipe": "int8_fallback", "gemm": "kernel"},
+}
+ARMS = PEERS + tuple(METHODS)
+# arms whose GEMMs run on low-precision hardware on CUDA today (MoR's are still emulated: 0 is its honest count)
+HARDWARE_ARMS = {"torchao_tensorwise", "torchao_rowwise", "fp8_tensorwise_current", "fp8_delayed", "fp8_hybrid",
+                 "fp8_blockwise", "int8_block", "int8_fallback"}
+FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs_bf16_compiled", "peak_mem_gib",
+          "lowp_gemms_per_step", "step_ms", "batch", "seq", "n_params", "steps", "repeats"]
+# kernels counted as low-precision GEMMs in the profiled step
+_LOWP_OPS = ("aten::_scaled_mm",)
+_LOWP_KERNELS = ("_gemm_kernel",)  # lowprec.kernels.int8_fallback_gemm
 
 
 def _parse(argv):
-    p = bench_parser("lowprec.bench.e2e_step", __doc__, "CSV path; <name>.provenance.json goes beside it",
-                     default="results/int8_fallback/e2e_h200.csv")
-    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {list(ARMS)} (bf16 required)")
-    add_step_args(p, steps=10, warmup=3)
+    p = bench_parser(f"lowprec.bench.{PROG}", __doc__, "CSV path; <name>.provenance.json goes beside it",
+                     default="results/bench/e2e_h200.csv")
+    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated subset of {list(SHAPES)}")
+    p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {list(ARMS)}")
+    p.add_argument("--steps", type=int, default=5, help="optimizer steps per timed repeat")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per arm (compilation happens here)")
+    p.add_argument("--merge", action="store_true", help="keep the rows of other (shape, arm) pairs in --out")
     return p.parse_args(argv)
 
 
-def _build(arm: str):
-    from ..int8_fallback import int8_fallback_recipe
-    from ..linear import convert
-    from ..recipes import RECIPES
+def _torchao_convert(model, recipe: str):
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    except ImportError:
+        fail(PROG, f"arm torchao_{recipe} needs torchao (pip install torchao)")
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
+                               module_filter_fn=lambda mod, fqn: "lm_head" not in fqn)
 
-    model = build_model()
-    if arm == "bf16_qlinear":
-        convert(model, RECIPES["bf16"])
-    elif arm == "int8_block":
-        convert(model, int8_fallback_recipe({"rule": "none", "gemm": "kernel"}))
-    elif arm == "int8_fallback":
-        convert(model, int8_fallback_recipe({"gemm": "kernel"}))
-    elif arm == "fp8_tensorwise_current":
-        convert(model, RECIPES[arm])
+
+def build_arm(arm: str, shape: dict):
+    """(callable model, its module, path) for one arm: path is 'compiled' or 'eager'."""
+    from ..gemm import FastPlan
+    from ..linear import compiled, convert
+    from ..recipes import recipe_from_config
+    from .train_step import build_model
+
+    model = build_model(shape["model"])
     model.train()
-    return model, optimizer(model)
+    if arm == "bf16_eager":
+        return model, model, "eager"
+    if arm == BASELINE:
+        return torch.compile(model), model, "compiled"
+    if arm.startswith("torchao_"):
+        _torchao_convert(model, arm.split("_", 1)[1])
+        return torch.compile(model), model, "compiled"
+    recipe = recipe_from_config(METHODS[arm])
+    convert(model, recipe)
+    if FastPlan.for_recipe(recipe) is not None:
+        return compiled(model), model, "compiled"
+    return model, model, "eager"
 
 
-class _GemmCounter:
-    """Counts calls of the low-precision GEMM entry points during one step."""
+def lowp_gemms(fn, opt, batches) -> int:
+    """Low-precision GEMMs in one profiled step."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step(fn, opt, batches)
+        torch.cuda.synchronize()
+    n = 0
+    for e in prof.events():
+        if e.name in _LOWP_OPS or (e.device_type == torch.autograd.DeviceType.CUDA
+                                   and any(k in e.name for k in _LOWP_KERNELS)):
+            n += 1
+    return n
 
-    def __init__(self):
-        from .. import linear
-        from ..kernels import int8_fallback_gemm as kf
-        self.n = 0
-        self._patched = [(kf, "gemm_fallback_qtensors"), (linear, "scaled_mm")]
 
-    def __enter__(self):
-        self._saved = []
-        for mod, name in self._patched:
-            real = getattr(mod, name)
-            self._saved.append((mod, name, real))
+def time_steps(fn, opt, batches, steps: int) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step(fn, opt, batches)
+    torch.cuda.synchronize()
+    return sum(x.numel() for x, _ in batches) * steps / (time.perf_counter() - t0)
 
-            def counting(*a, _real=real, **kw):
-                self.n += 1
-                return _real(*a, **kw)
-            setattr(mod, name, counting)
-        return self
 
-    def __exit__(self, *exc):
-        for mod, name, real in self._saved:
-            setattr(mod, name, real)
+def measure(arm: str, shape_name: str, args) -> dict:
+    shape = SHAPES[shape_name]
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    fn, model, path = build_arm(arm, shape)
+    opt = optimizer(model)
+    batches = random_batches(shape["batch"], shape["seq"])
+    t0 = time.perf_counter()
+    for _ in range(args.warmup):
+        step(fn, opt, batches)
+    torch.cuda.synchronize()
+    warm_s = time.perf_counter() - t0
+    n_lowp = lowp_gemms(fn, opt, batches)
+    if arm in HARDWARE_ARMS and n_lowp == 0:
+        fail(PROG, f"arm {arm} ({shape_name}): no low-precision GEMM ran in a profiled step; the measurement "
+                   "would be of BF16 or emulated GEMMs")
+    reps = [time_steps(fn, opt, batches, args.steps) for _ in range(args.repeats)]
+    row = {"shape": shape_name, "arm": arm, "path": path, "reps": reps,
+           "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "lowp_gemms_per_step": n_lowp,
+           "batch": shape["batch"], "seq": shape["seq"], "n_params": sum(p.numel() for p in model.parameters()),
+           "warmup_s": warm_s}
+    print(f"# {shape_name:10s} {arm:24s} {path:8s} {statistics.median(reps):12,.0f} tok/s  "
+          f"lowp GEMMs {n_lowp:4d}  peak {row['peak_mem_gib']:.1f} GiB  warm-up {warm_s:.0f} s", flush=True)
+    del fn, model, opt
+    return row
+
+
+def _rows(measured: list[dict], base: dict, args) -> list[dict]:
+    rows = []
+    for m in measured:
+        med = statistics.median(m["reps"])
+        tokens = m["batch"] * m["seq"]
+        rows.append({
+            "shape": m["shape"], "arm": m["arm"], "path": m["path"], "tokens_per_s": f"{med:.0f}",
+            "tokens_per_s_reps": ";".join(f"{v:.0f}" for v in m["reps"]),
+            "ratio_vs_bf16_compiled": f"{med / base[m['shape']]:.3f}", "peak_mem_gib": f"{m['peak_mem_gib']:.2f}",
+            "lowp_gemms_per_step": m["lowp_gemms_per_step"], "step_ms": f"{tokens / med * 1e3:.2f}",
+            "batch": m["batch"], "seq": m["seq"], "n_params": m["n_params"], "steps": args.steps,
+            "repeats": args.repeats})
+    return rows
+
+
+def _merged(out: Path, rows: list[dict]) -> list[dict]:
+    import csv
+    if not out.exists():
+        return rows
+    with out.open() as fh:
+        old = list(csv.DictReader(fh))
+    new = {(r["shape"], r["arm"]) for r in rows}
+    keep = [r for r in old if (r["shape"], r["arm"]) not in new]
+    order = {(s, a): i for i, (s, a) in enumerate((s, a) for s in SHAPES for a in ARMS)}
+    return sorted(keep + rows, key=lambda r: order.get((r["shape"], r["arm"]), len(order)))
 
 
 def main(argv=None) -> int:
     args = _parse(argv)
     require_cuda(PROG)
-    arms = parse_names(PROG, "--arms", args.arms, ARMS)
-    if "bf16" not in arms:
-        fail(PROG, "--arms: bf16 is the baseline every speedup is against; include it")
-    from ..kernels import int8_fallback_gemm as kf
-    if any(a.startswith("int8") for a in arms) and not kf.triton_available("cuda"):
-        fail(PROG, "the int8 arms need the Triton INT8 kernel (triton importable, CUDA device)")
-
-    batches = random_batches(args.batch, args.seq, args.accum)
-    state, info = {}, {}
-    for arm in arms:
-        torch.cuda.empty_cache()
-        model, opt = _build(arm)
-        for _ in range(max(args.warmup - 1, 1)):
-            step(model, opt, batches)
-        with _GemmCounter() as counter:
-            step(model, opt, batches)
-        torch.cuda.synchronize()
-        info[arm] = {"fused": counter.n, "n_params": sum(p.numel() for p in model.parameters())}
-        if arm.startswith(("int8", "fp8")) and counter.n == 0:
-            fail(PROG, f"arm {arm}: no GEMM ran on the low-precision kernel; the measurement would be emulation")
-        state[arm] = (model, opt)
-        print(f"# {arm}: {counter.n} low-precision GEMMs per step", flush=True)
-
-    reps = interleaved_tokens_per_s(state, batches, args.steps, args.repeats)
-    tokens = args.batch * args.seq * args.accum
-    med = {arm: statistics.median(v) for arm, v in reps.items()}
-    rows = []
-    for arm in arms:
-        rows.append({
-            "model": MODEL["name"], "recipe": arm, "path": "native" if arm == "bf16" else "qlinear",
-            "batch": args.batch, "seq": args.seq, "accum": args.accum,
-            "tokens_per_s": f"{med[arm]:.0f}", "tokens_per_s_reps": ";".join(f"{v:.0f}" for v in reps[arm]),
-            "step_ms": f"{tokens / med[arm] * 1e3:.2f}", "bf16_tokens_per_s": f"{med['bf16']:.0f}",
-            "speedup": f"{med[arm] / med['bf16']:.3f}",
-            "speedup_vs_bf16_qlinear": f"{med[arm] / med['bf16_qlinear']:.3f}" if "bf16_qlinear" in med else "",
-            "fused_gemms_per_step": info[arm]["fused"], "n_params": info[arm]["n_params"],
-            "steps": args.steps, "repeats": args.repeats,
-        })
-        print(f"{arm:24s} {med[arm]:12,.0f} tok/s  x{rows[-1]['speedup']} vs bf16", flush=True)
-
-    write_results(args.out, FIELDS, rows, __doc__.strip().split("\n")[0],
-                  expected_ceiling="H200 dense INT8 1979 TOPS vs BF16 989 TFLOPS: 2x on GEMMs alone (RTX 4090: 4x)")
+    shapes = parse_names(PROG, "--shapes", args.shapes, tuple(SHAPES))
+    arms = [a for a in parse_names(PROG, "--arms", args.arms, ARMS) if a != BASELINE]
+    measured, base, drift = [], {}, {}
+    for shape in shapes:
+        first = measure(BASELINE, shape, args)
+        measured.append(first)
+        for arm in arms:
+            measured.append(measure(arm, shape, args))
+        last = measure(BASELINE, shape, args)
+        first["reps"] += last["reps"]  # the baseline's repeats from both ends of the shape's run
+        base[shape] = statistics.median(first["reps"])
+        drift[shape] = statistics.median(last["reps"][:args.repeats]) / statistics.median(first["reps"][:args.repeats]) - 1
+    rows = _rows(measured, base, args)
+    for r in rows:
+        print(f"{r['shape']:10s} {r['arm']:24s} {r['path']:8s} {int(r['tokens_per_s']):12,d} tok/s  "
+              f"x{r['ratio_vs_bf16_compiled']} vs bf16 compiled", flush=True)
+    out = Path(args.out)
+    if args.merge:
+        rows = _merged(out, rows)
+    write_bench(out, rows, {"shapes": {s: SHAPES[s] for s in shapes}, "arms": [BASELINE, *arms],
+                            "baseline_drift": drift, "warmup_s": {f"{m['shape']}/{m['arm']}": round(m["warmup_s"], 1)
+                                                                  for m in measured}}, args.merge)
     return 0
+
+
+def write_bench(out: Path, rows: list[dict], run: dict, merge: bool) -> None:
+    """The CSV and its provenance; with ``merge``, this run is appended to the provenance's runs."""
+    import json
+    from .train_step import write_results
+    prov = out.with_name(out.stem + ".provenance.json")
+    runs = json.loads(prov.read_text()).get("runs", []) if merge and prov.exists() else []
+    from .. import provenance
+    runs.append({**run, "commit": provenance.git_commit(), "time": provenance.now()})
+    write_results(str(out), FIELDS, rows, __doc__.strip().split("\n")[0], runs=runs,
+                  expected_ceiling="H200 GEMMs alone: FP8 1.67x, blockwise FP8 1.51x, INT8 2x of BF16")
 
 
 if __name__ == "__main__":

@@ -27,17 +27,17 @@ def add_step_args(p, steps: int, warmup: int) -> None:
     p.add_argument("--warmup", type=int, default=warmup, help="untimed steps per arm before timing")
 
 
-def build_model():
+def build_model(shape: dict = MODEL):
     from ..models import build_model as build
     torch.manual_seed(0)
-    return build(MODEL, VOCAB).cuda()
+    return build(shape, VOCAB).cuda()
 
 
 def optimizer(model):
     return torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), fused=True)
 
 
-def random_batches(batch: int, seq: int, accum: int) -> list:
+def random_batches(batch: int, seq: int, accum: int = 1) -> list:
     gen = torch.Generator(device="cuda").manual_seed(0)
     out = []
     for _ in range(accum):

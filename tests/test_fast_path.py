@@ -1,0 +1,152 @@
+"""The fast path of QLinear (lowprec.gemm.FastPlan) on the CPU, where torch._scaled_mm takes
+tensor-wise and row-wise FP8: its quantization against the emulation's (itself checked against
+ml_dtypes and torch's casts), its GEMMs against the emulation's, and the compiled model."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import lowprec.linear as lin
+from lowprec import RECIPES, convert
+from lowprec.gemm import FastPlan, quantize_fp8
+from lowprec.numerics import QuantSpec, quantize, sqnr_db
+from lowprec.recipes import Gemm, Recipe, recipe_from_config
+
+SPECS = [QuantSpec("e4m3", "tensor"), QuantSpec("e5m2", "tensor"), QuantSpec("e4m3", "channel", axis=-1),
+         QuantSpec("e5m2", "channel", axis=-1), QuantSpec("e4m3", "block", block=(1, 128)),
+         QuantSpec("e4m3", "block", block=(128, 128)), QuantSpec("e4m3", "tensor", margin=1),
+         QuantSpec("e4m3", "block", block=(1, 128), pow2=True)]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.fmt}-{s.scaling}-{s.block}-m{s.margin}-p{int(s.pow2)}")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_quantize_fp8_codes_and_scales_equal_emulation(spec, dtype):
+    torch.manual_seed(0)
+    x = (torch.randn(200, 300) * torch.logspace(-8, 6, 300)).to(dtype)  # 300: partial 128-blocks
+    x[3, 5], x[7, 9], x[11, 13], x[17] = float("nan"), float("inf"), -float("inf"), 0.0
+    codes, scale = quantize_fp8(x, spec)
+    ref = quantize(x, spec)
+    assert codes.dtype == (torch.float8_e4m3fn if spec.fmt == "e4m3" else torch.float8_e5m2)
+    assert torch.equal(scale, ref.scale)
+    assert torch.equal(codes.float().nan_to_num(1234.0), ref.codes.nan_to_num(1234.0))
+    assert torch.isnan(codes.float()[3, 5]) and codes.float()[7, 9] == spec.format.fmax  # NaN kept, Inf saturates
+
+
+def test_fast_plan_covers_exactly_the_recipes_it_can_run():
+    planned = {name for name, r in RECIPES.items() if FastPlan.for_recipe(r) is not None}
+    assert planned == {"bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise"}
+    for cfg in ({"recipe": "mor", "partition": "tensor"}, {"recipe": "int8_fallback"},
+                {"recipe": "fp8_tensorwise_current", "fprop": {"b": None}}):  # FP8 x BF16: no hardware GEMM
+        assert FastPlan.for_recipe(recipe_from_config(cfg)) is None
+    gauss = FastPlan.for_recipe(recipe_from_config({"recipe": "gaussws", "b": 6}))
+    assert gauss is not None and gauss.all_hp
+    stochastic = QuantSpec("e4m3", "tensor", rounding="stochastic")
+    assert FastPlan.for_recipe(Recipe("sr", Gemm(stochastic, stochastic), Gemm(None, None), Gemm(None, None))) is None
+
+
+def _train_once(layer, x, g):
+    x = x.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    y.float().backward(g)
+    return y.detach().float(), x.grad.float(), layer[0].weight.grad.float(), layer[0].bias.grad.float()
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise"])
+def test_fast_layer_trains_like_the_emulation(name, monkeypatch):
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(256, 384))
+    fast, emu = copy.deepcopy(base), copy.deepcopy(base)
+    convert(fast, RECIPES[name])
+    convert(emu, RECIPES[name])
+    x, g = torch.randn(4, 64, 256), torch.randn(4, 64, 384)
+    calls = {"n": 0}
+    real = torch._scaled_mm
+
+    def counting(*a, **kw):
+        calls["n"] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(torch, "_scaled_mm", counting)
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    got = _train_once(fast, x, g)
+    # tensor-wise FP8 runs all three GEMMs on _scaled_mm; blockwise scales are CUDA-only (fp32 fallback)
+    assert calls["n"] == {"fp8_tensorwise_current": 3, "fp8_hybrid": 3}.get(name, 0)
+    monkeypatch.setattr(lin, "FAST_PATH", "off")
+    want = _train_once(emu, x, g)
+    assert calls["n"] == {"fp8_tensorwise_current": 3, "fp8_hybrid": 3}.get(name, 0)  # emulation: none
+    # the output is bf16 on both paths; gradients differ by the bf16 rounding of the fast GEMMs' outputs
+    for a, b in zip(got, want):
+        assert sqnr_db(b, a) > 35
+    assert int(fast[0].calls) == 0 and int(emu[0].calls) == 1  # no random draws on the fast path
+
+
+def test_fast_path_is_off_on_the_cpu_by_default_and_on_telemetry_steps(monkeypatch):
+    from lowprec.telemetry import Telemetry
+
+    tel = Telemetry(every=2)
+    model = nn.Sequential(nn.Linear(64, 32))
+    convert(model, RECIPES["fp8_tensorwise_current"], telemetry=tel)
+    x = torch.randn(8, 64)
+    assert lin.FAST_PATH == "cuda" and not model[0].fast(x)
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    tel.step = 0
+    assert not model[0].fast(x)  # a recording step needs the emulation's values
+    tel.step = 1
+    assert model[0].fast(x)
+    monkeypatch.setattr(lin, "FAST_PATH", "gpu")
+    with pytest.raises(ValueError, match="LOWPREC_FAST_PATH"):
+        model[0].fast(x)
+
+
+@pytest.mark.slow
+def test_compiled_gaussws_model_has_one_graph_and_trains_like_eager(monkeypatch):
+    """GaussWS's weight transform keeps host state (noise counter, cache): ``compiled`` runs it
+    eagerly and hands the compiled graph the noised weights, whose gradients reach the master
+    weights. One graph, no recompilation as the noise changes, and eager's losses."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from lowprec.linear import compiled
+    from lowprec.models import build_model, causal_lm_loss
+
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    torch._dynamo.reset()
+    counters.clear()
+    losses = []
+    for use_compile in (False, True):
+        torch.manual_seed(0)
+        model = build_model({"family": "llama", "layers": 1, "d_model": 64, "heads": 2, "ffn": 128,
+                             "max_seq_len": 32}, 128)
+        convert(model, recipe_from_config({"recipe": "gaussws", "b": 6}))
+        fn = compiled(model) if use_compile else model
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        run = []
+        for _ in range(3):
+            x = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))  # one batch: loss must fall
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = causal_lm_loss(fn, x, torch.roll(x, -1, 1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            run.append(loss.item())
+        losses.append(run)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    assert losses[1][0] == pytest.approx(losses[0][0], rel=1e-3)
+    assert losses[1] == pytest.approx(losses[0], rel=5e-3)  # bf16 kernels of another order
+    assert losses[1][2] < losses[1][0]  # the master weights learned through the noised copies
+
+
+def test_train_compile_setting():
+    from lowprec.config import ConfigError
+    from lowprec.train import use_compile
+
+    gpu = {"accelerator": "gpu", "strategy": "auto"}
+    assert use_compile({}, gpu) and use_compile({"compile": "auto"}, gpu)
+    assert not use_compile({}, {"accelerator": "cpu", "strategy": "auto"})
+    assert not use_compile({}, {"accelerator": "gpu", "strategy": "fsdp"})
+    assert use_compile({"compile": True}, {"accelerator": "cpu", "strategy": "auto"})
+    with pytest.raises(ConfigError, match="train.compile"):
+        use_compile({"compile": True}, {"accelerator": "gpu", "strategy": "fsdp"})
