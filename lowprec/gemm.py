@@ -179,6 +179,9 @@ def hp_mm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, out_dtype: torch
 # The fast path's plan for a recipe
 
 
+_PLANS: dict = {}  # id(recipe) -> (recipe, its FastPlan or None)
+
+
 class FastPlan:
     """How each GEMM of a recipe runs on the fast path: both operands unquantized ("hp": a GEMM in
     the recipe's high-precision dtype) or both FP8 with scales ``_scaled_mm`` understands ("fp8").
@@ -192,6 +195,14 @@ class FastPlan:
 
     @classmethod
     def for_recipe(cls, recipe) -> Optional["FastPlan"]:
+        # one plan per recipe, shared by its layers: a compiled graph then guards on one object
+        key = id(recipe)
+        if key not in _PLANS or _PLANS[key][0] is not recipe:
+            _PLANS[key] = (recipe, cls._build(recipe))
+        return _PLANS[key][1]
+
+    @classmethod
+    def _build(cls, recipe) -> Optional["FastPlan"]:
         from .recipes import GEMMS, OperandQuantizer
         gemms = {}
         for g in GEMMS:

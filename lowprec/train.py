@@ -148,8 +148,10 @@ class LitLM(L.LightningModule):
     def net(self):
         """The model this step calls: the compiled one, except on telemetry steps, which need the
         emulation's values (QLinear takes the fast path only where nothing is recorded)."""
-        if self.compiled is None or (self.telemetry is not None and self.telemetry.recording()):
+        if self.compiled is None:
             return self.model
+        if self.telemetry is not None and self.telemetry.recording():
+            return self.compiled.eager
         return self.compiled
 
     def training_step(self, batch, batch_idx):

@@ -96,8 +96,9 @@ def test_fast_path_gemms_equal_emulation(name, monkeypatch):
         pair = (scale_kind(spec_a), scale_kind(spec_b)) if fp8 else None
         expect_hw = fp8 and pair in gemm_mod.FP8_PAIRS
         assert (calls["n"] - before == 1) == expect_hw, (g, pair)
-        # fp32 output only from tensor x tensor FP8; bf16 GEMMs and row/block scaling return bf16
-        floor = 60 if pair == ("tensor", "tensor") else 45
+        # bf16 GEMMs and row/block scaling return bf16; Hopper's FP8 tensor cores accumulate with
+        # fewer bits between promotions to fp32 (tensor x tensor: 55.5 dB measured on an H200)
+        floor = 45
         assert sqnr_db(ref, out) > floor
         if fp8:  # the operands were really quantized: FP8's error is far above the GEMMs' rounding
             assert sqnr_db(a.float() @ b.float().t(), out) < 40
@@ -106,30 +107,30 @@ def test_fast_path_gemms_equal_emulation(name, monkeypatch):
 @pytest.mark.parametrize("method", [{"recipe": r} for r in FAST_RECIPES] + [{"recipe": "gaussws", "b": 6}],
                          ids=lambda m: m["recipe"])
 def test_compiled_model_has_no_graph_breaks(method):
-    """A converted model compiles whole (``lowprec.linear.compiled``), forward and backward."""
+    """A converted model's blocks compile whole (``lowprec.linear.compiled``), forward and backward,
+    into one graph that every block and step reuses."""
     import torch._dynamo
+    from torch._dynamo.utils import counters
 
     from lowprec.linear import compiled
     from lowprec.models import build_model, causal_lm_loss
     from lowprec.recipes import recipe_from_config
 
     torch._dynamo.reset()
+    counters.clear()
     torch.manual_seed(0)
     model = build_model({"family": "llama", "layers": 2, "d_model": 256, "heads": 4, "ffn": 512,
                          "max_seq_len": 128}, 512).cuda()
     convert(model, recipe_from_config(method))
     fn = compiled(model)
     x = torch.randint(0, 512, (4, 128), device="cuda")
-    for m in fn._transformed:
-        m._weight_now = m.weight_transform(m.weight)
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        explained = torch._dynamo.explain(fn.fn)(input_ids=x, use_cache=False)
-    assert explained.graph_break_count == 0, [r.reason for r in explained.break_reasons]
     for _ in range(2):  # new transformed weights each step: no recompilation
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = causal_lm_loss(fn, x, torch.roll(x, -1, 1))
         loss.backward()
         assert torch.isfinite(loss)
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1
 
 
 def test_blockwise_scale_layouts():

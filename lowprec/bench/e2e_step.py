@@ -9,7 +9,8 @@ Shapes (``--shapes``): ``llama_100m`` (12 x 768, ffn 2048, 16 x 1024 tokens per 
 
 Arms (``--arms``):
   bf16_eager              plain model under bf16 autocast
-  bf16_compiled           the same under torch.compile: the baseline of every ratio
+  bf16_compiled           the same with its transformer blocks under torch.compile (regional compilation,
+                          ``lowprec.linear.compile_blocks``, as every compiled arm): the baseline of every ratio
   torchao_tensorwise      torchao float8 training (Float8LinearConfig "tensorwise"), compiled
   torchao_rowwise         torchao float8 training ("rowwise"), compiled
   <recipe or method>      the suite's recipes and methods (fp8_tensorwise_current, fp8_delayed, fp8_hybrid,
@@ -98,7 +99,7 @@ def _torchao_convert(model, recipe: str):
 def build_arm(arm: str, shape: dict):
     """(callable model, its module, path) for one arm: path is 'compiled' or 'eager'."""
     from ..gemm import FastPlan
-    from ..linear import compiled, convert
+    from ..linear import compile_blocks, compiled, convert
     from ..recipes import recipe_from_config
     from .train_step import build_model
 
@@ -107,10 +108,10 @@ def build_arm(arm: str, shape: dict):
     if arm == "bf16_eager":
         return model, model, "eager"
     if arm == BASELINE:
-        return torch.compile(model), model, "compiled"
+        return compile_blocks(model), model, "compiled"
     if arm.startswith("torchao_"):
         _torchao_convert(model, arm.split("_", 1)[1])
-        return torch.compile(model), model, "compiled"
+        return compile_blocks(model), model, "compiled"
     recipe = recipe_from_config(METHODS[arm])
     convert(model, recipe)
     if FastPlan.for_recipe(recipe) is not None:
