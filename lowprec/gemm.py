@@ -16,8 +16,9 @@ reciprocal of the encode scale instead of dividing by it.
 Scale layouts ``_scaled_mm`` takes (checked on an H200 with torch 2.11; see ``FP8_PAIRS``):
     tensor x tensor      scale_a (), scale_b ()                           any output dtype
     row x row            scale_a (M, 1), scale_b (1, N)                   bf16 output
-    1x128 x 128x128      scale_a (M, K/128) column-major,                 bf16 output, CUDA only
-                         scale_b (N/128, K/128) column-major
+    1x128 x 128x128      scale_a (M, K/128), scale_b (K/128, N/128),       bf16 output, CUDA only
+    1x128 x 1x128        scale_a (M, K/128), scale_b (K/128, N),           (cuBLAS, CUDA >= 12.9)
+                         strides in ``fp8_mm``
 (a tensor scale pairs with a row scale by broadcasting it to a vector). Any other pair, or a shape
 cuBLASLt refuses (K and N must be multiples of 16), multiplies the dequantized operands in fp32: the
 emulation's arithmetic, still exact codes.
@@ -55,7 +56,7 @@ def scale_kind(spec) -> Optional[str]:
 
 # (kind of a, kind of b) pairs that _scaled_mm multiplies, and whether they need a CUDA device
 FP8_PAIRS = {(_TENSOR, _TENSOR): False, (_ROW, _ROW): False, (_TENSOR, _ROW): False, (_ROW, _TENSOR): False,
-             ("1x128", "128x128"): True}
+             ("1x128", "128x128"): True, ("1x128", "1x128"): True}
 
 
 def fp8_pair_supported(kind_a: str, kind_b: str, spec_a: QuantSpec, spec_b: QuantSpec) -> bool:
@@ -88,8 +89,16 @@ def fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, kind_a: str, b8: torch.Tenso
     """``dequant(a) @ dequant(b).T`` on FP8 tensor cores: a8 (M, K) and b8 (N, K) row-major codes
     with their encode-scale grids (``quantize_fp8``) of the given kinds (a pair of ``FP8_PAIRS``)."""
     inv_a, inv_b = _decode(scale_a), _decode(scale_b)
-    if kind_a == "1x128":  # (M, K/128), column-major; b's (N/128, K/128) grid, column-major
-        inv_a, inv_b = inv_a.t().contiguous().t(), inv_b.t().contiguous().t()
+    if kind_a == "1x128":
+        # a's grid (M, K/128) with stride 1 along M ("outer-dim-major"); b's grid transposed to
+        # (K/128, N) with stride 1 along K/128, or for 128x128 blocks to (K/128, N/128) with stride
+        # 1 along K/128 and the other stride padded to a multiple of 4 (16-byte aligned rows):
+        # the layouts of torch's own blockwise tests
+        inv_a = inv_a.t().contiguous().t()
+        kb = inv_b.shape[1]
+        if kind_b == "128x128":
+            inv_b = F.pad(inv_b, (0, -(-kb // 4) * 4 - kb))[:, :kb]
+        inv_b = inv_b.contiguous().t() if kind_b == "1x128" else inv_b.t()
         return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16).to(out_dtype)
     if kind_a == kind_b == _TENSOR:
         return torch._scaled_mm(a8, b8.t(), scale_a=inv_a.reshape(()), scale_b=inv_b.reshape(()),
