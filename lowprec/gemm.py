@@ -17,8 +17,9 @@ Scale layouts ``_scaled_mm`` takes (checked on an H200 with torch 2.11; see ``FP
     tensor x tensor      scale_a (), scale_b ()                           any output dtype
     row x row            scale_a (M, 1), scale_b (1, N)                   bf16 output
     1x128 x 128x128      scale_a (M, K/128), scale_b (K/128, N/128),       bf16 output, CUDA only
-    1x128 x 1x128        scale_a (M, K/128), scale_b (K/128, N),           (cuBLAS, CUDA >= 12.9)
                          strides in ``fp8_mm``
+(1x128 x 1x128, the weight gradient of DeepSeek-style recipes, was refused on the H200 with torch 2.11
+in every layout tried.)
 (a tensor scale pairs with a row scale by broadcasting it to a vector). Any other pair, or a shape
 cuBLASLt refuses (K and N must be multiples of 16), multiplies the dequantized operands in fp32: the
 emulation's arithmetic, still exact codes.
@@ -32,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .numerics import QuantSpec, to_torch_dtype
-from .numerics.scaling import _blocks_view, _resolve_block, apply_blocks, scale_from_amax
+from .numerics.scaling import _blocks_view, _resolve_block, apply_blocks, expand_blocks, scale_from_amax
 
 _FP8 = ("e4m3", "e5m2")
 # operand scale kinds: "tensor" (one scale), "row" (one per row of the reduction-last view),
@@ -56,7 +57,7 @@ def scale_kind(spec) -> Optional[str]:
 
 # (kind of a, kind of b) pairs that _scaled_mm multiplies, and whether they need a CUDA device
 FP8_PAIRS = {(_TENSOR, _TENSOR): False, (_ROW, _ROW): False, (_TENSOR, _ROW): False, (_ROW, _TENSOR): False,
-             ("1x128", "128x128"): True, ("1x128", "1x128"): True}
+             ("1x128", "128x128"): True}
 
 
 def fp8_pair_supported(kind_a: str, kind_b: str, spec_a: QuantSpec, spec_b: QuantSpec) -> bool:
@@ -90,15 +91,12 @@ def fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, kind_a: str, b8: torch.Tenso
     with their encode-scale grids (``quantize_fp8``) of the given kinds (a pair of ``FP8_PAIRS``)."""
     inv_a, inv_b = _decode(scale_a), _decode(scale_b)
     if kind_a == "1x128":
-        # a's grid (M, K/128) with stride 1 along M ("outer-dim-major"); b's grid transposed to
-        # (K/128, N) with stride 1 along K/128, or for 128x128 blocks to (K/128, N/128) with stride
-        # 1 along K/128 and the other stride padded to a multiple of 4 (16-byte aligned rows):
-        # the layouts of torch's own blockwise tests
+        # a's grid (M, K/128) with stride 1 along M ("outer-dim-major"); b's 128x128 grid
+        # transposed to (K/128, N/128) with stride 1 along K/128 and the other stride padded to a
+        # multiple of 4 (16-byte aligned): the layouts of torch's own blockwise tests
         inv_a = inv_a.t().contiguous().t()
         kb = inv_b.shape[1]
-        if kind_b == "128x128":
-            inv_b = F.pad(inv_b, (0, -(-kb // 4) * 4 - kb))[:, :kb]
-        inv_b = inv_b.contiguous().t() if kind_b == "1x128" else inv_b.t()
+        inv_b = F.pad(inv_b, (0, -(-kb // 4) * 4 - kb))[:, :kb].t()
         return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16).to(out_dtype)
     if kind_a == kind_b == _TENSOR:
         return torch._scaled_mm(a8, b8.t(), scale_a=inv_a.reshape(()), scale_b=inv_b.reshape(()),
@@ -113,8 +111,10 @@ def dequantized_mm(a8: torch.Tensor, scale_a: torch.Tensor, spec_a: QuantSpec, b
                    scale_b: torch.Tensor, spec_b: QuantSpec) -> torch.Tensor:
     """fp32 ``dequant(a) @ dequant(b).T``: the fallback for pairs and shapes ``_scaled_mm`` refuses."""
     def values(codes, scale, spec):
+        # the expanded scale grid, not apply_blocks' blocked view: Inductor (torch 2.13) fails to
+        # fuse the blocked view of this operand's transposed layout
         block = _resolve_block(spec, tuple(codes.shape))
-        return apply_blocks(codes.float(), scale, block, torch.div)
+        return codes.float() / expand_blocks(scale, tuple(codes.shape), block)
     return values(a8, scale_a, spec_a) @ values(b8, scale_b, spec_b).t()
 
 

@@ -157,7 +157,13 @@ class QLinear(nn.Module):
         return torch.compiler.is_compiling() or not self._measuring()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out_dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        if torch.is_autocast_enabled(x.device.type):
+            # the input in the autocast dtype, as torch.nn.Linear and torchao's Float8Linear take it:
+            # an fp32 activation (after a norm kept in fp32) is rounded to bf16 before quantization
+            out_dtype = torch.get_autocast_dtype(x.device.type)
+            x = x.to(out_dtype)
+        else:
+            out_dtype = x.dtype
         fast = self.fast(x)
         with torch.autocast(device_type=x.device.type, enabled=False):
             w = self._weight_now

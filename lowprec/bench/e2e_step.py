@@ -184,16 +184,24 @@ def _rows(measured: list[dict], base: dict, args) -> list[dict]:
     return rows
 
 
-def _merged(out: Path, rows: list[dict]) -> list[dict]:
-    import csv
-    if not out.exists():
-        return rows
-    with out.open() as fh:
-        old = list(csv.DictReader(fh))
+def _merged(old: list[dict], rows: list[dict]) -> list[dict]:
+    """``old`` rows of other (shape, arm) pairs, then ``rows``, in the order of SHAPES and ARMS."""
     new = {(r["shape"], r["arm"]) for r in rows}
-    keep = [r for r in old if (r["shape"], r["arm"]) not in new]
     order = {(s, a): i for i, (s, a) in enumerate((s, a) for s in SHAPES for a in ARMS)}
+    keep = [r for r in old if (r["shape"], r["arm"]) not in new]
     return sorted(keep + rows, key=lambda r: order.get((r["shape"], r["arm"]), len(order)))
+
+
+def _previous(out: Path, merge: bool) -> tuple[list[dict], list[dict]]:
+    """(rows, provenance runs) already in ``out`` that a ``--merge`` run keeps."""
+    import csv
+    import json
+    prov = out.with_name(out.stem + ".provenance.json")
+    if not merge or not out.exists():
+        return [], []
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    return rows, (json.loads(prov.read_text()).get("runs", []) if prov.exists() else [])
 
 
 def main(argv=None) -> int:
@@ -201,37 +209,45 @@ def main(argv=None) -> int:
     require_cuda(PROG)
     shapes = parse_names(PROG, "--shapes", args.shapes, tuple(SHAPES))
     arms = [a for a in parse_names(PROG, "--arms", args.arms, ARMS) if a != BASELINE]
-    measured, base, drift = [], {}, {}
+    out = Path(args.out)
+    old_rows, old_runs = _previous(out, args.merge)
+    from .. import provenance
+    run = {"commit": provenance.git_commit(), "time": provenance.now(), "arms": [BASELINE, *arms],
+           "shapes": {}, "failed": {}}
+    rows = []
     for shape in shapes:
+        # the CSV is rewritten after every arm (ratios against the first baseline until the last is
+        # in), so a run cut short keeps what it measured
         first = measure(BASELINE, shape, args)
-        measured.append(first)
-        for arm in arms:
-            measured.append(measure(arm, shape, args))
-        last = measure(BASELINE, shape, args)
-        first["reps"] += last["reps"]  # the baseline's repeats from both ends of the shape's run
-        base[shape] = statistics.median(first["reps"])
-        drift[shape] = statistics.median(last["reps"][:args.repeats]) / statistics.median(first["reps"][:args.repeats]) - 1
-    rows = _rows(measured, base, args)
+        measured, base = [first], {shape: statistics.median(first["reps"])}
+        info = run["shapes"][shape] = {"model": SHAPES[shape], "warmup_s": {}}
+        for arm in arms + [BASELINE]:
+            try:
+                m = measure(arm, shape, args)
+            except Exception as exc:  # one arm's failure must not lose the others' measurements
+                run["failed"][f"{shape}/{arm}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                print(f"# {shape:10s} {arm:24s} FAILED {run['failed'][f'{shape}/{arm}']}", flush=True)
+                torch.compiler.reset()
+                continue
+            if arm == BASELINE:  # the baseline's repeats from both ends of the shape's run
+                info["baseline_drift"] = round(statistics.median(m["reps"]) / base[shape] - 1, 4)
+                first["reps"] += m["reps"]
+                base[shape] = statistics.median(first["reps"])
+            else:
+                measured.append(m)
+            info["warmup_s"] = {x["arm"]: round(x["warmup_s"], 1) for x in measured}
+            shape_rows = _rows(measured, base, args)
+            write_bench(out, _merged(old_rows, rows + shape_rows), old_runs + [run])
+        rows += shape_rows
     for r in rows:
         print(f"{r['shape']:10s} {r['arm']:24s} {r['path']:8s} {int(r['tokens_per_s']):12,d} tok/s  "
               f"x{r['ratio_vs_bf16_compiled']} vs bf16 compiled", flush=True)
-    out = Path(args.out)
-    if args.merge:
-        rows = _merged(out, rows)
-    write_bench(out, rows, {"shapes": {s: SHAPES[s] for s in shapes}, "arms": [BASELINE, *arms],
-                            "baseline_drift": drift, "warmup_s": {f"{m['shape']}/{m['arm']}": round(m["warmup_s"], 1)
-                                                                  for m in measured}}, args.merge)
-    return 0
+    return 1 if run["failed"] else 0
 
 
-def write_bench(out: Path, rows: list[dict], run: dict, merge: bool) -> None:
-    """The CSV and its provenance; with ``merge``, this run is appended to the provenance's runs."""
-    import json
+def write_bench(out: Path, rows: list[dict], runs: list[dict]) -> None:
+    """The CSV and its provenance, which lists every run whose rows the CSV holds."""
     from .train_step import write_results
-    prov = out.with_name(out.stem + ".provenance.json")
-    runs = json.loads(prov.read_text()).get("runs", []) if merge and prov.exists() else []
-    from .. import provenance
-    runs.append({**run, "commit": provenance.git_commit(), "time": provenance.now()})
     write_results(str(out), FIELDS, rows, __doc__.strip().split("\n")[0], runs=runs,
                   expected_ceiling="H200 GEMMs alone: FP8 1.67x, blockwise FP8 1.51x, INT8 2x of BF16")
 
