@@ -16,8 +16,8 @@ reciprocal of the encode scale instead of dividing by it.
 Scale layouts ``_scaled_mm`` takes (checked on an H200 with torch 2.11; see ``FP8_PAIRS``):
     tensor x tensor      scale_a (), scale_b ()                           any output dtype
     row x row            scale_a (M, 1), scale_b (1, N)                   bf16 output
-    1x128 x 128x128      scale_a (M, K/128), scale_b (K/128, N/128),       bf16 output, CUDA only
-                         strides in ``fp8_mm``
+    1x128 x 128x128      scale_a (M, K/128), scale_b (K/128, N/128),       bf16 output, CUDA only,
+                         strides in ``fp8_mm``; K a multiple of 512 (``shape_fits``)
 (1x128 x 1x128, the weight gradient of DeepSeek-style recipes, was refused on the H200 with torch 2.11
 in every layout tried.)
 (a tensor scale pairs with a row scale by broadcasting it to a vector). Any other pair, or a shape
@@ -92,11 +92,10 @@ def fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, kind_a: str, b8: torch.Tenso
     inv_a, inv_b = _decode(scale_a), _decode(scale_b)
     if kind_a == "1x128":
         # a's grid (M, K/128) with stride 1 along M ("outer-dim-major"); b's 128x128 grid
-        # transposed to (K/128, N/128) with stride 1 along K/128 and the other stride padded to a
-        # multiple of 4 (16-byte aligned): the layouts of torch's own blockwise tests
+        # transposed to (K/128, N/128) with stride 1 along K/128: the layout that ran on the H200
+        # (torch 2.11) with K/128 a multiple of 4 (see shape_fits)
         inv_a = inv_a.t().contiguous().t()
-        kb = inv_b.shape[1]
-        inv_b = F.pad(inv_b, (0, -(-kb // 4) * 4 - kb))[:, :kb].t()
+        inv_b = inv_b.contiguous().t()
         return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16).to(out_dtype)
     if kind_a == kind_b == _TENSOR:
         return torch._scaled_mm(a8, b8.t(), scale_a=inv_a.reshape(()), scale_b=inv_b.reshape(()),
@@ -119,13 +118,15 @@ def dequantized_mm(a8: torch.Tensor, scale_a: torch.Tensor, spec_a: QuantSpec, b
 
 
 def shape_fits(a: torch.Tensor, b: torch.Tensor, kind_a: str, kind_b: str) -> bool:
-    """cuBLASLt's shape rules for a (M, K) @ b (N, K).T: K and N multiples of 16, M > 0, and whole
-    128-blocks for block scales."""
+    """cuBLASLt's shape rules for a (M, K) @ b (N, K).T: K and N multiples of 16, M > 0; for block
+    scales whole 128-blocks and K a multiple of 512."""
     (m, k), n = a.shape, b.shape[0]
     if m == 0 or k % 16 or n % 16:
         return False
     if "1x128" in (kind_a, kind_b):
-        return k % 128 == 0 and n % 128 == 0
+        # cuBLAS wants the K-blocks of the scales padded to a multiple of 4 (pytorch/pytorch#166752);
+        # only unpadded layouts were verified on the H200, so K must hold a multiple of 4 blocks
+        return k % 512 == 0 and n % 128 == 0
     return True
 
 
