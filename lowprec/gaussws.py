@@ -79,7 +79,7 @@ from .numerics import QuantSpec, block_amax, fake_quantize
 from .numerics.formats import pow2 as _exact_pow2
 from .numerics.scaling import apply_blocks
 from .linear import DEFAULT_EXCLUDE, QLinear, layer_seed, linear_layers
-from .recipes import Gemm, Recipe, recipe_from_config
+from .recipes import GENERIC_METHOD_KEYS, Gemm, Recipe, recipe_from_config
 
 __all__ = [
     "GAUSSWS_KEYS", "NOISES", "SAMPLERS", "STE_FORMATS",
@@ -610,15 +610,14 @@ GAUSSWS_KEYS = {"noise": "rounded_gaussian", "b": 6, "block": [32, 32], "learnab
                 "b_min": 4, "b_max": 16, "resample": "step", "sampler": "threshold", "backend": "auto",
                 "rng": "generator", "bit_decay": 0.0}
 STE_KEYS = {"fmt": None}
-# keys of the method section that are not ours (handled by apply_method); GEMM overrides and
-# high_precision are lowprec.recipes.with_overrides's, applied by recipe_from_config
-_GENERIC_KEYS = {"name", "recipe", "include", "exclude", "telemetry_every"}
+# the method section's keys that are not ours are GENERIC_METHOD_KEYS (handled by apply_method); GEMM
+# overrides and high_precision are lowprec.recipes.with_overrides's, applied by recipe_from_config
 _BF16 = Gemm(None, None)
 _RECIPE_NOISE = {"gaussws": None, "diffq_uniform": "uniform", "gaussian": "gaussian"}
 
 
 def _check_keys(cfg: dict, known: dict, what: str) -> None:
-    unknown = set(cfg) - set(known) - _GENERIC_KEYS
+    unknown = set(cfg) - set(known) - GENERIC_METHOD_KEYS
     if unknown:
         raise ValueError(f"method ({what}): unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
 

@@ -54,7 +54,8 @@ import torch
 from .numerics import QuantSpec, block_amax, cast, quantize, scale_from_amax
 from .numerics import scaling as _scaling
 from .numerics.scaling import _blocks_view, apply_blocks, expand_blocks
-from .recipes import GEMMS, OPERANDS, Gemm, LazyStats, OperandCall, OperandQuantizer, Recipe
+from .recipes import (GEMMS, GENERIC_METHOD_KEYS, OPERANDS, Gemm, LazyStats, OperandCall,
+                      OperandQuantizer, Recipe)
 
 __all__ = [
     "RULES",
@@ -518,8 +519,7 @@ def int8_fallback_recipe(method_cfg: Optional[dict] = None) -> Recipe:
     """The recipe from a method config's own keys (see DEFAULTS); all six operands INT8 in blocks,
     fallback only in the configured slots."""
     cfg = dict(method_cfg or {})
-    cfg.pop("recipe", None)
-    unknown = set(cfg) - _RECIPE_KEYS
+    unknown = set(cfg) - _RECIPE_KEYS - GENERIC_METHOD_KEYS
     if unknown:
         raise ValueError(f"method: unknown key(s) {sorted(unknown)} for recipe 'int8_fallback'; "
                          f"known: {sorted(_RECIPE_KEYS)}")

@@ -7,12 +7,14 @@ Hugging Face model directory (no hub access at run time).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
 from torch import nn
 
 FAMILIES = ("gpt2", "llama", "nemotron")
+DEFAULT_MAX_SEQ_LEN = 1024  # a model config without max_seq_len
 
 
 def hf_config(model_cfg: dict, vocab_size: int):
@@ -22,7 +24,7 @@ def hf_config(model_cfg: dict, vocab_size: int):
     if d % heads:
         raise ValueError(f"model {model_cfg.get('name')}: d_model={d} is not divisible by heads={heads}")
     ffn = model_cfg.get("ffn")
-    seq = model_cfg.get("max_seq_len", 1024)
+    seq = model_cfg.get("max_seq_len", DEFAULT_MAX_SEQ_LEN)
     tie = model_cfg.get("tie_embeddings", fam == "gpt2")
     if fam == "gpt2":
         from transformers import GPT2Config
@@ -46,6 +48,20 @@ def hf_config(model_cfg: dict, vocab_size: int):
     raise ValueError(f"model.family: unknown family {fam!r}; choose one of {FAMILIES}")
 
 
+def max_seq_len(model_cfg: dict) -> int:
+    """The longest sequence the model takes: its checkpoint's (``config.json``) when it is loaded
+    from one, else ``max_seq_len``. Read without building the model."""
+    import json
+
+    ckpt = model_cfg.get("checkpoint")
+    if ckpt and (Path(ckpt) / "config.json").is_file():
+        hf = json.loads((Path(ckpt) / "config.json").read_text())
+        limit = hf.get("n_positions") or hf.get("max_position_embeddings")
+        if limit:
+            return int(limit)
+    return int(model_cfg.get("max_seq_len", DEFAULT_MAX_SEQ_LEN))
+
+
 def _model_class(fam: str):
     import transformers
     return {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
@@ -53,7 +69,8 @@ def _model_class(fam: str):
 
 
 def build_model(model_cfg: dict, vocab_size: int) -> nn.Module:
-    """A causal LM of the configured family: random init, or loaded from ``checkpoint``."""
+    """A causal LM of the configured family: random init, or loaded from ``checkpoint``. It refuses
+    a sequence longer than its maximum (``max_seq_len``, or the checkpoint's own)."""
     fam = model_cfg["family"]
     if fam not in FAMILIES:
         raise ValueError(f"model.family: unknown family {fam!r}; choose one of {FAMILIES}")
@@ -67,8 +84,40 @@ def build_model(model_cfg: dict, vocab_size: int) -> nn.Module:
         if model.config.vocab_size != vocab_size:
             raise ValueError(f"model.checkpoint: {path} has vocab_size {model.config.vocab_size}, "
                              f"the dataset has {vocab_size}")
-        return model
-    return _model_class(fam)(hf_config(model_cfg, vocab_size))
+    else:
+        model = _model_class(fam)(hf_config(model_cfg, vocab_size))
+    limit = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+    model.register_forward_pre_hook(functools.partial(_check_sequence_length, model_cfg.get("name", fam), limit),
+                                    with_kwargs=True)
+    return model
+
+
+def _check_sequence_length(name: str, limit: int, module, args, kwargs):
+    """GPT2 would fail deep inside its position embedding (an IndexError) and Llama-style models
+    would run past the length their rotary embedding was set up for without a word."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    if ids is not None and ids.shape[-1] > limit:
+        raise ValueError(f"model {name}: a sequence of {ids.shape[-1]} tokens is longer than its "
+                         f"max_seq_len={limit}; lower train.seq_len or raise max_seq_len")
+
+
+def shape_parameter_count(model_cfg: dict, vocab_size: int) -> int:
+    """The parameters ``build_model`` gives a random-init model of this shape, counted from the
+    shape keys without building it (a paper-scale model is too large to build for a check)."""
+    fam, d, layers = model_cfg["family"], model_cfg["d_model"], model_cfg["layers"]
+    ffn = model_cfg.get("ffn") or 4 * d
+    tie = model_cfg.get("tie_embeddings", fam == "gpt2")
+    head = 0 if tie else vocab_size * d
+    if fam == "gpt2":  # Conv1D layers with biases, LayerNorm weight and bias, learned positions
+        block = (d * 3 * d + 3 * d) + (d * d + d) + (d * ffn + ffn) + (ffn * d + d) + 2 * 2 * d
+        return vocab_size * d + max_seq_len(model_cfg) * d + layers * block + 2 * d + head
+    kv = model_cfg.get("kv_heads", model_cfg["heads"]) * (d // model_cfg["heads"])
+    attention = 2 * d * d + 2 * d * kv  # q, o; k, v (grouped-query): no biases
+    if fam == "llama":  # SwiGLU (gate, up, down), RMSNorm weights
+        block, norm = attention + 3 * d * ffn + 2 * d, d
+    else:  # nemotron: squared-ReLU MLP (up, down), LayerNorm1P weight and bias
+        block, norm = attention + 2 * d * ffn + 2 * 2 * d, 2 * d
+    return vocab_size * d + layers * block + norm + head
 
 
 def count_parameters(model: nn.Module) -> int:

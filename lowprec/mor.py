@@ -56,7 +56,8 @@ from .numerics.scaling import (
     quantize,
     scale_from_amax,
 )
-from .recipes import GEMMS, OPERANDS, Gemm, LazyStats, OperandCall, OperandQuantizer, Recipe
+from .recipes import (GEMMS, GENERIC_METHOD_KEYS, OPERANDS, Gemm, LazyStats, OperandCall,
+                      OperandQuantizer, Recipe)
 
 __all__ = [
     "E4M3_MAX", "E5M2_MAX", "E4M3_DYNAMIC_RANGE", "E5M2_DYNAMIC_RANGE", "SUBTENSOR_E4M3_RANGE",
@@ -432,8 +433,9 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
 
 ALL_OPERAND_SLOTS = tuple(f"{g}.{op}" for g in GEMMS for op in OPERANDS[g])
 MOR_KEYS = frozenset({"partition", "block", "scale", "threshold", "subtensor_mode", "operands", "dequant"})
-# Keys of a run's method section that are not MoR's own and are read elsewhere (lowprec.methods).
-_METHOD_KEYS = frozenset({"name", "recipe", "include", "exclude", "telemetry_every", "high_precision"})
+# Keys of a run's method section that are not MoR's own: those read elsewhere (lowprec.methods), and
+# high_precision, which MoR uses for its non-MoR operands.
+_METHOD_KEYS = GENERIC_METHOD_KEYS | {"high_precision"}
 _ROLE_SLOTS = {role: tuple(s for s in ALL_OPERAND_SLOTS if s.endswith("." + role)) for role in ("x", "w", "dy")}
 
 

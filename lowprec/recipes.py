@@ -201,7 +201,23 @@ RECIPE_BUILDERS: dict[str, str] = {
     "int8_fallback": "lowprec.int8_fallback:int8_fallback_recipe",
     "mor": "lowprec.mor:mor_recipe",
 }
-GENERIC_METHOD_KEYS = {"name", "recipe", "include", "exclude", "telemetry_every"}
+# Keys any method section may carry, read by lowprec.methods and lowprec.linear rather than by a
+# recipe builder; the builders accept them beside their own keys (the one list of them).
+GENERIC_METHOD_KEYS = frozenset({"name", "recipe", "include", "exclude", "telemetry_every"})
+
+
+def check_generic_keys(method_cfg: dict) -> None:
+    """The types of the generic keys: nothing downstream checks them before training starts."""
+    for key in ("include", "exclude"):
+        pats = method_cfg.get(key)
+        if pats is None and key == "include":  # null: every linear layer
+            continue
+        if key in method_cfg and (isinstance(pats, str) or not isinstance(pats, (list, tuple))
+                                  or not all(isinstance(p, str) for p in pats)):
+            raise ValueError(f"method.{key}: must be a list of module-name patterns (fnmatch), got {pats!r}")
+    every = method_cfg.get("telemetry_every")
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 0):
+        raise ValueError(f"method.telemetry_every: must be an integer >= 0 (steps; 0: off), got {every!r}")
 
 
 def _builder(name: str):
@@ -239,6 +255,7 @@ def recipe_from_config(method_cfg: dict) -> Recipe:
     (``RECIPE_BUILDERS``, built from its own keys), either way with the per-GEMM operand overrides
     of ``with_overrides``, e.g. ``{recipe: gaussws, fprop: {a: {fmt: e4m3, scaling: tensor}}}``."""
     name = method_cfg.get("recipe", "bf16")
+    check_generic_keys(method_cfg)
     if name in RECIPE_BUILDERS:
         own = {k: v for k, v in method_cfg.items() if k not in GENERIC_METHOD_KEYS | OVERRIDE_KEYS}
         return with_overrides(_builder(name)(own), method_cfg)

@@ -4,6 +4,7 @@ import shlex
 from pathlib import Path
 
 from lowprec import config as lpc
+from lowprec.preflight import check_memory
 from snakemake.logging import logger
 
 WF = lpc.workflow_config(config)  # raises a ConfigError that names the bad key
@@ -46,6 +47,8 @@ def _runs():
 
 
 RUNS = _runs()
+if not REUSE_RUNS:  # a batch that cannot fit its device stops the workflow here, not by an OOM kill later
+    check_memory(RUNS.values(), WF.get("gpu_memory_gib"))
 # paper -> run folders of its grid (and fine-tuning grid) that are not committed; empty unless REUSE_RUNS
 MISSING_RUNS = {p: [] for p in PAPERS}
 if REUSE_RUNS:

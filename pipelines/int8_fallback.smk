@@ -26,6 +26,7 @@ if "int8_fallback" in PAPERS:
                                                    "the fine-tuning table is built without them" if I8_FT
                                                    else "no fine-tuning table at this scale"))
     else:  # the fine-tuning corpus is prepared by rule prepare_data like any other (pipelines/data.smk)
+        check_memory(I8_FT.values(), WF.get("gpu_memory_gib"))
         for _cfg in I8_FT.values():
             DATA[Path(_cfg["data"]["dir"]).name] = {k: v for k, v in _cfg["data"].items() if k != "dir"}
 

@@ -49,3 +49,80 @@ def test_data_id_changes_with_anything_that_shapes_tokens():
     assert lpc.data_id(a) == lpc.data_id(dict(a))
     assert lpc.data_id(a) != lpc.data_id({**a, "vocab_size": 4096})
     assert lpc.data_id(a) != lpc.data_id({**a, "val_fraction": 0.2})
+
+
+# --------------------------------------------------------------------------- start-up checks of a run
+
+@pytest.mark.parametrize("paper, model, method, bad, match", [
+    # an unknown recipe, whichever paper names it
+    ("mor", "nemotron", "mor_block", {"recipe": "mr"}, r"methods\.mor_block: method\.recipe: unknown recipe 'mr'"),
+    ("baselines", "gpt2", "bf16", {"recipe": "fp9"}, r"methods\.bf16: method\.recipe: unknown recipe 'fp9'"),
+    # an unknown key: each paper's own check of its keys
+    ("mor", "nemotron", "mor_block", {"partiton": "block"}, r"method \(mor\): unknown key\(s\) \['partiton'\]"),
+    ("gaussws", "gpt2", "gaussws_b6", {"sigma": 1}, r"method \(gaussws\): unknown key\(s\) \['sigma'\]"),
+    ("gaussws", "gpt2", "ste_mxfp6_e3m2", {"bits": 6}, r"method \(ste\): unknown key\(s\) \['bits'\]"),
+    ("int8_fallback", "llama2", "int8_fallback", {"taus": 8},
+     r"unknown key\(s\) \['taus'\] for recipe 'int8_fallback'"),
+    ("baselines", "gpt2", "int8_block", {"block": [16, 16]}, r"unknown key\(s\) \['block'\] for recipe 'int8_block'"),
+    # a key of the wrong type, a paper's own or a key every method has
+    ("mor", "nemotron", "mor_block", {"threshold": "low"}, r"methods\.mor_block: threshold: must be a number"),
+    ("int8_fallback", "llama2", "int8_fallback", {"tau": "eight"}, r"tau: must be a number"),
+    ("gaussws", "gpt2", "gaussws_b6", {"b": "six"}, r"b must be a number"),
+    ("mor", "nemotron", "bf16", {"telemetry_every": "often"}, r"method\.telemetry_every: must be an integer >= 0"),
+    ("baselines", "gpt2", "bf16", {"include": "transformer.h.*"}, r"method\.include: must be a list"),
+    ("baselines", "gpt2", "fp8_hybrid", {"fprop": {"a": {"fmt": "e9m9"}}}, r"method\.fprop: fmt: unknown format"),
+])
+def test_bad_method_is_refused_when_the_run_is_resolved(paper, model, method, bad, match):
+    with pytest.raises(lpc.ConfigError, match=match) as e:
+        lpc.resolve_run("smoke", paper, model, method, 0, overrides={"method": bad})
+    assert str(e.value).startswith(f"run config {paper} {model}/{method}/s0: experiment {paper}, methods.{method}: ")
+    assert "\n" not in str(e.value)
+
+
+def test_bad_method_in_an_experiment_file_stops_the_workflow_config(tmp_path, monkeypatch):
+    import shutil
+
+    shutil.copytree(lpc.CONFIG_DIR, tmp_path / "configs")
+    exp = tmp_path / "configs" / "experiments" / "mor.yaml"
+    exp.write_text(exp.read_text().replace("mor_block: {recipe: mor, partition: block,",
+                                           "mor_block: {recipe: mor, partition: block, thresold: 0.05,"))
+    monkeypatch.setattr(lpc, "CONFIG_DIR", tmp_path / "configs")
+    with pytest.raises(lpc.ConfigError, match=r"methods\.mor_block: method \(mor\): unknown key\(s\) \['thresold'\]"):
+        lpc.resolve_run("smoke", "mor", "nemotron", "mor_block", 0)
+    lpc.resolve_run("smoke", "mor", "nemotron", "bf16", 0)  # the other methods are fine
+
+
+def test_seq_len_longer_than_the_model_is_refused():
+    assert lpc.resolve_run("smoke", "baselines", "gpt2", "bf16", 0, overrides={"train": {"seq_len": 64}})
+    for model in ("gpt2", "llama2", "nemotron"):
+        with pytest.raises(lpc.ConfigError, match=rf"run config baselines {model}/bf16/s0: train\.seq_len=65 is longer "
+                                                  rf"than model\.max_seq_len=64 of model {model} "
+                                                  rf"\(configs/models/{model}\.yaml at scale smoke\)"):
+            lpc.resolve_run("smoke", "baselines", model, "bf16", 0, overrides={"train": {"seq_len": 65}})
+
+
+def test_seq_len_limit_of_a_checkpoint_model_is_its_own(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "max_position_embeddings": 48}')
+    over = {"model": {"checkpoint": str(tmp_path)}, "train": {"seq_len": 50}}
+    with pytest.raises(lpc.ConfigError, match=rf"max_seq_len=48 of model llama2 \(its checkpoint {tmp_path}\)"):
+        lpc.resolve_run("smoke", "mor", "llama2", "bf16", 0, overrides=over)
+
+
+def test_global_batch_must_divide_over_devices_and_nodes():
+    with pytest.raises(lpc.ConfigError, match=r"run config mor nemotron/bf16/s0: train\.batch_size=4 is the global "
+                                              r"batch .* train\.devices x train\.num_nodes = 6"):
+        lpc.resolve_run("smoke", "mor", "nemotron", "bf16", 0, overrides={"train": {"devices": 3, "num_nodes": 2}})
+    # grad_accum multiplies the tokens of a step and divides nothing
+    lpc.resolve_run("smoke", "mor", "nemotron", "bf16", 0, overrides={"train": {"devices": 2, "grad_accum": 3}})
+
+
+def test_finetune_train_settings_are_checked_too(tmp_path, monkeypatch):
+    import shutil
+
+    shutil.copytree(lpc.CONFIG_DIR, tmp_path / "configs")
+    exp = tmp_path / "configs" / "experiments" / "int8_fallback.yaml"
+    exp.write_text(exp.read_text().replace("finetune: {train: {max_steps: 6,", "finetune: {train: {seq_len: 100, max_steps: 6,"))
+    monkeypatch.setattr(lpc, "CONFIG_DIR", tmp_path / "configs")
+    lpc.resolve_run("smoke", "int8_fallback", "llama2", "bf16", 0)
+    with pytest.raises(lpc.ConfigError, match=r"finetune/llama2/bf16/s0: train\.seq_len=100 is longer"):
+        lpc.resolve_finetune_run("smoke", "int8_fallback", "llama2", "bf16", 0)

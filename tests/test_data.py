@@ -1,6 +1,7 @@
 import hashlib
 import io
 import json
+import re
 import tarfile
 
 import numpy as np
@@ -106,3 +107,32 @@ def test_truncated_token_file_is_detected(prepared_data, tmp_path):
     (d / "val.bin").write_bytes((d / "val.bin").read_bytes()[:-2])
     with pytest.raises(DataError, match="does not match manifest"):
         TokenData(d)
+
+
+@pytest.mark.parametrize("name, raw, match", [
+    ("figure.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)),
+     r"figure\.txt is a binary file \(NUL byte at offset 8\), not text"),
+    ("latin1.txt", "Le café où l'on dîne\n".encode("latin-1") * 50,
+     r"latin1\.txt is not UTF-8 text \(byte 0xe9 at offset 6\)"),
+])
+def test_local_corpus_refuses_binary_or_undecodable_files(name, raw, match, corpus_dir, tmp_path):
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(corpus_dir, corpus)
+    (corpus / "sub").mkdir()
+    (corpus / "sub" / name).write_bytes(raw)
+    out = tmp_path / "out"
+    for path in (corpus, corpus / "sub" / name):  # in a folder, and as the corpus itself
+        with pytest.raises(DataError, match=rf"data\.path: {re.escape(str(corpus))}/sub/{match}"):
+            prepare({"source": "local", "path": str(path), "vocab_size": 300}, out)
+        assert not out.exists()
+
+
+def test_local_corpus_reads_utf8_text(tmp_path):
+    text = "Wörds, ünïcode — and “quotes”.\n" * 200
+    (tmp_path / "a.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "b.txt").write_text(text.upper(), encoding="utf-8")
+    m = prepare({"source": "local", "path": str(tmp_path), "vocab_size": 300, "val_fraction": 0.5}, tmp_path / "d")
+    tok = TokenData(tmp_path / "d").tokenizer()
+    assert tok.decode(tok.encode(text).ids) == text and m["tokens"]["train"] > 0

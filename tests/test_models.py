@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from lowprec.config import model_config
-from lowprec.models import build_model, causal_lm_loss, count_parameters
+from lowprec.models import build_model, causal_lm_loss, count_parameters, max_seq_len, shape_parameter_count
 
 FAMILY_MODELS = [("gpt2", "GPT2LMHeadModel"), ("llama2", "LlamaForCausalLM"), ("nemotron", "NemotronForCausalLM")]
 
@@ -61,3 +61,32 @@ def test_local_checkpoint_instead_of_random_init(tmp_path):
 def test_bad_shapes_are_named():
     with pytest.raises(ValueError, match="not divisible by heads"):
         build_model({**model_config("gpt2", "smoke"), "d_model": 33}, vocab_size=64)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama2", "nemotron"])
+def test_model_refuses_a_sequence_longer_than_its_maximum(name, tmp_path):
+    # GPT2 failed with an IndexError inside its position embedding; Llama-style models trained on
+    cfg = model_config(name, "smoke")
+    model = build_model(cfg, vocab_size=64)
+    x = torch.randint(0, 64, (2, cfg["max_seq_len"]))
+    causal_lm_loss(model, x, x)  # the maximum itself is fine
+    x = torch.randint(0, 64, (2, cfg["max_seq_len"] + 1))
+    with pytest.raises(ValueError, match=rf"model {name}: a sequence of 65 tokens is longer than its max_seq_len=64"):
+        causal_lm_loss(model, x, x)
+    with pytest.raises(ValueError, match="max_seq_len=64"):
+        model(x)  # positional input_ids too
+    # a model loaded from a checkpoint keeps the checkpoint's limit
+    model.save_pretrained(tmp_path / "ckpt")
+    loaded = build_model({**cfg, "checkpoint": str(tmp_path / "ckpt"), "max_seq_len": 1024}, vocab_size=64)
+    assert max_seq_len({**cfg, "checkpoint": str(tmp_path / "ckpt"), "max_seq_len": 1024}) == 64
+    with pytest.raises(ValueError, match="max_seq_len=64"):
+        causal_lm_loss(loaded, x, x)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama2", "llama2_1b", "nemotron"])
+@pytest.mark.parametrize("tie", [None, True, False])
+def test_parameter_count_from_the_shape_equals_the_built_model(name, tie):
+    cfg = model_config(name, "tiny")
+    if tie is not None:
+        cfg["tie_embeddings"] = tie
+    assert shape_parameter_count(cfg, 300) == count_parameters(build_model(cfg, vocab_size=300))

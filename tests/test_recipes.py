@@ -269,3 +269,18 @@ def test_call_count_follows_the_buffer_without_reading_it_each_call():
     layer.eval()
     layer(x)  # evaluation passes do not count
     assert q.call_count() == 12
+
+
+@pytest.mark.parametrize("name, own", [("gaussws", {"b": 6}), ("ste", {"fmt": "e2m1"}), ("int8_fallback", {"tau": 4}),
+                                       ("mor", {"partition": "tensor"})])
+def test_paper_builders_share_the_generic_method_keys(name, own):
+    """Each paper's builder, called with a whole method section, accepts the keys every method
+    may carry (one list: GENERIC_METHOD_KEYS) and names an unknown one."""
+    from lowprec.recipes import GENERIC_METHOD_KEYS, RECIPE_BUILDERS, _builder
+
+    assert name in RECIPE_BUILDERS
+    section = {"name": "arm", "recipe": name, "include": ["*.mlp.*"], "exclude": [], "telemetry_every": 5, **own}
+    assert set(section) - set(own) == GENERIC_METHOD_KEYS
+    _builder(name)(section)
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['telemetry'\]"):
+        _builder(name)({**section, "telemetry": 5})

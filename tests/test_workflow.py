@@ -102,3 +102,28 @@ def test_paper_scale_plans_without_error(tmp_path):
 def test_bad_config_key_is_named(tmp_path):
     out = _snakemake(["-n", "--cores", "1", "--config", "scale=smoke", "stepz=3"], tmp_path, check=False)
     assert out.returncode != 0 and "stepz" in out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("file, old, new, config, message", [
+    ("experiments/mor.yaml", "mor_block: {recipe: mor, partition: block,", "mor_block: {recipe: mor, partition: block, thresold: 0.05,",
+     [], "run config mor nemotron/mor_block/s0: experiment mor, methods.mor_block: method (mor): unknown key(s) ['thresold']"),
+    ("scales/smoke.yaml", "seq_len: 32", "seq_len: 96", [],
+     "train.seq_len=96 is longer than model.max_seq_len=64 of model"),
+    ("scales/smoke.yaml", "batch_size: 4", "batch_size: 1048576", ["gpu_memory_gib=80"],
+     "train.batch_size=1048576 x train.seq_len=32 needs at least"),
+])
+def test_bad_run_config_stops_the_dry_run(file, old, new, config, message, tmp_path):
+    """The start-up check: `snakemake -n` on a temporary config fails with one line naming the key."""
+    import os
+    import shutil
+
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    path = tmp_path / "configs" / file
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    proc = subprocess.run(SNAKEMAKE + ["-n", "--cores", "1", "--config", "scale=smoke", *config], cwd=tmp_path,
+                          capture_output=True, text=True, env={**os.environ, "LOWPREC_CONFIGS": str(tmp_path / "configs")})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "rule train" not in out, out[-3000:]
+    line = next((ln for ln in out.splitlines() if message in ln), None)
+    assert line is not None and line.startswith("run config "), out[-3000:]
