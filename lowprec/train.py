@@ -362,7 +362,7 @@ class PeriodicCheckpoint(Callback):
     def _save(self, trainer) -> None:
         step = trainer.global_step
         if step > 0 and step % self.every == 0 and step != self.saved_step:
-            trainer.save_checkpoint(str(self.path))
+            trainer.save_checkpoint(str(self.path), weights_only=False)
             self.saved_step = step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -625,7 +625,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     # final validation at the last step, unless the interval already landed there
     status = STATUS_DIVERGED if module.diverged_at is not None else STATUS_COMPLETED
     if status == STATUS_COMPLETED:  # the final weights, for evaluation and export after training
-        trainer.save_checkpoint(str(ckpt_dir / ckptlib.LAST))
+        trainer.save_checkpoint(str(ckpt_dir / ckptlib.LAST), weights_only=False)
     if status == STATUS_COMPLETED and trainer.global_step % t["val_every"] != 0:
         trainer.validate(module, datamodule=LMData(data, t, cfg["seed"]), verbose=False)
     if trainer.global_rank != 0:
