@@ -191,9 +191,13 @@ def test_foreign_object_in_a_checkpoint_is_refused_everywhere(prepared_data, tmp
 
     with pytest.raises(ckptlib.UnsafeCheckpointError, match=message):
         ckptlib.load(ckpt)
-    from lowprec.evaluate import load_trained
+    from lowprec import evaluate
     with pytest.raises(ckptlib.UnsafeCheckpointError, match=message):
-        load_trained(src)
+        evaluate.load_trained(src)
+    with pytest.raises(SystemExit) as e:
+        evaluate.main(["--run", str(src), "--out", str(tmp_path / "export.csv")])
+    assert str(e.value.code).startswith(f"lowprec.evaluate: error: {ckpt}: refusing to load")
+    assert not (tmp_path / "export.csv").exists()
     cfg = smoke_run_config("baselines", "gpt2", "bf16", prepared_data, tmp_path / "ft", max_steps=2,
                            init_from=str(ckpt))
     with pytest.raises(ckptlib.UnsafeCheckpointError, match="train.init_from: " + message):
