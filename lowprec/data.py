@@ -316,9 +316,12 @@ def prepare(cfg: dict, out_dir: str | os.PathLike) -> dict:
 # --------------------------------------------------------------------------- reading
 
 class TokenData:
-    """Memory-mapped token files of a prepared dataset."""
+    """Memory-mapped token files of a prepared dataset. With ``verify`` (the default) each token
+    file's sha256 is checked against the manifest first: a file changed after preparation (garbled,
+    overwritten, a partial copy) must not train silently on other tokens or index past the
+    vocabulary. Hashing reads each file once (about 1 GB/s)."""
 
-    def __init__(self, data_dir: str | os.PathLike):
+    def __init__(self, data_dir: str | os.PathLike, verify: bool = True):
         self.dir = Path(data_dir)
         manifest_path = self.dir / "manifest.json"
         if not manifest_path.is_file():
@@ -334,7 +337,20 @@ class TokenData:
             if path.stat().st_size != 2 * n:
                 raise DataError(f"{path}: size {path.stat().st_size} bytes does not match manifest "
                                 f"({n} uint16 tokens)")
+            if verify:
+                self._verify(path, manifest_path)
             self.splits[split] = np.memmap(path, dtype=np.uint16, mode="r", shape=(n,))
+
+    def _verify(self, path: Path, manifest_path: Path) -> None:
+        expected = (self.manifest.get("outputs") or {}).get(path.name)
+        if not expected:
+            raise DataError(f"{manifest_path}: no sha256 for {path.name} (outputs.{path.name}); "
+                            f"prepare the data again (remove {self.dir})")
+        got = sha256_file(path)
+        if got != expected:
+            raise DataError(f"{path}: sha256 {got[:16]}... does not match {manifest_path.name} "
+                            f"({expected[:16]}...): the token file changed after preparation (corrupt or "
+                            f"overwritten); prepare the data again (remove {self.dir})")
 
     def tokenizer(self):
         from tokenizers import Tokenizer

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 import yaml
 
-from .data import TokenData
+from . import checkpoint as ckptlib
+from .data import DataError, TokenData
 from .io import write_text
 from .models import causal_lm_loss
 
@@ -35,7 +37,10 @@ def load_trained(run_dir: str | Path):
     prov = run_dir / "provenance.json"
     precision = json.loads(prov.read_text()).get("precision", "32-true") if prov.is_file() else "32-true"
     module = LitLM(cfg, data.vocab_size, precision)
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    loaded = ckptlib.load(ckpt)
+    state = loaded.get("state_dict") if isinstance(loaded, dict) else None
+    if not isinstance(state, dict):
+        raise ckptlib.CheckpointError(f"{ckpt}: holds no state_dict (not a lowprec.train checkpoint)")
     module.load_state_dict(state)
     module.eval()
     return module, cfg, data
@@ -74,7 +79,10 @@ def main(argv=None) -> None:
     ap.add_argument("--export", nargs="+", default=["none"])
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    rows = evaluate_exports(args.run, args.export)
+    try:
+        rows = evaluate_exports(args.run, args.export)
+    except (FileNotFoundError, DataError, ckptlib.CheckpointError) as e:
+        sys.exit(f"lowprec.evaluate: error: {e}")
     write_text(args.out, pd.DataFrame(rows).to_csv(index=False, float_format="%.6g"))
 
 

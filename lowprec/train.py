@@ -1,12 +1,19 @@
 """Train one run: ``python -m lowprec.train --config run.yaml``.
 
 Writes into the run's ``output_dir`` (rank zero only, under DDP/FSDP):
-  metrics.csv       one row per logged step (train_loss, val_loss, lr, tokens, tokens_per_s, ...)
+  metrics.csv       one row per logged step (train_loss, val_loss, lr, tokens, tokens_per_s, ...);
+                    while the run trains, one line per logged row, appended and synced as it is logged
   telemetry.csv     per layer/GEMM/operand numerics every ``method.telemetry_every`` steps (if on)
   config.yaml       the resolved config
   provenance.json   code and library versions, device, times, tokens seen, status (written last)
-  checkpoints/      last.ckpt, from which a killed run resumes
+  checkpoints/      last.ckpt, from which a killed run resumes (see ``lowprec.checkpoint``)
 A non-finite loss stops the run with status ``diverged``; that is a result, not an error.
+Progress goes to stdout (step, train loss, tokens/s, ETA) at most every ``PROGRESS_EVERY_S`` seconds.
+
+Resuming: the rows logged up to a checkpoint travel inside it. A resumed run rewrites metrics.csv
+from the checkpoint's rows, dropping the rows the killed process logged after its last checkpoint,
+and appends from there, so the finished file equals an uninterrupted run's. (The workflow may have
+removed metrics.csv, a job output, before the rerun; the checkpoint does not depend on it.)
 
 Multi-process training (``train.strategy: ddp | fsdp``, ``train.devices``, ``train.num_nodes``):
 ``train.batch_size`` is the global batch, all ranks together. Each of the N ranks takes its own
@@ -21,7 +28,10 @@ are averaged. Throughput and peak memory are measured on rank zero.
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import math
+import os
 import resource
 import sys
 import time
@@ -30,18 +40,23 @@ from pathlib import Path
 import numpy as np
 import torch
 import lightning as L
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
 
+from . import checkpoint as ckptlib
 from . import config as cfglib
 from . import provenance
-from .data import TokenData
+from .data import DataError, TokenData
 from .io import write_json, write_text, write_yaml
 from .methods import apply_method, resolve_precision
 from .models import build_model, causal_lm_loss, count_parameters
 
 STATUS_COMPLETED, STATUS_DIVERGED = "completed", "diverged"
+METRIC_COLUMNS = ("step", "lr", "peak_mem_mb", "tokens", "tokens_per_s", "train_loss", "val_loss")
+PROGRESS_EVERY_S = 10.0
+# Mistakes in what the user gave (config, data, checkpoints): one line on stderr, no traceback
+USER_ERRORS = (cfglib.ConfigError, DataError, ckptlib.CheckpointError)
 
 
 # --------------------------------------------------------------------------- data
@@ -54,7 +69,7 @@ class TrainBatches(torch.utils.data.IterableDataset):
     def __init__(self, tokens: np.ndarray, batch_size: int, seq_len: int, seed: int, start: int = 0,
                  rank: int = 0, world_size: int = 1):
         if len(tokens) <= seq_len + 1:
-            raise ValueError(f"train split has {len(tokens)} tokens, fewer than seq_len+1={seq_len + 1}")
+            raise DataError(f"train split has {len(tokens)} tokens, fewer than seq_len+1={seq_len + 1}")
         cfglib.check_global_batch(batch_size, world_size)
         self.tokens, self.batch_size, self.seq_len, self.seed, self.start = tokens, batch_size, seq_len, seed, start
         per_rank = batch_size // world_size
@@ -80,7 +95,7 @@ def val_batches(tokens: np.ndarray, batch_size: int, seq_len: int, n_batches: in
     batches of equal size (so the mean of batch means is the token mean)."""
     n_windows = (len(tokens) - 1) // seq_len
     if n_windows < 1:
-        raise ValueError(f"validation split has {len(tokens)} tokens, fewer than seq_len+1={seq_len + 1}")
+        raise DataError(f"validation split has {len(tokens)} tokens, fewer than seq_len+1={seq_len + 1}")
     want = min(n_windows, n_batches * batch_size)
     if want > batch_size:
         want -= want % batch_size
@@ -205,22 +220,103 @@ def _clean_name(name: str) -> str:
     return name.replace("_fsdp_wrapped_module.", "")
 
 
+class MetricsFile:
+    """``metrics.csv`` while a run trains: one line per logged row (a training row and a validation
+    row at the same step are two lines), written and synced to disk when the row is logged, so a
+    killed run keeps every row it logged. ``run`` replaces it with one row per step at the end."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @staticmethod
+    def _lines(rows) -> str:
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerows([[_cell(r.get(c)) for c in METRIC_COLUMNS] for r in rows])
+        return buf.getvalue()
+
+    def start(self, rows: list[dict]) -> None:
+        """The header and ``rows`` (those a resumed checkpoint carries), replacing any older file."""
+        write_text(self.path, ",".join(METRIC_COLUMNS) + "\n" + self._lines(rows))
+
+    def append(self, row: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(self._lines([row]))
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _cell(v) -> str:
+    return "" if v is None else repr(v) if isinstance(v, float) else str(v)
+
+
+def metrics_frame(rows: list[dict]) -> "pd.DataFrame":
+    """The finished metrics.csv: one row per step (a step's training and validation rows merged)."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
+    return df.groupby("step", as_index=False).last().sort_values("step")
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
 class StepLogger(Callback):
     """Writes one row per logged optimizer step, keyed by the number of steps completed:
     train loss (mean over the step's micro-batches and the ranks), lr, tokens (global), tokens/s
     over the window (training batches only, validation excluded) and peak memory (rank zero);
-    validation rows likewise."""
+    validation rows likewise. Rank zero appends each row to ``metrics`` (``MetricsFile``) and
+    prints a progress line at most every ``PROGRESS_EVERY_S`` seconds. The rows logged so far are
+    the callback's checkpoint state, so a resumed run starts from exactly the rows up to its step."""
 
-    def __init__(self, tokens_per_step: int, every: int):
-        self.tokens_per_step, self.every = tokens_per_step, every
+    def __init__(self, tokens_per_step: int, every: int, metrics: MetricsFile | None = None):
+        self.tokens_per_step, self.every, self.metrics = tokens_per_step, every, metrics
         self.window_time, self.window_steps, self.total_time, self.total_steps = 0.0, 0, 0.0, 0
         self._last_step = None
+        self.rows: list[dict] = []
+        self._file_started = False
+        self._last_print, self._shown_train = -math.inf, False
+        self._t_start, self._step_start = time.perf_counter(), None
+
+    def state_dict(self) -> dict:
+        return {"rows": [dict(r) for r in self.rows]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rows = [dict(r) for r in state.get("rows", [])]
 
     def _log(self, trainer, metrics: dict):
         step = trainer.global_step
-        metrics = {**metrics, "tokens": float(step * self.tokens_per_step)}
+        row = {"step": step, **metrics, "tokens": float(step * self.tokens_per_step)}
+        self.rows.append(row)
+        if self._file_started:
+            self.metrics.append(row)
+        else:
+            self._start_file(trainer)
         for lg in trainer.loggers:
-            lg.log_metrics(metrics, step=step)
+            lg.log_metrics({k: v for k, v in row.items() if k != "step"}, step=step)
+
+    def _start_file(self, trainer) -> None:
+        """metrics.csv from the rows so far: none, or those restored from the checkpoint."""
+        if trainer.is_global_zero and self.metrics is not None and not self._file_started:
+            self.metrics.start(self.rows)
+            self._file_started = True
+
+    def on_train_start(self, trainer, pl_module):  # after Lightning has restored a checkpoint
+        self._t_start, self._step_start = time.perf_counter(), trainer.global_step
+        self._start_file(trainer)
+
+    def _progress(self, trainer, text: str, force: bool = False) -> None:
+        now = time.perf_counter()
+        if not trainer.is_global_zero or (not force and now - self._last_print < PROGRESS_EVERY_S):
+            return
+        self._last_print = now
+        step, total = trainer.global_step, trainer.max_steps
+        done = step - (step if self._step_start is None else self._step_start)
+        eta = (now - self._t_start) / done * (total - step) if done > 0 else math.nan
+        print(f"step {step}/{total} ({100 * step / total:.0f}%) | {text} | elapsed {_hms(now - self._t_start)}"
+              + (f" | ETA {_hms(eta)}" if math.isfinite(eta) else ""), flush=True)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self._last_step != trainer.global_step:  # first micro-batch of an optimizer step
@@ -239,23 +335,53 @@ class StepLogger(Callback):
         losses, pl_module.step_losses = pl_module.step_losses, []
         if trainer.global_step % self.every == 0 and losses:  # same decision on every rank
             loss = trainer.strategy.reduce(torch.stack(losses).mean(), reduce_op="mean")  # equal shards
+            tokens_per_s = self.window_steps * self.tokens_per_step / self.window_time
             self._log(trainer, {
                 "train_loss": loss.item(),
                 "lr": trainer.optimizers[0].param_groups[0]["lr"],
-                "tokens_per_s": self.window_steps * self.tokens_per_step / self.window_time,
+                "tokens_per_s": tokens_per_s,
                 "peak_mem_mb": peak_memory_mb(),
             })
             self.window_time, self.window_steps = 0.0, 0
+            self._progress(trainer, f"train_loss {loss.item():.4f} | {tokens_per_s:,.0f} tokens/s",
+                           force=not self._shown_train or trainer.global_step >= trainer.max_steps)
+            self._shown_train = True
 
     def on_validation_end(self, trainer, pl_module):
         if trainer.sanity_checking or "val_loss" not in trainer.callback_metrics:
             return
-        self._log(trainer, {"val_loss": trainer.callback_metrics["val_loss"].item()})
+        val = trainer.callback_metrics["val_loss"].item()
+        self._log(trainer, {"val_loss": val})
+        self._progress(trainer, f"val_loss {val:.4f}", force=True)
 
     def mean_tokens_per_s(self) -> float | None:
         if not self.total_time:
             return None
         return self.total_steps * self.tokens_per_step / self.total_time
+
+
+class PeriodicCheckpoint(Callback):
+    """Saves ``path`` every ``every`` optimizer steps. At a step that also validates, the save
+    waits for the validation, so that the checkpoint holds that step's validation row: Lightning
+    does not repeat, on resume, a validation that was due after a checkpoint taken at the end of
+    the training batch."""
+
+    def __init__(self, path: Path, every: int, val_every: int):
+        self.path, self.every, self.val_every, self.saved_step = path, every, val_every, None
+
+    def _save(self, trainer) -> None:
+        step = trainer.global_step
+        if step > 0 and step % self.every == 0 and step != self.saved_step:
+            trainer.save_checkpoint(str(self.path), weights_only=False)
+            self.saved_step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step % self.val_every != 0:
+            self._save(trainer)
+
+    def on_validation_end(self, trainer, pl_module):
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            self._save(trainer)
 
 
 class TelemetryWriter(Callback):
@@ -295,18 +421,6 @@ def _segments(log_dir: Path, name: str) -> "pd.DataFrame | None":
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
-def _merge_logs(log_dir: Path) -> "pd.DataFrame":
-    """One row per step from all log segments (a resumed run adds one segment per restart)."""
-    import pandas as pd
-
-    df = _segments(log_dir, "metrics.csv")
-    if df is None:
-        return pd.DataFrame(columns=["step"])
-    df = df.drop(columns=[c for c in ("epoch",) if c in df.columns])
-    # later segments re-log steps after the checkpoint; keep the last value of each column per step
-    return df.groupby("step", as_index=False).last().sort_values("step")
-
-
 def _merge_telemetry(log_dir: Path) -> "pd.DataFrame | None":
     df = _segments(log_dir, "telemetry.csv")
     if df is None:
@@ -315,13 +429,32 @@ def _merge_telemetry(log_dir: Path) -> "pd.DataFrame | None":
     return df.drop_duplicates(subset=key, keep="last").sort_values(key, kind="stable")
 
 
-def _resume_checkpoint(ckpt_dir: Path, cfg_hash: str) -> Path | None:
-    last, stamp = ckpt_dir / "last.ckpt", ckpt_dir / "config.sha"
+def _may_resume(ckpt_dir: Path, cfg_hash: str) -> bool:
+    """Whether ``ckpt_dir`` holds checkpoints of an unfinished run of this very config."""
+    stamp = ckpt_dir / "config.sha"
     if (ckpt_dir / "COMPLETE").exists():
-        return None  # a finished run asked to run again means: train again
-    if last.is_file() and stamp.is_file() and stamp.read_text().strip() == cfg_hash:
-        return last
-    return None  # no checkpoint, or one from a different config: start fresh
+        return False  # a finished run asked to run again means: train again
+    return stamp.is_file() and stamp.read_text().strip() == cfg_hash  # else another config: start fresh
+
+
+def _resume_checkpoint(ckpt_dir: Path, cfg_hash: str) -> tuple[Path | None, dict | None, list[str]]:
+    """(the checkpoint to resume from, its contents, one message per unreadable checkpoint moved
+    aside). An unreadable ``last.ckpt`` is a warning, not an error: the run resumes from the
+    previous checkpoint, or trains from step 0 when there is none."""
+    if not _may_resume(ckpt_dir, cfg_hash):
+        return None, None, []
+    # only rank zero renames files (rank from the launcher's environment; no process group yet)
+    path, ckpt, problems = ckptlib.resume_candidate(ckpt_dir, may_move=rank_zero_only.rank == 0)
+    for p in problems:
+        _warn(p)
+    if problems:
+        _warn(f"resuming from {path} (step {ckpt['global_step']})" if path else
+              f"no earlier checkpoint in {ckpt_dir}: training restarts from step 0")
+    return path, ckpt, problems
+
+
+def _warn(message: str) -> None:
+    print(f"lowprec.train: warning: {message}", file=sys.stderr, flush=True)
 
 
 def init_weights_from(model: torch.nn.Module, source: str) -> dict:
@@ -340,7 +473,10 @@ def init_weights_from(model: torch.nn.Module, source: str) -> dict:
         path = path / "checkpoints" / "last.ckpt"
     if not path.is_file():
         raise cfglib.ConfigError(f"train.init_from: checkpoint file not found: {path}")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        ckpt = ckptlib.load(path)
+    except ckptlib.CheckpointError as e:
+        raise type(e)(f"train.init_from: {e}") from None
     state = ckpt.get("state_dict", ckpt) if isinstance(ckpt, dict) else None
     if not isinstance(state, dict):
         raise cfglib.ConfigError(f"train.init_from: {path} holds no state dict")
@@ -379,9 +515,12 @@ class PrepareRunFolder(Callback):
 
         for f in ("metrics.csv", "provenance.json", "telemetry.csv"):  # stale results must not outlive a rerun
             (self.out / f).unlink(missing_ok=True)
-        if self.fresh:
-            shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
-        (self.out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        ckpt_dir = self.out / "checkpoints"
+        if self.fresh and ckpt_dir.is_dir():
+            for p in ckpt_dir.iterdir():  # checkpoints moved aside as unreadable stay for inspection
+                if ckptlib.SET_ASIDE not in p.name:
+                    shutil.rmtree(p) if p.is_dir() else p.unlink()
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
         write_text(self.out / "checkpoints" / "config.sha", self.cfg_hash + "\n")
         self.done = True
 
@@ -447,9 +586,14 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     # Read-only here (every rank decides the same); PrepareRunFolder changes the folder later.
     cfg_hash = cfglib.config_hash(cfg)
     ckpt_dir, log_dir = out / "checkpoints", out / "logs"
-    resume = _resume_checkpoint(ckpt_dir, cfg_hash)
+    resume, resume_ckpt, unreadable = _resume_checkpoint(ckpt_dir, cfg_hash)
+    resume_step = resume_ckpt["global_step"] if resume else 0
+    # FSDP reads a full checkpoint itself (after the check above): hand the loaded one only to the others
+    ckpt_io = ckptlib.SafeCheckpointIO(preloaded=(resume, resume_ckpt) if resume and place["strategy"] != "fsdp"
+                                       else None)
+    del resume_ckpt
     if resume is None and rank_zero_only.rank == 0:
-        # Old log segments go now, before the CSV logger opens its folder. Only rank zero reads or
+        # Old log segments go now, before a writer opens its folder. Only rank zero reads or
         # writes logs/ (rank from RANK / LOCAL_RANK / SLURM_PROCID; no process group exists yet).
         import shutil
         shutil.rmtree(log_dir, ignore_errors=True)
@@ -461,7 +605,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     segment = 0 if resume is None else 1 + max((int(p.name.split("-")[1]) for p in log_dir.glob("segment-*")),
                                                 default=-1)
 
-    loggers = [CSVLogger(save_dir=str(log_dir), name="", version=f"segment-{segment}")]
+    loggers = []  # metrics.csv is StepLogger's; other loggers receive the same rows
     extra_callbacks = []
     if module.telemetry is not None:
         extra_callbacks.append(TelemetryWriter(module.telemetry, log_dir / f"segment-{segment}" / "telemetry.csv"))
@@ -470,14 +614,14 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
             from lightning.pytorch.loggers import WandbLogger
             import wandb  # noqa: F401
         except ImportError as e:
-            raise RuntimeError("logging.wandb is true but wandb is not installed (pip install wandb)") from e
+            raise cfglib.ConfigError("logging.wandb is true but wandb is not installed (pip install wandb)") from e
         lg = cfg["logging"]
         loggers.append(WandbLogger(project=lg.get("wandb_project", "lowprec"), save_dir=str(out),
                                    name=f"{cfg['paper']}/{cfg['run_id']}", offline=lg.get("wandb_mode", "offline") == "offline",
                                    config=cfg))
-    steplog = StepLogger(module.tokens_per_batch * t.get("grad_accum", 1), t.get("log_every", 10))
-    checkpoint = ModelCheckpoint(dirpath=str(ckpt_dir), save_last=True, save_top_k=0,
-                                 every_n_train_steps=t.get("ckpt_every", 100))
+    steplog = StepLogger(module.tokens_per_batch * t.get("grad_accum", 1), t.get("log_every", 10),
+                         MetricsFile(out / "metrics.csv"))
+    checkpoint = PeriodicCheckpoint(ckpt_dir / ckptlib.LAST, t.get("ckpt_every", 100), t["val_every"])
     trainer = L.Trainer(
         max_steps=t["max_steps"], accelerator=place["accelerator"], devices=place["devices"],
         num_nodes=place["num_nodes"], strategy=lightning_strategy(place["strategy"], module.model),
@@ -485,7 +629,9 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
         gradient_clip_val=t.get("grad_clip"), accumulate_grad_batches=t.get("grad_accum", 1),
         val_check_interval=t["val_every"] * t.get("grad_accum", 1), check_val_every_n_epoch=None,
         limit_val_batches=t.get("val_batches", 8), num_sanity_val_steps=0,
-        log_every_n_steps=t.get("log_every", 10), logger=loggers,  # rows come from StepLogger
+        log_every_n_steps=t.get("log_every", 10), logger=loggers or False,  # rows come from StepLogger
+        plugins=[ckpt_io], enable_checkpointing=False,  # PeriodicCheckpoint saves, through ckpt_io
+        # hooks run in this order: a step's rows are logged before its checkpoint is taken
         callbacks=[PrepareRunFolder(out, cfg_hash, fresh=resume is None), steplog, checkpoint,
                    *extra_callbacks, *(callbacks or [])],
         enable_progress_bar=cfg.get("logging", {}).get("progress_bar", False), enable_model_summary=False,
@@ -493,19 +639,23 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     )
     world_size = trainer.num_devices * trainer.num_nodes
     cfglib.check_global_batch(t["batch_size"], world_size)  # before any process is launched
+    if rank_zero_only.rank == 0:
+        print(f"{cfg['run_id']}: " + (f"resuming from {resume} at step {resume_step}" if resume else "training")
+              + f" to step {t['max_steps']}, {world_size} process(es), precision {precision}", flush=True)
+    # ckpt_io reads the checkpoint (weights only); under FSDP Lightning reads it again, after the check
     trainer.fit(module, datamodule=LMData(data, t, cfg["seed"]), ckpt_path=str(resume) if resume else None)
 
     # final validation at the last step, unless the interval already landed there
     status = STATUS_DIVERGED if module.diverged_at is not None else STATUS_COMPLETED
     if status == STATUS_COMPLETED:  # the final weights, for evaluation and export after training
-        trainer.save_checkpoint(str(ckpt_dir / "last.ckpt"))
+        trainer.save_checkpoint(str(ckpt_dir / ckptlib.LAST), weights_only=False)
     if status == STATUS_COMPLETED and trainer.global_step % t["val_every"] != 0:
         trainer.validate(module, datamodule=LMData(data, t, cfg["seed"]), verbose=False)
     if trainer.global_rank != 0:
         return {}
     for lg in loggers:
         lg.finalize("success")
-    metrics = _merge_logs(log_dir)
+    metrics = metrics_frame(steplog.rows)
     steps = module.diverged_at if status == STATUS_DIVERGED else trainer.global_step  # finite steps taken
     write_text(out / "metrics.csv", metrics.to_csv(index=False))
     telemetry = _merge_telemetry(log_dir)
@@ -518,6 +668,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
         "paper": cfg["paper"], "run_id": cfg["run_id"], "status": status,
         "diverged_at_step": module.diverged_at,
         "resumed_from": str(resume) if resume else None,
+        "unreadable_checkpoints": unreadable,
         "init_from": init_from,
         "steps": steps,
         "tokens_seen": steps * steplog.tokens_per_step,
@@ -532,6 +683,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     }
     write_json(out / "provenance.json", record)
     write_text(ckpt_dir / "COMPLETE", status + "\n")  # last.ckpt stays for downstream use (fine-tuning)
+    (ckpt_dir / ckptlib.PREVIOUS).unlink(missing_ok=True)  # only a run in progress needs a fallback
     return record
 
 
@@ -542,8 +694,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = cfglib.load_yaml(args.config)
         record = run(cfg)
-    except cfglib.ConfigError as e:
-        sys.exit(f"lowprec.train: error: {e}")
+    except USER_ERRORS as e:
+        one_line = " ".join(line.strip() for line in str(e).splitlines() if line.strip())  # e.g. YAML's
+        sys.exit(f"lowprec.train: error: {one_line}")
     if record:
         print(f"{record['run_id']}: {record['status']} after {record['steps']} steps, "
               f"val_loss={record['final_val_loss']}, {record['wall_s']} s")

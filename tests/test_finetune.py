@@ -97,7 +97,7 @@ def _source(prepared_data, tmp_path):
 def test_init_from_starts_from_the_source_weights(prepared_data, tmp_path):
     src = _source(prepared_data, tmp_path)
     ckpt = src / "checkpoints" / "last.ckpt"
-    final = {k[len("model."):]: v for k, v in torch.load(ckpt, weights_only=False)["state_dict"].items()
+    final = {k[len("model."):]: v for k, v in torch.load(ckpt, weights_only=True)["state_dict"].items()
              if k.startswith("model.")}
     # another recipe than the source's: only the parameters travel
     cfg = smoke_run_config("int8_fallback", "llama2", "int8_fallback_dynamic", prepared_data, tmp_path / "ft", max_steps=2)

@@ -321,7 +321,7 @@ def test_reproducible_from_seed_and_across_save_load(tmp_path):
     torch.save(m1.state_dict(), path)
     assert m1.state_dict()["0.weight_transform._extra_state"] == {"samples": 2}
     m3 = _mlp(recipe, seed=1)  # different init, replaced by the checkpoint
-    m3.load_state_dict(torch.load(path))
+    m3.load_state_dict(torch.load(path, weights_only=True))
     o3 = torch.optim.SGD(m3.parameters(), lr=0.1)  # stateless: resuming it loses nothing
     assert int(m3[0].weight_transform.samples) == int(m1[0].weight_transform.samples) == 2
     for _ in range(2):
