@@ -232,7 +232,7 @@ if triton is not None and _kq.triton is not None:
             k_ok = (offs_k < GK) & (kk < K)
             return tl.load(ptr + cols_off[None, :] + kk[:, None], mask=k_ok[:, None], other=0)
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["n_kb"])  # only a loop bound and a scale-row stride
     def _gemm_kernel(a_ptr, a_desc, da_ptr, b_ptr, b_desc, db_ptr, c_ptr,
                      ra_ptr, dra_ptr, fa_ptr, rb_ptr, drb_ptr, fb_ptr,
                      M, N, K, n_kb,
@@ -313,7 +313,7 @@ if triton is not None and _kq.triton is not None:
                     mask=rb_ok[:, None] & ((c0 + kc) < n_kb)[None, :], other=0)
         return _max_axis(f.to(tl.int32), 0) != 0
 
-    @triton.jit
+    @triton.jit(do_not_specialize=["n_kb", "n_ysplit"])
     def _residual_kernel(r_ptr, dr_ptr, fr_ptr, y_ptr, dy_ptr, yr_ptr, dyr_ptr, fy_ptr, c_ptr,
                          R, Y, K, n_kb, stride_cr, stride_cy, n_ysplit,
                          RBS: tl.constexpr, YBS: tl.constexpr, GK: tl.constexpr,
@@ -503,11 +503,12 @@ class GemmConfig:
     magic: bool = True       # int32 -> fp32 by the add trick where exact (group <= 259), else by conversion
     tma: bool = False        # tensor-descriptor (TMA) loads where the operands allow them
     warp_specialize: bool = False
+    fp_fusion: bool = True   # False: no FMA contraction, so CUDA equals the torch reference bit for bit
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}_kg{self.k_groups}_w{self.num_warps}_s{self.num_stages}"
                 f"_gm{self.group_m}{'' if self.magic else '_cvt'}{'_tma' if self.tma else ''}"
-                f"{'_ws' if self.warp_specialize else ''}")
+                f"{'_ws' if self.warp_specialize else ''}{'' if self.fp_fusion else '_nofma'}")
 
 
 @dataclass(frozen=True)
@@ -520,10 +521,11 @@ class ResidualConfig:
     num_stages: int = 2
     programs: int = 4096     # about this many programs: each takes every n-th tile of the other operand
     k_chunk: int = 1024      # K-groups whose flags a program holds in registers at once
+    fp_fusion: bool = True
 
     def label(self) -> str:
         return (f"r{self.block_r}x{self.block_y}_w{self.num_warps}_s{self.num_stages}_p{self.programs}"
-                f"_kc{self.k_chunk}")
+                f"_kc{self.k_chunk}{'' if self.fp_fusion else '_nofma'}")
 
 
 # GEMMs below this many multiply-adds take the default configuration: tuning would cost more than it saves
@@ -667,9 +669,8 @@ class _Gemm:
             raise ValueError(f"f{name}: flag grid {tuple(f.shape)} != {(rows, self.n_kb)}")
         return r.contiguous(), self._scales(dr, rows, f"dr{name}"), f
 
-    def key(self, fused_a: bool, fused_b: bool) -> tuple:
-        kernel = "fused" + "_a" * fused_a + "_b" * fused_b if fused_a or fused_b else "main"
-        return (kernel, _bucket(self.M), _bucket(self.N), _bucket(self.K), self.gk, self.bms, self.bns,
+    def key(self) -> tuple:
+        return ("main", _bucket(self.M), _bucket(self.N), _bucket(self.K), self.gk, self.bms, self.bns,
                 self.even_k, self.tma_usable)
 
     # -- the main kernel
@@ -689,37 +690,40 @@ class _Gemm:
         meta = dict(BMS=self.bms, BNS=self.bns, GK=self.gk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
                     KG=kg, GROUP_M=cfg.group_m, EVEN_K=self.even_k,
                     MAGIC=cfg.magic and self.gk <= _MAGIC_MAX_GROUP, USE_TMA=tma, HAS_RA=fused_a, HAS_RB=fused_b,
-                    WS=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                    WS=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                    enable_fp_fusion=cfg.fp_fusion)
         if warmup:
             return _gemm_kernel.warmup(*args, grid=grid, **meta)
         _gemm_kernel[grid](*args, **meta)
 
-    def config(self, fused_a: bool, fused_b: bool) -> GemmConfig:
-        """The tuned configuration of this shape class (tuning it now if it is new), or the default."""
+    def config(self) -> GemmConfig:
+        """The tuned configuration of this shape class (tuning it now if it is new), or the default.
+        Tuned on the first parts alone; the fused second parts run in the same configuration."""
         if (interpreter_active() or not _autotune_enabled()
                 or self.M * self.N * self.K < TUNE_MIN_MACS):
             return default_config(self.gk, self.M, self.N)
-        key = self.key(fused_a, fused_b)
+        key = self.key()
         if key not in _TUNED:
-            _TUNED[key] = self._tune(key, fused_a, fused_b)
+            _TUNED[key] = self._tune(key)
         return _TUNED[key][0]
 
-    def _tune(self, key, fused_a, fused_b):
+    def _tune(self, key):
         import triton.testing
 
         cands = candidate_configs(self.gk, tma=self.tma_usable)
         c = torch.empty((self.M, self.N), dtype=torch.float32, device=self.dev)
-        _precompile(lambda cfg: self.launch_main(c, cfg, fused_a, fused_b, warmup=True), cands)
+        _precompile(lambda cfg: self.launch_main(c, cfg, warmup=True), cands)
         best = None
         for cfg in cands:
             row = {**dict(zip(_KEY_FIELDS, key)), "config": cfg.label()}
             try:
-                fn = lambda: self.launch_main(c, cfg, fused_a, fused_b)  # noqa: E731
+                fn = lambda: self.launch_main(c, cfg)  # noqa: E731
                 fn()
                 torch.cuda.synchronize(self.dev)
                 ms = float(triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median"))
             except Exception as exc:  # a configuration the device or compiler refuses: tried, ruled out
-                _TUNE_LOG.append({**row, "ms": "", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"})
+                first = str(exc).splitlines()[0][:200] if str(exc) else ""
+                _TUNE_LOG.append({**row, "ms": "", "error": f"{type(exc).__name__}: {first}"})
                 continue
             _TUNE_LOG.append({**row, "ms": ms, "error": ""})
             if best is None or ms < best[1]:
@@ -730,7 +734,7 @@ class _Gemm:
         return best
 
     # -- the second-part pass
-    def launch_residual(self, c, side: str, rcfg: ResidualConfig, cross: bool):
+    def launch_residual(self, c, side: str, rcfg: ResidualConfig, cross: bool, warmup=False):
         if side == "a":  # C[m, n] += (q2a . q1b) * dra * db
             r, dr, fr, rbs, R = self.ra, self.dra, self.fa, self.bms, self.M
             y, dy, ybs, Y, stride_cr, stride_cy = self.qb, self.db, self.bns, self.N, self.N, 1
@@ -743,16 +747,21 @@ class _Gemm:
         n_ysplit = max(1, min(_cdiv(Y, rcfg.block_y), _cdiv(rcfg.programs, n_rt)))
         nrb = _next_pow2(_cdiv(rcfg.block_r - 1, rbs) + 1)
         kchunk = min(_next_pow2(self.n_kb), _next_pow2(rcfg.k_chunk), max(16, 8192 // nrb))
-        _residual_kernel[(n_rt * n_ysplit,)](
-            r, dr, fr, y, dy, yr, dyr, fy, c, R, Y, self.K, self.n_kb, stride_cr, stride_cy, n_ysplit,
-            RBS=rbs, YBS=ybs, GK=self.gk, BLOCK_R=rcfg.block_r, BLOCK_Y=rcfg.block_y, BLOCK_K=_next_pow2(self.gk),
-            NRB=nrb, KCHUNK=kchunk, EVEN_K=self.even_k, MAGIC=self.gk <= _MAGIC_MAX_GROUP, HAS_CROSS=cross,
-            num_warps=rcfg.num_warps, num_stages=rcfg.num_stages)
+        grid = (n_rt * n_ysplit,)
+        args = (r, dr, fr, y, dy, yr, dyr, fy, c, R, Y, self.K, self.n_kb, stride_cr, stride_cy, n_ysplit)
+        meta = dict(RBS=rbs, YBS=ybs, GK=self.gk, BLOCK_R=rcfg.block_r, BLOCK_Y=rcfg.block_y,
+                    BLOCK_K=_next_pow2(self.gk), NRB=nrb, KCHUNK=kchunk, EVEN_K=self.even_k,
+                    MAGIC=self.gk <= _MAGIC_MAX_GROUP, HAS_CROSS=cross, num_warps=rcfg.num_warps,
+                    num_stages=rcfg.num_stages, enable_fp_fusion=rcfg.fp_fusion)
+        if warmup:
+            return _residual_kernel.warmup(*args, grid=grid, **meta)
+        _residual_kernel[grid](*args, **meta)
 
 
 def _precompile(warm, cands) -> None:
-    """Compile the candidates in parallel threads where this Triton can (its compile futures);
-    failures are left for the timed loop, which records them."""
+    """Compile warm(c) for each candidate c (a launch with warmup=True) in parallel threads where
+    this Triton can (its compile futures), else not at all; failures are left for the launches,
+    which report them."""
     try:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -805,7 +814,7 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
     over = {k: v for k, v in (("block_m", block_m), ("block_n", block_n), ("num_warps", num_warps),
                               ("num_stages", num_stages)) if v is not None}
     if config is None and not over:
-        cfg = g.config(fused_a, fused_b)
+        cfg = g.config()
     else:
         cfg = replace(config or default_config(g.gk, g.M, g.N), **over)
     g.launch_main(c, cfg, fused_a, fused_b)
@@ -818,16 +827,14 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
     return c
 
 
-def selected_config(qa, qb, block_a=(32, 32), block_b=(32, 32), *, fused_a=False, fused_b=False) -> GemmConfig:
+def selected_config(qa, qb, block_a=(32, 32), block_b=(32, 32)) -> GemmConfig:
     """The configuration ``int8_fallback_gemm`` uses for these operands without explicit tuning
     arguments (tuning the shape class first if it is new): for benchmarks to record."""
-    n_kb_a = _cdiv(qa.shape[1], _check_block(block_a)[1])
-    n_kb_b = _cdiv(qb.shape[1], _check_block(block_b)[1])
-    da = torch.ones((_cdiv(qa.shape[0], block_a[0]), n_kb_a), device=qa.device)
-    db = torch.ones((_cdiv(qb.shape[0], block_b[0]), n_kb_b), device=qb.device)
-    ra = (qa, da, torch.zeros_like(da, dtype=torch.int8)) if fused_a else (None, None, None)
-    rb = (qb, db, torch.zeros_like(db, dtype=torch.int8)) if fused_b else (None, None, None)
-    return _Gemm(qa, da, qb, db, block_a, block_b, *ra, *rb).config(fused_a, fused_b)
+    n_kb = _cdiv(qa.shape[1], _check_block(block_a)[1])
+    da = torch.ones((_cdiv(qa.shape[0], block_a[0]), n_kb), device=qa.device)
+    db = torch.ones((_cdiv(qb.shape[0], block_b[0]), _cdiv(qb.shape[1], _check_block(block_b)[1])),
+                    device=qb.device)
+    return _Gemm(qa, da, qb, db, block_a, block_b, None, None, None, None, None, None).config()
 
 
 def gemm_fallback_qtensors(fqa, fqb, **kw) -> torch.Tensor:
