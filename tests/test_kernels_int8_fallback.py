@@ -382,3 +382,41 @@ def test_quantizer_fused_path_equals_torch_path(device, rule, monkeypatch):
         assert na == nb and (ta == tb or (ta != ta and tb != tb))
     assert sum(n for _, _, n in fused) > 0  # blocks really fell back
     assert {k: v["level"].item() for k, v in fstate.items()} == {k: v["level"].item() for k, v in rstate.items()}
+
+
+@pytest.mark.skipif(not kf.interpreter_active(), reason="the dry run needs the interpreter")
+def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
+    """The GPU benchmark end to end under the interpreter (its timings mean nothing): every sweep
+    writes its rows, the checks pass bit for bit, the summary comes last, and a variant that fails
+    is reported without losing the others."""
+    import csv as _csv
+
+    from lowprec.kernels import bench_int8_fallback as bench
+
+    out = tmp_path / "gemm.csv"
+    argv = ["--out", str(out), "--sizes", "32", "--groups", "32", "--ratio-groups", "32", "--ratios", "0.25",
+            "--patterns", "random", "--shapes", "32x16x64", "--shape-group", "32", "--ablation-groups", "32",
+            "--block-rows", "16", "--sweeps", "check,group,ratio,shapes,ablation"]
+    assert bench.main(argv, _device="cpu") == 0
+    rows = list(_csv.DictReader(out.open()))
+    assert {r["sweep"] for r in rows} == {"check", "baseline", "group", "ratio", "shapes", "ablation"}
+    checks = [r for r in rows if r["sweep"] == "check"]
+    assert len(checks) > 10 and all(r["bitwise_equal"] == "true" for r in checks)
+    assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback", "int8_fallback_fused"}
+    assert all(r["config"] for r in rows if r["kind"].startswith("int8") and r["sweep"] != "check")
+    assert (tmp_path / "gemm.json").is_file() and (tmp_path / "gemm_tune.csv").is_file()
+    printed = capsys.readouterr().out
+    assert "---- summary" in printed and "FAILED" not in printed
+
+    real = kf.int8_fallback_gemm
+
+    def broken(*a, **kw):
+        if kw.get("fallback") == "fused":
+            raise RuntimeError("no such kernel")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(kf, "int8_fallback_gemm", broken)
+    assert bench.main([*argv[:-1], "group,ratio"], _device="cpu") == 1
+    rows = list(_csv.DictReader(out.open()))
+    assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback"}
+    assert "# FAILED: fused 32 g=32 random 0.25: RuntimeError: no such kernel" in capsys.readouterr().out
