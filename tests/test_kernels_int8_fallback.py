@@ -347,6 +347,7 @@ def test_import_without_triton(monkeypatch):
                                                   submodule_search_locations=None)
     mod = importlib.util.module_from_spec(spec)
     mod.__package__ = "lowprec.kernels"
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     assert not mod.triton_available() and not mod.interpreter_active()
     with pytest.raises(RuntimeError, match="Triton"):
