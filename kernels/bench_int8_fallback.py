@@ -599,7 +599,7 @@ def _quantize_sweep(b: _Bench, S, ratio_groups):
 def _ws_sweep(b: _Bench, g):
     """The warp-specialized loop, last: a compiler path documented for other GPUs."""
     kf, S = b.kf, b.largest
-    if b.fixed:
+    if b.fixed or b.over_budget("ws"):
         return
     qa, qb, t_bf16, t_int = _baselines(b, "ws", S, S, S)
     nkb = -(-S // g)
@@ -676,7 +676,7 @@ def _summary(b: _Bench) -> list:
 def _write_tune_log(path: Path, log: list) -> None:
     from lowprec.kernels.int8_fallback_gemm import _KEY_FIELDS
 
-    fields = [*_KEY_FIELDS, "config", "ms", "error"]
+    fields = [*_KEY_FIELDS, "config", "ms", "regs", "spills", "shared", "error"]
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()

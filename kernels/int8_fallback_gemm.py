@@ -264,7 +264,7 @@ if triton is not None and _kq.triton is not None:
         sa_idx = (rm // BMS) * n_kb
         sb_idx = (rn // BNS) * n_kb
 
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
         for it in tl.range(0, n_kb // KG, warp_specialize=WS):
             for j in tl.static_range(KG):
                 kb = it * KG + j
@@ -350,7 +350,7 @@ if triton is not None and _kq.triton is not None:
                 ry = offs_y % Y
                 y_cols = ry.to(tl.int64) * K
                 sy_idx = (ry // YBS) * n_kb
-                acc = tl.zeros([BLOCK_R, BLOCK_Y], dtype=tl.float32)
+                acc = tl.full([BLOCK_R, BLOCK_Y], 0.0, tl.float32)
                 for c0 in range(0, n_kb, KCHUNK):
                     rem = _flag_chunk(fr_ptr, rbs, rb_ok, c0, kc, n_kb)
                     for i in range(0, _sum_axis(rem.to(tl.int32), 0)):
@@ -612,7 +612,7 @@ def tuned_configs() -> list:
 
 def tuning_log() -> list:
     """Every configuration timed by the tuner in this process (shape class, configuration, median
-    ms or the error that ruled it out)."""
+    ms or the error that ruled it out, registers and spills per thread, shared memory)."""
     return list(_TUNE_LOG)
 
 
@@ -725,7 +725,7 @@ class _Gemm:
                 first = str(exc).splitlines()[0][:200] if str(exc) else ""
                 _TUNE_LOG.append({**row, "ms": "", "error": f"{type(exc).__name__}: {first}"})
                 continue
-            _TUNE_LOG.append({**row, "ms": ms, "error": ""})
+            _TUNE_LOG.append({**row, "ms": ms, "error": "", **_resources(self.launch_main(c, cfg, warmup=True))})
             if best is None or ms < best[1]:
                 best = (cfg, ms)
         if best is None:
@@ -756,6 +756,19 @@ class _Gemm:
         if warmup:
             return _residual_kernel.warmup(*args, grid=grid, **meta)
         _residual_kernel[grid](*args, **meta)
+
+
+def _resources(kernel) -> dict:
+    """Registers and spills per thread and shared memory of a compiled kernel (for the tuning log;
+    empty where this Triton does not say)."""
+    out = {}
+    for key, get in (("regs", lambda k: k.n_regs), ("spills", lambda k: k.n_spills),
+                     ("shared", lambda k: k.metadata.shared)):
+        try:
+            out[key] = int(get(kernel))
+        except Exception:  # noqa: BLE001 - an attribute this Triton version lacks
+            out[key] = ""
+    return out
 
 
 def _precompile(warm, cands) -> None:
