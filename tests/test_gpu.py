@@ -293,3 +293,39 @@ def test_emulated_training_step_never_waits_for_the_device(method):
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert int(model[0].calls) == 2 and model[0].call_count() == 2
+
+
+def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
+    """The tuner times every candidate of a new shape class once, records them, keeps the fastest,
+    and its configurations equal the torch reference bit for bit without FMA contraction."""
+    from dataclasses import replace
+
+    from lowprec.int8_fallback import int8_block_gemm_reference
+    from lowprec.kernels import int8_fallback_gemm as kf
+
+    if not kf.triton_available("cuda"):
+        pytest.skip("Triton not usable on this CUDA device")
+    monkeypatch.setattr(kf, "TUNE_MIN_MACS", 0)
+    monkeypatch.setattr(kf, "_TUNED", {})
+    monkeypatch.setattr(kf, "_TUNE_LOG", [])
+    g = torch.Generator(device="cuda").manual_seed(0)
+    M, N, K, blk = 256, 384, 1024, (32, 128)
+    qa = torch.randint(-127, 128, (M, K), device="cuda", generator=g, dtype=torch.int8)
+    qb = torch.randint(-127, 128, (N, K), device="cuda", generator=g, dtype=torch.int8)
+    da = torch.rand(M // 32, K // 128, device="cuda", generator=g) / 127
+    db = torch.rand(N // 32, K // 128, device="cuda", generator=g) / 127
+    want = int8_block_gemm_reference(qa, da, qb, db, blk, blk)
+    got = kf.int8_fallback_gemm(qa, da, qb, db, blk, blk)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    (tuned,) = kf.tuned_configs()
+    log = kf.tuning_log()
+    cands = kf.candidate_configs(128, tma=kf._tma_usable(qa, qb, 128))
+    assert [r["config"] for r in log] == [c.label() for c in cands]
+    timed = [r for r in log if r["ms"] != ""]
+    assert timed and tuned["ms"] == min(r["ms"] for r in timed) and tuned["config"] in {r["config"] for r in timed}
+    assert kf.selected_config(qa, qb, blk, blk).label() == tuned["config"]
+    assert len(kf.tuning_log()) == len(log)  # the class is tuned once
+    chosen = next(c for c in cands if c.label() == tuned["config"])
+    for cfg in {cands[0], chosen, *[c for c in cands if c.tma][:1]}:  # pointer and descriptor loads
+        y = kf.int8_fallback_gemm(qa, da, qb, db, blk, blk, config=replace(cfg, fp_fusion=False))
+        assert torch.equal(y, want), cfg.label()

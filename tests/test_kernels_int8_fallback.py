@@ -126,13 +126,38 @@ def _operands(x, w, block_a, block_b, rho_b=0.25):
     return fa, fb
 
 
+def _reference(impl, A, B, block_a, block_b, ra=(None, None, None), rb=(None, None, None)):
+    """What int8_fallback_gemm computes, in its order of fp32 sums, from the torch reference: the
+    fused kernel in int8_block_gemm_reference's own order; the sparse passes as
+    (first parts + A's second part) + B's second part, each sum from zero over the K-groups."""
+    ref = int8_block_gemm_reference
+    if impl == "fused" or (ra[0] is None and rb[0] is None):
+        return ref(*A[:2], *B[:2], block_a, block_b, *ra, *rb)
+    y = ref(*A[:2], *B[:2], block_a, block_b)
+    if ra[0] is not None:
+        r, dr, f = ra
+        y = y + ref(r, torch.where(f.bool(), dr, torch.zeros_like(dr)), *B[:2], block_a, block_b)
+    if rb[0] is not None:
+        r, dr, f = rb
+        y = y + ref(*A[:2], r, torch.where(f.bool(), dr, torch.zeros_like(dr)), block_a, block_b, *ra)
+    return y
+
+
+def _assert_gemm_equal(got, want, device):
+    if device == "cpu":
+        assert torch.equal(got, want)
+    else:  # FMA contraction on the GPU: one rounding fewer per term
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+
+
+@pytest.mark.parametrize("impl", kf.FALLBACK_IMPLS)
 @pytest.mark.parametrize("dims,block_a,block_b,tile", [
     ((64, 64, 64), (32, 32), (32, 32), None),         # the Jetfire shape
     ((64, 64, 64), (32, 32), (32, 32), (16, 16)),     # tiles smaller than blocks: some skip the branch
     ((40, 24, 80), (1, 32), (16, 32), None),          # ragged M, N and a partial K-group
     ((32, 48, 72), (8, 24), (4, 24), (16, 32)),       # a K-group that is not a power of two
 ], ids=["64^3", "small-tiles", "ragged", "group24"])
-def test_gemm_equals_integer_emulation(device, dims, block_a, block_b, tile):
+def test_gemm_equals_integer_emulation(device, dims, block_a, block_b, tile, impl):
     M, N, K = dims
     x = _x((M, K), seed=4, device=device)
     w = _x((N, K), seed=5, device=device) * 0.05
@@ -144,18 +169,108 @@ def test_gemm_equals_integer_emulation(device, dims, block_a, block_b, tile):
         for use_b in (False, True):
             ra = A[2:] if use_a else (None, None, None)
             rb = B[2:] if use_b else (None, None, None)
-            got = kf.int8_fallback_gemm(A[0], A[1], B[0], B[1], block_a, block_b, *ra, *rb, **kw)
-            want = int8_block_gemm_reference(A[0], A[1], B[0], B[1], block_a, block_b, *ra, *rb)
-            if device == "cpu":
-                assert torch.equal(got, want), (use_a, use_b)
-            else:  # FMA contraction on the GPU: one rounding fewer per term
-                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+            got = kf.int8_fallback_gemm(A[0], A[1], B[0], B[1], block_a, block_b, *ra, *rb, fallback=impl, **kw)
+            _assert_gemm_equal(got, _reference(impl, A, B, block_a, block_b, ra, rb), device)
             results[use_a, use_b] = got
     # the second parts did something, and brought the product closer to the exact one
     exact = (x.double() @ w.double().t())
     errs = {k: float((v.double() - exact).norm() / exact.norm()) for k, v in results.items()}
     assert max(errs[True, False], errs[False, True]) < errs[False, False], errs
     assert errs[True, True] < min(errs[True, False], errs[False, True]) / 2, errs
+
+
+def _int_operands(M, N, K, rows_a, rows_b, group, seed, pattern="random", ratio=0.3, device="cpu"):
+    """Integer codes in [-127, 127], positive decode scales, and second parts whose codes are zero
+    outside the flagged blocks (as the quantizer writes them), flags by pattern: "random" blocks,
+    whole block-"rows", "none" or "all"."""
+    g = torch.Generator().manual_seed(seed)
+    nkb = -(-K // group)
+
+    def part(rows_total, rows):
+        q = torch.randint(-127, 128, (rows_total, K), generator=g, dtype=torch.int8)
+        d = (torch.rand(-(-rows_total // rows), nkb, generator=g) + 0.5) / 127
+        if pattern == "rows":
+            f = (torch.rand(d.shape[0], 1, generator=g) < ratio).expand(-1, nkb)
+        else:
+            f = torch.rand(d.shape, generator=g) < {"random": ratio, "none": -1.0, "all": 2.0}[pattern]
+        full = f.repeat_interleave(rows, 0)[:rows_total].repeat_interleave(group, 1)[:, :K]
+        r = torch.where(full, torch.randint(-127, 128, (rows_total, K), generator=g, dtype=torch.int8),
+                        torch.zeros((), dtype=torch.int8))
+        # scales of unflagged blocks are garbage on purpose: the kernels must not read them
+        dr = torch.where(f, d / 254, torch.full_like(d, float("nan")))
+        return tuple(t.to(device) for t in (q, d, r, dr, f.to(torch.int8).contiguous()))
+
+    return part(M, rows_a), part(N, rows_b)
+
+
+@pytest.mark.parametrize("dims,rows,group,config", [
+    ((64, 64, 256), (32, 32), 32, kf.GemmConfig(32, 32, k_groups=4, num_warps=4, num_stages=1)),  # 4 groups an iteration
+    ((64, 48, 192), (16, 8), 32, kf.GemmConfig(64, 16, k_groups=2, num_warps=4, num_stages=1, magic=False)),
+    ((50, 33, 160), (32, 32), 32, kf.GemmConfig(32, 32, k_groups=4, num_warps=4, num_stages=1)),  # 5 groups: 1 a step
+    ((48, 40, 128), (1, 8), 64, kf.GemmConfig(32, 16, k_groups=2, num_warps=4, num_stages=1, tma=True)),
+    ((40, 56, 100), (8, 8), 32, kf.GemmConfig(16, 32, k_groups=2, num_warps=4, num_stages=1, tma=True)),  # K tail
+], ids=["kg4", "kg2-cvt", "kg-odd-groups", "tma", "tma-ragged"])
+def test_gemm_configurations_are_bit_identical(device, dims, rows, group, config):
+    """Every configuration (groups per iteration, tiles that do not divide the shape, the exact
+    int32 -> fp32 add trick or the conversion, descriptor loads) gives the reference's result."""
+    M, N, K = dims
+    (qa, da, *_), (qb, db, *_) = _int_operands(M, N, K, rows[0], rows[1], group, seed=11, device=device)
+    block_a, block_b = (rows[0], group), (rows[1], group)
+    want = int8_block_gemm_reference(qa, da, qb, db, block_a, block_b)
+    _assert_gemm_equal(kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, config=config), want, device)
+
+
+@pytest.mark.parametrize("pattern", ["none", "random", "rows", "all"])
+@pytest.mark.parametrize("impl", kf.FALLBACK_IMPLS)
+def test_fallback_patterns(device, pattern, impl):
+    """No flag, scattered blocks, whole block-rows and every block: both implementations equal the
+    reference in their order of sums; without a flag the second parts change nothing at all."""
+    M, N, K, block_a, block_b = 72, 40, 160, (8, 32), (16, 32)
+    (qa, da, ra, dra, fa), (qb, db, rb, drb, fb) = _int_operands(M, N, K, 8, 16, 32, seed=12, pattern=pattern,
+                                                                 device=device)
+    A, B = (qa, da), (qb, db)
+    plain = kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, fallback=impl)
+    for sides in ("a", "b", "ab"):
+        pa = (ra, dra, fa) if "a" in sides else (None, None, None)
+        pb = (rb, drb, fb) if "b" in sides else (None, None, None)
+        got = kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, *pa, *pb, fallback=impl)
+        _assert_gemm_equal(got, _reference(impl, A, B, block_a, block_b, pa, pb), device)
+        if pattern == "none":
+            assert torch.equal(got, plain)
+        else:
+            assert not torch.equal(got, plain)
+
+
+@pytest.mark.parametrize("residual,rows", [
+    (kf.ResidualConfig(block_r=16, block_y=16, num_stages=1, programs=1, k_chunk=2), (8, 4)),   # y tiles looped, chunks
+    (kf.ResidualConfig(block_r=32, block_y=32, num_stages=1, programs=1000), (1, 32)),          # 32 one-row blocks a program
+    (kf.ResidualConfig(block_r=16, block_y=16, num_stages=1, programs=3, k_chunk=4), (32, 8)),  # blocks taller than a program
+], ids=["chunks", "row-blocks", "tall-blocks"])
+def test_sparse_pass_configurations(device, residual, rows):
+    """The second-part pass visits exactly the flagged K-groups whatever its tiling: flag chunks
+    smaller than the K-groups, programs looping over several tiles of the other operand, programs
+    spanning several row-blocks or part of one."""
+    M, N, K, group = 80, 48, 320, 32
+    (qa, da, ra, dra, fa), (qb, db, rb, drb, fb) = _int_operands(M, N, K, rows[0], rows[1], group, seed=13,
+                                                                 ratio=0.2, device=device)
+    block_a, block_b = (rows[0], group), (rows[1], group)
+    got = kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, residual=residual)
+    want = _reference("sparse", (qa, da), (qb, db), block_a, block_b, (ra, dra, fa), (rb, drb, fb))
+    _assert_gemm_equal(got, want, device)
+
+
+def test_configuration_space():
+    """Tuning candidates fit the shared-memory budget, take about 128 bytes of K per iteration for
+    every group size, and the loop takes whole iterations."""
+    for gk in (16, 32, 64, 128, 256):
+        cands = kf.candidate_configs(gk)
+        assert len(cands) == len(set(cands)) >= 6
+        assert all(kf._smem(c, gk) <= kf._SMEM_BUDGET for c in cands)
+        assert {c.tma for c in cands} == {False, True} and not any(c.tma for c in kf.candidate_configs(gk, tma=False))
+        assert max(c.k_groups * gk for c in cands) >= 128 and min(c.k_groups for c in cands) >= 1
+    assert [kf._k_groups(4, n) for n in (256, 6, 5, 1)] == [4, 2, 1, 1]
+    assert kf.default_config(32).k_groups == (1 if kf.interpreter_active() else 4)
+    assert "_tma" in kf.GemmConfig(tma=True).label() and "_cvt" in kf.GemmConfig(magic=False).label()
 
 
 def test_kernel_path_end_to_end(device):
@@ -187,6 +302,10 @@ def test_argument_errors(device):
         kf.int8_fallback_gemm(q, torch.ones(2, 1, device=device), q, d)
     with pytest.raises(ValueError, match="ra needs"):
         kf.int8_fallback_gemm(q, d, q, d, ra=q)
+    with pytest.raises(ValueError, match="fa: flag grid"):
+        kf.int8_fallback_gemm(q, d, q, d, ra=q, dra=d, fa=torch.zeros(2, 1, dtype=torch.int8))
+    with pytest.raises(ValueError, match="fallback must be one of"):
+        kf.int8_fallback_gemm(q, d, q, d, fallback="dense")
     x = torch.randn(32, 32, device=device)
     with pytest.raises(ValueError, match="not both"):
         kf.quantize_fallback_int8(x, mask=torch.zeros(1, 1, dtype=torch.bool), threshold=1.0)
@@ -228,6 +347,7 @@ def test_import_without_triton(monkeypatch):
                                                   submodule_search_locations=None)
     mod = importlib.util.module_from_spec(spec)
     mod.__package__ = "lowprec.kernels"
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     assert not mod.triton_available() and not mod.interpreter_active()
     with pytest.raises(RuntimeError, match="Triton"):
@@ -263,3 +383,41 @@ def test_quantizer_fused_path_equals_torch_path(device, rule, monkeypatch):
         assert na == nb and (ta == tb or (ta != ta and tb != tb))
     assert sum(n for _, _, n in fused) > 0  # blocks really fell back
     assert {k: v["level"].item() for k, v in fstate.items()} == {k: v["level"].item() for k, v in rstate.items()}
+
+
+@pytest.mark.skipif(not kf.interpreter_active(), reason="the dry run needs the interpreter")
+def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
+    """The GPU benchmark end to end under the interpreter (its timings mean nothing): every sweep
+    writes its rows, the checks pass bit for bit, the summary comes last, and a variant that fails
+    is reported without losing the others."""
+    import csv as _csv
+
+    from lowprec.kernels import bench_int8_fallback as bench
+
+    out = tmp_path / "gemm.csv"
+    argv = ["--out", str(out), "--sizes", "32", "--groups", "32", "--ratio-groups", "32", "--ratios", "0.25",
+            "--patterns", "random", "--shapes", "32x16x64", "--shape-group", "32", "--ablation-groups", "32",
+            "--block-rows", "16", "--sweeps", "check,group,ratio,shapes,ablation"]
+    assert bench.main(argv, _device="cpu") == 0
+    rows = list(_csv.DictReader(out.open()))
+    assert {r["sweep"] for r in rows} == {"check", "baseline", "group", "ratio", "shapes", "ablation"}
+    checks = [r for r in rows if r["sweep"] == "check"]
+    assert len(checks) > 10 and all(r["bitwise_equal"] == "true" for r in checks)
+    assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback", "int8_fallback_fused"}
+    assert all(r["config"] for r in rows if r["kind"].startswith("int8") and r["sweep"] != "check")
+    assert (tmp_path / "gemm.json").is_file() and (tmp_path / "gemm_tune.csv").is_file()
+    printed = capsys.readouterr().out
+    assert "---- summary" in printed and "FAILED" not in printed
+
+    real = kf.int8_fallback_gemm
+
+    def broken(*a, **kw):
+        if kw.get("fallback") == "fused":
+            raise RuntimeError("no such kernel")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(kf, "int8_fallback_gemm", broken)
+    assert bench.main([*argv[:-1], "group,ratio"], _device="cpu") == 1
+    rows = list(_csv.DictReader(out.open()))
+    assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback"}
+    assert "# FAILED: fused 32 g=32 random 0.25: RuntimeError: no such kernel" in capsys.readouterr().out
