@@ -20,15 +20,21 @@ internally (zeros never change an amax) and cropped. The modes are block shapes 
     mx       (1, 32) blocks, E8M0 power-of-two scale by the OCP MX v1.0 rule
     gam      GAM (MoR paper 2.5): tensor scale's mantissa, per-block power-of-two exponent
 
-Degenerate inputs never give an Inf/NaN/zero scale:
+Degenerate inputs never give an Inf/zero scale, and a NaN scale only as below:
 * an amax of 0 (all-zero or padding-only block) gives scale 1;
 * a tiny amax whose ideal scale overflows fp32 is capped at 2^127 (and floored at 2^-126);
 * NaN and +-Inf elements are left out of every amax (like CUDA's fmaxf, which TE's amax uses,
-  ignores NaN), so scales stay finite and no block is poisoned by another block's bad value.
-  The bad elements themselves go through the cast: NaN stays NaN in codes and output; +-Inf
+  ignores NaN), so no block is poisoned by another block's bad value.
+  Float formats: the bad elements go through the cast: NaN stays NaN in codes and output; +-Inf
   saturates to +-fmax / scale with saturate=True, or follows the format's overflow rule with
   saturate=False (NaN for E4M3, +-Inf for E5M2).
-INT8 uses the same machinery with fmax = qmax (127).
+INT8 uses the same machinery with fmax = qmax (127), with one difference: an integer code cannot
+hold NaN or Inf (the cast maps NaN to 0 and +-Inf to +-127), so a block that holds one would come
+back as plausible finite numbers and hide a diverging run. Its scale is therefore NaN, so its
+codes are 0 (codes = cast(x * scale) still holds) and every value the block dequantizes to, and
+every GEMM output it enters, is NaN. This keeps the Triton kernels (int8 codes, fp32 scales) and
+the torch path equal, costs no host sync, and needs no high-precision side path that plain block
+INT8 (Jetfire, SwitchBack) does not have.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ import torch
 import torch.nn.functional as F
 
 from . import formats
-from .formats import FORMATS, cast, get_format, ilog2
+from .checks import block_shape, nonempty
+from .formats import FORMATS, IntFormat, cast, get_format, ilog2
 from .formats import pow2 as _exact_pow2
 
 __all__ = [
@@ -50,6 +57,7 @@ __all__ = [
     "QTensor",
     "DelayedScaler",
     "block_amax",
+    "nonfinite_blocks",
     "expand_blocks",
     "apply_blocks",
     "scale_from_amax",
@@ -179,6 +187,7 @@ def _grid_shape(shape2d, block):
 def block_amax(x2d: torch.Tensor, block) -> torch.Tensor:
     """Max |x| per (R, C) block of a 2-D tensor, fp32, grid shape (ceil(rows/R), ceil(cols/C)).
     NaN and Inf count as 0 (see the module docstring); padding is zeros."""
+    block = block_shape(block)
     a = x2d.to(torch.float32).abs()
     if a.is_cuda:
         # always masked: asking whether any block holds a NaN/Inf would wait for the device
@@ -188,6 +197,13 @@ def block_amax(x2d: torch.Tensor, block) -> torch.Tensor:
         a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
         grid = _blocks_view(a, block).amax(dim=(1, 3))
     return grid
+
+
+def nonfinite_blocks(x2d: torch.Tensor, block) -> torch.Tensor:
+    """Bool grid (block_amax's shape): True where the block holds a NaN or +-Inf. One reduction
+    on the device (amax propagates NaN), no host sync."""
+    block = block_shape(block)
+    return ~torch.isfinite(_blocks_view(x2d.to(torch.float32).abs(), block).amax(dim=(1, 3)))
 
 
 def _blocks_view(x2d: torch.Tensor, block) -> torch.Tensor:
@@ -210,6 +226,7 @@ def apply_blocks(x2d: torch.Tensor, grid: torch.Tensor, block, op) -> torch.Tens
 
 def expand_blocks(grid: torch.Tensor, shape2d, block) -> torch.Tensor:
     """Broadcast a per-block grid to the 2-D element shape (cropping the padded edge)."""
+    block = block_shape(block)
     rows, cols = shape2d
     full = grid.repeat_interleave(block[0], dim=0).repeat_interleave(block[1], dim=1)
     return full[:rows, :cols]
@@ -416,7 +433,18 @@ class QTensor:
         return apply_blocks(codes2d, self.scale, self.block, torch.div).reshape(self.codes.shape).to(self.dtype)
 
 
+def _poison_nonfinite_int(x2d: torch.Tensor, spec: QuantSpec, block, grid: torch.Tensor) -> torch.Tensor:
+    """INT8 only: a NaN scale for every block that holds a NaN or +-Inf (module docstring)."""
+    if not isinstance(spec.format, IntFormat):
+        return grid
+    return torch.where(nonfinite_blocks(x2d, block), torch.full_like(grid, float("nan")), grid)
+
+
 def _scale_grid(x2d: torch.Tensor, spec: QuantSpec, block, amax) -> torch.Tensor:
+    return _poison_nonfinite_int(x2d, spec, block, _finite_scale_grid(x2d, spec, block, amax))
+
+
+def _finite_scale_grid(x2d: torch.Tensor, spec: QuantSpec, block, amax) -> torch.Tensor:
     fmt = spec.format
     if amax is not None and spec.scaling not in ("tensor", "delayed", "gam"):
         raise ValueError(f"amax= is only used by tensor, delayed and gam scaling, not {spec.scaling!r}")
@@ -436,8 +464,9 @@ def _scale_grid(x2d: torch.Tensor, spec: QuantSpec, block, amax) -> torch.Tensor
 def compute_scale(x: torch.Tensor, spec: QuantSpec, amax=None) -> torch.Tensor:
     """The per-block encode-scale grid for x (see the module docstring for its shape).
     amax: for tensor/delayed, the amax to use instead of x's own (delayed without it behaves
-    like a scaler with an empty history: x's own amax); for gam, the group amax."""
-    x2d = _as_2d(x)
+    like a scaler with an empty history: x's own amax); for gam, the group amax. INT8 blocks
+    holding NaN/Inf get a NaN scale."""
+    x2d = _as_2d(nonempty(x))
     return _scale_grid(x2d, spec, _resolve_block(spec, x2d.shape), amax)
 
 
@@ -450,7 +479,9 @@ def quantize(
 ) -> QTensor:
     """Scale, then cast with spec's rounding and saturation. noise (x's shape) feeds stochastic
     rounding with given uniforms; generator seeds them otherwise. On CUDA the specs that the Triton
-    quantize kernels cover take them (one pass instead of several; the same codes and scales)."""
+    quantize kernels cover take them (one pass instead of several; the same codes and scales).
+    An empty x is an error; INT8 blocks holding NaN/Inf get a NaN scale (module docstring)."""
+    nonempty(x)
     if x.is_cuda and USE_KERNELS and _kernel_covers(spec):
         return _quantize_kernel(x, spec, generator, noise, amax)
     x2d = _as_2d(x).to(torch.float32)
