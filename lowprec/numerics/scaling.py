@@ -50,6 +50,7 @@ from . import formats
 from .checks import block_shape, nonempty
 from .formats import FORMATS, IntFormat, cast, get_format, ilog2
 from .formats import pow2 as _exact_pow2
+from .ranks import max_over_ranks
 
 __all__ = [
     "SCALINGS",
@@ -355,13 +356,17 @@ class DelayedScaler:
 
     One training step:
         cur = amax(x)                       # metrics.amax or block_amax
-        q = quantize(x, spec, amax=scaler.amax(cur))   # history BEFORE this step
-        scaler.update(cur)                 # then record this step
+        q = quantize(x, spec, amax=scaler.step(cur))   # history BEFORE this step, then record it
 
     `amax(current)` / `scale(current)` reduce the history recorded so far; on the first call
     (empty history) they use `current`. A non-finite amax (an overflowing step) is recorded as
     0, "no information", so it cannot pin the scale for history_len steps; an all-zero history
     gives scale 1 like any zero amax.
+
+    Several processes (torch.distributed initialized, world size > 1): `step` and `update` take
+    the max of this step's amax over all ranks before it enters the history (Transformer Engine
+    reduces its amaxes the same way), so every rank keeps the same history and quantizes with the
+    same scale; every rank must therefore call them at the same points, as training does.
     """
 
     def __init__(self, history_len: int = 1024, reduction: str = "max", fmt: str = "e4m3",
@@ -370,6 +375,8 @@ class DelayedScaler:
             raise ValueError(f"history_len: must be an int >= 1, got {history_len!r}")
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction: must be one of {_REDUCTIONS}, got {reduction!r}")
+        if not _is_int(margin) or margin < 0:
+            raise ValueError(f"margin: must be an int >= 0, got {margin!r}")
         self.history_len = history_len
         self.reduction = reduction
         self.fmax = get_format(fmt).fmax
@@ -398,11 +405,28 @@ class DelayedScaler:
     def scale(self, current=None) -> torch.Tensor:
         return scale_from_amax(self.amax(current), self.fmax, self.margin, self.pow2)
 
+    def step(self, current) -> torch.Tensor:
+        """One training call: this call's amax is reduced over the ranks, the amax to quantize
+        with is taken from the history before this call (on the first call: the reduced current
+        amax), and then the reduced amax is recorded. One all_reduce per call, none alone."""
+        cur = self._reduced(current)
+        amax = self.amax(cur)
+        self._record(cur)
+        return amax
+
     def update(self, amax) -> None:
+        """Record this step's amax (max over the ranks) without using the history."""
+        self._record(self._reduced(amax))
+
+    def _reduced(self, amax) -> torch.Tensor:
         a = _fp32(amax).detach().reshape(1)
         if self._history is not None:
             a = a.to(self._history.device)
+        # before the reduction: a max over a NaN and a number is not the same on every backend
         a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
+        return max_over_ranks(a)
+
+    def _record(self, a: torch.Tensor) -> None:
         h = a if self._history is None else torch.cat([self._history, a])
         self._history = h[-self.history_len:]
 
