@@ -188,16 +188,23 @@ def _grid_shape(shape2d, block):
 def block_amax(x2d: torch.Tensor, block) -> torch.Tensor:
     """Max |x| per (R, C) block of a 2-D tensor, fp32, grid shape (ceil(rows/R), ceil(cols/C)).
     NaN and Inf count as 0 (see the module docstring); padding is zeros."""
-    block = block_shape(block)
+    return _block_amax(x2d, block_shape(block))[0]
+
+
+def _block_amax(x2d: torch.Tensor, block, nonfinite: bool = False):
+    """(block_amax, and with nonfinite=True the nonfinite_blocks grid, else None). On CPU the
+    first, unmasked reduction already says which blocks hold a NaN/Inf, so the grid is free."""
     a = x2d.to(torch.float32).abs()
     if a.is_cuda:
+        bad = ~torch.isfinite(_blocks_view(a, block).amax(dim=(1, 3))) if nonfinite else None
         # always masked: asking whether any block holds a NaN/Inf would wait for the device
-        return _blocks_view(a.nan_to_num_(nan=0.0, posinf=0.0), block).amax(dim=(1, 3))
+        return _blocks_view(a.nan_to_num_(nan=0.0, posinf=0.0), block).amax(dim=(1, 3)), bad
     grid = _blocks_view(a, block).amax(dim=(1, 3))
-    if not torch.isfinite(grid).all():  # rare: mask NaN/Inf only when some block holds one
+    bad = ~torch.isfinite(grid)
+    if bad.any():  # rare: mask NaN/Inf only when some block holds one
         a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
         grid = _blocks_view(a, block).amax(dim=(1, 3))
-    return grid
+    return grid, (bad if nonfinite else None)
 
 
 def nonfinite_blocks(x2d: torch.Tensor, block) -> torch.Tensor:
@@ -457,32 +464,27 @@ class QTensor:
         return apply_blocks(codes2d, self.scale, self.block, torch.div).reshape(self.codes.shape).to(self.dtype)
 
 
-def _poison_nonfinite_int(x2d: torch.Tensor, spec: QuantSpec, block, grid: torch.Tensor) -> torch.Tensor:
-    """INT8 only: a NaN scale for every block that holds a NaN or +-Inf (module docstring)."""
-    if not isinstance(spec.format, IntFormat):
-        return grid
-    return torch.where(nonfinite_blocks(x2d, block), torch.full_like(grid, float("nan")), grid)
-
-
 def _scale_grid(x2d: torch.Tensor, spec: QuantSpec, block, amax) -> torch.Tensor:
-    return _poison_nonfinite_int(x2d, spec, block, _finite_scale_grid(x2d, spec, block, amax))
-
-
-def _finite_scale_grid(x2d: torch.Tensor, spec: QuantSpec, block, amax) -> torch.Tensor:
+    """The encode scales; for INT8, NaN for the blocks that hold a NaN or +-Inf (module docstring)."""
     fmt = spec.format
+    is_int = isinstance(fmt, IntFormat)
     if amax is not None and spec.scaling not in ("tensor", "delayed", "gam"):
         raise ValueError(f"amax= is only used by tensor, delayed and gam scaling, not {spec.scaling!r}")
     if spec.scaling == "none":
-        return torch.ones(_grid_shape(x2d.shape, block), dtype=torch.float32, device=x2d.device)
-    amaxes = block_amax(x2d, block)
-    if spec.scaling == "mx":
-        return mx_block_scales(amaxes, fmt.emax)
-    if spec.scaling == "gam":
-        tensor_amax = _fp32(amax, like=amaxes).to(amaxes.device) if amax is not None else amaxes.max()
-        return gam_block_scales(amaxes, tensor_amax, fmt.fmax)
-    if amax is not None:  # tensor / delayed with an amax from elsewhere (history, other ranks)
-        amaxes = _fp32(amax).to(amaxes.device).reshape(1, 1)
-    return scale_from_amax(amaxes, fmt.fmax, spec.margin, spec.pow2)
+        grid = torch.ones(_grid_shape(x2d.shape, block), dtype=torch.float32, device=x2d.device)
+        bad = nonfinite_blocks(x2d, block) if is_int else None
+    else:
+        amaxes, bad = _block_amax(x2d, block, nonfinite=is_int)
+        if spec.scaling == "mx":
+            grid = mx_block_scales(amaxes, fmt.emax)
+        elif spec.scaling == "gam":
+            tensor_amax = _fp32(amax, like=amaxes).to(amaxes.device) if amax is not None else amaxes.max()
+            grid = gam_block_scales(amaxes, tensor_amax, fmt.fmax)
+        else:
+            if amax is not None:  # tensor / delayed with an amax from elsewhere (history, other ranks)
+                amaxes = _fp32(amax).to(amaxes.device).reshape(1, 1)
+            grid = scale_from_amax(amaxes, fmt.fmax, spec.margin, spec.pow2)
+    return torch.where(bad, torch.full_like(grid, float("nan")), grid) if is_int else grid
 
 
 def compute_scale(x: torch.Tensor, spec: QuantSpec, amax=None) -> torch.Tensor:
