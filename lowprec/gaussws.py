@@ -448,8 +448,9 @@ class GaussWSWeight(nn.Module):
             raise ValueError(f"need {lo} <= b_min <= b_max <= {hi}, got b_min={b_min}, b_max={b_max}")
         if not learnable_b and (not math.isfinite(b) or b != int(b) or not lo <= b <= hi):
             raise ValueError(f"fixed b must be an integer in {lo}..{hi}, got {b!r}")
-        if learnable_b and not math.isfinite(b):
-            raise ValueError(f"b (the learnable b's initial value) must be finite, got {b!r}")
+        if learnable_b and not (math.isfinite(b) and b_min <= b <= b_max):
+            raise ValueError(f"b (the learnable b's initial value) must be in [b_min, b_max] = "
+                             f"[{b_min}, {b_max}], got {b!r}")
         if sampler == "normal" and noise != "rounded_gaussian":
             raise ValueError("sampler applies to noise='rounded_gaussian' only")
         if len(shape) != 2:

@@ -137,6 +137,9 @@ def test_invalid_b_is_named_wherever_b_is_taken(b, shown):
             fn()
     with pytest.raises(ValueError, match=r"b must be a number|fixed b must be an integer"):
         gw.GaussWSWeight((32, 32), b=b)
+    if not isinstance(b, (bool, str)) and not 4 <= b <= 8:  # a learnable b starts inside its clamp range
+        with pytest.raises(ValueError, match=r"^b \(the learnable b's initial value\) must be in \[b_min, b_max\]"):
+            gw.GaussWSWeight((32, 32), b=b, learnable_b=True, b_min=4, b_max=8)
 
 
 def test_b_grid_values_are_checked_unless_the_caller_owns_them():
