@@ -7,6 +7,7 @@ quantizer objects still run them once, when they are built.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Optional
 
 import torch
@@ -25,7 +26,8 @@ def nonempty(x: torch.Tensor, name: str = "x") -> torch.Tensor:
 
 
 def _is_real(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    # numbers.Real: Python and numpy scalars alike (numpy's bool is not one); a bool is not a number here
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
 def _bounds_text(low, high, low_open, high_open) -> str:
