@@ -53,12 +53,11 @@ from .numerics import QuantSpec, cast, get_format
 from .numerics.checks import block_shape, nonempty, number
 from .numerics.scaling import (
     QTensor,
+    _block_amax,
     _resolve_block,
     apply_blocks,
-    block_amax,
     expand_blocks,
     gam_block_scales,
-    nonfinite_blocks,
     quantize,
     scale_from_amax,
 )
@@ -265,12 +264,12 @@ def block_dynamic_range(x2d: torch.Tensor, block=DEFAULT_BLOCK):
     for a block that holds a NaN or +-Inf (no format but BF16 keeps such a block as it is)."""
     block = _check_block(block)
     a = nonempty(x2d).to(torch.float32).abs()
-    amax = block_amax(x2d, block)
+    amax, bad = _block_amax(x2d, block, nonfinite=True)
     inf = torch.full_like(a, math.inf)
     amin = _block_view(torch.where((a > 0) & (a < math.inf), a, inf), block, math.inf).amin(dim=(1, 3))
     has = amax > 0
     dr = torch.where(has, amax / torch.where(has, amin, torch.ones_like(amin)), torch.ones_like(amax))
-    dr = torch.where(nonfinite_blocks(x2d, block), torch.full_like(dr, math.inf), dr)
+    dr = torch.where(bad, torch.full_like(dr, math.inf), dr)
     return amax, amin, dr
 
 

@@ -415,7 +415,8 @@ class DelayedScaler:
     def step(self, current) -> torch.Tensor:
         """One training call: this call's amax is reduced over the ranks, the amax to quantize
         with is taken from the history before this call (on the first call: the reduced current
-        amax), and then the reduced amax is recorded. One all_reduce per call, none alone."""
+        amax), and then the reduced amax is recorded: one all_reduce per call (none in a single
+        process)."""
         cur = self._reduced(current)
         amax = self.amax(cur)
         self._record(cur)
