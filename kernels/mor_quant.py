@@ -10,9 +10,10 @@ API::
 
 Equal to the torch reference ``lowprec.mor.quantize_e4m3`` / ``mor_relative_error`` for the same
 partition and scale rule: codes and scales bit for bit (NaN compared by position), the relative
-error up to fp32 summation order (see below). An empty x is an error, as in the reference. Partitions are the reference's: "tensor" (one scale),
-"block" ((R, C) tiles), "channel" (one scale per row of the 2-D view); scale rules "gam" (closed
-form of ``lowprec.numerics.gam_block_scales``), "e8" (power of two), "fp32" (448 / amax).
+error up to fp32 summation order (see below); an empty x is an error in both. Partitions are the
+reference's: "tensor" (one scale), "block" ((R, C) tiles), "channel" (one scale per row of the 2-D
+view); scale rules "gam" (closed form of ``lowprec.numerics.gam_block_scales``), "e8" (power of
+two), "fp32" (448 / amax).
 
 Passes. The scale grid is cut into tiles of at most ``_TILE`` elements that never straddle a
 scale block, so a program always knows its one scale:
