@@ -61,6 +61,7 @@ of this package. FP8 stochastic rounding is not implemented (INT8 only).
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -113,7 +114,7 @@ if triton is not None:
     # jit-defined helpers of triton.language (tl.max, tl.cdiv, tl.zeros, ...) are fixed as compiled
     # or interpreted when triton is imported, so they break the interpreter whenever triton was
     # imported before TRITON_INTERPRET=1 was set, even if this module is (re)imported after.
-    from lowprec.kernels._common import _block_grid, _finite_abs, _load_fp32, _max_axis
+    from lowprec.kernels._common import _block_grid, _load_fp32, _max_axis
 
     @triton.jit
     def _scale_from_amax(amax, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr, POW2: tl.constexpr):
@@ -176,6 +177,17 @@ if triton is not None:
         return tl.where(tl.abs(x) < float("inf"), 0.0, 1.0)
 
     @triton.jit
+    def _amax_operand(x, FLAG: tl.constexpr):
+        """|x| for an amax with NaN/Inf left out (as 0); with FLAG (INT8) counted as +Inf instead, so
+        that the one reduction also says whether the block holds one: such a block's INT8 scale is
+        NaN whatever its finite amax."""
+        a = tl.abs(x)
+        if FLAG:
+            return tl.where(a < float("inf"), a, float("inf"))
+        else:
+            return tl.where(a < float("inf"), a, 0.0)
+
+    @triton.jit
     def _quant_scalar_scale_kernel(
         x_ptr, noise_ptr, codes_ptr, scale_ptr, numel,
         BLOCK: tl.constexpr, IN_KIND: tl.constexpr, FMAX: tl.constexpr, IS_INT: tl.constexpr,
@@ -194,34 +206,29 @@ if triton is not None:
         tl.store(codes_ptr + offs, codes, mask=mask)
 
     @triton.jit
-    def _amax_partial_kernel(x_ptr, out_ptr, bad_ptr, numel, BLOCK: tl.constexpr, IN_KIND: tl.constexpr,
+    def _amax_partial_kernel(x_ptr, out_ptr, numel, BLOCK: tl.constexpr, IN_KIND: tl.constexpr,
                              FLAG: tl.constexpr):
-        """Per program: the amax of its share and, with FLAG (INT8), whether the share holds a
-        NaN/Inf (1.0) or not (0.0)."""
+        """Per program: the amax of its share (with FLAG, +Inf when the share holds a NaN/Inf)."""
         pid = tl.program_id(0)
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < numel
         x = _load_fp32(x_ptr, offs, mask, IN_KIND)
-        tl.store(out_ptr + pid, _max_axis(_finite_abs(x), 0))
-        if FLAG:
-            tl.store(bad_ptr + pid, _max_axis(_nonfinite(x), 0))
+        tl.store(out_ptr + pid, _max_axis(_amax_operand(x, FLAG), 0))
 
     @triton.jit
-    def _tensor_scale_kernel(partial_ptr, bad_ptr, scale_ptr, n, BLOCK: tl.constexpr, FMAX: tl.constexpr,
+    def _tensor_scale_kernel(partial_ptr, scale_ptr, n, BLOCK: tl.constexpr, FMAX: tl.constexpr,
                              MARGIN_MUL: tl.constexpr, POW2: tl.constexpr, FLAG: tl.constexpr):
         # One program: the max of the partial amaxes and the scale, on the device, so current
         # scaling costs three launches and no host round trip or chain of small torch ops. FLAG
-        # (INT8): a NaN/Inf anywhere makes the scale NaN (the tensor is one block).
+        # (INT8): a NaN/Inf anywhere (an Inf partial) makes the scale NaN (the tensor is one block).
         acc = tl.full([BLOCK], 0.0, tl.float32)
-        nf = tl.full([BLOCK], 0.0, tl.float32)
         for start in range(0, n, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             acc = tl.maximum(acc, tl.load(partial_ptr + offs, mask=offs < n, other=0.0))
-            if FLAG:
-                nf = tl.maximum(nf, tl.load(bad_ptr + offs, mask=offs < n, other=0.0))
-        s = _scale_from_amax(_max_axis(acc, 0), FMAX, MARGIN_MUL, POW2)
+        amax = _max_axis(acc, 0)
+        s = _scale_from_amax(amax, FMAX, MARGIN_MUL, POW2)
         if FLAG:
-            s = tl.where(_max_axis(nf, 0) > 0.0, float("nan"), s)
+            s = tl.where(amax == float("inf"), float("nan"), s)
         tl.store(scale_ptr, s)
 
     @triton.jit
@@ -250,29 +257,22 @@ if triton is not None:
         is bigger than the tile; then NCH_R x NCH_C chunks are swept twice)."""
         pid_r, pid_c, r, c, brow, bcol = _block_grid(n_bcol, G, RP, K, CP)
 
+        # IS_INT: an amax of +Inf flags a block holding NaN/Inf (_amax_operand)
         if NCH_R * NCH_C == 1:
             offs, mask = _chunk(0, r, c, brow, bcol, M, N, BR, BC, RP, CP, NCH_C)
             x = _load_fp32(x_ptr, offs, mask, IN_KIND)
-            amax = _max_axis(_max_axis(_finite_abs(x), 3), 1)
-            if IS_INT:
-                bad = _max_axis(_max_axis(_nonfinite(x), 3), 1)
+            amax = _max_axis(_max_axis(_amax_operand(x, IS_INT), 3), 1)
         else:
             acc = tl.full([G, RP, K, CP], 0.0, tl.float32)
-            nf = tl.full([G, RP, K, CP], 0.0, tl.float32)
             for i in range(NCH_R * NCH_C):
                 offs, mask = _chunk(i, r, c, brow, bcol, M, N, BR, BC, RP, CP, NCH_C)
-                xi = _load_fp32(x_ptr, offs, mask, IN_KIND)
-                acc = tl.maximum(acc, _finite_abs(xi))
-                if IS_INT:
-                    nf = tl.maximum(nf, _nonfinite(xi))
+                acc = tl.maximum(acc, _amax_operand(_load_fp32(x_ptr, offs, mask, IN_KIND), IS_INT))
             amax = _max_axis(_max_axis(acc, 3), 1)
-            if IS_INT:
-                bad = _max_axis(_max_axis(nf, 3), 1)
 
         scale = _scale_from_amax(amax, FMAX, MARGIN_MUL, POW2)  # [G, K]
         if IS_INT:
             # a block holding NaN/Inf: NaN scale, hence codes 0, as in the reference
-            scale = tl.where(bad > 0.0, float("nan"), scale)
+            scale = tl.where(amax == float("inf"), float("nan"), scale)
         sb_row = pid_r * G + tl.arange(0, G)[:, None]
         sb_col = pid_c * K + tl.arange(0, K)[None, :]
         tl.store(scale_ptr + sb_row * n_bcol + sb_col, scale, mask=(sb_row < n_brow) & (sb_col < n_bcol))
@@ -416,8 +416,8 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast)
                 raise ValueError("scale must be a 1-element tensor")
             scale = scale.to(device=x.device, dtype=torch.float32).reshape(1, 1).contiguous()
             if is_int:  # a NaN/Inf anywhere: the one block's scale is NaN (on the device, no sync)
-                _, bad = _partials(x_arg, in_kind, M * N, True)
-                scale = torch.where(bad.amax() > 0, torch.full_like(scale, float("nan")), scale)
+                flagged = _partials(x_arg, in_kind, M * N, True).amax()
+                scale = torch.where(flagged == math.inf, torch.full_like(scale, float("nan")), scale)
         else:
             scale = _tensor_scale(x_arg, in_kind, M * N, fmax, margin, pow2, is_int)
         _quant_scalar_scale_kernel[(_cdiv(M * N, _ELEMWISE_BLOCK),)](
@@ -441,24 +441,22 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast)
     return codes.reshape(x.shape), scales
 
 
-def _partials(x_arg, in_kind, numel, flag):
-    """Per-program amaxes and (flag) NaN/Inf flags of x (the flags tensor is the amaxes' when not
-    asked for: never written then)."""
+def _partials(x_arg, in_kind, numel, flag) -> torch.Tensor:
+    """Per-program amaxes of x; with flag, +Inf for a program whose share holds a NaN/Inf."""
     n_prog = _cdiv(numel, _AMAX_BLOCK)
     partial = torch.empty(n_prog, dtype=torch.float32, device=x_arg.device)
-    bad = torch.empty_like(partial) if flag else partial
-    _amax_partial_kernel[(n_prog,)](x_arg, partial, bad, numel, BLOCK=_AMAX_BLOCK, IN_KIND=in_kind, FLAG=flag,
+    _amax_partial_kernel[(n_prog,)](x_arg, partial, numel, BLOCK=_AMAX_BLOCK, IN_KIND=in_kind, FLAG=flag,
                                     num_warps=8)
-    return partial, bad
+    return partial
 
 
 def _tensor_scale(x_arg, in_kind, numel, fmax, margin, pow2, flag) -> torch.Tensor:
     """Current scaling: per-program amaxes, then one program reduces them and applies the same
     scale rule as the block kernel (max is order-independent, so this is exact). flag (INT8): NaN
     when x holds a NaN/Inf."""
-    partial, bad = _partials(x_arg, in_kind, numel, flag)
+    partial = _partials(x_arg, in_kind, numel, flag)
     scale = torch.empty((1, 1), dtype=torch.float32, device=x_arg.device)
-    _tensor_scale_kernel[(1,)](partial, bad, scale, partial.numel(), BLOCK=1024, FMAX=fmax,
+    _tensor_scale_kernel[(1,)](partial, scale, partial.numel(), BLOCK=1024, FMAX=fmax,
                                MARGIN_MUL=2.0**-margin, POW2=bool(pow2), FLAG=flag, num_warps=4)
     return scale
 
