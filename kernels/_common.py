@@ -168,8 +168,6 @@ def _in_kind(x: torch.Tensor):
     return 2, x
 
 
-def _check_block(block) -> tuple:
-    if (not isinstance(block, (tuple, list)) or len(block) != 2
-            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
-        raise ValueError(f"block must be two positive ints (rows, cols), got {block!r}")
-    return int(block[0]), int(block[1])
+def _check_block(block, name: str = "block") -> tuple:
+    from lowprec.numerics.checks import block_shape  # the one block check of the torch paths too
+    return block_shape(block, name)

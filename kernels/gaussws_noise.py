@@ -8,8 +8,9 @@ API::
     triton_available(device=None), interpreter_active(), supports_block(block)
 
 w: 2-D fp32 or bf16 (the master weight in its stored layout); block (rows, cols) with rows
-divisible by 4 (the GaussWS default 32x32, or 16x16, 64x64, ...); b: an int, or an integer tensor of
-the block grid's shape (learnable b, already rounded and clamped); seed: up to 62 bits (the Philox
+divisible by 4 (the GaussWS default 32x32, or 16x16, 64x64, ...); b: an int in 1..24, or a tensor
+of such integers with the block grid's shape (learnable b, already rounded and clamped); w must not
+be empty; seed: up to 62 bits (the Philox
 key is its two 31-bit halves, ``lowprec.gaussws.philox_key``).
 
 Semantics are ``lowprec.gaussws.gaussws_reference`` with ``rng="philox"``, bit for bit:
@@ -46,7 +47,8 @@ from typing import NamedTuple, Optional, Union
 
 import torch
 
-from lowprec.gaussws import PHILOX_ROUNDS, THRESHOLDS, philox_key
+from lowprec.gaussws import PHILOX_ROUNDS, THRESHOLDS, _block_pair, check_b, philox_key
+from lowprec.numerics.checks import nonempty
 
 from . import _common as _c
 from ._common import _cdiv, _next_pow2
@@ -215,17 +217,20 @@ class NoiseResult(NamedTuple):
 
 def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32, 32), seed: int = 0, *,
                      return_r: bool = False, return_delta: bool = False, return_bits: bool = False,
-                     rounds: int = PHILOX_ROUNDS, bf16_cast: str = "auto") -> NoiseResult:
-    """W_c plus, on request, R (int8), the Delta grid (fp32) and the raw Philox words (int32)."""
+                     rounds: int = PHILOX_ROUNDS, bf16_cast: str = "auto",
+                     check_b_values: bool = True) -> NoiseResult:
+    """W_c plus, on request, R (int8), the Delta grid (fp32) and the raw Philox words (int32).
+    b is checked as ``lowprec.gaussws.check_b`` does (check_b_values=False leaves a grid's values
+    unread: reading them would wait for the device)."""
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise ValueError("w must be a 2-D tensor")
+    nonempty(w, "w")
     if w.dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"w must be float32 or bfloat16, got {w.dtype}")
     _c.require_triton("lowprec.kernels.gaussws_noise", "lowprec.gaussws.gaussws_reference", _TRITON_IMPORT_ERROR,
                       _JIT_FNS, w.device)
-    if isinstance(block, int):
-        block = (block, block)
-    br, bc = int(block[0]), int(block[1])
+    b = check_b(b, read_tensor=check_b_values)
+    br, bc = _block_pair(block)
     if not supports_block((br, bc)):
         raise ValueError(f"block {(br, bc)}: rows must be a multiple of 4 and a block at most "
                          f"{_MAX_BLOCK_ELEMS} elements (padded); use lowprec.gaussws.gaussws_reference")
@@ -252,10 +257,6 @@ def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32
     delta = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=dev) if return_delta else None
     r = torch.empty((M, N), dtype=torch.int8, device=dev) if return_r else None
     bits = torch.empty((M, N), dtype=torch.int32, device=dev) if return_bits else None
-    if M * N == 0:
-        if delta is not None:
-            delta.zero_()
-        return NoiseResult(out, r, delta, bits)
 
     in_kind, w_arg = _c._in_kind(w)
     out_arg = out.view(torch.int16)

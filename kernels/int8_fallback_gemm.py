@@ -58,6 +58,12 @@ The second parts (blocks of A or B with a flag), ``fallback=``:
 The residual is stored densely (an int8 tensor of A's shape, zero outside fallback blocks): simple
 addressing, twice A's INT8 memory; a compact layout indexed by fallback block would save that memory.
 
+Non-finite values. An INT8 code cannot hold NaN or Inf, so a block holding one gets a NaN first-part
+scale s1 (so q1 = 0; its residual is then NaN: q2 = 0, s2 = 1), as
+``lowprec.numerics`` and ``fallback_quantize`` do: its decode scale is NaN, and so is every GEMM
+output row (column) that the block enters. Which blocks fall back is decided on the finite values.
+Empty tensors are refused, as in the torch reference.
+
 Exactness. int8 ``tl.dot`` into int32 is exact (interpreter: checked; GPUs: integer MMA). The
 int32 -> fp32 conversion is exact while G * 127^2 < 2^24, i.e. G <= 1040 (the add trick: G <= 259).
 With the same fp32 multiply/add sequence, the interpreter (numpy) equals the torch reference bit for
@@ -77,6 +83,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 import torch
+
+from lowprec.numerics.checks import nonempty, number
 
 from . import _common as _c
 from . import quantize as _kq
@@ -115,7 +123,7 @@ _JIT_FNS: tuple = ()  # this module's kernel and the helpers it calls from quant
 
 if triton is not None and _kq.triton is not None:
     from ._common import _finite_abs, _load_fp32, _max_axis, _sum_axis
-    from .quantize import _encode, _scale_from_amax
+    from .quantize import _encode, _nonfinite, _scale_from_amax
 
     @triton.jit
     def _block_view(M, N, n_brow, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
@@ -174,6 +182,9 @@ if triton is not None and _kq.triton is not None:
         x = _load_fp32(x_ptr, offs, mask, IN_KIND)
         amax = _block_max(_finite_abs(x))
         s1 = _scale_from_amax(amax, 127.0, 1.0, False)
+        # a block holding NaN/Inf: NaN scale, so q1 = 0 and the residual is NaN (amax 0: q2 = 0,
+        # s2 = 1), exactly as in the reference
+        s1 = tl.where(_block_max(_nonfinite(x)) > 0.0, float("nan"), s1)
         u1 = 0.0
         u2 = 0.0
         if STOCHASTIC:
@@ -402,8 +413,7 @@ def _require_triton(t: torch.Tensor) -> None:
 
 
 def _prep_x(x: torch.Tensor, block):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
     _require_triton(x)
@@ -431,17 +441,20 @@ def block_stats_int8(x: torch.Tensor, block=(32, 32)):
     x2d, arg, M, N, n_brow, n_bcol, t, grid = _prep_x(x, block)
     amax = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
     err = torch.empty_like(amax)
-    if M * N:
-        _stats_kernel[grid](arg, amax, err, M, N, n_brow, n_bcol, num_warps=_warps(t), **t)
+    _stats_kernel[grid](arg, amax, err, M, N, n_brow, n_bcol, num_warps=_warps(t), **t)
     return amax, err
 
 
 def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[torch.Tensor] = None,
                            threshold: Optional[torch.Tensor] = None, noise: Optional[tuple] = None):
     """One pass: (q1, s1, q2, s2, flags); see the module docstring. noise=(u1, u2), each x's 2-D
-    shape of U[0, 1) floats, switches both parts to stochastic rounding."""
+    shape of U[0, 1) floats, switches both parts to stochastic rounding. threshold: a number
+    >= 0 (checked), or a 1-element tensor used as it is (the dynamic rule's level, computed on the
+    device; Inf there means "no level yet": nothing falls back)."""
     if mask is not None and threshold is not None:
         raise ValueError("give mask= or threshold=, not both")
+    if threshold is not None and not isinstance(threshold, torch.Tensor):
+        threshold = number("threshold", threshold, low=0.0)
     x2d, arg, M, N, n_brow, n_bcol, t, grid = _prep_x(x, block)
     dev = x.device
     q1 = torch.empty((M, N), dtype=torch.int8, device=dev)
@@ -463,9 +476,8 @@ def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[to
     u1 = u2 = arg  # never read unless STOCHASTIC
     if stochastic:
         u1, u2 = (u.to(device=dev, dtype=torch.float32).reshape(M, N).contiguous() for u in noise)
-    if M * N:
-        _fallback_quant_kernel[grid](arg, u1, u2, q1, s1, q2, s2, flags, mask_arg, thr_arg, M, N, n_brow,
-                                     n_bcol, STOCHASTIC=stochastic, MODE=mode, num_warps=_warps(t), **t)
+    _fallback_quant_kernel[grid](arg, u1, u2, q1, s1, q2, s2, flags, mask_arg, thr_arg, M, N, n_brow,
+                                 n_bcol, STOCHASTIC=stochastic, MODE=mode, num_warps=_warps(t), **t)
     return q1, s1, q2, s2, flags
 
 
@@ -474,10 +486,11 @@ def quantize_fallback_rule(x: torch.Tensor, block=(32, 32), rule: str = "absmax"
     """Two passes: block statistics, the rule on the grid (torch, no host sync), then the quantize
     pass with the resulting mask. Same rules as ``lowprec.int8_fallback.select_blocks`` (the
     dynamic rule's threshold is known beforehand: call ``quantize_fallback_int8(threshold=...)``)."""
-    from lowprec.int8_fallback import select_blocks
+    from lowprec.int8_fallback import check_rule_params, select_blocks
 
     if rule == "dynamic":
         raise ValueError("rule 'dynamic': pass its threshold to quantize_fallback_int8(threshold=...)")
+    check_rule_params(rule, tau=tau, rho=rho, error_threshold=error_threshold)
     if rule == "none":
         return quantize_fallback_int8(x, block, noise=noise)
     amax, err = block_stats_int8(x, block)
@@ -631,12 +644,13 @@ class _Gemm:
         for name, q in (("qa", qa), ("qb", qb)):
             if q.dtype != torch.int8 or q.dim() != 2:
                 raise TypeError(f"{name} must be a 2-D int8 tensor, got {q.dtype} {tuple(q.shape)}")
+            nonempty(q, name)
         M, K = qa.shape
         N = qb.shape[0]
         if qb.shape[1] != K:
             raise ValueError(f"K differs: {tuple(qa.shape)} vs {tuple(qb.shape)}")
-        bms, gk = _check_block(block_a)
-        bns, gk_b = _check_block(block_b)
+        bms, gk = _check_block(block_a, "block_a")
+        bns, gk_b = _check_block(block_b, "block_b")
         if gk != gk_b:
             raise ValueError(f"A and B must share the K-group: {block_a} vs {block_b}")
         if gk * 127 * 127 >= 2**31:

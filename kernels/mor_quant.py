@@ -10,9 +10,10 @@ API::
 
 Equal to the torch reference ``lowprec.mor.quantize_e4m3`` / ``mor_relative_error`` for the same
 partition and scale rule: codes and scales bit for bit (NaN compared by position), the relative
-error up to fp32 summation order (see below). Partitions are the reference's: "tensor" (one scale),
-"block" ((R, C) tiles), "channel" (one scale per row of the 2-D view); scale rules "gam" (closed
-form of ``lowprec.numerics.gam_block_scales``), "e8" (power of two), "fp32" (448 / amax).
+error up to fp32 summation order (see below); an empty x is an error in both. Partitions are the
+reference's: "tensor" (one scale), "block" ((R, C) tiles), "channel" (one scale per row of the 2-D
+view); scale rules "gam" (closed form of ``lowprec.numerics.gam_block_scales``), "e8" (power of
+two), "fp32" (448 / amax).
 
 Passes. The scale grid is cut into tiles of at most ``_TILE`` elements that never straddle a
 scale block, so a program always knows its one scale:
@@ -41,6 +42,8 @@ used inside kernels, so ``TRITON_INTERPRET=1`` has to be set before this module 
 from __future__ import annotations
 
 import torch
+
+from lowprec.numerics.checks import nonempty
 
 from . import _common as _c
 from ._common import _cdiv, _check_block, _next_pow2
@@ -218,8 +221,7 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     (1, 1) for tensor, (M, 1) for channel, (ceil(M/R), ceil(N/C)) for block) and the MoR relative
     error (fp32 0-d tensor, on x's device). x: fp32 or bf16, any shape (2-D view: rows = leading
     dims); a non-contiguous x is copied first."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32 or bfloat16, got {x.dtype}")
     if partition not in PARTITIONS:
@@ -232,9 +234,6 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     sbr, sbc = _scale_block(partition, block, M, N)
     n_brow, n_bcol = _cdiv(M, sbr), _cdiv(N, sbc)
     codes = torch.empty((M, N), dtype=torch.float8_e4m3fn, device=x.device)
-    if M * N == 0:
-        scales = torch.ones((n_brow, n_bcol), dtype=torch.float32, device=x.device)
-        return codes.reshape(x.shape), scales, torch.zeros((), dtype=torch.float32, device=x.device)
     # Tiles: whole rows of a block where they fit, so loads run along contiguous memory.
     tc = min(_next_pow2(sbc), _TILE)
     tr = min(_next_pow2(sbr), max(_TILE // tc, 1))
@@ -266,8 +265,10 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
 def mor_decide(x: torch.Tensor, threshold: float = 0.045, partition: str = "block", block=(128, 128),
                scale: str = "gam", fp8_cast: str = "auto"):
     """mor_quantize_e4m3 plus the decision, which needs the error on the host (one sync): it picks
-    the GEMM that runs next. NaN error -> "bf16", as in lowprec.mor.decide."""
-    from lowprec.mor import decide  # lowprec.mor imports this module on first use
+    the GEMM that runs next. NaN error -> "bf16", as in lowprec.mor.decide. threshold: a finite
+    number >= 0, checked before the kernels run."""
+    from lowprec.mor import _check_threshold, decide  # lowprec.mor imports this module on first use
 
+    _check_threshold(threshold)
     codes, scales, rel = mor_quantize_e4m3(x, partition, block, scale, fp8_cast)
     return codes, scales, rel, decide(float(rel), threshold)

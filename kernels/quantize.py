@@ -32,7 +32,10 @@ Semantics are the reference's (saturate=True, the only mode native codes allow):
 * FP8: x*scale is clamped to +-fmax (so +-Inf -> +-fmax), NaN stays NaN. NaN bits: 0x7F, with the
   sign of the scaled value on the written-out path; the reference's sign follows the platform's
   multiply (CUDA returns a positive canonical NaN), so compare NaN positions, not NaN bits.
-* INT8: NaN -> 0, clamp to +-127, -0 -> 0.
+* INT8: NaN -> 0, clamp to +-127, -0 -> 0; a block (the whole tensor for tensor/delayed scaling,
+  also with a given scale) holding a NaN or +-Inf gets a NaN scale, so its codes are 0, as in the
+  reference.
+* An empty x is an error, as in the reference.
 
 Why the rounding is written out instead of a ``.to(tl.float8e4nv)`` cast: the Triton 3.9
 interpreter's fp32->fp8 conversion rounds ties away from zero (1.0625 -> 1.125, 400 -> 416),
@@ -66,6 +69,7 @@ import torch
 from lowprec.kernels import _common as _c
 from lowprec.kernels._common import _cdiv, _in_kind, _next_pow2
 from lowprec.numerics import QuantSpec, get_format, to_torch_dtype
+from lowprec.numerics.checks import block_shape, nonempty
 from lowprec.numerics.formats import FloatFormat, IntFormat
 
 # the torch emulation in lowprec.numerics never needs Triton; only this module does
@@ -110,7 +114,7 @@ if triton is not None:
     # jit-defined helpers of triton.language (tl.max, tl.cdiv, tl.zeros, ...) are fixed as compiled
     # or interpreted when triton is imported, so they break the interpreter whenever triton was
     # imported before TRITON_INTERPRET=1 was set, even if this module is (re)imported after.
-    from lowprec.kernels._common import _block_grid, _finite_abs, _load_fp32, _max_axis
+    from lowprec.kernels._common import _block_grid, _load_fp32, _max_axis
 
     @triton.jit
     def _scale_from_amax(amax, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr, POW2: tl.constexpr):
@@ -168,6 +172,22 @@ if triton is not None:
                 return code.to(tl.uint8)
 
     @triton.jit
+    def _nonfinite(x):
+        # 1.0 where x is NaN or +-Inf (NaN compares false), else 0.0; a max over it flags a block
+        return tl.where(tl.abs(x) < float("inf"), 0.0, 1.0)
+
+    @triton.jit
+    def _amax_operand(x, FLAG: tl.constexpr):
+        """|x| for an amax with NaN/Inf left out (as 0); with FLAG (INT8) counted as +Inf instead, so
+        that the one reduction also says whether the block holds one: such a block's INT8 scale is
+        NaN whatever its finite amax."""
+        a = tl.abs(x)
+        if FLAG:
+            return tl.where(a < float("inf"), a, float("inf"))
+        else:
+            return tl.where(a < float("inf"), a, 0.0)
+
+    @triton.jit
     def _quant_scalar_scale_kernel(
         x_ptr, noise_ptr, codes_ptr, scale_ptr, numel,
         BLOCK: tl.constexpr, IN_KIND: tl.constexpr, FMAX: tl.constexpr, IS_INT: tl.constexpr,
@@ -186,23 +206,30 @@ if triton is not None:
         tl.store(codes_ptr + offs, codes, mask=mask)
 
     @triton.jit
-    def _amax_partial_kernel(x_ptr, out_ptr, numel, BLOCK: tl.constexpr, IN_KIND: tl.constexpr):
+    def _amax_partial_kernel(x_ptr, out_ptr, numel, BLOCK: tl.constexpr, IN_KIND: tl.constexpr,
+                             FLAG: tl.constexpr):
+        """Per program: the amax of its share (with FLAG, +Inf when the share holds a NaN/Inf)."""
         pid = tl.program_id(0)
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < numel
-        a = _finite_abs(_load_fp32(x_ptr, offs, mask, IN_KIND))
-        tl.store(out_ptr + pid, _max_axis(a, 0))
+        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+        tl.store(out_ptr + pid, _max_axis(_amax_operand(x, FLAG), 0))
 
     @triton.jit
     def _tensor_scale_kernel(partial_ptr, scale_ptr, n, BLOCK: tl.constexpr, FMAX: tl.constexpr,
-                             MARGIN_MUL: tl.constexpr, POW2: tl.constexpr):
+                             MARGIN_MUL: tl.constexpr, POW2: tl.constexpr, FLAG: tl.constexpr):
         # One program: the max of the partial amaxes and the scale, on the device, so current
-        # scaling costs three launches and no host round trip or chain of small torch ops.
+        # scaling costs three launches and no host round trip or chain of small torch ops. FLAG
+        # (INT8): a NaN/Inf anywhere (an Inf partial) makes the scale NaN (the tensor is one block).
         acc = tl.full([BLOCK], 0.0, tl.float32)
         for start in range(0, n, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             acc = tl.maximum(acc, tl.load(partial_ptr + offs, mask=offs < n, other=0.0))
-        tl.store(scale_ptr, _scale_from_amax(_max_axis(acc, 0), FMAX, MARGIN_MUL, POW2))
+        amax = _max_axis(acc, 0)
+        s = _scale_from_amax(amax, FMAX, MARGIN_MUL, POW2)
+        if FLAG:
+            s = tl.where(amax == float("inf"), float("nan"), s)
+        tl.store(scale_ptr, s)
 
     @triton.jit
     def _chunk(i, r, c, brow, bcol, M, N, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr,
@@ -230,18 +257,22 @@ if triton is not None:
         is bigger than the tile; then NCH_R x NCH_C chunks are swept twice)."""
         pid_r, pid_c, r, c, brow, bcol = _block_grid(n_bcol, G, RP, K, CP)
 
+        # IS_INT: an amax of +Inf flags a block holding NaN/Inf (_amax_operand)
         if NCH_R * NCH_C == 1:
             offs, mask = _chunk(0, r, c, brow, bcol, M, N, BR, BC, RP, CP, NCH_C)
             x = _load_fp32(x_ptr, offs, mask, IN_KIND)
-            amax = _max_axis(_max_axis(_finite_abs(x), 3), 1)
+            amax = _max_axis(_max_axis(_amax_operand(x, IS_INT), 3), 1)
         else:
             acc = tl.full([G, RP, K, CP], 0.0, tl.float32)
             for i in range(NCH_R * NCH_C):
                 offs, mask = _chunk(i, r, c, brow, bcol, M, N, BR, BC, RP, CP, NCH_C)
-                acc = tl.maximum(acc, _finite_abs(_load_fp32(x_ptr, offs, mask, IN_KIND)))
+                acc = tl.maximum(acc, _amax_operand(_load_fp32(x_ptr, offs, mask, IN_KIND), IS_INT))
             amax = _max_axis(_max_axis(acc, 3), 1)
 
         scale = _scale_from_amax(amax, FMAX, MARGIN_MUL, POW2)  # [G, K]
+        if IS_INT:
+            # a block holding NaN/Inf: NaN scale, hence codes 0, as in the reference
+            scale = tl.where(amax == float("inf"), float("nan"), scale)
         sb_row = pid_r * G + tl.arange(0, G)[:, None]
         sb_col = pid_c * K + tl.arange(0, K)[None, :]
         tl.store(scale_ptr + sb_row * n_bcol + sb_col, scale, mask=(sb_row < n_brow) & (sb_col < n_bcol))
@@ -325,15 +356,11 @@ def _use_native_cast(x: torch.Tensor, fp8_cast: str) -> bool:
 
 
 def _as_2d(x: torch.Tensor) -> torch.Tensor:
-    if x.dim() == 0:
-        return x.reshape(1, 1)
-    # Rows spelled out: reshape(-1, 0) is ambiguous for tensors with an empty last dim.
-    return x.reshape(x.numel() // x.shape[-1] if x.shape[-1] else math.prod(x.shape[:-1]), x.shape[-1])
+    return x.reshape(1, 1) if x.dim() == 0 else x.reshape(-1, x.shape[-1])
 
 
 def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast):
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
     if scaling not in SCALINGS:
@@ -368,9 +395,7 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast)
     if scaling == "channel":
         block = (1, max(N, 1))
     elif scaling == "block":
-        block = _DEFAULT_BLOCK if block is None else tuple(block)
-        if len(block) != 2 or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block):
-            raise ValueError(f"block must be two positive ints (rows, cols), got {block!r}")
+        block = _DEFAULT_BLOCK if block is None else block_shape(block)
 
     codes = torch.empty((M, N), dtype=out_dtype, device=x.device)
     codes_arg = codes if is_int else codes.view(torch.uint8)
@@ -390,25 +415,21 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast)
             if not isinstance(scale, torch.Tensor) or scale.numel() != 1:
                 raise ValueError("scale must be a 1-element tensor")
             scale = scale.to(device=x.device, dtype=torch.float32).reshape(1, 1).contiguous()
-        elif M * N == 0:
-            # The reference's grid for an empty tensor: one block of (max(M, 1), max(N, 1)).
-            scale = torch.ones((_cdiv(M, max(M, 1)), _cdiv(N, max(N, 1))), dtype=torch.float32, device=x.device)
+            if is_int:  # a NaN/Inf anywhere: the one block's scale is NaN (on the device, no sync)
+                flagged = _partials(x_arg, in_kind, M * N, True).amax()
+                scale = torch.where(flagged == math.inf, torch.full_like(scale, float("nan")), scale)
         else:
-            scale = _tensor_scale(x_arg, in_kind, M * N, fmax, margin, pow2)
-        if M * N:
-            grid = (_cdiv(M * N, _ELEMWISE_BLOCK),)
-            _quant_scalar_scale_kernel[grid](
-                x_arg, noise_arg, codes_arg, scale, M * N,
-                BLOCK=_ELEMWISE_BLOCK, IN_KIND=in_kind, FMAX=fmax, STOCHASTIC=stochastic,
-                num_warps=8, **enc,
-            )
+            scale = _tensor_scale(x_arg, in_kind, M * N, fmax, margin, pow2, is_int)
+        _quant_scalar_scale_kernel[(_cdiv(M * N, _ELEMWISE_BLOCK),)](
+            x_arg, noise_arg, codes_arg, scale, M * N,
+            BLOCK=_ELEMWISE_BLOCK, IN_KIND=in_kind, FMAX=fmax, STOCHASTIC=stochastic,
+            num_warps=8, **enc,
+        )
         return codes.reshape(x.shape), scale
 
     br, bc = block
     n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
     scales = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
-    if M * N == 0:
-        return codes.reshape(x.shape), scales
     t = _tiling(br, bc, n_brow, n_bcol)
     grid = (_cdiv(n_brow, t["G"]) * _cdiv(n_bcol, t["K"]),)
     _quant_block_kernel[grid](
@@ -420,15 +441,23 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast)
     return codes.reshape(x.shape), scales
 
 
-def _tensor_scale(x_arg, in_kind, numel, fmax, margin, pow2) -> torch.Tensor:
-    """Current scaling: per-program amaxes, then one program reduces them and applies the same
-    scale rule as the block kernel (max is order-independent, so this is exact)."""
+def _partials(x_arg, in_kind, numel, flag) -> torch.Tensor:
+    """Per-program amaxes of x; with flag, +Inf for a program whose share holds a NaN/Inf."""
     n_prog = _cdiv(numel, _AMAX_BLOCK)
     partial = torch.empty(n_prog, dtype=torch.float32, device=x_arg.device)
-    _amax_partial_kernel[(n_prog,)](x_arg, partial, numel, BLOCK=_AMAX_BLOCK, IN_KIND=in_kind, num_warps=8)
+    _amax_partial_kernel[(n_prog,)](x_arg, partial, numel, BLOCK=_AMAX_BLOCK, IN_KIND=in_kind, FLAG=flag,
+                                    num_warps=8)
+    return partial
+
+
+def _tensor_scale(x_arg, in_kind, numel, fmax, margin, pow2, flag) -> torch.Tensor:
+    """Current scaling: per-program amaxes, then one program reduces them and applies the same
+    scale rule as the block kernel (max is order-independent, so this is exact). flag (INT8): NaN
+    when x holds a NaN/Inf."""
+    partial = _partials(x_arg, in_kind, numel, flag)
     scale = torch.empty((1, 1), dtype=torch.float32, device=x_arg.device)
-    _tensor_scale_kernel[(1,)](partial, scale, n_prog, BLOCK=1024, FMAX=fmax, MARGIN_MUL=2.0**-margin,
-                               POW2=bool(pow2), num_warps=4)
+    _tensor_scale_kernel[(1,)](partial, scale, partial.numel(), BLOCK=1024, FMAX=fmax,
+                               MARGIN_MUL=2.0**-margin, POW2=bool(pow2), FLAG=flag, num_warps=4)
     return scale
 
 

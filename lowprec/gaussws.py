@@ -76,6 +76,7 @@ import torch
 from torch import nn
 
 from .numerics import QuantSpec, block_amax, fake_quantize
+from .numerics.checks import integer, nonempty
 from .numerics.formats import pow2 as _exact_pow2
 from .numerics.scaling import apply_blocks
 from .linear import DEFAULT_EXCLUDE, QLinear, layer_seed, linear_layers
@@ -89,7 +90,8 @@ __all__ = [
     "export_weights", "exported_copy", "mx_rtn", "EXPORT_FORMATS",
     "exact_share", "expected_exact_share", "exactness_rows", "bytes_per_param", "memory_breakdown",
     "rounded_gaussian_pmf", "threshold_pmf", "rounded_gaussian_from_bits", "sample_rounded_gaussian",
-    "philox4x32", "philox_bits", "noise_seed", "philox_key", "block_delta", "gaussws_reference",
+    "philox4x32", "philox_bits", "noise_seed", "philox_key", "block_delta", "gaussws_reference", "check_b",
+    "B_RANGE",
 ]
 
 NOISES = ("rounded_gaussian", "uniform", "gaussian")
@@ -101,6 +103,7 @@ RNGS = ("generator", "philox")
 LN2 = math.log(2.0)
 PHILOX_ROUNDS = 10
 R_MAX = 3  # |R| >= 4 has probability 2.6e-12, below the sampler's 2^-31 resolution
+B_RANGE = (1, 24)  # bit-widths b: Delta = 2^(E+1-b) is a step of a b-bit grid; 24 is fp32's precision
 
 
 # ----------------------------------------------------------------------------------------------
@@ -220,7 +223,25 @@ def noise_seed(layer_seed: int, index: int) -> int:
 def _as_2d(w: torch.Tensor) -> torch.Tensor:
     if w.dim() != 2:
         raise ValueError(f"GaussWS works on 2-D weights, got shape {tuple(w.shape)}")
-    return w
+    return nonempty(w, "w")
+
+
+def check_b(b: Union[int, torch.Tensor], *, read_tensor: bool = True) -> Union[int, torch.Tensor]:
+    """b as the functions below take it: an integer in B_RANGE (1..24), or a tensor of such
+    integers (any dtype). A tensor's values are checked by reading them, which waits for the
+    device; ``read_tensor=False`` skips that for a b the caller built itself (``GaussWSWeight``
+    clamps its learnable b to [b_min, b_max]), so training never waits."""
+    lo, hi = B_RANGE
+    if not isinstance(b, torch.Tensor):
+        return integer("b", b, low=lo, high=hi)
+    if b.dtype == torch.bool or b.is_complex():
+        raise ValueError(f"b: a tensor of b must hold integers, got dtype {b.dtype}")
+    if read_tensor and b.numel():
+        bad = (b != torch.round(b)) | (b < lo) | (b > hi) if b.is_floating_point() else (b < lo) | (b > hi)
+        if bool(bad.any()):
+            raise ValueError(f"b: must hold integers in {lo}..{hi}, got {b[bad].flatten()[0].item()!r} "
+                             f"(at {tuple(bad.nonzero()[0].tolist())})")
+    return b
 
 
 def _block_pair(block) -> tuple[int, int]:
@@ -236,9 +257,11 @@ def grid_shape(shape2d, block) -> tuple[int, int]:
     return -(-shape2d[0] // block[0]), -(-shape2d[1] // block[1])
 
 
-def delta_from_amax(amax: torch.Tensor, b: Union[int, torch.Tensor]) -> torch.Tensor:
+def delta_from_amax(amax: torch.Tensor, b: Union[int, torch.Tensor], *, check: bool = True) -> torch.Tensor:
     """Delta = 2^(ceil(log2 amax) + 1 - b) per block, fp32, exact; 0 where amax is 0, subnormal or
-    the exponent falls below 2^-126. b: an int or an integer tensor broadcastable to amax."""
+    the exponent falls below 2^-126. b: an int or an integer tensor broadcastable to amax, in
+    B_RANGE (``check_b``; check=False leaves a tensor's values unread)."""
+    b = check_b(b, read_tensor=check)
     bits = amax.to(torch.float32).contiguous().view(torch.int32)
     e_field = (bits >> 23) & 0xFF
     e_ceil = e_field - 127 + ((bits & 0x7FFFFF) != 0).to(torch.int32)
@@ -248,10 +271,11 @@ def delta_from_amax(amax: torch.Tensor, b: Union[int, torch.Tensor]) -> torch.Te
     return torch.where(ok, _exact_pow2(n.clamp(-126, 127)), torch.zeros((), dtype=torch.float32, device=amax.device))
 
 
-def block_delta(w2d: torch.Tensor, b: Union[int, torch.Tensor], block=(32, 32)) -> torch.Tensor:
+def block_delta(w2d: torch.Tensor, b: Union[int, torch.Tensor], block=(32, 32), *,
+                check: bool = True) -> torch.Tensor:
     """The per-block Delta grid of a 2-D tensor (grid shape ceil(rows/R) x ceil(cols/C))."""
     block = _block_pair(block)
-    return delta_from_amax(block_amax(_as_2d(w2d).detach(), block), b)
+    return delta_from_amax(block_amax(_as_2d(w2d).detach(), block), b, check=check)
 
 
 def _expand(grid: torch.Tensor, x2d: torch.Tensor, block) -> torch.Tensor:
@@ -281,15 +305,16 @@ def _unit_noise(noise: str, shape, *, seed: int, sampler: str, rng: str, device)
 def gaussws_reference(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32, 32), *,
                       seed: Optional[int] = None, bits: Optional[torch.Tensor] = None,
                       r: Optional[torch.Tensor] = None, sampler: str = "threshold", rng: str = "philox",
-                      noise: str = "rounded_gaussian"):
+                      noise: str = "rounded_gaussian", check_b_values: bool = True):
     """Torch reference: (W_c bf16, unit noise, Delta grid) for a 2-D weight in its stored layout.
 
     The noise comes from, in order of precedence: `r` (given R / unit noise), `bits` (32-bit words
     for the threshold sampler, e.g. from the kernel's debug output), or `seed` with `rng`
-    ("philox": the kernel's bits; "generator": torch.Generator). b: int or integer grid."""
+    ("philox": the kernel's bits; "generator": torch.Generator). b: int or integer grid in
+    B_RANGE (``check_b``; check_b_values=False leaves a grid's values unread)."""
     w2d = _as_2d(w).detach()
     block = _block_pair(block)
-    delta = block_delta(w2d, b, block)
+    delta = block_delta(w2d, b, block, check=check_b_values)
     if r is not None:
         unit = r
     elif bits is not None:
@@ -418,10 +443,14 @@ class GaussWSWeight(nn.Module):
         for name, v in (("b", b), ("b_min", b_min), ("b_max", b_max)):
             if not isinstance(v, (int, float)) or isinstance(v, bool) or (name != "b" and v != int(v)):
                 raise ValueError(f"{name} must be a number (b_min/b_max integers), got {v!r}")
-        if not 1 <= b_min <= b_max <= 24:
-            raise ValueError(f"need 1 <= b_min <= b_max <= 24, got b_min={b_min}, b_max={b_max}")
-        if not learnable_b and (b != int(b) or not 1 <= b <= 24):
-            raise ValueError(f"fixed b must be an integer in 1..24, got {b!r}")
+        lo, hi = B_RANGE
+        if not lo <= b_min <= b_max <= hi:
+            raise ValueError(f"need {lo} <= b_min <= b_max <= {hi}, got b_min={b_min}, b_max={b_max}")
+        if not learnable_b and (not math.isfinite(b) or b != int(b) or not lo <= b <= hi):
+            raise ValueError(f"fixed b must be an integer in {lo}..{hi}, got {b!r}")
+        if learnable_b and not (math.isfinite(b) and b_min <= b <= b_max):
+            raise ValueError(f"b (the learnable b's initial value) must be in [b_min, b_max] = "
+                             f"[{b_min}, {b_max}], got {b!r}")
         if sampler == "normal" and noise != "rounded_gaussian":
             raise ValueError("sampler applies to noise='rounded_gaussian' only")
         if len(shape) != 2:
@@ -515,12 +544,13 @@ class GaussWSWeight(nn.Module):
         if self._use_triton(w2d):
             kg = _triton_module()
             res = kg.gaussws_noise_ex(w2d, b_arg, self.stored_block, seed, return_r=keep_unit,
-                                      return_delta=keep_unit)
+                                      return_delta=keep_unit, check_b_values=False)
             w_c, unit, delta = res.w_c, res.r, res.delta
             self.last_backend = "triton"
         else:
+            # b_arg is this module's own (clamped to [b_min, b_max]): reading it would wait for the device
             w_c, unit, delta = gaussws_reference(w2d, b_arg, self.stored_block, seed=seed, sampler=self.sampler,
-                                                 rng=self.rng, noise=self.noise)
+                                                 rng=self.rng, noise=self.noise, check_b_values=False)
             self.last_backend = "torch"
         self.samples += 1
         if not keep_unit:

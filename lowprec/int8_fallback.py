@@ -38,6 +38,15 @@ typical one loses 18 dB, 3 bits, of SQNR to its outlier), rho = 0.02, error_thre
 (a Gaussian 32x32 block's INT8 error is about 0.0075), ema = 0.9, quantile = 0.5, and the
 median-of-non-zero-blocks reference level.
 
+Non-finite values (NaN, +-Inf) are propagated, not routed to the fallback path: a block that holds
+one gets a NaN first-part scale (``lowprec.numerics.scaling``'s INT8 rule), so its dequantized
+values and every GEMM output row it enters are NaN and a diverging run ends as ``diverged``. Routing
+the block to the fallback instead would not keep it visible: the fallback is two INT8 parts, which
+hold NaN or Inf no better than one; the plain INT8 recipes have no fallback at all; and the
+fallback ratio would then count divergence as outliers. The rules decide on the finite values only
+(amaxes and errors leave NaN/Inf out), so a NaN block falls back exactly when its finite values
+say so.
+
 Dynamic-rule state (one EMA level per layer/GEMM/operand) lives in the quantizer object, keyed by
 ``call.layer.name``; ``state_dict()`` / ``load_state_dict()`` cover all of it and
 ``state_for_layer()`` / ``load_state_for_layer()`` one layer's share, for ``QLinear`` extra state.
@@ -53,6 +62,7 @@ import torch
 
 from .numerics import QuantSpec, block_amax, cast, quantize, scale_from_amax
 from .numerics import scaling as _scaling
+from .numerics.checks import block_shape, nonempty, number
 from .numerics.scaling import _blocks_view, apply_blocks, expand_blocks
 from .recipes import (GEMMS, GENERIC_METHOD_KEYS, OPERANDS, Gemm, LazyStats, OperandCall,
                       OperandQuantizer, Recipe)
@@ -68,6 +78,7 @@ __all__ = [
     "int8_block_gemm_reference",
     "int8_fallback_recipe",
     "block_absmax_stats",
+    "check_rule_params",
 ]
 
 RULES = ("absmax", "topk", "error", "dynamic", "none")
@@ -163,8 +174,9 @@ def fallback_quantize(x: torch.Tensor, block=(32, 32), mask: Optional[torch.Tens
 
     Stochastic rounding draws the first part's uniforms, then the residual's, from ``generator``
     (or takes them as ``noise=(u1, u2)``, each x's 2-D shape), so the first part equals what
-    ``quantize(x, int8 block spec, generator)`` gives for the same generator state."""
-    x2d = _as_2d(x).to(torch.float32)
+    ``quantize(x, int8 block spec, generator)`` gives for the same generator state. A block
+    holding NaN/Inf has a NaN scale (the module docstring), a zero residual and residual scale 1."""
+    x2d = _as_2d(nonempty(x)).to(torch.float32)
     block = tuple(block)
     u1 = u2 = None
     if noise is not None:
@@ -197,7 +209,7 @@ def fallback_quantize(x: torch.Tensor, block=(32, 32), mask: Optional[torch.Tens
 def block_int8_error(x: torch.Tensor, block) -> torch.Tensor:
     """Per-block relative L2 error of nearest-rounding block INT8: ||x_b - deq_b|| / ||x_b||
     (0 for an all-zero block; NaN/Inf elements count as 0)."""
-    x2d = _as_2d(x).to(torch.float32)
+    x2d = _as_2d(nonempty(x)).to(torch.float32)
     x2d = torch.where(torch.isfinite(x2d), x2d, torch.zeros_like(x2d))
     deq = quantize(x2d, _int8_spec(block, "nearest")).dequantize()
     err = _block_sum(((x2d - deq) ** 2), block)
@@ -232,6 +244,21 @@ def _topk_mask(amax: torch.Tensor, rho: float) -> torch.Tensor:
     return mask.reshape(amax.shape)
 
 
+def check_rule_params(rule: str, *, tau: float = DEFAULTS["tau"], rho: float = DEFAULTS["rho"],
+                      error_threshold: float = DEFAULTS["error_threshold"], ema: float = DEFAULTS["ema"],
+                      quantile: float = DEFAULTS["quantile"]) -> dict:
+    """The rule's parameters as floats, or a ValueError that names the bad one. tau must be > 0 (a
+    factor over the median; tau <= 0 would send every non-zero block to the fallback), rho and
+    quantile in [0, 1], error_threshold >= 0, ema in [0, 1) (1 would never move the level); all
+    finite."""
+    if rule not in RULES:
+        raise ValueError(f"rule: must be one of {RULES}, got {rule!r}")
+    return {"tau": number("tau", tau, low=0.0, low_open=True), "rho": number("rho", rho, low=0.0, high=1.0),
+            "error_threshold": number("error_threshold", error_threshold, low=0.0),
+            "ema": number("ema", ema, low=0.0, high=1.0, high_open=True),
+            "quantile": number("quantile", quantile, low=0.0, high=1.0)}
+
+
 def select_blocks(x: torch.Tensor, block, rule: str, *, tau: float = DEFAULTS["tau"],
                   rho: float = DEFAULTS["rho"], error_threshold: float = DEFAULTS["error_threshold"],
                   threshold: Optional[torch.Tensor] = None, amax: Optional[torch.Tensor] = None,
@@ -239,10 +266,12 @@ def select_blocks(x: torch.Tensor, block, rule: str, *, tau: float = DEFAULTS["t
     """(mask, threshold) for a stateless rule; ``dynamic`` takes its amax ``threshold`` from the
     caller (``FallbackInt8Quantizer`` keeps the EMA). threshold is a 0-d tensor (NaN for rules
     without one). ``amax`` / ``error``: the block grids if already known (the GPU kernel's block
-    statistics), else computed from x."""
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    x2d = _as_2d(x)
+    statistics), else computed from x. Parameters are checked as ``check_rule_params`` does
+    (host values only; a ``threshold`` tensor is taken as it is)."""
+    p = check_rule_params(rule, tau=tau, rho=rho, error_threshold=error_threshold)
+    tau, rho, error_threshold = p["tau"], p["rho"], p["error_threshold"]
+    block = block_shape(block)
+    x2d = _as_2d(nonempty(x))
     if amax is None:
         amax = block_amax(x2d, block)
     nan = torch.full((), math.nan, device=amax.device)
@@ -284,10 +313,12 @@ def int8_block_gemm_reference(qa, da, qb, db, block_a, block_b, ra=None, dra=Non
     accumulator in this order: q1a.q1b, q2a.q1b, q1a.q2b, q2a.q2b. The Triton kernel does the same
     fp32 operations in the same order, so the results are equal bit for bit (terms it skips for
     tiles without a flag are exact zeros here)."""
+    nonempty(qa, "qa")
+    nonempty(qb, "qb")
     M, K = qa.shape
     N = qb.shape[0]
-    bm, bk = block_a
-    bn, bk_b = block_b
+    bm, bk = block_shape(block_a, "block_a")
+    bn, bk_b = block_shape(block_b, "block_b")
     if bk != bk_b:
         raise ValueError(f"A and B must share the K-group: {block_a} vs {block_b}")
     if qb.shape[1] != K:
@@ -350,11 +381,7 @@ def _fused_fallback_quantize(kf, x2d, block, mask, rounding, generator) -> Fallb
                            maybe_fallback=mask is not None)
 
 
-def _check_block(block) -> tuple:
-    if (not isinstance(block, (tuple, list)) or len(block) != 2
-            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
-        raise ValueError(f"block: must be two positive ints (rows, cols), got {block!r}")
-    return (int(block[0]), int(block[1]))
+_check_block = block_shape
 
 
 class FallbackInt8Quantizer(OperandQuantizer):
@@ -371,18 +398,10 @@ class FallbackInt8Quantizer(OperandQuantizer):
                  fallback_operands: Iterable[str] = DEFAULTS["fallback_operands"],
                  stochastic_gradients: bool = DEFAULTS["stochastic_gradients"], gemm: str = DEFAULTS["gemm"]):
         self.block = _check_block(block)
-        if rule not in RULES:
-            raise ValueError(f"rule: must be one of {RULES}, got {rule!r}")
+        p = check_rule_params(rule, tau=tau, rho=rho, error_threshold=error_threshold, ema=ema, quantile=quantile)
         self.rule = rule
-        for key, v, lo, hi in (("tau", tau, 0.0, math.inf), ("rho", rho, 0.0, 1.0),
-                               ("error_threshold", error_threshold, 0.0, math.inf), ("ema", ema, 0.0, 1.0),
-                               ("quantile", quantile, 0.0, 1.0)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-                raise ValueError(f"{key}: must be a number in [{lo}, {hi}], got {v!r}")
-        if ema >= 1.0:
-            raise ValueError("ema: must be < 1 (1 would never move the level)")
-        self.tau, self.rho, self.error_threshold = float(tau), float(rho), float(error_threshold)
-        self.ema, self.quantile = float(ema), float(quantile)
+        self.tau, self.rho, self.error_threshold = p["tau"], p["rho"], p["error_threshold"]
+        self.ema, self.quantile = p["ema"], p["quantile"]
         self.fallback_gemms = tuple(fallback_gemms)
         self.fallback_operands = tuple(fallback_operands)
         bad_g = set(self.fallback_gemms) - set(GEMMS)
@@ -568,7 +587,8 @@ def block_absmax_stats(x: torch.Tensor, block=(32, 32), taus=(4.0, 8.0, 16.0)) -
     (the rest); plus ``ratios``, the sorted block amax / median as a CPU tensor, for histograms.
     The median is over non-zero blocks, as in the fallback rules."""
     block = _check_block(tuple(block))
-    x2d = _as_2d(x.detach()).to(torch.float32)
+    taus = [number("taus", t, low=0.0, low_open=True) for t in taus]
+    x2d = _as_2d(nonempty(x).detach()).to(torch.float32)
     amax = block_amax(x2d, block)
     med = float(_positive_quantile(amax, 0.5))
     ratios = (amax / med) if math.isfinite(med) and med > 0 else torch.zeros_like(amax)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .gemm import FastPlan, fast_path_applies, scaled_mm
-from .numerics import DelayedScaler, QuantSpec, block_amax, quantize
+from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
 from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe
 from .telemetry import Telemetry
 
@@ -193,16 +193,20 @@ class QLinear(nn.Module):
         return seen[1]
 
     def _seed(self, gemm: str, operand: str) -> int:
-        return zlib.crc32(f"{self.seed}:{self.call_count()}:{gemm}:{operand}".encode())
+        # Each rank rounds its own shard of dY: its stochastic-rounding stream must be its own, or
+        # the ranks' rounding errors are equal and do not average out in the gradient all-reduce.
+        # Rank 0 keeps the single-process stream, so a 1-process run draws what it always drew.
+        r = ranks.rank()
+        tag = f":rank{r}" if r else ""
+        return zlib.crc32(f"{self.seed}:{self.call_count()}:{gemm}:{operand}{tag}".encode())
 
     def _operand(self, gemm: str, operand: str, t: torch.Tensor, spec: QuantSpec):
         """The operand's QTensor under ``spec``."""
         amax, scaler = None, self.scalers.get((gemm, operand))
         if scaler is not None:
             current = block_amax(t, tuple(t.shape)).reshape(())  # NaN/Inf ignored, as in every amax
-            amax = scaler.amax(current)
-            if self.training:  # evaluation sees the history but does not write to it
-                scaler.update(current)
+            # training: max over the ranks, then into the history; evaluation reads it only
+            amax = scaler.step(current) if self.training else scaler.amax(current)
         gen = None
         if spec.rounding == "stochastic":
             gen = torch.Generator(device=t.device)

@@ -27,6 +27,10 @@ DR = amax / (smallest non-zero |x|) (1 for an all-zero block), the brief's secti
                                        E5M2 (three_way) or BF16 (two_way)
     larger                          -> BF16
 
+A block that holds a NaN or +-Inf has DR = Inf and so goes to BF16, which keeps the value as it is
+(E4M3 would saturate an Inf to 448 / scale), as tensor-level MoR does with such a tensor (its
+relative error is NaN, which no threshold accepts).
+
 A block-mixed operand cannot feed one FP8 GEMM: the returned values are the per-block dequantized
 values (emulation) and the stats say the GEMM runs in BF16 unless every block is E4M3.
 
@@ -46,11 +50,12 @@ import torch
 import torch.nn.functional as F
 
 from .numerics import QuantSpec, cast, get_format
+from .numerics.checks import block_shape, nonempty, number
 from .numerics.scaling import (
     QTensor,
+    _block_amax,
     _resolve_block,
     apply_blocks,
-    block_amax,
     expand_blocks,
     gam_block_scales,
     quantize,
@@ -96,11 +101,7 @@ def _as_2d(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])
 
 
-def _check_block(block) -> tuple:
-    if (not isinstance(block, (tuple, list)) or len(block) != 2
-            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
-        raise ValueError(f"block: must be two positive ints (rows, cols), got {block!r}")
-    return (int(block[0]), int(block[1]))
+_check_block = block_shape
 
 
 def _choose(name: str, value, options) -> str:
@@ -110,9 +111,8 @@ def _choose(name: str, value, options) -> str:
 
 
 def _check_threshold(threshold) -> float:
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not threshold >= 0:
-        raise ValueError(f"threshold: must be a number >= 0, got {threshold!r}")
-    return float(threshold)
+    # NaN would always choose BF16 and Inf always E4M3, whatever the error: refused
+    return number("threshold", threshold, low=0.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ def e4m3_spec(partition: str = "block", block=DEFAULT_BLOCK, scale: str = "gam",
 
 def quantize_e4m3(x: torch.Tensor, partition: str = "block", block=DEFAULT_BLOCK, scale: str = "gam") -> QTensor:
     """E4M3 codes and scales of x's 2-D view (rows = leading dims) under a MoR partition."""
-    x2d = _as_2d(x).to(torch.float32)
+    x2d = _as_2d(nonempty(x)).to(torch.float32)
     return quantize(x2d, e4m3_spec(partition, block, scale, cols=x2d.shape[1]))
 
 
@@ -190,8 +190,9 @@ def _e4m3_with_error(x2d: torch.Tensor, partition: str, block, scale: str) -> tu
 
 
 def decide(err: float, threshold: float = DEFAULT_THRESHOLD) -> str:
-    """"e4m3" if err <= threshold, else "bf16" (a NaN error is not <= anything: BF16)."""
-    return "e4m3" if err <= threshold else "bf16"
+    """"e4m3" if err <= threshold, else "bf16" (a NaN error is not <= anything: BF16). threshold:
+    a finite number >= 0."""
+    return "e4m3" if err <= _check_threshold(threshold) else "bf16"
 
 
 def _choose_e4m3(err: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -215,17 +216,17 @@ def mor_tensor(x: torch.Tensor, partition: str = "block", block=DEFAULT_BLOCK, s
                threshold: float = DEFAULT_THRESHOLD, dequant: str = "fp32") -> MoRResult:
     """Tensor-level MoR on x's 2-D view. dequant="bf16" rounds the E4M3 values to BF16 as the
     authors' fake quantization does (their GEMMs are BF16); the default keeps the exact fp32
-    dequantized values, which is what an FP8 GEMM multiplies."""
-    values, e4, err, qt = _mor_on_device(x, partition, block, scale, threshold, dequant)
+    dequantized values, which is what an FP8 GEMM multiplies. threshold: a finite number >= 0."""
+    values, e4, err, qt = _mor_on_device(x, partition, block, scale, _check_threshold(threshold), dequant)
     return MoRResult(values, "e4m3" if bool(e4) else "bf16", float(err), qt)
 
 
 def _mor_on_device(x: torch.Tensor, partition: str, block, scale: str, threshold: float, dequant: str):
     """``mor_tensor`` with the decision left on the device: (values, E4M3 chosen as a 0-d bool,
     error as a 0-d tensor, QTensor). Both candidates are formed and one is selected, so training
-    never waits for the device to learn which format won."""
+    never waits for the device to learn which format won. threshold: already checked."""
     _choose("dequant", dequant, DEQUANT)
-    x2d = _as_2d(x).to(torch.float32)
+    x2d = _as_2d(nonempty(x)).to(torch.float32)
     qt, err = _e4m3_with_error(x2d, partition, block, scale)
     deq = qt.dequantize()
     e4 = _choose_e4m3(err, threshold)
@@ -236,7 +237,7 @@ def _mor_on_device(x: torch.Tensor, partition: str, block, scale: str, threshold
 def relative_error_by_partition(x: torch.Tensor, block=DEFAULT_BLOCK, scale: str = "gam",
                                 partitions=PARTITIONS) -> dict:
     """{partition: E4M3 relative error} for one tensor (heat maps of error per tensor per step)."""
-    x2d = _as_2d(x).to(torch.float32)
+    x2d = _as_2d(nonempty(x)).to(torch.float32)
     return {p: mor_relative_error(x2d, quantize_e4m3(x2d, p, block, scale).dequantize()) for p in partitions}
 
 
@@ -260,13 +261,16 @@ def _block_sum(t2d: torch.Tensor, block) -> torch.Tensor:
 
 def block_dynamic_range(x2d: torch.Tensor, block=DEFAULT_BLOCK):
     """(amax, amin, DR) grids: amax and the smallest non-zero |x| per block (NaN/Inf left out, as
-    in every amax here); DR = amax / amin, 1 for blocks without a non-zero finite element."""
-    a = x2d.to(torch.float32).abs()
-    amax = block_amax(x2d, block)
+    in every amax here); DR = amax / amin, 1 for blocks without a non-zero finite element, and Inf
+    for a block that holds a NaN or +-Inf (no format but BF16 keeps such a block as it is)."""
+    block = _check_block(block)
+    a = nonempty(x2d).to(torch.float32).abs()
+    amax, bad = _block_amax(x2d, block, nonfinite=True)
     inf = torch.full_like(a, math.inf)
     amin = _block_view(torch.where((a > 0) & (a < math.inf), a, inf), block, math.inf).amin(dim=(1, 3))
     has = amax > 0
     dr = torch.where(has, amax / torch.where(has, amin, torch.ones_like(amin)), torch.ones_like(amax))
+    dr = torch.where(bad, torch.full_like(dr, math.inf), dr)
     return amax, amin, dr
 
 
@@ -297,12 +301,13 @@ class SubTensorResult(NamedTuple):
 def subtensor_mor(x: torch.Tensor, block=DEFAULT_BLOCK, mode: str = "two_way", scale: str = "fp32",
                   dequant: str = "fp32") -> SubTensorResult:
     """Sub-tensor MoR on x's 2-D view (see the module docstring for the rule). Ties between the
-    E4M3 and E5M2 errors go to E4M3, the format that gives the faster GEMM."""
+    E4M3 and E5M2 errors go to E4M3, the format that gives the faster GEMM; a block holding NaN or
+    +-Inf goes to BF16."""
     _choose("mode", mode, SUBTENSOR_MODES)
     _choose("scale", scale, SCALE_RULES)
     _choose("dequant", dequant, DEQUANT)
     block = _check_block(block)
-    x2d = _as_2d(x).to(torch.float32)
+    x2d = _as_2d(nonempty(x)).to(torch.float32)
     amax, _, dr = block_dynamic_range(x2d, block)
     deq, errs, scales = {}, {}, {}
     for fmt, fmax in (("e4m3", E4M3_MAX), ("e5m2", E5M2_MAX)):

@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -96,6 +97,99 @@ def test_global_batch_must_divide_over_ranks(prepared_data, tmp_path):
                            strategy="ddp", batch_size=4)
     with pytest.raises(ConfigError, match=r"train.batch_size=4 is the global batch .* = 3"):
         train.run(cfg)
+
+
+# --------------------------------------------------------------------------- numerics across ranks
+
+_RANK_WORKER = textwrap.dedent("""
+    import sys
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from lowprec import RECIPES, convert
+    from lowprec.int8_fallback import int8_fallback_recipe
+
+
+    def input_grad(recipe):
+        # stochastic rounding of dY: the same input, weights and seed on every rank
+        torch.manual_seed(0)
+        layer = nn.Sequential(nn.Linear(64, 32))
+        convert(layer, recipe, seed=7)
+        x = torch.randn(64, 64, generator=torch.Generator().manual_seed(5), requires_grad=True)
+        layer(x).backward(torch.randn(64, 32, generator=torch.Generator().manual_seed(6)))
+        return x.grad, layer[0]._seed("dgrad", "dy")
+
+
+    def run(rank, world):
+        # delayed scaling: the same weights, each rank its own (differently sized) data
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 32))
+        convert(net, RECIPES["fp8_delayed"])
+        g = torch.Generator().manual_seed(100 + rank)
+        xs = [torch.randn(16, 64, generator=g) * (1 + 3 * rank) * (step + 1) for step in range(3)]
+        for x in xs:
+            net(x.clone().requires_grad_()).square().mean().backward()
+        hist = {f"{i}:{gm}.{op}": s.history.clone() for i in (0, 2) for (gm, op), s in net[i].scalers.items()}
+        sr = {name: [input_grad(r) for _ in range(2)]
+              for name, r in (("int8_block", RECIPES["int8_block"]), ("int8_fallback", int8_fallback_recipe({})))}
+        return {"hist": hist, "xs": xs, "sr": sr}
+
+
+    if __name__ == "__main__":
+        rank, world, init, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+        torch.save(run(rank, world), out)
+        dist.destroy_process_group()
+""")
+
+
+def _rank_results(tmp_path):
+    """(rank 0's, rank 1's) results of two gloo processes and the same code's in this process."""
+    import torch
+
+    script = tmp_path / "rank_worker.py"
+    script.write_text(_RANK_WORKER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    outs = [tmp_path / f"rank{r}.pt" for r in range(2)]
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", (tmp_path / "init").as_uri(), str(outs[r])],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    namespace = {"__name__": "rank_worker"}
+    exec(compile(_RANK_WORKER, str(script), "exec"), namespace)
+    alone = namespace["run"](0, 1)  # no process group: a single process
+    for p in procs:
+        log, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, log[-3000:]
+    return [torch.load(o, weights_only=False) for o in outs], alone
+
+
+def test_ranks_agree_on_amax_histories_and_differ_in_rounding_noise(tmp_path):
+    """Two gloo processes. Delayed scaling: ranks fed different data end with the same amax
+    histories, each step's entry the max over the ranks (here rank 1's, whose data is larger), not
+    what either rank saw alone. Stochastic rounding: on the same input each rank draws its own
+    noise (different input gradients), reproducibly, and rank 0 draws what a single process does."""
+    import torch
+
+    two, one = _rank_results(tmp_path)
+    h0, h1 = two[0]["hist"], two[1]["hist"]
+    assert set(h0) == set(h1) and len(h0) == 12  # 2 layers x 6 operand slots
+    for k in h0:
+        assert h0[k].numel() == 3 and torch.equal(h0[k], h1[k]), k
+    want = torch.stack([torch.maximum(a.abs().max(), b.abs().max()) for a, b in zip(two[0]["xs"], two[1]["xs"])])
+    assert torch.equal(h0["0:fprop.x"], want) and torch.equal(want, torch.stack([b.abs().max() for b in two[1]["xs"]]))
+    # a process on its own records its own amaxes, smaller here
+    assert torch.equal(one["hist"]["0:fprop.x"], torch.stack([x.abs().max() for x in one["xs"]]))
+    assert (one["hist"]["0:fprop.x"] < h0["0:fprop.x"]).all()
+    for name in ("int8_block", "int8_fallback"):
+        (g0, s0), (g0_again, _) = two[0]["sr"][name]
+        (g1, s1), (g1_again, _) = two[1]["sr"][name]
+        assert s0 != s1 and not torch.equal(g0, g1), name            # distinct streams per rank
+        assert torch.equal(g0, g0_again) and torch.equal(g1, g1_again), name  # reproducible per rank
+        assert torch.equal(g0, one["sr"][name][0][0]), name          # rank 0: the single-process stream
+        # the difference is rounding noise, not a wrong gradient
+        assert float((g0 - g1).abs().max()) < 0.1 * float(g0.abs().max()), name
 
 
 # --------------------------------------------------------------------------- cluster and GPU profiles

@@ -125,6 +125,46 @@ def test_nan_inf_do_not_poison_the_block():
     assert clean_delta.shape == (1, 1)
 
 
+@pytest.mark.parametrize("b,shown", [(0, "0"), (-2, "-2"), (25, "25"), (6.5, "6.5"), (math.nan, "nan"),
+                                     (True, "True"), ("6", "'6'")])
+def test_invalid_b_is_named_wherever_b_is_taken(b, shown):
+    w = _weights((32, 32), seed=3)
+    msg = rf"^b: must be an integer >= 1 and <= 24, got {shown}"
+    for fn in (lambda: gw.delta_from_amax(torch.ones(2), b), lambda: gw.block_delta(w, b, 32),
+               lambda: gw.gaussws_reference(w, b, 32, seed=0), lambda: gw.exact_share(w, b),
+               lambda: gw.expected_exact_share(w, b), lambda: gw.exactness_rows(w, [8, b])):
+        with pytest.raises(ValueError, match=msg):
+            fn()
+    with pytest.raises(ValueError, match=r"b must be a number|fixed b must be an integer"):
+        gw.GaussWSWeight((32, 32), b=b)
+    if not isinstance(b, (bool, str)) and not 4 <= b <= 8:  # a learnable b starts inside its clamp range
+        with pytest.raises(ValueError, match=r"^b \(the learnable b's initial value\) must be in \[b_min, b_max\]"):
+            gw.GaussWSWeight((32, 32), b=b, learnable_b=True, b_min=4, b_max=8)
+
+
+def test_b_grid_values_are_checked_unless_the_caller_owns_them():
+    w = _weights((64, 64), seed=4)
+    good = torch.tensor([[4, 7], [5, 16]], dtype=torch.int32)
+    assert gw.block_delta(w, good, 32).shape == (2, 2)
+    assert gw.block_delta(w, good.float(), 32).shape == (2, 2)  # integral floats are integers
+    for bad, shown in ((torch.tensor([[4, 0], [5, 6]]), "0"), (torch.tensor([[4.0, 6.5], [5.0, 6.0]]), "6.5"),
+                       (torch.tensor([[4, 7], [30, 6]]), "30")):
+        with pytest.raises(ValueError, match=rf"^b: must hold integers in 1..24, got {shown}"):
+            gw.gaussws_reference(w, bad, 32, seed=0)
+    with pytest.raises(ValueError, match=r"^b: a tensor of b must hold integers, got dtype torch.bool"):
+        gw.block_delta(w, torch.ones(2, 2, dtype=torch.bool), 32)
+    # the training path's own b (clamped at construction) is not read back from the device
+    got = gw.gaussws_reference(w, good, 32, seed=0, check_b_values=False)[0]
+    assert torch.equal(got, gw.gaussws_reference(w, good, 32, seed=0)[0])
+
+
+def test_empty_weight_is_named():
+    for fn in (lambda: gw.block_delta(torch.zeros(0, 32), 6), lambda: gw.gaussws_reference(torch.zeros(4, 0), 6, seed=0),
+               lambda: gw.exact_share(torch.zeros(0, 8), 6)):
+        with pytest.raises(ValueError, match=r"^w: empty tensor of shape"):
+            fn()
+
+
 # ----------------------------------------------------------------------------------------------
 # Exactness under the BF16 operator ("noise up to 9 bits with a BF16 operator")
 

@@ -314,15 +314,125 @@ def test_stochastic_rounding_reproducible_from_call_seed():
     assert torch.equal(x1, x2)
 
 
-def test_nan_and_inf_stay_in_their_rows():
+def test_nan_and_inf_stay_in_their_block_rows():
+    """A NaN or Inf is not lost in INT8: its 32x32 block gets a NaN scale, so the 32 output rows of
+    its block-row are NaN, and no other row."""
     _, q = _pair(int8_fallback_recipe({}))
-    x, _ = _planted(shape=(64, 256))
+    x, _ = _planted(shape=(96, 256))
     x[3, 5] = float("nan")
-    x[6, 7] = float("inf")
+    x[70, 7] = float("inf")
     with torch.no_grad():
         y = q(x)
-    clean = [i for i in range(64) if i not in (3, 6)]
-    assert torch.isfinite(y[clean]).all()
+    bad = list(range(32)) + list(range(64, 96))
+    assert torch.isnan(y[bad]).all()
+    assert torch.isfinite(y[32:64]).all()
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("flagged", [True, False], ids=["fallback-block", "int8-block"])
+def test_nonfinite_block_has_nan_scale_in_both_parts(bad, flagged):
+    """A NaN/Inf is propagated, not routed: its block's first-part scale is NaN (codes 0, residual
+    0, residual scale 1) whether or not the block falls back; it dequantizes to NaN, and the exact
+    integer GEMM gives NaN in the rows it enters and the other rows exactly as without it."""
+    x, _ = _planted(shape=(64, 96))
+    x[40, 50] = bad  # block (1, 1)
+    mask = torch.zeros(2, 3, dtype=torch.bool)
+    mask[1, 1] = flagged
+    mask[0, 1] = True  # a finite fallback block beside it keeps its two parts
+    fq = fallback_quantize(x, (32, 32), mask)
+    nan_grid = torch.zeros(2, 3, dtype=torch.bool)
+    nan_grid[1, 1] = True
+    assert torch.equal(fq.scale.isnan(), nan_grid)
+    assert torch.isfinite(fq.residual_scale).all() and fq.residual_scale[1, 1] == 1.0
+    assert (fq.codes[32:, 32:64] == 0).all() and (fq.residual[32:, 32:64] == 0).all()
+    assert fq.residual[:32, 32:64].abs().max() > 0  # the finite fallback block is unaffected
+    deq = fq.dequantize()
+    assert torch.equal(deq.isnan(), expand_blocks(nan_grid, x.shape, (32, 32)))
+    w = torch.randn(16, 96, generator=torch.Generator().manual_seed(3))
+    fw = fallback_quantize(w, (32, 32))
+    y = int8_block_gemm_reference(*fq.gemm_operands()[:2], *fw.gemm_operands()[:2], (32, 32), (32, 32),
+                                  *fq.gemm_operands()[2:])
+    assert torch.isnan(y[32:]).all() and torch.isfinite(y[:32]).all()
+    clean = x.clone()
+    clean[32:, 32:64] = 0.0
+    fc = fallback_quantize(clean, (32, 32), mask)
+    yc = int8_block_gemm_reference(*fc.gemm_operands()[:2], *fw.gemm_operands()[:2], (32, 32), (32, 32),
+                                   *fc.gemm_operands()[2:])
+    assert torch.equal(y[:32], yc[:32])
+
+
+def test_nan_in_activation_and_gradient_reach_every_gemm_output():
+    """Through a converted layer: NaN in X gives NaN outputs and a NaN weight gradient; NaN in dY
+    (stochastically rounded INT8) gives a NaN input gradient and weight gradient. Before, INT8
+    turned them into zeros and all three came back finite."""
+    torch.manual_seed(0)
+    for where in ("x", "dy"):
+        q = nn.Sequential(nn.Linear(64, 32))
+        convert(q, int8_fallback_recipe({}))
+        x = torch.randn(48, 64, requires_grad=True)
+        g = torch.randn(48, 32)
+        with torch.no_grad():
+            (x if where == "x" else g)[5, 7] = math.nan
+        y = q(x)
+        y.backward(g)
+        if where == "x":
+            assert torch.isnan(y[:32]).all() and torch.isfinite(y[32:]).all()
+        else:
+            assert torch.isfinite(y).all() and torch.isnan(x.grad[:32]).all() and torch.isfinite(x.grad[32:]).all()
+        assert torch.isnan(q[0].weight.grad).any()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(tau=-1), r"^tau: must be a finite number > 0, got -1"),
+    (dict(tau=0), r"^tau: must be a finite number > 0, got 0"),
+    (dict(tau=math.nan), r"^tau: must be a finite number > 0, got nan"),
+    (dict(tau=math.inf), r"^tau: must be a finite number > 0, got inf"),
+    (dict(tau="8"), r"^tau: must be a finite number > 0, got '8'"),
+    (dict(rho=1.5), r"^rho: must be a finite number >= 0 and <= 1, got 1.5"),
+    (dict(rho=math.nan), r"^rho: .* got nan"),
+    (dict(error_threshold=-0.1), r"^error_threshold: must be a finite number >= 0, got -0.1"),
+    (dict(error_threshold=math.nan), r"^error_threshold: .* got nan"),
+    (dict(rule="median"), r"^rule: must be one of"),
+])
+def test_invalid_rule_parameters_are_named(kwargs, message):
+    """Function level (select_blocks), quantizer and recipe alike."""
+    x = torch.randn(64, 64)
+    args = {"rule": "absmax", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        select_blocks(x, (32, 32), args.pop("rule"), **args)
+    with pytest.raises(ValueError, match=message):
+        FallbackInt8Quantizer(**kwargs)
+    with pytest.raises(ValueError, match=r"^method \(int8_fallback\): " + message[1:]):
+        int8_fallback_recipe(kwargs)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(ema=1.0), r"^ema: must be a finite number >= 0 and < 1, got 1.0"),
+    (dict(ema=-0.5), r"^ema: .* got -0.5"),
+    (dict(quantile=math.nan), r"^quantile: .* got nan"),
+    (dict(block=(0, 32)), r"^block: must be two positive ints"),
+    (dict(block=(32, -1)), r"^block: must be two positive ints"),
+])
+def test_invalid_quantizer_parameters_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        FallbackInt8Quantizer(**kwargs)
+
+
+def test_empty_and_bad_shapes_are_clear_errors():
+    empty = torch.zeros(0, 64)
+    for fn in (lambda: fallback_quantize(empty), lambda: select_blocks(empty, (32, 32), "absmax"),
+               lambda: block_int8_error(empty, (32, 32)), lambda: block_absmax_stats(empty),
+               lambda: FallbackInt8Quantizer()(empty, _call())):
+        with pytest.raises(ValueError, match=r"^x: empty tensor of shape \(0, 64\)"):
+            fn()
+    q = torch.zeros(4, 32)
+    d = torch.ones(1, 1)
+    with pytest.raises(ValueError, match=r"^qb: empty tensor of shape \(0, 32\)"):
+        int8_block_gemm_reference(q, d, torch.zeros(0, 32), d, (32, 32), (32, 32))
+    with pytest.raises(ValueError, match=r"^block_b: must be two positive ints"):
+        int8_block_gemm_reference(q, d, q, d, (32, 32), (0, 32))
+    with pytest.raises(ValueError, match=r"^taus: must be a finite number > 0, got 0"):
+        block_absmax_stats(torch.randn(32, 32), taus=(4.0, 0))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,13 +1,17 @@
 """The dynamic fallback rule's per-layer EMA level in checkpoints: QLinear extra state, and a killed
 and resumed training run that continues exactly like an uninterrupted one."""
 
+import json
+
 import pandas as pd
 import pytest
 import torch
+from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 from lowprec import convert, train
-from lowprec.int8_fallback import int8_fallback_recipe
+from lowprec.int8_fallback import FallbackInt8Quantizer, int8_fallback_recipe
+from lowprec.linear import QLinear
 from conftest import smoke_run_config
 from test_train import Crash, CrashAt, _losses
 
@@ -88,3 +92,45 @@ def test_dynamic_rule_run_resumes_onto_the_uninterrupted_run(prepared_data, tmp_
     assert torch.allclose(torch.tensor(after["fallback_threshold_got"].to_numpy()),
                           torch.tensor(after["fallback_threshold_ref"].to_numpy()), rtol=1e-6, atol=0)
     assert (merged["fallback_ratio_got"] == merged["fallback_ratio_ref"]).all()
+
+
+class NaNIntoLayerInput(Callback):
+    """From optimizer step ``step`` on, a forward pre-hook puts one NaN into the input of one
+    converted MLP layer (an activation in a fallback slot): it reaches the loss only through that
+    layer's INT8-fallback GEMM."""
+
+    def __init__(self, step):
+        self.step, self.layer, self.handle = step, None, None
+
+    def on_train_batch_start(self, trainer, pl_module, *args):
+        if trainer.global_step == self.step and self.handle is None:
+            name, layer = next((n, m) for n, m in pl_module.model.named_modules()
+                               if isinstance(m, QLinear) and n.endswith("mlp.down_proj"))
+            assert isinstance(layer.recipe.fprop.a, FallbackInt8Quantizer) and layer.recipe.fprop.a.falls_back("fprop", "x")
+            self.layer = name
+
+            def poison(module, args):
+                x = args[0].clone()
+                x.view(-1)[7] = float("nan")
+                return (x, *args[1:])
+
+            self.handle = layer.register_forward_pre_hook(poison)
+
+    def on_train_end(self, trainer, pl_module):
+        if self.handle is not None:
+            self.handle.remove()
+
+
+def test_nan_in_a_fallback_activation_ends_the_run_as_diverged(prepared_data, tmp_path):
+    """INT8 used to turn the NaN into a 0 and the run trained on as if nothing happened; now the
+    block's NaN scale carries it into the loss, and train.py records the run as diverged."""
+    cfg = smoke_run_config("int8_fallback", "llama2", "int8_fallback", prepared_data, tmp_path, max_steps=8,
+                           log_every=1, val_every=4)
+    hook = NaNIntoLayerInput(3)
+    rec = train.run(cfg, callbacks=[hook])
+    assert hook.layer is not None
+    assert rec["status"] == "diverged" and rec["diverged_at_step"] == 3 and rec["steps"] == 3
+    out = tmp_path / "runs/smoke/int8_fallback/llama2/int8_fallback/s0"
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["status"] == "diverged" and prov["diverged_at_step"] == 3
+    assert list(_losses(out).index) == [1, 2, 3]  # the finite steps before the NaN, all logged

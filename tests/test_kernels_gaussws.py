@@ -140,6 +140,15 @@ def test_kernel_rejects_unsupported(device):
         kg.gaussws_noise(w, 6, (6, 32))
     with pytest.raises(ValueError, match="grid"):
         kg.gaussws_noise(w, torch.full((3, 3), 6), (32, 32))
+    for b in (0, 6.5, float("nan"), 25):
+        with pytest.raises(ValueError, match=rf"^b: must be an integer >= 1 and <= 24, got {b}"):
+            kg.gaussws_noise(w, b, (32, 32))
+    with pytest.raises(ValueError, match=r"^b: must hold integers in 1..24, got 0"):
+        kg.gaussws_noise(w, torch.tensor([[6, 0], [6, 6]]), (32, 32))
+    with pytest.raises(ValueError, match=r"^w: empty tensor of shape \(0, 64\)"):
+        kg.gaussws_noise(w[:0], 6, (32, 32))
+    with pytest.raises(ValueError, match=r"must be a positive int or two positive ints"):
+        kg.gaussws_noise(w, 6, (0, 32))
 
 
 def test_weight_transform_uses_kernel_and_matches_torch_path(device):

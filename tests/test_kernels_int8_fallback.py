@@ -22,6 +22,7 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 
+from conftest import assert_equal_or_both_nan  # noqa: E402
 from lowprec.int8_fallback import (  # noqa: E402
     block_int8_error,
     fallback_quantize,
@@ -65,9 +66,9 @@ def _same_as_reference(got, ref):
     q1, s1, q2, s2, flags = got
     assert q1.dtype == q2.dtype == flags.dtype == torch.int8
     assert torch.equal(q1.float().cpu(), ref.codes.cpu())
-    assert torch.equal(s1.cpu(), ref.scale.cpu())
+    assert_equal_or_both_nan(s1, ref.scale)
     assert torch.equal(q2.float().cpu(), ref.residual.cpu())
-    assert torch.equal(s2.cpu(), ref.residual_scale.cpu())
+    assert_equal_or_both_nan(s2, ref.residual_scale)
     assert torch.equal(flags.bool().cpu(), ref.mask.cpu())
 
 
@@ -421,3 +422,58 @@ def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
     rows = list(_csv.DictReader(out.open()))
     assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback"}
     assert "# FAILED: fused 32 g=32 random 0.25: RuntimeError: no such kernel" in capsys.readouterr().out
+# ----------------------------------------------------------------------------------------------
+# Non-finite values and bad arguments
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nonfinite_block_gives_nan_rows_like_the_reference(device, bad):
+    """A block holding NaN/Inf: NaN first-part scale and zero codes in the quantize kernel, for a
+    fallback block and a plain one; the GEMM kernel then gives NaN in exactly the reference's
+    rows, whether the extra products run or not, and the other rows unchanged."""
+    x = _x((64, 64), seed=8, device=device)
+    x[40, 3] = bad                                     # block (1, 0), not a fallback block
+    x[10, 40] = bad                                    # block (0, 1), forced to fall back below
+    w = _x((32, 64), seed=9, device=device) * 0.05
+    mask, _ = select_blocks(x, (32, 32), "absmax")
+    mask[0, 1] = True
+    got = kf.quantize_fallback_int8(x, (32, 32), mask=mask)
+    ref = fallback_quantize(x, (32, 32), mask)
+    _same_as_reference(got, ref)
+    assert got[1].isnan().sum() == 2 and not got[0][32:, :32].any() and not got[0][:32, 32:].any()
+    fw = fallback_quantize(w, (32, 32))
+    for fa in (ref, fallback_quantize(x, (32, 32))):   # with and without second parts
+        y = kf.gemm_fallback_qtensors(fa, fw)
+        want = int8_block_gemm_reference(*fa.gemm_operands()[:2], *fw.gemm_operands()[:2], (32, 32), (32, 32),
+                                         *fa.gemm_operands()[2:])
+        assert y.isnan().all()                         # both block-rows hold a NaN block
+        assert torch.equal(y.isnan(), want.isnan())
+    y = kf.gemm_fallback_qtensors(fallback_quantize(x[32:], (32, 32)), fw)
+    assert y.isnan().all()
+    y = kf.gemm_fallback_qtensors(fallback_quantize(x[:32, :32], (32, 32)), fallback_quantize(w[:, :32], (32, 32)))
+    assert torch.isfinite(y).all()                     # block (0, 0) is clean
+
+
+def test_invalid_parameters_and_empty_tensors_are_named(device):
+    x = torch.randn(32, 32, device=device)
+    for kw, msg in (({"tau": -1.0}, r"^tau: must be a finite number > 0, got -1.0"),
+                    ({"tau": float("nan")}, r"^tau: .* got nan"),
+                    ({"rho": 2.0}, r"^rho: .* got 2.0"),
+                    ({"error_threshold": float("inf")}, r"^error_threshold: .* got inf")):
+        with pytest.raises(ValueError, match=msg):
+            kf.quantize_fallback_rule(x, (32, 32), "topk", **kw)
+    with pytest.raises(ValueError, match=r"^threshold: must be a finite number >= 0, got nan"):
+        kf.quantize_fallback_int8(x, threshold=float("nan"))
+    with pytest.raises(ValueError, match=r"^block: must be two positive ints"):
+        kf.quantize_fallback_int8(x, (0, 32))
+    empty = torch.zeros(0, 32, device=device)
+    for fn in (lambda: kf.quantize_fallback_int8(empty), lambda: kf.block_stats_int8(empty),
+               lambda: kf.quantize_fallback_rule(empty)):
+        with pytest.raises(ValueError, match=r"^x: empty tensor of shape \(0, 32\)"):
+            fn()
+    q = torch.zeros(32, 32, dtype=torch.int8, device=device)
+    d = torch.ones(1, 1, device=device)
+    with pytest.raises(ValueError, match=r"^qa: empty tensor of shape \(0, 32\)"):
+        kf.int8_fallback_gemm(q[:0], d[:0], q, d)
+    with pytest.raises(ValueError, match=r"^block_a: must be two positive ints"):
+        kf.int8_fallback_gemm(q, d, q, d, (-32, 32))

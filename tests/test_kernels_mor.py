@@ -126,3 +126,13 @@ def test_kernel_argument_errors():
         km.mor_quantize_e4m3(x.half())
     with pytest.raises(ValueError, match="block"):
         km.mor_quantize_e4m3(x, "block", (0, 2))
+
+
+def test_kernel_empty_tensor_and_bad_threshold_are_named():
+    for shape in ((0, 16), (4, 0)):
+        with pytest.raises(ValueError, match=rf"^x: empty tensor of shape \({shape[0]}, {shape[1]}\)"):
+            km.mor_quantize_e4m3(torch.zeros(shape, device=DEVICE))
+    x = torch.ones(4, 4, device=DEVICE)
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match=rf"^threshold: must be a finite number >= 0, got {bad}"):
+            km.mor_decide(x, bad)

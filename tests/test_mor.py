@@ -216,6 +216,65 @@ def test_subtensor_quantizer_stats():
                              "e4m3_blocks": 2, "e5m2_blocks": 1, "bf16_blocks": 1}]
 
 
+@pytest.mark.parametrize("mode", ["three_way", "two_way"])
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
+def test_subtensor_block_holding_nan_or_inf_goes_to_bf16(mode, bad):
+    """A block that holds NaN/Inf is BF16 (its dynamic range is Inf), so the value stays as it
+    is; E4M3 would saturate an Inf to 448 / scale. The other blocks decide as without it."""
+    x = _subtensor_case()
+    for j in range(4):  # one bad element in every block, even the well-ranged E4M3 ones
+        y = x.clone()
+        y[5, 128 * j + 9] = bad
+        r = subtensor_mor(y, mode=mode)
+        want = subtensor_mor(x, mode=mode).choice.clone()
+        want[0, j] = 2
+        assert r.choice.tolist() == want.tolist(), j
+        assert r.dynamic_range[0, j] == math.inf
+        v = r.values[5, 128 * j + 9]
+        assert (math.isnan(bad) and math.isnan(v)) or v == bad
+        blk = slice(128 * j, 128 * (j + 1))
+        assert torch.equal(r.values[:, blk].nan_to_num(), y[:, blk].to(torch.bfloat16).float().nan_to_num())
+    # through the quantizer: the GEMM runs in BF16, the Inf reaches it, and telemetry stays finite
+    y = x.clone()
+    y[0, 0] = math.inf
+    values, stats = SubTensorMoRQuantizer(mode=mode)(y, call("fprop", "x"))
+    assert values[0, 0] == math.inf and stats["format"] == "bf16"
+    assert stats["max_block_dynamic_range"] > E5M2_DYNAMIC_RANGE
+
+
+def test_tensor_level_mor_with_inf_is_bf16_too():
+    x = torch.randn(64, 256, generator=gen(12))
+    x[1, 2] = math.inf
+    r = mor_tensor(x)
+    assert r.format == "bf16" and r.values[1, 2] == math.inf
+
+
+@pytest.mark.parametrize("threshold", [math.nan, math.inf, -0.01, "0.045", True])
+def test_threshold_must_be_a_finite_number(threshold):
+    x = torch.randn(16, 16)
+    msg = rf"^threshold: must be a finite number >= 0, got {threshold!r}"
+    for fn in (lambda: decide(0.01, threshold), lambda: mor_tensor(x, threshold=threshold),
+               lambda: MoRQuantizer(threshold=threshold)):
+        with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+            fn()
+    with pytest.raises(ValueError, match=r"^method \(mor\)|^threshold:"):
+        mor_recipe({"threshold": threshold})
+
+
+def test_empty_tensor_and_bad_block_are_clear_errors():
+    empty = torch.zeros(0, 128)
+    for fn in (lambda: mor_tensor(empty), lambda: subtensor_mor(empty), lambda: quantize_e4m3(empty),
+               lambda: relative_error_by_partition(empty), lambda: MoRQuantizer()(empty, call("fprop", "x")),
+               lambda: SubTensorMoRQuantizer()(empty, call("fprop", "x"))):
+        with pytest.raises(ValueError, match=r"^x: empty tensor of shape \(0, 128\)"):
+            fn()
+    for bad in ((0, 128), (128, -1), (64.0, 64)):
+        with pytest.raises(ValueError, match=r"^block: must be two positive ints"):
+            subtensor_mor(torch.ones(4, 4), block=bad)
+        with pytest.raises(ValueError, match=r"^block: must be two positive ints"):
+            mor_tensor(torch.ones(4, 4), "block", block=bad)
+
+
 # ----------------------------------------------------------------------------- recipe, QLinear, telemetry
 
 

@@ -309,6 +309,79 @@ def test_nan_and_inf_do_not_leak_into_scales():
     assert y[2, 7] == math.inf
 
 
+INT8_SPECS = [
+    QuantSpec(fmt="int8", scaling="none"),
+    QuantSpec(fmt="int8", scaling="tensor"),
+    QuantSpec(fmt="int8", scaling="delayed"),
+    QuantSpec(fmt="int8", scaling="block", block=(32, 32)),
+    QuantSpec(fmt="int8", scaling="block", block=(1, 128), rounding="stochastic"),
+    QuantSpec(fmt="int8", scaling="channel", axis=-1),
+    QuantSpec(fmt="int8", scaling="channel", axis=0),
+    QuantSpec(fmt="int8", scaling="mx"),
+    QuantSpec(fmt="int8", scaling="gam", block=(32, 32)),
+]
+
+
+@pytest.mark.parametrize("spec", INT8_SPECS, ids=lambda s: f"{s.scaling}{s.block or ''}{s.axis}{s.rounding[0]}")
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_int8_block_holding_nan_or_inf_dequantizes_to_nan(spec, bad):
+    """An INT8 code cannot hold NaN/Inf, so the block that holds one gets a NaN scale and codes 0;
+    it dequantizes to NaN everywhere and every other block is exactly what it is without it."""
+    x = torch.randn(64, 256, generator=gen(30))
+    clean = x.clone()
+    x[40, 200] = bad
+    clean[40, 200] = 0.0
+    q = quantize(x, spec, generator=gen(1))
+    ref = quantize(clean, spec, generator=gen(1))
+    # the blocks the element belongs to, from the spec's own layout
+    r, c = {"none": (64, 256), "tensor": (64, 256), "delayed": (64, 256), "mx": (1, 32)}.get(spec.scaling, q.block)
+    hit = torch.zeros_like(x, dtype=torch.bool)
+    hit[40 // r * r:(40 // r + 1) * r, 200 // c * c:(200 // c + 1) * c] = True
+    if spec.scaling == "channel":
+        hit = torch.zeros_like(hit)
+        if spec.axis == -1:
+            hit[40, :] = True
+        else:
+            hit[:, 200] = True
+    scale = q.expanded_scale()
+    assert torch.isnan(scale).eq(hit).all()
+    assert torch.equal(compute_scale(x, spec).isnan(), q.scale.isnan())
+    y = q.dequantize()
+    assert torch.isnan(y).eq(hit).all()
+    assert (q.codes[hit] == 0).all()
+    if spec.scaling != "gam":  # gam's tensor amax sees the block's finite values, the clean copy a 0
+        assert torch.equal(q.codes[~hit], ref.codes[~hit]) and torch.equal(y[~hit], ref.dequantize()[~hit])
+
+
+def test_float_formats_keep_their_nan_rule():
+    """The INT8 rule does not touch FP8: scales stay finite and NaN stays in its own element."""
+    x = torch.randn(8, 64, generator=gen(31))
+    x[2, 3] = math.nan
+    q = quantize(x, QuantSpec(scaling="block", block=(8, 64)))
+    assert torch.isfinite(q.scale).all() and torch.isnan(q.dequantize()).sum() == 1
+
+
+@pytest.mark.parametrize("shape", [(0, 16), (4, 0), (0,), (2, 0, 8)], ids=str)
+def test_empty_tensor_is_a_clear_error(shape):
+    x = torch.zeros(shape)
+    for spec in ALL_SPECS[:3] + INT8_SPECS[3:4]:
+        with pytest.raises(ValueError, match=r"^x: empty tensor of shape \(" + str(shape[0])):
+            quantize(x, spec)
+        with pytest.raises(ValueError, match=r"^x: empty tensor"):
+            compute_scale(x, spec)
+        with pytest.raises(ValueError, match=r"^x: empty tensor"):
+            fake_quantize(x, spec)
+
+
+def test_block_helpers_name_a_bad_block():
+    x = torch.randn(4, 8)
+    for bad in ((0, 4), (4,), (2, 2.5), "4x4"):
+        with pytest.raises(ValueError, match=r"^block: must be two positive ints"):
+            block_amax(x, bad)
+    with pytest.raises(ValueError, match=r"^margin:"):
+        DelayedScaler(margin=-1)
+
+
 # ----------------------------------------------------------------------------- quantization happens
 
 @pytest.mark.parametrize("spec", ALL_SPECS, ids=SPEC_IDS)

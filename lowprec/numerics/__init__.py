@@ -32,6 +32,7 @@ from .scaling import (
     gam_block_scales,
     gam_block_scales_bitwise,
     mx_block_scales,
+    nonfinite_blocks,
     quantize,
     scale_from_amax,
 )
@@ -42,5 +43,5 @@ __all__ = [
     "amax", "flush_fraction", "relative_error", "saturation_fraction", "sqnr_db", "tensor_stats",
     "SCALINGS", "DelayedScaler", "QTensor", "QuantSpec", "block_amax", "compute_scale",
     "expand_blocks", "fake_quantize", "gam_block_scales", "gam_block_scales_bitwise",
-    "mx_block_scales", "quantize", "scale_from_amax",
+    "mx_block_scales", "nonfinite_blocks", "quantize", "scale_from_amax",
 ]

@@ -27,7 +27,9 @@ runs on any device and any torch >= 2.4 and can be ported line by line to a Trit
 INT8 (`IntFormat`): x is assumed already scaled onto the integer grid. Values are rounded (RNE or
 stochastic) and always clamped to [qmin, qmax] (the `saturate` flag is ignored). NaN maps to 0, the
 usual rule of saturating float->int conversions (LLVM's fptosi.sat, Rust's `as`); raising instead
-would need a device sync on every cast. -0 becomes +0: an integer code has no sign of zero.
+would need a device sync on every cast. So that a NaN or Inf is not lost there, scaled INT8
+quantization (`lowprec.numerics.scaling`) gives a block that holds one a NaN scale. -0 becomes +0:
+an integer code has no sign of zero.
 """
 
 from __future__ import annotations

@@ -20,15 +20,21 @@ internally (zeros never change an amax) and cropped. The modes are block shapes 
     mx       (1, 32) blocks, E8M0 power-of-two scale by the OCP MX v1.0 rule
     gam      GAM (MoR paper 2.5): tensor scale's mantissa, per-block power-of-two exponent
 
-Degenerate inputs never give an Inf/NaN/zero scale:
+Degenerate inputs never give an Inf/zero scale, and a NaN scale only as below:
 * an amax of 0 (all-zero or padding-only block) gives scale 1;
 * a tiny amax whose ideal scale overflows fp32 is capped at 2^127 (and floored at 2^-126);
 * NaN and +-Inf elements are left out of every amax (like CUDA's fmaxf, which TE's amax uses,
-  ignores NaN), so scales stay finite and no block is poisoned by another block's bad value.
-  The bad elements themselves go through the cast: NaN stays NaN in codes and output; +-Inf
+  ignores NaN), so no block is poisoned by another block's bad value.
+  Float formats: the bad elements go through the cast: NaN stays NaN in codes and output; +-Inf
   saturates to +-fmax / scale with saturate=True, or follows the format's overflow rule with
   saturate=False (NaN for E4M3, +-Inf for E5M2).
-INT8 uses the same machinery with fmax = qmax (127).
+INT8 uses the same machinery with fmax = qmax (127), with one difference: an integer code cannot
+hold NaN or Inf (the cast maps NaN to 0 and +-Inf to +-127), so a block that holds one would come
+back as plausible finite numbers and hide a diverging run. Its scale is therefore NaN, so its
+codes are 0 (codes = cast(x * scale) still holds) and every value the block dequantizes to, and
+every GEMM output it enters, is NaN. This keeps the Triton kernels (int8 codes, fp32 scales) and
+the torch path equal, costs no host sync, and needs no high-precision side path that plain block
+INT8 (Jetfire, SwitchBack) does not have.
 """
 
 from __future__ import annotations
@@ -41,8 +47,10 @@ import torch
 import torch.nn.functional as F
 
 from . import formats
-from .formats import FORMATS, cast, get_format, ilog2
+from .checks import block_shape, nonempty
+from .formats import FORMATS, IntFormat, cast, get_format, ilog2
 from .formats import pow2 as _exact_pow2
+from .ranks import max_over_ranks
 
 __all__ = [
     "SCALINGS",
@@ -50,6 +58,7 @@ __all__ = [
     "QTensor",
     "DelayedScaler",
     "block_amax",
+    "nonfinite_blocks",
     "expand_blocks",
     "apply_blocks",
     "scale_from_amax",
@@ -179,15 +188,30 @@ def _grid_shape(shape2d, block):
 def block_amax(x2d: torch.Tensor, block) -> torch.Tensor:
     """Max |x| per (R, C) block of a 2-D tensor, fp32, grid shape (ceil(rows/R), ceil(cols/C)).
     NaN and Inf count as 0 (see the module docstring); padding is zeros."""
+    return _block_amax(x2d, block_shape(block))[0]
+
+
+def _block_amax(x2d: torch.Tensor, block, nonfinite: bool = False):
+    """(block_amax, and with nonfinite=True the nonfinite_blocks grid, else None). On CPU the
+    first, unmasked reduction already says which blocks hold a NaN/Inf, so the grid is free."""
     a = x2d.to(torch.float32).abs()
     if a.is_cuda:
+        bad = ~torch.isfinite(_blocks_view(a, block).amax(dim=(1, 3))) if nonfinite else None
         # always masked: asking whether any block holds a NaN/Inf would wait for the device
-        return _blocks_view(a.nan_to_num_(nan=0.0, posinf=0.0), block).amax(dim=(1, 3))
+        return _blocks_view(a.nan_to_num_(nan=0.0, posinf=0.0), block).amax(dim=(1, 3)), bad
     grid = _blocks_view(a, block).amax(dim=(1, 3))
-    if not torch.isfinite(grid).all():  # rare: mask NaN/Inf only when some block holds one
+    bad = ~torch.isfinite(grid)
+    if bad.any():  # rare: mask NaN/Inf only when some block holds one
         a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
         grid = _blocks_view(a, block).amax(dim=(1, 3))
-    return grid
+    return grid, (bad if nonfinite else None)
+
+
+def nonfinite_blocks(x2d: torch.Tensor, block) -> torch.Tensor:
+    """Bool grid (block_amax's shape): True where the block holds a NaN or +-Inf. One reduction
+    on the device (amax propagates NaN), no host sync."""
+    block = block_shape(block)
+    return ~torch.isfinite(_blocks_view(x2d.to(torch.float32).abs(), block).amax(dim=(1, 3)))
 
 
 def _blocks_view(x2d: torch.Tensor, block) -> torch.Tensor:
@@ -210,6 +234,7 @@ def apply_blocks(x2d: torch.Tensor, grid: torch.Tensor, block, op) -> torch.Tens
 
 def expand_blocks(grid: torch.Tensor, shape2d, block) -> torch.Tensor:
     """Broadcast a per-block grid to the 2-D element shape (cropping the padded edge)."""
+    block = block_shape(block)
     rows, cols = shape2d
     full = grid.repeat_interleave(block[0], dim=0).repeat_interleave(block[1], dim=1)
     return full[:rows, :cols]
@@ -338,13 +363,17 @@ class DelayedScaler:
 
     One training step:
         cur = amax(x)                       # metrics.amax or block_amax
-        q = quantize(x, spec, amax=scaler.amax(cur))   # history BEFORE this step
-        scaler.update(cur)                 # then record this step
+        q = quantize(x, spec, amax=scaler.step(cur))   # history BEFORE this step, then record it
 
     `amax(current)` / `scale(current)` reduce the history recorded so far; on the first call
     (empty history) they use `current`. A non-finite amax (an overflowing step) is recorded as
     0, "no information", so it cannot pin the scale for history_len steps; an all-zero history
     gives scale 1 like any zero amax.
+
+    Several processes (torch.distributed initialized, world size > 1): `step` and `update` take
+    the max of this step's amax over all ranks before it enters the history (Transformer Engine
+    reduces its amaxes the same way), so every rank keeps the same history and quantizes with the
+    same scale; every rank must therefore call them at the same points, as training does.
     """
 
     def __init__(self, history_len: int = 1024, reduction: str = "max", fmt: str = "e4m3",
@@ -353,6 +382,8 @@ class DelayedScaler:
             raise ValueError(f"history_len: must be an int >= 1, got {history_len!r}")
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction: must be one of {_REDUCTIONS}, got {reduction!r}")
+        if not _is_int(margin) or margin < 0:
+            raise ValueError(f"margin: must be an int >= 0, got {margin!r}")
         self.history_len = history_len
         self.reduction = reduction
         self.fmax = get_format(fmt).fmax
@@ -381,11 +412,29 @@ class DelayedScaler:
     def scale(self, current=None) -> torch.Tensor:
         return scale_from_amax(self.amax(current), self.fmax, self.margin, self.pow2)
 
+    def step(self, current) -> torch.Tensor:
+        """One training call: this call's amax is reduced over the ranks, the amax to quantize
+        with is taken from the history before this call (on the first call: the reduced current
+        amax), and then the reduced amax is recorded: one all_reduce per call (none in a single
+        process)."""
+        cur = self._reduced(current)
+        amax = self.amax(cur)
+        self._record(cur)
+        return amax
+
     def update(self, amax) -> None:
+        """Record this step's amax (max over the ranks) without using the history."""
+        self._record(self._reduced(amax))
+
+    def _reduced(self, amax) -> torch.Tensor:
         a = _fp32(amax).detach().reshape(1)
         if self._history is not None:
             a = a.to(self._history.device)
+        # before the reduction: a max over a NaN and a number is not the same on every backend
         a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
+        return max_over_ranks(a)
+
+    def _record(self, a: torch.Tensor) -> None:
         h = a if self._history is None else torch.cat([self._history, a])
         self._history = h[-self.history_len:]
 
@@ -417,27 +466,34 @@ class QTensor:
 
 
 def _scale_grid(x2d: torch.Tensor, spec: QuantSpec, block, amax) -> torch.Tensor:
+    """The encode scales; for INT8, NaN for the blocks that hold a NaN or +-Inf (module docstring)."""
     fmt = spec.format
+    is_int = isinstance(fmt, IntFormat)
     if amax is not None and spec.scaling not in ("tensor", "delayed", "gam"):
         raise ValueError(f"amax= is only used by tensor, delayed and gam scaling, not {spec.scaling!r}")
     if spec.scaling == "none":
-        return torch.ones(_grid_shape(x2d.shape, block), dtype=torch.float32, device=x2d.device)
-    amaxes = block_amax(x2d, block)
-    if spec.scaling == "mx":
-        return mx_block_scales(amaxes, fmt.emax)
-    if spec.scaling == "gam":
-        tensor_amax = _fp32(amax, like=amaxes).to(amaxes.device) if amax is not None else amaxes.max()
-        return gam_block_scales(amaxes, tensor_amax, fmt.fmax)
-    if amax is not None:  # tensor / delayed with an amax from elsewhere (history, other ranks)
-        amaxes = _fp32(amax).to(amaxes.device).reshape(1, 1)
-    return scale_from_amax(amaxes, fmt.fmax, spec.margin, spec.pow2)
+        grid = torch.ones(_grid_shape(x2d.shape, block), dtype=torch.float32, device=x2d.device)
+        bad = nonfinite_blocks(x2d, block) if is_int else None
+    else:
+        amaxes, bad = _block_amax(x2d, block, nonfinite=is_int)
+        if spec.scaling == "mx":
+            grid = mx_block_scales(amaxes, fmt.emax)
+        elif spec.scaling == "gam":
+            tensor_amax = _fp32(amax, like=amaxes).to(amaxes.device) if amax is not None else amaxes.max()
+            grid = gam_block_scales(amaxes, tensor_amax, fmt.fmax)
+        else:
+            if amax is not None:  # tensor / delayed with an amax from elsewhere (history, other ranks)
+                amaxes = _fp32(amax).to(amaxes.device).reshape(1, 1)
+            grid = scale_from_amax(amaxes, fmt.fmax, spec.margin, spec.pow2)
+    return torch.where(bad, torch.full_like(grid, float("nan")), grid) if is_int else grid
 
 
 def compute_scale(x: torch.Tensor, spec: QuantSpec, amax=None) -> torch.Tensor:
     """The per-block encode-scale grid for x (see the module docstring for its shape).
     amax: for tensor/delayed, the amax to use instead of x's own (delayed without it behaves
-    like a scaler with an empty history: x's own amax); for gam, the group amax."""
-    x2d = _as_2d(x)
+    like a scaler with an empty history: x's own amax); for gam, the group amax. INT8 blocks
+    holding NaN/Inf get a NaN scale."""
+    x2d = _as_2d(nonempty(x))
     return _scale_grid(x2d, spec, _resolve_block(spec, x2d.shape), amax)
 
 
@@ -450,7 +506,9 @@ def quantize(
 ) -> QTensor:
     """Scale, then cast with spec's rounding and saturation. noise (x's shape) feeds stochastic
     rounding with given uniforms; generator seeds them otherwise. On CUDA the specs that the Triton
-    quantize kernels cover take them (one pass instead of several; the same codes and scales)."""
+    quantize kernels cover take them (one pass instead of several; the same codes and scales).
+    An empty x is an error; INT8 blocks holding NaN/Inf get a NaN scale (module docstring)."""
+    nonempty(x)
     if x.is_cuda and USE_KERNELS and _kernel_covers(spec):
         return _quantize_kernel(x, spec, generator, noise, amax)
     x2d = _as_2d(x).to(torch.float32)
