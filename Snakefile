@@ -14,6 +14,7 @@ import os
 configfile: os.path.join(workflow.basedir, "configs", "config.yaml")
 
 
+include: "pipelines/keep_outputs.smk"
 include: "pipelines/common.smk"
 include: "pipelines/data.smk"
 include: "pipelines/train.smk"

@@ -3,7 +3,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import time
 from pathlib import Path
 
@@ -11,44 +10,6 @@ from lowprec import config as lpc
 from lowprec import io as lpio
 from snakemake.logging import logger
 
-
-# Every output that may be committed (a run's files, a per-run evaluation, a table, figure or
-# report) is flagged update(). Snakemake deletes a job's outputs before the job runs and again when
-# it fails (snakemake/jobs.py: Job.prepare, Job.cleanup); for an update() output it does neither:
-# it copies the file aside before the job and copies it back when the job fails, so a failed job
-# leaves it byte for byte as it was (our writers replace a file only when it is complete:
-# lowprec.io). Its copies take the time of copying, which would make a restored file look newer
-# than its inputs, and the failed job would never run again; keep the file's times instead.
-def _restore_with_times():
-    try:
-        from snakemake.persistence import FileBackupMixin as backups
-
-        backup, restore, backup_path = backups.backup_output, backups.restore_output, backups._get_backup_path
-    except (ImportError, AttributeError):
-        logger.warning("this Snakemake keeps outputs of failed jobs in another way than 9.x: an output "
-                       "restored after a failed job may look up to date; delete it to rebuild it")
-        return
-    if getattr(backup, "keeps_times", False):
-        return
-
-    def backup_output(self, path):
-        backup(self, path)
-        if Path(path).is_file():
-            shutil.copystat(path, backup_path(self, Path(path)))
-
-    def restore_output(self, path):
-        saved = backup_path(self, Path(path))
-        times = (saved.stat().st_atime_ns, saved.stat().st_mtime_ns) if saved.is_file() else None
-        restored = restore(self, path)
-        if restored and times:
-            os.utime(path, ns=times)
-        return restored
-
-    backup_output.keeps_times = True
-    backups.backup_output, backups.restore_output = backup_output, restore_output
-
-
-_restore_with_times()
 
 WF = lpc.workflow_config(config)  # raises a ConfigError that names the bad key
 SCALE = WF["scale"]
@@ -67,9 +28,11 @@ if _TRAIN_OVERRIDES:
 # (MISSING_RUNS); a paper with no committed run at all is left out of PAPERS. Which runs and per-run
 # files are committed is decided in lowprec.config (committed_runs, per_run_files) only.
 # A paper's .smk must ask `if not REUSE_RUNS:` before defining any rule whose output lies in a run
-# folder (an evaluation of a run's checkpoint): checkpoints are not committed, so under REUSE_RUNS
-# such a file (e.g. gaussws's export.csv) is itself a committed input of the rules that read it, and
-# an output built from such files is added to PAPER_EXTRA_OUTPUTS only when some of them are committed.
+# folder (an evaluation of a run's checkpoint), and constrain its run wildcard to the runs whose
+# files it must make (run_files, evaluated_runs): checkpoints are not committed, so such a file
+# (e.g. gaussws's export.csv) is, where committed, itself an input of the rules that read it, and
+# under REUSE_RUNS an output built from such files is added to PAPER_EXTRA_OUTPUTS only when some of
+# them are committed.
 REUSE_RUNS = bool(WF.get("reuse_runs"))
 CLAIMS_STATISTIC = WF.get("claims_statistic", "welch")
 # the report of this scale: results/REPORT.md at the default scale, REPORT_<scale>.md otherwise
@@ -144,11 +107,15 @@ DATA = {Path(c["data"]["dir"]).name: {k: v for k, v in c["data"].items() if k !=
 # A complete and current run is no job's output: rule train does not match its folder (its
 # wildcard is constrained to the runs below), so no file time, data preparation or rule change
 # can plan it, and no rule that reads a checkpoint can rewrite its files (per_run_files).
-# TRAIN: run name (<paper>/<model>/<method>/s<seed>, lpc.run_name) -> config.
+# TRAIN: run name (<paper>/<model>/<method>/s<seed>, lpc.run_name) -> config; RUN_CONFIGS: every run.
+# A cluster job runs in a Snakemake process of its own, which reads the workflow again: there the
+# main process's plan holds (a run that trained since then must still match its fine-tuning and
+# evaluation jobs), so rules match every run of the grid, and nothing is written while it starts.
+MAIN_PROCESS = getattr(workflow, "is_main_process", True)
+RUN_CONFIGS = {lpc.run_name(c["output_dir"]): c for c in [*RUNS.values(), *FT_RUNS.values()]}
 TRAIN = {}
 if not REUSE_RUNS:
-    _RETRAIN = lpc.retrain_patterns(WF.get("retrain"), [lpc.run_name(c["output_dir"])
-                                                        for c in [*RUNS.values(), *FT_RUNS.values()]])
+    _RETRAIN = lpc.retrain_patterns(WF.get("retrain"), RUN_CONFIGS)
     _PLAN = lpc.training_plan(RUNS, _RETRAIN)
     _TRAINED = [RUNS[k]["output_dir"] for k in _PLAN]
     _FT_PLAN = lpc.training_plan(FT_RUNS, _RETRAIN, training=_TRAINED)
@@ -161,9 +128,10 @@ if not REUSE_RUNS:
                            f"starts from {_source}, which is not here; left out. Train its source run again: "
                            f"--config retrain={lpc.run_name(_source_run)}")
             MISSING_RUNS[_key[0]].append(FT_RUNS.pop(_key)["output_dir"])
-    _TRAINING = [(c, plan[k]) for runs, plan in ((RUNS, _PLAN), (FT_RUNS, _FT_PLAN)) for k, c in runs.items() if k in plan]
+    _TRAINING = [(c, plan[k]) for runs, plan in ((RUNS, _PLAN), (FT_RUNS, _FT_PLAN))
+                 for k, c in runs.items() if k in plan]
     TRAIN = {lpc.run_name(c["output_dir"]): c for c, _ in _TRAINING}
-    if TRAIN:
+    if TRAIN and MAIN_PROCESS:
         _lines = [f"{lpc.run_name(c['output_dir'])} ({why})" for c, why in _TRAINING]
         logger.info(f"{len(_lines)} run(s) will train:\n  " + "\n  ".join(_lines[:30])
                     + (f"\n  ... and {len(_lines) - 30} more" if len(_lines) > 30 else ""))
@@ -190,7 +158,8 @@ def _write_run_configs():
             os.utime(path, ns=(t, t))
 
 
-_write_run_configs()
+if MAIN_PROCESS:
+    _write_run_configs()
 
 
 def one_of(names):
@@ -220,11 +189,11 @@ def run_files(dirs, names, output):
     others are left out with a warning that names them."""
     names = (names,) if isinstance(names, str) else tuple(names)
     read, made, absent = lpc.per_run_files(dirs, names, TRAIN_DIRS, evaluate=not REUSE_RUNS)
-    EVALUATED.setdefault(names, set()).update(lpc.run_name(d) for d in made)
-    if absent:
+    EVALUATED.setdefault(names, set()).update(lpc.run_name(d) for d in (made if MAIN_PROCESS else dirs))
+    if absent and MAIN_PROCESS:
         what = (f"run folder(s) without a committed {' and '.join(names)}" if REUSE_RUNS else
-                f"run folder(s) without {' and '.join(names)} and without the final checkpoint to compute "
-                f"it from (checkpoints are not committed; --config retrain=<run> trains one again)")
+                f"run folder(s) without {' and '.join(names)} and without the final checkpoint they are "
+                f"computed from (checkpoints are not committed; --config retrain=<run> trains a run again)")
         logger.warning(lpc.uncommitted_message(absent, what, f"{output} built without them" if read
                                                else f"no {output} at this scale",
                                                context="reuse_runs" if REUSE_RUNS else "evaluation"))

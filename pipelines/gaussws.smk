@@ -12,7 +12,8 @@ if "gaussws" in PAPERS:
         return [c["output_dir"] for k, c in RUNS.items() if k[0] == "gaussws" and (method is None or k[2] == method)]
 
     # per-run evaluations of the checkpoints: committed, or made by the rules below (run_files)
-    GW_EXACTNESS = [f"{d}/exactness.csv" for d in run_files(gw_runs("bf16"), "exactness.csv", "exactness figure and table")]
+    GW_EXACTNESS = [f"{d}/exactness.csv"
+                    for d in run_files(gw_runs("bf16"), "exactness.csv", "exactness figure and table")]
     GW_EXPORT = [f"{d}/export.csv" for d in run_files(gw_runs(), "export.csv", "export table")]
 
     # the exactness figure always has its analytic reference (the 9-bit claim reads it); trained

@@ -96,11 +96,11 @@ if "int8_fallback" in PAPERS:
         input:
             [f"{d}/provenance.json" for d in i8_runs()],
         output:
-            png=report(update(f"{I8}/figures/fallback_heatmap.png"), category="int8_fallback", subcategory="fallback ratio",
-                       caption="report/int8_fallback_heatmap.rst"),
+            png=report(update(f"{I8}/figures/fallback_heatmap.png"), category="int8_fallback",
+                       subcategory="fallback ratio", caption="report/int8_fallback_heatmap.rst"),
             pdf=update(f"{I8}/figures/fallback_heatmap.pdf"),
-            spng=report(update(f"{I8}/figures/fallback_sweep.png"), category="int8_fallback", subcategory="fallback ratio",
-                        caption="report/int8_fallback_sweep.rst"),
+            spng=report(update(f"{I8}/figures/fallback_sweep.png"), category="int8_fallback",
+                        subcategory="fallback ratio", caption="report/int8_fallback_sweep.rst"),
             spdf=update(f"{I8}/figures/fallback_sweep.pdf"),
             csv=update(f"{I8}/tables/fallback_ratio.csv"),
             scsv=update(f"{I8}/tables/fallback_summary.csv"),

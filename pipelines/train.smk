@@ -23,27 +23,27 @@ if not REUSE_RUNS:
         input:
             # written by common.smk while the workflow starts (never outdated)
             cfg=lambda w: run_config_path(w.run),
-            data=lambda w: f"{TRAIN[w.run]['data']['dir']}/manifest.json",
-            source=lambda w: init_from_run(TRAIN[w.run]),
+            data=lambda w: f"{RUN_CONFIGS[w.run]['data']['dir']}/manifest.json",
+            source=lambda w: init_from_run(RUN_CONFIGS[w.run]),
         output:
             metrics=update(f"{RESULTS}/runs/{SCALE}/{{run}}/metrics.csv"),
             config=update(f"{RESULTS}/runs/{SCALE}/{{run}}/config.yaml"),
             provenance=update(f"{RESULTS}/runs/{SCALE}/{{run}}/provenance.json"),
         wildcard_constraints:
-            run=one_of(TRAIN),  # complete and current runs are no job's output
-        threads: lambda w: TRAIN[w.run]["train"].get("threads") or 1
+            run=one_of(TRAIN if MAIN_PROCESS else RUN_CONFIGS),  # complete, current runs are no job's output
+        threads: lambda w: RUN_CONFIGS[w.run]["train"].get("threads") or 1
         resources:
             # total GPUs of the run: what `--resources gpu=N` counts locally (the slurm profile
             # zeroes it and asks per node through gres instead)
-            gpu=lambda w: run_gpus(TRAIN[w.run]),
+            gpu=lambda w: run_gpus(RUN_CONFIGS[w.run]),
             # SLURM geometry (executor plugin): nodes x tasks_per_node processes, gres GPUs per node;
             # `mpi` tells the plugin that the command launches its own tasks (srun)
-            nodes=lambda w: int(TRAIN[w.run]["train"].get("num_nodes", 1)),
-            tasks_per_node=lambda w: gpus_per_node(TRAIN[w.run]) if run_gpus(TRAIN[w.run]) else 1,
-            gres=lambda w: f"gpu:{gpus_per_node(TRAIN[w.run])}" if run_gpus(TRAIN[w.run]) else "",
-            mpi=lambda w: train_launch(TRAIN[w.run]),
+            nodes=lambda w: int(RUN_CONFIGS[w.run]["train"].get("num_nodes", 1)),
+            tasks_per_node=lambda w: gpus_per_node(RUN_CONFIGS[w.run]) if run_gpus(RUN_CONFIGS[w.run]) else 1,
+            gres=lambda w: f"gpu:{gpus_per_node(RUN_CONFIGS[w.run])}" if run_gpus(RUN_CONFIGS[w.run]) else "",
+            mpi=lambda w: train_launch(RUN_CONFIGS[w.run]),
         params:
-            launcher=lambda w: train_launch(TRAIN[w.run]),
+            launcher=lambda w: train_launch(RUN_CONFIGS[w.run]),
         log:
             f"{RESULTS}/logs/train/{SCALE}/{{run}}.log",
         shell:
