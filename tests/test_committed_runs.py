@@ -187,6 +187,11 @@ def test_changed_config_and_retrain_train_exactly_the_runs_they_name(tmp_path):
         ("results/runs/tiny/int8_fallback/llama2/bf16/s0/outliers.csv",
          "results/runs/tiny/int8_fallback/llama2/bf16/s0/outlier_ccdf.csv")]
 
+    # a cluster job's own Snakemake process finds its job after the runs it follows have trained
+    # (here: complete and current)
+    _snakemake(root, "-n", "--mode", "remote", "--target-jobs", "train:run=int8_fallback_finetune/llama2/bf16/s0",
+               "gaussws_export_eval:run=gaussws/gpt2/bf16/s0")
+
     proc = _snakemake(root, "-n", "--config", "retrain=gaussws/gpt5/*", check=False)
     assert proc.returncode != 0
     assert "config key 'retrain': ['gaussws/gpt5/*'] match(es) no run" in proc.stdout + proc.stderr
