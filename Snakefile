@@ -7,10 +7,14 @@ import os
 #   snakemake --profile configs/profiles/gpu      one GPU;  configs/profiles/slurm: a SLURM cluster
 #   snakemake --report report.html                the figures and tables as one HTML report
 #   snakemake regenerate --forceall --config reuse_runs=true   rebuild from committed runs, no training
+#   snakemake --cores all --config retrain='[gaussws/gpt2/bf16/s0]'   train committed runs again (fnmatch)
+# A run trains only when its folder is missing or incomplete, its resolved config changed, or
+# `retrain` names it; committed runs are never rewritten otherwise (pipelines/common.smk).
 
 configfile: os.path.join(workflow.basedir, "configs", "config.yaml")
 
 
+include: "pipelines/keep_outputs.smk"
 include: "pipelines/common.smk"
 include: "pipelines/data.smk"
 include: "pipelines/train.smk"

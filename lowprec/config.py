@@ -137,8 +137,18 @@ def experiment_grid(paper: str, scale: str) -> dict:
 
 
 def data_id(data_cfg: dict) -> str:
-    """Directory name of a prepared dataset; changes whenever anything that shapes the tokens does."""
-    key = json.dumps(data_cfg, sort_keys=True)
+    """Directory name of a prepared dataset; changes whenever anything that shapes the tokens does:
+    the data config and, for a local corpus, its files' names and contents (a bundled corpus is
+    pinned by its sha256 in the config)."""
+    key_cfg = dict(data_cfg)
+    if data_cfg["source"] == "local" and data_cfg.get("path"):
+        from .data import DataError, local_corpus_digest  # imports numpy: only for local corpora
+
+        try:
+            key_cfg["content_sha256"] = local_corpus_digest(data_cfg["path"])
+        except DataError as e:  # its message names data.path
+            raise ConfigError(str(e)) from e
+    key = json.dumps(key_cfg, sort_keys=True)
     src = data_cfg["source"]
     tag = Path(str(data_cfg.get("path", ""))).stem if src == "local" else str(data_cfg.get("name", src)).replace("/", "-")
     return f"{tag}-bpe{data_cfg['vocab_size']}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
@@ -214,7 +224,7 @@ def resolve_finetune_run(scale: str, paper: str, model: str, method: str, seed: 
     run = resolve_run(scale, paper, model, method, seed, results=results, overrides=overrides)
     per_scale = exp.get("scales", {}).get(scale, {}).get("finetune", {})
     train = deep_merge(deep_merge(run["train"], ft.get("train", {})), per_scale.get("train", {}))
-    train["init_from"] = f"{source['output_dir']}/checkpoints/last.ckpt"
+    train["init_from"] = f"{source['output_dir']}/{FINAL_CHECKPOINT}"
     ft_data = deep_merge(ft.get("data", {}), per_scale.get("data", {}))
     corpus = scale_config(scale)["data"]
     if ft_data.get("source", corpus["source"]) != corpus["source"]:
@@ -237,11 +247,119 @@ def resolve_finetune_run(scale: str, paper: str, model: str, method: str, seed: 
 
 # What every finished run folder holds (lowprec.train writes them; tables and figures read them).
 RUN_FILES = ("metrics.csv", "provenance.json", "config.yaml")
+# the weights a completed run ends with (lowprec.train), which evaluations and fine-tuning read;
+# not committed
+FINAL_CHECKPOINT = "checkpoints/last.ckpt"
 
 
 def missing_run_files(run_dir) -> list[str]:
     """The files of ``RUN_FILES`` that ``run_dir`` lacks (all of them when the folder is absent)."""
     return [f for f in RUN_FILES if not (Path(run_dir) / f).is_file()]
+
+
+# What a run config may change without changing the numbers the run records: where it writes, how
+# it logs, how often it saves a checkpoint, and how many threads or processes share its batches
+# (train.batch_size is the global batch, check_global_batch: N processes train the batches of one;
+# only the order of floating-point sums differs). A run folder whose config.yaml differs from the
+# resolved config in these keys alone is current. data.dir is compared by its last part, the data
+# id, which changes with the data (data_id) but not with the results root.
+RESULT_NEUTRAL_KEYS = ("output_dir", "logging", "train.threads", "train.strategy", "train.devices",
+                       "train.num_nodes", "train.ckpt_every")
+
+
+def _numeric_view(cfg: dict) -> dict:
+    """``cfg`` flattened to dotted keys, without RESULT_NEUTRAL_KEYS, data.dir as its data id."""
+    flat = {}
+
+    def walk(d, prefix):
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            if key in RESULT_NEUTRAL_KEYS:
+                continue
+            if isinstance(v, dict) and v:
+                walk(v, key + ".")
+            else:
+                flat[key] = v
+
+    walk(cfg, "")
+    if isinstance(flat.get("data.dir"), str):
+        flat["data.dir"] = Path(flat["data.dir"]).name
+    return flat
+
+
+def config_changes(old: dict, new: dict) -> list[str]:
+    """``key: old -> new`` for each key whose value differs between two run configs, apart from
+    RESULT_NEUTRAL_KEYS (absent keys shown as <absent>)."""
+    a, b = _numeric_view(old), _numeric_view(new)
+    return [f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}"
+            for k in sorted(set(a) | set(b)) if a.get(k, "<absent>") != b.get(k, "<absent>")]
+
+
+def run_name(output_dir) -> str:
+    """The name of the run in folder ``output_dir``: its path under ``runs/<scale>/``,
+    ``<paper>/<model>/<method>/s<seed>`` (``<paper>_finetune/...`` for a fine-tuning run)."""
+    return "/".join(Path(output_dir).parts[-4:])
+
+
+def run_status(cfg: dict) -> tuple[str, str]:
+    """What the folder of a run (resolved config ``cfg``) holds: ``("missing", why)`` while it lacks
+    a file of RUN_FILES (lowprec.train writes provenance.json last, when training ends),
+    ``("stale", changes)`` when its config.yaml differs from ``cfg`` in a key that changes the
+    numbers (config_changes), else ``("current", "")``."""
+    out = Path(cfg["output_dir"])
+    missing = missing_run_files(out)
+    if missing:
+        return "missing", "no run folder" if len(missing) == len(RUN_FILES) else f"no {', '.join(missing)}"
+    try:
+        old = yaml.load((out / "config.yaml").read_text(), Loader=_YAML_LOADER)
+    except (OSError, yaml.YAMLError) as e:
+        return "stale", f"config.yaml unreadable ({e})"
+    if not isinstance(old, dict):
+        return "stale", "config.yaml is not a mapping"
+    changes = config_changes(old, cfg)
+    return ("stale", "; ".join(changes)) if changes else ("current", "")
+
+
+# run folders are read at every workflow start: the C loader where PyYAML has it
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def retrain_patterns(value, run_names) -> list[str]:
+    """The workflow's ``retrain`` (one pattern or a list; fnmatch on run_name, e.g.
+    ``gaussws/gpt2/*/s0``) as a list; a pattern that names no run of ``run_names`` is an error."""
+    import fnmatch
+
+    patterns = [] if value is None else [value] if isinstance(value, str) else list(value)
+    names = list(run_names)
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    if unmatched:
+        raise ConfigError(f"config key 'retrain': {unmatched} match(es) no run of this grid; runs are named "
+                          f"<paper>/<model>/<method>/s<seed>, e.g. {names[0] if names else 'gaussws/gpt2/bf16/s0'}")
+    return patterns
+
+
+def training_plan(runs: dict, retrain=(), training=()) -> dict:
+    """The runs of ``runs`` (any key -> resolved config) that train, each with why: its folder is
+    missing or incomplete, its config changed (the keys), a ``retrain`` pattern names it, or it
+    starts from the final weights (``train.init_from``) of a run whose folder is in ``training``
+    (the output_dir of runs that train). A run that is complete and current is absent: whatever
+    the file times, it never trains."""
+    import fnmatch
+
+    training = {str(d) for d in training}
+    plan = {}
+    for key, cfg in runs.items():
+        status, why = run_status(cfg)
+        asked = [p for p in retrain if fnmatch.fnmatchcase(run_name(cfg["output_dir"]), p)]
+        source = cfg["train"].get("init_from")
+        source = str(Path(source).parents[1]) if source else None
+        if status != "current":
+            plan[key] = f"{status}: {why}"
+        elif asked:
+            plan[key] = f"retrain={asked[0]}"
+        elif source in training:
+            plan[key] = f"starts from {source}, which trains"
+    return plan
 
 
 def committed_runs(runs: dict) -> tuple[dict, dict]:
@@ -255,23 +373,38 @@ def committed_runs(runs: dict) -> tuple[dict, dict]:
     return present, missing
 
 
-def committed_run_files(run_dirs, name: str) -> tuple[list[str], list[str]]:
-    """(paths of ``<run>/<name>`` that exist, run folders without it): a per-run file that a rule
-    produces from the run's checkpoint (an evaluation), which under ``reuse_runs`` is committed
-    beside the run or not at all, since checkpoints are not committed."""
-    present = [f"{d}/{name}" for d in run_dirs if (Path(d) / name).is_file()]
-    absent = [str(d) for d in run_dirs if not (Path(d) / name).is_file()]
-    return present, absent
+def per_run_files(run_dirs, names, training=(), evaluate: bool = True) -> tuple[list[str], list[str], list[str]]:
+    """Per-run files that one rule computes from a run's final checkpoint (an evaluation, ``names``:
+    the files it writes into the run folder), committed beside the run since checkpoints are not.
+    Splits the run folders ``run_dirs`` into (the folders to read them from, the folders in which
+    the rule makes them, the folders left out). The rule makes them for a run that trains
+    (``training``) and, when ``evaluate``, for a run holding none of them but its final checkpoint;
+    committed files are read as they are and never computed again; a run with neither the files
+    nor its checkpoint (or with only some of the files) is left out, and the caller names it
+    (uncommitted_message)."""
+    names = (names,) if isinstance(names, str) else tuple(names)
+    training = {str(d) for d in training}
+    read, made, absent = [], [], []
+    for d in map(str, run_dirs):
+        have = [(Path(d) / n).is_file() for n in names]
+        if d in training or (evaluate and not any(have) and (Path(d) / FINAL_CHECKPOINT).is_file()):
+            made.append(d)
+        elif not all(have):
+            absent.append(d)
+            continue
+        read.append(d)
+    return read, made, absent
 
 
-def uncommitted_message(run_dirs, what: str, consequence: str, limit: int = 20) -> str:
-    """One warning naming the run folders (or files) that regeneration leaves out, and what it does
-    without them; the first ``limit`` are listed."""
+def uncommitted_message(run_dirs, what: str, consequence: str, limit: int = 20, context: str = "reuse_runs") -> str:
+    """One warning naming the run folders (or files) that the workflow leaves out (``context``:
+    regeneration, or a rule that needs a checkpoint that is not here), and what it does without
+    them; the first ``limit`` are listed."""
     run_dirs = [str(d) for d in run_dirs]
     lines = [f"{d} (no {', '.join(m)})" if (m := missing_run_files(d)) and m != list(RUN_FILES) else d
              for d in run_dirs[:limit]]
     more = f"\n  ... and {len(run_dirs) - limit} more" if len(run_dirs) > limit else ""
-    return f"reuse_runs: {len(run_dirs)} {what}; {consequence}:\n  " + "\n  ".join(lines) + more
+    return f"{context}: {len(run_dirs)} {what}; {consequence}:\n  " + "\n  ".join(lines) + more
 
 
 def report_path(results: str, scale: str) -> str:

@@ -138,16 +138,54 @@ def read_text_file(path: Path) -> str:
                         "convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8) or remove it from the corpus") from e
 
 
-def local_documents(path: str) -> list[Document]:
+def local_corpus_files(path: str | os.PathLike) -> dict[str, Path]:
+    """The documents of a local corpus (``data.path``), name -> file: the file itself (named by its
+    stem), or every ``.txt`` file under the folder (named by its path in it), in name order."""
     p = Path(path)
     if p.is_file():
-        return [Document(p.stem, read_text_file(p))]
+        return {p.stem: p}
     if p.is_dir():
         files = sorted(f for f in p.rglob("*.txt") if f.is_file())
         if not files:
             raise DataError(f"data.path: folder {p} holds no .txt files")
-        return [Document(str(f.relative_to(p)), read_text_file(f)) for f in files]
+        return {str(f.relative_to(p)): f for f in files}
     raise DataError(f"data.path: no such file or folder: {p}")
+
+
+def local_documents(path: str) -> list[Document]:
+    return [Document(name, read_text_file(f)) for name, f in local_corpus_files(path).items()]
+
+
+def local_corpus_digest(path: str | os.PathLike) -> str:
+    """sha256 over the names and contents of a local corpus's documents: part of its data id, so that
+    a changed, added or removed file makes another dataset. The workflow asks at every start (once
+    per run of the grid), so each file's sha256 is kept, in this process and in
+    ``<cache>/file-sha256.json``, under its size and modification time, and computed again only
+    when either changes."""
+    if not _FILE_SHA256:
+        try:
+            _FILE_SHA256.update(json.loads((cache_dir() / "file-sha256.json").read_text()))
+        except (OSError, ValueError):
+            pass
+    h, changed = hashlib.sha256(), False
+    for name, f in local_corpus_files(path).items():
+        try:
+            st, key = f.stat(), str(f.resolve())
+            stamp = [st.st_size, st.st_mtime_ns]
+            if _FILE_SHA256.get(key, [None])[:2] != stamp:
+                _FILE_SHA256[key], changed = [*stamp, sha256_file(f)], True
+        except OSError as e:
+            raise DataError(f"data.path: cannot read {f}: {e}") from e
+        h.update(f"{name}\0{_FILE_SHA256[key][2]}\n".encode())
+    if changed:
+        try:
+            write_json(cache_dir() / "file-sha256.json", _FILE_SHA256)
+        except OSError:  # a read-only cache only costs the hashing next time
+            pass
+    return h.hexdigest()
+
+
+_FILE_SHA256: dict[str, list] = {}  # resolved path -> [size, mtime_ns, sha256]
 
 
 def huggingface_documents(name: str, split: str, text_field: str, data_files=None) -> list[Document]:

@@ -1,9 +1,6 @@
 """Small file helpers: every output is written whole or not at all (Snakemake treats an existing
-output file as finished, so a crash must never leave a half-written one behind).
-
-    python -m lowprec.io yaml OUT JSON      # write the JSON object as YAML to OUT (the workflow's
-                                            # config rules: a process that imports no torch)
-"""
+output file as finished, so a crash must never leave a half-written one behind): the new content
+goes to a temporary file in the same folder, which then replaces the old one (``os.replace``)."""
 
 from __future__ import annotations
 
@@ -39,12 +36,30 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
+def write_text_if_changed(path: str | os.PathLike, text: str) -> bool:
+    """Write ``text`` unless the file holds exactly that already, whose time then stays as it is (a
+    rule that reads the file does not run again for an unchanged one); True if it wrote."""
+    try:
+        if Path(path).read_text() == text:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    write_text(path, text)
+    return True
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def write_yaml(path: str | os.PathLike, obj: Any) -> None:
-    write_text(path, yaml.safe_dump(obj, sort_keys=False))
+def write_yaml(path: str | os.PathLike, obj: Any, if_changed: bool = False) -> bool:
+    """Write ``obj`` as YAML (with ``if_changed``, only when the file differs: write_text_if_changed);
+    True if it wrote."""
+    text = yaml.safe_dump(obj, sort_keys=False)
+    if if_changed:
+        return write_text_if_changed(path, text)
+    write_text(path, text)
+    return True
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -53,22 +68,3 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
-
-
-def main(argv=None) -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m lowprec.io", description="write a JSON object as a YAML file")
-    ap.add_argument("format", choices=["yaml"])
-    ap.add_argument("out")
-    ap.add_argument("json", help="the object, as JSON text")
-    args = ap.parse_args(argv)
-    try:
-        obj = json.loads(args.json)
-    except json.JSONDecodeError as e:
-        ap.error(f"JSON argument: {e}")
-    write_yaml(args.out, obj)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,11 +1,16 @@
 # Shared state: the validated config and the list of runs. All logic lives in lowprec.config.
 import json
+import os
+import re
 import shlex
+import time
 from pathlib import Path
 
 from lowprec import config as lpc
 from lowprec.preflight import check_memory
+from lowprec import io as lpio
 from snakemake.logging import logger
+
 
 WF = lpc.workflow_config(config)  # raises a ConfigError that names the bad key
 SCALE = WF["scale"]
@@ -22,12 +27,13 @@ if _TRAIN_OVERRIDES:
 # can retrain a run whatever the file mtimes are after a git clone. A run of the grid that is not
 # committed (GPU time ran out) is left out with a warning that names it, and REPORT.md lists it
 # (MISSING_RUNS); a paper with no committed run at all is left out of PAPERS. Which runs and per-run
-# files are committed is decided in lowprec.config (committed_runs, committed_run_files) only.
+# files are committed is decided in lowprec.config (committed_runs, per_run_files) only.
 # A paper's .smk must ask `if not REUSE_RUNS:` before defining any rule whose output lies in a run
-# folder (an evaluation of a run's checkpoint, a fine-tuning run that starts from another run):
-# checkpoints are not committed, so under REUSE_RUNS such a file (e.g. gaussws's export.csv) is
-# itself a committed input of the rules that read it, and an output built from such files is added
-# to PAPER_EXTRA_OUTPUTS only when some of them are committed.
+# folder (an evaluation of a run's checkpoint), and constrain its run wildcard to the runs whose
+# files it must make (run_files, evaluated_runs): checkpoints are not committed, so such a file
+# (e.g. gaussws's export.csv) is, where committed, itself an input of the rules that read it, and
+# under REUSE_RUNS an output built from such files is added to PAPER_EXTRA_OUTPUTS only when some of
+# them are committed.
 REUSE_RUNS = bool(WF.get("reuse_runs"))
 CLAIMS_STATISTIC = WF.get("claims_statistic", "welch")
 # the report of this scale: results/REPORT.md at the default scale, REPORT_<scale>.md otherwise
@@ -46,12 +52,30 @@ def _runs():
     return runs
 
 
+def _finetune_runs():
+    """(paper, model, method, seed) -> config of the fine-tuning runs of papers that have some
+    (a ``finetune`` section: runs that start from the final weights of a pre-training run)."""
+    runs = {}
+    for paper in PAPERS:
+        grid = lpc.finetune_grid(paper, SCALE)
+        for model in grid["models"] if grid else []:
+            for method in grid["methods"]:
+                for seed in grid["seeds"]:
+                    runs[(paper, model, method, str(seed))] = lpc.resolve_finetune_run(
+                        SCALE, paper, model, method, seed, results=RESULTS, overrides=OVERRIDES)
+    return runs
+
+
 RUNS = _runs()
+FT_RUNS = _finetune_runs()
 if not REUSE_RUNS:  # a batch that cannot fit its device stops the workflow here, not by an OOM kill later
-    check_memory(RUNS.values(), WF.get("gpu_memory_gib"))
-# paper -> run folders of its grid (and fine-tuning grid) that are not committed; empty unless REUSE_RUNS
+    check_memory([*RUNS.values(), *FT_RUNS.values()], WF.get("gpu_memory_gib"))
+# paper -> run folders of its grid (and fine-tuning grid) that are left out: not committed under
+# REUSE_RUNS; otherwise fine-tuning runs whose starting weights are not here
 MISSING_RUNS = {p: [] for p in PAPERS}
 if REUSE_RUNS:
+    if WF.get("retrain"):
+        raise lpc.ConfigError("config keys 'retrain' and 'reuse_runs' exclude each other: reuse_runs never trains")
     RUNS, _missing = lpc.committed_runs(RUNS)
     for _key, _cfg in _missing.items():
         MISSING_RUNS[_key[0]].append(_cfg["output_dir"])
@@ -63,13 +87,88 @@ if REUSE_RUNS:
         logger.warning(lpc.uncommitted_message([c["output_dir"] for c in _missing.values()],
                                                "run folder(s) of this grid are not committed",
                                                "tables, figures and verdicts are built without them"))
+    FT_RUNS, _missing = lpc.committed_runs(FT_RUNS)
+    for _key, _cfg in _missing.items():
+        MISSING_RUNS[_key[0]].append(_cfg["output_dir"])
+    if _missing:
+        logger.warning(lpc.uncommitted_message([c["output_dir"] for c in _missing.values()],
+                                               "fine-tuning run folder(s) are not committed",
+                                               "the fine-tuning tables are built without them"))
     _empty = [p for p in PAPERS if not any(k[0] == p for k in RUNS)]
     if _empty:
         logger.warning(f"reuse_runs: no committed run of {', '.join(_empty)} at scale {SCALE}; "
                       "left out of this regeneration (REPORT lists its runs)")
     # papers with committed runs; MISSING_RUNS keeps every selected paper for the report
     PAPERS = [p for p in PAPERS if p not in _empty]
-DATA = {Path(c["data"]["dir"]).name: {k: v for k, v in c["data"].items() if k != "dir"} for c in RUNS.values()}
+DATA = {Path(c["data"]["dir"]).name: {k: v for k, v in c["data"].items() if k != "dir"}
+        for c in [*RUNS.values(), *FT_RUNS.values()]}
+
+
+# What trains (lowprec.config.training_plan, decided here once): a run whose folder is missing or
+# incomplete, whose config.yaml differs from its resolved config in a key that changes the numbers,
+# that `--config retrain=<pattern>` names, or that starts from the weights of a run that trains.
+# A complete and current run is no job's output: rule train does not match its folder (its
+# wildcard is constrained to the runs below), so no file time, data preparation or rule change
+# can plan it, and no rule that reads a checkpoint can rewrite its files (per_run_files).
+# TRAIN: run name (<paper>/<model>/<method>/s<seed>, lpc.run_name) -> config; RUN_CONFIGS: every run.
+# A cluster job runs in a Snakemake process of its own, which reads the workflow again: there the
+# main process's plan holds (a run that trained since then must still match its fine-tuning and
+# evaluation jobs), so rules match every run of the grid, and nothing is written while it starts.
+MAIN_PROCESS = getattr(workflow, "is_main_process", True)
+RUN_CONFIGS = {lpc.run_name(c["output_dir"]): c for c in [*RUNS.values(), *FT_RUNS.values()]}
+TRAIN = {}
+if not REUSE_RUNS:
+    _RETRAIN = lpc.retrain_patterns(WF.get("retrain"), RUN_CONFIGS)
+    _PLAN = lpc.training_plan(RUNS, _RETRAIN)
+    _TRAINED = [RUNS[k]["output_dir"] for k in _PLAN]
+    _FT_PLAN = lpc.training_plan(FT_RUNS, _RETRAIN, training=_TRAINED)
+    for _key in list(_FT_PLAN):
+        _source = FT_RUNS[_key]["train"]["init_from"]
+        _source_run = str(Path(_source).parents[1])
+        if _source_run not in _TRAINED and not Path(_source).is_file():
+            # its source run is committed without the checkpoint (checkpoints are not committed)
+            logger.warning(f"fine-tuning run {FT_RUNS[_key]['output_dir']} must train ({_FT_PLAN.pop(_key)}) but "
+                           f"starts from {_source}, which is not here; left out. Train its source run again: "
+                           f"--config retrain={lpc.run_name(_source_run)}")
+            MISSING_RUNS[_key[0]].append(FT_RUNS.pop(_key)["output_dir"])
+    _TRAINING = [(c, plan[k]) for runs, plan in ((RUNS, _PLAN), (FT_RUNS, _FT_PLAN))
+                 for k, c in runs.items() if k in plan]
+    TRAIN = {lpc.run_name(c["output_dir"]): c for c, _ in _TRAINING}
+    if TRAIN and MAIN_PROCESS:
+        _lines = [f"{lpc.run_name(c['output_dir'])} ({why})" for c, why in _TRAINING]
+        logger.info(f"{len(_lines)} run(s) will train:\n  " + "\n  ".join(_lines[:30])
+                    + (f"\n  ... and {len(_lines) - 30} more" if len(_lines) > 30 else ""))
+TRAIN_DIRS = {c["output_dir"] for c in TRAIN.values()}
+
+
+def run_config_path(name):
+    """The config file rule train reads for run ``name`` (lpc.run_name)."""
+    return f"{RESULTS}/configs/{SCALE}/{name}.yaml"
+
+
+def _write_run_configs():
+    """Write each training run's config now, where it changed, so that no job can read an outdated
+    one. A run whose folder holds all its files trains only because its config changed or it was
+    asked to: its config file is then made newer than those files, which is what makes Snakemake
+    run it (a missing output does that for the others)."""
+    for name, cfg in TRAIN.items():
+        path = run_config_path(name)
+        lpio.write_yaml(path, cfg, if_changed=True)
+        outputs = [Path(cfg["output_dir"]) / f for f in lpc.RUN_FILES]
+        if all(f.is_file() for f in outputs):
+            newest = max(f.stat().st_mtime_ns for f in outputs)
+            t = max(time.time_ns(), newest + 1_000_000_000)
+            os.utime(path, ns=(t, t))
+
+
+if MAIN_PROCESS:
+    _write_run_configs()
+
+
+def one_of(names):
+    """A wildcard constraint that matches exactly ``names`` (nothing when empty)."""
+    names = sorted(set(names))
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
 
 
 # Paper-specific tables and figures, added by pipelines/<paper>.smk; the paper target, the claims
@@ -77,26 +176,36 @@ DATA = {Path(c["data"]["dir"]).name: {k: v for k, v in c["data"].items() if k !=
 PAPER_EXTRA_OUTPUTS = {p: [] for p in PAPERS}
 
 
-def run_key(w):
-    return (w.paper, w.model, w.method, w.seed)
-
-
 def run_dirs(paper):
     return [c["output_dir"] for k, c in RUNS.items() if k[0] == paper]
 
 
-def run_files(dirs, name, output):
-    """``<run>/<name>`` of each run folder in ``dirs``, a per-run evaluation that ``output`` (its
-    description) is built from: all of them when training (a rule produces each), and under
-    REUSE_RUNS the committed ones only, with a warning naming the runs without it."""
-    if not REUSE_RUNS:
-        return [f"{d}/{name}" for d in dirs]
-    present, absent = lpc.committed_run_files(dirs, name)
-    if absent:
-        logger.warning(lpc.uncommitted_message(absent, f"run folder(s) without a committed {name}",
-                                               f"{output} built without them" if present
-                                               else f"no {output} at this scale"))
-    return present
+# the per-run evaluation files that a rule makes, by the files' names -> the runs (lpc.run_name)
+EVALUATED = {}
+
+
+def run_files(dirs, names, output):
+    """The run folders of ``dirs`` from which ``output`` (its description) reads the per-run files
+    ``names`` that one rule computes from a run's final checkpoint (lpc.per_run_files): committed
+    ones as they are, and those a rule makes (for runs that train, or whose checkpoint is here; never
+    under REUSE_RUNS); the rule that makes them matches exactly those runs (evaluated_runs). The
+    others are left out with a warning that names them."""
+    names = (names,) if isinstance(names, str) else tuple(names)
+    read, made, absent = lpc.per_run_files(dirs, names, TRAIN_DIRS, evaluate=not REUSE_RUNS)
+    EVALUATED.setdefault(names, set()).update(lpc.run_name(d) for d in (made if MAIN_PROCESS else dirs))
+    if absent and MAIN_PROCESS:
+        what = (f"run folder(s) without a committed {' and '.join(names)}" if REUSE_RUNS else
+                f"run folder(s) without {' and '.join(names)} and without the final checkpoint they are "
+                f"computed from (checkpoints are not committed; --config retrain=<run> trains a run again)")
+        logger.warning(lpc.uncommitted_message(absent, what, f"{output} built without them" if read
+                                               else f"no {output} at this scale",
+                                               context="reuse_runs" if REUSE_RUNS else "evaluation"))
+    return read
+
+
+def evaluated_runs(*names):
+    """The wildcard constraint of the rule that makes the per-run files ``names`` (run_files)."""
+    return one_of(EVALUATED.get(tuple(names), ()))
 
 
 def run_gpus(cfg):

@@ -11,9 +11,10 @@ if "gaussws" in PAPERS:
     def gw_runs(method=None):
         return [c["output_dir"] for k, c in RUNS.items() if k[0] == "gaussws" and (method is None or k[2] == method)]
 
-    # per-run evaluations of the checkpoints (rules below when training; committed under REUSE_RUNS)
-    GW_EXACTNESS = run_files(gw_runs("bf16"), "exactness.csv", "exactness figure and table")
-    GW_EXPORT = run_files(gw_runs(), "export.csv", "export table")
+    # per-run evaluations of the checkpoints: committed, or made by the rules below (run_files)
+    GW_EXACTNESS = [f"{d}/exactness.csv"
+                    for d in run_files(gw_runs("bf16"), "exactness.csv", "exactness figure and table")]
+    GW_EXPORT = [f"{d}/export.csv" for d in run_files(gw_runs(), "export.csv", "export table")]
 
     # the exactness figure always has its analytic reference (the 9-bit claim reads it); trained
     # weights join it from whichever runs' exactness.csv exist
@@ -25,28 +26,32 @@ if "gaussws" in PAPERS:
     if not REUSE_RUNS or GW_EXPORT:
         PAPER_EXTRA_OUTPUTS["gaussws"] += [f"{GW}/tables/export.csv", f"{GW}/tables/export.md"]
 
-    # These two read the run's checkpoint, which is not committed: under REUSE_RUNS the run
-    # folder's export.csv and exactness.csv are committed inputs instead.
+    # These two read the run's final checkpoint, which is not committed: they match only the runs
+    # whose file they must make (run_files), never a committed file.
     if not REUSE_RUNS:
 
         rule gaussws_export_eval:
             input:
-                f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/provenance.json",
+                f"{RESULTS}/runs/{SCALE}/{{run}}/provenance.json",
             output:
-                f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/export.csv",
+                update(f"{RESULTS}/runs/{SCALE}/{{run}}/export.csv"),
+            wildcard_constraints:
+                run=evaluated_runs("export.csv"),
             params:
-                run=lambda w: f"{RESULTS}/runs/{SCALE}/gaussws/{w.model}/{w.method}/s{w.seed}",
+                run=lambda w: f"{RESULTS}/runs/{SCALE}/{w.run}",
                 formats=" ".join(GW_EXPORTS),
             shell:
                 "python -m lowprec.evaluate --run {params.run} --export {params.formats} --out {output}"
 
         rule gaussws_exactness_run:
             input:
-                f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/provenance.json",
+                f"{RESULTS}/runs/{SCALE}/{{run}}/provenance.json",
             output:
-                f"{RESULTS}/runs/{SCALE}/gaussws/{{model}}/{{method}}/s{{seed}}/exactness.csv",
+                update(f"{RESULTS}/runs/{SCALE}/{{run}}/exactness.csv"),
+            wildcard_constraints:
+                run=evaluated_runs("exactness.csv"),
             params:
-                run=lambda w: f"{RESULTS}/runs/{SCALE}/gaussws/{w.model}/{w.method}/s{w.seed}",
+                run=lambda w: f"{RESULTS}/runs/{SCALE}/{w.run}",
             shell:
                 "python -m lowprec.report.gaussws exactness-run --runs {params.run} --csv {output}"
 
@@ -54,10 +59,10 @@ if "gaussws" in PAPERS:
         input:
             GW_EXACTNESS,
         output:
-            png=report(f"{GW}/figures/exactness.png", category="gaussws", subcategory="noise bits",
+            png=report(update(f"{GW}/figures/exactness.png"), category="gaussws", subcategory="noise bits",
                        caption="report/gaussws_exactness.rst"),
-            pdf=f"{GW}/figures/exactness.pdf",
-            csv=f"{GW}/tables/exactness.csv",
+            pdf=update(f"{GW}/figures/exactness.pdf"),
+            csv=update(f"{GW}/tables/exactness.csv"),
         shell:
             "python -m lowprec.report.gaussws exactness --evals {input} --csv {output.csv} "
             "--png {output.png} --pdf {output.pdf}"
@@ -66,10 +71,10 @@ if "gaussws" in PAPERS:
         input:
             [f"{d}/provenance.json" for d in gw_runs()],
         output:
-            ocsv=f"{GW}/tables/overhead.csv",
-            omd=f"{GW}/tables/overhead.md",
-            mcsv=f"{GW}/tables/memory.csv",
-            mmd=f"{GW}/tables/memory.md",
+            ocsv=update(f"{GW}/tables/overhead.csv"),
+            omd=update(f"{GW}/tables/overhead.md"),
+            mcsv=update(f"{GW}/tables/memory.csv"),
+            mmd=update(f"{GW}/tables/memory.md"),
         params:
             runs=" ".join(gw_runs()),
             gpu=GW_GPU,
@@ -83,7 +88,7 @@ if "gaussws" in PAPERS:
         input:
             GW_EXPORT,
         output:
-            csv=f"{GW}/tables/export.csv",
-            md=f"{GW}/tables/export.md",
+            csv=update(f"{GW}/tables/export.csv"),
+            md=update(f"{GW}/tables/export.md"),
         shell:
             "python -m lowprec.report.gaussws export --evals {input} --csv {output.csv} --md {output.md}"

@@ -44,15 +44,15 @@ if "mor" in PAPERS:
             # provenance.json is written last, after telemetry.csv
             [f"{d}/provenance.json" for d in mor_runs(telemetry_only=True)],
         output:
-            epng=report(f"{MR}/figures/rel_error_heatmap.png", category="mor", subcategory="telemetry",
+            epng=report(update(f"{MR}/figures/rel_error_heatmap.png"), category="mor", subcategory="telemetry",
                         caption="report/mor_rel_error_heatmap.rst"),
-            epdf=f"{MR}/figures/rel_error_heatmap.pdf",
-            ecsv=f"{MR}/tables/rel_error.csv",
-            fpng=report(f"{MR}/figures/format_heatmap.png", category="mor", subcategory="telemetry",
+            epdf=update(f"{MR}/figures/rel_error_heatmap.pdf"),
+            ecsv=update(f"{MR}/tables/rel_error.csv"),
+            fpng=report(update(f"{MR}/figures/format_heatmap.png"), category="mor", subcategory="telemetry",
                         caption="report/mor_format_heatmap.rst"),
-            fpdf=f"{MR}/figures/format_heatmap.pdf",
-            scsv=f"{MR}/tables/rel_error_summary.csv",
-            smd=f"{MR}/tables/rel_error_summary.md",
+            fpdf=update(f"{MR}/figures/format_heatmap.pdf"),
+            scsv=update(f"{MR}/tables/rel_error_summary.csv"),
+            smd=update(f"{MR}/tables/rel_error_summary.md"),
         params:
             runs=" ".join(mor_runs(telemetry_only=True)),
             formats=" ".join(MOR_FORMAT_METHODS),
@@ -66,12 +66,12 @@ if "mor" in PAPERS:
         input:
             [f"{d}/provenance.json" for d in mor_runs()],
         output:
-            csv=report(f"{MR}/tables/e4m3_share.csv", category="mor", subcategory="tables",
+            csv=report(update(f"{MR}/tables/e4m3_share.csv"), category="mor", subcategory="tables",
                        caption="report/mor_e4m3_share.rst"),
-            md=f"{MR}/tables/e4m3_share.md",
-            png=report(f"{MR}/figures/e4m3_share.png", category="mor", subcategory="telemetry",
+            md=update(f"{MR}/tables/e4m3_share.md"),
+            png=report(update(f"{MR}/figures/e4m3_share.png"), category="mor", subcategory="telemetry",
                        caption="report/mor_e4m3_share.rst"),
-            pdf=f"{MR}/figures/e4m3_share.pdf",
+            pdf=update(f"{MR}/figures/e4m3_share.pdf"),
         params:
             runs=" ".join(mor_runs()),
         shell:
@@ -82,15 +82,15 @@ if "mor" in PAPERS:
         input:
             [f"{d}/{f}" for d in mor_runs() for f in ("metrics.csv", "config.yaml", "provenance.json")],
         output:
-            main=report(f"{MR}/tables/loss_by_partition.csv", category="mor", subcategory="tables",
+            main=report(update(f"{MR}/tables/loss_by_partition.csv"), category="mor", subcategory="tables",
                         caption="report/mor_tables.rst"),
-            main_md=f"{MR}/tables/loss_by_partition.md",
-            abl=report(f"{MR}/tables/ablations.csv", category="mor", subcategory="tables",
+            main_md=update(f"{MR}/tables/loss_by_partition.md"),
+            abl=report(update(f"{MR}/tables/ablations.csv"), category="mor", subcategory="tables",
                        caption="report/mor_tables.rst"),
-            abl_md=f"{MR}/tables/ablations.md",
-            lr=report(f"{MR}/tables/lr_regimes.csv", category="mor", subcategory="tables",
+            abl_md=update(f"{MR}/tables/ablations.md"),
+            lr=report(update(f"{MR}/tables/lr_regimes.csv"), category="mor", subcategory="tables",
                       caption="report/mor_tables.rst"),
-            lr_md=f"{MR}/tables/lr_regimes.md",
+            lr_md=update(f"{MR}/tables/lr_regimes.md"),
         params:
             runs=" ".join(mor_runs()),
         shell:

@@ -30,9 +30,9 @@ rule claims:
         registry=lambda w: [p for p in [os.path.join(workflow.basedir, "configs", "claims", f"{w.paper}.yaml")]
                             if Path(p).exists()],
     output:
-        csv=report(f"{RESULTS}/{{paper}}/{SCALE}/tables/claims.csv", category="{paper}",
+        csv=report(update(f"{RESULTS}/{{paper}}/{SCALE}/tables/claims.csv"), category="{paper}",
                    subcategory="claims", caption="report/claims.rst"),
-        md=f"{RESULTS}/{{paper}}/{SCALE}/tables/claims.md",
+        md=update(f"{RESULTS}/{{paper}}/{SCALE}/tables/claims.md"),
     params:
         runs=lambda w: " ".join(run_dirs(w.paper)),
     shell:
@@ -44,9 +44,9 @@ rule loss_curves:
     input:
         lambda w: paper_run_files(w.paper),
     output:
-        png=report(f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_curves.png", category="{paper}",
+        png=report(update(f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_curves.png"), category="{paper}",
                    subcategory="loss curves", caption="report/loss_curves.rst"),
-        pdf=f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_curves.pdf",
+        pdf=update(f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_curves.pdf"),
     params:
         runs=lambda w: " ".join(run_dirs(w.paper)),
         title=lambda w: shlex.quote(f"{lpc.experiment_config(w.paper)['title']} ({SCALE})"),
@@ -58,9 +58,9 @@ rule final_loss_table:
     input:
         lambda w: paper_run_files(w.paper),
     output:
-        csv=report(f"{RESULTS}/{{paper}}/{SCALE}/tables/final_loss.csv", category="{paper}",
+        csv=report(update(f"{RESULTS}/{{paper}}/{SCALE}/tables/final_loss.csv"), category="{paper}",
                    subcategory="tables", caption="report/final_loss.rst"),
-        md=f"{RESULTS}/{{paper}}/{SCALE}/tables/final_loss.md",
+        md=update(f"{RESULTS}/{{paper}}/{SCALE}/tables/final_loss.md"),
     params:
         runs=lambda w: " ".join(run_dirs(w.paper)),
         baseline=lambda w: lpc.experiment_config(w.paper).get("baseline", "bf16"),
@@ -73,9 +73,9 @@ rule loss_gap_matrix:
     input:
         lambda w: paper_run_files(w.paper),
     output:
-        png=report(f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_gap_matrix.png", category="{paper}",
+        png=report(update(f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_gap_matrix.png"), category="{paper}",
                    subcategory="tables", caption="report/loss_gap_matrix.rst"),
-        pdf=f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_gap_matrix.pdf",
+        pdf=update(f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_gap_matrix.pdf"),
     params:
         runs=lambda w: " ".join(run_dirs(w.paper)),
         baseline=lambda w: lpc.experiment_config(w.paper).get("baseline", "bf16"),
@@ -89,7 +89,7 @@ rule report_md:
     input:
         [f for p in PAPERS for f in paper_outputs(p)],
     output:
-        REPORT,
+        update(REPORT),
     params:
         papers=" ".join(f"--paper {p} {','.join(run_dirs(p))}" for p in PAPERS),
         # under REUSE_RUNS: the runs of the grid that are not committed, listed in the report

@@ -126,3 +126,146 @@ def test_finetune_train_settings_are_checked_too(tmp_path, monkeypatch):
     lpc.resolve_run("smoke", "int8_fallback", "llama2", "bf16", 0)
     with pytest.raises(lpc.ConfigError, match=r"finetune/llama2/bf16/s0: train\.seq_len=100 is longer"):
         lpc.resolve_finetune_run("smoke", "int8_fallback", "llama2", "bf16", 0)
+
+
+def test_data_id_of_a_local_corpus_follows_its_files(tmp_path, monkeypatch):
+    import os
+
+    import lowprec.data as lpd
+    from lowprec.io import sha256_file
+
+    monkeypatch.setenv("LOWPREC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(lpd, "_FILE_SHA256", {})
+    hashed = []
+    monkeypatch.setattr(lpd, "sha256_file", lambda p: hashed.append(p.name) or sha256_file(p))
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("first play\n")
+    (corpus / "b.txt").write_text("second play\n")
+    cfg = {"source": "local", "path": str(corpus), "vocab_size": 300, "val_fraction": 0.2}
+    first = lpc.data_id(cfg)
+    assert first.startswith("corpus-bpe300-") and lpc.data_id(dict(cfg)) == first
+    assert sorted(hashed) == ["a.txt", "b.txt"]  # once per file, not once per run of the grid
+
+    (corpus / "c.txt").write_text("third play\n")
+    added = lpc.data_id(cfg)
+    (corpus / "c.txt").unlink()
+    assert added != first and lpc.data_id(cfg) == first  # the files decide, not the history
+    (corpus / "a.txt").write_text("first play, revised\n")
+    os.utime(corpus / "a.txt", ns=(1, 1))
+    assert lpc.data_id(cfg) not in (first, added)
+    (corpus / "a.txt").write_text("first play\n")
+    (corpus / "a.txt").rename(corpus / "z.txt")
+    assert lpc.data_id(cfg) not in (first, added)  # a document's name is part of the split
+    (corpus / "z.txt").rename(corpus / "a.txt")
+    assert lpc.data_id(cfg) == first
+
+    # a later process reads the sha256 of unchanged files from the cache instead of the files
+    monkeypatch.setattr(lpd, "_FILE_SHA256", {})
+    hashed.clear()
+    assert lpc.data_id(cfg) == first and hashed == []
+    assert lpc.data_id({**cfg, "path": str(corpus / "b.txt")}) != first
+
+    with pytest.raises(lpc.ConfigError, match=r"data\.path: no such file or folder: .*nowhere"):
+        lpc.data_id({**cfg, "path": str(tmp_path / "nowhere")})
+
+
+def _finished_run(cfg, config=None):
+    """A run folder as lowprec.train leaves it, its config.yaml from ``config`` (default: cfg)."""
+    from pathlib import Path
+
+    from lowprec.io import write_yaml
+
+    out = Path(cfg["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.csv").write_text("step,val_loss\n10,3.2\n")
+    write_yaml(out / "config.yaml", config or cfg)
+    (out / "provenance.json").write_text("{}\n")
+    return out
+
+
+def test_run_status_compares_only_what_changes_the_numbers(tmp_path):
+    import copy
+
+    cfg = lpc.resolve_run("tiny", "gaussws", "gpt2", "bf16", 0, results=str(tmp_path / "results"))
+    assert lpc.run_status(cfg) == ("missing", "no run folder")
+    out = _finished_run(cfg)
+    (out / "provenance.json").unlink()  # training did not end
+    assert lpc.run_status(cfg) == ("missing", "no provenance.json")
+    _finished_run(cfg)
+    assert lpc.run_status(cfg) == ("current", "")
+
+    neutral = copy.deepcopy(cfg)
+    neutral["train"].update(threads=8, devices=4, num_nodes=2, strategy="ddp", ckpt_every=7)
+    neutral["logging"]["wandb"] = True
+    neutral["output_dir"] = "elsewhere/runs/tiny/gaussws/gpt2/bf16/s0"
+    neutral["data"]["dir"] = "elsewhere/data/" + cfg["data"]["dir"].rsplit("/", 1)[1]  # same data id
+    _finished_run(cfg, neutral)
+    assert lpc.run_status(cfg) == ("current", "")
+
+    changed = copy.deepcopy(cfg)
+    changed["train"]["lr"] = 0.002
+    changed["data"]["dir"] = cfg["data"]["dir"] + "x"
+    del changed["method"]["recipe"]
+    _finished_run(cfg, changed)
+    status, why = lpc.run_status(cfg)
+    assert status == "stale"
+    assert why.split("; ") == [f"data.dir: {changed['data']['dir'].rsplit('/', 1)[1]!r} -> "
+                               f"{cfg['data']['dir'].rsplit('/', 1)[1]!r}",
+                               "method.recipe: '<absent>' -> 'bf16'", "train.lr: 0.002 -> 0.003"]
+    (out / "config.yaml").write_text("train: [unclosed\n")
+    assert lpc.run_status(cfg)[0] == "stale"
+
+
+def test_training_plan_trains_missing_stale_asked_and_their_fine_tunes(tmp_path):
+    import copy
+
+    res = str(tmp_path / "results")
+    runs = {m: lpc.resolve_run("tiny", "int8_fallback", "llama2", m, 0, results=res)
+            for m in ("bf16", "int8_block", "int8_rowwise")}
+    for m in ("bf16", "int8_block"):
+        _finished_run(runs[m])
+    ft = {m: lpc.resolve_finetune_run("tiny", "int8_fallback", "llama2", m, 0, results=res)
+          for m in ("bf16", "int8_block")}
+    for c in ft.values():
+        _finished_run(c)
+    assert lpc.training_plan(runs) == {"int8_rowwise": "missing: no run folder"}
+    assert lpc.training_plan(ft, training=[]) == {}
+
+    asked = lpc.retrain_patterns("int8_fallback/llama2/bf16/*", [lpc.run_name(c["output_dir"]) for c in runs.values()])
+    plan = lpc.training_plan(runs, asked)
+    assert plan == {"bf16": "retrain=int8_fallback/llama2/bf16/*", "int8_rowwise": "missing: no run folder"}
+    # the fine-tunes start from the bf16 run's final weights: they train after it
+    assert lpc.training_plan(ft, asked, training=[runs[k]["output_dir"] for k in plan]) == {
+        m: f"starts from {runs['bf16']['output_dir']}, which trains" for m in ft}
+
+    stale = copy.deepcopy(runs["int8_block"])
+    stale["train"]["max_steps"] += 1
+    _finished_run(runs["int8_block"], stale)
+    assert lpc.training_plan(runs)["int8_block"].startswith("stale: train.max_steps: ")
+
+    with pytest.raises(lpc.ConfigError, match=r"config key 'retrain': \['mor/\*'\] match\(es\) no run"):
+        lpc.retrain_patterns(["int8_fallback/*", "mor/*"], [lpc.run_name(c["output_dir"]) for c in runs.values()])
+    assert lpc.retrain_patterns(None, []) == []
+
+
+def test_per_run_files_never_recomputes_a_committed_evaluation(tmp_path):
+    names = ("outliers.csv", "outlier_ccdf.csv")
+    dirs = {k: tmp_path / k for k in ("committed", "training", "checkpoint", "neither", "partial")}
+    for d in dirs.values():
+        (d / "checkpoints").mkdir(parents=True)
+    for n in names:
+        (dirs["committed"] / n).write_text("x\n")
+    (dirs["committed"] / lpc.FINAL_CHECKPOINT).write_text("weights")
+    (dirs["training"] / names[0]).write_text("old\n")
+    (dirs["checkpoint"] / lpc.FINAL_CHECKPOINT).write_text("weights")
+    (dirs["partial"] / names[0]).write_text("x\n")
+    (dirs["partial"] / lpc.FINAL_CHECKPOINT).write_text("weights")
+    d = {k: str(v) for k, v in dirs.items()}
+    read, made, absent = lpc.per_run_files(d.values(), names, training=[d["training"]])
+    assert read == [d["committed"], d["training"], d["checkpoint"]]
+    assert made == [d["training"], d["checkpoint"]]
+    assert absent == [d["neither"], d["partial"]]
+    # regenerating from committed runs: no rule reads a checkpoint
+    assert lpc.per_run_files(d.values(), names, evaluate=False) == (
+        [d["committed"]], [], [d["training"], d["checkpoint"], d["neither"], d["partial"]])

@@ -1,13 +1,12 @@
-"""lowprec.io: whole-or-nothing writes, and the YAML writer the workflow's config rules run."""
+"""lowprec.io: whole-or-nothing writes, and writes that keep an unchanged file as it is."""
 
-import json
 import subprocess
 import sys
 
 import pytest
 import yaml
 
-from lowprec.io import atomic_path, main, write_yaml
+from lowprec.io import atomic_path, write_yaml
 
 
 def test_atomic_path_leaves_nothing_when_the_block_fails(tmp_path):
@@ -19,19 +18,19 @@ def test_atomic_path_leaves_nothing_when_the_block_fails(tmp_path):
     assert not out.exists() and list(out.parent.iterdir()) == []
 
 
-def test_yaml_cli_writes_the_object_as_write_yaml_does(tmp_path):
-    cfg = {"paper": "mor", "seed": 0, "train": {"lr": 1.0e-3, "betas": [0.9, 0.95]}, "x": None,
-           "name": "it's \"quoted\""}
-    main(["yaml", str(tmp_path / "a.yaml"), json.dumps(cfg)])
-    write_yaml(tmp_path / "b.yaml", cfg)
-    assert (tmp_path / "a.yaml").read_text() == (tmp_path / "b.yaml").read_text()
-    assert yaml.safe_load((tmp_path / "a.yaml").read_text()) == cfg
+def test_write_yaml_if_changed_keeps_an_unchanged_file_and_its_time(tmp_path):
+    import os
 
-
-def test_yaml_cli_rejects_bad_json_without_output(tmp_path):
-    out = tmp_path / "c.yaml"
-    r = subprocess.run([sys.executable, "-m", "lowprec.io", "yaml", str(out), "{bad"], capture_output=True, text=True)
-    assert r.returncode != 0 and "JSON argument" in r.stderr and not out.exists()
+    out = tmp_path / "run.yaml"
+    cfg = {"paper": "mor", "seed": 0, "train": {"lr": 1.0e-3, "betas": [0.9, 0.95]}, "name": "it's"}
+    assert write_yaml(out, cfg, if_changed=True)
+    os.utime(out, ns=(1_000_000_000, 1_000_000_000))
+    assert not write_yaml(out, cfg, if_changed=True)
+    assert out.stat().st_mtime_ns == 1_000_000_000
+    assert yaml.safe_load(out.read_text()) == cfg
+    assert write_yaml(out, {**cfg, "seed": 1}, if_changed=True)
+    assert out.stat().st_mtime_ns > 1_000_000_000 and yaml.safe_load(out.read_text())["seed"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["run.yaml"]  # no temporary file left
 
 
 def test_light_modules_do_not_import_torch():
