@@ -383,6 +383,37 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
                           e4m3_share=lambda: e4.double(), partition=self.partition)
         return values.reshape(t.shape), stats
 
+    def fused_gemm(self, other, a, b, call_a, call_b):
+        """fp32 ``a @ b.T`` on the MoR GEMM kernel (``lowprec.kernels.mor_gemm``) when ``other`` is
+        tensor-level MoR too and both dequantize exactly (``dequant="fp32"``): each operand is
+        quantized by the kernel ``__call__`` uses on CUDA (same codes, scales, error), the kernel
+        reads the two decisions on the device and runs an FP8 GEMM if both chose E4M3, else a BF16
+        GEMM of the codes and/or the operands rounded to bf16. No host sync. None (the emulated
+        GEMM) for sub-tensor MoR, dequant="bf16", LOWPREC_MOR_KERNEL=0, blocks the kernel does not
+        take, or without Triton; CPU tensors take it only under the Triton interpreter."""
+        if not (isinstance(other, MoRQuantizer) and USE_KERNEL and self.dequant == other.dequant == "fp32"):
+            return None
+        from .kernels import mor_gemm as kg
+        from .kernels import mor_quant as km
+        if not (kg.triton_available(a.device) and km.triton_available(a.device)):
+            return None
+        a2d, b2d = (_as_2d(t) if t.dtype in (torch.float32, torch.bfloat16) else _as_2d(t).float() for t in (a, b))
+        block_a = km._scale_block(self.partition, self.block, *a2d.shape)
+        block_b = km._scale_block(other.partition, other.block, *b2d.shape)
+        if not kg.supported(block_a, block_b, a2d.shape[1]):
+            return None
+        info = torch.empty(3, dtype=torch.int32, device=a.device)
+        out = kg.mor_gemm(self._gemm_operand(a2d, block_a), other._gemm_operand(b2d, block_b), info=info)
+        self._count(call_a, calls=1, e4m3=info[0])  # the decisions, as the kernel read them
+        other._count(call_b, calls=1, e4m3=info[1])
+        return out
+
+    def _gemm_operand(self, x2d: torch.Tensor, block: tuple):
+        from .kernels import mor_gemm as kg
+        from .kernels import mor_quant as km
+        codes, scales, err = km.mor_quantize_e4m3(x2d, self.partition, self.block, self.scale)
+        return kg.MoROperand(x2d, codes, scales, block, err, self.threshold)
+
     def to_dict(self) -> dict:
         return {"quantizer": self.name, "partition": self.partition,
                 "block": list(self.block) if self.partition == "block" else None, "scale": self.scale,
