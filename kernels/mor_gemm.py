@@ -4,9 +4,11 @@ is E4M3 or BF16 as its relative error decided, the decision read on the device, 
 API::
 
     MoROperand(hp, codes, scales, block, rel_error, threshold)   # one operand, reduction dim last
-    mor_gemm(a, b, out_dtype=torch.float32, fp8_accum="precise", config=None, info=None) -> (M, N)
+    mor_gemm(a, b, out_dtype=torch.float32, fp8_accum="precise", backend="auto", config=None, info=None)
+        -> (M, N) tensor
     fp32_threshold(threshold) -> float
-    supported(block_a, block_b) -> bool, triton_available(device=None), interpreter_active()
+    supported(block_a, block_b, k=None) -> bool, scaled_mm_applies(a, b) -> kind or None
+    triton_available(device=None), interpreter_active()
 
 Operands. ``hp`` is the original operand (fp32 or bf16, any strides), ``codes`` its E4M3 codes
 (float8_e4m3fn, same shape, any strides), ``scales`` the fp32 ENCODE-scale grid (x ~= code /
@@ -22,6 +24,13 @@ the whole grid):
   BF16  otherwise: a BF16 ``tl.dot`` in which each operand is its codes converted to bf16 (exact:
         E4M3 is a subset of bf16) if it chose E4M3, else its hp operand rounded to bf16 (exactly
         the emulation's BF16 value); the loads of the source not chosen are predicated off.
+Backends. "triton" runs the kernel as above. "scaled_mm" computes the FP8 product with
+torch._scaled_mm (cuBLAS / CUTLASS: per-tensor, per-row, or 1x128 x 128x128 block scales) without
+knowing the decision, then launches the kernel in its fix-up mode: every program returns at once
+when both operands chose E4M3 (a few microseconds), else the BF16 loop overwrites the output. The
+common case then costs what FP8 current scaling's GEMM costs; a BF16 choice pays both GEMMs.
+"auto" (default) takes scaled_mm where torch has the scaling and the output dtype (per-row and
+block scales give bf16 only), else triton.
 Scales. The dequantized value code / s factors out of the dot: an operand whose scale is constant
 along K (tensor, channel, or blocks as wide as K) is divided out per output row / column after the
 loop; with several K-blocks (block partition), each K-step's partial product is multiplied by the
@@ -29,16 +38,19 @@ outer product of the rows' 1 / s before it joins the fp32 accumulator, so BLOCK_
 block width (``supported``: a multiple of 32). GAM block scales are s_g * 2^k, so those factors
 are exact powers of two apart; the fp32 and e8 rules work the same way.
 FP8 accumulation: "precise" promotes the tensor cores' partial sums into the fp32 accumulator every
-K-step (``max_num_imprecise_acc`` = BLOCK_K; Hopper's FP8 MMA accumulates with ~14 bits otherwise,
-what cuBLAS calls fast accumulation), as torch._scaled_mm does by default; "fast" does not.
+K-step of 128 (``max_num_imprecise_acc``; Hopper's FP8 MMA accumulates with ~14 bits otherwise,
+what cuBLAS calls fast accumulation), as torch._scaled_mm does by default; "fast" does not. Block
+scales promote every K-step by construction. Tiles: 128 x 128 (ptxas spills a promoted 128 x 256
+accumulator pair), 128 x 256 for fast accumulation with scales constant along K.
 
 Exactness. Every product of two chosen values is exact in fp32 (E4M3 x E4M3: 8 significant bits;
 bf16 x E4M3: 12), so the result differs from a float64 GEMM of the emulation's values only by fp32
 accumulation (order and, for FP8, the promotion interval) and the roundings of the scale factors
 (a few ulps): tests hold it to float64 references at an SQNR floor.
 
-``info`` (optional int32 tensor of 3): program 0 writes (A chose E4M3, B chose E4M3, the loop that
-ran: 1 FP8, 2 BF16), the evidence tests use that the FP8 loop really ran.
+``info`` (optional int32 tensor of 3): program 0 writes (A chose E4M3, B chose E4M3, what
+multiplied: 1 the FP8 loop, 2 the BF16 loop, 3 torch._scaled_mm), the evidence tests use that the
+FP8 path really ran.
 
 Interpreter: the codes and bf16 values are fed to ``tl.dot`` as fp32 (numpy has neither type) and
 fp32 -> bf16 rounding is written out (the interpreter's cast truncates); as for the other kernel
@@ -59,8 +71,8 @@ from ._common import _cdiv, _check_block
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["MoROperand", "mor_gemm", "fp32_threshold", "supported", "GemmConfig", "triton_available",
-           "interpreter_active", "FP8_ACCUM"]
+__all__ = ["MoROperand", "mor_gemm", "fp32_threshold", "supported", "scaled_mm_applies", "GemmConfig",
+           "triton_available", "interpreter_active", "FP8_ACCUM", "BACKENDS"]
 
 FP8_ACCUM = ("precise", "fast")
 _HP_DTYPES = (torch.float32, torch.bfloat16)
@@ -172,7 +184,8 @@ if triton is not None:
             b = _tile(b_c, b_h, kk, n_ok[:, None] & k_ok[None, :], e4b, s_bck, s_bhk, FP8_DOT, EVEN, INTERP)
             if A_KSTEP or B_KSTEP:
                 # block scales change along K: this K-step's partial product is scaled, then added
-                p = _dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), FP8_DOT, PROMOTE, INTERP)
+                # (an fp32 promotion every K-step already: no partial accumulator inside the dot)
+                p = _dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), FP8_DOT, None, INTERP)
                 if A_KSTEP:
                     p = p * _inv_scale(as_ptr, a_srow, k0 // a_bc, s_asc, m_ok, e4a)[:, None]
                 if B_KSTEP:
@@ -183,6 +196,20 @@ if triton is not None:
         return acc
 
     @triton.jit
+    def _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow, s_bsc, e4b,
+                  A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr, OUT_BF16: tl.constexpr):
+        # scales constant along K leave after the loop
+        if not A_KSTEP:
+            acc = acc * _inv_scale(as_ptr, a_srow, 0, s_asc, m_ok, e4a)[:, None]
+        if not B_KSTEP:
+            acc = acc * _inv_scale(bs_ptr, b_srow, 0, s_bsc, n_ok, e4b)[None, :]
+        c_ptrs = c_ptr + rm[:, None] * N + rn[None, :]
+        if OUT_BF16:
+            tl.store(c_ptrs, acc.to(tl.bfloat16), mask=m_ok[:, None] & n_ok[None, :])
+        else:
+            tl.store(c_ptrs, acc, mask=m_ok[:, None] & n_ok[None, :])
+
+    @triton.jit
     def _mor_gemm_kernel(ac_ptr, ah_ptr, as_ptr, ae_ptr, bc_ptr, bh_ptr, bs_ptr, be_ptr, c_ptr, info_ptr,
                          M, N, K, thr_a, thr_b,
                          s_acm, s_ack, s_ahm, s_ahk, s_asr, s_asc, a_br, a_bc,
@@ -190,7 +217,8 @@ if triton is not None:
                          A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K8: tl.constexpr,
                          BLOCK_K16: tl.constexpr, GROUP_M: tl.constexpr, PROMOTE: tl.constexpr,
-                         EVEN: tl.constexpr, OUT_BF16: tl.constexpr, INTERP: tl.constexpr):
+                         EVEN: tl.constexpr, OUT_BF16: tl.constexpr, FIXUP: tl.constexpr,
+                         INTERP: tl.constexpr):
         pid = tl.program_id(0)
         n_pm = (M + BLOCK_M - 1) // BLOCK_M
         n_pn = (N + BLOCK_N - 1) // BLOCK_N
@@ -213,28 +241,33 @@ if triton is not None:
         first = pid == 0
         tl.store(info_ptr, e4a.to(tl.int32), mask=first)
         tl.store(info_ptr + 1, e4b.to(tl.int32), mask=first)
-        if e4a & e4b:
-            acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
-                            a_srow, b_srow, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
-                            s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, True, A_KSTEP, B_KSTEP,
-                            BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, INTERP)
-            tl.store(info_ptr + 2, 1, mask=first)
+        if FIXUP:
+            # torch._scaled_mm already wrote the FP8 product: only a BF16 choice has work to do
+            if e4a & e4b:
+                tl.store(info_ptr + 2, 3, mask=first)
+            else:
+                acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
+                                a_srow, b_srow, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, A_KSTEP, B_KSTEP,
+                                BLOCK_M, BLOCK_N, BLOCK_K16, PROMOTE, False, INTERP)
+                _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow, s_bsc,
+                          e4b, A_KSTEP, B_KSTEP, OUT_BF16)
+                tl.store(info_ptr + 2, 2, mask=first)
         else:
-            acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
-                            a_srow, b_srow, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
-                            s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, A_KSTEP, B_KSTEP,
-                            BLOCK_M, BLOCK_N, BLOCK_K16, PROMOTE, False, INTERP)
-            tl.store(info_ptr + 2, 2, mask=first)
-        # scales constant along K leave after the loop
-        if not A_KSTEP:
-            acc = acc * _inv_scale(as_ptr, a_srow, 0, s_asc, m_ok, e4a)[:, None]
-        if not B_KSTEP:
-            acc = acc * _inv_scale(bs_ptr, b_srow, 0, s_bsc, n_ok, e4b)[None, :]
-        c_ptrs = c_ptr + rm[:, None] * N + rn[None, :]
-        if OUT_BF16:
-            tl.store(c_ptrs, acc.to(tl.bfloat16), mask=m_ok[:, None] & n_ok[None, :])
-        else:
-            tl.store(c_ptrs, acc, mask=m_ok[:, None] & n_ok[None, :])
+            if e4a & e4b:
+                acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
+                                a_srow, b_srow, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, True, A_KSTEP, B_KSTEP,
+                                BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, INTERP)
+                tl.store(info_ptr + 2, 1, mask=first)
+            else:
+                acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
+                                a_srow, b_srow, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, A_KSTEP, B_KSTEP,
+                                BLOCK_M, BLOCK_N, BLOCK_K16, PROMOTE, False, INTERP)
+                tl.store(info_ptr + 2, 2, mask=first)
+            _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow, s_bsc, e4b,
+                      A_KSTEP, B_KSTEP, OUT_BF16)
 
     _JIT_FNS = (_mor_gemm_kernel,)
 
@@ -291,7 +324,7 @@ def _largest_pow2_divisor(n: int, cap: int) -> int:
     return d
 
 
-def _config(M: int, N: int, K: int, k_widths: list, hp_fp32: bool) -> GemmConfig:
+def _config(M: int, N: int, K: int, k_widths: list, hp_fp32: bool, precise: bool, fixup: bool) -> GemmConfig:
     """Tiles for this shape. k_widths: the block widths that each K-step must divide."""
     cap8 = 128
     for w in k_widths:
@@ -299,15 +332,17 @@ def _config(M: int, N: int, K: int, k_widths: list, hp_fp32: bool) -> GemmConfig
     if interpreter_active():
         return GemmConfig(32, 32, min(cap8, 32), min(cap8, 32), 4, 1)
     # FP8 K-step 128 (48 KB of codes per stage at 128 x 256); the BF16 loop keeps about that
-    # footprint with a K-step of 64 (32 where an fp32 operand is loaded before its cast). A
-    # per-K-step scaled product needs a second accumulator: 128 x 128 tiles keep both in registers.
-    bn = 256 if N >= 256 * 16 and not k_widths else 128
-    bk16 = min(cap8, 32 if hp_fp32 else 64)
-    return GemmConfig(128, bn, cap8, bk16, 8, 3)
+    # footprint with a K-step of 64 (32 where an fp32 operand is loaded before its cast). 128 x 256
+    # tiles only for a plain FP8 loop with fast accumulation: a promoted or per-K-step scaled
+    # product needs a second accumulator, and the BF16 loop's converted tiles need registers too
+    # (ptxas spills at 128 x 256 with 8 warps otherwise).
+    if N >= 256 * 16 and not k_widths and not precise and not fixup:
+        return GemmConfig(128, 256, cap8, min(cap8, 32), 8, 3)
+    return GemmConfig(128, 128, cap8, min(cap8, 32 if hp_fp32 else 64), 8, 3)
 
 
 def _fallback_configs(cfg: GemmConfig):
-    """Smaller configurations to try if a compile runs out of shared memory or registers."""
+    """Smaller configurations to try if a compile runs out of shared memory."""
     yield cfg._replace(num_stages=2)
     yield cfg._replace(block_n=128, num_stages=3)
     yield cfg._replace(block_n=128, num_stages=2)
@@ -315,6 +350,7 @@ def _fallback_configs(cfg: GemmConfig):
 
 
 _CONFIG_CACHE: dict = {}
+_SCALED_MM_REFUSED: set = set()  # shapes / scalings torch._scaled_mm raised for: the Triton loop runs them
 
 
 def _check_operand(op: MoROperand, name: str) -> None:
@@ -341,10 +377,17 @@ def _check_operand(op: MoROperand, name: str) -> None:
 
 
 def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float32, fp8_accum: str = "precise",
-             config: Optional[GemmConfig] = None, info: Optional[torch.Tensor] = None) -> torch.Tensor:
+             backend: str = "auto", config: Optional[GemmConfig] = None,
+             info: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``A @ B.T`` (out_dtype, (rows of A, rows of B)) of two MoR operands, each E4M3 or BF16 as its
-    error decides on the device; see the module docstring. info: an int32 tensor of 3 that receives
-    (A chose E4M3, B chose E4M3, loop that ran: 1 FP8, 2 BF16)."""
+    error decides on the device; see the module docstring. backend: "triton" (the FP8 loop of this
+    kernel), "scaled_mm" (the FP8 product from torch._scaled_mm, then this kernel in its fix-up
+    mode, which returns at once when both chose E4M3 and otherwise overwrites the output with the
+    BF16 loop; row- and blockwise scales give a bf16 product, converted to an fp32 out_dtype), or
+    "auto" (scaled_mm where ``scaled_mm_applies`` and out_dtype is what it gives, else triton;
+    torch refusing a shape also sends it to triton, remembered). info: an int32
+    tensor of 3 that receives (A chose E4M3, B chose E4M3, what multiplied: 1 the FP8 loop, 2 the
+    BF16 loop, 3 torch._scaled_mm)."""
     _check_operand(a, "a")
     _check_operand(b, "b")
     _require_triton(a.hp)
@@ -354,6 +397,8 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
     if fp8_accum not in FP8_ACCUM:
         raise ValueError(f"fp8_accum must be one of {FP8_ACCUM}, got {fp8_accum!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     M, K = a.hp.shape
     N, kb = b.hp.shape
     if kb != K:
@@ -366,16 +411,35 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
         info = torch.empty(3, dtype=torch.int32, device=dev)
     elif info.dtype != torch.int32 or info.numel() < 3 or info.device != dev:
         raise ValueError("info must be an int32 tensor of at least 3 elements on the operands' device")
-    out = torch.empty((M, N), dtype=out_dtype, device=dev)
-    if M == 0 or N == 0:
-        return out
-    if K == 0:
-        return out.zero_()
+    if M == 0 or N == 0 or K == 0:
+        return torch.zeros((M, N), dtype=out_dtype, device=dev)
+    kind = scaled_mm_applies(a, b) if backend != "triton" else None
+    if backend == "scaled_mm" and kind is None:
+        raise ValueError(f"backend 'scaled_mm': torch._scaled_mm does not take these operands ({(M, N, K)}, "
+                         f"blocks {a.block} and {b.block}, {a.hp.device})")
+    if backend == "auto" and kind in ("rowwise", "blockwise") and out_dtype != torch.bfloat16:
+        kind = None  # their bf16 output would round an fp32 result: the Triton loop instead
+    out = _scaled_mm(a, b, kind, out_dtype, fp8_accum) if kind is not None else None
+    fp8_done = out is not None
+    if out is None:
+        out = torch.empty((M, N), dtype=out_dtype, device=dev)
+    _launch(a, b, out, info, fp8_accum, config, fixup=fp8_done)
+    return out if out.dtype == out_dtype else out.to(out_dtype)
+
+
+BACKENDS = ("auto", "triton", "scaled_mm")
+
+
+def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor, fp8_accum: str,
+            config: Optional[GemmConfig], fixup: bool) -> None:
+    M, K = a.hp.shape
+    N = b.hp.shape[0]
     a_kstep, b_kstep = a.block[1] < K, b.block[1] < K
     widths = [w for w, ks in ((a.block[1], a_kstep), (b.block[1], b_kstep)) if ks]
     hp_fp32 = torch.float32 in (a.hp.dtype, b.hp.dtype)
-    key = (M, N, K, tuple(widths), hp_fp32, str(dev))
-    cfg = config or _CONFIG_CACHE.get(key) or _config(M, N, K, widths, hp_fp32)
+    precise = fp8_accum == "precise"
+    key = (M, N, K, tuple(widths), hp_fp32, precise, fixup, str(out.device))
+    cfg = config or _CONFIG_CACHE.get(key) or _config(M, N, K, widths, hp_fp32, precise, fixup)
     for w in widths:
         if w % cfg.block_k8 or w % cfg.block_k16:
             raise ValueError(f"config {cfg}: K-steps must divide the block width {w}")
@@ -386,14 +450,13 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
             *b.codes.stride(), *bh.stride(), *b.scales.stride(), b.block[0], b.block[1])
     tried = [cfg] if config is not None or key in _CONFIG_CACHE else [cfg, *_fallback_configs(cfg)]
     for i, c in enumerate(tried):
-        even8 = M % c.block_m == 0 and N % c.block_n == 0 and K % c.block_k8 == 0
+        even = M % c.block_m == 0 and N % c.block_n == 0 and K % c.block_k8 == 0
         try:
             _mor_gemm_kernel[(_cdiv(M, c.block_m) * _cdiv(N, c.block_n),)](
                 *args, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
                 BLOCK_K8=c.block_k8, BLOCK_K16=c.block_k16, GROUP_M=_GROUP_M,
-                PROMOTE=c.block_k8 if fp8_accum == "precise" else 2**30, EVEN=even8,
-                OUT_BF16=out_dtype == torch.bfloat16, INTERP=interpreter_active(),
-                num_warps=c.num_warps, num_stages=c.num_stages)
+                PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, OUT_BF16=out.dtype == torch.bfloat16,
+                FIXUP=fixup, INTERP=interpreter_active(), num_warps=c.num_warps, num_stages=c.num_stages)
         except _OutOfResources:
             if i + 1 == len(tried):
                 raise
@@ -401,7 +464,59 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
         if config is None:
             _CONFIG_CACHE[key] = c
         break
-    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# torch._scaled_mm for the FP8 product
+
+
+def scaled_mm_applies(a: MoROperand, b: MoROperand) -> Optional[str]:
+    """How torch._scaled_mm takes the FP8 product of these operands, or None: "tensorwise" (both
+    per-tensor), "rowwise" (per-tensor or per-row scales on each side; bf16 output), "blockwise"
+    (both in 128 x 128 blocks over dimensions that are multiples of 128, K of 512; bf16 output).
+    Needs CUDA (not the interpreter), K-contiguous codes for A and B, and dimensions that are
+    multiples of 16."""
+    if interpreter_active() or a.hp.device.type != "cuda" or not hasattr(torch, "_scaled_mm"):
+        return None
+    M, K = a.hp.shape
+    N = b.hp.shape[0]
+    if M % 16 or N % 16 or K % 16 or a.codes.stride(1) != 1 or b.codes.stride(1) != 1:
+        return None
+    grids = (tuple(a.scales.shape), tuple(b.scales.shape))
+    if grids == ((1, 1), (1, 1)):
+        kind = "tensorwise"
+    elif all(g[1] == 1 for g in grids) and a.block[0] in (1, M) and b.block[0] in (1, N):
+        kind = "rowwise"
+    elif (a.block == b.block == (128, 128) and M % 128 == 0 and N % 128 == 0 and K % 512 == 0):
+        kind = "blockwise"
+    else:
+        return None
+    return None if (kind, M, N, K) in _SCALED_MM_REFUSED else kind
+
+
+def _scaled_mm(a: MoROperand, b: MoROperand, kind: str, out_dtype: torch.dtype, fp8_accum: str):
+    """The FP8 product by torch._scaled_mm in out_dtype (bf16 for row- and blockwise scales), or
+    None if torch refuses it (remembered: the Triton loop runs that case from then on). Decode
+    scales 1 / s: one tiny launch per operand; codes are read in place (B column-major = K-major)."""
+    M, K = a.hp.shape
+    N = b.hp.shape[0]
+    inv_a, inv_b = a.scales.reciprocal(), b.scales.reciprocal()
+    if kind == "tensorwise":
+        inv_a, inv_b = inv_a.reshape(()), inv_b.reshape(())
+    elif kind == "rowwise":
+        out_dtype = torch.bfloat16
+        inv_a = inv_a.reshape(-1, 1).expand(M, 1).contiguous()
+        inv_b = inv_b.reshape(1, -1).expand(1, N).contiguous()
+    else:  # 1 x 128 scales of A's rows and 128 x 128 of B's blocks, both K-block-major (cuBLAS)
+        out_dtype = torch.bfloat16
+        inv_a = inv_a.repeat_interleave(128, dim=0).t().contiguous().t()
+        inv_b = inv_b.t().contiguous().t()
+    try:
+        return torch._scaled_mm(a.codes, b.codes.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype,
+                                use_fast_accum=fp8_accum == "fast")
+    except (RuntimeError, ValueError):
+        _SCALED_MM_REFUSED.add((kind, M, N, K))
+        return None
 
 
 def _hp_arg(t: torch.Tensor) -> torch.Tensor:

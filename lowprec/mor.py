@@ -398,21 +398,28 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         if not (kg.triton_available(a.device) and km.triton_available(a.device)):
             return None
         a2d, b2d = (_as_2d(t) if t.dtype in (torch.float32, torch.bfloat16) else _as_2d(t).float() for t in (a, b))
-        block_a = km._scale_block(self.partition, self.block, *a2d.shape)
-        block_b = km._scale_block(other.partition, other.block, *b2d.shape)
-        if not kg.supported(block_a, block_b, a2d.shape[1]):
+        blocks = (self._grid_block(a2d), other._grid_block(b2d))
+        if not kg.supported(*blocks, a2d.shape[1]):
             return None
         info = torch.empty(3, dtype=torch.int32, device=a.device)
-        out = kg.mor_gemm(self._gemm_operand(a2d, block_a), other._gemm_operand(b2d, block_b), info=info)
+        out = kg.mor_gemm(self.gemm_operand(a2d), other.gemm_operand(b2d), info=info)
         self._count(call_a, calls=1, e4m3=info[0])  # the decisions, as the kernel read them
         other._count(call_b, calls=1, e4m3=info[1])
         return out
 
-    def _gemm_operand(self, x2d: torch.Tensor, block: tuple):
+    def gemm_operand(self, x2d: torch.Tensor):
+        """``lowprec.kernels.mor_gemm.MoROperand`` of a 2-D fp32/bf16 operand (reduction dimension
+        last, any strides): its E4M3 codes, scales and error from ``lowprec.kernels.mor_quant``
+        (the kernel ``__call__`` uses on CUDA), and this quantizer's threshold."""
         from .kernels import mor_gemm as kg
         from .kernels import mor_quant as km
         codes, scales, err = km.mor_quantize_e4m3(x2d, self.partition, self.block, self.scale)
-        return kg.MoROperand(x2d, codes, scales, block, err, self.threshold)
+        return kg.MoROperand(x2d, codes, scales, self._grid_block(x2d), err, self.threshold)
+
+    def _grid_block(self, x2d: torch.Tensor) -> tuple:
+        """The (R, C) block one scale covers in x2d: the whole of it, one row, or ``block``."""
+        from .kernels import mor_quant as km
+        return km._scale_block(self.partition, self.block, *x2d.shape)
 
     def to_dict(self) -> dict:
         return {"quantizer": self.name, "partition": self.partition,
