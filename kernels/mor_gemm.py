@@ -476,7 +476,7 @@ def scaled_mm_applies(a: MoROperand, b: MoROperand) -> Optional[str]:
     (both in 128 x 128 blocks over dimensions that are multiples of 128, K of 512; bf16 output).
     Needs CUDA (not the interpreter), K-contiguous codes for A and B, and dimensions that are
     multiples of 16."""
-    if interpreter_active() or a.hp.device.type != "cuda" or not hasattr(torch, "_scaled_mm"):
+    if not _scaled_mm_device(a.hp.device):
         return None
     M, K = a.hp.shape
     N = b.hp.shape[0]
@@ -492,6 +492,10 @@ def scaled_mm_applies(a: MoROperand, b: MoROperand) -> Optional[str]:
     else:
         return None
     return None if (kind, M, N, K) in _SCALED_MM_REFUSED else kind
+
+
+def _scaled_mm_device(device) -> bool:
+    return not interpreter_active() and device.type == "cuda" and hasattr(torch, "_scaled_mm")
 
 
 def _scaled_mm(a: MoROperand, b: MoROperand, kind: str, out_dtype: torch.dtype, fp8_accum: str):

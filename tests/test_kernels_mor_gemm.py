@@ -201,3 +201,21 @@ def test_fused_gemm_declines_what_it_does_not_run(monkeypatch):
     monkeypatch.setattr(mor, "USE_KERNEL", False)
     assert q.fused_gemm(q, a, b, *calls) is None
     assert q.coverage() == []
+
+
+def test_fixup_mode_keeps_the_fp8_product_or_overwrites_it():
+    """backend "scaled_mm" launches the kernel after torch._scaled_mm wrote the FP8 product: with
+    both operands E4M3 it must leave the output alone; otherwise the BF16 loop replaces all of it."""
+    a, b = _data((40, 72), 20), _data((24, 72), 21)
+    oa, ob = _operand(a, "block"), _operand(b, "block")
+    for th_a, ran in ((E4M3_TH, 3), (BF16_TH, 2)):
+        out = torch.full((40, 24), 7.0, device=DEVICE)
+        info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
+        kg._launch(oa._replace(threshold=th_a), ob._replace(threshold=E4M3_TH), out, info, "precise", None,
+                   fixup=True)
+        assert info.tolist() == [int(th_a == E4M3_TH), 1, ran]
+        if ran == 3:
+            assert bool((out == 7.0).all())
+        else:
+            ref = _emulated(a, "block", th_a)[0] @ _emulated(b, "block", E4M3_TH)[0].t()
+            assert sqnr_db(ref, out.cpu().double()) > FLOOR_DB
