@@ -52,6 +52,7 @@ accumulation (order and, for FP8, the promotion interval) and the roundings of t
 multiplied: 1 the FP8 loop, 2 the BF16 loop, 3 torch._scaled_mm), the evidence tests use that the
 FP8 path really ran.
 
+E4M3 codes reach the BF16 loop through an integer decode (exact, no fp8 conversion instruction).
 Interpreter: the codes and bf16 values are fed to ``tl.dot`` as fp32 (numpy has neither type) and
 fp32 -> bf16 rounding is written out (the interpreter's cast truncates); as for the other kernel
 modules, set TRITON_INTERPRET=1 before this module is first imported, or reload it
@@ -112,16 +113,30 @@ if triton is not None:
         return tl.where(x != x, x, r.to(tl.float32, bitcast=True))
 
     @triton.jit
+    def _e4m3_to_f32(c):
+        """uint8 E4M3 bit patterns -> fp32 values, written out in integer ops (exact; NaN for
+        0x7F/0xFF): the BF16 loop does not rely on Triton's fp8 conversions, one of which returned
+        wrong values on an H200 with Triton 3.6 (see lowprec.kernels.mor_quant)."""
+        ci = c.to(tl.int32)
+        e = (ci >> 3) & 0xF
+        m = ci & 0x7
+        normal = ((e + 120) << 23) | (m << 20)                          # 2^(e-7) * (1 + m/8)
+        sub = (m.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)  # m * 2^-9
+        mag = tl.where(e == 0, sub, normal)
+        mag = tl.where((ci & 0x7F) == 0x7F, 0x7FC00000, mag)
+        return (mag | ((ci & 0x80) << 24)).to(tl.float32, bitcast=True)
+
+    @triton.jit
     def _codes_value(c, FP8_DOT: tl.constexpr, INTERP: tl.constexpr):
-        """uint8 E4M3 bit patterns -> the dot's operand: fp8 as is, else bf16 (fp32 in the
-        interpreter; both exact)."""
-        v = c.to(tl.float8e4nv, bitcast=True)
+        """uint8 E4M3 bit patterns -> the dot's operand: the fp8 bits as they are for the FP8
+        loop, else their value in bf16 (exact: E4M3 is a subset of bf16; fp32 in the
+        interpreter, which has neither type)."""
         if INTERP:
-            return v.to(tl.float32)
+            return _e4m3_to_f32(c)
         elif FP8_DOT:
-            return v
+            return c.to(tl.float8e4nv, bitcast=True)
         else:
-            return v.to(tl.bfloat16)
+            return _e4m3_to_f32(c).to(tl.bfloat16)
 
     @triton.jit
     def _hp_value(h, INTERP: tl.constexpr):
@@ -154,7 +169,7 @@ if triton is not None:
     def _inv_scale(s_ptr, srow, kb, s_sc, ok, e4):
         """1 / s of each row's block at K-block kb for an E4M3 operand; 1 for a BF16 one."""
         s = tl.load(s_ptr + srow + kb * s_sc, mask=tl.where(e4, ok, False), other=1.0)
-        return tl.where(e4, tl.math.div_rn(1.0, s), 1.0)
+        return tl.where(e4, tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s), 1.0)
 
     @triton.jit
     def _dot(a, b, acc, FP8_DOT: tl.constexpr, PROMOTE: tl.constexpr, INTERP: tl.constexpr):
@@ -167,21 +182,25 @@ if triton is not None:
 
     @triton.jit
     def _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok, a_srow, b_srow,
-                  K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc, s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc,
+                  M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc, s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc,
                   FP8_DOT: tl.constexpr, A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   PROMOTE: tl.constexpr, EVEN: tl.constexpr, INTERP: tl.constexpr):
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         rk = tl.arange(0, BLOCK_K)
-        a_c = ac_ptr + rm[:, None] * s_acm
-        a_h = ah_ptr + rm[:, None] * s_ahm
-        b_c = bc_ptr + rn[:, None] * s_bcn
-        b_h = bh_ptr + rn[:, None] * s_bhn
+        # rows past the end read the last row instead of being masked (their results are not
+        # stored): only K is ever masked, which keeps the loads vectorized and the registers free
+        rm_ld = tl.minimum(rm, M - 1)
+        rn_ld = tl.minimum(rn, N - 1)
+        a_c = ac_ptr + rm_ld[:, None] * s_acm
+        a_h = ah_ptr + rm_ld[:, None] * s_ahm
+        b_c = bc_ptr + rn_ld[:, None] * s_bcn
+        b_h = bh_ptr + rn_ld[:, None] * s_bhn
         for k0 in range(0, K, BLOCK_K):
             kk = k0 + rk
-            k_ok = kk < K
-            a = _tile(a_c, a_h, kk, m_ok[:, None] & k_ok[None, :], e4a, s_ack, s_ahk, FP8_DOT, EVEN, INTERP)
-            b = _tile(b_c, b_h, kk, n_ok[:, None] & k_ok[None, :], e4b, s_bck, s_bhk, FP8_DOT, EVEN, INTERP)
+            k_ok = (kk < K)[None, :]
+            a = _tile(a_c, a_h, kk, k_ok, e4a, s_ack, s_ahk, FP8_DOT, EVEN, INTERP)
+            b = _tile(b_c, b_h, kk, k_ok, e4b, s_bck, s_bhk, FP8_DOT, EVEN, INTERP)
             if A_KSTEP or B_KSTEP:
                 # block scales change along K: this K-step's partial product is scaled, then added
                 # (an fp32 promotion every K-step already: no partial accumulator inside the dot)
@@ -247,7 +266,7 @@ if triton is not None:
                 tl.store(info_ptr + 2, 3, mask=first)
             else:
                 acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
-                                a_srow, b_srow, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
                                 s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, A_KSTEP, B_KSTEP,
                                 BLOCK_M, BLOCK_N, BLOCK_K16, PROMOTE, False, INTERP)
                 _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow, s_bsc,
@@ -256,13 +275,13 @@ if triton is not None:
         else:
             if e4a & e4b:
                 acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
-                                a_srow, b_srow, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
                                 s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, True, A_KSTEP, B_KSTEP,
                                 BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, INTERP)
                 tl.store(info_ptr + 2, 1, mask=first)
             else:
                 acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
-                                a_srow, b_srow, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
                                 s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, A_KSTEP, B_KSTEP,
                                 BLOCK_M, BLOCK_N, BLOCK_K16, PROMOTE, False, INTERP)
                 tl.store(info_ptr + 2, 2, mask=first)
@@ -450,7 +469,7 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
             *b.codes.stride(), *bh.stride(), *b.scales.stride(), b.block[0], b.block[1])
     tried = [cfg] if config is not None or key in _CONFIG_CACHE else [cfg, *_fallback_configs(cfg)]
     for i, c in enumerate(tried):
-        even = M % c.block_m == 0 and N % c.block_n == 0 and K % c.block_k8 == 0
+        even = K % c.block_k8 == 0
         try:
             _mor_gemm_kernel[(_cdiv(M, c.block_m) * _cdiv(N, c.block_n),)](
                 *args, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,

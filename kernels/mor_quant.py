@@ -185,8 +185,8 @@ if triton is not None:
     def _error_kernel(err_ptr, nz_ptr, rel_ptr, n, CHUNK: tl.constexpr):
         """One program: the tiles' error sums added in fp64 and their non-zero counts in int64, in
         a fixed order (deterministic), and the mean error as fp32 (0 without a non-zero)."""
-        total = tl.zeros((), tl.float64)
-        count = tl.zeros((), tl.int64)
+        total = tl.cast(0.0, tl.float64)
+        count = tl.cast(0, tl.int64)
         for start in range(0, n, CHUNK):
             i = start + tl.arange(0, CHUNK)
             ok = i < n
