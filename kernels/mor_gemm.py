@@ -406,7 +406,7 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
     "auto" (scaled_mm where ``scaled_mm_applies`` and out_dtype is what it gives, else triton;
     torch refusing a shape also sends it to triton, remembered). info: an int32
     tensor of 3 that receives (A chose E4M3, B chose E4M3, what multiplied: 1 the FP8 loop, 2 the
-    BF16 loop, 3 torch._scaled_mm)."""
+    BF16 loop, 3 torch._scaled_mm, 0 nothing for an empty product)."""
     _check_operand(a, "a")
     _check_operand(b, "b")
     _require_triton(a.hp)
@@ -430,7 +430,10 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
         info = torch.empty(3, dtype=torch.int32, device=dev)
     elif info.dtype != torch.int32 or info.numel() < 3 or info.device != dev:
         raise ValueError("info must be an int32 tensor of at least 3 elements on the operands' device")
-    if M == 0 or N == 0 or K == 0:
+    if M == 0 or N == 0 or K == 0:  # nothing to multiply; the decisions still go to info
+        for i, op in enumerate((a, b)):
+            info[i] = op.rel_error.reshape(()) <= fp32_threshold(op.threshold)
+        info[2] = 0
         return torch.zeros((M, N), dtype=out_dtype, device=dev)
     kind = scaled_mm_applies(a, b) if backend != "triton" else None
     if backend == "scaled_mm" and kind is None:
@@ -530,10 +533,12 @@ def _scaled_mm(a: MoROperand, b: MoROperand, kind: str, out_dtype: torch.dtype, 
         out_dtype = torch.bfloat16
         inv_a = inv_a.reshape(-1, 1).expand(M, 1).contiguous()
         inv_b = inv_b.reshape(1, -1).expand(1, N).contiguous()
-    else:  # 1 x 128 scales of A's rows and 128 x 128 of B's blocks, both K-block-major (cuBLAS)
+    else:
+        # 1 x 128 scales of A's rows, (M, K/128) with stride 1 along M; B's 128 x 128 grid as
+        # (K/128, N/128) with stride 1 along K/128: the layout that ran on an H200 (torch 2.11)
         out_dtype = torch.bfloat16
         inv_a = inv_a.repeat_interleave(128, dim=0).t().contiguous().t()
-        inv_b = inv_b.t().contiguous().t()
+        inv_b = inv_b.contiguous().t()
     try:
         return torch._scaled_mm(a.codes, b.codes.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype,
                                 use_fast_accum=fp8_accum == "fast")

@@ -219,3 +219,10 @@ def test_fixup_mode_keeps_the_fp8_product_or_overwrites_it():
         else:
             ref = _emulated(a, "block", th_a)[0] @ _emulated(b, "block", E4M3_TH)[0].t()
             assert sqnr_db(ref, out.cpu().double()) > FLOOR_DB
+
+
+def test_empty_product_still_reports_the_decisions():
+    a, b = _data((0, 64), 22), _data((16, 64), 23)
+    info = torch.full((3,), -1, dtype=torch.int32, device=DEVICE)
+    out = kg.mor_gemm(_operand(a, "tensor", E4M3_TH), _operand(b, "tensor", BF16_TH), info=info)
+    assert out.shape == (0, 16) and info.tolist() == [1, 0, 0]  # an empty operand's error is 0
