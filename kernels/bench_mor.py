@@ -9,8 +9,10 @@ fprop Y = X W^T, dgrad dX = dY W, wgrad dW = dY^T X. X, W, dY are bf16. Per conf
 records the median step time (triton.testing.do_bench), the time spent before the GEMMs
 (quantization and, for MoR, the decision), its share of the step, the GEMM time alone on
 pre-quantized operands, TFLOP/s, the speed-up over BF16 and the ratio to FP8 current scaling,
-which GEMMs ran in FP8, every operand's MoR error and format, and whether the quantization kernel's
-codes, scales and error equal the torch reference (lowprec.mor) for X.
+which GEMMs ran in FP8 and on what, every operand's MoR error and format, whether the quantization
+kernel's codes, scales and error equal the torch reference (lowprec.mor) for X, and for MoR the
+time before the GEMMs beyond FP8 current scaling's own quantization (decide_extra_ms and its share
+of the step: what deciding costs).
 
 Methods:
   bf16             three BF16 matmuls
@@ -65,7 +67,7 @@ MOR_PARTITIONS = ("tensor", "block", "channel")
 FIELDS = [
     "method", "partition", "scale", "block", "threshold", "tokens", "hidden", "backend", "out_dtype", "step_ms",
     "quant_ms", "quant_share", "gemm_ms", "tflops", "speedup_vs_bf16", "vs_fp8_current", "fp8_gemms", "formats",
-    "rel_err_x", "rel_err_w", "rel_err_dy", "matches_ref",
+    "rel_err_x", "rel_err_w", "rel_err_dy", "matches_ref", "decide_extra_ms", "decide_extra_share",
 ]
 GEMM_FIELDS = ["variant", "partition", "backend", "fp8_accum", "loop", "m", "n", "k", "ms", "tflops",
                "vs_scaled_mm_tensorwise", "vs_bf16"]
@@ -666,9 +668,15 @@ def main(argv=None) -> int:
 
 def _finish(row: dict, flops: int, rows: list) -> None:
     """Ratios to the BF16 and FP8-current rows of the same hidden size (rows holds this one too)."""
-    row["_step"] = row["step_ms"]
+    row["_step"], row["_quant"] = row["step_ms"], row["quant_ms"]
     bf = next(r["_step"] for r in rows if r["method"] == "bf16")
     fp8 = next((r["_step"] for r in rows if r["method"] == "fp8_current"), None)
+    fp8_quant = next((r["_quant"] for r in rows if r["method"] == "fp8_current"), None)
+    if row["method"].startswith("mor") and fp8_quant is not None:
+        # what deciding costs beyond FP8 current scaling's own quantization (amax, scale, cast)
+        extra = row["quant_ms"] - fp8_quant
+        row["decide_extra_ms"] = f"{extra:.4f}"
+        row["decide_extra_share"] = f"{extra / row['step_ms']:.4f}"
     row["quant_share"] = f"{row['quant_ms'] / row['step_ms']:.4f}"
     row["tflops"] = f"{flops / row['step_ms'] / 1e9:.1f}"
     row["speedup_vs_bf16"] = f"{bf / row['step_ms']:.3f}"
@@ -706,12 +714,15 @@ def _summary(rows: list, gemm_rows: list, checks: list) -> None:
         for r in gemm_rows:
             print(f"{r['variant']:42} {r.get('loop', ''):10} {r['ms']:>8} {r['vs_scaled_mm_tensorwise']:>7}")
     print("\n# summary: forward + backward step (ms), time before the GEMMs, ratios (>1 = faster)")
-    print(f"{'hidden':>6} {'method':18} {'th':>6} {'out':>4} {'step':>8} {'quant':>8} {'share':>6} {'vs bf16':>8} "
-          f"{'vs fp8':>7} {'fp8 gemms':>9}  backend")
+    print("# share: time before the GEMMs / step; extra: that time minus fp8_current's, / step")
+    print(f"{'hidden':>6} {'method':18} {'th':>6} {'out':>4} {'step':>8} {'quant':>8} {'share':>6} {'extra':>6} "
+          f"{'vs bf16':>8} {'vs fp8':>7} {'fp8 gemms':>9}  backend")
     for r in rows:
+        extra = f"{float(r['decide_extra_share']):.1%}" if r.get("decide_extra_share") else ""
         print(f"{r['hidden']:>6} {r['method']:18} {str(r.get('threshold', '')):>6} {r.get('out_dtype', ''):>4} "
-              f"{r['step_ms']:>8} {r['quant_ms']:>8} {float(r['quant_share']):>6.1%} {r['speedup_vs_bf16']:>8} "
-              f"{r['vs_fp8_current']:>7} {r['fp8_gemms']:>9}  {r.get('backend', '')}", flush=True)
+              f"{r['step_ms']:>8} {r['quant_ms']:>8} {float(r['quant_share']):>6.1%} {extra:>6} "
+              f"{r['speedup_vs_bf16']:>8} {r['vs_fp8_current']:>7} {r['fp8_gemms']:>9}  {r.get('backend', '')}",
+              flush=True)
 
 
 if __name__ == "__main__":
