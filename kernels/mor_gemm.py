@@ -54,9 +54,10 @@ FP8 path really ran.
 
 E4M3 codes reach the BF16 loop through an integer decode (exact, no fp8 conversion instruction).
 Interpreter: the codes and bf16 values are fed to ``tl.dot`` as fp32 (numpy has neither type) and
-fp32 -> bf16 rounding is written out (the interpreter's cast truncates); as for the other kernel
-modules, set TRITON_INTERPRET=1 before this module is first imported, or reload it
-(``_common.reload_for_interpreter``).
+fp32 -> bf16 rounding is written out (the interpreter's cast truncates); only Triton builtins are
+used (no ``tl.zeros``: triton.language's own jit helpers break the interpreter, see
+``lowprec.kernels._common``); as for the other kernel modules, set TRITON_INTERPRET=1 before this
+module is first imported, or reload it (``_common.reload_for_interpreter``).
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ if triton is not None:
                   FP8_DOT: tl.constexpr, A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   PROMOTE: tl.constexpr, EVEN: tl.constexpr, INTERP: tl.constexpr):
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
         rk = tl.arange(0, BLOCK_K)
         # rows past the end read the last row instead of being masked (their results are not
         # stored): only K is ever masked, which keeps the loads vectorized and the registers free
@@ -204,7 +205,7 @@ if triton is not None:
             if A_KSTEP or B_KSTEP:
                 # block scales change along K: this K-step's partial product is scaled, then added
                 # (an fp32 promotion every K-step already: no partial accumulator inside the dot)
-                p = _dot(a, b, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), FP8_DOT, None, INTERP)
+                p = _dot(a, b, tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32), FP8_DOT, None, INTERP)
                 if A_KSTEP:
                     p = p * _inv_scale(as_ptr, a_srow, k0 // a_bc, s_asc, m_ok, e4a)[:, None]
                 if B_KSTEP:

@@ -30,6 +30,11 @@ DR = amax / (smallest non-zero |x|) (1 for an all-zero block), the brief's secti
 A block-mixed operand cannot feed one FP8 GEMM: the returned values are the per-block dequantized
 values (emulation) and the stats say the GEMM runs in BF16 unless every block is E4M3.
 
+GEMMs: on CUDA, a GEMM whose two operands are tensor-level MoR runs on hardware through
+``MoRQuantizer.fused_gemm`` (``lowprec.kernels.mor_gemm``): the same codes and decisions as the
+emulation, the decision read by the kernel on the device, FP8 tensor cores when both operands chose
+E4M3 and BF16 ones otherwise. Sub-tensor MoR's GEMMs stay emulated (fp32 GEMMs of the values).
+
 ``mor_recipe(method_cfg)`` builds a ``Recipe`` whose selected operand slots use one MoR quantizer
 and whose other slots stay BF16. On telemetry steps both quantizers also report the operand's E4M3
 error under every partition (``telemetry_stats``), the numbers of the paper's heat maps.

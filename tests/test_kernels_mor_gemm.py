@@ -1,6 +1,7 @@
 """MoR GEMM kernel (lowprec.kernels.mor_gemm) and MoRQuantizer.fused_gemm against float64 GEMMs of
 the emulation's values (lowprec.mor): every format combination, every partition, shapes that are
-not multiples of the tiles, the decision read on the device, and which main loop ran.
+not multiples of the tiles, the decision read on the device, and which main loop ran (the Triton
+backend; tests/test_gpu.py covers the torch._scaled_mm one).
 
 CUDA when present, else the Triton interpreter on CPU (tiny shapes). Each operand is quantized once
 and its decision moved by the threshold (0: BF16 for any non-zero error, 1: E4M3), so the four
@@ -75,7 +76,7 @@ def test_kernel_equals_float64_gemm_of_emulated_values(partition):
     oa, ob = _operand(a, partition), _operand(b, partition)
     for th_a, th_b, loop in COMBOS:
         info = torch.full((3,), -1, dtype=torch.int32, device=DEVICE)
-        got = kg.mor_gemm(oa._replace(threshold=th_a), ob._replace(threshold=th_b), info=info)
+        got = kg.mor_gemm(oa._replace(threshold=th_a), ob._replace(threshold=th_b), backend="triton", info=info)
         va, fa = _emulated(a, partition, th_a)
         vb, fb = _emulated(b, partition, th_b)
         assert (fa, fb) == ("e4m3" if th_a else "bf16", "e4m3" if th_b else "bf16")
@@ -127,10 +128,10 @@ def test_error_equal_to_threshold_chooses_e4m3():
     oa, ob = _operand(a, "block"), _operand(b, "block")
     err_a = float(oa.rel_error)
     info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
-    kg.mor_gemm(oa._replace(threshold=err_a), ob._replace(threshold=E4M3_TH), info=info)
+    kg.mor_gemm(oa._replace(threshold=err_a), ob._replace(threshold=E4M3_TH), backend="triton", info=info)
     assert info.tolist() == [1, 1, 1]
     below = float(np.nextafter(np.float32(err_a), np.float32(0)))
-    kg.mor_gemm(oa._replace(threshold=below), ob._replace(threshold=E4M3_TH), info=info)
+    kg.mor_gemm(oa._replace(threshold=below), ob._replace(threshold=E4M3_TH), backend="triton", info=info)
     assert info.tolist() == [0, 1, 2]
 
 
