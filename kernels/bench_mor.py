@@ -354,9 +354,18 @@ def _check_kernel(torch, kg, rows: list, block, scale, shape, backend: str, floo
 
 
 def _check_qlinear(torch, rows: list, block, scale) -> None:
-    """QLinear with a MoR recipe: the fused path (kernel GEMMs, counted) against the emulated one
-    (LOWPREC_MOR_KERNEL off), forward and both gradients; then one fused step under
-    torch.cuda.set_sync_debug_mode("error") (a host sync raises)."""
+    """QLinear with a MoR recipe, per partition: the fused path (kernel GEMMs, counted) against the
+    emulated one (LOWPREC_MOR_KERNEL off), forward and both gradients; then one fused step under
+    torch.cuda.set_sync_debug_mode("error") (a host sync raises). An error is a failed row."""
+    for part in ("tensor", "channel", "block"):
+        try:
+            rows.append(_check_qlinear_one(torch, part, block, scale))
+        except Exception as exc:  # report and go on: the timings still say something
+            rows.append({"check": "qlinear fused vs emulated (y, dx, dw)", "partition": part, "backend": "auto",
+                         "ran": f"error: {type(exc).__name__}: {exc}"[:300], "ok": False})
+
+
+def _check_qlinear_one(torch, part: str, block, scale: str) -> dict:
     import copy
 
     from torch import nn
@@ -365,57 +374,56 @@ def _check_qlinear(torch, rows: list, block, scale) -> None:
     from lowprec.kernels import mor_gemm as kg
     from lowprec.numerics import sqnr_db
 
-    for part in ("tensor", "channel", "block"):
-        cfg = {"partition": part, "scale": scale, **({"block": list(block)} if part == "block" else {})}
-        torch.manual_seed(0)
-        tokens, d_in, d_out = QLINEAR_SHAPE
-        base = nn.Sequential(nn.Linear(d_in, d_out)).to(DEVICE)
-        fast, emu = copy.deepcopy(base), copy.deepcopy(base)
-        convert(fast, mor.mor_recipe(cfg))
-        convert(emu, mor.mor_recipe(cfg))
-        x, g = torch.randn(tokens, d_in, device=DEVICE), torch.randn(tokens, d_out, device=DEVICE)
-        x[:, :8] *= 1e4  # eight huge features: X takes BF16 where a scale spans them, so formats mix
+    cfg = {"partition": part, "scale": scale, **({"block": list(block)} if part == "block" else {})}
+    torch.manual_seed(0)
+    tokens, d_in, d_out = QLINEAR_SHAPE
+    base = nn.Sequential(nn.Linear(d_in, d_out)).to(DEVICE)
+    fast, emu = copy.deepcopy(base), copy.deepcopy(base)
+    convert(fast, mor.mor_recipe(cfg))
+    convert(emu, mor.mor_recipe(cfg))
+    x, g = torch.randn(tokens, d_in, device=DEVICE), torch.randn(tokens, d_out, device=DEVICE)
+    x[:, :8] *= 1e4  # eight huge features: X takes BF16 where a scale spans them, so formats mix
 
-        infos, real = [], kg.mor_gemm
+    infos, real = [], kg.mor_gemm
 
-        def counting(a, b, **kw):
-            kw.setdefault("info", torch.zeros(3, dtype=torch.int32, device=DEVICE))
-            infos.append(kw["info"])
-            return real(a, b, **kw)
+    def counting(a, b, **kw):
+        kw.setdefault("info", torch.zeros(3, dtype=torch.int32, device=DEVICE))
+        infos.append(kw["info"])
+        return real(a, b, **kw)
 
-        def run(model):
-            model.zero_grad(set_to_none=True)
-            xi = x.clone().requires_grad_()
-            y = model(xi)
-            y.backward(g)
-            return y.detach(), xi.grad, model[0].weight.grad
+    def run(model):
+        model.zero_grad(set_to_none=True)
+        xi = x.clone().requires_grad_()
+        y = model(xi)
+        y.backward(g)
+        return y.detach(), xi.grad, model[0].weight.grad
 
-        kg.mor_gemm = counting
+    kg.mor_gemm = counting
+    try:
+        got = run(fast)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
         try:
-            got = run(fast)
-            torch.cuda.synchronize()
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                run(fast)
-                sync_free = True
-            except RuntimeError as exc:
-                sync_free = f"host sync: {exc}"[:200]
-            finally:
-                torch.cuda.set_sync_debug_mode(0)
+            run(fast)
+            sync_free = True
+        except RuntimeError as exc:
+            sync_free = f"host sync: {exc}"[:200]
         finally:
-            kg.mor_gemm = real
-        mor.USE_KERNEL = False
-        try:
-            want = run(emu)
-        finally:
-            mor.USE_KERNEL = True
-        ran = ",".join(_RAN.get(int(i[2]), "?") for i in infos[:3])
-        dbs = [sqnr_db(w.double(), f.double()) for w, f in zip(want, got)]
-        fmts = ",".join(f"{int(i[0])}{int(i[1])}" for i in infos[:3])
-        rows.append({"check": "qlinear fused vs emulated (y, dx, dw)", "partition": part, "backend": "auto",
-                     "formats": f"e4m3 flags a/b per gemm {fmts}", "ran": f"{ran}; sync_free={sync_free}",
-                     "sqnr_db": "/".join(f"{d:.1f}" for d in dbs), "floor_db": 45.0,
-                     "ok": len(infos) == 6 and min(dbs) > 45.0 and sync_free is True})
+            torch.cuda.set_sync_debug_mode(0)
+    finally:
+        kg.mor_gemm = real
+    mor.USE_KERNEL = False
+    try:
+        want = run(emu)
+    finally:
+        mor.USE_KERNEL = True
+    ran = ",".join(_RAN.get(int(i[2]), "?") for i in infos[:3])
+    dbs = [sqnr_db(w.double(), f.double()) for w, f in zip(want, got)]
+    fmts = ",".join(f"{int(i[0])}{int(i[1])}" for i in infos[:3])
+    return {"check": "qlinear fused vs emulated (y, dx, dw)", "partition": part, "backend": "auto",
+            "formats": f"e4m3 flags a/b per gemm {fmts}", "ran": f"{ran}; sync_free={sync_free}",
+            "sqnr_db": "/".join(f"{d:.1f}" for d in dbs), "floor_db": 45.0,
+            "ok": len(infos) == 6 and min(dbs) > 45.0 and sync_free is True}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -625,13 +633,17 @@ def main(argv=None) -> int:
                         name = f"mor_{part}{suffix} th={th}"
                         if not budget.allows(f"h={h} {name}"):
                             continue
-                        lin = DeviceMoRLinear(part, block, args.scale, th, mode)
-                        ops = lin.operands(x, w, dy)
-                        step_ms = bench(lambda: lin.step(x, w, dy))
-                        emit({**common, "method": f"mor_{part}{suffix}", "threshold": th, "out_dtype": out_dtype,
-                              "step_ms": step_ms, "quant_ms": bench(lambda: lin.operands(x, w, dy)),
-                              "gemm_ms": bench(lambda: lin.gemms(ops)), **lin.summary(ops)})
-                        del ops
+                        try:
+                            lin = DeviceMoRLinear(part, block, args.scale, th, mode)
+                            ops = lin.operands(x, w, dy)
+                            step_ms = bench(lambda: lin.step(x, w, dy))
+                            emit({**common, "method": f"mor_{part}{suffix}", "threshold": th,
+                                  "out_dtype": out_dtype, "step_ms": step_ms,
+                                  "quant_ms": bench(lambda: lin.operands(x, w, dy)),
+                                  "gemm_ms": bench(lambda: lin.gemms(ops)), **lin.summary(ops)})
+                        except Exception as exc:  # one broken arm must not cost the others
+                            print(f"# error in {name}: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+                        ops = None
                         torch.cuda.empty_cache()
 
             if not args.no_gemm and h == hidden[0]:
@@ -645,14 +657,17 @@ def main(argv=None) -> int:
                 for part in partitions:
                     if not budget.allows(f"h={h} mor_{part}_hostsync"):
                         continue
-                    lin = HostSyncMoRLinear(part, block, args.scale, thresholds[0])
-                    ops = lin.operands(x, w, dy)
-                    emit({"method": f"mor_{part}_hostsync", "partition": part, "scale": args.scale,
-                          "block": f"{br}x{bc}" if part == "block" else "", "threshold": thresholds[0],
-                          "backend": "host", "out_dtype": "bf16",
-                          "step_ms": bench(lambda: lin.step(x, w, dy)), "quant_ms": bench(lambda: lin.operands(x, w, dy)),
-                          "gemm_ms": bench(lambda: lin.gemms(ops)), **lin.summary(ops)})
-                    del ops
+                    try:
+                        lin = HostSyncMoRLinear(part, block, args.scale, thresholds[0])
+                        ops = lin.operands(x, w, dy)
+                        emit({"method": f"mor_{part}_hostsync", "partition": part, "scale": args.scale,
+                              "block": f"{br}x{bc}" if part == "block" else "", "threshold": thresholds[0],
+                              "backend": "host", "out_dtype": "bf16", "step_ms": bench(lambda: lin.step(x, w, dy)),
+                              "quant_ms": bench(lambda: lin.operands(x, w, dy)),
+                              "gemm_ms": bench(lambda: lin.gemms(ops)), **lin.summary(ops)})
+                    except Exception as exc:
+                        print(f"# error in mor_{part}_hostsync: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+                    ops = None
                     torch.cuda.empty_cache()
             all_rows.extend(rows)
             del x, w, dy
