@@ -17,11 +17,14 @@ two), "fp32" (448 / amax).
 
 Passes. The scale grid is cut into tiles of at most ``_TILE`` elements that never straddle a
 scale block, so a program always knows its one scale:
-  1. per tile: amax of |x| (NaN/Inf left out); torch then reduces tiles to the block-amax grid
-     and the tensor amax (tiny tensors, stay on the device, no host sync);
+  1. per tile: amax of |x| (NaN/Inf left out), merged into the block-amax grid and the tensor
+     amax by atomic max on their bit patterns (exact in any order: deterministic);
   2. per tile: the block's scale (GAM from block and tensor amax), codes, and the partial sum
      of |dequant(code) - x| / |x| over non-zero x with their count; the first tile of a block
-     writes its scale. torch sums the partials in fp64 and divides.
+     writes its scale;
+  3. one program sums the partials in fp64 in a fixed order and divides.
+Everything stays on the device (no host sync), in four launches (the amax buffer's zeroing too).
+A transposed view is read through its strides, in tiles along its contiguous columns.
 The dequantized value lives only in registers.
 
 Error tolerance: every term is computed exactly as the reference forms it (fp32 multiply,
@@ -69,9 +72,9 @@ if triton is not None:
     from ._common import _finite_abs, _load_fp32, _max_axis, _sum_axis
 
     @triton.jit
-    def _tile_offsets(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR: tl.constexpr, TC: tl.constexpr):
+    def _tile(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR: tl.constexpr, TC: tl.constexpr):
         """Program pid -> tile (ti, tj) of scale block (bi, bj); programs are laid out as the
-        (n_brow, TPB_R, n_bcol, TPB_C) partial grid, row-major."""
+        (n_brow, TPB_R, n_bcol, TPB_C) partial grid, row-major. Rows and columns as int64."""
         tj = pid % TPB_C
         q = pid // TPB_C
         bj = q % n_bcol
@@ -83,15 +86,19 @@ if triton is not None:
         row = bi * SBR + rr
         col = bj * SBC + cc
         mask = (rr < SBR) & (row < M) & (cc < SBC) & (col < N)
-        return row.to(tl.int64) * N + col, mask, bi, bj, ti, tj
+        return row.to(tl.int64), col.to(tl.int64), mask, bi, bj, ti, tj
 
     @triton.jit
-    def _amax_kernel(x_ptr, partial_ptr, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C,
+    def _amax_kernel(x_ptr, amax_ptr, M, N, sxr, sxc, SBR, SBC, n_bcol, TPB_R, TPB_C,
                      TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
+        """Block amaxes and the tensor amax (last cell) as int32 bit patterns, by atomic max:
+        non-negative floats order like their bits, and max does not depend on the order."""
         pid = tl.program_id(0)
-        offs, mask, bi, bj, ti, tj = _tile_offsets(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR, TC)
-        a = _finite_abs(_load_fp32(x_ptr, offs, mask, IN_KIND))  # NaN and Inf leave the amax
-        tl.store(partial_ptr + pid, _max_axis(_max_axis(a, 1), 0))
+        row, col, mask, bi, bj, ti, tj = _tile(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR, TC)
+        a = _finite_abs(_load_fp32(x_ptr, row * sxr + col * sxc, mask, IN_KIND))  # NaN, Inf left out
+        bits = _max_axis(_max_axis(a, 1), 0).to(tl.int32, bitcast=True)
+        tl.atomic_max(amax_ptr + bi * n_bcol + bj, bits)
+        tl.atomic_max(amax_ptr + (M + SBR - 1) // SBR * n_bcol, bits)
 
     @triton.jit
     def _plain_scale(amax, POW2: tl.constexpr):
@@ -156,26 +163,40 @@ if triton is not None:
 
     @triton.jit
     def _quant_error_kernel(x_ptr, bamax_ptr, tamax_ptr, codes_ptr, scale_ptr, err_ptr, nz_ptr,
-                            M, N, SBR, SBC, n_bcol, TPB_R, TPB_C,
+                            M, N, sxr, sxc, SBR, SBC, n_bcol, TPB_R, TPB_C,
                             TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr,
                             RULE: tl.constexpr, NATIVE: tl.constexpr):
         pid = tl.program_id(0)
-        offs, mask, bi, bj, ti, tj = _tile_offsets(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR, TC)
+        row, col, mask, bi, bj, ti, tj = _tile(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR, TC)
         ab = tl.load(bamax_ptr + bi * n_bcol + bj)
         if RULE == 0:
             s = _gam_scale(ab, tl.load(tamax_ptr))
         else:
             s = _plain_scale(ab, RULE == 1)
         tl.store(scale_ptr + bi * n_bcol + bj, s, mask=(ti == 0) & (tj == 0))
-        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+        x = _load_fp32(x_ptr, row * sxr + col * sxc, mask, IN_KIND)
         code, q = _e4m3(x * s, NATIVE)
-        tl.store(codes_ptr + offs, code, mask=mask)
+        tl.store(codes_ptr + row * N + col, code, mask=mask)  # codes always row-major
         deq = tl.math.div_rn(q, s)
         nz = (x != 0.0) & mask
         ratio = tl.math.div_rn(tl.abs(deq - x), tl.where(nz, tl.abs(x), 1.0))
         ratio = tl.where(nz, ratio, 0.0)
         tl.store(err_ptr + pid, _sum_axis(_sum_axis(ratio, 1), 0))
         tl.store(nz_ptr + pid, _sum_axis(_sum_axis(nz.to(tl.int32), 1), 0))
+
+    @triton.jit
+    def _error_kernel(err_ptr, nz_ptr, rel_ptr, n, CHUNK: tl.constexpr):
+        """One program: the tiles' error sums added in fp64 and their non-zero counts in int64, in
+        a fixed order (deterministic), and the mean error as fp32 (0 without a non-zero)."""
+        total = tl.cast(0.0, tl.float64)
+        count = tl.cast(0, tl.int64)
+        for start in range(0, n, CHUNK):
+            i = start + tl.arange(0, CHUNK)
+            ok = i < n
+            total += _sum_axis(tl.load(err_ptr + i, mask=ok, other=0.0).to(tl.float64), 0)
+            count += _sum_axis(tl.load(nz_ptr + i, mask=ok, other=0).to(tl.int64), 0)
+        rel = tl.where(count > 0, total / tl.maximum(count, 1).to(tl.float64), 0.0)
+        tl.store(rel_ptr, rel.to(tl.float32))
 
     _JIT_FNS = (_quant_error_kernel, _load_fp32)
 
@@ -220,7 +241,12 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     """E4M3 codes (x's shape, torch.float8_e4m3fn), encode scales (fp32 grid over the 2-D view:
     (1, 1) for tensor, (M, 1) for channel, (ceil(M/R), ceil(N/C)) for block) and the MoR relative
     error (fp32 0-d tensor, on x's device). x: fp32 or bf16, any shape (2-D view: rows = leading
-    dims); a non-contiguous x is copied first."""
+    dims). A 2-D x is read through its strides when its rows or its columns are contiguous (a
+    transposed view costs no copy; channel scaling needs contiguous rows); otherwise it is copied.
+    Four launches: a zeroed amax buffer, the amax pass, the quantize/error pass and the one-program
+    reduction of the error sums. An empty x is an error naming it."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32 or bfloat16, got {x.dtype}")
@@ -229,37 +255,47 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     if scale not in SCALE_RULES:
         raise ValueError(f"scale must be one of {SCALE_RULES}, got {scale!r}")
     _require_triton(x)
-    x2d = (x.reshape(1, 1) if x.dim() == 0 else x.reshape(-1, x.shape[-1])).contiguous()
+    x2d = x.reshape(1, 1) if x.dim() == 0 else x.reshape(-1, x.shape[-1])
     M, N = x2d.shape
     sbr, sbc = _scale_block(partition, block, M, N)
     n_brow, n_bcol = _cdiv(M, sbr), _cdiv(N, sbc)
     codes = torch.empty((M, N), dtype=torch.float8_e4m3fn, device=x.device)
-    # Tiles: whole rows of a block where they fit, so loads run along contiguous memory.
-    tc = min(_next_pow2(sbc), _TILE)
-    tr = min(_next_pow2(sbr), max(_TILE // tc, 1))
+    tr, tc, x2d = _tiles(x2d, partition, sbr, sbc)
     tpb_r, tpb_c = _cdiv(sbr, tr), _cdiv(sbc, tc)
     n_prog = n_brow * tpb_r * n_bcol * tpb_c
     in_kind, x_arg = _c._in_kind(x2d)
-    geom = (M, N, sbr, sbc, n_bcol, tpb_r, tpb_c)
+    geom = (M, N, x2d.stride(0), x2d.stride(1), sbr, sbc, n_bcol, tpb_r, tpb_c)
     num_warps = 8 if tr * tc >= 4096 else 4
 
-    partial = torch.empty(n_prog, dtype=torch.float32, device=x.device)
-    _amax_kernel[(n_prog,)](x_arg, partial, *geom, TR=tr, TC=tc, IN_KIND=in_kind, num_warps=num_warps)
-    bamax = partial.view(n_brow, tpb_r, n_bcol, tpb_c).amax(dim=(1, 3)).contiguous()
-    tamax = bamax.amax().reshape(1)
+    amax = torch.zeros(n_brow * n_bcol + 1, dtype=torch.int32, device=x.device)
+    _amax_kernel[(n_prog,)](x_arg, amax, *geom, TR=tr, TC=tc, IN_KIND=in_kind, num_warps=num_warps)
+    amax = amax.view(torch.float32)
 
     scales = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
     err = torch.empty(n_prog, dtype=torch.float32, device=x.device)
     nz = torch.empty(n_prog, dtype=torch.int32, device=x.device)
     _quant_error_kernel[(n_prog,)](
-        x_arg, bamax, tamax, codes.view(torch.uint8), scales, err, nz, *geom,
+        x_arg, amax, amax[n_brow * n_bcol:], codes.view(torch.uint8), scales, err, nz, *geom,
         TR=tr, TC=tc, IN_KIND=in_kind, RULE=_SCALE_RULE_ID[scale], NATIVE=_use_native(x, fp8_cast),
         num_warps=num_warps,
     )
-    count = nz.sum(dtype=torch.int64)
-    total = err.sum(dtype=torch.float64)
-    rel = torch.where(count > 0, total / count.clamp_min(1), torch.zeros_like(total)).to(torch.float32)
+    rel = torch.empty((), dtype=torch.float32, device=x.device)
+    _error_kernel[(1,)](err, nz, rel, n_prog, CHUNK=min(_next_pow2(n_prog), 1024), num_warps=4)
     return codes.reshape(x.shape), scales, rel
+
+
+def _tiles(x2d: torch.Tensor, partition: str, sbr: int, sbc: int) -> tuple:
+    """(tile rows, tile columns, the 2-D tensor to read). Tiles never straddle a scale block and
+    run along the contiguous dimension: whole block rows for row-major x, up to 128 block rows
+    of a narrower width for column-major x (a transposed view)."""
+    M, N = x2d.shape
+    if x2d.stride(1) != 1 and N > 1 and (x2d.stride(0) != 1 or partition == "channel"):
+        x2d = x2d.contiguous()  # channel tiles are one row wide: reading down columns would not coalesce
+    if x2d.stride(1) == 1 or N == 1:
+        tc = min(_next_pow2(sbc), _TILE)
+        return min(_next_pow2(sbr), max(_TILE // tc, 1)), tc, x2d
+    tr = min(_next_pow2(sbr), 128, _TILE)
+    return tr, min(_next_pow2(sbc), max(_TILE // tr, 1)), x2d
 
 
 def mor_decide(x: torch.Tensor, threshold: float = 0.045, partition: str = "block", block=(128, 128),

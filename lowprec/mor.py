@@ -34,6 +34,11 @@ relative error is NaN, which no threshold accepts).
 A block-mixed operand cannot feed one FP8 GEMM: the returned values are the per-block dequantized
 values (emulation) and the stats say the GEMM runs in BF16 unless every block is E4M3.
 
+GEMMs: on CUDA, a GEMM whose two operands are tensor-level MoR runs on hardware through
+``MoRQuantizer.fused_gemm`` (``lowprec.kernels.mor_gemm``): the same codes and decisions as the
+emulation, the decision read by the kernel on the device, FP8 tensor cores when both operands chose
+E4M3 and BF16 ones otherwise. Sub-tensor MoR's GEMMs stay emulated (fp32 GEMMs of the values).
+
 ``mor_recipe(method_cfg)`` builds a ``Recipe`` whose selected operand slots use one MoR quantizer
 and whose other slots stay BF16. On telemetry steps both quantizers also report the operand's E4M3
 error under every partition (``telemetry_stats``), the numbers of the paper's heat maps.
@@ -373,12 +378,15 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
     name = "mor"
 
     def __init__(self, partition: str = "block", block=DEFAULT_BLOCK, scale: str = "gam",
-                 threshold: float = DEFAULT_THRESHOLD, dequant: str = "fp32"):
+                 threshold: float = DEFAULT_THRESHOLD, dequant: str = "fp32", gemm: str = "emulated"):
         self.partition = _choose("partition", partition, PARTITIONS)
         self.block = _check_block(block)
         self.scale = _choose("scale", scale, SCALE_RULES)
         self.threshold = _check_threshold(threshold)
         self.dequant = _choose("dequant", dequant, DEQUANT)
+        # "kernel": the GEMMs on lowprec.kernels.mor_gemm on CUDA (fused_gemm); opt-in, like the
+        # INT8-fallback kernel, until its GPU measurement is committed
+        self.gemm = _choose("gemm", gemm, GEMM_PATHS)
         self._counts: dict = {}
 
     def __call__(self, t: torch.Tensor, call: OperandCall):
@@ -389,10 +397,49 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
                           e4m3_share=lambda: e4.double(), partition=self.partition)
         return values.reshape(t.shape), stats
 
+    def fused_gemm(self, other, a, b, call_a, call_b):
+        """fp32 ``a @ b.T`` on the MoR GEMM kernel (``lowprec.kernels.mor_gemm``) when ``other`` is
+        tensor-level MoR too and both dequantize exactly (``dequant="fp32"``): each operand is
+        quantized by the kernel ``__call__`` uses on CUDA (same codes, scales, error), the kernel
+        reads the two decisions on the device and runs an FP8 GEMM if both chose E4M3, else a BF16
+        GEMM of the codes and/or the operands rounded to bf16. No host sync. None (the emulated
+        GEMM) for sub-tensor MoR, dequant="bf16", LOWPREC_MOR_KERNEL=0, blocks the kernel does not
+        take, or without Triton; CPU tensors take it only under the Triton interpreter."""
+        if not (isinstance(other, MoRQuantizer) and self.gemm == other.gemm == "kernel" and USE_KERNEL
+                and self.dequant == other.dequant == "fp32"):
+            return None
+        from .kernels import mor_gemm as kg
+        from .kernels import mor_quant as km
+        if not (kg.triton_available(a.device) and km.triton_available(a.device)):
+            return None
+        a2d, b2d = (_as_2d(t) if t.dtype in (torch.float32, torch.bfloat16) else _as_2d(t).float() for t in (a, b))
+        blocks = (self._grid_block(a2d), other._grid_block(b2d))
+        if not kg.supported(*blocks, a2d.shape[1]):
+            return None
+        info = torch.empty(3, dtype=torch.int32, device=a.device)
+        out = kg.mor_gemm(self.gemm_operand(a2d), other.gemm_operand(b2d), info=info)
+        self._count(call_a, calls=1, e4m3=info[0])  # the decisions, as the kernel read them
+        other._count(call_b, calls=1, e4m3=info[1])
+        return out
+
+    def gemm_operand(self, x2d: torch.Tensor):
+        """``lowprec.kernels.mor_gemm.MoROperand`` of a 2-D fp32/bf16 operand (reduction dimension
+        last, any strides): its E4M3 codes, scales and error from ``lowprec.kernels.mor_quant``
+        (the kernel ``__call__`` uses on CUDA), and this quantizer's threshold."""
+        from .kernels import mor_gemm as kg
+        from .kernels import mor_quant as km
+        codes, scales, err = km.mor_quantize_e4m3(x2d, self.partition, self.block, self.scale)
+        return kg.MoROperand(x2d, codes, scales, self._grid_block(x2d), err, self.threshold)
+
+    def _grid_block(self, x2d: torch.Tensor) -> tuple:
+        """The (R, C) block one scale covers in x2d: the whole of it, one row, or ``block``."""
+        from .kernels import mor_quant as km
+        return km._scale_block(self.partition, self.block, *x2d.shape)
+
     def to_dict(self) -> dict:
         return {"quantizer": self.name, "partition": self.partition,
                 "block": list(self.block) if self.partition == "block" else None, "scale": self.scale,
-                "threshold": self.threshold, "dequant": self.dequant}
+                "threshold": self.threshold, "dequant": self.dequant, "gemm": self.gemm}
 
 
 class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
@@ -437,7 +484,8 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
 # Recipe
 
 ALL_OPERAND_SLOTS = tuple(f"{g}.{op}" for g in GEMMS for op in OPERANDS[g])
-MOR_KEYS = frozenset({"partition", "block", "scale", "threshold", "subtensor_mode", "operands", "dequant"})
+MOR_KEYS = frozenset({"partition", "block", "scale", "threshold", "subtensor_mode", "operands", "dequant", "gemm"})
+GEMM_PATHS = ("emulated", "kernel")
 # Keys of a run's method section that are not MoR's own: those read elsewhere (lowprec.methods), and
 # high_precision, which MoR uses for its non-MoR operands.
 _METHOD_KEYS = GENERIC_METHOD_KEYS | {"high_precision"}
@@ -471,7 +519,8 @@ def mor_recipe(method_cfg: Optional[dict] = None) -> Recipe:
     Keys (defaults): partition (block) tensor|block|channel|subtensor; block ([128, 128]) for block
     and subtensor; scale (gam; fp32 for subtensor) gam|e8|fp32; threshold (0.045) for the tensor
     level; subtensor_mode (two_way) three_way|two_way; operands (all six slots) e.g.
-    ["fprop.x", "fprop.w"] or roles ["x", "w"]; dequant (fp32) fp32|bf16. The run's other method
+    ["fprop.x", "fprop.w"] or roles ["x", "w"]; dequant (fp32) fp32|bf16; gemm (emulated) emulated|kernel
+    for the tensor level (kernel: the GEMMs on the MoR GEMM kernel on CUDA). The run's other method
     keys (name, recipe, include, exclude, telemetry_every, high_precision) are accepted and, except
     high_precision, ignored here. A key that the chosen partition does not use is an error, so a
     config never silently means less than it says.
@@ -483,7 +532,7 @@ def mor_recipe(method_cfg: Optional[dict] = None) -> Recipe:
     partition = _choose("partition", cfg.get("partition", "block"), PARTITIONS + ("subtensor",))
     sub = partition == "subtensor"
     unused = {"tensor": {"block", "subtensor_mode"}, "channel": {"block", "subtensor_mode"},
-              "block": {"subtensor_mode"}, "subtensor": {"threshold"}}[partition]
+              "block": {"subtensor_mode"}, "subtensor": {"threshold", "gemm"}}[partition]
     given = sorted(unused & set(cfg))
     if given:
         raise ValueError(f"method (mor): {given} not used with partition {partition!r}")
@@ -496,7 +545,7 @@ def mor_recipe(method_cfg: Optional[dict] = None) -> Recipe:
         detail = f"{mode}, {block[0]}x{block[1]} blocks, {scale} scales"
     else:
         threshold = cfg.get("threshold", DEFAULT_THRESHOLD)
-        quant = MoRQuantizer(partition, block, scale, threshold, dequant)
+        quant = MoRQuantizer(partition, block, scale, threshold, dequant, cfg.get("gemm", "emulated"))
         where = f"{block[0]}x{block[1]} blocks, " if partition == "block" else ""
         detail = f"{where}{scale} scales, E4M3 if relative error <= {quant.threshold:g} else BF16"
     slots = _operand_slots(cfg.get("operands"))

@@ -232,6 +232,94 @@ def test_mor_kernel_path_equals_torch_path(partition, scale, monkeypatch):
         assert rk.rel_error > 0  # the E4M3 path really ran
 
 
+def _mor_kernels():
+    from lowprec.kernels import mor_gemm as kg
+    from lowprec.kernels import mor_quant as km
+
+    if not (kg.triton_available("cuda") and km.triton_available("cuda")):
+        pytest.skip("Triton not usable on this CUDA device")
+    return kg
+
+
+def _mor_emulated64(x, partition, threshold):
+    """float64 values the emulation multiplies, from the torch reference quantization."""
+    from lowprec import mor
+
+    qt = mor.quantize_e4m3(x.float(), partition)
+    e4 = mor.decide(mor.mor_relative_error(x.float(), qt.dequantize()), threshold) == "e4m3"
+    return (qt.dequantize() if e4 else x.float().to(torch.bfloat16).float()).double()
+
+
+@pytest.mark.parametrize("backend", ["triton", "scaled_mm"])
+@pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
+def test_mor_gemm_every_format_combination(partition, backend):
+    """Both backends against float64 GEMMs of the emulation's values; thresholds 1 / 0 force E4M3 /
+    BF16. 'ran' proves the FP8 product came from FP8 tensor cores (the kernel's FP8 loop, or
+    torch._scaled_mm with the kernel returning at once) and BF16 choices from the BF16 loop.
+    Row- and blockwise torch._scaled_mm give bf16 products: 40 dB there, 60 dB otherwise."""
+    from lowprec import mor
+
+    kg = _mor_kernels()
+    torch.manual_seed(0)
+    a = torch.randn(256, 512, device="cuda")
+    b = (0.02 * torch.randn(512, 384, device="cuda")).t()  # transposed view, as W^T in dgrad
+    q = mor.MoRQuantizer(partition)
+    oa, ob = q.gemm_operand(a), q.gemm_operand(b)
+    floor = 40 if backend == "scaled_mm" and partition != "tensor" else 60
+    for th_a, th_b in ((1.0, 1.0), (0.0, 1.0), (1.0, 0.0), (0.0, 0.0)):
+        info = torch.zeros(3, dtype=torch.int32, device="cuda")
+        got = kg.mor_gemm(oa._replace(threshold=th_a), ob._replace(threshold=th_b), backend=backend, info=info)
+        ref = _mor_emulated64(a, partition, th_a) @ _mor_emulated64(b, partition, th_b).t()
+        fp8 = th_a == th_b == 1.0
+        assert info.tolist() == [int(th_a == 1.0), int(th_b == 1.0), (1 if backend == "triton" else 3) if fp8 else 2]
+        assert got.dtype == torch.float32 and sqnr_db(ref, got.double()) > floor, (th_a, th_b)
+
+
+@pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
+def test_mor_fused_gemm_equals_emulation_without_host_sync(partition, monkeypatch):
+    """QLinear with tensor-level MoR on CUDA: all three GEMMs through MoRQuantizer.fused_gemm (the
+    kernel counted), the same decisions as the emulation's (LOWPREC_MOR_KERNEL off), results to
+    45 dB (scaled_mm tensorwise and the kernel: ~120 dB; the floor leaves room for a decision tie),
+    the same coverage counts, and a second step under set_sync_debug_mode("error")."""
+    from lowprec import mor
+    from lowprec.mor import mor_recipe, recipe_coverage
+
+    kg = _mor_kernels()
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(512, 384)).cuda()
+    fast, emu = copy.deepcopy(base), copy.deepcopy(base)
+    convert(fast, mor_recipe({"partition": partition, "gemm": "kernel"}))
+    convert(emu, mor_recipe({"partition": partition}))
+    x, g = torch.randn(256, 512, device="cuda"), torch.randn(256, 384, device="cuda")
+    x[:, :8] *= 1e4  # eight huge features: X takes BF16 where one scale spans them, so formats mix
+    infos, real = [], kg.mor_gemm
+
+    def counting(a, b, **kw):
+        infos.append(kw["info"])
+        return real(a, b, **kw)
+
+    monkeypatch.setattr(kg, "mor_gemm", counting)
+    yf, dxf, dwf = _run(fast, x, g)
+    assert len(infos) == 3
+    flags = [i.tolist() for i in infos]
+    assert any(f[2] in (1, 3) for f in flags)  # an FP8 product really ran
+    torch.cuda.synchronize()
+    fast.zero_grad(set_to_none=True)  # dwf is the .grad tensor itself: keep it from accumulating
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        _run(fast, x, g)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert len(infos) == 6
+    monkeypatch.setattr(mor, "USE_KERNEL", False)
+    ye, dxe, dwe = _run(emu, x, g)
+    assert len(infos) == 6  # the emulation never reached the kernel
+    cov_f, cov_e = ({(r["gemm"], r["operand"]): r["e4m3"] for r in recipe_coverage(m[0].recipe)} for m in (fast, emu))
+    assert cov_f == {k: 2 * v for k, v in cov_e.items()}  # two fused steps, one emulated
+    for a, b in ((yf, ye), (dxf, dxe), (dwf, dwe)):
+        assert sqnr_db(b, a) > 45
+
+
 def test_emulation_on_gpu_matches_cpu(monkeypatch):
     import lowprec.linear as lin
 

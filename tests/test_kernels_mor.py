@@ -93,6 +93,18 @@ def test_kernel_ragged_blocks_several_tiles_per_block(monkeypatch):
         _check(x, partition, block or (128, 128), scale)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("partition,block", [("block", (32, 32)), ("tensor", None), ("channel", None)])
+def test_kernel_reads_transposed_views(dtype, partition, block, monkeypatch):
+    """A transposed view (W^T in dgrad, dY^T and X^T in wgrad) is read through its strides, in
+    tiles down its contiguous columns (channel scaling copies it): codes in the view's row-major
+    layout, equal to the reference of the copied tensor."""
+    monkeypatch.setattr(km, "_TILE", 512)  # several tiles per block, as at full size
+    x = _data((72, 40), dtype, seed=6).t()
+    assert not x.is_contiguous()
+    _check(x, partition, block or (128, 128), "gam")
+
+
 def test_kernel_special_values():
     x = _data((40, 48), torch.float32, seed=3, special=True)
     assert math.isnan(_check(x, "block", (32, 32), "gam"))  # a NaN/Inf tensor never picks E4M3

@@ -1,0 +1,555 @@
+"""Triton GEMM for tensor-level MoR operands (``lowprec.mor``): fp32 ``A @ B.T`` where each operand
+is E4M3 or BF16 as its relative error decided, the decision read on the device, never by the host.
+
+API::
+
+    MoROperand(hp, codes, scales, block, rel_error, threshold)   # one operand, reduction dim last
+    mor_gemm(a, b, out_dtype=torch.float32, fp8_accum="precise", backend="auto", config=None, info=None)
+        -> (M, N) tensor
+    fp32_threshold(threshold) -> float
+    supported(block_a, block_b, k=None) -> bool, scaled_mm_applies(a, b) -> kind or None
+    triton_available(device=None), interpreter_active()
+
+Operands. ``hp`` is the original operand (fp32 or bf16, any strides), ``codes`` its E4M3 codes
+(float8_e4m3fn, same shape, any strides), ``scales`` the fp32 ENCODE-scale grid (x ~= code /
+scale) over (R, C) blocks (``block``; tensor scaling is one block of the whole operand, channel
+scaling (1, K)), ``rel_error`` the 0-d fp32 device tensor that ``lowprec.kernels.mor_quant``
+returns, ``threshold`` the MoR threshold. E4M3 is chosen iff rel_error <= threshold, as
+``lowprec.mor`` decides (in fp64 there; here in fp32 against ``fp32_threshold``, the largest fp32
+not above the threshold, which is the same test for an fp32 error). A NaN error is BF16.
+
+Kernel. Every program loads the two errors and takes one of two main loops (a branch uniform over
+the whole grid):
+  FP8   both operands E4M3: ``tl.dot`` of the E4M3 codes on FP8 tensor cores;
+  BF16  otherwise: a BF16 ``tl.dot`` in which each operand is its codes converted to bf16 (exact:
+        E4M3 is a subset of bf16) if it chose E4M3, else its hp operand rounded to bf16 (exactly
+        the emulation's BF16 value); the loads of the source not chosen are predicated off.
+Backends. "triton" runs the kernel as above. "scaled_mm" computes the FP8 product with
+torch._scaled_mm (cuBLAS / CUTLASS: per-tensor, per-row, or 1x128 x 128x128 block scales) without
+knowing the decision, then launches the kernel in its fix-up mode: every program returns at once
+when both operands chose E4M3 (a few microseconds), else the BF16 loop overwrites the output. The
+common case then costs what FP8 current scaling's GEMM costs; a BF16 choice pays both GEMMs.
+"auto" (default) takes scaled_mm where torch has the scaling and the output dtype (per-row and
+block scales give bf16 only), else triton.
+Scales. The dequantized value code / s factors out of the dot: an operand whose scale is constant
+along K (tensor, channel, or blocks as wide as K) is divided out per output row / column after the
+loop; with several K-blocks (block partition), each K-step's partial product is multiplied by the
+outer product of the rows' 1 / s before it joins the fp32 accumulator, so BLOCK_K divides the
+block width (``supported``: a multiple of 32). GAM block scales are s_g * 2^k, so those factors
+are exact powers of two apart; the fp32 and e8 rules work the same way.
+FP8 accumulation: "precise" promotes the tensor cores' partial sums into the fp32 accumulator every
+K-step of 128 (``max_num_imprecise_acc``; Hopper's FP8 MMA accumulates with ~14 bits otherwise,
+what cuBLAS calls fast accumulation), as torch._scaled_mm does by default; "fast" does not. Block
+scales promote every K-step by construction. Tiles: 128 x 128 (ptxas spills a promoted 128 x 256
+accumulator pair), 128 x 256 for fast accumulation with scales constant along K.
+
+Exactness. Every product of two chosen values is exact in fp32 (E4M3 x E4M3: 8 significant bits;
+bf16 x E4M3: 12), so the result differs from a float64 GEMM of the emulation's values only by fp32
+accumulation (order and, for FP8, the promotion interval) and the roundings of the scale factors
+(a few ulps): tests hold it to float64 references at an SQNR floor.
+
+``info`` (optional int32 tensor of 3): program 0 writes (A chose E4M3, B chose E4M3, what
+multiplied: 1 the FP8 loop, 2 the BF16 loop, 3 torch._scaled_mm), the evidence tests use that the
+FP8 path really ran.
+
+E4M3 codes reach the BF16 loop through an integer decode (exact, no fp8 conversion instruction).
+Interpreter: the codes and bf16 values are fed to ``tl.dot`` as fp32 (numpy has neither type) and
+fp32 -> bf16 rounding is written out (the interpreter's cast truncates); only Triton builtins are
+used (no ``tl.zeros``: triton.language's own jit helpers break the interpreter, see
+``lowprec.kernels._common``); as for the other kernel modules, set TRITON_INTERPRET=1 before this
+module is first imported, or reload it (``_common.reload_for_interpreter``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from . import _common as _c
+from ._common import _cdiv, _check_block
+
+triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
+
+__all__ = ["MoROperand", "mor_gemm", "fp32_threshold", "supported", "scaled_mm_applies", "GemmConfig",
+           "triton_available", "interpreter_active", "FP8_ACCUM", "BACKENDS"]
+
+FP8_ACCUM = ("precise", "fast")
+_HP_DTYPES = (torch.float32, torch.bfloat16)
+_OUT_DTYPES = (torch.float32, torch.bfloat16)
+_GROUP_M = 8
+_MIN_BLOCK_K = 32  # FP8 MMA's K on Hopper
+_FP32_MAX = float(np.finfo(np.float32).max)
+_JIT_FNS: tuple = ()
+
+
+class MoROperand(NamedTuple):
+    hp: torch.Tensor          # (rows, K) fp32 or bf16: what a BF16 choice multiplies (rounded to bf16)
+    codes: torch.Tensor       # (rows, K) float8_e4m3fn: what an E4M3 choice multiplies (over scales)
+    scales: torch.Tensor      # fp32 encode-scale grid over `block`-sized blocks of (rows, K)
+    block: tuple              # (R, C)
+    rel_error: torch.Tensor   # 0-d fp32 on the device
+    threshold: float
+
+
+class GemmConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k8: int     # K-step of the FP8 loop
+    block_k16: int    # K-step of the BF16 loop
+    num_warps: int
+    num_stages: int
+
+
+if triton is not None:
+    from triton.runtime.errors import OutOfResources as _OutOfResources
+
+    @triton.jit
+    def _round_bf16(x):
+        """fp32 -> nearest bf16 (ties to even), kept in fp32; NaN stays NaN (interpreter only)."""
+        bits = x.to(tl.int32, bitcast=True)
+        r = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+        return tl.where(x != x, x, r.to(tl.float32, bitcast=True))
+
+    @triton.jit
+    def _e4m3_to_f32(c):
+        """uint8 E4M3 bit patterns -> fp32 values, written out in integer ops (exact; NaN for
+        0x7F/0xFF): the BF16 loop does not rely on Triton's fp8 conversions, one of which returned
+        wrong values on an H200 with Triton 3.6 (see lowprec.kernels.mor_quant)."""
+        ci = c.to(tl.int32)
+        e = (ci >> 3) & 0xF
+        m = ci & 0x7
+        normal = ((e + 120) << 23) | (m << 20)                          # 2^(e-7) * (1 + m/8)
+        sub = (m.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)  # m * 2^-9
+        mag = tl.where(e == 0, sub, normal)
+        mag = tl.where((ci & 0x7F) == 0x7F, 0x7FC00000, mag)
+        return (mag | ((ci & 0x80) << 24)).to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def _codes_value(c, FP8_DOT: tl.constexpr, INTERP: tl.constexpr):
+        """uint8 E4M3 bit patterns -> the dot's operand: the fp8 bits as they are for the FP8
+        loop, else their value in bf16 (exact: E4M3 is a subset of bf16; fp32 in the
+        interpreter, which has neither type)."""
+        if INTERP:
+            return _e4m3_to_f32(c)
+        elif FP8_DOT:
+            return c.to(tl.float8e4nv, bitcast=True)
+        else:
+            return _e4m3_to_f32(c).to(tl.bfloat16)
+
+    @triton.jit
+    def _hp_value(h, INTERP: tl.constexpr):
+        """The hp operand rounded to bf16 (RNE, as torch's .to(torch.bfloat16))."""
+        if INTERP:
+            return _round_bf16(h.to(tl.float32))
+        else:
+            return h.to(tl.bfloat16)
+
+    @triton.jit
+    def _tile(c_rows, h_rows, kk, mask, e4, s_ck, s_hk,
+              FP8_DOT: tl.constexpr, EVEN: tl.constexpr, INTERP: tl.constexpr):
+        """An operand's [rows, K-step] tile as the dot consumes it (c_rows, h_rows: the rows' base
+        pointers). FP8 loop: the codes. BF16 loop: the codes (E4M3 chosen) or the hp operand (BF16
+        chosen), the load not needed predicated off."""
+        c_ptrs = c_rows + kk[None, :] * s_ck
+        if FP8_DOT:
+            if EVEN:
+                c = tl.load(c_ptrs)
+            else:
+                c = tl.load(c_ptrs, mask=mask, other=0)
+            return _codes_value(c, True, INTERP)
+        else:
+            # (tl.where, not &: the interpreter turns a mask AND a scalar bool into int32)
+            c = tl.load(c_ptrs, mask=tl.where(e4, mask, False), other=0)
+            h = tl.load(h_rows + kk[None, :] * s_hk, mask=tl.where(e4, False, mask), other=0.0)
+            return tl.where(e4, _codes_value(c, False, INTERP), _hp_value(h, INTERP))
+
+    @triton.jit
+    def _inv_scale(s_ptr, srow, kb, s_sc, ok, e4):
+        """1 / s of each row's block at K-block kb for an E4M3 operand; 1 for a BF16 one."""
+        s = tl.load(s_ptr + srow + kb * s_sc, mask=tl.where(e4, ok, False), other=1.0)
+        return tl.where(e4, tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s), 1.0)
+
+    @triton.jit
+    def _dot(a, b, acc, FP8_DOT: tl.constexpr, PROMOTE: tl.constexpr, INTERP: tl.constexpr):
+        if INTERP:
+            return tl.dot(a, tl.trans(b), acc, input_precision="ieee")
+        elif FP8_DOT:
+            return tl.dot(a, tl.trans(b), acc, max_num_imprecise_acc=PROMOTE)
+        else:
+            return tl.dot(a, tl.trans(b), acc)
+
+    @triton.jit
+    def _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok, a_srow, b_srow,
+                  M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc, s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc,
+                  FP8_DOT: tl.constexpr, A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  PROMOTE: tl.constexpr, EVEN: tl.constexpr, INTERP: tl.constexpr):
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+        rk = tl.arange(0, BLOCK_K)
+        # rows past the end read the last row instead of being masked (their results are not
+        # stored): only K is ever masked, which keeps the loads vectorized and the registers free
+        rm_ld = tl.minimum(rm, M - 1)
+        rn_ld = tl.minimum(rn, N - 1)
+        a_c = ac_ptr + rm_ld[:, None] * s_acm
+        a_h = ah_ptr + rm_ld[:, None] * s_ahm
+        b_c = bc_ptr + rn_ld[:, None] * s_bcn
+        b_h = bh_ptr + rn_ld[:, None] * s_bhn
+        for k0 in range(0, K, BLOCK_K):
+            kk = k0 + rk
+            k_ok = (kk < K)[None, :]
+            a = _tile(a_c, a_h, kk, k_ok, e4a, s_ack, s_ahk, FP8_DOT, EVEN, INTERP)
+            b = _tile(b_c, b_h, kk, k_ok, e4b, s_bck, s_bhk, FP8_DOT, EVEN, INTERP)
+            if A_KSTEP or B_KSTEP:
+                # block scales change along K: this K-step's partial product is scaled, then added
+                # (an fp32 promotion every K-step already: no partial accumulator inside the dot)
+                p = _dot(a, b, tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32), FP8_DOT, None, INTERP)
+                if A_KSTEP:
+                    p = p * _inv_scale(as_ptr, a_srow, k0 // a_bc, s_asc, m_ok, e4a)[:, None]
+                if B_KSTEP:
+                    p = p * _inv_scale(bs_ptr, b_srow, k0 // b_bc, s_bsc, n_ok, e4b)[None, :]
+                acc += p
+            else:
+                acc = _dot(a, b, acc, FP8_DOT, PROMOTE, INTERP)
+        return acc
+
+    @triton.jit
+    def _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow, s_bsc, e4b,
+                  A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr, OUT_BF16: tl.constexpr):
+        # scales constant along K leave after the loop
+        if not A_KSTEP:
+            acc = acc * _inv_scale(as_ptr, a_srow, 0, s_asc, m_ok, e4a)[:, None]
+        if not B_KSTEP:
+            acc = acc * _inv_scale(bs_ptr, b_srow, 0, s_bsc, n_ok, e4b)[None, :]
+        c_ptrs = c_ptr + rm[:, None] * N + rn[None, :]
+        if OUT_BF16:
+            tl.store(c_ptrs, acc.to(tl.bfloat16), mask=m_ok[:, None] & n_ok[None, :])
+        else:
+            tl.store(c_ptrs, acc, mask=m_ok[:, None] & n_ok[None, :])
+
+    @triton.jit
+    def _mor_gemm_kernel(ac_ptr, ah_ptr, as_ptr, ae_ptr, bc_ptr, bh_ptr, bs_ptr, be_ptr, c_ptr, info_ptr,
+                         M, N, K, thr_a, thr_b,
+                         s_acm, s_ack, s_ahm, s_ahk, s_asr, s_asc, a_br, a_bc,
+                         s_bcn, s_bck, s_bhn, s_bhk, s_bsr, s_bsc, b_br, b_bc,
+                         A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K8: tl.constexpr,
+                         BLOCK_K16: tl.constexpr, GROUP_M: tl.constexpr, PROMOTE: tl.constexpr,
+                         EVEN: tl.constexpr, OUT_BF16: tl.constexpr, FIXUP: tl.constexpr,
+                         INTERP: tl.constexpr):
+        pid = tl.program_id(0)
+        n_pm = (M + BLOCK_M - 1) // BLOCK_M
+        n_pn = (N + BLOCK_N - 1) // BLOCK_N
+        # programs that share B tiles run together (L2 reuse)
+        per_group = GROUP_M * n_pn
+        first_m = (pid // per_group) * GROUP_M
+        group_rows = tl.minimum(n_pm - first_m, GROUP_M)
+        pid_m = first_m + (pid % per_group) % group_rows
+        pid_n = (pid % per_group) // group_rows
+        rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+        m_ok = rm < M
+        n_ok = rn < N
+        a_srow = (rm // a_br) * s_asr  # each row's offset in its scale grid
+        b_srow = (rn // b_br) * s_bsr
+
+        # the decision, on the device: E4M3 iff error <= threshold (NaN: BF16)
+        e4a = tl.load(ae_ptr) <= thr_a
+        e4b = tl.load(be_ptr) <= thr_b
+        first = pid == 0
+        tl.store(info_ptr, e4a.to(tl.int32), mask=first)
+        tl.store(info_ptr + 1, e4b.to(tl.int32), mask=first)
+        if FIXUP:
+            # torch._scaled_mm already wrote the FP8 product: only a BF16 choice has work to do
+            if e4a & e4b:
+                tl.store(info_ptr + 2, 3, mask=first)
+            else:
+                acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
+                                a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, A_KSTEP, B_KSTEP,
+                                BLOCK_M, BLOCK_N, BLOCK_K16, PROMOTE, False, INTERP)
+                _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow, s_bsc,
+                          e4b, A_KSTEP, B_KSTEP, OUT_BF16)
+                tl.store(info_ptr + 2, 2, mask=first)
+        else:
+            if e4a & e4b:
+                acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
+                                a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, True, A_KSTEP, B_KSTEP,
+                                BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, INTERP)
+                tl.store(info_ptr + 2, 1, mask=first)
+            else:
+                acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
+                                a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, A_KSTEP, B_KSTEP,
+                                BLOCK_M, BLOCK_N, BLOCK_K16, PROMOTE, False, INTERP)
+                tl.store(info_ptr + 2, 2, mask=first)
+            _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow, s_bsc, e4b,
+                      A_KSTEP, B_KSTEP, OUT_BF16)
+
+    _JIT_FNS = (_mor_gemm_kernel,)
+
+
+# ----------------------------------------------------------------------------------------------
+# Availability
+
+
+def interpreter_active() -> bool:
+    """True when the kernel was built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
+    return bool(_JIT_FNS) and _c.is_interpreted(*_JIT_FNS)
+
+
+def triton_available(device=None) -> bool:
+    return triton is not None and _c.available(interpreter_active(), device)
+
+
+def _require_triton(t: torch.Tensor) -> None:
+    _c.require_triton("lowprec.kernels.mor_gemm", "lowprec.mor (emulated GEMM)", _TRITON_IMPORT_ERROR,
+                      _JIT_FNS, t.device)
+
+
+# ----------------------------------------------------------------------------------------------
+# Host side
+
+
+def fp32_threshold(threshold: float) -> float:
+    """The largest fp32 value <= threshold: for an fp32 error e, ``e <= result`` in fp32 is
+    exactly ``float64(e) <= threshold``, the test ``lowprec.mor`` makes."""
+    threshold = float(threshold)
+    if math.isnan(threshold) or math.isinf(threshold):
+        return threshold
+    if threshold >= _FP32_MAX:
+        return _FP32_MAX
+    t = np.float32(threshold)
+    if float(t) > threshold:
+        t = np.nextafter(t, np.float32(-np.inf))
+    return float(t)
+
+
+def supported(block_a, block_b, k: Optional[int] = None) -> bool:
+    """Whether the kernel multiplies operands scaled over these (R, C) blocks: each operand whose
+    scale changes along K (C < K) needs C to be a multiple of 32 (the K-step must divide it)."""
+    for br, bc in (_check_block(block_a), _check_block(block_b)):
+        if (k is None or bc < k) and bc % _MIN_BLOCK_K:
+            return False
+    return True
+
+
+def _largest_pow2_divisor(n: int, cap: int) -> int:
+    d = 1
+    while d < cap and n % (2 * d) == 0:
+        d *= 2
+    return d
+
+
+def _config(M: int, N: int, K: int, k_widths: list, hp_fp32: bool, precise: bool, fixup: bool) -> GemmConfig:
+    """Tiles for this shape. k_widths: the block widths that each K-step must divide."""
+    cap8 = 128
+    for w in k_widths:
+        cap8 = min(cap8, _largest_pow2_divisor(w, 128))
+    if interpreter_active():
+        return GemmConfig(32, 32, min(cap8, 32), min(cap8, 32), 4, 1)
+    # FP8 K-step 128 (48 KB of codes per stage at 128 x 256); the BF16 loop keeps about that
+    # footprint with a K-step of 64 (32 where an fp32 operand is loaded before its cast). 128 x 256
+    # tiles only for a plain FP8 loop with fast accumulation: a promoted or per-K-step scaled
+    # product needs a second accumulator, and the BF16 loop's converted tiles need registers too
+    # (ptxas spills at 128 x 256 with 8 warps otherwise).
+    if N >= 256 * 16 and not k_widths and not precise and not fixup:
+        return GemmConfig(128, 256, cap8, min(cap8, 32), 8, 3)
+    return GemmConfig(128, 128, cap8, min(cap8, 32 if hp_fp32 else 64), 8, 3)
+
+
+def _fallback_configs(cfg: GemmConfig):
+    """Smaller configurations to try if a compile runs out of shared memory."""
+    yield cfg._replace(num_stages=2)
+    yield cfg._replace(block_n=128, num_stages=3)
+    yield cfg._replace(block_n=128, num_stages=2)
+    yield GemmConfig(64, 128, min(cfg.block_k8, 64), 32, 4, 2)
+
+
+_CONFIG_CACHE: dict = {}
+_SCALED_MM_REFUSED: set = set()  # shapes / scalings torch._scaled_mm raised for: the Triton loop runs them
+
+
+def _check_operand(op: MoROperand, name: str) -> None:
+    if not isinstance(op, MoROperand):
+        raise TypeError(f"{name} must be a MoROperand, got {type(op).__name__}")
+    if op.hp.dim() != 2 or op.codes.shape != op.hp.shape:
+        raise ValueError(f"{name}: hp and codes must be 2-D of one shape, got {tuple(op.hp.shape)} and "
+                         f"{tuple(op.codes.shape)}")
+    if op.hp.dtype not in _HP_DTYPES:
+        raise TypeError(f"{name}.hp must be float32 or bfloat16, got {op.hp.dtype}")
+    if op.codes.dtype != torch.float8_e4m3fn:
+        raise TypeError(f"{name}.codes must be float8_e4m3fn, got {op.codes.dtype}")
+    rows, k = op.hp.shape
+    br, bc = _check_block(op.block)
+    want = (_cdiv(rows, br), _cdiv(k, bc))
+    if op.scales.dtype != torch.float32 or tuple(op.scales.shape) != want:
+        raise ValueError(f"{name}.scales: an fp32 grid of shape {want} for {(br, bc)} blocks, got "
+                         f"{op.scales.dtype} {tuple(op.scales.shape)}")
+    if op.rel_error.numel() != 1 or op.rel_error.dtype != torch.float32:
+        raise ValueError(f"{name}.rel_error must be a one-element float32 tensor")
+    devs = {t.device for t in (op.hp, op.codes, op.scales, op.rel_error)}
+    if len(devs) != 1:
+        raise ValueError(f"{name}: tensors on several devices {sorted(map(str, devs))}")
+
+
+def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float32, fp8_accum: str = "precise",
+             backend: str = "auto", config: Optional[GemmConfig] = None,
+             info: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``A @ B.T`` (out_dtype, (rows of A, rows of B)) of two MoR operands, each E4M3 or BF16 as its
+    error decides on the device; see the module docstring. backend: "triton" (the FP8 loop of this
+    kernel), "scaled_mm" (the FP8 product from torch._scaled_mm, then this kernel in its fix-up
+    mode, which returns at once when both chose E4M3 and otherwise overwrites the output with the
+    BF16 loop; row- and blockwise scales give a bf16 product, converted to an fp32 out_dtype), or
+    "auto" (scaled_mm where ``scaled_mm_applies`` and out_dtype is what it gives, else triton;
+    torch refusing a shape also sends it to triton, remembered). info: an int32
+    tensor of 3 that receives (A chose E4M3, B chose E4M3, what multiplied: 1 the FP8 loop, 2 the
+    BF16 loop, 3 torch._scaled_mm, 0 nothing for an empty product)."""
+    _check_operand(a, "a")
+    _check_operand(b, "b")
+    _require_triton(a.hp)
+    if b.hp.device != a.hp.device:
+        raise ValueError(f"a and b on different devices: {a.hp.device} and {b.hp.device}")
+    if out_dtype not in _OUT_DTYPES:
+        raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
+    if fp8_accum not in FP8_ACCUM:
+        raise ValueError(f"fp8_accum must be one of {FP8_ACCUM}, got {fp8_accum!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    M, K = a.hp.shape
+    N, kb = b.hp.shape
+    if kb != K:
+        raise ValueError(f"reduction dimensions differ: a {tuple(a.hp.shape)}, b {tuple(b.hp.shape)}")
+    if not supported(a.block, b.block, K):
+        raise ValueError(f"blocks {a.block} and {b.block}: a block narrower than K must have a width "
+                         f"that is a multiple of {_MIN_BLOCK_K}")
+    dev = a.hp.device
+    if info is None:
+        info = torch.empty(3, dtype=torch.int32, device=dev)
+    elif info.dtype != torch.int32 or info.numel() < 3 or info.device != dev:
+        raise ValueError("info must be an int32 tensor of at least 3 elements on the operands' device")
+    if M == 0 or N == 0 or K == 0:  # nothing to multiply; the decisions still go to info
+        for i, op in enumerate((a, b)):
+            info[i] = op.rel_error.reshape(()) <= fp32_threshold(op.threshold)
+        info[2] = 0
+        return torch.zeros((M, N), dtype=out_dtype, device=dev)
+    kind = scaled_mm_applies(a, b) if backend != "triton" else None
+    if backend == "scaled_mm" and kind is None:
+        raise ValueError(f"backend 'scaled_mm': torch._scaled_mm does not take these operands ({(M, N, K)}, "
+                         f"blocks {a.block} and {b.block}, {a.hp.device})")
+    if backend == "auto" and kind in ("rowwise", "blockwise") and out_dtype != torch.bfloat16:
+        kind = None  # their bf16 output would round an fp32 result: the Triton loop instead
+    out = _scaled_mm(a, b, kind, out_dtype, fp8_accum) if kind is not None else None
+    fp8_done = out is not None
+    if out is None:
+        out = torch.empty((M, N), dtype=out_dtype, device=dev)
+    _launch(a, b, out, info, fp8_accum, config, fixup=fp8_done)
+    return out if out.dtype == out_dtype else out.to(out_dtype)
+
+
+BACKENDS = ("auto", "triton", "scaled_mm")
+
+
+def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor, fp8_accum: str,
+            config: Optional[GemmConfig], fixup: bool) -> None:
+    M, K = a.hp.shape
+    N = b.hp.shape[0]
+    a_kstep, b_kstep = a.block[1] < K, b.block[1] < K
+    widths = [w for w, ks in ((a.block[1], a_kstep), (b.block[1], b_kstep)) if ks]
+    hp_fp32 = torch.float32 in (a.hp.dtype, b.hp.dtype)
+    precise = fp8_accum == "precise"
+    key = (M, N, K, tuple(widths), hp_fp32, precise, fixup, str(out.device))
+    cfg = config or _CONFIG_CACHE.get(key) or _config(M, N, K, widths, hp_fp32, precise, fixup)
+    for w in widths:
+        if w % cfg.block_k8 or w % cfg.block_k16:
+            raise ValueError(f"config {cfg}: K-steps must divide the block width {w}")
+    ah, bh = _hp_arg(a.hp), _hp_arg(b.hp)
+    args = (a.codes.view(torch.uint8), ah, a.scales, a.rel_error, b.codes.view(torch.uint8), bh,
+            b.scales, b.rel_error, out, info, M, N, K, fp32_threshold(a.threshold), fp32_threshold(b.threshold),
+            *a.codes.stride(), *ah.stride(), *a.scales.stride(), a.block[0], a.block[1],
+            *b.codes.stride(), *bh.stride(), *b.scales.stride(), b.block[0], b.block[1])
+    tried = [cfg] if config is not None or key in _CONFIG_CACHE else [cfg, *_fallback_configs(cfg)]
+    for i, c in enumerate(tried):
+        even = K % c.block_k8 == 0
+        try:
+            _mor_gemm_kernel[(_cdiv(M, c.block_m) * _cdiv(N, c.block_n),)](
+                *args, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+                BLOCK_K8=c.block_k8, BLOCK_K16=c.block_k16, GROUP_M=_GROUP_M,
+                PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, OUT_BF16=out.dtype == torch.bfloat16,
+                FIXUP=fixup, INTERP=interpreter_active(), num_warps=c.num_warps, num_stages=c.num_stages)
+        except _OutOfResources:
+            if i + 1 == len(tried):
+                raise
+            continue
+        if config is None:
+            _CONFIG_CACHE[key] = c
+        break
+
+
+# ----------------------------------------------------------------------------------------------
+# torch._scaled_mm for the FP8 product
+
+
+def scaled_mm_applies(a: MoROperand, b: MoROperand) -> Optional[str]:
+    """How torch._scaled_mm takes the FP8 product of these operands, or None: "tensorwise" (both
+    per-tensor), "rowwise" (per-tensor or per-row scales on each side; bf16 output), "blockwise"
+    (both in 128 x 128 blocks over dimensions that are multiples of 128, K of 512; bf16 output).
+    Needs CUDA (not the interpreter), K-contiguous codes for A and B, and dimensions that are
+    multiples of 16."""
+    if not _scaled_mm_device(a.hp.device):
+        return None
+    M, K = a.hp.shape
+    N = b.hp.shape[0]
+    if M % 16 or N % 16 or K % 16 or a.codes.stride(1) != 1 or b.codes.stride(1) != 1:
+        return None
+    grids = (tuple(a.scales.shape), tuple(b.scales.shape))
+    if grids == ((1, 1), (1, 1)):
+        kind = "tensorwise"
+    elif all(g[1] == 1 for g in grids) and a.block[0] in (1, M) and b.block[0] in (1, N):
+        kind = "rowwise"
+    elif (a.block == b.block == (128, 128) and M % 128 == 0 and N % 128 == 0 and K % 512 == 0):
+        kind = "blockwise"
+    else:
+        return None
+    return None if (kind, M, N, K) in _SCALED_MM_REFUSED else kind
+
+
+def _scaled_mm_device(device) -> bool:
+    return not interpreter_active() and device.type == "cuda" and hasattr(torch, "_scaled_mm")
+
+
+def _scaled_mm(a: MoROperand, b: MoROperand, kind: str, out_dtype: torch.dtype, fp8_accum: str):
+    """The FP8 product by torch._scaled_mm in out_dtype (bf16 for row- and blockwise scales), or
+    None if torch refuses it (remembered: the Triton loop runs that case from then on). Decode
+    scales 1 / s: one tiny launch per operand; codes are read in place (B column-major = K-major)."""
+    M, K = a.hp.shape
+    N = b.hp.shape[0]
+    inv_a, inv_b = a.scales.reciprocal(), b.scales.reciprocal()
+    if kind == "tensorwise":
+        inv_a, inv_b = inv_a.reshape(()), inv_b.reshape(())
+    elif kind == "rowwise":
+        out_dtype = torch.bfloat16
+        inv_a = inv_a.reshape(-1, 1).expand(M, 1).contiguous()
+        inv_b = inv_b.reshape(1, -1).expand(1, N).contiguous()
+    else:
+        # 1 x 128 scales of A's rows, (M, K/128) with stride 1 along M; B's 128 x 128 grid as
+        # (K/128, N/128) with stride 1 along K/128: the layout that ran on an H200 (torch 2.11)
+        out_dtype = torch.bfloat16
+        inv_a = inv_a.repeat_interleave(128, dim=0).t().contiguous().t()
+        inv_b = inv_b.contiguous().t()
+    try:
+        return torch._scaled_mm(a.codes, b.codes.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype,
+                                use_fast_accum=fp8_accum == "fast")
+    except (RuntimeError, ValueError):
+        _SCALED_MM_REFUSED.add((kind, M, N, K))
+        return None
+
+
+def _hp_arg(t: torch.Tensor) -> torch.Tensor:
+    # the interpreter has no bf16: widen there (the values are bf16, the kernel rounds nothing)
+    if t.dtype == torch.bfloat16 and interpreter_active():
+        return t.float()
+    return t

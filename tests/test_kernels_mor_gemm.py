@@ -1,0 +1,230 @@
+"""MoR GEMM kernel (lowprec.kernels.mor_gemm) and MoRQuantizer.fused_gemm against float64 GEMMs of
+the emulation's values (lowprec.mor): every format combination, every partition, shapes that are
+not multiples of the tiles, the decision read on the device, and which main loop ran (the Triton
+backend; tests/test_gpu.py covers the torch._scaled_mm one).
+
+CUDA when present, else the Triton interpreter on CPU (tiny shapes). Each operand is quantized once
+and its decision moved by the threshold (0: BF16 for any non-zero error, 1: E4M3), so the four
+combinations share codes. Tolerance: the kernel multiplies exact products and differs from a
+float64 GEMM only by fp32 accumulation and the scale factors' roundings: SQNR >= 120 dB in the
+interpreter; 60 dB on CUDA, where FP8 tensor cores accumulate with fewer bits within a K-step.
+"""
+
+import importlib
+import os
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+pytest.importorskip("triton")
+
+from lowprec import mor  # noqa: E402
+from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
+from lowprec.numerics import sqnr_db  # noqa: E402
+from lowprec.recipes import OperandCall  # noqa: E402
+
+reload_for_interpreter("lowprec.kernels.mor_quant", "lowprec.kernels.mor_gemm")
+km = importlib.import_module("lowprec.kernels.mor_quant")
+kg = importlib.import_module("lowprec.kernels.mor_gemm")
+
+DEVICE = "cpu" if kg.interpreter_active() else ("cuda" if torch.cuda.is_available() else None)
+if DEVICE is None:
+    pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+
+FLOOR_DB = 120.0 if DEVICE == "cpu" else 60.0
+BLOCK = (32, 32)
+E4M3_TH, BF16_TH = 1.0, 0.0   # thresholds that force each format (errors here are ~0.03)
+
+
+def _grid_block(partition, shape):
+    return km._scale_block(partition, BLOCK, *shape)
+
+
+def _operand(x, partition, threshold=mor.DEFAULT_THRESHOLD):
+    codes, scales, err = km.mor_quantize_e4m3(x, partition, BLOCK)
+    return kg.MoROperand(x, codes, scales, _grid_block(partition, x.shape), err, threshold)
+
+
+def _emulated(x, partition, threshold):
+    """fp64 values the emulation multiplies (torch reference quantization) and its format."""
+    r = mor.mor_tensor(x.cpu().float(), partition, BLOCK, "gam", threshold)
+    return r.values.double(), r.format
+
+
+def _data(shape, seed, dtype=torch.float32, wide=False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g)
+    if wide:  # ten decades across columns: E4M3's error is far above 4.5 % under one scale
+        x = x * torch.logspace(-6, 4, shape[1])
+    return x.to(dtype).to(DEVICE)
+
+
+COMBOS = [(E4M3_TH, E4M3_TH, 1), (BF16_TH, E4M3_TH, 2), (E4M3_TH, BF16_TH, 2), (BF16_TH, BF16_TH, 2)]
+
+
+@pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
+def test_kernel_equals_float64_gemm_of_emulated_values(partition):
+    # 40 x 72 @ (24 x 72)^T: neither M, N nor K a multiple of the 32-wide tiles; K spans 3 K-blocks
+    a = _data((40, 72), 1)
+    b = _data((72, 24), 2, torch.bfloat16).t()  # bf16, read transposed through its strides
+    oa, ob = _operand(a, partition), _operand(b, partition)
+    for th_a, th_b, loop in COMBOS:
+        info = torch.full((3,), -1, dtype=torch.int32, device=DEVICE)
+        got = kg.mor_gemm(oa._replace(threshold=th_a), ob._replace(threshold=th_b), backend="triton", info=info)
+        va, fa = _emulated(a, partition, th_a)
+        vb, fb = _emulated(b, partition, th_b)
+        assert (fa, fb) == ("e4m3" if th_a else "bf16", "e4m3" if th_b else "bf16")
+        assert info.tolist() == [int(fa == "e4m3"), int(fb == "e4m3"), loop]
+        assert got.dtype == torch.float32 and got.shape == (40, 24)
+        assert sqnr_db(va @ vb.t(), got.cpu().double()) > FLOOR_DB, (partition, fa, fb)
+
+
+def test_kernel_fp8_and_bf16_loops_differ_where_the_values_do():
+    """The FP8 loop multiplies the codes, the BF16 loop bf16(x) for a BF16 choice: for an operand
+    whose E4M3 values are far from x, the two results must be the two emulated GEMMs."""
+    a = _data((36, 64), 3, wide=True)
+    b = _data((20, 64), 4)
+    oa, ob = _operand(a, "tensor"), _operand(b, "tensor")
+    out8 = kg.mor_gemm(oa._replace(threshold=E4M3_TH), ob._replace(threshold=E4M3_TH)).cpu().double()
+    out16 = kg.mor_gemm(oa._replace(threshold=BF16_TH), ob._replace(threshold=E4M3_TH)).cpu().double()
+    ref8 = _emulated(a, "tensor", E4M3_TH)[0] @ _emulated(b, "tensor", E4M3_TH)[0].t()
+    ref16 = _emulated(a, "tensor", BF16_TH)[0] @ _emulated(b, "tensor", E4M3_TH)[0].t()
+    assert sqnr_db(ref8, ref16) < 40  # the formats really give different products here
+    assert sqnr_db(ref8, out8) > FLOOR_DB and sqnr_db(ref16, out16) > FLOOR_DB
+
+
+def test_transposed_codes_through_strides():
+    """A square-block operand's transposed use (W^T in dgrad) can read its codes and scale grid
+    transposed instead of being quantized again: the same result as quantizing the transpose."""
+    w = _data((64, 40), 5)
+    a = _data((24, 64), 6)
+    ow = _operand(w, "block", E4M3_TH)
+    wt = kg.MoROperand(w.t(), ow.codes.t(), ow.scales.t(), BLOCK, ow.rel_error, E4M3_TH)
+    oa = _operand(a, "block", E4M3_TH)
+    got = kg.mor_gemm(oa, wt).cpu().double()
+    ref = _emulated(a, "block", E4M3_TH)[0] @ _emulated(w.t().contiguous(), "block", E4M3_TH)[0].t()
+    assert sqnr_db(ref, got) > FLOOR_DB
+
+
+def test_decision_threshold_in_fp32_is_the_fp64_test():
+    for th in (0.045, 0.0, 1e-30, 0.1, float(np.float32(0.045)), 3.5e38, float("inf")):
+        t32 = np.float32(kg.fp32_threshold(th))
+        assert float(t32) <= th
+        # the fp32 errors around it decide as float64(error) <= threshold does
+        with np.errstate(over="ignore"):
+            around = (t32, np.nextafter(t32, np.float32(0)), np.nextafter(t32, np.float32(np.inf)))
+        for e in around:
+            assert (e <= t32) == (float(e) <= th), (th, e)
+
+
+def test_error_equal_to_threshold_chooses_e4m3():
+    a, b = _data((32, 32), 7), _data((32, 32), 8)
+    oa, ob = _operand(a, "block"), _operand(b, "block")
+    err_a = float(oa.rel_error)
+    info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
+    kg.mor_gemm(oa._replace(threshold=err_a), ob._replace(threshold=E4M3_TH), backend="triton", info=info)
+    assert info.tolist() == [1, 1, 1]
+    below = float(np.nextafter(np.float32(err_a), np.float32(0)))
+    kg.mor_gemm(oa._replace(threshold=below), ob._replace(threshold=E4M3_TH), backend="triton", info=info)
+    assert info.tolist() == [0, 1, 2]
+
+
+def test_nan_operand_goes_bf16_and_propagates():
+    a = _data((32, 40), 9)
+    a[3, 5] = float("nan")
+    b = _data((16, 40), 10)
+    info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
+    out = kg.mor_gemm(_operand(a, "tensor", E4M3_TH), _operand(b, "tensor", E4M3_TH), info=info).cpu()
+    assert info.tolist() == [0, 1, 2]
+    assert out[3].isnan().all() and not out[torch.arange(32) != 3].isnan().any()
+
+
+def test_mor_gemm_argument_errors():
+    a, b = _operand(_data((32, 64), 11), "block"), _operand(_data((16, 64), 12), "block")
+    with pytest.raises(ValueError, match="reduction dimensions differ"):
+        kg.mor_gemm(a, _operand(_data((16, 32), 13), "block"))
+    with pytest.raises(ValueError, match=r"scales: an fp32 grid of shape \(1, 2\)"):
+        kg.mor_gemm(a, b._replace(scales=b.scales[:, :1]))
+    with pytest.raises(TypeError, match="codes must be float8_e4m3fn"):
+        kg.mor_gemm(a, b._replace(codes=b.hp))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        kg.mor_gemm(a, b._replace(block=(16, 16), scales=torch.ones(1, 4, device=DEVICE)))
+    with pytest.raises(TypeError, match="out_dtype"):
+        kg.mor_gemm(a, b, out_dtype=torch.float16)
+    with pytest.raises(ValueError, match="fp8_accum"):
+        kg.mor_gemm(a, b, fp8_accum="exact")
+    assert kg.supported((16, 16), (1, 16), 16) and not kg.supported((16, 16), (128, 128), 64)
+
+
+# ----------------------------------------------------------------------------------------------
+# MoRQuantizer.fused_gemm
+
+
+def _call(op):
+    return OperandCall(layer=None, gemm="fprop", operand=op, seed=0, training=True)
+
+
+@pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
+def test_fused_gemm_equals_emulated_gemm(partition):
+    """Same decisions and codes as __call__, the emulation's fp32 GEMM to the SQNR floor, and the
+    same coverage counts: a Gaussian X (E4M3 under every partition) times a Gaussian W (FP8 loop)
+    and times a W spanning ten decades along K (BF16 under every partition: the BF16 loop)."""
+    a = _data((40, 72), 14)
+    g = torch.Generator().manual_seed(15)
+    wide = (torch.randn(72, 36, generator=g) * torch.logspace(-6, 4, 72)[:, None]).to(DEVICE).t()
+    for b, want in ((_data((72, 36), 16).t(), "e4m3"), (wide, "bf16")):  # transposed views, as in dgrad
+        fast, emu = mor.MoRQuantizer(partition, BLOCK, gemm="kernel"), mor.MoRQuantizer(partition, BLOCK)
+        got = fast.fused_gemm(fast, a, b, _call("x"), _call("w"))
+        (va, sa), (vb, sb) = emu(a, _call("x")), emu(b, _call("w"))
+        assert (sa["format"], sb["format"]) == ("e4m3", want)
+        assert fast.coverage() == emu.coverage()
+        assert [r["calls"] for r in fast.coverage()] == [1, 1]
+        ref64 = va.cpu().double() @ vb.cpu().double().t()
+        assert sqnr_db(ref64, got.cpu().double()) > FLOOR_DB
+        assert sqnr_db((va @ vb.t()).cpu().double(), got.cpu().double()) > FLOOR_DB - 20  # fp32 vs fp32
+
+
+def test_fused_gemm_declines_what_it_does_not_run(monkeypatch):
+    a, b = _data((32, 64), 16), _data((16, 64), 17)
+    q = mor.MoRQuantizer("block", BLOCK, gemm="kernel")
+    calls = (_call("x"), _call("w"))
+    emulated = mor.MoRQuantizer("block", BLOCK)
+    assert emulated.fused_gemm(emulated, a, b, *calls) is None  # gemm: emulated, the default
+    assert q.fused_gemm(None, a, b, *calls) is None  # a BF16 (unquantized) other operand
+    assert q.fused_gemm(mor.SubTensorMoRQuantizer(), a, b, *calls) is None
+    assert q.fused_gemm(mor.MoRQuantizer("block", BLOCK, dequant="bf16", gemm="kernel"), a, b, *calls) is None
+    narrow = mor.MoRQuantizer("block", (16, 16), gemm="kernel")
+    assert narrow.fused_gemm(narrow, a, b, *calls) is None  # K-steps must divide the block width
+    monkeypatch.setattr(mor, "USE_KERNEL", False)
+    assert q.fused_gemm(q, a, b, *calls) is None
+    assert q.coverage() == []
+
+
+def test_fixup_mode_keeps_the_fp8_product_or_overwrites_it():
+    """backend "scaled_mm" launches the kernel after torch._scaled_mm wrote the FP8 product: with
+    both operands E4M3 it must leave the output alone; otherwise the BF16 loop replaces all of it."""
+    a, b = _data((40, 72), 20), _data((24, 72), 21)
+    oa, ob = _operand(a, "block"), _operand(b, "block")
+    for th_a, ran in ((E4M3_TH, 3), (BF16_TH, 2)):
+        out = torch.full((40, 24), 7.0, device=DEVICE)
+        info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
+        kg._launch(oa._replace(threshold=th_a), ob._replace(threshold=E4M3_TH), out, info, "precise", None,
+                   fixup=True)
+        assert info.tolist() == [int(th_a == E4M3_TH), 1, ran]
+        if ran == 3:
+            assert bool((out == 7.0).all())
+        else:
+            ref = _emulated(a, "block", th_a)[0] @ _emulated(b, "block", E4M3_TH)[0].t()
+            assert sqnr_db(ref, out.cpu().double()) > FLOOR_DB
+
+
+def test_empty_operand_is_an_error_naming_it():
+    a = _data((0, 64), 22)
+    with pytest.raises(ValueError, match=r"^x: empty tensor of shape \(0, 64\)"):
+        _operand(a, "tensor", E4M3_TH)
