@@ -73,3 +73,19 @@ def assert_equal_or_both_nan(got, want):
     gn, wn = torch.isnan(got), torch.isnan(want)
     assert torch.equal(gn, wn), f"NaN at {gn.nonzero().tolist()} vs {wn.nonzero().tolist()}"
     assert torch.equal(got[~gn], want[~wn]) and torch.equal(torch.signbit(got[~gn]), torch.signbit(want[~wn]))
+
+
+@pytest.fixture
+def scaled_mm_calls(monkeypatch) -> dict:
+    """{"n": calls of torch._scaled_mm so far}: the FP8 GEMMs that really ran on the FP8 path."""
+    import torch
+
+    calls = {"n": 0}
+    real = torch._scaled_mm
+
+    def counting(*a, **kw):
+        calls["n"] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(torch, "_scaled_mm", counting)
+    return calls

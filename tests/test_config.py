@@ -65,8 +65,8 @@ def test_data_id_changes_with_anything_that_shapes_tokens():
      r"unknown key\(s\) \['taus'\] for recipe 'int8_fallback'"),
     ("baselines", "gpt2", "int8_block", {"block": [16, 16]}, r"unknown key\(s\) \['block'\] for recipe 'int8_block'"),
     # a key of the wrong type, a paper's own or a key every method has
-    ("mor", "nemotron", "mor_block", {"threshold": "low"}, r"methods\.mor_block: threshold: must be a number"),
-    ("int8_fallback", "llama2", "int8_fallback", {"tau": "eight"}, r"tau: must be a number"),
+    ("mor", "nemotron", "mor_block", {"threshold": "low"}, r"methods\.mor_block: threshold: must be a finite number >= 0, got 'low'"),
+    ("int8_fallback", "llama2", "int8_fallback", {"tau": "eight"}, r"tau: must be a finite number > 0, got 'eight'"),
     ("gaussws", "gpt2", "gaussws_b6", {"b": "six"}, r"b must be a number"),
     ("mor", "nemotron", "bf16", {"telemetry_every": "often"}, r"method\.telemetry_every: must be an integer >= 0"),
     ("baselines", "gpt2", "bf16", {"include": "transformer.h.*"}, r"method\.include: must be a list"),

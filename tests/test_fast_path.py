@@ -55,21 +55,14 @@ def _train_once(layer, x, g):
 
 
 @pytest.mark.parametrize("name", ["bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise"])
-def test_fast_layer_trains_like_the_emulation(name, monkeypatch):
+def test_fast_layer_trains_like_the_emulation(name, monkeypatch, scaled_mm_calls):
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(256, 384))
     fast, emu = copy.deepcopy(base), copy.deepcopy(base)
     convert(fast, RECIPES[name])
     convert(emu, RECIPES[name])
     x, g = torch.randn(4, 64, 256), torch.randn(4, 64, 384)
-    calls = {"n": 0}
-    real = torch._scaled_mm
-
-    def counting(*a, **kw):
-        calls["n"] += 1
-        return real(*a, **kw)
-
-    monkeypatch.setattr(torch, "_scaled_mm", counting)
+    calls = scaled_mm_calls
     monkeypatch.setattr(lin, "FAST_PATH", "all")
     got = _train_once(fast, x, g)
     # tensor-wise FP8 runs all three GEMMs on _scaled_mm; blockwise scales are CUDA-only (fp32 fallback)

@@ -60,7 +60,7 @@ FAST_RECIPES = ["bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise"]
 
 
 @pytest.mark.parametrize("name", FAST_RECIPES + ["fp8_rowwise"])
-def test_fast_path_gemms_equal_emulation(name, monkeypatch):
+def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls):
     """Each GEMM of the fast path against the emulation on the same operands: the same codes and
     scales, outputs within an SQNR floor, and the FP8 GEMMs really on _scaled_mm."""
     from lowprec.gemm import FastPlan, quantize_fp8, scale_kind
@@ -68,14 +68,7 @@ def test_fast_path_gemms_equal_emulation(name, monkeypatch):
 
     recipe = FP8_ROWWISE if name == "fp8_rowwise" else RECIPES[name]
     plan = FastPlan.for_recipe(recipe)
-    calls = {"n": 0}
-    real = torch._scaled_mm
-
-    def counting(*a, **kw):
-        calls["n"] += 1
-        return real(*a, **kw)
-
-    monkeypatch.setattr(torch, "_scaled_mm", counting)
+    calls = scaled_mm_calls
     torch.manual_seed(0)
     m, k, n = 384, 512, 256
     for g, (a, b) in {"fprop": (torch.randn(m, k), torch.randn(n, k)),
