@@ -73,6 +73,17 @@ if triton is not None:
         return tl.where(a < float("inf"), a, 0.0)
 
     @triton.jit
+    def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+        """The output tile (pid_m, pid_n) of GEMM program ``pid``, GROUP_M row-tiles at a time, so
+        that programs sharing B tiles run together (L2 reuse)."""
+        n_pm = (M + BLOCK_M - 1) // BLOCK_M
+        n_pn = (N + BLOCK_N - 1) // BLOCK_N
+        per_group = GROUP_M * n_pn
+        first_m = (pid // per_group) * GROUP_M
+        group_rows = tl.minimum(n_pm - first_m, GROUP_M)
+        return first_m + (pid % per_group) % group_rows, (pid % per_group) // group_rows
+
+    @triton.jit
     def _block_grid(n_bcol, G: tl.constexpr, RP: tl.constexpr, K: tl.constexpr, CP: tl.constexpr):
         """A program of a kernel that holds G block-rows x K block-columns as a 4-D tile
         [G, RP, K, CP]: its (pid_r, pid_c), the row and column aranges r [1, RP, 1, 1] and

@@ -122,7 +122,7 @@ _QUANT_TILE = 4096
 _JIT_FNS: tuple = ()  # this module's kernel and the helpers it calls from quantize and _common (mode checks)
 
 if triton is not None and _kq.triton is not None:
-    from ._common import _finite_abs, _load_fp32, _max_axis, _sum_axis
+    from ._common import _finite_abs, _grouped_tile, _load_fp32, _max_axis, _sum_axis
     from .quantize import _encode, _nonfinite, _scale_from_amax
 
     @triton.jit
@@ -255,14 +255,7 @@ if triton is not None and _kq.triton is not None:
         each its own int32 dot and fp32 rescale. HAS_RA / HAS_RB: the fused second parts (a
         uniform branch per K-group where a row-block of the tile is flagged)."""
         pid = tl.program_id(0)
-        n_pm = (M + BLOCK_M - 1) // BLOCK_M
-        n_pn = (N + BLOCK_N - 1) // BLOCK_N
-        # programs that share B tiles run together (L2 reuse)
-        per_group = GROUP_M * n_pn
-        first_m = (pid // per_group) * GROUP_M
-        group_rows = tl.minimum(n_pm - first_m, GROUP_M)
-        pid_m = first_m + (pid % per_group) % group_rows
-        pid_n = (pid % per_group) // group_rows
+        pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -386,7 +379,7 @@ if triton is not None and _kq.triton is not None:
                 c = tl.load(c_ptr + c_offs, mask=c_mask, other=0.0)
                 tl.store(c_ptr + c_offs, c + acc, mask=c_mask)
 
-    _JIT_FNS = (_gemm_kernel, _encode, _load_fp32)
+    _JIT_FNS = (_gemm_kernel, _encode, _load_fp32, _grouped_tile)
 
 
 # ----------------------------------------------------------------------------------------------

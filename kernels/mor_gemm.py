@@ -104,6 +104,8 @@ class GemmConfig(NamedTuple):
 
 
 if triton is not None:
+    from ._common import _grouped_tile
+
     from triton.runtime.errors import OutOfResources as _OutOfResources
 
     @triton.jit
@@ -240,14 +242,7 @@ if triton is not None:
                          EVEN: tl.constexpr, OUT_BF16: tl.constexpr, FIXUP: tl.constexpr,
                          INTERP: tl.constexpr):
         pid = tl.program_id(0)
-        n_pm = (M + BLOCK_M - 1) // BLOCK_M
-        n_pn = (N + BLOCK_N - 1) // BLOCK_N
-        # programs that share B tiles run together (L2 reuse)
-        per_group = GROUP_M * n_pn
-        first_m = (pid // per_group) * GROUP_M
-        group_rows = tl.minimum(n_pm - first_m, GROUP_M)
-        pid_m = first_m + (pid % per_group) % group_rows
-        pid_n = (pid % per_group) // group_rows
+        pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
         m_ok = rm < M
@@ -289,7 +284,7 @@ if triton is not None:
             _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow, s_bsc, e4b,
                       A_KSTEP, B_KSTEP, OUT_BF16)
 
-    _JIT_FNS = (_mor_gemm_kernel,)
+    _JIT_FNS = (_mor_gemm_kernel, _grouped_tile)
 
 
 # ----------------------------------------------------------------------------------------------
