@@ -84,6 +84,8 @@ def _parse(argv):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per arm (compilation happens here)")
     p.add_argument("--merge", action="store_true", help="keep the rows of other (shape, arm) pairs in --out")
+    p.add_argument("--profile-dir", default=None,
+                   help="write the CUDA kernels of each arm's profiled step, by total time, to <dir>/<shape>_<arm>.txt")
     return p.parse_args(argv)
 
 
@@ -119,12 +121,16 @@ def build_arm(arm: str, shape: dict):
     return model, model, "eager"
 
 
-def lowp_gemms(fn, opt, batches) -> int:
-    """Low-precision GEMMs in one profiled step."""
+def lowp_gemms(fn, opt, batches, table: Path | None = None) -> int:
+    """Low-precision GEMMs in one profiled step; with ``table``, the step's operators and kernels by
+    CUDA time are written there (what a speed-up has to come from)."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step(fn, opt, batches)
         torch.cuda.synchronize()
+    if table is not None:
+        table.parent.mkdir(parents=True, exist_ok=True)
+        table.write_text(prof.key_averages().table(sort_by="cuda_time_total", row_limit=60, max_name_column_width=90))
     n = 0
     for e in prof.events():
         if e.name in _LOWP_OPS or (e.device_type == torch.autograd.DeviceType.CUDA
@@ -154,7 +160,8 @@ def measure(arm: str, shape_name: str, args) -> dict:
         step(fn, opt, batches)
     torch.cuda.synchronize()
     warm_s = time.perf_counter() - t0
-    n_lowp = lowp_gemms(fn, opt, batches)
+    table = Path(args.profile_dir) / f"{shape_name}_{arm}.txt" if args.profile_dir else None
+    n_lowp = lowp_gemms(fn, opt, batches, table)
     if arm in HARDWARE_ARMS and n_lowp == 0:
         fail(PROG, f"arm {arm} ({shape_name}): no low-precision GEMM ran in a profiled step; the measurement "
                    "would be of BF16 or emulated GEMMs")
