@@ -27,7 +27,8 @@ emulation's arithmetic, still exact codes.
 
 from __future__ import annotations
 
-from typing import Optional
+import os
+from typing import NamedTuple, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -81,14 +82,41 @@ def quantize_fp8(t: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.
     return codes, scale
 
 
+# scale kinds whose codes and scales of a tensor's transpose are the transposed codes and scales
+# (one scale, or square blocks): the backward GEMMs reuse them instead of quantizing again
+TRANSPOSABLE = (_TENSOR, "128x128")
+
+
+class FP8Operand(NamedTuple):
+    """A quantized GEMM operand: row-major (rows, K) FP8 codes, their encode-scale grid, the spec
+    and its scale kind."""
+    codes: torch.Tensor
+    scale: torch.Tensor
+    spec: QuantSpec
+    kind: str
+
+    @classmethod
+    def of(cls, t: torch.Tensor, spec: QuantSpec) -> "FP8Operand":
+        return cls(*quantize_fp8(t, spec), spec, scale_kind(spec))
+
+    def t(self) -> "FP8Operand":
+        """The operand of the transposed tensor (a kind of ``TRANSPOSABLE``): the same codes and
+        scales as quantizing the transpose, bit for bit, from one FP8 transpose copy."""
+        if self.kind not in TRANSPOSABLE:
+            raise ValueError(f"FP8Operand.t: scales of kind {self.kind!r} differ between a tensor and its transpose")
+        return FP8Operand(self.codes.t().contiguous(), self.scale.t().contiguous(), self.spec, self.kind)
+
+
 def _decode(scale: torch.Tensor) -> torch.Tensor:
     return torch.reciprocal(scale.float())
 
 
 def fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, kind_a: str, b8: torch.Tensor, scale_b: torch.Tensor,
-           kind_b: str, out_dtype: torch.dtype) -> torch.Tensor:
+           kind_b: str, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
     """``dequant(a) @ dequant(b).T`` on FP8 tensor cores: a8 (M, K) and b8 (N, K) row-major codes
-    with their encode-scale grids (``quantize_fp8``) of the given kinds (a pair of ``FP8_PAIRS``)."""
+    with their encode-scale grids (``quantize_fp8``) of the given kinds (a pair of ``FP8_PAIRS``).
+    ``fast_accum``: Hopper's FP8 accumulation without the periodic promotion to fp32 (faster,
+    fewer bits; see ``FAST_ACCUM``)."""
     inv_a, inv_b = _decode(scale_a), _decode(scale_b)
     if kind_a == "1x128":
         # a's grid (M, K/128) with stride 1 along M ("outer-dim-major"); b's 128x128 grid
@@ -96,14 +124,16 @@ def fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, kind_a: str, b8: torch.Tenso
         # (torch 2.11) with K/128 a multiple of 4 (see shape_fits)
         inv_a = inv_a.t().contiguous().t()
         inv_b = inv_b.contiguous().t()
-        return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16).to(out_dtype)
+        return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16,
+                                use_fast_accum=fast_accum).to(out_dtype)
     if kind_a == kind_b == _TENSOR:
         return torch._scaled_mm(a8, b8.t(), scale_a=inv_a.reshape(()), scale_b=inv_b.reshape(()),
-                                out_dtype=out_dtype)
+                                out_dtype=out_dtype, use_fast_accum=fast_accum)
     # row-wise on either side: both scales as vectors, bf16 output (cuBLASLt's rule)
     inv_a = inv_a.reshape(-1, 1).expand(a8.shape[0], 1).contiguous()
     inv_b = inv_b.reshape(1, -1).expand(1, b8.shape[0]).contiguous()
-    return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16).to(out_dtype)
+    return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16,
+                            use_fast_accum=fast_accum).to(out_dtype)
 
 
 def dequantized_mm(a8: torch.Tensor, scale_a: torch.Tensor, spec_a: QuantSpec, b8: torch.Tensor,
@@ -130,19 +160,15 @@ def shape_fits(a: torch.Tensor, b: torch.Tensor, kind_a: str, kind_b: str) -> bo
     return True
 
 
-def fp8_gemm(a: torch.Tensor, b: torch.Tensor, spec_a: QuantSpec, spec_b: QuantSpec,
-             out_dtype: torch.dtype) -> torch.Tensor:
-    """``a @ b.T`` with both operands quantized to FP8 as their specs say (a (M, K), b (N, K),
-    reduction last): on ``_scaled_mm`` where the pair, the device and the shape allow, else in fp32
-    from the same codes."""
-    kind_a, kind_b = scale_kind(spec_a), scale_kind(spec_b)
-    a8, sa = quantize_fp8(a, spec_a)
-    b8, sb = quantize_fp8(b, spec_b)
-    hardware = (fp8_pair_supported(kind_a, kind_b, spec_a, spec_b) and (a.is_cuda or not FP8_PAIRS[(kind_a, kind_b)])
-                and shape_fits(a, b, kind_a, kind_b))
+def operand_mm(a: FP8Operand, b: FP8Operand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
+    """``dequant(a) @ dequant(b).T`` of two quantized operands: on ``_scaled_mm`` where the pair, the
+    device and the shape allow, else in fp32 from the same codes."""
+    hardware = (fp8_pair_supported(a.kind, b.kind, a.spec, b.spec)
+                and (a.codes.is_cuda or not FP8_PAIRS[(a.kind, b.kind)])
+                and shape_fits(a.codes, b.codes, a.kind, b.kind))
     if hardware:
-        return fp8_mm(a8, sa, kind_a, b8, sb, kind_b, out_dtype)
-    return dequantized_mm(a8, sa, spec_a, b8, sb, spec_b).to(out_dtype)
+        return fp8_mm(a.codes, a.scale, a.kind, b.codes, b.scale, b.kind, out_dtype, fast_accum)
+    return dequantized_mm(a.codes, a.scale, a.spec, b.codes, b.scale, b.spec).to(out_dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,6 +217,31 @@ def hp_mm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, out_dtype: torch
 
 _PLANS: dict = {}  # id(recipe) -> (recipe, its FastPlan or None)
 
+# The GEMMs that accumulate FP8 products without Hopper's periodic promotion to fp32: the forward
+# only, as Transformer Engine (split accumulator off for fprop, on for both gradients) and torchao's
+# float8 training (use_fast_accum in the output GEMM) do; the gradients keep full accumulation.
+# LOWPREC_FP8_FAST_ACCUM: comma-separated GEMM names, or "none".
+FAST_ACCUM_ENV = "LOWPREC_FP8_FAST_ACCUM"
+
+
+def fast_accum_gemms(text: Optional[str] = None) -> frozenset:
+    """The GEMMs of ``LOWPREC_FP8_FAST_ACCUM`` (default ``fprop``)."""
+    from .recipes import GEMMS
+    text = os.environ.get(FAST_ACCUM_ENV, "fprop") if text is None else text
+    names = frozenset() if text.strip() == "none" else frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = names - set(GEMMS)
+    if unknown:
+        raise ValueError(f"{FAST_ACCUM_ENV}: unknown GEMM(s) {sorted(unknown)}; use names of {list(GEMMS)} or 'none'")
+    return names
+
+
+FAST_ACCUM = fast_accum_gemms()
+
+# (GEMM, operand) -> the operand of an earlier GEMM that is the same tensor transposed
+_SOURCES = {("dgrad", "w"): ("fprop", "w"), ("wgrad", "dy"): ("dgrad", "dy"), ("wgrad", "x"): ("fprop", "x")}
+
+Operand = Union[torch.Tensor, FP8Operand]  # a high-precision operand, or a quantized one
+
 
 class FastPlan:
     """How each GEMM of a recipe runs on the fast path: both operands unquantized ("hp": a GEMM in
@@ -200,8 +251,14 @@ class FastPlan:
     emulation."""
 
     def __init__(self, gemms: dict, high_precision: torch.dtype):
+        from .recipes import OPERANDS
         self.gemms, self.high_precision = gemms, high_precision
         self.all_hp = all(kind == "hp" for kind, _, _ in gemms.values())
+        self._specs = {(g, op): spec for g, (kind, *specs) in gemms.items() for op, spec in zip(OPERANDS[g], specs)}
+        # (GEMM, operand) pairs whose quantized operand is the transpose of an earlier one's
+        self.reused = frozenset(target for target, source in _SOURCES.items()
+                                if self._specs[target] is not None and self._specs[target] == self._specs[source]
+                                and scale_kind(self._specs[target]) in TRANSPOSABLE)
 
     @classmethod
     def for_recipe(cls, recipe) -> Optional["FastPlan"]:
@@ -227,12 +284,28 @@ class FastPlan:
                 return None
         return cls(gemms, {"bf16": torch.bfloat16, "fp32": torch.float32}[recipe.high_precision])
 
-    def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-        """``a @ b.T`` (reduction last) of GEMM ``name`` in ``out_dtype``."""
-        kind, spec_a, spec_b = self.gemms[name]
-        if kind == "hp":
+    def operand(self, gemm: str, op: str, t: torch.Tensor, source: Optional[Operand] = None) -> Operand:
+        """Operand ``op`` of GEMM ``gemm`` from its tensor ``t`` (reduction last): ``t`` itself for a
+        high-precision GEMM, else its FP8Operand; ``source``, the operand an earlier GEMM made of
+        ``t``'s transpose, is transposed instead of quantizing ``t`` where ``reused`` allows."""
+        spec = self._specs[(gemm, op)]
+        if spec is None:
+            return t
+        if (gemm, op) in self.reused and isinstance(source, FP8Operand):
+            return source.t()
+        return FP8Operand.of(t, spec)
+
+    def mm(self, name: str, a: Operand, b: Operand, out_dtype: torch.dtype) -> torch.Tensor:
+        """``a @ b.T`` of GEMM ``name`` from its two operands (``operand``), in ``out_dtype``."""
+        if self.gemms[name][0] == "hp":
             return hp_mm(a, b, self.high_precision, out_dtype)
-        return fp8_gemm(a, b, spec_a, spec_b, out_dtype)
+        return operand_mm(a, b, out_dtype, fast_accum=name in FAST_ACCUM)
+
+    def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        """``a @ b.T`` (reduction last) of GEMM ``name`` in ``out_dtype``, both operands from their tensors."""
+        from .recipes import OPERANDS
+        op_a, op_b = OPERANDS[name]
+        return self.mm(name, self.operand(name, op_a, a), self.operand(name, op_b, b), out_dtype)
 
     def describe(self) -> str:
         """One line for provenance: what each GEMM runs on."""

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .gemm import FastPlan, fast_path_applies, scaled_mm
+from .gemm import FastPlan, FP8Operand, fast_path_applies, scaled_mm
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
 from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe
 from .telemetry import Telemetry
@@ -348,35 +348,61 @@ def _fast_linear(x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: t
 
 class _FastLinearFn(torch.autograd.Function):
     """The three GEMMs of ``FastPlan``: activations and gradients in their own dtype, the weight
-    gradient in fp32 (bf16 where ``_scaled_mm`` returns only bf16)."""
+    gradient in fp32 (bf16 where ``_scaled_mm`` returns only bf16). Each tensor is quantized once
+    per scale layout: where the backward GEMMs' operands are transposes with the same scales
+    (``FastPlan.reused``), their codes are FP8 transpose copies of the forward's, and the forward
+    keeps the FP8 activation for the weight gradient instead of the high-precision one."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype):
         w = weight.t() if transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
-        y = plan.gemm("fprop", x2d, w, out_dtype)
+        qx, qw = plan.operand("fprop", "x", x2d), plan.operand("fprop", "w", w)
+        y = plan.mm("fprop", qx, qw, out_dtype)
         if bias is not None:
             y = y + bias.to(out_dtype)
         ctx.plan, ctx.transposed, ctx.has_bias = plan, transposed, bias is not None
-        ctx.save_for_backward(x, weight)
+        ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
+        x_keep = qx if ("wgrad", "x") in plan.reused else x2d
+        w_keep = qw if ("dgrad", "w") in plan.reused else w
+        ctx.x_meta, ctx.w_meta = _meta(x_keep), _meta(w_keep)
+        ctx.save_for_backward(*_tensors(x_keep), *_tensors(w_keep))
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
         plan = ctx.plan
-        w = weight.t() if ctx.transposed else weight
+        saved = ctx.saved_tensors
+        x_keep, w_keep = _unpack(saved[:2], ctx.x_meta), _unpack(saved[2:], ctx.w_meta)
         dy2d = dy.reshape(-1, dy.shape[-1])
-        x2d = x.reshape(-1, x.shape[-1])
-        dx = dw = db = None
+        dx = dw = db = qdy = None
         if ctx.needs_input_grad[0]:
-            dx = plan.gemm("dgrad", dy2d, w.t(), x.dtype).reshape(x.shape)
+            qdy = plan.operand("dgrad", "dy", dy2d)
+            w_t = None if isinstance(w_keep, FP8Operand) else w_keep.t()
+            dx = plan.mm("dgrad", qdy, plan.operand("dgrad", "w", w_t, source=w_keep), ctx.x_dtype)
+            dx = dx.reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
-            dw = plan.gemm("wgrad", dy2d.t(), x2d.t(), torch.float32)
-            dw = (dw.t() if ctx.transposed else dw).to(weight.dtype)
+            a = plan.operand("wgrad", "dy", None if isinstance(qdy, FP8Operand) and ("wgrad", "dy") in plan.reused
+                             else dy2d.t(), source=qdy)
+            x_t = None if isinstance(x_keep, FP8Operand) else x_keep.t()
+            dw = plan.mm("wgrad", a, plan.operand("wgrad", "x", x_t, source=x_keep), torch.float32)
+            dw = (dw.t() if ctx.transposed else dw).to(ctx.w_dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.float().sum(0)
         return dx, dw, db, None, None, None
+
+
+# an operand kept for the backward travels through save_for_backward as two tensors
+def _meta(op):
+    return (op.spec, op.kind) if isinstance(op, FP8Operand) else None
+
+
+def _tensors(op) -> tuple:
+    return (op.codes, op.scale) if isinstance(op, FP8Operand) else (op, None)
+
+
+def _unpack(pair, meta):
+    return pair[0] if meta is None else FP8Operand(pair[0], pair[1], *meta)
 
 
 def convert(model: nn.Module, recipe: Recipe, include: Optional[Iterable[str]] = None,

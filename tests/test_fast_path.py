@@ -143,3 +143,45 @@ def test_train_compile_setting():
     assert use_compile({"compile": True}, {"accelerator": "cpu", "strategy": "auto"})
     with pytest.raises(ConfigError, match="train.compile"):
         use_compile({"compile": True}, {"accelerator": "gpu", "strategy": "fsdp"})
+
+
+@pytest.mark.parametrize("spec", [QuantSpec("e4m3", "tensor"), QuantSpec("e5m2", "tensor", margin=1),
+                                  QuantSpec("e4m3", "block", block=(128, 128))], ids=lambda s: f"{s.fmt}-{s.block}")
+def test_transposed_operand_equals_quantizing_the_transpose(spec):
+    from lowprec.gemm import FP8Operand
+    torch.manual_seed(0)
+    x = (torch.randn(200, 300) * torch.logspace(-4, 4, 300)).bfloat16()  # partial 128-blocks both ways
+    x[3, 5] = float("nan")
+    got, want = FP8Operand.of(x, spec).t(), FP8Operand.of(x.t(), spec)
+    assert got.codes.is_contiguous() and got.codes.shape == (300, 200)
+    assert torch.equal(got.scale, want.scale)
+    assert torch.equal(got.codes.float().nan_to_num(7.0), want.codes.float().nan_to_num(7.0))
+    with pytest.raises(ValueError, match="kind 'row'"):
+        FP8Operand.of(x, QuantSpec("e4m3", "channel", axis=-1)).t()
+
+
+def test_each_tensor_is_quantized_once_per_scale_layout(monkeypatch):
+    import lowprec.gemm as gemm_mod
+    assert FastPlan.for_recipe(RECIPES["fp8_tensorwise_current"]).reused == {
+        ("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
+    assert FastPlan.for_recipe(RECIPES["fp8_hybrid"]).reused == {("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
+    # blockwise: 128x128 weight blocks transpose; 1x128 activation and gradient blocks do not
+    assert FastPlan.for_recipe(RECIPES["fp8_blockwise"]).reused == {("dgrad", "w")}
+    seen = []
+    real = gemm_mod.quantize_fp8
+    monkeypatch.setattr(gemm_mod, "quantize_fp8", lambda t, spec: seen.append(tuple(t.shape)) or real(t, spec))
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    for name, n in (("fp8_tensorwise_current", 3), ("fp8_blockwise", 5)):
+        seen.clear()
+        layer = nn.Sequential(nn.Linear(256, 384))
+        convert(layer, RECIPES[name])
+        _train_once(layer, torch.randn(2, 64, 256), torch.randn(2, 64, 384))
+        assert len(seen) == n, (name, seen)
+
+
+def test_fast_accumulation_setting():
+    from lowprec.gemm import fast_accum_gemms
+    assert fast_accum_gemms("fprop") == {"fprop"} and fast_accum_gemms("none") == set()
+    assert fast_accum_gemms("fprop, dgrad") == {"fprop", "dgrad"}
+    with pytest.raises(ValueError, match="LOWPREC_FP8_FAST_ACCUM: unknown GEMM.*'fwd'"):
+        fast_accum_gemms("fwd")

@@ -63,14 +63,14 @@ FAST_RECIPES = ["bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise"]
 def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls):
     """Each GEMM of the fast path against the emulation on the same operands: the same codes and
     scales, outputs within an SQNR floor, and the FP8 GEMMs really on _scaled_mm."""
-    from lowprec.gemm import FastPlan, quantize_fp8, scale_kind
+    from lowprec.gemm import FastPlan, quantize_fp8, scale_kind, shape_fits
     from lowprec.numerics import quantize
 
     recipe = FP8_ROWWISE if name == "fp8_rowwise" else RECIPES[name]
     plan = FastPlan.for_recipe(recipe)
     calls = scaled_mm_calls
     torch.manual_seed(0)
-    m, k, n = 384, 512, 256
+    m, k, n = 384, 512, 512  # K of every GEMM a multiple of 128 (dgrad's blockwise pair needs 512)
     for g, (a, b) in {"fprop": (torch.randn(m, k), torch.randn(n, k)),
                       "dgrad": (torch.randn(m, n) * 1e-4, torch.randn(k, n)),
                       "wgrad": (torch.randn(n, m) * 1e-4, torch.randn(k, m))}.items():
@@ -87,7 +87,7 @@ def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls):
                 q = quantize(t, spec)
                 assert torch.equal(codes.float(), q.codes) and torch.equal(scale, q.scale)
         pair = (scale_kind(spec_a), scale_kind(spec_b)) if fp8 else None
-        expect_hw = fp8 and pair in gemm_mod.FP8_PAIRS
+        expect_hw = fp8 and pair in gemm_mod.FP8_PAIRS and shape_fits(a, b, *pair)
         assert (calls["n"] - before == 1) == expect_hw, (g, pair)
         # bf16 GEMMs and row/block scaling return bf16; Hopper's FP8 tensor cores accumulate with
         # fewer bits between promotions to fp32 (tensor x tensor: 55.5 dB measured on an H200)
@@ -200,7 +200,8 @@ def test_cuda_quantize_dispatch_is_bit_exact(spec, monkeypatch):
     monkeypatch.setattr(scaling, "USE_KERNELS", False)
     qt = quantize(x, spec, generator=g2 if spec.rounding == "stochastic" else None)
     assert calls["n"] == 1
-    assert torch.equal(qk.scale, qt.scale)
+    # an INT8 block holding NaN or Inf has a NaN scale on both paths
+    assert torch.equal(qk.scale.nan_to_num(-1.0), qt.scale.nan_to_num(-1.0))
     assert torch.equal(qk.codes.nan_to_num(123.0), qt.codes.nan_to_num(123.0))
 
 
