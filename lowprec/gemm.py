@@ -34,7 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from .numerics import QuantSpec, to_torch_dtype
-from .numerics.scaling import _blocks_view, _resolve_block, apply_blocks, expand_blocks, scale_from_amax
+from .numerics.scaling import (_blocks_view, _resolve_block, apply_blocks, expand_blocks, gam_block_scales,
+                               scale_from_amax)
 
 _FP8 = ("e4m3", "e5m2")
 # operand scale kinds: "tensor" (one scale), "row" (one per row of the reduction-last view),
@@ -56,9 +57,10 @@ def scale_kind(spec) -> Optional[str]:
     return None
 
 
-# (kind of a, kind of b) pairs that _scaled_mm multiplies, and whether they need a CUDA device
+# (kind of a, kind of b) pairs that _scaled_mm multiplies, and whether they need a CUDA device; a's
+# 128x128 grid goes to cuBLAS as the 1x128 scales of its rows
 FP8_PAIRS = {(_TENSOR, _TENSOR): False, (_ROW, _ROW): False, (_TENSOR, _ROW): False, (_ROW, _TENSOR): False,
-             ("1x128", "128x128"): True}
+             ("1x128", "128x128"): True, ("128x128", "128x128"): True}
 
 
 def fp8_pair_supported(kind_a: str, kind_b: str, spec_a: QuantSpec, spec_b: QuantSpec) -> bool:
@@ -68,15 +70,18 @@ def fp8_pair_supported(kind_a: str, kind_b: str, spec_a: QuantSpec, spec_b: Quan
 
 def quantize_fp8(t: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes, scale grid) of a 2-D operand (reduction dimension last) under an FP8 ``spec`` that
-    ``scale_kind`` accepts: codes in the torch float8 dtype, row-major; the encode-scale grid as in
-    ``QTensor.scale``. NaN and +-Inf are left out of every amax (as in ``block_amax``); NaN stays NaN
-    in the codes and +-Inf saturates to +-fmax."""
+    ``scale_kind`` accepts, or GAM scaling (MoR): codes in the torch float8 dtype, row-major; the
+    encode-scale grid as in ``QTensor.scale``. NaN and +-Inf are left out of every amax (as in
+    ``block_amax``); NaN stays NaN in the codes and +-Inf saturates to +-fmax."""
     fmt = spec.format
     x = t.float()
     block = _resolve_block(spec, tuple(x.shape))
     mag = torch.where(torch.isfinite(x), x.abs(), torch.zeros((), dtype=x.dtype, device=x.device))
     amax = _blocks_view(mag, block).amax(dim=(1, 3))
-    scale = scale_from_amax(amax, fmt.fmax, spec.margin, spec.pow2)
+    if spec.scaling == "gam":
+        scale = gam_block_scales(amax, amax.max(), fmt.fmax)
+    else:
+        scale = scale_from_amax(amax, fmt.fmax, spec.margin, spec.pow2)
     scaled = apply_blocks(x, scale, block, torch.mul)
     codes = scaled.clamp(-fmt.fmax, fmt.fmax).to(to_torch_dtype(spec.fmt)).contiguous()
     return codes, scale
@@ -96,8 +101,9 @@ class FP8Operand(NamedTuple):
     kind: str
 
     @classmethod
-    def of(cls, t: torch.Tensor, spec: QuantSpec) -> "FP8Operand":
-        return cls(*quantize_fp8(t, spec), spec, scale_kind(spec))
+    def of(cls, t: torch.Tensor, spec: QuantSpec, kind: Optional[str] = None) -> "FP8Operand":
+        """``t`` quantized under ``spec``; ``kind`` for a GAM spec (``scale_kind`` of others)."""
+        return cls(*quantize_fp8(t, spec), spec, kind or scale_kind(spec))
 
     def t(self) -> "FP8Operand":
         """The operand of the transposed tensor (a kind of ``TRANSPOSABLE``): the same codes and
@@ -116,16 +122,18 @@ def fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, kind_a: str, b8: torch.Tenso
     """``dequant(a) @ dequant(b).T`` on FP8 tensor cores: a8 (M, K) and b8 (N, K) row-major codes
     with their encode-scale grids (``quantize_fp8``) of the given kinds (a pair of ``FP8_PAIRS``).
     ``fast_accum``: Hopper's FP8 accumulation without the periodic promotion to fp32 (faster,
-    fewer bits; see ``FAST_ACCUM``)."""
+    fewer bits; see ``FAST_ACCUM``), for tensor and row scales (block scales always promote)."""
     inv_a, inv_b = _decode(scale_a), _decode(scale_b)
+    if kind_a == "128x128":  # each row takes its block's scale
+        inv_a, kind_a = inv_a.repeat_interleave(128, dim=0)[: a8.shape[0]], "1x128"
     if kind_a == "1x128":
         # a's grid (M, K/128) with stride 1 along M ("outer-dim-major"); b's 128x128 grid
         # transposed to (K/128, N/128) with stride 1 along K/128: the layout that ran on the H200
         # (torch 2.11) with K/128 a multiple of 4 (see shape_fits)
         inv_a = inv_a.t().contiguous().t()
         inv_b = inv_b.contiguous().t()
-        return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16,
-                                use_fast_accum=fast_accum).to(out_dtype)
+        # no fast accumulation here: cuBLAS refuses it with block scales (torch 2.11, H200)
+        return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16).to(out_dtype)
     if kind_a == kind_b == _TENSOR:
         return torch._scaled_mm(a8, b8.t(), scale_a=inv_a.reshape(()), scale_b=inv_b.reshape(()),
                                 out_dtype=out_dtype, use_fast_accum=fast_accum)
@@ -153,7 +161,7 @@ def shape_fits(a: torch.Tensor, b: torch.Tensor, kind_a: str, kind_b: str) -> bo
     (m, k), n = a.shape, b.shape[0]
     if m == 0 or k % 16 or n % 16:
         return False
-    if "1x128" in (kind_a, kind_b):
+    if kind_b == "128x128":
         # cuBLAS wants the K-blocks of the scales padded to a multiple of 4 (pytorch/pytorch#166752);
         # only unpadded layouts were verified on the H200, so K must hold a multiple of 4 blocks
         return k % 512 == 0 and n % 128 == 0
@@ -245,10 +253,10 @@ Operand = Union[torch.Tensor, FP8Operand]  # a high-precision operand, or a quan
 
 class FastPlan:
     """How each GEMM of a recipe runs on the fast path: both operands unquantized ("hp": a GEMM in
-    the recipe's high-precision dtype) or both FP8 with scales ``_scaled_mm`` understands ("fp8").
-    ``FastPlan.for_recipe`` is None for a recipe with anything else (operand quantizers such as MoR
-    or INT8 fallback, INT8 or MX specs, stochastic rounding, delayed scaling): such layers run the
-    emulation."""
+    the recipe's high-precision dtype), both FP8 with scales ``_scaled_mm`` understands ("fp8"), or
+    both tensor-level MoR ("mor": ``lowprec.mor_fast``). ``FastPlan.for_recipe`` is None for a
+    recipe with anything else (other operand quantizers such as sub-tensor MoR or INT8 fallback,
+    INT8 or MX specs, stochastic rounding, delayed scaling): such layers run the emulation."""
 
     def __init__(self, gemms: dict, high_precision: torch.dtype):
         from .recipes import OPERANDS
@@ -258,7 +266,8 @@ class FastPlan:
         # (GEMM, operand) pairs whose quantized operand is the transpose of an earlier one's
         self.reused = frozenset(target for target, source in _SOURCES.items()
                                 if self._specs[target] is not None and self._specs[target] == self._specs[source]
-                                and scale_kind(self._specs[target]) in TRANSPOSABLE)
+                                and _transposable(self._specs[target]))
+        self.has_mor = any(kind == "mor" for kind, _, _ in gemms.values())
 
     @classmethod
     def for_recipe(cls, recipe) -> Optional["FastPlan"]:
@@ -270,13 +279,16 @@ class FastPlan:
 
     @classmethod
     def _build(cls, recipe) -> Optional["FastPlan"]:
+        from .mor_fast import fast_mor_quantizer
         from .recipes import GEMMS, OperandQuantizer
         gemms = {}
         for g in GEMMS:
             a, b = recipe.gemm(g)
             if isinstance(a, OperandQuantizer) or isinstance(b, OperandQuantizer):
-                return None
-            if a is None and b is None:
+                if not (fast_mor_quantizer(a) and fast_mor_quantizer(b)):
+                    return None
+                gemms[g] = ("mor", a, b)
+            elif a is None and b is None:
                 gemms[g] = ("hp", None, None)
             elif scale_kind(a) is not None and scale_kind(b) is not None:
                 gemms[g] = ("fp8", a, b)
@@ -288,17 +300,24 @@ class FastPlan:
         """Operand ``op`` of GEMM ``gemm`` from its tensor ``t`` (reduction last): ``t`` itself for a
         high-precision GEMM, else its FP8Operand; ``source``, the operand an earlier GEMM made of
         ``t``'s transpose, is transposed instead of quantizing ``t`` where ``reused`` allows."""
+        from .mor_fast import MoROperand, mor_operand
         spec = self._specs[(gemm, op)]
         if spec is None:
             return t
-        if (gemm, op) in self.reused and isinstance(source, FP8Operand):
+        if (gemm, op) in self.reused and isinstance(source, (FP8Operand, MoROperand)):
             return source.t()
+        if self.gemms[gemm][0] == "mor":
+            return mor_operand(spec, t)
         return FP8Operand.of(t, spec)
 
     def mm(self, name: str, a: Operand, b: Operand, out_dtype: torch.dtype) -> torch.Tensor:
         """``a @ b.T`` of GEMM ``name`` from its two operands (``operand``), in ``out_dtype``."""
-        if self.gemms[name][0] == "hp":
+        kind = self.gemms[name][0]
+        if kind == "hp":
             return hp_mm(a, b, self.high_precision, out_dtype)
+        if kind == "mor":
+            from .mor_fast import mor_mm
+            return mor_mm(a, b, out_dtype)
         return operand_mm(a, b, out_dtype, fast_accum=name in FAST_ACCUM)
 
     def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
@@ -312,9 +331,20 @@ class FastPlan:
         def one(kind, a, b):
             if kind == "hp":
                 return f"{self.high_precision}".replace("torch.", "")
+            if kind == "mor":
+                return f"MoR {a.partition}/{b.partition} (e4m3 on _scaled_mm or bf16, chosen on the device)"
             return f"fp8 {a.fmt}/{b.fmt}, {scale_kind(a)}/{scale_kind(b)} scales"
         return ", ".join(f"{g}: {one(*v)}" for g, v in self.gemms.items())
 
     def fp8_gemms(self) -> int:
-        """GEMMs per layer and training step that run on FP8 operands."""
-        return sum(kind == "fp8" for kind, _, _ in self.gemms.values())
+        """GEMMs per layer and training step that run on FP8 operands (MoR's: at most)."""
+        return sum(kind in ("fp8", "mor") for kind, _, _ in self.gemms.values())
+
+
+def _transposable(spec) -> bool:
+    """Whether an operand's quantization of a tensor's transpose is the transpose of its
+    quantization (``FP8Operand.t``): one scale or square 128x128 blocks, FP8 or MoR's E4M3."""
+    if isinstance(spec, QuantSpec):
+        return scale_kind(spec) in TRANSPOSABLE
+    from .mor_fast import fast_mor_quantizer
+    return fast_mor_quantizer(spec) and spec.partition in ("tensor", "block")

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .gemm import FastPlan, FP8Operand, fast_path_applies, scaled_mm
+from .mor_fast import DecisionCounts, MoROperand, count_decisions_
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
 from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe
 from .telemetry import Telemetry
@@ -101,6 +102,12 @@ class QLinear(nn.Module):
                         if isinstance(spec, QuantSpec) and spec.scaling == "delayed"}
         self.weight_transform = recipe.weight_transform(self) if recipe.weight_transform else None
         self.fast_plan = FastPlan.for_recipe(recipe)
+        if self.fast_plan is not None and self.fast_plan.has_mor:
+            # the fast path's MoR decisions, counted on the device for the coverage table
+            self.register_buffer("mor_counts", DecisionCounts.buffer(), persistent=False)
+            for g in GEMMS:
+                for op, q in zip(OPERANDS[g], recipe.gemm(g)):
+                    q.attach_counts((name, g, op), self, DecisionCounts.slot(g, op))
         # the transformed weight of this step, set eagerly by `compiled` before a compiled forward:
         # weight transforms keep host-side state (GaussWS's noise counter and cache) that a
         # compiled graph must not trace
@@ -171,7 +178,8 @@ class QLinear(nn.Module):
                 w = self.weight if self.weight_transform is None else self.weight_transform(self.weight)
             if fast:
                 # the fast plans have no per-call random draws, so `calls` (the seeds' counter) stays
-                return _fast_linear(x, w, self.bias, self.fast_plan, self.transposed, out_dtype)
+                counts = getattr(self, "mor_counts", None) if self.training else None
+                return _fast_linear(x, w, self.bias, self.fast_plan, self.transposed, out_dtype, counts)
             y = _QLinearFn.apply(x.float(), w, self.bias, self)
         if self.training:  # evaluation passes must not shift the training steps' random draws
             n = self.call_count()
@@ -306,6 +314,9 @@ def compile_blocks(model: nn.Module, **compile_kw) -> nn.Module:
     blocks = repeated_blocks(model)
     if not blocks:
         raise ValueError(f"compile_blocks: {type(model).__name__} has no list of repeated blocks to compile")
+    # static shapes: a run has one training and one evaluation shape, and MoR's torch.cond does not
+    # trace the block partition's shapes symbolically (torch 2.13)
+    compile_kw.setdefault("dynamic", False)
     for block in blocks:
         block.compile(**compile_kw)
     return model
@@ -338,30 +349,33 @@ class compiled:
                 m._weight_now = None
 
 
-def _fast_linear(x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype) -> torch.Tensor:
+def _fast_linear(x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype,
+                 counts: Optional[torch.Tensor] = None) -> torch.Tensor:
     if plan.all_hp:  # plain autograd: the GEMMs are autocast's, in the recipe's dtype
         dt = plan.high_precision
         w = weight.t() if transposed else weight
         return F.linear(x.to(dt), w.to(dt), None if bias is None else bias.to(dt)).to(out_dtype)
-    return _FastLinearFn.apply(x, weight, bias, plan, transposed, out_dtype)
+    return _FastLinearFn.apply(x, weight, bias, plan, transposed, out_dtype, counts)
 
 
 class _FastLinearFn(torch.autograd.Function):
     """The three GEMMs of ``FastPlan``: activations and gradients in their own dtype, the weight
     gradient in fp32 (bf16 where ``_scaled_mm`` returns only bf16). Each tensor is quantized once
     per scale layout: where the backward GEMMs' operands are transposes with the same scales
-    (``FastPlan.reused``), their codes are FP8 transpose copies of the forward's, and the forward
-    keeps the FP8 activation for the weight gradient instead of the high-precision one."""
+    (``FastPlan.reused``), their codes (and MoR decisions) are transposed copies of the forward's,
+    and the forward keeps the quantized activation for the weight gradient instead of the
+    high-precision one. ``counts``: the layer's MoR decision counts (training calls only)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype):
+    def forward(ctx, x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype, counts):
         w = weight.t() if transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
         qx, qw = plan.operand("fprop", "x", x2d), plan.operand("fprop", "w", w)
+        _count(counts, "fprop", qx, qw)
         y = plan.mm("fprop", qx, qw, out_dtype)
         if bias is not None:
             y = y + bias.to(out_dtype)
-        ctx.plan, ctx.transposed, ctx.has_bias = plan, transposed, bias is not None
+        ctx.plan, ctx.transposed, ctx.has_bias, ctx.counts = plan, transposed, bias is not None, counts
         ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
         x_keep = qx if ("wgrad", "x") in plan.reused else x2d
         w_keep = qw if ("dgrad", "w") in plan.reused else w
@@ -373,36 +387,62 @@ class _FastLinearFn(torch.autograd.Function):
     def backward(ctx, dy):
         plan = ctx.plan
         saved = ctx.saved_tensors
-        x_keep, w_keep = _unpack(saved[:2], ctx.x_meta), _unpack(saved[2:], ctx.w_meta)
+        x_keep, w_keep = _unpack(saved[:4], ctx.x_meta), _unpack(saved[4:], ctx.w_meta)
         dy2d = dy.reshape(-1, dy.shape[-1])
         dx = dw = db = qdy = None
         if ctx.needs_input_grad[0]:
             qdy = plan.operand("dgrad", "dy", dy2d)
-            w_t = None if isinstance(w_keep, FP8Operand) else w_keep.t()
-            dx = plan.mm("dgrad", qdy, plan.operand("dgrad", "w", w_t, source=w_keep), ctx.x_dtype)
-            dx = dx.reshape(ctx.x_shape)
+            qw = plan.operand("dgrad", "w", _transpose_of(w_keep), source=w_keep)
+            _count(ctx.counts, "dgrad", qdy, qw)
+            dx = plan.mm("dgrad", qdy, qw, ctx.x_dtype).reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
-            a = plan.operand("wgrad", "dy", None if isinstance(qdy, FP8Operand) and ("wgrad", "dy") in plan.reused
-                             else dy2d.t(), source=qdy)
-            x_t = None if isinstance(x_keep, FP8Operand) else x_keep.t()
-            dw = plan.mm("wgrad", a, plan.operand("wgrad", "x", x_t, source=x_keep), torch.float32)
+            reuse_dy = qdy is not None and _is_quantized(qdy) and ("wgrad", "dy") in plan.reused
+            a = plan.operand("wgrad", "dy", None if reuse_dy else dy2d.t(), source=qdy)
+            b = plan.operand("wgrad", "x", _transpose_of(x_keep), source=x_keep)
+            _count(ctx.counts, "wgrad", a, b)
+            dw = plan.mm("wgrad", a, b, torch.float32)
             dw = (dw.t() if ctx.transposed else dw).to(ctx.w_dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.float().sum(0)
-        return dx, dw, db, None, None, None
+        return dx, dw, db, None, None, None, None
 
 
-# an operand kept for the backward travels through save_for_backward as two tensors
+def _is_quantized(op) -> bool:
+    return isinstance(op, (FP8Operand, MoROperand))
+
+
+def _transpose_of(kept):
+    """The high-precision transpose of a kept operand, or None for a quantized one (its transpose
+    comes from ``FastPlan.operand``'s source)."""
+    return None if _is_quantized(kept) else kept.t()
+
+
+def _count(counts, gemm: str, a, b) -> None:
+    if counts is None:
+        return
+    for op, operand in zip(OPERANDS[gemm], (a, b)):
+        if isinstance(operand, MoROperand):
+            count_decisions_(counts, DecisionCounts.slot(gemm, op), operand.e4m3)
+
+
+# an operand kept for the backward travels through save_for_backward as four tensors (or Nones)
 def _meta(op):
-    return (op.spec, op.kind) if isinstance(op, FP8Operand) else None
+    if isinstance(op, MoROperand):
+        return ("mor", op.fp8.spec, op.fp8.kind, op.fp8_t, op.hp_t)
+    return ("fp8", op.spec, op.kind) if isinstance(op, FP8Operand) else None
 
 
 def _tensors(op) -> tuple:
-    return (op.codes, op.scale) if isinstance(op, FP8Operand) else (op, None)
+    if isinstance(op, MoROperand):
+        return op.fp8.codes, op.fp8.scale, op.e4m3, op.hp
+    return (op.codes, op.scale, None, None) if isinstance(op, FP8Operand) else (op, None, None, None)
 
 
-def _unpack(pair, meta):
-    return pair[0] if meta is None else FP8Operand(pair[0], pair[1], *meta)
+def _unpack(saved, meta):
+    if meta is None:
+        return saved[0]
+    fp8 = FP8Operand(saved[0], saved[1], meta[1], meta[2])
+    return MoROperand(fp8, saved[2], saved[3], meta[3], meta[4]) if meta[0] == "mor" else fp8
 
 
 def convert(model: nn.Module, recipe: Recipe, include: Optional[Iterable[str]] = None,

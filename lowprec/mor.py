@@ -352,13 +352,25 @@ class _Coverage:
         for k, v in counts.items():
             row[k] = row.get(k, 0) + v
 
+    def attach_counts(self, key: tuple, layer, slot: int) -> None:
+        """Also count ``layer.mor_counts[slot]`` (the fast path's device-side (calls, E4M3) counts,
+        ``lowprec.mor_fast.DecisionCounts``) under ``key`` = (layer name, GEMM, operand)."""
+        self.__dict__.setdefault("_attached", {})[key] = (layer, slot)
+
     def coverage(self) -> list[dict]:
         # counts may be device tensors (summed without waiting for the device); ints when read
-        return [{"layer": layer, "gemm": gemm, "operand": op, **{k: int(v) for k, v in c.items()}}
-                for (layer, gemm, op), c in sorted(self._counts.items())]
+        rows = {key: {k: int(v) for k, v in c.items()} for key, c in self._counts.items()}
+        for key, (layer, slot) in self.__dict__.get("_attached", {}).items():
+            calls, e4m3 = (int(v) for v in layer.mor_counts[slot])
+            if calls:
+                row = rows.setdefault(key, {})
+                row["calls"], row["e4m3"] = row.get("calls", 0) + calls, row.get("e4m3", 0) + e4m3
+        return [{"layer": layer, "gemm": gemm, "operand": op, **c} for (layer, gemm, op), c in sorted(rows.items())]
 
     def reset_coverage(self) -> None:
         self._counts.clear()
+        for layer, _ in self.__dict__.get("_attached", {}).values():
+            layer.mor_counts.zero_()
 
 
 class _ErrorByPartition:

@@ -97,8 +97,34 @@ def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls):
             assert sqnr_db(a.float() @ b.float().t(), out) < 40
 
 
-@pytest.mark.parametrize("method", [{"recipe": r} for r in FAST_RECIPES] + [{"recipe": "gaussws", "b": 6}],
-                         ids=lambda m: m["recipe"])
+@pytest.mark.parametrize("threshold", [0.045, 0.0])
+@pytest.mark.parametrize("partition", ["tensor", "block"])
+def test_mor_fast_gemm_equals_emulation(partition, threshold, scaled_mm_calls):
+    """MoR's fast GEMM (lowprec.mor_fast) on the H200: the emulation's decisions, the FP8 branch on
+    _scaled_mm (128x128 GAM blocks as cuBLAS block scales), the BF16 branch without it."""
+    from lowprec.mor import MoRQuantizer
+    from lowprec.mor_fast import mor_mm, mor_operand
+
+    q = MoRQuantizer(partition=partition, threshold=threshold)
+    torch.manual_seed(0)
+    a = torch.randn(384, 1024, device="cuda").bfloat16()
+    b = torch.randn(256, 1024, device="cuda").bfloat16()
+    qa, qb = mor_operand(q, a), mor_operand(q, b)
+    call = type("Call", (), {"training": False})()
+    (va, sa), (vb, sb) = q(a.float(), call), q(b.float(), call)
+    assert bool(qa.e4m3) == (sa["format"] == "e4m3") and bool(qb.e4m3) == (sb["format"] == "e4m3")
+    out = mor_mm(qa, qb, torch.float32)
+    assert scaled_mm_calls["n"] == (1 if threshold else 0)
+    assert sqnr_db(va.double() @ vb.double().t(), out.double()) > 40
+    if threshold:  # really E4M3
+        assert sqnr_db(a.double() @ b.double().t(), out.double()) < 40
+
+
+MOR_FAST = [{"recipe": "mor", "partition": "tensor"}, {"recipe": "mor", "partition": "block"}]
+
+
+@pytest.mark.parametrize("method", [{"recipe": r} for r in FAST_RECIPES] + [{"recipe": "gaussws", "b": 6}] + MOR_FAST,
+                         ids=lambda m: "_".join(str(v) for v in m.values()))
 def test_compiled_model_has_no_graph_breaks(method):
     """A converted model's blocks compile whole (``lowprec.linear.compiled``), forward and backward,
     into one graph that every block and step reuses."""

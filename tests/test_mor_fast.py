@@ -1,0 +1,147 @@
+"""Tensor-level MoR on the fast path (lowprec.mor_fast) on the CPU: its codes, scales, errors and
+decisions against the emulation's (lowprec.mor, itself checked against independent references),
+its GEMMs against the emulation's on both branches, the decision counts of the coverage table,
+and the compiled model."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import lowprec.linear as lin
+from lowprec import convert
+from lowprec.gemm import FastPlan
+from lowprec.mor import MoRQuantizer, _relative_error, mor_recipe, quantize_e4m3
+from lowprec.mor_fast import fast_mor_quantizer, mor_mm, mor_operand
+from lowprec.numerics import sqnr_db
+
+PARTITIONS = ["tensor", "channel", "block"]
+
+
+def _data(rows=256, cols=384, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    # columns of very different magnitude: per-tensor E4M3 loses the small ones (large error)
+    return (torch.randn(rows, cols, generator=g) * torch.logspace(-3, 2, cols)).bfloat16()
+
+
+@pytest.mark.parametrize("scale", ["gam", "e8", "fp32"])
+@pytest.mark.parametrize("partition", PARTITIONS)
+def test_operand_equals_emulation(partition, scale):
+    x = _data()
+    x[3, 5] = float("nan")
+    q = MoRQuantizer(partition=partition, scale=scale)
+    got = mor_operand(q, x)
+    ref = quantize_e4m3(x.float(), partition, scale=scale)
+    assert torch.equal(got.fp8.scale, ref.scale)
+    assert torch.equal(got.fp8.codes.float().nan_to_num(9.0), ref.codes.nan_to_num(9.0))
+    assert not bool(got.e4m3)  # a NaN makes the error NaN: BF16
+    x[3, 5] = 1.0
+    got, ref = mor_operand(q, x), quantize_e4m3(x.float(), partition, scale=scale)
+    err = _relative_error(x.float(), ref.dequantize())
+    assert bool(got.e4m3) == bool(err <= q.threshold)
+
+
+def test_which_quantizers_take_the_fast_path():
+    assert fast_mor_quantizer(MoRQuantizer("tensor")) and fast_mor_quantizer(MoRQuantizer("block"))
+    assert not fast_mor_quantizer(MoRQuantizer("block", block=(64, 64)))
+    assert not fast_mor_quantizer(MoRQuantizer("channel"))  # emulated (see fast_mor_quantizer)
+    assert not fast_mor_quantizer(MoRQuantizer("tensor", dequant="bf16"))
+    assert not fast_mor_quantizer(MoRQuantizer("tensor", gemm="kernel"))
+    assert FastPlan.for_recipe(mor_recipe({"partition": "subtensor"})) is None
+    for partition in ("tensor", "block"):
+        plan = FastPlan.for_recipe(mor_recipe({"partition": partition}))
+        assert plan.has_mor and plan.reused == {("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
+    assert FastPlan.for_recipe(mor_recipe({"partition": "channel"})) is None
+
+
+@pytest.mark.parametrize("threshold,fp8", [(0.045, True), (0.0, False)])
+@pytest.mark.parametrize("partition", ["tensor", "channel"])
+def test_gemm_branches_equal_emulation(partition, threshold, fp8):
+    from lowprec.gemm import operand_mm
+
+    q = MoRQuantizer(partition=partition, threshold=threshold)
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(256, 384, generator=g).bfloat16(), torch.randn(128, 384, generator=g).bfloat16()
+    qa, qb = mor_operand(q, a), mor_operand(q, b)
+    assert bool(qa.e4m3 & qb.e4m3) == fp8
+    out = mor_mm(qa, qb, torch.float32)
+    # the branch the decisions pick: the FP8 GEMM of the codes, or the BF16 GEMM of the values
+    branch = operand_mm(qa.fp8, qb.fp8, torch.float32) if fp8 else \
+        (qa.values_bf16() @ qb.values_bf16().t()).float()
+    assert torch.equal(out, branch)
+    call = type("Call", (), {"training": False})()
+    va, vb = q(a.float(), call)[0], q(b.float(), call)[0]
+    ref = va.double() @ vb.double().t()
+    assert sqnr_db(ref, out.double()) > 40
+    if fp8:  # the operands were really quantized
+        assert sqnr_db(a.double() @ b.double().t(), out.double()) < 40
+
+
+def _train(model, x, g):
+    x = x.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = model(x)
+    y.float().backward(g)
+    return [y.detach().float(), x.grad.float()] + [p.grad.float() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("partition", ["tensor", "block"])
+def test_fast_layer_trains_like_the_emulation_and_counts_its_decisions(partition, monkeypatch):
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(256, 384), nn.GELU(), nn.Linear(384, 256))
+    with torch.no_grad():  # layer 0's input has small columns: per-tensor MoR picks BF16 for it
+        base[0].weight.mul_(torch.logspace(-3, 1, 256))
+    fast, emu = copy.deepcopy(base), copy.deepcopy(base)
+    rf, re = mor_recipe({"partition": partition}), mor_recipe({"partition": partition})
+    convert(fast, rf)
+    convert(emu, re)
+    x, g = _data(2 * 128, 256, seed=3).float().reshape(2, 128, 256), torch.randn(2, 128, 256)
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    got = _train(fast, x, g)
+    monkeypatch.setattr(lin, "FAST_PATH", "off")
+    want = _train(emu, x, g)
+    for a, b in zip(got, want):
+        assert sqnr_db(b, a) > 30
+    q_fast, q_emu = rf.gemm("fprop")[0], re.gemm("fprop")[0]
+    cov_fast, cov_emu = q_fast.coverage(), q_emu.coverage()
+    assert len(cov_fast) == 12 and all(r["calls"] == 1 for r in cov_fast)
+    # the same decisions as the emulation's, operand by operand
+    assert [(r["layer"], r["gemm"], r["operand"], r["e4m3"]) for r in cov_fast] == \
+           [(r["layer"], r["gemm"], r["operand"], r["e4m3"]) for r in cov_emu]
+    if partition == "tensor":
+        assert 0 < sum(r["e4m3"] for r in cov_fast) < 12  # both formats occurred
+    q_fast.reset_coverage()
+    assert q_fast.coverage() == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("partition", ["tensor", "block"])
+def test_compiled_mor_model_has_one_graph_and_trains_like_eager(partition, monkeypatch):
+    import torch._dynamo as dynamo
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
+    eager, comp = copy.deepcopy(base), copy.deepcopy(base)
+    recipe_c = mor_recipe({"partition": partition})
+    convert(eager, mor_recipe({"partition": partition}))
+    convert(comp, recipe_c)
+    x, g = torch.randn(2, 128, 256), torch.randn(2, 128, 256)
+
+    def loss(m):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return (m(x).float() * g).sum()
+
+    dynamo.reset()
+    explained = dynamo.explain(loss)(comp)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    recipe_c.gemm("fprop")[0].reset_coverage()
+    dynamo.reset()
+    loss_c = torch.compile(loss)(comp)
+    loss_c.backward()
+    loss(eager).backward()
+    # Inductor rounds the bf16 activations' producers (GELU and its backward) differently from eager,
+    # so some E4M3 codes differ by one step: gradients agree to E4M3's own noise level (~30 dB)
+    for a, b in zip(comp.parameters(), eager.parameters()):
+        assert sqnr_db(b.grad, a.grad) > 25
+    assert all(r["calls"] == 1 for r in recipe_c.gemm("fprop")[0].coverage())  # counted inside the graph
