@@ -104,7 +104,7 @@ class QLinear(nn.Module):
         self.fast_plan = FastPlan.for_recipe(recipe)
         if self.fast_plan is not None and self.fast_plan.has_mor:
             # the fast path's MoR decisions, counted on the device for the coverage table
-            self.register_buffer("mor_counts", DecisionCounts.buffer(), persistent=False)
+            self.register_buffer("mor_counts", DecisionCounts.buffer(weight.device), persistent=False)
             for g in GEMMS:
                 for op, q in zip(OPERANDS[g], recipe.gemm(g)):
                     q.attach_counts((name, g, op), self, DecisionCounts.slot(g, op))

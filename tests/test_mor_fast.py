@@ -42,6 +42,14 @@ def test_operand_equals_emulation(partition, scale):
     assert bool(got.e4m3) == bool(err <= q.threshold)
 
 
+def test_decision_counts_live_on_the_layers_device():
+    with torch.device("meta"):  # a model built on its device before convert (as on a GPU)
+        model = nn.Sequential(nn.Linear(256, 128))
+    convert(model, mor_recipe({"partition": "tensor"}))
+    assert model[0].mor_counts.device.type == "meta" and model[0].mor_counts.shape == (6, 2)
+    assert "mor_counts" not in model.state_dict()  # not a checkpoint's business (coverage restarts)
+
+
 def test_which_quantizers_take_the_fast_path():
     assert fast_mor_quantizer(MoRQuantizer("tensor")) and fast_mor_quantizer(MoRQuantizer("block"))
     assert not fast_mor_quantizer(MoRQuantizer("block", block=(64, 64)))

@@ -26,8 +26,10 @@ spread is in the provenance as the drift of the run). ``lowp_gemms_per_step`` co
 low-precision GEMMs of one profiled step (``aten::_scaled_mm`` calls and the Triton INT8 GEMM
 kernels): 0 for an arm with a hardware path (``HARDWARE_ARMS``) means nothing ran on low-precision
 hardware, and the run fails; per-channel and sub-tensor MoR have no hardware GEMM yet and count 0.
-``--merge`` keeps the rows of other (shape, arm) pairs already in ``--out`` (each run measures its
-own baseline; the provenance lists every run that contributed).
+``--merge`` keeps the rows of other (shape, arm) pairs already in ``--out``; ``--merge-from`` merges the
+CSVs of other runs (a GPU job's output) into ``--out`` without measuring. Each run measures its own
+baseline: a row's ratio is against ``baseline_tokens_per_s`` of its own run (``commit``), and the
+provenance lists every run that contributed, with its device.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ ARMS = PEERS + tuple(METHODS)
 HARDWARE_ARMS = {"torchao_tensorwise", "torchao_rowwise", "fp8_tensorwise_current", "fp8_delayed", "fp8_hybrid",
                  "fp8_blockwise", "mor_tensor", "mor_block", "int8_block", "int8_fallback"}
 FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs_bf16_compiled", "peak_mem_gib",
-          "lowp_gemms_per_step", "step_ms", "batch", "seq", "n_params", "steps", "repeats"]
+          "lowp_gemms_per_step", "step_ms", "batch", "seq", "n_params", "steps", "repeats", "baseline_tokens_per_s",
+          "commit"]
 # kernels counted as low-precision GEMMs in the profiled step
 _LOWP_OPS = ("aten::_scaled_mm",)
 _LOWP_KERNELS = ("_gemm_kernel",)  # lowprec.kernels.int8_fallback_gemm
@@ -85,6 +88,8 @@ def _parse(argv):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per arm (compilation happens here)")
     p.add_argument("--merge", action="store_true", help="keep the rows of other (shape, arm) pairs in --out")
+    p.add_argument("--merge-from", nargs="+", default=None, metavar="CSV",
+                   help="merge these outputs of other runs into --out (newer rows win) and exit; nothing is measured")
     p.add_argument("--profile-dir", default=None,
                    help="write the CUDA kernels of each arm's profiled step, by total time, to <dir>/<shape>_<arm>.txt")
     return p.parse_args(argv)
@@ -177,7 +182,7 @@ def measure(arm: str, shape_name: str, args) -> dict:
     return row
 
 
-def _rows(measured: list[dict], base: dict, args) -> list[dict]:
+def _rows(measured: list[dict], base: dict, args, commit: str) -> list[dict]:
     rows = []
     for m in measured:
         med = statistics.median(m["reps"])
@@ -188,7 +193,7 @@ def _rows(measured: list[dict], base: dict, args) -> list[dict]:
             "ratio_vs_bf16_compiled": f"{med / base[m['shape']]:.3f}", "peak_mem_gib": f"{m['peak_mem_gib']:.2f}",
             "lowp_gemms_per_step": m["lowp_gemms_per_step"], "step_ms": f"{tokens / med * 1e3:.2f}",
             "batch": m["batch"], "seq": m["seq"], "n_params": m["n_params"], "steps": args.steps,
-            "repeats": args.repeats})
+            "repeats": args.repeats, "baseline_tokens_per_s": f"{base[m['shape']]:.0f}", "commit": commit})
     return rows
 
 
@@ -212,8 +217,56 @@ def _previous(out: Path, merge: bool) -> tuple[list[dict], list[dict]]:
     return rows, (json.loads(prov.read_text()).get("runs", []) if prov.exists() else [])
 
 
+def merge_outputs(out: Path, sources: list) -> None:
+    """Merge other runs' CSVs (with their provenance) into ``out``: later sources replace the rows of
+    the same (shape, arm). Rows written before the ``commit`` and ``baseline_tokens_per_s`` columns
+    get them from their file (its runs' commit, its bf16_compiled row); runs without a device get
+    their file's."""
+    import csv
+    import json
+    from ..io import write_json
+
+    def load(path: Path):
+        rows, runs = _previous(path, True)
+        prov_path = path.with_name(path.stem + ".provenance.json")
+        prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
+        for r in runs:
+            r.setdefault("device", prov.get("device"))
+        return _filled(rows, runs), runs, prov
+
+    rows, runs, prov = load(out)
+    for src in map(Path, sources):
+        if not src.exists():
+            fail(PROG, f"--merge-from: {src} does not exist")
+        new_rows, new_runs, prov = load(src)
+        if not new_rows:
+            fail(PROG, f"--merge-from: {src} holds no rows")
+        rows, runs = _merged(rows, new_rows), runs + new_runs
+    prov["runs"] = runs
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    write_json(out.with_name(out.stem + ".provenance.json"), prov)
+    print(f"# merged {len(sources)} file(s) into {out}: {len(rows)} rows, {len(runs)} runs")
+
+
+def _filled(rows: list[dict], runs: list[dict]) -> list[dict]:
+    commits = {r.get("commit") for r in runs}
+    base = {r["shape"]: r["tokens_per_s"] for r in rows if r["arm"] == BASELINE}
+    for r in rows:
+        r.setdefault("commit", next(iter(commits)) if len(commits) == 1 else "")
+        if not r.get("baseline_tokens_per_s"):
+            r["baseline_tokens_per_s"] = base.get(r["shape"], "")
+    return rows
+
+
 def main(argv=None) -> int:
     args = _parse(argv)
+    if args.merge_from:
+        merge_outputs(Path(args.out), args.merge_from)
+        return 0
     require_cuda(PROG)
     shapes = parse_names(PROG, "--shapes", args.shapes, tuple(SHAPES))
     arms = [a for a in parse_names(PROG, "--arms", args.arms, ARMS) if a != BASELINE]
@@ -221,7 +274,7 @@ def main(argv=None) -> int:
     old_rows, old_runs = _previous(out, args.merge)
     from .. import provenance
     run = {"commit": provenance.git_commit(), "time": provenance.now(), "arms": [BASELINE, *arms],
-           "shapes": {}, "failed": {}}
+           "shapes": {}, "failed": {}, "device": provenance.collect().get("device")}
     rows = []
     for shape in shapes:
         # the CSV is rewritten after every arm (ratios against the first baseline until the last is
@@ -244,7 +297,7 @@ def main(argv=None) -> int:
             else:
                 measured.append(m)
             info["warmup_s"] = {x["arm"]: round(x["warmup_s"], 1) for x in measured}
-            shape_rows = _rows(measured, base, args)
+            shape_rows = _rows(measured, base, args, run["commit"])
             write_bench(out, _merged(old_rows, rows + shape_rows), old_runs + [run])
         rows += shape_rows
     for r in rows:
