@@ -14,6 +14,8 @@ import csv
 import sys
 from pathlib import Path
 
+from . import config as cfglib  # YAML and JSON only: cheap to import
+
 PROG = "python -m lowprec"
 
 
@@ -36,20 +38,14 @@ def _print(lines: list[str]) -> None:
 
 # --------------------------------------------------------------------------- what the configs hold
 
-def _cfg():
-    from . import config
-
-    return config
-
-
 def papers() -> list[str]:
     """Experiment ids (``configs/experiments/*.yaml``), in file-name order."""
-    return sorted(p.stem for p in (_cfg().CONFIG_DIR / "experiments").glob("*.yaml"))
+    return sorted(p.stem for p in (cfglib.CONFIG_DIR / "experiments").glob("*.yaml"))
 
 
 def _claims_registry(paper: str) -> list[dict]:
-    path = _cfg().CONFIG_DIR / "claims" / f"{paper}.yaml"
-    return _cfg().load_yaml(path).get("claims", []) if path.is_file() else []
+    path = cfglib.CONFIG_DIR / "claims" / f"{paper}.yaml"
+    return cfglib.load_yaml(path).get("claims", []) if path.is_file() else []
 
 
 def _select_papers(names: list[str] | None) -> list[str]:
@@ -61,8 +57,7 @@ def _select_papers(names: list[str] | None) -> list[str]:
 
 
 def _scales_of(paper: str, method: str) -> list[str]:
-    cfg = _cfg()
-    return [sc for sc in cfg.SCALES if method in cfg.experiment_grid(paper, sc)["methods"]]
+    return [sc for sc in cfglib.SCALES if method in cfglib.experiment_grid(paper, sc)["methods"]]
 
 
 def _method_section(method_cfg: dict) -> dict:
@@ -87,7 +82,7 @@ def _settings(method_cfg: dict) -> str:
 def committed_claims(results: Path, paper: str) -> dict[str, dict[str, dict]]:
     """scale -> claim id -> the row of the committed ``results/<paper>/<scale>/tables/claims.csv``."""
     out = {}
-    for scale in _cfg().SCALES:
+    for scale in cfglib.SCALES:
         path = results / paper / scale / "tables" / "claims.csv"
         if path.is_file():
             with path.open(newline="") as f:
@@ -97,18 +92,16 @@ def committed_claims(results: Path, paper: str) -> dict[str, dict[str, dict]]:
 
 def complete_runs(results: Path, scale: str) -> list[Path]:
     """The run folders under ``results/runs/<scale>/`` that hold every file a finished run writes."""
-    cfg = _cfg()
     root = results / "runs" / scale
-    return sorted(d for d in root.glob("*/*/*/s*") if d.is_dir() and not cfg.missing_run_files(d))
+    return sorted(d for d in root.glob("*/*/*/s*") if d.is_dir() and not cfglib.missing_run_files(d))
 
 
 # --------------------------------------------------------------------------- subcommands
 
 def cmd_papers(args) -> list[str]:
-    cfg = _cfg()
     rows = []
     for paper in _select_papers(args.papers):
-        exp = cfg.experiment_config(paper)
+        exp = cfglib.experiment_config(paper)
         rows.append([paper, exp["arxiv"], ", ".join(exp["models"]), len(exp["methods"]),
                      len(_claims_registry(paper)), exp["title"]])
     return format_table(["paper", "arXiv", "models", "methods", "claims", "title"], rows)
@@ -117,11 +110,11 @@ def cmd_papers(args) -> list[str]:
 def cmd_recipes(args) -> list[str]:
     from .recipes import RECIPE_BUILDERS, RECIPES, recipe_from_config
 
-    cfg = _cfg()
     users = {}  # recipe -> papers whose methods use it
     first = {}  # recipe -> (name, config) of the first method that uses it
     for paper in papers():
-        for name, m in cfg.experiment_config(paper)["methods"].items():
+        for name, m in cfglib.experiment_config(paper)["methods"].items():
+            m = m or {}
             recipe = m.get("recipe", "bf16")
             users.setdefault(recipe, {})[paper] = None
             first.setdefault(recipe, (name, m))
@@ -142,15 +135,15 @@ def cmd_recipes(args) -> list[str]:
 
 
 def cmd_methods(args) -> list[str]:
-    cfg = _cfg()
     if args.describe:
         from .recipes import recipe_from_config
     lines = []
     for paper in _select_papers(args.papers):
-        exp = cfg.experiment_config(paper)
-        grid = set(cfg.experiment_grid(paper, args.scale)["methods"]) if args.scale else None
+        exp = cfglib.experiment_config(paper)
+        grid = set(cfglib.experiment_grid(paper, args.scale)["methods"]) if args.scale else None
         rows = []
         for name, m in exp["methods"].items():
+            m = m or {}
             if grid is not None and name not in grid:
                 continue
             row = [name + (" (baseline)" if name == exp.get("baseline") else ""), m.get("recipe", "bf16"),
@@ -185,7 +178,7 @@ def cmd_claims(args) -> list[str]:
             rows.append(row)
         heads = ["claim", "paper's number", "meaningful at"] + [
             f"verdict at {sc} (ours)" if args.scale else f"verdict at {sc}" for sc in scales]
-        title = _cfg().experiment_config(paper)["title"]
+        title = cfglib.experiment_config(paper)["title"]
         lines += [f"{paper}: {title} ({len(registry)} claims)", *format_table(heads, rows, "  ")]
         if args.verbose:
             for claim in registry:
@@ -203,20 +196,19 @@ def cmd_claims(args) -> list[str]:
 
 
 def cmd_scales(args) -> list[str]:
-    cfg = _cfg()
     results = Path(args.results)
-    default = cfg.load_yaml(cfg.CONFIG_DIR / "config.yaml").get("scale")
+    default = cfglib.load_yaml(cfglib.CONFIG_DIR / "config.yaml").get("scale")
     rows = []
-    for scale in cfg.SCALES:
-        sc = cfg.scale_config(scale)
+    for scale in cfglib.SCALES:
+        sc = cfglib.scale_config(scale)
         t = sc["train"]
         grid = 0
         for paper in papers():
-            g = cfg.experiment_grid(paper, scale)
+            g = cfglib.experiment_grid(paper, scale)
             grid += len(g["models"]) * len(g["methods"]) * len(g["seeds"])
-            ft = cfg.finetune_grid(paper, scale)
+            ft = cfglib.finetune_grid(paper, scale)
             grid += len(ft["models"]) * len(ft["methods"]) * len(ft["seeds"]) if ft else 0
-        report = Path(cfg.report_path(str(results), scale))
+        report = Path(cfglib.report_path(str(results), scale))
         rows.append([scale + (" (default)" if scale == default else ""), len(sc["seeds"]),
                      f"{t['max_steps']} x {t['batch_size'] * t['seq_len']}", sc["data"]["vocab_size"], grid,
                      len(complete_runs(results, scale)), report.name if report.is_file() else "–",
@@ -238,7 +230,7 @@ def main_parser() -> argparse.ArgumentParser:
         epilog="Training and reports run through Snakemake: `snakemake --cores all` (see README.md).\n"
                "Other entry points: python -m lowprec.train --help, python -m lowprec.evaluate --help.")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    results_default = str(_cfg().REPO_ROOT / "results")
+    results_default = str(cfglib.REPO_ROOT / "results")
 
     p = sub.add_parser("papers", help="the papers (experiments) with their models, methods and claims")
     p.add_argument("papers", nargs="*", metavar="PAPER", help="paper ids (default: all)")
@@ -249,14 +241,14 @@ def main_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("methods", help="the methods of each paper: recipe, settings, scales")
     p.add_argument("papers", nargs="*", metavar="PAPER", help="paper ids (default: all)")
-    p.add_argument("--scale", choices=_cfg().SCALES, help="only the methods in this scale's grid")
+    p.add_argument("--scale", choices=cfglib.SCALES, help="only the methods in this scale's grid")
     p.add_argument("--describe", action="store_true",
                    help="also build each method's recipe and say what it does (imports torch)")
     p.set_defaults(func=cmd_methods)
 
     p = sub.add_parser("claims", help="the claims of each paper with their committed verdicts per scale")
     p.add_argument("papers", nargs="*", metavar="PAPER", help="paper ids (default: all)")
-    p.add_argument("--scale", choices=_cfg().SCALES, help="one scale, with our number beside the verdict")
+    p.add_argument("--scale", choices=cfglib.SCALES, help="one scale, with our number beside the verdict")
     p.add_argument("-v", "--verbose", action="store_true", help="statement, source and test detail of each claim")
     p.add_argument("--results", default=results_default, help="results folder (default: %(default)s)")
     p.set_defaults(func=cmd_claims)
@@ -315,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
     args = main_parser().parse_args(argv)
     try:
         _print(args.func(args))
-    except _cfg().ConfigError as e:
+    except cfglib.ConfigError as e:
         sys.exit(f"{PROG}: error: {e}")
     except BrokenPipeError:  # `python -m lowprec claims | head`
         sys.stderr.close()
