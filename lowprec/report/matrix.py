@@ -33,8 +33,7 @@ def plot(table: pd.DataFrame, baseline: str, title: str, outputs: list[str]) -> 
     # symmetric color scale around 0 so that the sign reads from the hue
     span = np.nanmax(np.abs(values)) if np.isfinite(values).any() else 1.0
     span = span or 1.0
-    cmap = matplotlib.colormaps["RdBu_r"].copy()
-    cmap.set_bad("0.85")
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.85")
     fig, ax = plt.subplots(figsize=figure_size(2.6 + 1.3 * grid.shape[1], 1.2 + 0.32 * grid.shape[0]))
     im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-span, vmax=span, aspect="auto")
     for i, method in enumerate(grid.index):
