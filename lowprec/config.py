@@ -93,7 +93,13 @@ def experiment_config(paper: str) -> dict:
     if not path.is_file():
         known = sorted(p.stem for p in (CONFIG_DIR / "experiments").glob("*.yaml"))
         raise ConfigError(f"config key 'papers': unknown paper {paper!r}; known: {known}")
-    return validate(load_yaml(path), "experiment", f"experiment file {path.name}")
+    exp = validate(load_yaml(path), "experiment", f"experiment file {path.name}")
+    for i, panel in enumerate(exp.get("figure_panels", [])):
+        for name in [*panel["methods"], *([panel["reference"]] if "reference" in panel else [])]:
+            if name not in exp["methods"]:
+                raise ConfigError(f"experiment file {path.name}: figure_panels[{i}] ({panel['title']}): unknown "
+                                  f"method {name!r}; known: {list(exp['methods'])}")
+    return exp
 
 
 def model_config(name: str, scale: str) -> dict:

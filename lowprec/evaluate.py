@@ -8,18 +8,22 @@ MX quantization of every converted linear layer's weight (``lowprec.gaussws.EXPO
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-import torch
-import yaml
+from .cli import evaluate_parser
 
-from . import checkpoint as ckptlib
-from .data import DataError, TokenData
-from .io import write_text
-from .models import causal_lm_loss
+if __name__ == "__main__":  # --help and usage errors answer before torch loads (seconds)
+    evaluate_parser().parse_args()
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+from . import checkpoint as ckptlib  # noqa: E402
+from .data import DataError, TokenData  # noqa: E402
+from .io import write_text  # noqa: E402
+from .models import causal_lm_loss  # noqa: E402
 
 
 def load_trained(run_dir: str | Path):
@@ -74,11 +78,7 @@ def evaluate_exports(run_dir: str | Path, formats: list[str]) -> list[dict]:
 def main(argv=None) -> None:
     import pandas as pd
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", required=True, help="run folder")
-    ap.add_argument("--export", nargs="+", default=["none"])
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
+    args = evaluate_parser().parse_args(argv)
     try:
         rows = evaluate_exports(args.run, args.export)
     except (FileNotFoundError, DataError, ckptlib.CheckpointError) as e:

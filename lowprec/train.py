@@ -27,7 +27,6 @@ are averaged. Throughput and peak memory are measured on rank zero.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import math
@@ -37,20 +36,25 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-import lightning as L
-from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_only
+from .cli import train_parser
 
-from . import checkpoint as ckptlib
-from . import config as cfglib
-from . import provenance
-from .data import DataError, TokenData
-from .io import write_json, write_text, write_yaml
-from .methods import apply_method, resolve_precision
-from .models import build_model, causal_lm_loss, count_parameters
+if __name__ == "__main__":  # --help and usage errors answer before torch and Lightning load (seconds)
+    train_parser().parse_args()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import lightning as L  # noqa: E402
+from lightning.pytorch.callbacks import Callback  # noqa: E402
+from lightning.pytorch.trainer.states import TrainerFn  # noqa: E402
+from lightning.pytorch.utilities import rank_zero_only  # noqa: E402
+
+from . import checkpoint as ckptlib  # noqa: E402
+from . import config as cfglib  # noqa: E402
+from . import provenance  # noqa: E402
+from .data import DataError, TokenData  # noqa: E402
+from .io import write_json, write_text, write_yaml  # noqa: E402
+from .methods import apply_method, resolve_precision  # noqa: E402
+from .models import build_model, causal_lm_loss, count_parameters  # noqa: E402
 
 STATUS_COMPLETED, STATUS_DIVERGED = "completed", "diverged"
 METRIC_COLUMNS = ("step", "lr", "peak_mem_mb", "tokens", "tokens_per_s", "train_loss", "val_loss")
@@ -688,9 +692,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Train one lowprec run.")
-    ap.add_argument("--config", required=True, help="resolved run config (YAML)")
-    args = ap.parse_args(argv)
+    args = train_parser().parse_args(argv)
     try:
         cfg = cfglib.load_yaml(args.config)
         record = run(cfg)

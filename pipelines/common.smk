@@ -1,8 +1,10 @@
 # Shared state: the validated config and the list of runs. All logic lives in lowprec.config.
 import json
+import logging
 import os
 import re
 import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -10,6 +12,29 @@ from lowprec import config as lpc
 from lowprec.preflight import check_memory
 from lowprec import io as lpio
 from snakemake.logging import logger
+
+
+class _OnceMissingMetadata(logging.Filter):
+    """Snakemake warns about every output it holds no metadata for (job times, code): every committed
+    table and figure of a fresh clone. One line says so instead of one per file."""
+
+    said = False
+
+    def filter(self, record):
+        if not str(record.msg).startswith("Missing metadata for file"):
+            return True
+        if self.said:
+            return False
+        self.said = True
+        record.msg = ("Outputs made outside this checkout's .snakemake/ (the committed tables and figures) carry "
+                      "no Snakemake metadata: the report lists them without job times and code "
+                      "(said once, not per file)")
+        record.args = ()
+        return True
+
+
+if not any(isinstance(f, _OnceMissingMetadata) for f in logger.filters):
+    logger.addFilter(_OnceMissingMetadata())
 
 
 WF = lpc.workflow_config(config)  # raises a ConfigError that names the bad key
@@ -34,7 +59,12 @@ if _TRAIN_OVERRIDES:
 # (e.g. gaussws's export.csv) is, where committed, itself an input of the rules that read it, and
 # under REUSE_RUNS an output built from such files is added to PAPER_EXTRA_OUTPUTS only when some of
 # them are committed.
-REUSE_RUNS = bool(WF.get("reuse_runs"))
+# `snakemake --report` collects what is here: the committed run folders and the tables and figures
+# built from them, at any scale, as under reuse_runs (the command line is the only sign of it while
+# the workflow is read). With --report-after-run the workflow runs first, as it would without.
+REPORTING = (any(a == "--report" or a.startswith("--report=") for a in sys.argv[1:])
+             and "--report-after-run" not in sys.argv)
+REUSE_RUNS = bool(WF.get("reuse_runs")) or REPORTING
 CLAIMS_STATISTIC = WF.get("claims_statistic", "welch")
 # the report of this scale: results/REPORT.md at the default scale, REPORT_<scale>.md otherwise
 REPORT = lpc.report_path(RESULTS, SCALE)
@@ -74,7 +104,7 @@ if not REUSE_RUNS:  # a batch that cannot fit its device stops the workflow here
 # REUSE_RUNS; otherwise fine-tuning runs whose starting weights are not here
 MISSING_RUNS = {p: [] for p in PAPERS}
 if REUSE_RUNS:
-    if WF.get("retrain"):
+    if WF.get("retrain") and not REPORTING:
         raise lpc.ConfigError("config keys 'retrain' and 'reuse_runs' exclude each other: reuse_runs never trains")
     RUNS, _missing = lpc.committed_runs(RUNS)
     for _key, _cfg in _missing.items():

@@ -62,7 +62,8 @@ if "gaussws" in PAPERS:
             png=report(update(f"{GW}/figures/exactness.png"), category="gaussws", subcategory="noise bits",
                        caption="report/gaussws_exactness.rst"),
             pdf=update(f"{GW}/figures/exactness.pdf"),
-            csv=update(f"{GW}/tables/exactness.csv"),
+            csv=report(update(f"{GW}/tables/exactness.csv"), category="gaussws", subcategory="noise bits",
+                       caption="report/gaussws_exactness_table.rst"),
         shell:
             "python -m lowprec.report.gaussws exactness --evals {input} --csv {output.csv} "
             "--png {output.png} --pdf {output.pdf}"
@@ -71,9 +72,11 @@ if "gaussws" in PAPERS:
         input:
             [f"{d}/provenance.json" for d in gw_runs()],
         output:
-            ocsv=update(f"{GW}/tables/overhead.csv"),
+            ocsv=report(update(f"{GW}/tables/overhead.csv"), category="gaussws", subcategory="overhead and memory",
+                        caption="report/gaussws_overhead.rst"),
             omd=update(f"{GW}/tables/overhead.md"),
-            mcsv=update(f"{GW}/tables/memory.csv"),
+            mcsv=report(update(f"{GW}/tables/memory.csv"), category="gaussws", subcategory="overhead and memory",
+                        caption="report/gaussws_memory.rst"),
             mmd=update(f"{GW}/tables/memory.md"),
         params:
             runs=" ".join(gw_runs()),
@@ -88,7 +91,8 @@ if "gaussws" in PAPERS:
         input:
             GW_EXPORT,
         output:
-            csv=update(f"{GW}/tables/export.csv"),
+            csv=report(update(f"{GW}/tables/export.csv"), category="gaussws", subcategory="MX export",
+                       caption="report/gaussws_export.rst"),
             md=update(f"{GW}/tables/export.md"),
         shell:
             "python -m lowprec.report.gaussws export --evals {input} --csv {output.csv} --md {output.md}"

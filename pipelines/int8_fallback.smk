@@ -83,9 +83,11 @@ if "int8_fallback" in PAPERS:
             png=report(update(f"{I8}/figures/outliers.png"), category="int8_fallback", subcategory="outliers",
                        caption="report/int8_outliers.rst"),
             pdf=update(f"{I8}/figures/outliers.pdf"),
-            csv=update(f"{I8}/tables/outliers.csv"),
+            csv=report(update(f"{I8}/tables/outliers.csv"), category="int8_fallback", subcategory="outliers",
+                       caption="report/int8_outliers_table.rst"),
             md=update(f"{I8}/tables/outliers.md"),
-            ccsv=update(f"{I8}/tables/outlier_contrast.csv"),
+            ccsv=report(update(f"{I8}/tables/outlier_contrast.csv"), category="int8_fallback", subcategory="outliers",
+                        caption="report/int8_outlier_contrast.rst"),
             cmd=update(f"{I8}/tables/outlier_contrast.md"),
         shell:
             "python -m lowprec.report.int8_fallback outliers --evals {input.evals} --ccdfs {input.ccdfs} "
@@ -102,8 +104,10 @@ if "int8_fallback" in PAPERS:
             spng=report(update(f"{I8}/figures/fallback_sweep.png"), category="int8_fallback",
                         subcategory="fallback ratio", caption="report/int8_fallback_sweep.rst"),
             spdf=update(f"{I8}/figures/fallback_sweep.pdf"),
-            csv=update(f"{I8}/tables/fallback_ratio.csv"),
-            scsv=update(f"{I8}/tables/fallback_summary.csv"),
+            csv=report(update(f"{I8}/tables/fallback_ratio.csv"), category="int8_fallback",
+                       subcategory="fallback ratio", caption="report/int8_fallback_ratio_table.rst"),
+            scsv=report(update(f"{I8}/tables/fallback_summary.csv"), category="int8_fallback",
+                        subcategory="fallback ratio", caption="report/int8_fallback_summary.rst"),
             smd=update(f"{I8}/tables/fallback_summary.md"),
         params:
             runs=" ".join(i8_runs()),
@@ -118,7 +122,8 @@ if "int8_fallback" in PAPERS:
         input:
             [f"{d}/provenance.json" for d in i8_runs()],
         output:
-            csv=update(f"{I8}/tables/gap_vs_bf16.csv"),
+            csv=report(update(f"{I8}/tables/gap_vs_bf16.csv"), category="int8_fallback", subcategory="loss curves",
+                       caption="report/int8_gap_vs_bf16.rst"),
             md=update(f"{I8}/tables/gap_vs_bf16.md"),
         params:
             runs=" ".join(i8_runs()),
@@ -134,7 +139,8 @@ if "int8_fallback" in PAPERS:
             png=report(update(f"{I8}/figures/finetune_curves.png"), category="int8_fallback", subcategory="fine-tuning",
                        caption="report/int8_finetune.rst"),
             pdf=update(f"{I8}/figures/finetune_curves.pdf"),
-            csv=update(f"{I8}/tables/finetune.csv"),
+            csv=report(update(f"{I8}/tables/finetune.csv"), category="int8_fallback", subcategory="fine-tuning",
+                       caption="report/int8_finetune_table.rst"),
             md=update(f"{I8}/tables/finetune.md"),
         params:
             runs=" ".join(i8_ft_runs()),
@@ -151,7 +157,8 @@ if "int8_fallback" in PAPERS:
             png=report(update(f"{I8}/figures/throughput.png"), category="int8_fallback", subcategory="throughput",
                        caption="report/int8_throughput.rst"),
             pdf=update(f"{I8}/figures/throughput.pdf"),
-            csv=update(f"{I8}/tables/throughput.csv"),
+            csv=report(update(f"{I8}/tables/throughput.csv"), category="int8_fallback", subcategory="throughput",
+                       caption="report/int8_throughput_table.rst"),
             md=update(f"{I8}/tables/throughput.md"),
         params:
             gemm=I8_GEMM,

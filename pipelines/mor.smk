@@ -47,11 +47,13 @@ if "mor" in PAPERS:
             epng=report(update(f"{MR}/figures/rel_error_heatmap.png"), category="mor", subcategory="telemetry",
                         caption="report/mor_rel_error_heatmap.rst"),
             epdf=update(f"{MR}/figures/rel_error_heatmap.pdf"),
-            ecsv=update(f"{MR}/tables/rel_error.csv"),
+            ecsv=report(update(f"{MR}/tables/rel_error.csv"), category="mor", subcategory="telemetry",
+                        caption="report/mor_rel_error_table.rst"),
             fpng=report(update(f"{MR}/figures/format_heatmap.png"), category="mor", subcategory="telemetry",
                         caption="report/mor_format_heatmap.rst"),
             fpdf=update(f"{MR}/figures/format_heatmap.pdf"),
-            scsv=update(f"{MR}/tables/rel_error_summary.csv"),
+            scsv=report(update(f"{MR}/tables/rel_error_summary.csv"), category="mor", subcategory="telemetry",
+                        caption="report/mor_rel_error_summary.rst"),
             smd=update(f"{MR}/tables/rel_error_summary.md"),
         params:
             runs=" ".join(mor_runs(telemetry_only=True)),
@@ -66,8 +68,8 @@ if "mor" in PAPERS:
         input:
             [f"{d}/provenance.json" for d in mor_runs()],
         output:
-            csv=report(update(f"{MR}/tables/e4m3_share.csv"), category="mor", subcategory="tables",
-                       caption="report/mor_e4m3_share.rst"),
+            csv=report(update(f"{MR}/tables/e4m3_share.csv"), category="mor", subcategory="telemetry",
+                       caption="report/mor_e4m3_share_table.rst"),
             md=update(f"{MR}/tables/e4m3_share.md"),
             png=report(update(f"{MR}/figures/e4m3_share.png"), category="mor", subcategory="telemetry",
                        caption="report/mor_e4m3_share.rst"),
@@ -82,14 +84,14 @@ if "mor" in PAPERS:
         input:
             [f"{d}/{f}" for d in mor_runs() for f in ("metrics.csv", "config.yaml", "provenance.json")],
         output:
-            main=report(update(f"{MR}/tables/loss_by_partition.csv"), category="mor", subcategory="tables",
-                        caption="report/mor_tables.rst"),
+            main=report(update(f"{MR}/tables/loss_by_partition.csv"), category="mor", subcategory="loss tables",
+                        caption="report/mor_loss_by_partition.rst"),
             main_md=update(f"{MR}/tables/loss_by_partition.md"),
-            abl=report(update(f"{MR}/tables/ablations.csv"), category="mor", subcategory="tables",
-                       caption="report/mor_tables.rst"),
+            abl=report(update(f"{MR}/tables/ablations.csv"), category="mor", subcategory="loss tables",
+                       caption="report/mor_ablations.rst"),
             abl_md=update(f"{MR}/tables/ablations.md"),
-            lr=report(update(f"{MR}/tables/lr_regimes.csv"), category="mor", subcategory="tables",
-                      caption="report/mor_tables.rst"),
+            lr=report(update(f"{MR}/tables/lr_regimes.csv"), category="mor", subcategory="loss tables",
+                      caption="report/mor_lr_regimes.rst"),
             lr_md=update(f"{MR}/tables/lr_regimes.md"),
         params:
             runs=" ".join(mor_runs()),

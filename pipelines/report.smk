@@ -15,20 +15,25 @@ for _paper in MATRIX_PAPERS:
                                     f"{RESULTS}/{_paper}/{SCALE}/figures/loss_gap_matrix.pdf"]
 
 
+def claims_registry(paper):
+    """The paper's claims file (by absolute path: the workflow may run from another directory,
+    -s .../Snakefile), or None for an experiment without claims (the cross-recipe matrix)."""
+    path = os.path.join(workflow.basedir, "configs", "claims", f"{paper}.yaml")
+    return path if Path(path).exists() else None
+
+
 def paper_outputs(paper):
     base = f"{RESULTS}/{paper}/{SCALE}"
+    claims = [f"{base}/tables/claims.csv", f"{base}/tables/claims.md"] if claims_registry(paper) else []
     return [f"{base}/figures/loss_curves.png", f"{base}/figures/loss_curves.pdf",
-            f"{base}/tables/final_loss.csv", f"{base}/tables/final_loss.md",
-            f"{base}/tables/claims.csv", f"{base}/tables/claims.md"] + PAPER_EXTRA_OUTPUTS.get(paper, [])
+            f"{base}/tables/final_loss.csv", f"{base}/tables/final_loss.md"] + claims + PAPER_EXTRA_OUTPUTS.get(paper, [])
 
 
 rule claims:
     input:
         runs=lambda w: paper_run_files(w.paper),
         extra=lambda w: PAPER_EXTRA_OUTPUTS.get(w.paper, []),
-        # by absolute path: the workflow may run from another directory (-s .../Snakefile)
-        registry=lambda w: [p for p in [os.path.join(workflow.basedir, "configs", "claims", f"{w.paper}.yaml")]
-                            if Path(p).exists()],
+        registry=lambda w: [claims_registry(w.paper)] if claims_registry(w.paper) else [],
     output:
         csv=report(update(f"{RESULTS}/{{paper}}/{SCALE}/tables/claims.csv"), category="{paper}",
                    subcategory="claims", caption="report/claims.rst"),
@@ -59,7 +64,7 @@ rule final_loss_table:
         lambda w: paper_run_files(w.paper),
     output:
         csv=report(update(f"{RESULTS}/{{paper}}/{SCALE}/tables/final_loss.csv"), category="{paper}",
-                   subcategory="tables", caption="report/final_loss.rst"),
+                   subcategory="loss curves", caption="report/final_loss.rst"),
         md=update(f"{RESULTS}/{{paper}}/{SCALE}/tables/final_loss.md"),
     params:
         runs=lambda w: " ".join(run_dirs(w.paper)),
@@ -74,7 +79,7 @@ rule loss_gap_matrix:
         lambda w: paper_run_files(w.paper),
     output:
         png=report(update(f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_gap_matrix.png"), category="{paper}",
-                   subcategory="tables", caption="report/loss_gap_matrix.rst"),
+                   subcategory="loss curves", caption="report/loss_gap_matrix.rst"),
         pdf=update(f"{RESULTS}/{{paper}}/{SCALE}/figures/loss_gap_matrix.pdf"),
     params:
         runs=lambda w: " ".join(run_dirs(w.paper)),
@@ -122,3 +127,14 @@ for _paper in ("gaussws", "int8_fallback", "mor", "baselines"):
             _paper
         input:
             paper_outputs(_paper) if _paper in PAPERS else [],
+
+
+# `snakemake --report` collects existing files: every table and figure of the selected papers at
+# this scale must be here (committed, or built by `snakemake regenerate`), or the report names them.
+if REPORTING:
+    _absent = [f for p in PAPERS for f in paper_outputs(p) + [REPORT] if not Path(f).exists()]
+    if _absent:
+        raise lpc.ConfigError(
+            f"--report collects the tables and figures of scale {SCALE}, but {len(_absent)} are not here: "
+            + ", ".join(_absent[:8]) + (" ..." if len(_absent) > 8 else "")
+            + f"; build them first: snakemake regenerate --forceall --cores all --config scale={SCALE} reuse_runs=true")

@@ -72,19 +72,19 @@ def plot_exactness(df: pd.DataFrame, outputs: list[str]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    from .figures import legend_below
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
     for source, g in df.groupby("source", sort=False):
         e, s = g[g.kind == "expected"], g[g.kind == "sampled"]
         line, = ax.plot(e["b"], e["share"], marker="o", label=f"{source} (expected)")
         ax.plot(s["b"], s["share"], ls="--", marker="x", color=line.get_color(), alpha=0.6, label=f"{source} (one sample)")
     ax.axvline(9, color="grey", ls=":", lw=1)
-    ax.text(9.1, ax.get_ylim()[0] + 0.01, "9 bits: the paper's limit", fontsize=8, color="grey")
+    ax.text(9.1, ax.get_ylim()[0] + 0.01, "9 bits: the paper's limit", color="grey")
     ax.set_xlabel("noise bits b  (Δ = 2^ceil(log2 amax) · 2^(1-b))")
     ax.set_ylabel("share of elements with bf16(W + RΔ) exact")
     ax.set_title("Noise bits with a BF16 operator")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    legend_below(ax, ncol=2)
     save_figure(fig, outputs)
 
 

@@ -178,36 +178,56 @@ def pooled_ccdf(ccdf: pd.DataFrame) -> pd.DataFrame:
 
 def plot_outliers(ccdf: pd.DataFrame, tau: float, outputs: list[str]) -> None:
     """Share of blocks whose absmax exceeds r x the median block absmax, against r: one panel per
-    role, one line per model (pooled over layers and batches)."""
+    role (two by two), one line per model (pooled over layers and batches), the fallback threshold
+    tau as a vertical line; one legend under the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
+    from .figures import WIDTH, suptitle
+
     pooled = pooled_ccdf(ccdf)
     roles = [r for r in ROLE_ORDER if r in set(pooled["role"])]
-    fig, axes = plt.subplots(1, max(len(roles), 1), figsize=(4.2 * max(len(roles), 1), 3.6), squeeze=False)
-    for ax, role in zip(axes[0], roles):
-        for (model, cls), g in pooled[pooled["role"] == role].groupby(["model", "class"], sort=False):
+    ncols = 2 if len(roles) > 1 else 1
+    nrows = max(1, math.ceil(len(roles) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH if ncols == 2 else 4.0, 0.9 + 2.5 * nrows),
+                             squeeze=False, sharex=True, sharey=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    models = list(dict.fromkeys(zip(pooled["model"], pooled["class"])))
+    # the x axis reaches past tau, so that its line and label stay inside the panels
+    top = max(float(pooled.loc[pooled["share_above"] > 0, "r"].max()) if (pooled["share_above"] > 0).any() else 1.0,
+              tau) * 2.0
+    for k, ax in enumerate(axes.ravel()):
+        if k >= len(roles):
+            ax.set_visible(False)
+            continue
+        role = roles[k]
+        for i, (model, cls) in enumerate(models):
+            g = pooled[(pooled["role"] == role) & (pooled["model"] == model)]
             g = g[g["share_above"] > 0].sort_values("r")
             if len(g):
-                ax.step(g["r"], g["share_above"], where="post", label=f"{model} ({cls})")
-        ax.axvline(tau, color="grey", ls=":", lw=1)
-        ax.text(tau * 1.05, 0.5, f"τ = {tau:g}", fontsize=7, color="grey", transform=ax.get_xaxis_transform())
+                ax.step(g["r"], g["share_above"], where="post", color=colors[i % len(colors)],
+                        label=model if model == cls else f"{model} ({cls.upper()})")
+        ax.axvline(tau, color="0.35", ls=":", lw=1.2, label=f"fallback threshold τ = {tau:g}")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.set_xlim(right=top)
         for axis in (ax.xaxis, ax.yaxis):  # 1-2-5 labels as plain numbers: the ranges span few decades
             axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
             axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_title(ROLE_TITLES[role], fontsize=9)
-        ax.set_xlabel("block absmax / median block absmax")
+        ax.set_title(ROLE_TITLES[role])
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("share of 32x32 blocks above")
-    fig.suptitle("Outlier blocks in linear-layer inputs of the trained BF16 models (validation batches)", fontsize=10)
-    fig.tight_layout()
+        if k % ncols == 0:
+            ax.set_ylabel("share of 32x32 blocks above")
+        if k >= len(roles) - ncols:
+            ax.set_xlabel("block absmax / median block absmax")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=len(labels))
+    suptitle(fig, "Outlier blocks in the linear-layer inputs of the trained BF16 models (validation batches)")
     save_figure(fig, outputs)
 
 
@@ -312,65 +332,84 @@ def _short(name: str) -> str:
 
 
 def plot_heatmap(tel: pd.DataFrame, method: str, outputs: list[str]) -> None:
-    """Fallback ratio of fprop X per layer (rows) over training steps (columns), one panel per model."""
+    """Fallback ratio of fprop X per layer (rows, one label each) over training steps (columns), one
+    panel per model side by side, one colour scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .figures import MAX_HEIGHT, MIN_FONT, WIDTH
+
     t = tel[(tel["method"] == method) & (tel["gemm"] == "fprop") & (tel["operand"] == "x")]
     models = list(dict.fromkeys(t["model"]))
-    fig, axes = plt.subplots(1, max(len(models), 1), figsize=(5.5 * max(len(models), 1), 4), squeeze=False)
+    grids = {}
+    for model in models:
+        g = t[t["model"] == model].groupby(["layer", "step"])["fallback_ratio"].mean().unstack("step")
+        grids[model] = g.reindex(_layer_order(g.index))
+    rows = max([len(g) for g in grids.values()] + [1])
+    # a row per label at 1.6 x the smallest font: labels never overlap
+    height = min(MAX_HEIGHT, 1.3 + rows * 1.6 * MIN_FONT / 72)
+    fig, axes = plt.subplots(1, max(len(models), 1), figsize=(WIDTH, height), squeeze=False)
     if not models:
         axes[0][0].text(0.5, 0.5, f"no fallback telemetry for method {method!r}", ha="center", va="center")
         axes[0][0].set_axis_off()
     # at least 1% full scale: a run without fallback shows as uniformly dark, not as noise
     vmax = max(float(t["fallback_ratio"].max()), 0.01) if len(t) else 1.0
+    im = None
     for ax, model in zip(axes[0], models):
-        g = t[t["model"] == model]
-        grid = g.groupby(["layer", "step"])["fallback_ratio"].mean().unstack("step")
-        grid = grid.reindex(_layer_order(grid.index))
+        grid = grids[model]
         im = ax.imshow(100 * grid.to_numpy(float), aspect="auto", cmap="viridis", vmin=0, vmax=100 * vmax,
                        interpolation="nearest")
-        ax.set_yticks(range(len(grid.index)), [_short(n) for n in grid.index], fontsize=7)
+        ax.set_yticks(range(len(grid.index)), [_short(n) for n in grid.index])
+        ax.tick_params(axis="y", length=0)
+        ax.grid(False)
         steps = list(grid.columns)
-        ticks = np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int)
-        ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
-        ax.set_xlabel("step")
-        ax.set_title(f"{model}: {method}, forward X", fontsize=9)
-        fig.colorbar(im, ax=ax, label="blocks falling back (%)")
-    fig.tight_layout()
+        ticks = np.linspace(0, len(steps) - 1, min(len(steps), 5)).round().astype(int)
+        ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
+        ax.set_xlabel("training step")
+        ax.set_title(f"{model}: {method}, forward X")
+    if im is not None:
+        fig.colorbar(im, ax=list(axes[0]), label="blocks falling back (%)", fraction=0.04, pad=0.02)
     save_figure(fig, outputs)
 
 
 def plot_sweep(summary: pd.DataFrame, baseline: str, outputs: list[str]) -> None:
-    """Loss gap to the baseline against the fallback ratio, one point per fallback arm; the
-    no-fallback block INT8 arm as a line at ratio 0."""
+    """Loss gap to the baseline against the fallback ratio, one point per fallback arm (labelled with
+    its setting); the no-fallback block INT8 arm as a dashed line; one colour per model."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .figures import legend_below
+
     gap = "gap_vs_" + baseline
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(5.0, 3.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (model, g) in enumerate(summary.groupby("model", sort=False)):
         c = colors[i % len(colors)]
         fb = g[g["fallback_ratio"].notna() & (g["rule"] != "none")]
-        ax.scatter(100 * fb["fallback_ratio"], fb[gap], color=c, label=f"{model}: fallback arms")
+        ax.scatter(100 * fb["fallback_ratio"], fb[gap], color=c, label=f"{model}: fallback arms", zorder=3)
         for _, r in fb.iterrows():
-            ax.annotate(r["method"].replace("int8_fallback", "fb"), (100 * r["fallback_ratio"], r[gap]),
-                        fontsize=6, xytext=(3, 2), textcoords="offset points")
+            ax.annotate(_setting(r), (100 * r["fallback_ratio"], r[gap]), fontsize=7, xytext=(4, 3),
+                        textcoords="offset points", color=c)
         for _, r in g[g["rule"] == "none"].iterrows():
             ax.axhline(r[gap], color=c, ls="--", lw=1, label=f"{model}: {r['method']} (no fallback)")
-    ax.axhline(0, color="grey", lw=0.8)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.margins(x=0.15, y=0.12)  # room for the points' labels
     ax.set_xlabel("fallback ratio (% of blocks, over training)")
     ax.set_ylabel(f"final val loss − {baseline}")
     ax.set_title("Fallback ratio against loss gap")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    legend_below(ax, ncol=2)
     save_figure(fig, outputs)
+
+
+def _setting(row) -> str:
+    """A fallback arm's rule and its knob, e.g. ``absmax τ=8`` or ``topk ρ=0.02``."""
+    symbol = {"tau": "τ", "rho": "ρ", "error_threshold": "ε"}.get(row["knob"], row["knob"])
+    value = row["knob_value"]
+    return f"{row['rule']} {symbol}={value:g}" if isinstance(value, (int, float)) and not pd.isna(value) else row["rule"]
 
 
 # --------------------------------------------------------------------------- loss gaps
@@ -459,48 +498,55 @@ def throughput_markdown(table: pd.DataFrame, device: str, source: str) -> str:
 
 def plot_throughput(table: pd.DataFrame, device: str, source: str, outputs: list[str]) -> None:
     """(a) block INT8 against the group size K at 2048/4096/8192, BF16 dashed; (b) the fallback
-    GEMM against the fallback ratio (random blocks; K-group 128 solid, 32 dotted)."""
+    GEMM against the fallback ratio (random blocks; K-group 128 solid, 32 dotted). One colour per
+    matrix size; the line styles in a legend under the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    from .figures import WIDTH, suptitle
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(WIDTH, 3.6))
     if table.empty:
         for ax in (a, b):
             ax.text(0.5, 0.5, f"not measured: {source}", ha="center", va="center", fontsize=8)
             ax.set_axis_off()
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, m in enumerate(sorted(table["M"].unique()) if len(table) else []):
+    sizes = sorted(table["M"].unique()) if len(table) else []
+    for i, m in enumerate(sizes):
         c = colors[i % len(colors)]
         t = table[table["M"] == m]
         g = t[t["series"] == "int8_block"].sort_values("group")
-        a.plot(g["group"], g["tflops"], marker="o", color=c, label=f"{m}: block INT8")
+        a.plot(g["group"], g["tflops"], marker="o", color=c)
         for ax in (a, b):
             for series, ls in (("bf16_matmul", "--"), ("int_mm", ":")):
                 v = t[t["series"] == series]["tflops"]
                 if len(v):
-                    ax.axhline(float(v.iloc[0]), color=c, ls=ls, lw=1,
-                               label=f"{m}: {'BF16 cuBLAS' if series == 'bf16_matmul' else 'INT8 _int_mm (no scales)'}"
-                               if ax is a else None)
+                    ax.axhline(float(v.iloc[0]), color=c, ls=ls, lw=1)
         fb = t[(t["series"] == "int8_fallback") & (t["pattern"] == "random")]
-        for group, ls in ((128, "-"), (32, ":")):
+        for group, ls in ((128, "-"), (32, "-.")):
             s = fb[fb["group"] == group].sort_values("fallback_ratio")
             if len(s):
-                b.plot(100 * s["fallback_ratio"], s["tflops"], marker=".", ls=ls, color=c, label=f"{m}, K-group {group}")
+                b.plot(100 * s["fallback_ratio"], s["tflops"], marker=".", ls=ls, color=c)
     a.set_xscale("log", base=2)
     a.set_xlabel("group size K")
-    a.set_title(f"(a) throughput vs group size K ({device})", fontsize=9)
+    a.set_title(f"(a) block INT8 against the group size K ({device})")
     b.set_xlabel("fallback ratio (% of activation blocks)")
-    b.set_title("(b) fallback GEMM vs fallback ratio", fontsize=9)
+    b.set_title("(b) fallback GEMM against the fallback ratio")
     for ax in (a, b):
         ax.set_ylabel("TFLOP/s (useful work)")
-        ax.grid(alpha=0.3)
-        if ax.has_data():
-            ax.legend(fontsize=6)
-    fig.suptitle(f"INT8:BF16 dense peak {PEAK_RATIO.get(device, math.nan):g}:1 on {device} "
-                 f"(4:1 on the paper's RTX 4090)", fontsize=9)
-    fig.tight_layout()
+    if sizes:
+        keys = [Line2D([], [], color=colors[i % len(colors)], lw=2, label=f"M = N = K = {m}") for i, m in enumerate(sizes)]
+        keys += [Line2D([], [], color="0.3", marker="o", label="block INT8 (a)"),
+                 Line2D([], [], color="0.3", ls="-", label="fallback, K-group 128 (b)"),
+                 Line2D([], [], color="0.3", ls="-.", label="fallback, K-group 32 (b)"),
+                 Line2D([], [], color="0.3", ls="--", label="BF16 cuBLAS"),
+                 Line2D([], [], color="0.3", ls=":", label="INT8 _int_mm (no scales)")]
+        fig.legend(handles=keys, loc="outside lower center", ncol=4)
+    suptitle(fig, f"GEMM throughput on {device}; INT8:BF16 dense peak {PEAK_RATIO.get(device, math.nan):g}:1 "
+                  f"(4:1 on the paper's RTX 4090)")
     save_figure(fig, outputs)
 
 
@@ -561,13 +607,14 @@ def main(argv=None) -> None:
     elif args.what == "gaps":
         out(gap_table(load_runs(args.runs), args.baseline), args.csv, args.md)
     elif args.what == "finetune":
-        from .curves import plot
+        from .curves import experiment_panels, plot
 
         runs = load_runs(args.runs)
         table = finetune_table(runs, args.baseline)
         write_text(args.csv, table.to_csv(index=False, float_format="%.6g"))
         write_text(args.md, to_markdown(table, args.baseline))
-        plot(runs, "Fine-tuning the BF16-pretrained model on held-out text", figs)
+        plot(runs, "Fine-tuning the BF16-pretrained model on held-out text", figs, args.baseline,
+             experiment_panels(runs[0].paper)[1] if runs else None)
     else:
         path = Path(args.gemm)
         df = read_gemm(path)

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .figures import save_figure  # noqa: E402
+from .figures import figure_size, save_figure, suptitle  # noqa: E402
 from .runs import final_losses, load_runs  # noqa: E402
 from .tables import summarize  # noqa: E402
 
@@ -33,9 +33,8 @@ def plot(table: pd.DataFrame, baseline: str, title: str, outputs: list[str]) -> 
     # symmetric color scale around 0 so that the sign reads from the hue
     span = np.nanmax(np.abs(values)) if np.isfinite(values).any() else 1.0
     span = span or 1.0
-    cmap = matplotlib.colormaps["RdBu_r"].copy()
-    cmap.set_bad("0.85")
-    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * grid.shape[1], 1.0 + 0.42 * grid.shape[0]))
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="0.85")
+    fig, ax = plt.subplots(figsize=figure_size(2.6 + 1.3 * grid.shape[1], 1.2 + 0.32 * grid.shape[0]))
     im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-span, vmax=span, aspect="auto")
     for i, method in enumerate(grid.index):
         for j, model in enumerate(grid.columns):
@@ -45,14 +44,17 @@ def plot(table: pd.DataFrame, baseline: str, title: str, outputs: list[str]) -> 
             if n_div:
                 label += f"\n{n_div} diverged"
             dark = not np.isnan(v) and abs(v) > 0.6 * span
-            ax.text(j, i, label, ha="center", va="center", fontsize=8, color="white" if dark else "black")
+            ax.text(j, i, label, ha="center", va="center", color="white" if dark else "black")
     ax.set_xticks(range(grid.shape[1]), grid.columns)
     ax.set_yticks(range(grid.shape[0]), grid.index)
     ax.xaxis.tick_top()
+    ax.tick_params(length=0)
+    ax.grid(False)
+    for side in ax.spines.values():
+        side.set_visible(False)
     fig.colorbar(im, ax=ax, label=f"val loss − {baseline}")
     if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+        suptitle(fig, title)
     save_figure(fig, outputs)
 
 

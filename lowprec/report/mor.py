@@ -30,7 +30,7 @@ import yaml
 
 from ..io import write_text
 from ..linear import matches
-from .figures import save_figure
+from .figures import save_figure, suptitle
 from .runs import load_runs
 
 # GEMM operand slot -> the tensor it is (brief 2.9: X, W and dY, each used by two GEMMs)
@@ -237,16 +237,51 @@ def _grid(dec: pd.DataFrame, column: str, order: list[str]) -> tuple[np.ndarray,
     return wide.to_numpy(dtype=float), list(wide.columns)
 
 
-def _tensor_ticks(ax, labels: list[str], max_labels: int = 60) -> None:
-    every = max(1, math.ceil(len(labels) / max_labels))
-    ax.set_yticks(range(0, len(labels), every))
-    ax.set_yticklabels(labels[::every], fontsize=5 if len(labels) > 30 else 7)
+def _row_groups(order: list[str], key) -> list[tuple[str, int, int]]:
+    """Runs of consecutive tensors with the same ``key(tensor)``: (key, first row, last row + 1)."""
+    out = []
+    for i, t in enumerate(order):
+        k = key(t)
+        if out and out[-1][0] == k:
+            out[-1] = (k, out[-1][1], i + 1)
+        else:
+            out.append((k, i, i + 1))
+    return out
+
+
+def _layer_key(tensor: str) -> str:
+    """``L3 q_proj`` of the tensor label ``L3 q_proj fprop.x``."""
+    return tensor.rsplit(" ", 1)[0]
+
+
+def _block_key(tensor: str) -> str:
+    """``L3`` of ``L3 q_proj fprop.x``; a layer outside the transformer blocks is its own group."""
+    return tensor.split(" ", 1)[0] if re.match(r"L\d+ ", tensor) else _layer_key(tensor)
+
+
+def _tensor_ticks(ax, order: list[str], height_in: float) -> None:
+    """Label the tensor rows by linear layer (``L3 q_proj``: its GEMM operands' rows), or by
+    transformer block where the axis is too short for one label per layer; lines between them."""
+    from .figures import MIN_FONT
+
+    layers, blocks = _row_groups(order, _layer_key), _row_groups(order, _block_key)
+    per_label = height_in / max(len(layers), 1)  # inches per layer label
+    groups = layers if per_label >= 1.6 * MIN_FONT / 72 else blocks
+    ax.set_yticks([(a + b - 1) / 2 for _, a, b in groups], [k for k, _, _ in groups])
+    ax.tick_params(axis="y", length=0)
+
+
+def _separators(ax, order: list[str]) -> None:
+    """Lines between the rows of two linear layers, thicker between transformer blocks."""
+    for _, a, _ in _row_groups(order, _layer_key)[1:]:
+        ax.axhline(a - 0.5, color="white", lw=0.3)
+    for _, a, _ in _row_groups(order, _block_key)[1:]:
+        ax.axhline(a - 0.5, color="white", lw=1.2)
 
 
 def _step_ticks(ax, steps: list, max_labels: int = 12) -> None:
     every = max(1, math.ceil(len(steps) / max_labels))
-    ax.set_xticks(range(0, len(steps), every))
-    ax.set_xticklabels([str(int(s)) for s in steps[::every]], fontsize=7)
+    ax.set_xticks(range(0, len(steps), every), [str(int(s)) for s in steps[::every]])
 
 
 def _plt():
@@ -258,24 +293,32 @@ def _plt():
     return plt
 
 
-def _heatmap_row(plt, panels, order, width, title_size, imshow_kw):
-    """One row of tensor x step heat maps sharing the tensor axis (labelled on the first panel);
-    panels: [(title, values, steps)]; width: (inches per panel, extra inches)."""
-    height = min(max(3.5, 0.11 * len(order) + 1.5), 22)
-    fig, axes = plt.subplots(1, len(panels), figsize=(width[0] * len(panels) + width[1], height), squeeze=False)
-    # fixed margins in inches: matplotlib's default fractions leave several inches blank on a tall figure
-    fig.subplots_adjust(top=1 - 1.1 / height, bottom=0.6 / height)
+def _tensor_heatmaps(plt, panels, order, imshow_kw, max_columns: int):
+    """Tensor x step heat maps, one per panel ((title, values, steps)), at most ``max_columns`` side
+    by side, sharing the tensor axis (labelled on the first column)."""
+    from .figures import MAX_HEIGHT, WIDTH
+
+    ncols = min(len(panels), max_columns)
+    nrows = math.ceil(len(panels) / ncols)
+    # rows of the heat map: about 0.04 in per tensor, the page height at most
+    panel_h = min(max(2.2, 0.04 * len(order) + 0.6), (MAX_HEIGHT - 1.3) / nrows)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH, nrows * panel_h + 1.3), squeeze=False,
+                             sharey=True)
     im = None
-    for ax, (title, values, steps) in zip(axes[0], panels):
+    for k, ax in enumerate(axes.ravel()):
+        if k >= len(panels):
+            ax.set_visible(False)
+            continue
+        title, values, steps = panels[k]
         im = ax.imshow(values, aspect="auto", interpolation="nearest", **imshow_kw)
-        ax.set_title(title, fontsize=title_size)
+        ax.set_title(title)
+        ax.grid(False)
         ax.set_xlabel("training step")
-        _step_ticks(ax, steps, max_labels=max(3, int(width[0] / 0.45)))   # 3-digit labels need ~0.45 in
-        if ax is axes[0][0]:
-            _tensor_ticks(ax, order)
-        else:
-            ax.set_yticks([])
-    return fig, axes, im
+        _step_ticks(ax, steps, max_labels=max(2, int((WIDTH - 1.8) / ncols / 0.4)))  # ~0.4 in per label
+        _separators(ax, order)
+        if k % ncols == 0:
+            _tensor_ticks(ax, order, panel_h - 0.6)
+    return fig, [ax for ax in axes.ravel()[:len(panels)]], im
 
 
 def plot_error_heatmap(dec: pd.DataFrame, outputs: list[str]) -> None:
@@ -291,13 +334,13 @@ def plot_error_heatmap(dec: pd.DataFrame, outputs: list[str]) -> None:
     for part in parts:
         values, steps = _grid(dec, f"rel_error_{part}", order)
         panels.append((f"{part} partition", error_bin(values), steps))
-    fig, axes, im = _heatmap_row(plt, panels, order, (3.4, 1.6), 9, dict(cmap=cmap, norm=norm))
-    cbar = fig.colorbar(im, ax=axes[0].tolist(), ticks=range(n), fraction=0.04, pad=0.02)
-    cbar.ax.set_yticklabels(ERROR_LABELS, fontsize=7)
+    fig, axes, im = _tensor_heatmaps(plt, panels, order, dict(cmap=cmap, norm=norm), max_columns=3)
+    cbar = fig.colorbar(im, ax=axes, ticks=range(n), fraction=0.04, pad=0.02)
+    cbar.ax.set_yticklabels(ERROR_LABELS)
     cbar.set_label("relative error of E4M3 (0.5 % bins)")
-    fig.suptitle(f"Relative E4M3 error per tensor: {dec['model'].iloc[0]} / {dec['method'].iloc[0]} "
-                 f"(seed {dec['seed'].iloc[0]}); at the 4.5 % threshold, bins from 4.5-5.0 % up fall back to BF16",
-                 fontsize=9)
+    suptitle(fig, f"Relative E4M3 error per tensor and step: {dec['model'].iloc[0]} / {dec['method'].iloc[0]} "
+             f"(seed {dec['seed'].iloc[0]})\nat the 4.5 % threshold, the bins from 4.5-5.0 % up fall back to "
+             "BF16; rows: each linear layer's six GEMM operands")
     save_figure(fig, outputs)
 
 
@@ -311,11 +354,13 @@ def plot_format_heatmap(decs: list[pd.DataFrame], outputs: list[str]) -> None:
         sub = "e4m3_share" in dec and (dec.get("partition") == "subtensor").any()
         values, steps = _grid(dec, "e4m3_share" if sub else "e4m3", order)
         share = 100 * dec["e4m3"].mean()
-        panels.append((f"{dec['method'].iloc[0]}\n{share:.1f}% E4M3 GEMM operands", values, steps))
-    fig, axes, im = _heatmap_row(plt, panels, order, (2.6, 2.0), 8, dict(cmap="RdYlGn", vmin=0, vmax=1))
-    cbar = fig.colorbar(im, ax=axes[0].tolist(), fraction=0.04, pad=0.02)
-    cbar.set_label("E4M3 (1) or BF16 (0); sub-tensor: share of blocks in E4M3")
-    fig.suptitle("Representation chosen per tensor and step", fontsize=9)
+        panels.append((f"{dec['method'].iloc[0]}\n{share:.1f}% E4M3", values, steps))
+    # orange BF16 to purple E4M3: apart for every colour vision
+    fig, axes, im = _tensor_heatmaps(plt, panels, order, dict(cmap="PuOr", vmin=0, vmax=1), max_columns=4)
+    cbar = fig.colorbar(im, ax=axes, fraction=0.04, pad=0.02, ticks=[0, 0.5, 1])
+    cbar.ax.set_yticklabels(["BF16", "0.5", "E4M3"])
+    cbar.set_label("share of the tensor in E4M3 (sub-tensor MoR: of its blocks)")
+    suptitle(fig, "Representation chosen per tensor and step (rows: each linear layer's six GEMM operands)")
     save_figure(fig, outputs)
 
 
@@ -352,29 +397,46 @@ def share_table(runs) -> pd.DataFrame:
 
 
 def plot_share(table: pd.DataFrame, outputs: list[str]) -> None:
+    """Arms (rows) x groups (columns: all operands, each layer type, each operand role), each cell
+    the share of GEMM-operand decisions in E4M3, printed in it; the colour spans 0-100 %."""
+    from .figures import figure_size
+
     plt = _plt()
     groups = [g for g in ("all", *TYPE_ORDER, *ROLE_ORDER) if g in set(table["group"])]
     arms = list(dict.fromkeys(zip(table["model"], table["method"])))
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(groups) * max(1, len(arms)) / 3 + 3), 4))
-    width = 0.8 / max(len(arms), 1)
+    grid = np.full((len(arms), len(groups)), np.nan)
+    labels = []
     for i, (model, method) in enumerate(arms):
         t = table[(table["model"] == model) & (table["method"] == method)].set_index("group")
-        ys = [t["e4m3_pct"].get(g, np.nan) for g in groups]
-        label = method if table["model"].nunique() == 1 else f"{model} / {method}"
-        ax.bar(np.arange(len(groups)) + (i - (len(arms) - 1) / 2) * width, ys, width, label=label)
-    for y, text in ((98.38, "paper 98.38 %\n(per-channel, config 1)"), (95.93, "paper 95.93 %\n(config 2)")):
-        ax.axhline(y, color="grey", ls=":", lw=1)
-        ax.text(len(groups) - 0.4, y, text, fontsize=6, color="grey", ha="left", va="center")
-    ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels(groups, fontsize=8)
-    low = np.nanmin(table["e4m3_pct"]) if len(table) else 0
-    ax.set_ylim(max(0, min(90, low - 5)), 100.5)
-    ax.set_ylabel("GEMM operands in E4M3 (%)")
-    ax.set_title("Share of tensors quantized to E4M3: overall, per layer type, per operand", fontsize=9)
-    ax.set_xlim(-0.5, len(groups) + 0.6)  # room for the paper's reference labels
-    ax.legend(fontsize=6, ncol=1, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
+        grid[i] = [t["e4m3_pct"].get(g, np.nan) for g in groups]
+        first = t.iloc[0]
+        name = method if table["model"].nunique() == 1 else f"{model} / {method}"
+        labels.append(f"{name}: {first['setting']}, {first['regime']}")
+    fig, ax = plt.subplots(figsize=figure_size(7.0, 1.3 + 0.27 * max(len(arms), 1)))
+    if not arms:
+        ax.text(0.5, 0.5, "no MoR arm logged telemetry", ha="center", va="center")
+        ax.set_axis_off()
+    else:
+        im = ax.imshow(grid, cmap="Purples", vmin=0, vmax=100, aspect="auto")
+        for i in range(len(arms)):
+            for j in range(len(groups)):
+                v = grid[i, j]
+                if not np.isnan(v):
+                    ax.text(j, i, f"{v:.1f}" if v < 99.95 else "100", ha="center", va="center", fontsize=7,
+                            color="white" if v > 60 else "black")
+        ax.set_xticks(range(len(groups)), [g.replace("attention out", "attn out") for g in groups])
+        ax.xaxis.tick_top()
+        ax.set_yticks(range(len(arms)), labels)
+        ax.tick_params(length=0)
+        ax.grid(False)
+        for k in (1, 1 + sum(g in TYPE_ORDER for g in groups)):  # all | layer types | operand roles
+            if 0 < k < len(groups):
+                ax.axvline(k - 0.5, color="white", lw=3)
+        for side in ax.spines.values():
+            side.set_visible(False)
+        fig.colorbar(im, ax=ax, label="E4M3 (%)", fraction=0.03, pad=0.02)
+    ax.set_title("GEMM operands in E4M3 (%): overall, per layer type, per operand\n"
+                 "paper: 98.38 % (per-channel MoR, config 1), 95.93 % (config 2)")
     save_figure(fig, outputs)
 
 

@@ -7,6 +7,7 @@ README on disk equals what this would write, so the README never disagrees with 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from .. import config as cfglib
@@ -18,6 +19,11 @@ BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 SCALES = ("tiny", "small")  # the default (CPU) scale and the committed GPU reference
 # verdicts at a scale where a claim is meaningful outrank those where it is not run or inconclusive
 _RANK = {"reproduced": 3, "not reproduced": 3, "inconclusive": 1, "not run at this scale": 0}
+# Tables of a scale that carry a committed GPU measurement, not numbers of the scale's runs (the
+# workflow reads them in pipelines/gaussws.smk, GW_GPU, and pipelines/int8_fallback.smk, I8_GEMM):
+# a claim that reads such a table reports that measurement.
+MEASUREMENT_TABLES = {("gaussws", "tables/memory.csv"): "gaussws/overhead_h200.csv",
+                      ("int8_fallback", "tables/throughput.csv"): "int8_fallback/gemm_h200.csv"}
 
 
 def _claims(results: Path, paper: str, scale: str):
@@ -31,16 +37,60 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ") if text != "" else "–"
 
 
+def _gpu(record) -> str | None:
+    """The first ``gpu`` named anywhere in a provenance record, without the vendor."""
+    if isinstance(record, dict):
+        if isinstance(record.get("gpu"), str) and record["gpu"]:
+            return record["gpu"].removeprefix("NVIDIA ").strip()
+        record = list(record.values())
+    if isinstance(record, list):
+        for item in record:
+            found = _gpu(item)
+            if found:
+                return found
+    return None
+
+
+def measured_on(results: Path, measurement: str) -> str:
+    """'H200 benchmark' for a committed measurement (``results/<measurement>``, its device from the
+    provenance beside it)."""
+    prov = results / measurement.replace(".csv", ".provenance.json")
+    gpu = _gpu(json.loads(prov.read_text())) if prov.is_file() else None
+    return f"{gpu or 'GPU'} benchmark"
+
+
+def runs_of_scale(results: Path, scale: str) -> str:
+    """'small runs (H200, 3 seeds)': the scale, where its committed runs trained, and its seeds."""
+    devices = sorted({_gpu(json.loads(p.read_text())) or "CPU"
+                      for p in (results / "runs" / scale).glob("*/*/*/s*/provenance.json")})
+    seeds = len(cfglib.scale_config(scale)["seeds"])
+    where = ", ".join(devices) if devices else "no committed run"
+    return f"`{scale}` runs ({where}, {seeds} seed{'s' * (seeds != 1)})"
+
+
+def number_source(results: Path, paper: str, metric: dict, scale: str) -> str:
+    """Where a claim's number at ``scale`` comes from: a committed GPU measurement that the metric
+    reads (directly, ``file: /...``, or through a table that carries it), or the scale's runs."""
+    file = str(metric.get("file", ""))
+    measurement = file.lstrip("/") if file.startswith("/") else MEASUREMENT_TABLES.get((paper, file))
+    if measurement:
+        return f"{measured_on(results, measurement)} ([{Path(measurement).name}](results/{measurement}))"
+    return runs_of_scale(results, scale)
+
+
 def verdict_table(results: Path, papers: list[str]) -> list[str]:
-    """One row per claim: the paper's number, ours at each scale, and the verdict of the most
-    telling scale (a decided verdict over an inconclusive one, the larger scale on a tie)."""
-    head = ["paper", "claim", "paper's number"] + [f"ours ({sc})" for sc in SCALES] + ["verdict"]
+    """One row per claim: the paper's number, ours, where ours comes from and the verdict, at the
+    most telling scale (a decided verdict over an inconclusive one, the larger scale on a tie)."""
+    head = ["paper", "claim", "paper's number", "ours", "from", "verdict"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for paper in papers:
         tables = {sc: _claims(results, paper, sc) for sc in SCALES}
         present = [t for t in tables.values() if t is not None]
         if not present:
             continue
+        registry_path = cfglib.CONFIG_DIR / "claims" / f"{paper}.yaml"
+        registry = {c["id"]: c for c in cfglib.load_yaml(registry_path).get("claims", [])} \
+            if registry_path.is_file() else {}
         for claim in present[0].index:
             best, best_scale = None, None
             for sc in SCALES:
@@ -49,34 +99,28 @@ def verdict_table(results: Path, papers: list[str]) -> list[str]:
                     v = t.loc[claim, "verdict"]
                     if best is None or _RANK.get(v, 0) >= _RANK.get(best, 0):
                         best, best_scale = v, sc
-            ours = [_cell(tables[sc].loc[claim, "ours"]) if tables[sc] is not None and claim in tables[sc].index
-                    else "–" for sc in SCALES]
-            verdict = f"{best} ({best_scale})" if best != "not run at this scale" else best
-            rows.append("| " + " | ".join([paper, claim, _cell(present[0].loc[claim, "paper_value"]), *ours,
-                                           verdict]) + " |")
+            row = tables[best_scale].loc[claim]
+            ran = _RANK.get(best, 1) > 0
+            source = number_source(results, paper, registry.get(claim, {}).get("metric", {}), best_scale) \
+                if ran else "–"
+            rows.append("| " + " | ".join([paper, claim, _cell(row["paper_value"]), _cell(row["ours"] if ran else ""),
+                                           source, best]) + " |")
     return rows
 
 
 def results_block(results: Path, scale: str = "tiny") -> str:
     papers = [p.stem for p in sorted((cfglib.CONFIG_DIR / "experiments").glob("*.yaml"))]
-    parts = [BEGIN, "", "Verdicts over the committed results (`tiny`: CPU, one seed; `small`: H200, three seeds; "
-             "full reports: [results/REPORT.md](results/REPORT.md), [results/REPORT_small.md](results/REPORT_small.md)):",
-             "", *verdict_table(results, papers), ""]
-    for paper in papers:
-        exp = cfglib.experiment_config(paper)
-        shown = False
-        for sc in reversed(SCALES):
-            table = results / paper / sc / "tables" / "final_loss.md"
-            if not table.is_file():
-                continue
-            if not shown:
-                parts += [f"**{exp['title']}** (`{paper}`, arXiv {exp['arxiv']})", ""]
-                shown = True
-            fig = results / paper / sc / "figures" / "loss_curves.png"
-            if fig.is_file():
-                parts += [f"![{paper} loss curves, {sc}]({fig.relative_to(results.parent).as_posix()})", ""]
-            parts += [f"Final loss at `{sc}`:", "", table.read_text().rstrip(), ""]
-    parts.append(END)
+    table = verdict_table(results, papers)
+    verdicts = [line.rsplit("|", 2)[1].strip() for line in table[2:]]
+    counts = sorted(((verdicts.count(v), v) for v in set(verdicts)), key=lambda nv: (-nv[0], nv[1]))
+    reports = ", ".join(f"[results/{Path(cfglib.report_path('results', sc)).name}]"
+                        f"({cfglib.report_path('results', sc)}) (`{sc}`)" for sc in SCALES)
+    parts = [BEGIN, "",
+             "One row per claim, at the scale that decides it (the `small` GPU runs over the `tiny` CPU ones "
+             "unless only `tiny` decides); *from* says where our number comes from. The loss tables, the "
+             f"figures and every other table are in the reports: {reports}, or "
+             "`snakemake --report report.html` (add `--config scale=small`).", "",
+             *table, "", "Totals: " + ", ".join(f"{n} {v}" for n, v in counts) + ".", "", END]
     return "\n".join(parts)
 
 

@@ -17,6 +17,7 @@ class Run:
     scale: str
     model: str
     method: str
+    recipe: str
     seed: int
     metrics: pd.DataFrame
     provenance: dict
@@ -39,7 +40,7 @@ def load_run(run_dir: str | Path) -> Run:
     prov = json.loads((run_dir / "provenance.json").read_text())
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     return Run(dir=run_dir, paper=cfg["paper"], scale=cfg["scale"], model=cfg["model"]["name"],
-               method=cfg["method"]["name"], seed=int(cfg["seed"]),
+               method=cfg["method"]["name"], recipe=cfg["method"].get("recipe", "bf16"), seed=int(cfg["seed"]),
                metrics=pd.read_csv(run_dir / "metrics.csv"), provenance=prov)
 
 
