@@ -1,3 +1,5 @@
+import math
+
 import pandas as pd
 import pytest
 
@@ -110,8 +112,90 @@ def test_value_threshold_and_scale(tmp_path):
 
 
 def test_registry_files_validate_and_every_claim_gets_a_verdict(tmp_path):
-    for paper in ("gaussws",):
+    for paper in ("gaussws", "int8_fallback", "mor"):
         table = cl.evaluate(paper, "tiny", pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"]),
                             tmp_path)
         assert len(table) == len(cl.load_claims(paper)) > 0
-        assert set(table["verdict"]) <= {cl.REPRODUCED, cl.NOT_REPRODUCED, cl.INCONCLUSIVE, cl.NOT_RUN}
+        assert set(table["verdict"]) <= set(cl.VERDICTS)
+
+
+# --------------------------------------------------------------------------- preconditions
+
+def _table(tmp_path, **cols):
+    d = tmp_path / "p" / "small"
+    (d / "tables").mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(cols).to_csv(d / "tables" / "t.csv", index=False)
+    return d
+
+
+PRE = {"what": "the phenomenon is there", "metric": {"file": "tables/t.csv", "query": "arm == 'x'", "column": "v"},
+       "test": {"op": ">", "target": 0}}
+
+
+def test_precondition_holds_fails_or_cannot_be_read(tmp_path):
+    d = _table(tmp_path, arm=["x", "y"], v=[0.0, 5.0])
+    assert cl._precondition({"preconditions": [PRE]}, d) == (
+        cl.NOT_EXERCISED, "precondition fails: the phenomenon is there: ours 0, needs > 0")
+    assert cl._precondition({}, d) is None   # an entry without preconditions is always exercised
+    d = _table(tmp_path, arm=["x"], v=[0.25])
+    assert cl._precondition({"preconditions": [PRE]}, d) is None
+    # the first failing one is named
+    second = {**PRE, "what": "a second phenomenon", "test": {"op": "<", "target": 0.1}}
+    verdict, detail = cl._precondition({"preconditions": [PRE, second]}, d)
+    assert verdict == cl.NOT_EXERCISED and detail.startswith("precondition fails: a second phenomenon: ours 0.25")
+    (d / "tables" / "t.csv").unlink()
+    verdict, detail = cl._precondition({"preconditions": [PRE]}, d)
+    assert verdict == cl.NOT_RUN and "cannot be checked: missing tables/t.csv" in detail
+
+
+def test_share_claim_is_not_exercised_when_every_decision_was_e4m3(tmp_path):
+    """100 % E4M3 passes ">= 98.38 - 1" whatever the threshold does: no decision ever needed BF16,
+    so the paper's rate was not measured. One BF16 decision makes the share a measurement."""
+    d = tmp_path / "mor" / "small" / "tables"
+    d.mkdir(parents=True)
+    per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
+
+    def verdict(pct):
+        pd.DataFrame({"method": ["mor_channel"], "group": ["all"], "e4m3_pct": [pct]}).to_csv(d / "e4m3_share.csv", index=False)
+        return cl.evaluate("mor", "small", per_run, tmp_path).set_index("claim").loc["e4m3_share_config1"]
+
+    row = verdict(100.0)
+    assert row["verdict"] == cl.NOT_EXERCISED and row["ours"] == "100%"
+    assert "the test alone: reproduced" in row["detail"]
+    assert verdict(99.0)["verdict"] == cl.REPRODUCED
+    assert verdict(90.0)["verdict"] == cl.NOT_REPRODUCED
+
+
+def test_not_exercised_is_never_turned_into_inconclusive_by_the_scale(tmp_path):
+    # at tiny (not a meaningful scale of the outlier claims) a decided verdict becomes inconclusive;
+    # a missing phenomenon stays "not exercised"
+    d = tmp_path / "int8_fallback" / "tiny" / "tables"
+    d.mkdir(parents=True)
+    pd.DataFrame({"role": ["ffn_down"] * 2, "stat": ["max_over_median", "share_above_8"], "glu": [5.0, 0.0],
+                  "gpt2": [2.0, 0.0], "glu_over_gpt2": [2.5, math.nan]}).to_csv(d / "outlier_contrast.csv", index=False)
+    per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
+    table = cl.evaluate("int8_fallback", "tiny", per_run, tmp_path).set_index("claim")
+    assert table.loc["glu_sparse_outliers", "verdict"] == cl.NOT_EXERCISED
+
+
+def test_a_precondition_without_what_is_a_config_error():
+    from lowprec import config as cfglib
+
+    entry = {"id": "c", "statement": "s", "source": "x", "paper_value": "1", "meaningful_at": ["small"],
+             "metric": {"kind": "value", "file": "tables/t.csv", "column": "v"},
+             "test": {"kind": "threshold", "op": ">", "target": 0},
+             "preconditions": [{"metric": {"file": "tables/t.csv", "column": "v"}, "test": {"op": ">", "target": 0}}]}
+    with pytest.raises(cfglib.ConfigError, match=r"claims\.0\.preconditions\.0: 'what' is a required property"):
+        cfglib.validate({"paper": "p", "claims": [entry]}, "claims", "claims file p.yaml")
+
+
+def test_train_loss_gap_reads_the_training_loss():
+    runs = _runs({"a": 0.0})
+    runs["final_train_loss"] = runs["final_val_loss"] - 0.5 + [0.0, 0.03] * (len(runs) // 2)   # the method 0.03 higher
+    claim = {**CLAIM, "metric": {**CLAIM["metric"], "loss": "train"}}
+    out = cl._loss_gap(claim, runs, "small")
+    assert out["ours"] == "a: train loss +0.0300 (n=3/3)" and out["verdict"] == cl.NOT_REPRODUCED
+    assert cl._loss_gap(CLAIM, runs, "small")["ours"] == "a: +0.0000 (n=3/3)"
+    # runs whose training loss was not logged (no column, or NaN) are no runs of this claim
+    assert cl._loss_gap(claim, runs.drop(columns=["final_train_loss"]), "small")["verdict"] == cl.NOT_RUN
+    assert cl._loss_gap(claim, runs.assign(final_train_loss=math.nan), "small")["verdict"] == cl.NOT_RUN

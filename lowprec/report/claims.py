@@ -5,7 +5,14 @@ test. Verdicts:
   reproduced       the test passes at a scale where the claim is meaningful
   not reproduced   it fails there
   inconclusive     too few seeds, or our number exists only at a scale too small to decide
-  not run at this scale   the runs or files the metric needs do not exist
+  not exercised    a precondition of the claim fails: the phenomenon it is about (outliers that
+                   exist, a fallback rule that fired, a format decision that was ever not E4M3) is
+                   absent from our runs, so passing or failing the test would say nothing
+  not run at this scale   the runs or files the metric (or a precondition) needs do not exist
+
+Preconditions (``preconditions`` in an entry, each ``{what, metric, test}`` with a value metric and
+a threshold test, read like a claim's own): evaluated after the claim's metric; the first that fails
+gives ``not exercised`` with what failed and what the test alone would have said.
 
 Tests:
   noninferiority   loss_gap = mean(method) - mean(baseline) over seeds, per model; reproduced when a
@@ -34,6 +41,8 @@ from .. import config as cfglib
 from ..io import write_text
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_RUN = "reproduced", "not reproduced", "inconclusive", "not run at this scale"
+NOT_EXERCISED = "not exercised"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_EXERCISED, INCONCLUSIVE, NOT_RUN)
 STATISTICS = ("welch", "paired")  # of a noninferiority test; the first is the default
 
 
@@ -68,15 +77,22 @@ def _paired_one_sided(d: np.ndarray, margin: float, less: bool) -> float:
     return _one_sided_p(d.mean() - margin, d.std(ddof=1) / math.sqrt(len(d)), len(d) - 1, less)
 
 
+LOSSES = {"val": "final_val_loss", "train": "final_train_loss"}  # a loss_gap metric's ``loss``
+
+
 def _by_seed(runs: pd.DataFrame, model: str, method: str, claim: dict) -> pd.Series:
-    """Final validation loss per seed of one arm. A seed twice means two run folders for one run
-    (e.g. a fine-tuning run passed with the pre-training runs): it would count as two samples."""
+    """Final loss (validation, or training with ``loss: train``) per seed of one arm. A seed twice
+    means two run folders for one run (e.g. a fine-tuning run passed with the pre-training runs): it
+    would count as two samples."""
     rows = runs[(runs["model"] == model) & (runs["method"] == method)]
     twice = sorted(int(s) for s in rows["seed"][rows["seed"].duplicated()].unique())
     if twice:
         raise ValueError(f"claim {claim.get('id', '?')}: {model}/{method} has more than one run for seed(s) "
                          f"{twice}; pass each (model, method, seed) run folder once")
-    return rows.set_index("seed")["final_val_loss"].astype(float)
+    column = LOSSES[claim["metric"].get("loss", "val")]
+    if column not in rows:  # a runs table without that loss: the claim has no runs to read
+        return pd.Series(dtype=float)
+    return rows.set_index("seed")[column].astype(float).dropna()
 
 
 def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = "welch") -> dict:
@@ -101,7 +117,8 @@ def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = "
         gap = a.mean() - b.mean()
         relative = "margin_pct" in t
         pct = f" ({100 * gap / b.mean():+.2f}%)" if relative else ""
-        gaps.append(f"{model}: {gap:+.4f}{pct} (n={len(a)}/{len(b)})")
+        which = " train loss" if m.get("loss", "val") == "train" else ""
+        gaps.append(f"{model}:{which} {gap:+.4f}{pct} (n={len(a)}/{len(b)})")
         need = t.get("seeds", 3)
         if min(len(a), len(b)) < max(2, need):
             verdicts.append(INCONCLUSIVE)
@@ -128,38 +145,65 @@ def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = "
     return {"ours": "; ".join(gaps) or "–", "detail": "; ".join(pvals), "verdict": _combine(verdicts)}
 
 
-def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
-    m, t = claim["metric"], claim["test"]
+def _read_value(m: dict, paper_dir: Path) -> tuple[float | None, str]:
+    """A value metric's number, or None and why it cannot be read."""
     # "/x.csv": a committed reference result (GPU measurements) under the repository's results/
     committed = m["file"].startswith("/")
     path = cfglib.REPO_ROOT / "results" / m["file"].lstrip("/") if committed else paper_dir / m["file"]
     if not path.is_file():
-        detail = (f"not measured: results/{m['file'].lstrip('/')} (a committed GPU measurement) is absent"
-                  if committed else f"missing {m['file']}: not produced at this scale")
-        return {"ours": "–", "detail": detail, "verdict": NOT_RUN}
+        return None, (f"not measured: results/{m['file'].lstrip('/')} (a committed GPU measurement) is absent"
+                      if committed else f"missing {m['file']}: not produced at this scale")
     try:
         df = pd.read_csv(path)
         if m.get("query"):
             df = df.query(m["query"])
     except (ValueError, KeyError, NameError, SyntaxError) as e:  # empty file, query on a missing column
-        return {"ours": "–", "detail": f"{path.name}: cannot evaluate {m.get('query')!r} ({type(e).__name__}: {e})",
-                "verdict": NOT_RUN}
+        return None, f"{path.name}: cannot evaluate {m.get('query')!r} ({type(e).__name__}: {e})"
     if m["column"] not in df:
-        return {"ours": "–", "detail": f"{path.name} has no column {m['column']!r}", "verdict": NOT_RUN}
+        return None, f"{path.name} has no column {m['column']!r}"
     if df.empty:
-        return {"ours": "–", "detail": f"no rows for {m.get('query')}", "verdict": NOT_RUN}
+        return None, f"no rows for {m.get('query')}"
     col = df[m["column"]].astype(float)
     value = {"mean": col.mean, "max": col.max, "min": col.min, "first": lambda: col.iloc[0]}[m.get("reduce", "first")]()
     if math.isnan(value):  # e.g. a GLU-vs-GPT2 ratio without one of the models: its runs are absent
-        return {"ours": "–", "detail": f"{path.name}: {m['column']} is empty for {m.get('query')!r} "
-                f"(its runs or arms are absent at this scale)", "verdict": NOT_RUN}
+        return None, (f"{path.name}: {m['column']} is empty for {m.get('query')!r} "
+                      f"(its runs or arms are absent at this scale)")
+    return float(value), ""
+
+
+def _passes(value: float, t: dict) -> bool:
     target, tol = t["target"], t.get("tolerance", 0.0)
-    passed = {"<=": value <= target + tol, ">=": value >= target - tol, "==": abs(value - target) <= tol,
-              "<": value < target, ">": value > target}[t["op"]]
+    return {"<=": value <= target + tol, ">=": value >= target - tol, "==": abs(value - target) <= tol,
+            "<": value < target, ">": value > target}[t["op"]]
+
+
+def _test_text(t: dict, unit: str) -> str:
+    within = f" (±{t.get('tolerance', 0.0)})" if t["op"] in ("<=", ">=", "==") else ""
+    return f"{t['op']} {t['target']}{unit}{within}"
+
+
+def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
+    m, t = claim["metric"], claim["test"]
+    value, why = _read_value(m, paper_dir)
+    if value is None:
+        return {"ours": "–", "detail": why, "verdict": NOT_RUN}
     unit = m.get("unit", "")
-    within = f" (±{tol})" if t["op"] in ("<=", ">=", "==") else ""
-    return {"ours": f"{value:.4g}{unit}", "detail": f"{t['op']} {target}{unit}{within}",
-            "verdict": REPRODUCED if passed else NOT_REPRODUCED}
+    return {"ours": f"{value:.4g}{unit}", "detail": _test_text(t, unit),
+            "verdict": REPRODUCED if _passes(value, t) else NOT_REPRODUCED}
+
+
+def _precondition(claim: dict, paper_dir: Path) -> tuple[str, str] | None:
+    """None when every precondition holds; else (verdict, detail): ``not exercised`` for the first
+    that fails, ``not run at this scale`` when one cannot be read (its table is absent)."""
+    for pre in claim.get("preconditions", []):
+        value, why = _read_value(pre["metric"], paper_dir)
+        if value is None:
+            return NOT_RUN, f"precondition ({pre['what']}) cannot be checked: {why}"
+        if not _passes(value, pre["test"]):
+            unit = pre["metric"].get("unit", "")
+            return NOT_EXERCISED, (f"precondition fails: {pre['what']}: ours {value:.4g}{unit}, "
+                                   f"needs {_test_text(pre['test'], unit)}")
+    return None
 
 
 def _combine(verdicts: list[str]) -> str:
@@ -174,9 +218,16 @@ def _combine(verdicts: list[str]) -> str:
 def evaluate(paper: str, scale: str, per_run: pd.DataFrame, results: Path, statistic: str = "welch") -> pd.DataFrame:
     """Verdicts of the paper's claims; ``statistic`` tests the loss claims whose entry names none."""
     rows = []
+    paper_dir = results / paper / scale
     for c in load_claims(paper):
         out = _loss_gap(c, per_run, scale, statistic) if c["metric"]["kind"] == "loss_gap" else \
-            _value(c, results / paper / scale, results)
+            _value(c, paper_dir, results)
+        failed = _precondition(c, paper_dir) if out["verdict"] != NOT_RUN else None
+        if failed:
+            # the phenomenon is absent: the test's own outcome is kept in the detail, never the verdict
+            verdict, why = failed
+            out = {**out, "verdict": verdict,
+                   "detail": f"{why}; the test alone: {out['verdict']}" + (f" ({out['detail']})" if out["detail"] else "")}
         if out["verdict"] in (REPRODUCED, NOT_REPRODUCED) and scale not in c["meaningful_at"]:
             out["detail"] = (out["detail"] + "; " if out["detail"] else "") + \
                 f"{out['verdict']} at {scale}, meaningful at {', '.join(c['meaningful_at'])}"

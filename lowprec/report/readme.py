@@ -17,7 +17,7 @@ BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 SCALES = ("tiny", "small")  # the default (CPU) scale and the committed GPU reference
 # verdicts at a scale where a claim is meaningful outrank those where it is not run or inconclusive
-_RANK = {"reproduced": 3, "not reproduced": 3, "inconclusive": 1, "not run at this scale": 0}
+_RANK = {"reproduced": 3, "not reproduced": 3, "not exercised": 2, "inconclusive": 1, "not run at this scale": 0}
 
 
 def _claims(results: Path, paper: str, scale: str):
