@@ -35,7 +35,7 @@ if _TRAIN_OVERRIDES:
 # under REUSE_RUNS an output built from such files is added to PAPER_EXTRA_OUTPUTS only when some of
 # them are committed.
 REUSE_RUNS = bool(WF.get("reuse_runs"))
-CLAIMS_STATISTIC = WF.get("claims_statistic", "welch")
+CLAIMS_STATISTIC = WF.get("claims_statistic", "paired")
 # the report of this scale: results/REPORT.md at the default scale, REPORT_<scale>.md otherwise
 REPORT = lpc.report_path(RESULTS, SCALE)
 

@@ -67,11 +67,17 @@ def _seed_matched(spread=0.05, gap=0.004, wobble=0.001):
 
 def test_paired_statistic_uses_the_seed_pairs():
     runs = _seed_matched()
-    welch = cl._loss_gap(CLAIM, runs, "small")
+    welch = cl._loss_gap(CLAIM, runs, "small", "welch")
     assert welch["verdict"] == cl.INCONCLUSIVE
     assert "Welch p=" in welch["detail"] and "paired p=" in welch["detail"] and "over 3 seeds" in welch["detail"]
+    # paired is the default; the entry's own statistic wins over the workflow's
+    default = cl._loss_gap(CLAIM, runs, "small")
+    assert default["verdict"] == cl.REPRODUCED and default["detail"].startswith("a: paired p=")
+    assert default["detail"].endswith("(Welch p=" + welch["detail"].split("Welch p=")[1].split(" ")[0] + ")")
     paired = {**CLAIM, "test": {**CLAIM["test"], "statistic": "paired"}}
-    assert cl._loss_gap(paired, runs, "small")["verdict"] == cl.REPRODUCED
+    assert cl._loss_gap(paired, runs, "small", "welch")["verdict"] == cl.REPRODUCED
+    pinned = {**CLAIM, "test": {**CLAIM["test"], "statistic": "welch"}}
+    assert cl._loss_gap(pinned, runs, "small")["verdict"] == cl.INCONCLUSIVE
     far = _seed_matched(gap=0.03)   # a steady gap above the 0.02 margin
     assert cl._loss_gap(paired, far, "small")["verdict"] == cl.NOT_REPRODUCED
     # seeds that do not match (bf16 ran 0-2, the method 3-5) leave nothing to pair
@@ -92,6 +98,9 @@ def test_workflow_statistic_decides_registry_claims_that_name_none(tmp_path):
     verdict = {s: cl.evaluate("mor", "small", runs, tmp_path, s).set_index("claim").loc["loss_per_tensor", "verdict"]
                for s in ("welch", "paired")}
     assert verdict == {"welch": cl.INCONCLUSIVE, "paired": cl.REPRODUCED}
+    assert cl.evaluate("mor", "small", runs, tmp_path).set_index("claim").loc["loss_per_tensor", "verdict"] == cl.REPRODUCED
+    # the command line's default is the library's
+    assert cl.STATISTICS[0] == "paired"
 
 
 def test_value_threshold_and_scale(tmp_path):
@@ -191,10 +200,10 @@ def test_a_precondition_without_what_is_a_config_error():
 
 def test_train_loss_gap_reads_the_training_loss():
     runs = _runs({"a": 0.0})
-    runs["final_train_loss"] = runs["final_val_loss"] - 0.5 + [0.0, 0.03] * (len(runs) // 2)   # the method 0.03 higher
+    runs["final_train_loss"] = runs["final_val_loss"] - 0.5 + [0.0, 0.05] * (len(runs) // 2)   # the method 0.05 higher
     claim = {**CLAIM, "metric": {**CLAIM["metric"], "loss": "train"}}
     out = cl._loss_gap(claim, runs, "small")
-    assert out["ours"] == "a: train loss +0.0300 (n=3/3)" and out["verdict"] == cl.NOT_REPRODUCED
+    assert out["ours"] == "a: train loss +0.0500 (n=3/3)" and out["verdict"] == cl.NOT_REPRODUCED
     assert cl._loss_gap(CLAIM, runs, "small")["ours"] == "a: +0.0000 (n=3/3)"
     # runs whose training loss was not logged (no column, or NaN) are no runs of this claim
     assert cl._loss_gap(claim, runs.drop(columns=["final_train_loss"]), "small")["verdict"] == cl.NOT_RUN

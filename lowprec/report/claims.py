@@ -16,15 +16,16 @@ gives ``not exercised`` with what failed and what the test alone would have said
 
 Tests:
   noninferiority   loss_gap = mean(method) - mean(baseline) over seeds, per model; reproduced when a
-                   one-sided Welch t-test rejects "gap >= margin" at alpha for every model (the
-                   MLPerf-reference style of comparing seeds rather than single runs); not reproduced
-                   when the gap's mean exceeds the margin and the test in the other direction rejects
+                   one-sided t-test rejects "gap >= margin" at alpha for every model (seeds rather
+                   than single runs); not reproduced when the test in the other direction rejects
                    "gap <= margin"; else inconclusive. ``margin_pct`` instead of ``margin`` states
                    it in percent of the baseline's mean loss (claims such as "within 0.5 % of BF16").
-                   ``statistic: paired`` (in the entry, or the workflow's ``claims_statistic`` for
-                   entries that name none) tests the per-seed differences instead: a seed gives every
-                   arm the same initial weights and batch order. Welch is the default; the detail
-                   shows both p-values either way.
+                   The default tests the per-seed differences (a paired t-test): a seed gives every
+                   arm the same initial weights and batch order, so the runs of two arms are matched
+                   pairs and the pairing removes the seed-to-seed spread that a two-sample test
+                   carries. ``statistic: welch`` (in the entry, or the workflow's
+                   ``claims_statistic`` for entries that name none) uses a one-sided Welch t-test over
+                   seeds instead; the detail shows both p-values either way.
   threshold        value (op) target, within tolerance.
 """
 
@@ -43,7 +44,7 @@ from ..io import write_text
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_RUN = "reproduced", "not reproduced", "inconclusive", "not run at this scale"
 NOT_EXERCISED = "not exercised"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_EXERCISED, INCONCLUSIVE, NOT_RUN)
-STATISTICS = ("welch", "paired")  # of a noninferiority test; the first is the default
+STATISTICS = ("paired", "welch")  # of a noninferiority test; the first is the default
 
 
 def load_claims(paper: str) -> list[dict]:
@@ -95,7 +96,7 @@ def _by_seed(runs: pd.DataFrame, model: str, method: str, claim: dict) -> pd.Ser
     return rows.set_index("seed")[column].astype(float).dropna()
 
 
-def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = "welch") -> dict:
+def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = STATISTICS[0]) -> dict:
     m, t = claim["metric"], claim["test"]
     if "margin" not in t and "margin_pct" not in t:
         raise ValueError(f"claim {claim.get('id', '?')}: a noninferiority test needs 'margin' or 'margin_pct'")
@@ -215,7 +216,7 @@ def _combine(verdicts: list[str]) -> str:
     return REPRODUCED
 
 
-def evaluate(paper: str, scale: str, per_run: pd.DataFrame, results: Path, statistic: str = "welch") -> pd.DataFrame:
+def evaluate(paper: str, scale: str, per_run: pd.DataFrame, results: Path, statistic: str = STATISTICS[0]) -> pd.DataFrame:
     """Verdicts of the paper's claims; ``statistic`` tests the loss claims whose entry names none."""
     rows = []
     paper_dir = results / paper / scale
