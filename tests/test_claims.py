@@ -1,4 +1,5 @@
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -208,3 +209,54 @@ def test_train_loss_gap_reads_the_training_loss():
     # runs whose training loss was not logged (no column, or NaN) are no runs of this claim
     assert cl._loss_gap(claim, runs.drop(columns=["final_train_loss"]), "small")["verdict"] == cl.NOT_RUN
     assert cl._loss_gap(claim, runs.assign(final_train_loss=math.nan), "small")["verdict"] == cl.NOT_RUN
+
+
+# --------------------------------------------------------------------------- reasons
+
+def test_reason_applies_to_its_verdict_and_scales_only():
+    claim = {"reasons": [{"verdict": cl.NOT_EXERCISED, "scales": ["small"], "text": "why  it\n  is so"},
+                         {"verdict": cl.NOT_REPRODUCED, "text": "at every scale"}]}
+    assert cl.reason(claim, "small", cl.NOT_EXERCISED) == "why it is so"
+    assert cl.reason(claim, "tiny", cl.NOT_EXERCISED) == ""           # written for small only
+    assert cl.reason(claim, "tiny", cl.NOT_REPRODUCED) == "at every scale"
+    assert cl.reason(claim, "small", cl.INCONCLUSIVE) == ""           # a verdict that changed loses it
+    assert cl.reason({**claim, "reasons": [{**claim["reasons"][1], "verdict": cl.REPRODUCED}]},
+                     "small", cl.REPRODUCED) == ""
+    table = pd.DataFrame([{"claim": "c", "statement": "s", "paper_value": "1", "ours": "2", "verdict": cl.NOT_EXERCISED,
+                           "detail": "d", "source": "x", "reason": "why it is so"},
+                          {"claim": "e", "statement": "s", "paper_value": "1", "ours": "1", "verdict": cl.REPRODUCED,
+                           "detail": "d", "source": "x", "reason": ""}])
+    md = cl.to_markdown(table)
+    assert md.endswith("\n\nWhy the verdicts other than `reproduced` are what they are:\n\n"
+                       "- **c** (not exercised): why it is so\n")
+    assert "Why the verdicts" not in cl.to_markdown(table.iloc[1:])
+
+
+def _needs_reason(claim: dict, scale: str, verdict: str) -> bool:
+    return verdict in (cl.NOT_REPRODUCED, cl.NOT_EXERCISED) or (verdict == cl.INCONCLUSIVE and scale in claim["meaningful_at"])
+
+
+def test_every_committed_verdict_that_needs_a_reason_has_one():
+    """Every committed `not reproduced` and `not exercised` verdict (and `inconclusive` at a scale
+    where the claim is meaningful) carries its hand-written reason, in claims.csv, claims.md and the
+    scale's report."""
+    from lowprec import config as cfglib
+
+    results = cfglib.REPO_ROOT / "results"
+    checked = 0
+    for csv in sorted(results.glob("*/*/tables/claims.csv")):
+        paper, scale = csv.parts[-4], csv.parts[-3]
+        claims = {c["id"]: c for c in cl.load_claims(paper)}
+        table = pd.read_csv(csv, keep_default_na=False)
+        md = (csv.parent / "claims.md").read_text()
+        report = Path(cfglib.report_path(str(results), scale)).read_text()
+        for _, row in table.iterrows():
+            if not _needs_reason(claims[row["claim"]], scale, row["verdict"]):
+                continue
+            text = cl.reason(claims[row["claim"]], scale, row["verdict"])
+            assert len(text) >= 80, f"{paper}/{scale}: {row['claim']} is {row['verdict']!r} without a reason in " \
+                                    f"configs/claims/{paper}.yaml"
+            assert row["reason"] == text, f"{csv}: {row['claim']}: regenerate the claims table"
+            assert f"- **{row['claim']}** ({row['verdict']}): {text}" in md and text in report, (paper, scale, row["claim"])
+            checked += 1
+    assert checked >= 10

@@ -10,6 +10,10 @@ test. Verdicts:
                    absent from our runs, so passing or failing the test would say nothing
   not run at this scale   the runs or files the metric (or a precondition) needs do not exist
 
+Reasons (``reasons`` in an entry: ``{verdict, scales, text}``): a paragraph written by hand for a
+verdict other than ``reproduced`` (the scale, a hardware ratio, our choice where the paper is silent,
+or a real disagreement), shown under the claims table; it applies only while the verdict is that one.
+
 Preconditions (``preconditions`` in an entry, each ``{what, metric, test}`` with a value metric and
 a threshold test, read like a claim's own): evaluated after the claim's metric; the first that fails
 gives ``not exercised`` with what failed and what the test alone would have said.
@@ -234,9 +238,21 @@ def evaluate(paper: str, scale: str, per_run: pd.DataFrame, results: Path, stati
                 f"{out['verdict']} at {scale}, meaningful at {', '.join(c['meaningful_at'])}"
             out["verdict"] = INCONCLUSIVE
         rows.append({"paper": paper, "claim": c["id"], "statement": c["statement"], "source": c["source"],
-                     "paper_value": c["paper_value"], "scale": scale, **out})
+                     "paper_value": c["paper_value"], "scale": scale, **out,
+                     "reason": reason(c, scale, out["verdict"])})
     return pd.DataFrame(rows, columns=["paper", "claim", "statement", "source", "paper_value", "scale",
-                                       "ours", "detail", "verdict"])
+                                       "ours", "detail", "verdict", "reason"])
+
+
+def reason(claim: dict, scale: str, verdict: str) -> str:
+    """The registry's hand-written reason for this verdict at this scale ("" if none): a reason is
+    written for one verdict, so that a verdict that changes loses its reason until one is written."""
+    if verdict == REPRODUCED:
+        return ""
+    for r in claim.get("reasons", []):
+        if r["verdict"] == verdict and scale in r.get("scales", cfglib.SCALES):
+            return " ".join(r["text"].split())
+    return ""
 
 
 def to_markdown(table: pd.DataFrame) -> str:
@@ -244,6 +260,10 @@ def to_markdown(table: pd.DataFrame) -> str:
     for _, r in table.iterrows():
         lines.append(f"| {r['claim']}: {r['statement']} | {r['paper_value']} | {r['ours']} | **{r['verdict']}** "
                      f"| {r['detail'] or '–'} | {r['source']} |")
+    reasons = [f"- **{r['claim']}** ({r['verdict']}): {r['reason']}" for _, r in table.iterrows()
+               if isinstance(r.get("reason"), str) and r["reason"]]
+    if reasons:
+        lines += ["", "Why the verdicts other than `reproduced` are what they are:", "", *reasons]
     return "\n".join(lines) + "\n"
 
 
