@@ -260,3 +260,23 @@ def test_every_committed_verdict_that_needs_a_reason_has_one():
             assert f"- **{row['claim']}** ({row['verdict']}): {text}" in md and text in report, (paper, scale, row["claim"])
             checked += 1
     assert checked >= 10
+
+
+def test_nine_bit_limit_is_decided_per_block_shape(tmp_path):
+    d = tmp_path / "gaussws" / "small" / "tables"
+    d.mkdir(parents=True)
+    per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
+
+    def row(peaks):
+        rows = [{"source": "N(0, 0.02²)", "block": blk, "b": b, "kind": "expected", "is_peak": 1, "share": 0.99}
+                for blk, b in peaks.items()]
+        rows.append({"source": "trained gpt2", "block": "1x32", "b": 7, "kind": "expected", "is_peak": 1, "share": 0.9})
+        pd.DataFrame(rows).to_csv(d / "exactness.csv", index=False)
+        return cl.evaluate("gaussws", "small", per_run, tmp_path).set_index("claim").loc["nine_bit_limit"]
+
+    both = row({"32x32": 9, "1x32": 9})
+    assert both["verdict"] == cl.REPRODUCED and both["ours"] == "32x32: 9 bits; 1x32: 9 bits"
+    assert both["detail"] == "== 9 bits (±0.0) (32x32: reproduced; 1x32: reproduced)"
+    one = row({"32x32": 10, "1x32": 9})
+    assert one["verdict"] == cl.NOT_REPRODUCED and one["ours"] == "32x32: 10 bits; 1x32: 9 bits"
+    assert "32x32: not reproduced; 1x32: reproduced" in one["detail"]

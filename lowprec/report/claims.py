@@ -150,8 +150,8 @@ def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = S
     return {"ours": "; ".join(gaps) or "–", "detail": "; ".join(pvals), "verdict": _combine(verdicts)}
 
 
-def _read_value(m: dict, paper_dir: Path) -> tuple[float | None, str]:
-    """A value metric's number, or None and why it cannot be read."""
+def _read_rows(m: dict, paper_dir: Path) -> tuple[pd.DataFrame | None, str]:
+    """A value metric's rows (the file's, after the query), or None and why they cannot be read."""
     # "/x.csv": a committed reference result (GPU measurements) under the repository's results/
     committed = m["file"].startswith("/")
     path = cfglib.REPO_ROOT / "results" / m["file"].lstrip("/") if committed else paper_dir / m["file"]
@@ -164,16 +164,27 @@ def _read_value(m: dict, paper_dir: Path) -> tuple[float | None, str]:
             df = df.query(m["query"])
     except (ValueError, KeyError, NameError, SyntaxError) as e:  # empty file, query on a missing column
         return None, f"{path.name}: cannot evaluate {m.get('query')!r} ({type(e).__name__}: {e})"
-    if m["column"] not in df:
-        return None, f"{path.name} has no column {m['column']!r}"
+    for col in (m["column"], m.get("per")):
+        if col and col not in df:
+            return None, f"{path.name} has no column {col!r}"
     if df.empty:
         return None, f"no rows for {m.get('query')}"
+    return df, ""
+
+
+def _reduce(df: pd.DataFrame, m: dict) -> tuple[float | None, str]:
     col = df[m["column"]].astype(float)
     value = {"mean": col.mean, "max": col.max, "min": col.min, "first": lambda: col.iloc[0]}[m.get("reduce", "first")]()
     if math.isnan(value):  # e.g. a GLU-vs-GPT2 ratio without one of the models: its runs are absent
-        return None, (f"{path.name}: {m['column']} is empty for {m.get('query')!r} "
+        return None, (f"{Path(m['file']).name}: {m['column']} is empty for {m.get('query')!r} "
                       f"(its runs or arms are absent at this scale)")
     return float(value), ""
+
+
+def _read_value(m: dict, paper_dir: Path) -> tuple[float | None, str]:
+    """A value metric's number, or None and why it cannot be read."""
+    df, why = _read_rows(m, paper_dir)
+    return (None, why) if df is None else _reduce(df, m)
 
 
 def _passes(value: float, t: dict) -> bool:
@@ -188,13 +199,29 @@ def _test_text(t: dict, unit: str) -> str:
 
 
 def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
+    """A threshold test of one number, or (``per: <column>``) of one number per value of that
+    column, each decided on its own and combined as the loss claims combine models."""
     m, t = claim["metric"], claim["test"]
-    value, why = _read_value(m, paper_dir)
-    if value is None:
-        return {"ours": "–", "detail": why, "verdict": NOT_RUN}
     unit = m.get("unit", "")
-    return {"ours": f"{value:.4g}{unit}", "detail": _test_text(t, unit),
-            "verdict": REPRODUCED if _passes(value, t) else NOT_REPRODUCED}
+    df, why = _read_rows(m, paper_dir)
+    if df is None:
+        return {"ours": "–", "detail": why, "verdict": NOT_RUN}
+    groups = list(df.groupby(m["per"], sort=False)) if m.get("per") else [(None, df)]
+    ours, details, verdicts = [], [], []
+    for key, g in groups:
+        value, why = _reduce(g, m)
+        at = "" if key is None else f"{key}: "
+        if value is None:
+            details.append(at + why)
+            verdicts.append(NOT_RUN)
+            continue
+        ours.append(f"{at}{value:.4g}{unit}")
+        verdicts.append(REPRODUCED if _passes(value, t) else NOT_REPRODUCED)
+        if key is not None:
+            details.append(f"{key}: {verdicts[-1]}")
+    test = _test_text(t, unit)
+    return {"ours": "; ".join(ours) or "–", "detail": test + (f" ({'; '.join(details)})" if details and m.get("per") else "")
+            if ours else "; ".join(details), "verdict": _combine(verdicts)}
 
 
 def _precondition(claim: dict, paper_dir: Path) -> tuple[str, str] | None:
