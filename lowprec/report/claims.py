@@ -219,9 +219,10 @@ def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
         verdicts.append(REPRODUCED if _passes(value, t) else NOT_REPRODUCED)
         if key is not None:
             details.append(f"{key}: {verdicts[-1]}")
-    test = _test_text(t, unit)
-    return {"ours": "; ".join(ours) or "–", "detail": test + (f" ({'; '.join(details)})" if details and m.get("per") else "")
-            if ours else "; ".join(details), "verdict": _combine(verdicts)}
+    if not ours:
+        return {"ours": "–", "detail": "; ".join(details), "verdict": _combine(verdicts)}
+    per = f" ({'; '.join(details)})" if m.get("per") else ""
+    return {"ours": "; ".join(ours), "detail": _test_text(t, unit) + per, "verdict": _combine(verdicts)}
 
 
 def _precondition(claim: dict, paper_dir: Path) -> tuple[str, str] | None:
