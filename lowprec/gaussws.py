@@ -60,7 +60,7 @@ Entry points:
     apply_native(model, method_cfg)       the same transforms on plain nn.Linear (bf16 autocast path)
     bit_decay_loss(model, lam), bit_parameters(model), noise_modules(model), mark_step()
     export_weights(model, fmt), exported_copy(model, fmt), EXPORT_FORMATS          post-training MX RTN
-    exact_share, expected_exact_share, exactness_rows                              the 9-bit figure
+    exact_share, expected_exact_share, exactness_rows, block_label                 the 9-bit figure
     bytes_per_param(method_cfg), memory_breakdown(method_cfg)                      memory accounting
     gaussws_reference(w, b, block, ...), philox_bits, rounded_gaussian_from_bits, block_delta
 """
@@ -88,7 +88,7 @@ __all__ = [
     "GaussWSWeight", "STEWeight", "apply_native", "mark_step",
     "bit_decay_loss", "bit_parameters", "noise_modules",
     "export_weights", "exported_copy", "mx_rtn", "EXPORT_FORMATS",
-    "exact_share", "expected_exact_share", "exactness_rows", "bytes_per_param", "memory_breakdown",
+    "exact_share", "expected_exact_share", "exactness_rows", "block_label", "bytes_per_param", "memory_breakdown",
     "rounded_gaussian_pmf", "threshold_pmf", "rounded_gaussian_from_bits", "sample_rounded_gaussian",
     "philox4x32", "philox_bits", "noise_seed", "philox_key", "block_delta", "gaussws_reference", "check_b",
     "B_RANGE",
@@ -839,49 +839,85 @@ def _prepare(w: torch.Tensor, b, block, operator: str):
     return w_op, _expand(delta, torch.ones_like(w_op), block), block
 
 
-def exact_share(w: torch.Tensor, b: int, block=(32, 32), *, seed: int = 0, sampler: str = "threshold",
+def _matrices(w) -> list[torch.Tensor]:
+    """One 2-D weight, or the weights of a model (a sequence of 2-D tensors in (out, in) layout, each
+    blocked on its own: a block never spans two matrices)."""
+    ws = [w] if isinstance(w, torch.Tensor) else list(w)
+    if not ws:
+        raise ValueError("w: no weight matrices given")
+    return ws
+
+
+def block_label(block) -> str:
+    """"32x32", "1x32": (rows, cols) of the (out, in) layout, as tables and figures name a block shape."""
+    r, c = _block_pair(block)
+    return f"{r}x{c}"
+
+
+def exact_share(w, b: int, block=(32, 32), *, seed: int = 0, sampler: str = "threshold",
                 operator: str = "bf16", r: Optional[torch.Tensor] = None) -> float:
     """Share of elements with op(W + R*Delta) == W + R*Delta exactly, for one sampled R (or the
-    given r), W first rounded to the operator dtype ("bf16" or "fp16")."""
-    w_op, delta_full, block = _prepare(w, b, block, operator)
-    if r is None:
-        gen = torch.Generator(device=w_op.device).manual_seed(seed)
-        r = sample_rounded_gaussian(w_op.shape, gen, sampler, device=w_op.device)
-    return _exact_sum(w_op, r.to(torch.float32) * delta_full, operator).double().mean().item()
+    given r, for a single W), W first rounded to the operator dtype ("bf16" or "fp16"). W: a 2-D
+    weight or a sequence of them (the share over all their elements, one R stream)."""
+    ws = _matrices(w)
+    if r is not None and len(ws) != 1:
+        raise ValueError("r= gives the noise of one weight matrix; pass a single 2-D w")
+    gen = None
+    exact = total = 0
+    for m in ws:
+        w_op, delta_full, _ = _prepare(m, b, block, operator)
+        if r is None:
+            if gen is None:
+                gen = torch.Generator(device=w_op.device).manual_seed(seed)
+            rm = sample_rounded_gaussian(w_op.shape, gen, sampler, device=w_op.device)
+        else:
+            rm = r
+        exact += _exact_sum(w_op, rm.to(torch.float32) * delta_full, operator).sum().item()
+        total += w_op.numel()
+    return exact / total
 
 
-def expected_exact_share(w: torch.Tensor, b: int, block=(32, 32), *, operator: str = "bf16",
-                         return_std: bool = False):
+def expected_exact_share(w, b: int, block=(32, 32), *, operator: str = "bf16", return_std: bool = False):
     """E[exact_share] over R's pmf: mean over elements of sum_r P(r) [op(w + r Delta) == w + r Delta].
-    return_std: also the standard deviation of one sampled exact_share (elements independent)."""
-    w_op, delta_full, _ = _prepare(w, b, block, operator)
-    p_elem = torch.zeros_like(w_op, dtype=torch.float64)
-    for k, p in rounded_gaussian_pmf().items():
-        p_elem += p * _exact_sum(w_op, k * delta_full, operator).double()
-    mean = p_elem.mean().item()
+    W: a 2-D weight or a sequence of them (the mean over all their elements). return_std: also the
+    standard deviation of one sampled exact_share (elements independent)."""
+    p_sum = var_sum = 0.0
+    n = 0
+    for m in _matrices(w):
+        w_op, delta_full, _ = _prepare(m, b, block, operator)
+        p_elem = torch.zeros_like(w_op, dtype=torch.float64)
+        for k, p in rounded_gaussian_pmf().items():
+            p_elem += p * _exact_sum(w_op, k * delta_full, operator).double()
+        p_sum += p_elem.sum().item()
+        var_sum += (p_elem * (1 - p_elem)).sum().item()
+        n += p_elem.numel()
+    mean = p_sum / n
     if not return_std:
         return mean
-    std = math.sqrt((p_elem * (1 - p_elem)).sum().item()) / p_elem.numel()
-    return mean, std
+    return mean, math.sqrt(var_sum) / n
 
 
-def exactness_rows(w: torch.Tensor, bs: Sequence[int] = tuple(range(4, 13)), block=(32, 32), *,
+def exactness_rows(w, bs: Sequence[int] = tuple(range(4, 13)), block=(32, 32), *,
                    source: str = "", seed: int = 0, operator: str = "bf16") -> list[dict]:
-    """Rows for the exactness figure/table: for each b, kind 'measured' (one draw) and 'expected'
-    (over the pmf, with its sampling std), is_peak = 1 on the b with the highest share per kind
-    (the smallest such b on ties)."""
+    """Rows for the exactness figure/table: for each b, kind 'expected' (over the pmf, with the
+    sampling std of one draw) and 'measured' (one draw), with the block shape (``block_label``);
+    is_peak = 1 on the b with the highest share per kind (the smallest such b on ties) and, on the
+    peak row, lead = its share minus the runner-up's (how clearly the peak stands out). W: a 2-D
+    weight or a sequence of them."""
     rows = []
+    label = block_label(block)
     for b in bs:
         mean, std = expected_exact_share(w, b, block, operator=operator, return_std=True)
-        rows.append({"source": source, "operator": operator, "b": int(b), "kind": "expected",
+        rows.append({"source": source, "block": label, "operator": operator, "b": int(b), "kind": "expected",
                      "share": mean, "std": std})
-        rows.append({"source": source, "operator": operator, "b": int(b), "kind": "measured",
+        rows.append({"source": source, "block": label, "operator": operator, "b": int(b), "kind": "measured",
                      "share": exact_share(w, b, block, seed=seed + int(b), operator=operator), "std": std})
     for kind in ("expected", "measured"):
-        sub = [r for r in rows if r["kind"] == kind]
-        best = max(sub, key=lambda r: (r["share"], -r["b"]))
+        sub = sorted((r for r in rows if r["kind"] == kind), key=lambda r: (-r["share"], r["b"]))
         for r in sub:
-            r["is_peak"] = int(r is best)
+            r["is_peak"], r["lead"] = 0, math.nan
+        sub[0]["is_peak"] = 1
+        sub[0]["lead"] = sub[0]["share"] - sub[1]["share"] if len(sub) > 1 else math.nan
     return rows
 
 

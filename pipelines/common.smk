@@ -65,7 +65,7 @@ if _TRAIN_OVERRIDES:
 REPORTING = (any(a == "--report" or a.startswith("--report=") for a in sys.argv[1:])
              and "--report-after-run" not in sys.argv)
 REUSE_RUNS = bool(WF.get("reuse_runs")) or REPORTING
-CLAIMS_STATISTIC = WF.get("claims_statistic", "welch")
+CLAIMS_STATISTIC = WF.get("claims_statistic", "paired")
 # the report of this scale: results/REPORT.md at the default scale, REPORT_<scale>.md otherwise
 REPORT = lpc.report_path(RESULTS, SCALE)
 

@@ -19,7 +19,7 @@ if "gaussws" in PAPERS:
     # the exactness figure always has its analytic reference (the 9-bit claim reads it); trained
     # weights join it from whichever runs' exactness.csv exist
     PAPER_EXTRA_OUTPUTS["gaussws"] += [f"{GW}/figures/exactness.png", f"{GW}/figures/exactness.pdf",
-                                       f"{GW}/tables/exactness.csv"]
+                                       f"{GW}/tables/exactness.csv", f"{GW}/tables/exactness.md"]
     # a table from per-run files only where some are committed (always when training)
     PAPER_EXTRA_OUTPUTS["gaussws"] += [f"{GW}/tables/overhead.csv", f"{GW}/tables/overhead.md",
                                        f"{GW}/tables/memory.csv", f"{GW}/tables/memory.md"]
@@ -64,8 +64,9 @@ if "gaussws" in PAPERS:
             pdf=update(f"{GW}/figures/exactness.pdf"),
             csv=report(update(f"{GW}/tables/exactness.csv"), category="gaussws", subcategory="noise bits",
                        caption="report/gaussws_exactness_table.rst"),
+            md=update(f"{GW}/tables/exactness.md"),
         shell:
-            "python -m lowprec.report.gaussws exactness --evals {input} --csv {output.csv} "
+            "python -m lowprec.report.gaussws exactness --evals {input} --csv {output.csv} --md {output.md} "
             "--png {output.png} --pdf {output.pdf}"
 
     rule gaussws_overhead_memory:

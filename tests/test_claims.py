@@ -1,3 +1,6 @@
+import math
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -65,11 +68,17 @@ def _seed_matched(spread=0.05, gap=0.004, wobble=0.001):
 
 def test_paired_statistic_uses_the_seed_pairs():
     runs = _seed_matched()
-    welch = cl._loss_gap(CLAIM, runs, "small")
+    welch = cl._loss_gap(CLAIM, runs, "small", "welch")
     assert welch["verdict"] == cl.INCONCLUSIVE
     assert "Welch p=" in welch["detail"] and "paired p=" in welch["detail"] and "over 3 seeds" in welch["detail"]
+    # paired is the default; the entry's own statistic wins over the workflow's
+    default = cl._loss_gap(CLAIM, runs, "small")
+    assert default["verdict"] == cl.REPRODUCED and default["detail"].startswith("a: paired p=")
+    assert default["detail"].endswith("(Welch p=" + welch["detail"].split("Welch p=")[1].split(" ")[0] + ")")
     paired = {**CLAIM, "test": {**CLAIM["test"], "statistic": "paired"}}
-    assert cl._loss_gap(paired, runs, "small")["verdict"] == cl.REPRODUCED
+    assert cl._loss_gap(paired, runs, "small", "welch")["verdict"] == cl.REPRODUCED
+    pinned = {**CLAIM, "test": {**CLAIM["test"], "statistic": "welch"}}
+    assert cl._loss_gap(pinned, runs, "small")["verdict"] == cl.INCONCLUSIVE
     far = _seed_matched(gap=0.03)   # a steady gap above the 0.02 margin
     assert cl._loss_gap(paired, far, "small")["verdict"] == cl.NOT_REPRODUCED
     # seeds that do not match (bf16 ran 0-2, the method 3-5) leave nothing to pair
@@ -90,6 +99,9 @@ def test_workflow_statistic_decides_registry_claims_that_name_none(tmp_path):
     verdict = {s: cl.evaluate("mor", "small", runs, tmp_path, s).set_index("claim").loc["loss_per_tensor", "verdict"]
                for s in ("welch", "paired")}
     assert verdict == {"welch": cl.INCONCLUSIVE, "paired": cl.REPRODUCED}
+    assert cl.evaluate("mor", "small", runs, tmp_path).set_index("claim").loc["loss_per_tensor", "verdict"] == cl.REPRODUCED
+    # the command line's default is the library's
+    assert cl.STATISTICS[0] == "paired"
 
 
 def test_value_threshold_and_scale(tmp_path):
@@ -110,8 +122,161 @@ def test_value_threshold_and_scale(tmp_path):
 
 
 def test_registry_files_validate_and_every_claim_gets_a_verdict(tmp_path):
-    for paper in ("gaussws",):
+    for paper in ("gaussws", "int8_fallback", "mor"):
         table = cl.evaluate(paper, "tiny", pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"]),
                             tmp_path)
         assert len(table) == len(cl.load_claims(paper)) > 0
-        assert set(table["verdict"]) <= {cl.REPRODUCED, cl.NOT_REPRODUCED, cl.INCONCLUSIVE, cl.NOT_RUN}
+        assert set(table["verdict"]) <= set(cl.VERDICTS)
+
+
+# --------------------------------------------------------------------------- preconditions
+
+def _table(tmp_path, **cols):
+    d = tmp_path / "p" / "small"
+    (d / "tables").mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(cols).to_csv(d / "tables" / "t.csv", index=False)
+    return d
+
+
+PRE = {"what": "the phenomenon is there", "metric": {"file": "tables/t.csv", "query": "arm == 'x'", "column": "v"},
+       "test": {"op": ">", "target": 0}}
+
+
+def test_precondition_holds_fails_or_cannot_be_read(tmp_path):
+    d = _table(tmp_path, arm=["x", "y"], v=[0.0, 5.0])
+    assert cl._precondition({"preconditions": [PRE]}, d) == (
+        cl.NOT_EXERCISED, "precondition fails: the phenomenon is there: ours 0, needs > 0")
+    assert cl._precondition({}, d) is None   # an entry without preconditions is always exercised
+    d = _table(tmp_path, arm=["x"], v=[0.25])
+    assert cl._precondition({"preconditions": [PRE]}, d) is None
+    # the first failing one is named
+    second = {**PRE, "what": "a second phenomenon", "test": {"op": "<", "target": 0.1}}
+    verdict, detail = cl._precondition({"preconditions": [PRE, second]}, d)
+    assert verdict == cl.NOT_EXERCISED and detail.startswith("precondition fails: a second phenomenon: ours 0.25")
+    (d / "tables" / "t.csv").unlink()
+    verdict, detail = cl._precondition({"preconditions": [PRE]}, d)
+    assert verdict == cl.NOT_RUN and "cannot be checked: missing tables/t.csv" in detail
+
+
+def test_share_claim_is_not_exercised_when_every_decision_was_e4m3(tmp_path):
+    """100 % E4M3 passes ">= 98.38 - 1" whatever the threshold does: no decision ever needed BF16,
+    so the paper's rate was not measured. One BF16 decision makes the share a measurement."""
+    d = tmp_path / "mor" / "small" / "tables"
+    d.mkdir(parents=True)
+    per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
+
+    def verdict(pct):
+        pd.DataFrame({"method": ["mor_channel"], "group": ["all"], "e4m3_pct": [pct]}).to_csv(d / "e4m3_share.csv", index=False)
+        return cl.evaluate("mor", "small", per_run, tmp_path).set_index("claim").loc["e4m3_share_config1"]
+
+    row = verdict(100.0)
+    assert row["verdict"] == cl.NOT_EXERCISED and row["ours"] == "100%"
+    assert "the test alone: reproduced" in row["detail"]
+    assert verdict(99.0)["verdict"] == cl.REPRODUCED
+    assert verdict(90.0)["verdict"] == cl.NOT_REPRODUCED
+
+
+def test_not_exercised_is_never_turned_into_inconclusive_by_the_scale(tmp_path):
+    # at tiny (not a meaningful scale of the outlier claims) a decided verdict becomes inconclusive;
+    # a missing phenomenon stays "not exercised"
+    d = tmp_path / "int8_fallback" / "tiny" / "tables"
+    d.mkdir(parents=True)
+    pd.DataFrame({"role": ["ffn_down"] * 2, "stat": ["max_over_median", "share_above_8"], "glu": [5.0, 0.0],
+                  "gpt2": [2.0, 0.0], "glu_over_gpt2": [2.5, math.nan]}).to_csv(d / "outlier_contrast.csv", index=False)
+    per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
+    table = cl.evaluate("int8_fallback", "tiny", per_run, tmp_path).set_index("claim")
+    assert table.loc["glu_sparse_outliers", "verdict"] == cl.NOT_EXERCISED
+
+
+def test_a_precondition_without_what_is_a_config_error():
+    from lowprec import config as cfglib
+
+    entry = {"id": "c", "statement": "s", "source": "x", "paper_value": "1", "meaningful_at": ["small"],
+             "metric": {"kind": "value", "file": "tables/t.csv", "column": "v"},
+             "test": {"kind": "threshold", "op": ">", "target": 0},
+             "preconditions": [{"metric": {"file": "tables/t.csv", "column": "v"}, "test": {"op": ">", "target": 0}}]}
+    with pytest.raises(cfglib.ConfigError, match=r"claims\.0\.preconditions\.0: 'what' is a required property"):
+        cfglib.validate({"paper": "p", "claims": [entry]}, "claims", "claims file p.yaml")
+
+
+def test_train_loss_gap_reads_the_training_loss():
+    runs = _runs({"a": 0.0})
+    runs["final_train_loss"] = runs["final_val_loss"] - 0.5 + [0.0, 0.05] * (len(runs) // 2)   # the method 0.05 higher
+    claim = {**CLAIM, "metric": {**CLAIM["metric"], "loss": "train"}}
+    out = cl._loss_gap(claim, runs, "small")
+    assert out["ours"] == "a: train loss +0.0500 (n=3/3)" and out["verdict"] == cl.NOT_REPRODUCED
+    assert cl._loss_gap(CLAIM, runs, "small")["ours"] == "a: +0.0000 (n=3/3)"
+    # runs whose training loss was not logged (no column, or NaN) are no runs of this claim
+    assert cl._loss_gap(claim, runs.drop(columns=["final_train_loss"]), "small")["verdict"] == cl.NOT_RUN
+    assert cl._loss_gap(claim, runs.assign(final_train_loss=math.nan), "small")["verdict"] == cl.NOT_RUN
+
+
+# --------------------------------------------------------------------------- reasons
+
+def test_reason_applies_to_its_verdict_and_scales_only():
+    claim = {"reasons": [{"verdict": cl.NOT_EXERCISED, "scales": ["small"], "text": "why  it\n  is so"},
+                         {"verdict": cl.NOT_REPRODUCED, "text": "at every scale"}]}
+    assert cl.reason(claim, "small", cl.NOT_EXERCISED) == "why it is so"
+    assert cl.reason(claim, "tiny", cl.NOT_EXERCISED) == ""           # written for small only
+    assert cl.reason(claim, "tiny", cl.NOT_REPRODUCED) == "at every scale"
+    assert cl.reason(claim, "small", cl.INCONCLUSIVE) == ""           # a verdict that changed loses it
+    assert cl.reason({**claim, "reasons": [{**claim["reasons"][1], "verdict": cl.REPRODUCED}]},
+                     "small", cl.REPRODUCED) == ""
+    table = pd.DataFrame([{"claim": "c", "statement": "s", "paper_value": "1", "ours": "2", "verdict": cl.NOT_EXERCISED,
+                           "detail": "d", "source": "x", "reason": "why it is so"},
+                          {"claim": "e", "statement": "s", "paper_value": "1", "ours": "1", "verdict": cl.REPRODUCED,
+                           "detail": "d", "source": "x", "reason": ""}])
+    md = cl.to_markdown(table)
+    assert md.endswith("\n\nWhy the verdicts other than `reproduced` are what they are:\n\n"
+                       "- **c** (not exercised): why it is so\n")
+    assert "Why the verdicts" not in cl.to_markdown(table.iloc[1:])
+
+
+def _needs_reason(claim: dict, scale: str, verdict: str) -> bool:
+    return verdict in (cl.NOT_REPRODUCED, cl.NOT_EXERCISED) or (verdict == cl.INCONCLUSIVE and scale in claim["meaningful_at"])
+
+
+def test_every_committed_verdict_that_needs_a_reason_has_one():
+    """Every committed `not reproduced` and `not exercised` verdict (and `inconclusive` at a scale
+    where the claim is meaningful) carries its hand-written reason, in claims.csv, claims.md and the
+    scale's report."""
+    from lowprec import config as cfglib
+
+    results = cfglib.REPO_ROOT / "results"
+    checked = 0
+    for csv in sorted(results.glob("*/*/tables/claims.csv")):
+        paper, scale = csv.parts[-4], csv.parts[-3]
+        claims = {c["id"]: c for c in cl.load_claims(paper)}
+        table = pd.read_csv(csv, keep_default_na=False)
+        md = (csv.parent / "claims.md").read_text()
+        report = Path(cfglib.report_path(str(results), scale)).read_text()
+        for _, row in table.iterrows():
+            if not _needs_reason(claims[row["claim"]], scale, row["verdict"]):
+                continue
+            text = cl.reason(claims[row["claim"]], scale, row["verdict"])
+            assert len(text) >= 80, f"{paper}/{scale}: {row['claim']} is {row['verdict']!r} without a reason in " \
+                                    f"configs/claims/{paper}.yaml"
+            assert row["reason"] == text, f"{csv}: {row['claim']}: regenerate the claims table"
+            assert f"- **{row['claim']}** ({row['verdict']}): {text}" in md and text in report, (paper, scale, row["claim"])
+            checked += 1
+    assert checked >= 10
+
+
+def test_nine_bit_limit_is_decided_per_block_shape(tmp_path):
+    d = tmp_path / "gaussws" / "small" / "tables"
+    d.mkdir(parents=True)
+    per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
+
+    def row(peaks):
+        rows = [{"source": "N(0, 0.02²)", "block": blk, "b": b, "kind": "expected", "is_peak": 1, "share": 0.99}
+                for blk, b in peaks.items()]
+        rows.append({"source": "trained gpt2", "block": "1x32", "b": 7, "kind": "expected", "is_peak": 1, "share": 0.9})
+        pd.DataFrame(rows).to_csv(d / "exactness.csv", index=False)
+        return cl.evaluate("gaussws", "small", per_run, tmp_path).set_index("claim").loc["nine_bit_limit"]
+
+    both = row({"32x32": 9, "1x32": 9})
+    assert both["verdict"] == cl.REPRODUCED and both["ours"] == "32x32: 9 bits; 1x32: 9 bits"
+    assert both["detail"] == "== 9 bits (±0.0) (32x32: reproduced; 1x32: reproduced)"
+    one = row({"32x32": 10, "1x32": 9})
+    assert one["verdict"] == cl.NOT_REPRODUCED and one["ours"] == "32x32: 10 bits; 1x32: 9 bits"
+    assert "32x32: not reproduced; 1x32: reproduced" in one["detail"]

@@ -163,6 +163,20 @@ def test_fallback_ratio_is_block_weighted_over_active_slots(tmp_path):
         rep.fallback_telemetry(load_runs([bad]))
 
 
+def test_finetune_table_says_whether_the_rule_fired(tmp_path):
+    fired = _tel([(0, "model.layers.0.mlp.down_proj", "fprop", "x", "absmax", 100, 4, 0.04, 5.0),
+                  (5, "model.layers.0.mlp.down_proj", "fprop", "x", "absmax", 300, 0, 0.0, 5.0)])
+    dirs = [_run(tmp_path, "llama2", "llama", "bf16", 3.0),
+            _run(tmp_path, "llama2", "llama", "int8_block", 3.1),
+            _run(tmp_path, "llama2", "llama", "int8_fallback", 3.05, recipe="int8_fallback", telemetry=fired)]
+    t = rep.finetune_table(load_runs(dirs), "bf16").set_index("method")
+    assert t.loc["int8_fallback", "fallback_ratio"] == pytest.approx(4 / 400)
+    assert math.isnan(t.loc["bf16", "fallback_ratio"]) and math.isnan(t.loc["int8_block", "fallback_ratio"])
+    assert t.loc["int8_fallback", "delta_vs_baseline"] == pytest.approx(0.05)
+    md = rep.finetune_markdown(t.reset_index(), "bf16")
+    assert md.endswith("Fallback ratio over the fine-tuning steps: llama2/int8_fallback 0.01.\n")
+
+
 def test_gap_table_contrasts_glu_with_gpt2(tmp_path):
     dirs = [_run(tmp_path, "llama2", "llama", "bf16", 3.0), _run(tmp_path, "llama2", "llama", "int8_block", 3.3),
             _run(tmp_path, "gpt2", "gpt2", "bf16", 3.2), _run(tmp_path, "gpt2", "gpt2", "int8_block", 3.25)]
@@ -227,6 +241,67 @@ def test_end_to_end_claim_reads_the_committed_file_or_says_it_is_absent(tmp_path
     pd.DataFrame({"model": ["m"], "recipe": ["int8_fallback"]}).to_csv(f, index=False)
     out = cl._value(claim, tmp_path / "paper", tmp_path)
     assert out["verdict"] == cl.NOT_RUN and "no column 'speedup'" in out["detail"]
+
+
+def _outlier_contrast(path, glu_hot_share, glu_max=12.0):
+    pd.DataFrame({"role": ["ffn_down", "ffn_down"], "stat": ["max_over_median", "share_above_8"],
+                  "glu": [glu_max, glu_hot_share], "gpt2": [3.0, 0.0],
+                  "glu_over_gpt2": [glu_max / 3.0, math.inf]}).to_csv(path / "outlier_contrast.csv", index=False)
+
+
+def test_outlier_claims_are_not_exercised_without_hot_blocks(tmp_path):
+    """No block above tau x median: the GLU outliers are not there, so "sparse" (0 hot blocks),
+    "larger" and "block INT8 degrades GLU" are not exercised, whatever their tests say; with hot
+    blocks the same tables give the tests' own verdicts."""
+    tables = tmp_path / "int8_fallback" / "small" / "tables"
+    tables.mkdir(parents=True)
+    pd.DataFrame({"method": ["int8_block"], "glu_minus_gpt2": [0.01]}).to_csv(tables / "gap_vs_bf16.csv", index=False)
+    per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
+
+    _outlier_contrast(tables, glu_hot_share=0.0)
+    table = cl.evaluate("int8_fallback", "small", per_run, tmp_path).set_index("claim")
+    for claim, alone in (("glu_sparse_outliers", cl.REPRODUCED), ("glu_larger_outliers", cl.REPRODUCED),
+                         ("block_int8_degrades_glu", cl.NOT_REPRODUCED)):
+        row = table.loc[claim]
+        assert row["verdict"] == cl.NOT_EXERCISED, claim
+        assert "precondition fails: hot blocks" in row["detail"] and "ours 0, needs > 0" in row["detail"]
+        assert f"the test alone: {alone}" in row["detail"], row["detail"]
+    assert table.loc["glu_sparse_outliers", "ours"] == "0"   # our number is still shown
+
+    _outlier_contrast(tables, glu_hot_share=0.002)
+    table = cl.evaluate("int8_fallback", "small", per_run, tmp_path).set_index("claim")
+    assert table.loc["glu_sparse_outliers", "verdict"] == cl.REPRODUCED
+    assert table.loc["glu_larger_outliers", "verdict"] == cl.REPRODUCED
+    assert table.loc["block_int8_degrades_glu", "verdict"] == cl.NOT_REPRODUCED
+    assert "precondition" not in table.loc["glu_sparse_outliers", "detail"]
+
+
+def test_fallback_claims_need_the_rule_to_have_fired(tmp_path):
+    tables = tmp_path / "int8_fallback" / "small" / "tables"
+    tables.mkdir(parents=True)
+    _outlier_contrast(tables, glu_hot_share=0.002)
+    summary = pd.DataFrame({"model": ["llama2", "gpt2"], "method": ["int8_fallback"] * 2,
+                            "fallback_ratio": [0.0, 3e-4]})
+    summary.to_csv(tables / "fallback_summary.csv", index=False)
+    pd.DataFrame({"model": ["llama2"], "method": ["int8_fallback"], "delta_vs_baseline": [0.001],
+                  "fallback_ratio": [0.0]}).to_csv(tables / "finetune.csv", index=False)
+    per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
+    table = cl.evaluate("int8_fallback", "small", per_run, tmp_path).set_index("claim")
+    assert table.loc["small_fallback_ratio", "verdict"] == cl.NOT_EXERCISED   # llama2's rule never fired
+    assert "fallback rule fired in every model" in table.loc["small_fallback_ratio", "detail"]
+    assert table.loc["finetune_robust", "verdict"] == cl.NOT_EXERCISED
+    assert "fired during fine-tuning" in table.loc["finetune_robust", "detail"]
+    summary.assign(fallback_ratio=[2e-5, 3e-4]).to_csv(tables / "fallback_summary.csv", index=False)
+    pd.DataFrame({"model": ["llama2"], "method": ["int8_fallback"], "delta_vs_baseline": [0.001],
+                  "fallback_ratio": [1e-4]}).to_csv(tables / "finetune.csv", index=False)
+    table = cl.evaluate("int8_fallback", "small", per_run, tmp_path).set_index("claim")
+    assert table.loc["small_fallback_ratio", "verdict"] == cl.REPRODUCED
+    assert table.loc["finetune_robust", "verdict"] == cl.REPRODUCED
+    # a precondition whose table is absent cannot be checked: not run, never reproduced
+    (tables / "outlier_contrast.csv").unlink()
+    table = cl.evaluate("int8_fallback", "small", per_run, tmp_path).set_index("claim")
+    assert table.loc["small_fallback_ratio", "verdict"] == cl.NOT_RUN
+    assert "cannot be checked: missing tables/outlier_contrast.csv" in table.loc["small_fallback_ratio", "detail"]
 
 
 def test_paper_claims_evaluate_on_report_tables(tmp_path):

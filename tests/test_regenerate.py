@@ -51,6 +51,18 @@ def test_regenerated_tables_equal_committed(tmp_path):
     assert (tmp_path / "results" / PAPER / SCALE / "figures" / "loss_curves.png").is_file()
 
 
+def test_claims_statistic_reaches_the_claims_job(tmp_path):
+    """configs/config.yaml's claims_statistic (paired) is what the claims job runs with, and
+    --config claims_statistic=welch switches it back."""
+    _copy_committed_runs(tmp_path)
+    for extra, statistic in (([], "paired"), (["claims_statistic=welch"], "welch")):
+        proc = _snakemake(["-n", "-p", "--forcerun", "claims", "regenerate", *CONFIG, *extra], tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        log = proc.stdout + proc.stderr
+        assert f"python -m lowprec.report.claims --paper {PAPER} --scale {SCALE} --results results " \
+               f"--statistic {statistic} " in log, log[-3000:]
+
+
 def test_missing_run_folder_is_named(tmp_path):
     runs = _copy_committed_runs(tmp_path)
     gone = tmp_path / "results" / runs[0].relative_to(REPO / "results")

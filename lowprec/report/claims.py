@@ -5,19 +5,31 @@ test. Verdicts:
   reproduced       the test passes at a scale where the claim is meaningful
   not reproduced   it fails there
   inconclusive     too few seeds, or our number exists only at a scale too small to decide
-  not run at this scale   the runs or files the metric needs do not exist
+  not exercised    a precondition of the claim fails: the phenomenon it is about (outliers that
+                   exist, a fallback rule that fired, a format decision that was ever not E4M3) is
+                   absent from our runs, so passing or failing the test would say nothing
+  not run at this scale   the runs or files the metric (or a precondition) needs do not exist
+
+Reasons (``reasons`` in an entry: ``{verdict, scales, text}``): a paragraph written by hand for a
+verdict other than ``reproduced`` (the scale, a hardware ratio, our choice where the paper is silent,
+or a real disagreement), shown under the claims table; it applies only while the verdict is that one.
+
+Preconditions (``preconditions`` in an entry, each ``{what, metric, test}`` with a value metric and
+a threshold test, read like a claim's own): evaluated after the claim's metric; the first that fails
+gives ``not exercised`` with what failed and what the test alone would have said.
 
 Tests:
   noninferiority   loss_gap = mean(method) - mean(baseline) over seeds, per model; reproduced when a
-                   one-sided Welch t-test rejects "gap >= margin" at alpha for every model (the
-                   MLPerf-reference style of comparing seeds rather than single runs); not reproduced
-                   when the gap's mean exceeds the margin and the test in the other direction rejects
+                   one-sided t-test rejects "gap >= margin" at alpha for every model (seeds rather
+                   than single runs); not reproduced when the test in the other direction rejects
                    "gap <= margin"; else inconclusive. ``margin_pct`` instead of ``margin`` states
                    it in percent of the baseline's mean loss (claims such as "within 0.5 % of BF16").
-                   ``statistic: paired`` (in the entry, or the workflow's ``claims_statistic`` for
-                   entries that name none) tests the per-seed differences instead: a seed gives every
-                   arm the same initial weights and batch order. Welch is the default; the detail
-                   shows both p-values either way.
+                   The default tests the per-seed differences (a paired t-test): a seed gives every
+                   arm the same initial weights and batch order, so the runs of two arms are matched
+                   pairs and the pairing removes the seed-to-seed spread that a two-sample test
+                   carries. ``statistic: welch`` (in the entry, or the workflow's
+                   ``claims_statistic`` for entries that name none) uses a one-sided Welch t-test over
+                   seeds instead; the detail shows both p-values either way.
   threshold        value (op) target, within tolerance.
 """
 
@@ -34,7 +46,9 @@ from .. import config as cfglib
 from ..io import write_text
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_RUN = "reproduced", "not reproduced", "inconclusive", "not run at this scale"
-STATISTICS = ("welch", "paired")  # of a noninferiority test; the first is the default
+NOT_EXERCISED = "not exercised"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_EXERCISED, INCONCLUSIVE, NOT_RUN)
+STATISTICS = ("paired", "welch")  # of a noninferiority test; the first is the default
 
 
 def load_claims(paper: str) -> list[dict]:
@@ -68,18 +82,25 @@ def _paired_one_sided(d: np.ndarray, margin: float, less: bool) -> float:
     return _one_sided_p(d.mean() - margin, d.std(ddof=1) / math.sqrt(len(d)), len(d) - 1, less)
 
 
+LOSSES = {"val": "final_val_loss", "train": "final_train_loss"}  # a loss_gap metric's ``loss``
+
+
 def _by_seed(runs: pd.DataFrame, model: str, method: str, claim: dict) -> pd.Series:
-    """Final validation loss per seed of one arm. A seed twice means two run folders for one run
-    (e.g. a fine-tuning run passed with the pre-training runs): it would count as two samples."""
+    """Final loss (validation, or training with ``loss: train``) per seed of one arm. A seed twice
+    means two run folders for one run (e.g. a fine-tuning run passed with the pre-training runs): it
+    would count as two samples."""
     rows = runs[(runs["model"] == model) & (runs["method"] == method)]
     twice = sorted(int(s) for s in rows["seed"][rows["seed"].duplicated()].unique())
     if twice:
         raise ValueError(f"claim {claim.get('id', '?')}: {model}/{method} has more than one run for seed(s) "
                          f"{twice}; pass each (model, method, seed) run folder once")
-    return rows.set_index("seed")["final_val_loss"].astype(float)
+    column = LOSSES[claim["metric"].get("loss", "val")]
+    if column not in rows:  # a runs table without that loss: the claim has no runs to read
+        return pd.Series(dtype=float)
+    return rows.set_index("seed")[column].astype(float).dropna()
 
 
-def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = "welch") -> dict:
+def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = STATISTICS[0]) -> dict:
     m, t = claim["metric"], claim["test"]
     if "margin" not in t and "margin_pct" not in t:
         raise ValueError(f"claim {claim.get('id', '?')}: a noninferiority test needs 'margin' or 'margin_pct'")
@@ -101,7 +122,8 @@ def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = "
         gap = a.mean() - b.mean()
         relative = "margin_pct" in t
         pct = f" ({100 * gap / b.mean():+.2f}%)" if relative else ""
-        gaps.append(f"{model}: {gap:+.4f}{pct} (n={len(a)}/{len(b)})")
+        which = " train loss" if m.get("loss", "val") == "train" else ""
+        gaps.append(f"{model}:{which} {gap:+.4f}{pct} (n={len(a)}/{len(b)})")
         need = t.get("seeds", 3)
         if min(len(a), len(b)) < max(2, need):
             verdicts.append(INCONCLUSIVE)
@@ -128,38 +150,93 @@ def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = "
     return {"ours": "; ".join(gaps) or "–", "detail": "; ".join(pvals), "verdict": _combine(verdicts)}
 
 
-def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
-    m, t = claim["metric"], claim["test"]
+def _read_rows(m: dict, paper_dir: Path) -> tuple[pd.DataFrame | None, str]:
+    """A value metric's rows (the file's, after the query), or None and why they cannot be read."""
     # "/x.csv": a committed reference result (GPU measurements) under the repository's results/
     committed = m["file"].startswith("/")
     path = cfglib.REPO_ROOT / "results" / m["file"].lstrip("/") if committed else paper_dir / m["file"]
     if not path.is_file():
-        detail = (f"not measured: results/{m['file'].lstrip('/')} (a committed GPU measurement) is absent"
-                  if committed else f"missing {m['file']}: not produced at this scale")
-        return {"ours": "–", "detail": detail, "verdict": NOT_RUN}
+        return None, (f"not measured: results/{m['file'].lstrip('/')} (a committed GPU measurement) is absent"
+                      if committed else f"missing {m['file']}: not produced at this scale")
     try:
         df = pd.read_csv(path)
         if m.get("query"):
             df = df.query(m["query"])
     except (ValueError, KeyError, NameError, SyntaxError) as e:  # empty file, query on a missing column
-        return {"ours": "–", "detail": f"{path.name}: cannot evaluate {m.get('query')!r} ({type(e).__name__}: {e})",
-                "verdict": NOT_RUN}
-    if m["column"] not in df:
-        return {"ours": "–", "detail": f"{path.name} has no column {m['column']!r}", "verdict": NOT_RUN}
+        return None, f"{path.name}: cannot evaluate {m.get('query')!r} ({type(e).__name__}: {e})"
+    for col in (m["column"], m.get("per")):
+        if col and col not in df:
+            return None, f"{path.name} has no column {col!r}"
     if df.empty:
-        return {"ours": "–", "detail": f"no rows for {m.get('query')}", "verdict": NOT_RUN}
+        return None, f"no rows for {m.get('query')}"
+    return df, ""
+
+
+def _reduce(df: pd.DataFrame, m: dict) -> tuple[float | None, str]:
     col = df[m["column"]].astype(float)
     value = {"mean": col.mean, "max": col.max, "min": col.min, "first": lambda: col.iloc[0]}[m.get("reduce", "first")]()
     if math.isnan(value):  # e.g. a GLU-vs-GPT2 ratio without one of the models: its runs are absent
-        return {"ours": "–", "detail": f"{path.name}: {m['column']} is empty for {m.get('query')!r} "
-                f"(its runs or arms are absent at this scale)", "verdict": NOT_RUN}
+        return None, (f"{Path(m['file']).name}: {m['column']} is empty for {m.get('query')!r} "
+                      f"(its runs or arms are absent at this scale)")
+    return float(value), ""
+
+
+def _read_value(m: dict, paper_dir: Path) -> tuple[float | None, str]:
+    """A value metric's number, or None and why it cannot be read."""
+    df, why = _read_rows(m, paper_dir)
+    return (None, why) if df is None else _reduce(df, m)
+
+
+def _passes(value: float, t: dict) -> bool:
     target, tol = t["target"], t.get("tolerance", 0.0)
-    passed = {"<=": value <= target + tol, ">=": value >= target - tol, "==": abs(value - target) <= tol,
-              "<": value < target, ">": value > target}[t["op"]]
+    return {"<=": value <= target + tol, ">=": value >= target - tol, "==": abs(value - target) <= tol,
+            "<": value < target, ">": value > target}[t["op"]]
+
+
+def _test_text(t: dict, unit: str) -> str:
+    within = f" (±{t.get('tolerance', 0.0)})" if t["op"] in ("<=", ">=", "==") else ""
+    return f"{t['op']} {t['target']}{unit}{within}"
+
+
+def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
+    """A threshold test of one number, or (``per: <column>``) of one number per value of that
+    column, each decided on its own and combined as the loss claims combine models."""
+    m, t = claim["metric"], claim["test"]
     unit = m.get("unit", "")
-    within = f" (±{tol})" if t["op"] in ("<=", ">=", "==") else ""
-    return {"ours": f"{value:.4g}{unit}", "detail": f"{t['op']} {target}{unit}{within}",
-            "verdict": REPRODUCED if passed else NOT_REPRODUCED}
+    df, why = _read_rows(m, paper_dir)
+    if df is None:
+        return {"ours": "–", "detail": why, "verdict": NOT_RUN}
+    groups = list(df.groupby(m["per"], sort=False)) if m.get("per") else [(None, df)]
+    ours, details, verdicts = [], [], []
+    for key, g in groups:
+        value, why = _reduce(g, m)
+        at = "" if key is None else f"{key}: "
+        if value is None:
+            details.append(at + why)
+            verdicts.append(NOT_RUN)
+            continue
+        ours.append(f"{at}{value:.4g}{unit}")
+        verdicts.append(REPRODUCED if _passes(value, t) else NOT_REPRODUCED)
+        if key is not None:
+            details.append(f"{key}: {verdicts[-1]}")
+    if not ours:
+        return {"ours": "–", "detail": "; ".join(details), "verdict": _combine(verdicts)}
+    per = f" ({'; '.join(details)})" if m.get("per") else ""
+    return {"ours": "; ".join(ours), "detail": _test_text(t, unit) + per, "verdict": _combine(verdicts)}
+
+
+def _precondition(claim: dict, paper_dir: Path) -> tuple[str, str] | None:
+    """None when every precondition holds; else (verdict, detail): ``not exercised`` for the first
+    that fails, ``not run at this scale`` when one cannot be read (its table is absent)."""
+    for pre in claim.get("preconditions", []):
+        value, why = _read_value(pre["metric"], paper_dir)
+        if value is None:
+            return NOT_RUN, f"precondition ({pre['what']}) cannot be checked: {why}"
+        if not _passes(value, pre["test"]):
+            unit = pre["metric"].get("unit", "")
+            return NOT_EXERCISED, (f"precondition fails: {pre['what']}: ours {value:.4g}{unit}, "
+                                   f"needs {_test_text(pre['test'], unit)}")
+    return None
 
 
 def _combine(verdicts: list[str]) -> str:
@@ -171,20 +248,39 @@ def _combine(verdicts: list[str]) -> str:
     return REPRODUCED
 
 
-def evaluate(paper: str, scale: str, per_run: pd.DataFrame, results: Path, statistic: str = "welch") -> pd.DataFrame:
+def evaluate(paper: str, scale: str, per_run: pd.DataFrame, results: Path, statistic: str = STATISTICS[0]) -> pd.DataFrame:
     """Verdicts of the paper's claims; ``statistic`` tests the loss claims whose entry names none."""
     rows = []
+    paper_dir = results / paper / scale
     for c in load_claims(paper):
         out = _loss_gap(c, per_run, scale, statistic) if c["metric"]["kind"] == "loss_gap" else \
-            _value(c, results / paper / scale, results)
+            _value(c, paper_dir, results)
+        failed = _precondition(c, paper_dir) if out["verdict"] != NOT_RUN else None
+        if failed:
+            # the phenomenon is absent: the test's own outcome is kept in the detail, never the verdict
+            verdict, why = failed
+            out = {**out, "verdict": verdict,
+                   "detail": f"{why}; the test alone: {out['verdict']}" + (f" ({out['detail']})" if out["detail"] else "")}
         if out["verdict"] in (REPRODUCED, NOT_REPRODUCED) and scale not in c["meaningful_at"]:
             out["detail"] = (out["detail"] + "; " if out["detail"] else "") + \
                 f"{out['verdict']} at {scale}, meaningful at {', '.join(c['meaningful_at'])}"
             out["verdict"] = INCONCLUSIVE
         rows.append({"paper": paper, "claim": c["id"], "statement": c["statement"], "source": c["source"],
-                     "paper_value": c["paper_value"], "scale": scale, **out})
+                     "paper_value": c["paper_value"], "scale": scale, **out,
+                     "reason": reason(c, scale, out["verdict"])})
     return pd.DataFrame(rows, columns=["paper", "claim", "statement", "source", "paper_value", "scale",
-                                       "ours", "detail", "verdict"])
+                                       "ours", "detail", "verdict", "reason"])
+
+
+def reason(claim: dict, scale: str, verdict: str) -> str:
+    """The registry's hand-written reason for this verdict at this scale ("" if none): a reason is
+    written for one verdict, so that a verdict that changes loses its reason until one is written."""
+    if verdict == REPRODUCED:
+        return ""
+    for r in claim.get("reasons", []):
+        if r["verdict"] == verdict and scale in r.get("scales", cfglib.SCALES):
+            return " ".join(r["text"].split())
+    return ""
 
 
 def to_markdown(table: pd.DataFrame) -> str:
@@ -192,6 +288,10 @@ def to_markdown(table: pd.DataFrame) -> str:
     for _, r in table.iterrows():
         lines.append(f"| {r['claim']}: {r['statement']} | {r['paper_value']} | {r['ours']} | **{r['verdict']}** "
                      f"| {r['detail'] or '–'} | {r['source']} |")
+    reasons = [f"- **{r['claim']}** ({r['verdict']}): {r['reason']}" for _, r in table.iterrows()
+               if isinstance(r.get("reason"), str) and r["reason"]]
+    if reasons:
+        lines += ["", "Why the verdicts other than `reproduced` are what they are:", "", *reasons]
     return "\n".join(lines) + "\n"
 
 

@@ -290,6 +290,11 @@ def fallback_telemetry(runs) -> pd.DataFrame:
     return df[["model", "method", "seed", *cols]]
 
 
+def _ratio(tel: pd.DataFrame) -> float:
+    """Blocks in two parts over blocks, over every telemetry row given (steps, layers, slots)."""
+    return tel["n_fallback"].sum() / tel["n_blocks"].sum()
+
+
 def fallback_summary(runs, tel: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Per model and method: the fallback ratio (blocks in two parts / blocks, over every telemetry
     step and fallback slot; and for fprop X alone), the layer with the highest ratio, and the final
@@ -308,7 +313,7 @@ def fallback_summary(runs, tel: pd.DataFrame, baseline: str) -> pd.DataFrame:
             fx = t[(t["gemm"] == "fprop") & (t["operand"] == "x")]
             per_layer = fx.groupby("layer")[["n_fallback", "n_blocks"]].sum()
             per_layer = per_layer["n_fallback"] / per_layer["n_blocks"]
-            row.update({"fallback_ratio": t["n_fallback"].sum() / t["n_blocks"].sum(),
+            row.update({"fallback_ratio": _ratio(t),
                         "fprop_x_ratio": fx["n_fallback"].sum() / fx["n_blocks"].sum() if len(fx) else math.nan,
                         "max_layer_ratio": per_layer.max() if len(per_layer) else math.nan,
                         "max_layer": per_layer.idxmax() if len(per_layer) and per_layer.max() > 0 else "",
@@ -438,8 +443,21 @@ def gap_table(runs, baseline: str) -> pd.DataFrame:
 # --------------------------------------------------------------------------- fine-tuning
 
 def finetune_table(runs, baseline: str) -> pd.DataFrame:
-    """Final fine-tuning losses per arm and the gap to the baseline arm's fine-tune."""
-    return summarize(final_losses(runs), baseline)
+    """Final fine-tuning losses per arm, the gap to the baseline arm's fine-tune and, for the
+    fallback arms, the fallback ratio over the fine-tuning's telemetry (0 means the arm fine-tuned
+    as block INT8: the rule never fired)."""
+    table = summarize(final_losses(runs), baseline)
+    tel = fallback_telemetry(runs)
+    ratios = {key: _ratio(t) for key, t in tel.groupby(["model", "method"])}
+    table["fallback_ratio"] = [ratios.get((m, a), math.nan) for m, a in zip(table["model"], table["method"])]
+    return table
+
+
+def finetune_markdown(table: pd.DataFrame, baseline: str) -> str:
+    ratios = [f"{r['model']}/{r['method']} {r['fallback_ratio']:.4g}" for _, r in table.iterrows()
+              if not pd.isna(r["fallback_ratio"])]
+    tail = f"\nFallback ratio over the fine-tuning steps: {', '.join(ratios)}.\n" if ratios else ""
+    return to_markdown(table, baseline) + tail
 
 
 # --------------------------------------------------------------------------- throughput
@@ -612,7 +630,7 @@ def main(argv=None) -> None:
         runs = load_runs(args.runs)
         table = finetune_table(runs, args.baseline)
         write_text(args.csv, table.to_csv(index=False, float_format="%.6g"))
-        write_text(args.md, to_markdown(table, args.baseline))
+        write_text(args.md, finetune_markdown(table, args.baseline))
         plot(runs, "Fine-tuning the BF16-pretrained model on held-out text", figs, args.baseline,
              experiment_panels(runs[0].paper)[1] if runs else None)
     else:

@@ -31,7 +31,7 @@ import yaml
 from ..io import write_text
 from ..linear import matches
 from .figures import save_figure, suptitle
-from .runs import load_runs
+from .runs import TRAIN_WINDOW, load_runs, train_loss
 
 # GEMM operand slot -> the tensor it is (brief 2.9: X, W and dY, each used by two GEMMs)
 ROLES = {"fprop.x": "X", "wgrad.x": "X", "fprop.w": "W", "dgrad.w": "W", "dgrad.dy": "dY", "wgrad.dy": "dY"}
@@ -51,7 +51,6 @@ ERROR_EDGES = np.round(np.arange(0.0, 0.0601, 0.005), 4)
 ERROR_LABELS = [f"{100 * a:.1f}-{100 * b:.1f}%" for a, b in zip(ERROR_EDGES[:-1], ERROR_EDGES[1:])] + [
     f">={100 * ERROR_EDGES[-1]:.0f}%"]
 LOW_ERROR = 0.025  # "most tensors' relative error lies well below 2.5 %" (brief 4.3)
-TRAIN_WINDOW = 0.2  # train loss of a run: mean of the logged values over its last 20 % of steps
 FORMATS = ("e4m3", "bf16")  # the tensor-level choice; other telemetry rows are not MoR operands
 
 
@@ -104,17 +103,6 @@ def setting_label(s: dict) -> str:
     if s["threshold"] != d["threshold"]:
         extra.append(f"threshold {100 * s['threshold']:g}%")
     return f"MoR {s['partition']}" + (f" ({', '.join(extra)})" if extra else "")
-
-
-def train_loss(metrics: pd.DataFrame, window: float = TRAIN_WINDOW) -> float:
-    """Mean logged training loss over the last ``window`` of the steps a run logged."""
-    if not 0 < window <= 1:
-        raise ValueError(f"train window: must be in (0, 1], got {window}")
-    m = metrics.dropna(subset=["train_loss"]) if "train_loss" in metrics else metrics.iloc[0:0]
-    if m.empty:
-        return math.nan
-    last = m["step"].max()
-    return float(m[m["step"] > last * (1 - window)]["train_loss"].mean())
 
 
 def run_table(runs, window: float = TRAIN_WINDOW) -> pd.DataFrame:

@@ -18,7 +18,7 @@ BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 SCALES = ("tiny", "small")  # the default (CPU) scale and the committed GPU reference
 # verdicts at a scale where a claim is meaningful outrank those where it is not run or inconclusive
-_RANK = {"reproduced": 3, "not reproduced": 3, "inconclusive": 1, "not run at this scale": 0}
+_RANK = {"reproduced": 3, "not reproduced": 3, "not exercised": 2, "inconclusive": 1, "not run at this scale": 0}
 # Tables of a scale that carry a committed GPU measurement, not numbers of the scale's runs (the
 # workflow reads them in pipelines/gaussws.smk, GW_GPU, and pipelines/int8_fallback.smk, I8_GEMM):
 # a claim that reads such a table reports that measurement.

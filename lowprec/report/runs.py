@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,11 +49,29 @@ def load_runs(run_dirs) -> list[Run]:
     return [load_run(d) for d in run_dirs]
 
 
+TRAIN_WINDOW = 0.2  # train loss of a run: mean of the logged values over its last 20 % of steps
+
+
+def train_loss(metrics: pd.DataFrame, window: float = TRAIN_WINDOW) -> float:
+    """Mean logged training loss over the last ``window`` of the steps a run logged (one logged
+    value is one micro-batch's loss: the mean over a window is what a run's training loss is)."""
+    if not 0 < window <= 1:
+        raise ValueError(f"train window: must be in (0, 1], got {window}")
+    m = metrics.dropna(subset=["train_loss"]) if "train_loss" in metrics else metrics.iloc[0:0]
+    if m.empty:
+        return math.nan
+    last = m["step"].max()
+    return float(m[m["step"] > last * (1 - window)]["train_loss"].mean())
+
+
 def final_losses(runs: list[Run]) -> pd.DataFrame:
-    """One row per run: model, method, seed, status, final val loss, mean tokens/s, precision."""
+    """One row per run: model, method, seed, status, final val loss, final train loss (train_loss),
+    mean tokens/s, precision."""
     return pd.DataFrame([{
         "model": r.model, "method": r.method, "seed": r.seed, "status": r.status,
-        "final_val_loss": r.final_val_loss, "tokens": r.provenance.get("tokens_seen"),
+        "final_val_loss": r.final_val_loss,
+        "final_train_loss": train_loss(r.metrics) if r.status == "completed" else math.nan,
+        "tokens": r.provenance.get("tokens_seen"),
         "tokens_per_s": r.provenance.get("mean_tokens_per_s"),
         "numerics": (r.provenance.get("method") or {}).get("numerics"),
     } for r in runs])
