@@ -116,11 +116,12 @@ def results_block(results: Path, scale: str = "tiny") -> str:
     reports = ", ".join(f"[results/{Path(cfglib.report_path('results', sc)).name}]"
                         f"({cfglib.report_path('results', sc)}) (`{sc}`)" for sc in SCALES)
     parts = [BEGIN, "",
+             f"**{len(verdicts)} claims: " + ", ".join(f"{n} {v}" for n, v in counts) + ".** "
              "One row per claim, at the scale that decides it (the `small` GPU runs over the `tiny` CPU ones "
              "unless only `tiny` decides); *from* says where our number comes from. The loss tables, the "
              f"figures and every other table are in the reports: {reports}, or "
              "`snakemake --report report.html` (add `--config scale=small`).", "",
-             *table, "", "Totals: " + ", ".join(f"{n} {v}" for n, v in counts) + ".", "", END]
+             *table, "", END]
     return "\n".join(parts)
 
 
