@@ -39,6 +39,8 @@ def _grid_methods(exp: dict, scale: str) -> list[str]:
 @pytest.mark.parametrize("argv", [
     ["lowprec", "--help"], ["lowprec", "claims", "--help"], ["lowprec", "methods", "--help"],
     ["lowprec", "scales", "--help"], ["lowprec.train", "--help"], ["lowprec.evaluate", "--help"],
+    ["lowprec.bench.e2e_step", "--help"], ["lowprec.bench.gaussws_overhead", "--help"],
+    ["lowprec.bench.profile_arm", "--help"], ["lowprec.bench.recipe_step_time", "--help"],
 ])
 def test_help_does_not_import_torch(argv):
     code = ("import runpy, sys\n"
@@ -51,6 +53,17 @@ def test_help_does_not_import_torch(argv):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.stderr.strip().splitlines()[-1] == "EXIT 0 TORCH False", proc.stderr[-2000:]
     assert proc.stdout.startswith("usage: python -m " + argv[0]), proc.stdout[:300]
+
+
+def test_bench_modules_import_no_torch():
+    """The benchmarks' shared modules (lowprec.bench.train_step, .common) load torch only when a
+    function needs it, so the entry points that import them answer --help at once."""
+    modules = sorted(f"lowprec.bench.{p.stem}" for p in (REPO / "lowprec" / "bench").glob("*.py"))
+    assert "lowprec.bench.train_step" in modules and "lowprec.bench.e2e_step" in modules
+    code = (f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
+            "print('TORCH', 'torch' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0 and proc.stdout.strip() == "TORCH False", proc.stdout + proc.stderr[-2000:]
 
 
 def test_papers_lists_every_experiment(capsys):

@@ -39,8 +39,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from .common import bench_parser, fail, parse_names, require_cuda
 from .train_step import MODEL, optimizer, random_batches, step
 
@@ -130,6 +128,7 @@ def build_arm(arm: str, shape: dict):
 def lowp_gemms(fn, opt, batches, table: Path | None = None) -> int:
     """Low-precision GEMMs in one profiled step; with ``table``, the step's operators and kernels by
     CUDA time are written there (what a speed-up has to come from)."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         step(fn, opt, batches)
@@ -146,6 +145,8 @@ def lowp_gemms(fn, opt, batches, table: Path | None = None) -> int:
 
 
 def time_steps(fn, opt, batches, steps: int) -> float:
+    import torch
+
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -155,6 +156,8 @@ def time_steps(fn, opt, batches, steps: int) -> float:
 
 
 def measure(arm: str, shape_name: str, args) -> dict:
+    import torch
+
     shape = SHAPES[shape_name]
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -267,7 +270,7 @@ def main(argv=None) -> int:
     if args.merge_from:
         merge_outputs(Path(args.out), args.merge_from)
         return 0
-    require_cuda(PROG)
+    torch = require_cuda(PROG)
     shapes = parse_names(PROG, "--shapes", args.shapes, tuple(SHAPES))
     arms = [a for a in parse_names(PROG, "--arms", args.arms, ARMS) if a != BASELINE]
     out = Path(args.out)

@@ -30,8 +30,6 @@ from __future__ import annotations
 import statistics
 import sys
 
-import torch
-
 from .common import bench_parser, fail, parse_names, require_cuda
 from .train_step import MODEL, add_step_args, build_model, interleaved_tokens_per_s, optimizer, random_batches
 from .train_step import step, write_results
@@ -85,7 +83,7 @@ def _build(arm: str, args):
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    require_cuda(PROG)
+    torch = require_cuda(PROG)
     arms = parse_names(PROG, "--arms", args.arms, ARMS)
     for a in arms:
         if ARMS[a][1] not in arms:

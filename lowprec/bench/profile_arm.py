@@ -18,10 +18,10 @@ import time
 import traceback
 import warnings
 
-import torch
-
 
 def _method_model(args):
+    import torch
+
     from ..config import experiment_config, model_config, scale_config
     from ..methods import apply_method
     from ..models import build_model
@@ -55,6 +55,8 @@ def _gaussws_model(args):
 
 def _syncs(step) -> collections.Counter:
     """Host syncs of one call of ``step``, keyed by the innermost lowprec frames that caused them."""
+    import torch
+
     found = collections.Counter()
     torch.cuda.set_sync_debug_mode("warn")
     try:
@@ -80,7 +82,7 @@ def _syncs(step) -> collections.Counter:
 def main(argv=None) -> None:
     from .train_step import step
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lowprec.bench.profile_arm", description=__doc__.split("\n")[0])
     ap.add_argument("--arm", default="gaussws", help="an arm of lowprec.bench.gaussws_overhead")
     ap.add_argument("--method", help="a method of configs/experiments (instead of --arm)")
     ap.add_argument("--model", default="llama2")
@@ -88,6 +90,8 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=25)
     args = ap.parse_args(argv)
+    import torch
+
     model, opt, batches = _method_model(args) if args.method else _gaussws_model(args)
     for _ in range(4):
         step(model, opt, batches)

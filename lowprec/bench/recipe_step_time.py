@@ -14,18 +14,18 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
-
 from .. import provenance
 from ..config import model_config, scale_config
 from ..io import write_json, write_text
-from ..methods import apply_method
-from ..models import build_model, causal_lm_loss
-from ..recipes import RECIPES
 
 
 def step_time(model_name: str, recipe: str | None, batch: int, seq: int, vocab: int, repeats: int,
               warmup: int = 2) -> float:
+    import torch
+
+    from ..methods import apply_method
+    from ..models import build_model, causal_lm_loss
+
     torch.manual_seed(0)
     model = build_model(model_config(model_name, "tiny"), vocab)
     if recipe is not None:
@@ -46,20 +46,25 @@ def step_time(model_name: str, recipe: str | None, batch: int, seq: int, vocab: 
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lowprec.bench.recipe_step_time", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="results/bench/recipe_step_time_cpu.csv")
     ap.add_argument("--models", nargs="+", default=["gpt2", "llama2", "nemotron"])
-    ap.add_argument("--recipes", nargs="+", default=list(RECIPES))
+    ap.add_argument("--recipes", nargs="+", help="default: every built-in recipe (lowprec.recipes.RECIPES)")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    import torch
+
+    from ..recipes import RECIPES
+
+    recipes = args.recipes or list(RECIPES)
     torch.set_num_threads(args.threads)
     t = scale_config("tiny")
     batch, seq, vocab = t["train"]["batch_size"], t["train"]["seq_len"], t["data"]["vocab_size"]
     rows = ["model,recipe,step_ms,fp32_step_ms,ratio_vs_fp32"]
     for m in args.models:
         base = step_time(m, None, batch, seq, vocab, args.repeats)
-        for r in args.recipes:
+        for r in recipes:
             st = step_time(m, r, batch, seq, vocab, args.repeats)
             rows.append(f"{m},{r},{st * 1e3:.2f},{base * 1e3:.2f},{st / base:.3f}")
             print(rows[-1], flush=True)

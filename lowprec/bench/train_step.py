@@ -1,14 +1,13 @@
 """Shared parts of the GPU training-step benchmarks (``gaussws_overhead``, ``e2e_step``): the ~100M
 Llama2-style model they time, its random batches, one optimizer step, and timing of several arms in
-interleaved repeats, so that clock and thermal drift hit every arm alike."""
+interleaved repeats, so that clock and thermal drift hit every arm alike. torch is imported where a
+function needs it, so that the benchmarks' ``--help`` and usage errors answer before torch loads."""
 
 from __future__ import annotations
 
 import csv
 import time
 from pathlib import Path
-
-import torch
 
 MODEL = {"name": "llama2_100m", "family": "llama", "layers": 12, "d_model": 768, "heads": 12, "kv_heads": 12,
          "ffn": 2048, "max_seq_len": 1024, "tie_embeddings": False}
@@ -28,16 +27,22 @@ def add_step_args(p, steps: int, warmup: int) -> None:
 
 
 def build_model(shape: dict = MODEL):
+    import torch
+
     from ..models import build_model as build
     torch.manual_seed(0)
     return build(shape, VOCAB).cuda()
 
 
 def optimizer(model):
+    import torch
+
     return torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1, betas=(0.9, 0.95), fused=True)
 
 
 def random_batches(batch: int, seq: int, accum: int = 1) -> list:
+    import torch
+
     gen = torch.Generator(device="cuda").manual_seed(0)
     out = []
     for _ in range(accum):
@@ -48,6 +53,8 @@ def random_batches(batch: int, seq: int, accum: int = 1) -> list:
 
 def step(model, opt, batches) -> None:
     """One optimizer step over the micro-batches: bf16 autocast forward and loss, backward, AdamW."""
+    import torch
+
     from ..models import causal_lm_loss
     for x, y in batches:
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -59,6 +66,8 @@ def step(model, opt, batches) -> None:
 
 def interleaved_tokens_per_s(state: dict, batches, steps: int, repeats: int) -> dict:
     """{arm: [tokens/s of each repeat]} for state = {arm: (model, optimizer)}, already warmed up."""
+    import torch
+
     tokens = sum(x.numel() for x, _ in batches)
     reps = {arm: [] for arm in state}
     for r in range(repeats):
