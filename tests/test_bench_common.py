@@ -17,3 +17,45 @@ def test_parse_int_list_range(capsys):
     with pytest.raises(SystemExit):
         parse_int_list("b", "--sizes", "2048,x", None)
     assert "expected comma-separated integers" in capsys.readouterr().err
+
+
+def _bench_file(path, rows, runs, device):
+    import csv
+    import json
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    path.with_name(path.stem + ".provenance.json").write_text(json.dumps({"device": device, "runs": runs}))
+
+
+def test_e2e_merge_from_keeps_each_rows_run_and_baseline(tmp_path, capsys):
+    import csv
+    import json
+
+    from lowprec.bench import e2e_step as e2e
+    old, new, out = tmp_path / "old.csv", tmp_path / "new.csv", tmp_path / "e2e.csv"
+    row = {"shape": "llama_1b", "path": "compiled", "tokens_per_s": "100", "ratio_vs_bf16_compiled": "1.000"}
+    # an old file without the commit / baseline columns, as written before they existed
+    _bench_file(old, [{**row, "arm": "bf16_compiled"}, {**row, "arm": "fp8_hybrid", "tokens_per_s": "90"}],
+                [{"commit": "aaa", "time": "t0"}], {"gpu": "H200"})
+    _bench_file(new, [{**row, "arm": "bf16_compiled", "tokens_per_s": "110", "baseline_tokens_per_s": "110",
+                       "commit": "bbb"},
+                      {**row, "arm": "fp8_hybrid", "tokens_per_s": "130", "baseline_tokens_per_s": "110",
+                       "commit": "bbb"}],
+                [{"commit": "bbb", "time": "t1", "device": {"gpu": "H200"}}], {"gpu": "H200"})
+    e2e.main(["--out", str(out), "--merge-from", str(old)])
+    e2e.main(["--out", str(out), "--merge-from", str(new), str(new)])  # twice: its run is listed once
+    rows = {r["arm"]: r for r in csv.DictReader(out.open())}
+    assert rows["fp8_hybrid"]["tokens_per_s"] == "130" and rows["fp8_hybrid"]["commit"] == "bbb"
+    prov = json.loads((tmp_path / "e2e.provenance.json").read_text())
+    assert [r["commit"] for r in prov["runs"]] == ["aaa", "bbb"] and prov["runs"][0]["device"] == {"gpu": "H200"}
+    _bench_file(old, [{**row, "arm": "torchao_rowwise", "tokens_per_s": "95"}, {**row, "arm": "bf16_compiled"}],
+                [{"commit": "aaa", "time": "t0"}], {"gpu": "H200"})
+    e2e.main(["--out", str(out), "--merge-from", str(old)])
+    rows = {r["arm"]: r for r in csv.DictReader(out.open())}
+    # the old row keeps its own run and baseline
+    assert rows["torchao_rowwise"]["commit"] == "aaa" and rows["torchao_rowwise"]["baseline_tokens_per_s"] == "100"
+    with pytest.raises(SystemExit) as e:
+        e2e.main(["--out", str(out), "--merge-from", str(tmp_path / "missing.csv")])
+    assert e.value.code == 2 and "missing.csv does not exist" in capsys.readouterr().err

@@ -244,7 +244,9 @@ def merge_outputs(out: Path, sources: list) -> None:
         new_rows, new_runs, prov = load(src)
         if not new_rows:
             fail(PROG, f"--merge-from: {src} holds no rows")
-        rows, runs = _merged(rows, new_rows), runs + new_runs
+        seen = {(r.get("commit"), r.get("time")) for r in runs}  # a file merged twice adds its runs once
+        rows = _merged(rows, new_rows)
+        runs = runs + [r for r in new_runs if (r.get("commit"), r.get("time")) not in seen]
     prov["runs"] = runs
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as fh:
