@@ -18,7 +18,7 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = Path(os.environ.get("LOWPREC_CONFIGS", REPO_ROOT / "configs"))
-SCALES = ("smoke", "tiny", "small", "paper")
+SCALES = ("smoke", "tiny", "small", "medium", "paper")
 
 
 class ConfigError(ValueError):
@@ -156,7 +156,12 @@ def data_id(data_cfg: dict) -> str:
             raise ConfigError(str(e)) from e
     key = json.dumps(key_cfg, sort_keys=True)
     src = data_cfg["source"]
-    tag = Path(str(data_cfg.get("path", ""))).stem if src == "local" else str(data_cfg.get("name", src)).replace("/", "-")
+    if src == "local":
+        tag = Path(str(data_cfg.get("path", ""))).stem
+    elif src == "debian":
+        tag = str((data_cfg.get("package") or {}).get("name", src))
+    else:
+        tag = str(data_cfg.get("name", src)).replace("/", "-")
     return f"{tag}-bpe{data_cfg['vocab_size']}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 

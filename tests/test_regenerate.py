@@ -120,3 +120,19 @@ def test_report_path_per_scale():
 def test_regenerate_without_reuse_runs_refuses(tmp_path):
     proc = _snakemake(["-n", "regenerate", "--config", "scale=smoke"], tmp_path)
     assert proc.returncode != 0 and "reuse_runs=true" in proc.stderr + proc.stdout
+
+
+def test_regenerate_an_untrained_grid_lists_it(tmp_path):
+    """A scale with no committed run yet (its grid grows job by job): regenerate succeeds and the
+    report is the list of the grid's runs, each arm with its seeds."""
+    proc = _snakemake(["regenerate", "--config", "scale=medium", "papers=[gaussws]", "reuse_runs=true"], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = proc.stdout + proc.stderr
+    assert "no run folder of gaussws at scale medium is committed" in log and "rule train" not in log
+    report = (tmp_path / "results" / "REPORT_medium.md").read_text()
+    section = report[report.index("## Runs not committed at this scale"):]
+    assert "these 12 run(s) of the grid" in section
+    for model in ("gpt2", "llama2"):
+        for method in ("bf16", "gaussws_b6"):
+            assert f"| gaussws | pre-training | {model} | {method} | 0, 1, 2 |" in section
+    assert "## Gaussian" not in report  # no paper section without runs

@@ -57,8 +57,9 @@ def _missing_section(scale: str, papers: list[str], missing: dict[str, list[str]
     """Regeneration from a partial set of committed runs (``reuse_runs``): the runs of the grid that
     are not committed at this scale, one row per arm with its seeds, so that the tables above are
     read knowing what they leave out."""
-    # a paper without any committed run is one line, not its whole grid
-    left_out = [p for p in missing if missing[p] and p not in papers]
+    # a paper without any committed run is one line, not its whole grid; with no committed run at
+    # all (a scale whose grid has not been trained yet) the grid is the whole report
+    left_out = [p for p in missing if missing[p] and p not in papers] if papers else []
     rows = {}  # (run group, model, method) -> seeds; the group is the paper or <paper>_finetune
     for paper, dirs in missing.items():
         for d in dirs if paper not in left_out else []:
@@ -132,7 +133,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="Write results/REPORT.md (or REPORT_<scale>.md) from the workflow's outputs.")
     ap.add_argument("--results", default="results")
     ap.add_argument("--scale", required=True)
-    ap.add_argument("--paper", nargs=2, action="append", metavar=("PAPER", "RUN_DIRS"), required=True,
+    ap.add_argument("--paper", nargs=2, action="append", default=[], metavar=("PAPER", "RUN_DIRS"),
                     help="paper id and a comma-separated list of its run folders (repeat per paper)")
     ap.add_argument("--missing", nargs=2, action="append", default=[], metavar=("PAPER", "RUN_DIRS"),
                     help="reuse_runs: a paper and a comma-separated list of the run folders of its grid that "
