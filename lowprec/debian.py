@@ -25,7 +25,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .io import sha256_file
+from .io import pinned_local_copy
 
 DEFAULT_MIRRORS = ("http://deb.debian.org/debian", "http://deb.debian.org/debian-security")
 AR_MAGIC = b"!<arch>\n"
@@ -57,20 +57,11 @@ def fetch_package(pkg: dict, mirrors, archive: str | None, cache: Path) -> Path:
     """Path to a verified copy of the package: ``archive`` if given, else the cache, else the first
     mirror that serves it with the pinned sha256. Nothing partial is left in the cache."""
     sha256 = pkg["sha256"]
-    if archive is not None:
-        path = Path(archive)
-        if not path.is_file():
-            raise DebianError(f"data.archive: file not found: {path}")
-        got = sha256_file(path)
-        if got != sha256:
-            raise DebianError(f"checksum mismatch for {path}: expected sha256 {sha256} (data.package.sha256), "
-                              f"got {got} (corrupt or a different version of {pkg['name']})")
-        return path
     cached = Path(cache) / package_file_name(pkg)
-    if cached.is_file():
-        if sha256_file(cached) == sha256:
-            return cached
-        cached.unlink()  # a corrupt cache entry would fail forever; fetch again
+    local = pinned_local_copy(archive, cached, sha256, DebianError,
+                              f"data.package.sha256; corrupt or a different version of {pkg['name']}")
+    if local is not None:
+        return local
     cached.parent.mkdir(parents=True, exist_ok=True)
     failures = []
     for mirror in mirrors:

@@ -68,3 +68,23 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def pinned_local_copy(archive, cached: Path, sha256: str, error: type, what: str) -> Path | None:
+    """A pinned download's file without downloading it: ``archive`` (``data.archive``) when given,
+    which must exist and match ``sha256``; else ``cached`` if it matches (a corrupt cache entry is
+    removed: it would fail forever); else None, and the caller downloads into ``cached``. ``error``
+    is raised with a message naming the file; ``what`` says what a mismatch may mean."""
+    if archive is not None:
+        path = Path(archive)
+        if not path.is_file():
+            raise error(f"data.archive: file not found: {path}")
+        got = sha256_file(path)
+        if got != sha256:
+            raise error(f"checksum mismatch for {path}: expected sha256 {sha256}, got {got} ({what})")
+        return path
+    if cached.is_file():
+        if sha256_file(cached) == sha256:
+            return cached
+        cached.unlink()
+    return None

@@ -396,8 +396,7 @@ class _FastLinearFn(torch.autograd.Function):
             _count(ctx.counts, "dgrad", qdy, qw)
             dx = plan.mm("dgrad", qdy, qw, ctx.x_dtype).reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
-            reuse_dy = qdy is not None and _is_quantized(qdy) and ("wgrad", "dy") in plan.reused
-            a = plan.operand("wgrad", "dy", None if reuse_dy else dy2d.t(), source=qdy)
+            a = plan.operand("wgrad", "dy", dy2d.t(), source=qdy)  # a view; unused where qdy is reused
             b = plan.operand("wgrad", "x", _transpose_of(x_keep), source=x_keep)
             _count(ctx.counts, "wgrad", a, b)
             dw = plan.mm("wgrad", a, b, torch.float32)

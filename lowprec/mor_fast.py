@@ -31,6 +31,7 @@ import torch
 from .gemm import FP8Operand, operand_mm, scale_kind
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, _relative_error, e4m3_spec
 from .numerics.scaling import apply_blocks
+from .recipes import GEMMS, OPERANDS
 
 
 def fast_mor_quantizer(q) -> bool:
@@ -157,8 +158,7 @@ class DecisionCounts:
     """The fast path's decision counts of one layer: (calls, E4M3 choices) per (GEMM, operand) slot
     in an int64 buffer on the layer's device, read by the quantizers' coverage tables."""
 
-    SLOTS = tuple((g, op) for g, ops in (("fprop", ("x", "w")), ("dgrad", ("dy", "w")), ("wgrad", ("dy", "x")))
-                  for op in ops)
+    SLOTS = tuple((g, op) for g in GEMMS for op in OPERANDS[g])
 
     @classmethod
     def slot(cls, gemm: str, op: str) -> int:

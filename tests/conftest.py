@@ -76,16 +76,24 @@ def assert_equal_or_both_nan(got, want):
 
 
 @pytest.fixture
-def scaled_mm_calls(monkeypatch) -> dict:
+def count_calls(monkeypatch):
+    """count_calls(obj, name) -> {"n": calls of obj.name so far}: the attribute wrapped by a counter
+    (the way a test checks that a path really ran)."""
+    def wrap(obj, name: str) -> dict:
+        calls = {"n": 0}
+        real = getattr(obj, name)
+
+        def counting(*a, **kw):
+            calls["n"] += 1
+            return real(*a, **kw)
+
+        monkeypatch.setattr(obj, name, counting)
+        return calls
+    return wrap
+
+
+@pytest.fixture
+def scaled_mm_calls(count_calls) -> dict:
     """{"n": calls of torch._scaled_mm so far}: the FP8 GEMMs that really ran on the FP8 path."""
     import torch
-
-    calls = {"n": 0}
-    real = torch._scaled_mm
-
-    def counting(*a, **kw):
-        calls["n"] += 1
-        return real(*a, **kw)
-
-    monkeypatch.setattr(torch, "_scaled_mm", counting)
-    return calls
+    return count_calls(torch, "_scaled_mm")

@@ -27,7 +27,7 @@ def _run(layer, x, g):
 
 @pytest.mark.parametrize("recipe", [RECIPES["fp8_tensorwise_current"], RECIPES["fp8_hybrid"],
                                     RECIPES["fp8_delayed"], FP8_ROWWISE])
-def test_emulation_scaled_mm_shortcut_equals_emulation(recipe, monkeypatch):
+def test_emulation_scaled_mm_shortcut_equals_emulation(recipe, monkeypatch, count_calls):
     """The emulation's own CUDA shortcut (QTensors through _scaled_mm), with the fast path off."""
     import lowprec.linear as lin
 
@@ -38,14 +38,7 @@ def test_emulation_scaled_mm_shortcut_equals_emulation(recipe, monkeypatch):
     convert(fast, recipe)
     convert(emu, recipe)
     x, g = torch.randn(384, 512, device="cuda"), torch.randn(384, 256, device="cuda")
-    calls = {"n": 0}
-    real = gemm_mod.scaled_mm
-
-    def counting(qa, qb):
-        calls["n"] += 1
-        return real(qa, qb)
-
-    monkeypatch.setattr(lin, "scaled_mm", counting)
+    calls = count_calls(lin, "scaled_mm")
     yf, dxf, dwf = _run(fast, x, g)
     assert calls["n"] == 3  # all three GEMMs took the FP8 tensor-core path
     monkeypatch.setattr(lin, "fast_path_applies", lambda *a: False)
@@ -168,7 +161,7 @@ def test_blockwise_fp8_mm(kind_b):
 
 
 @pytest.mark.parametrize("rule", ["absmax", "none"])
-def test_int8_fallback_fused_gemm_equals_emulation(rule, monkeypatch):
+def test_int8_fallback_fused_gemm_equals_emulation(rule, count_calls):
     from lowprec.int8_fallback import int8_fallback_recipe
     from lowprec.kernels import int8_fallback_gemm as kf
 
@@ -181,14 +174,7 @@ def test_int8_fallback_fused_gemm_equals_emulation(rule, monkeypatch):
     convert(emu, int8_fallback_recipe({"rule": rule, "tau": 4.0}))  # gemm: emulated, the default
     x, g = torch.randn(320, 256, device="cuda"), torch.randn(320, 192, device="cuda")
     x[7, :40] *= 60.0  # planted outliers: some blocks of X fall back under the absmax rule
-    calls = {"n": 0}
-    real = kf.gemm_fallback_qtensors
-
-    def counting(fqa, fqb, **kw):
-        calls["n"] += 1
-        return real(fqa, fqb, **kw)
-
-    monkeypatch.setattr(kf, "gemm_fallback_qtensors", counting)
+    calls = count_calls(kf, "gemm_fallback_qtensors")
     yf, dxf, dwf = _run(fast, x, g)
     assert calls["n"] == 3  # all three GEMMs ran on the INT8 kernel
     ye, dxe, dwe = _run(emu, x, g)
@@ -203,7 +189,7 @@ def test_int8_fallback_fused_gemm_equals_emulation(rule, monkeypatch):
     QuantSpec("e4m3", "block", block=(128, 128)), QuantSpec("int8", "block", block=(32, 32)),
     QuantSpec("int8", "block", block=(32, 32), rounding="stochastic"), QuantSpec("int8", "channel", axis=-1),
 ])
-def test_cuda_quantize_dispatch_is_bit_exact(spec, monkeypatch):
+def test_cuda_quantize_dispatch_is_bit_exact(spec, monkeypatch, count_calls):
     from lowprec.kernels import quantize as kq
     from lowprec.numerics import quantize, scaling
 
@@ -212,14 +198,7 @@ def test_cuda_quantize_dispatch_is_bit_exact(spec, monkeypatch):
     torch.manual_seed(0)
     x = torch.randn(300, 520, device="cuda") * torch.logspace(-3, 3, 520, device="cuda")
     x[5, 7], x[9, 1] = float("nan"), float("inf")
-    calls = {"n": 0}
-    real = kq.quantize_spec
-
-    def counting(*a, **kw):
-        calls["n"] += 1
-        return real(*a, **kw)
-
-    monkeypatch.setattr(kq, "quantize_spec", counting)
+    calls = count_calls(kq, "quantize_spec")
     g1, g2 = torch.Generator(device="cuda").manual_seed(3), torch.Generator(device="cuda").manual_seed(3)
     qk = quantize(x, spec, generator=g1 if spec.rounding == "stochastic" else None)
     assert calls["n"] == 1
