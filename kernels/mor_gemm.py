@@ -391,6 +391,39 @@ def _check_operand(op: MoROperand, name: str) -> None:
         raise ValueError(f"{name}: tensors on several devices {sorted(map(str, devs))}")
 
 
+def _check_pair(a: MoROperand, b: MoROperand) -> tuple:
+    """(M, N, K) of two operands the kernel can multiply, else an error naming the problem."""
+    _check_operand(a, "a")
+    _check_operand(b, "b")
+    _require_triton(a.hp)
+    if b.hp.device != a.hp.device:
+        raise ValueError(f"a and b on different devices: {a.hp.device} and {b.hp.device}")
+    M, K = a.hp.shape
+    N, kb = b.hp.shape
+    if kb != K:
+        raise ValueError(f"reduction dimensions differ: a {tuple(a.hp.shape)}, b {tuple(b.hp.shape)}")
+    if not supported(a.block, b.block, K):
+        raise ValueError(f"blocks {a.block} and {b.block}: a block narrower than K must have a width "
+                         f"that is a multiple of {_MIN_BLOCK_K}")
+    return M, N, K
+
+
+def bf16_fixup(a: MoROperand, b: MoROperand, out: torch.Tensor, info: Optional[torch.Tensor] = None) -> None:
+    """The fix-up mode on its own, for an FP8 product computed elsewhere (``lowprec.mor_fast``): ``out``
+    (M, N, row-major fp32 or bf16) is left as it is when both operands chose E4M3 (decided on the
+    device; every program returns at once), else overwritten with the BF16 loop's product. info as
+    in ``mor_gemm`` (3 when both chose E4M3, 2 for the BF16 loop)."""
+    M, N, K = _check_pair(a, b)
+    if tuple(out.shape) != (M, N) or out.dtype not in _OUT_DTYPES or not out.is_contiguous() \
+            or out.device != a.hp.device:
+        raise ValueError(f"out must be a row-major float32 or bfloat16 ({M}, {N}) tensor on {a.hp.device}, got "
+                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
+    if info is None:
+        info = torch.empty(3, dtype=torch.int32, device=out.device)
+    if M and N and K:
+        _launch(a, b, out, info, "precise", None, fixup=True)
+
+
 def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float32, fp8_accum: str = "precise",
              backend: str = "auto", config: Optional[GemmConfig] = None,
              info: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -403,24 +436,13 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
     torch refusing a shape also sends it to triton, remembered). info: an int32
     tensor of 3 that receives (A chose E4M3, B chose E4M3, what multiplied: 1 the FP8 loop, 2 the
     BF16 loop, 3 torch._scaled_mm, 0 nothing for an empty product)."""
-    _check_operand(a, "a")
-    _check_operand(b, "b")
-    _require_triton(a.hp)
-    if b.hp.device != a.hp.device:
-        raise ValueError(f"a and b on different devices: {a.hp.device} and {b.hp.device}")
+    M, N, K = _check_pair(a, b)
     if out_dtype not in _OUT_DTYPES:
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
     if fp8_accum not in FP8_ACCUM:
         raise ValueError(f"fp8_accum must be one of {FP8_ACCUM}, got {fp8_accum!r}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    M, K = a.hp.shape
-    N, kb = b.hp.shape
-    if kb != K:
-        raise ValueError(f"reduction dimensions differ: a {tuple(a.hp.shape)}, b {tuple(b.hp.shape)}")
-    if not supported(a.block, b.block, K):
-        raise ValueError(f"blocks {a.block} and {b.block}: a block narrower than K must have a width "
-                         f"that is a multiple of {_MIN_BLOCK_K}")
     dev = a.hp.device
     if info is None:
         info = torch.empty(3, dtype=torch.int32, device=dev)
