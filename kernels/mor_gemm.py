@@ -539,27 +539,20 @@ def _scaled_mm_device(device) -> bool:
 
 
 def _scaled_mm(a: MoROperand, b: MoROperand, kind: str, out_dtype: torch.dtype, fp8_accum: str):
-    """The FP8 product by torch._scaled_mm in out_dtype (bf16 for row- and blockwise scales), or
-    None if torch refuses it (remembered: the Triton loop runs that case from then on). Decode
-    scales 1 / s: one tiny launch per operand; codes are read in place (B column-major = K-major)."""
+    """The FP8 product by torch._scaled_mm (``lowprec.gemm.fp8_mm``) in out_dtype (bf16 for row- and
+    blockwise scales), or None if torch refuses it (remembered: the Triton loop runs that case from
+    then on). Codes are read in place (B column-major = K-major)."""
+    from lowprec.gemm import fp8_mm
+
     M, K = a.hp.shape
     N = b.hp.shape[0]
-    inv_a, inv_b = a.scales.reciprocal(), b.scales.reciprocal()
-    if kind == "tensorwise":
-        inv_a, inv_b = inv_a.reshape(()), inv_b.reshape(())
-    elif kind == "rowwise":
-        out_dtype = torch.bfloat16
-        inv_a = inv_a.reshape(-1, 1).expand(M, 1).contiguous()
-        inv_b = inv_b.reshape(1, -1).expand(1, N).contiguous()
-    else:
-        # 1 x 128 scales of A's rows, (M, K/128) with stride 1 along M; B's 128 x 128 grid as
-        # (K/128, N/128) with stride 1 along K/128: the layout that ran on an H200 (torch 2.11)
-        out_dtype = torch.bfloat16
-        inv_a = inv_a.repeat_interleave(128, dim=0).t().contiguous().t()
-        inv_b = inv_b.contiguous().t()
+    if kind == "blockwise":
+        kinds = ("128x128", "128x128")
+    else:  # one scale ("tensor") or one per row: fp8_mm pairs a tensor scale with row scales
+        kinds = tuple("tensor" if op.scales.numel() == 1 else "row" for op in (a, b))
     try:
-        return torch._scaled_mm(a.codes, b.codes.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype,
-                                use_fast_accum=fp8_accum == "fast")
+        return fp8_mm(a.codes, a.scales, kinds[0], b.codes, b.scales, kinds[1],
+                      out_dtype if kind == "tensorwise" else torch.bfloat16, fast_accum=fp8_accum == "fast")
     except (RuntimeError, ValueError):
         _SCALED_MM_REFUSED.add((kind, M, N, K))
         return None
