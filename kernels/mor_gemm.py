@@ -6,6 +6,9 @@ API::
     MoROperand(hp, codes, scales, block, rel_error, threshold)   # one operand, reduction dim last
     mor_gemm(a, b, out_dtype=torch.float32, fp8_accum="precise", backend="auto", config=None, info=None)
         -> (M, N) tensor
+    bf16_fixup(a, b, out, info=None)      # the fix-up mode alone, over an FP8 product made elsewhere
+    block_scaled_fp8_mm(a_codes, a_scales, a_block, b_codes, b_scales, b_block, out_dtype)
+        -> (M, N) tensor: the FP8 loop for two E4M3 operands (block pairs cuBLAS refuses)
     fp32_threshold(threshold) -> float
     supported(block_a, block_b, k=None) -> bool, scaled_mm_applies(a, b) -> kind or None
     triton_available(device=None), interpreter_active()
@@ -68,12 +71,14 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
+from lowprec.numerics.scaled_mm import fp8_mm
+
 from . import _common as _c
 from ._common import _cdiv, _check_block
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["MoROperand", "mor_gemm", "fp32_threshold", "supported", "scaled_mm_applies", "GemmConfig",
+__all__ = ["MoROperand", "mor_gemm", "bf16_fixup", "block_scaled_fp8_mm", "fp32_threshold", "supported", "scaled_mm_applies", "GemmConfig",
            "triton_available", "interpreter_active", "FP8_ACCUM", "BACKENDS"]
 
 FP8_ACCUM = ("precise", "fast")
@@ -467,6 +472,24 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
     return out if out.dtype == out_dtype else out.to(out_dtype)
 
 
+def block_scaled_fp8_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block: tuple, b_codes: torch.Tensor,
+                        b_scales: torch.Tensor, b_block: tuple, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``dequant(A) @ dequant(B).T`` of two E4M3 operands on this kernel's FP8 loop: codes (M, K) and
+    (N, K) (float8_e4m3fn, any strides) with fp32 encode-scale grids over (R, C) blocks. For the
+    block pairs cuBLAS refuses (1x128 x 1x128, DeepSeek-style recipes' weight gradient): each
+    K-step's partial product is scaled by its blocks' 1 / s and added to the fp32 accumulator."""
+    a = _e4m3_operand(a_codes, a_scales, a_block)
+    b = _e4m3_operand(b_codes, b_scales, b_block)
+    return mor_gemm(a, b, out_dtype, backend="triton")
+
+
+def _e4m3_operand(codes: torch.Tensor, scales: torch.Tensor, block: tuple) -> MoROperand:
+    # decided E4M3 (error 0 against threshold 0): the FP8 loop never reads hp, so it is a
+    # zero-stride bf16 placeholder of the codes' shape
+    hp = torch.zeros((), dtype=torch.bfloat16, device=codes.device).expand(codes.shape)
+    return MoROperand(hp, codes, scales, tuple(block), torch.zeros((), dtype=torch.float32, device=codes.device), 0.0)
+
+
 BACKENDS = ("auto", "triton", "scaled_mm")
 
 
@@ -539,11 +562,9 @@ def _scaled_mm_device(device) -> bool:
 
 
 def _scaled_mm(a: MoROperand, b: MoROperand, kind: str, out_dtype: torch.dtype, fp8_accum: str):
-    """The FP8 product by torch._scaled_mm (``lowprec.gemm.fp8_mm``) in out_dtype (bf16 for row- and
+    """The FP8 product by torch._scaled_mm (``lowprec.numerics.scaled_mm.fp8_mm``) in out_dtype (bf16 for row- and
     blockwise scales), or None if torch refuses it (remembered: the Triton loop runs that case from
     then on). Codes are read in place (B column-major = K-major)."""
-    from lowprec.gemm import fp8_mm
-
     M, K = a.hp.shape
     N = b.hp.shape[0]
     if kind == "blockwise":

@@ -13,16 +13,12 @@ amax rule, ``scale_from_amax`` and a saturating round-to-nearest-even cast; the 
 the GEMM differs from the emulation only in accumulation order and in multiplying by the fp32
 reciprocal of the encode scale instead of dividing by it.
 
-Scale layouts ``_scaled_mm`` takes (checked on an H200 with torch 2.11; see ``FP8_PAIRS``):
-    tensor x tensor      scale_a (), scale_b ()                           any output dtype
-    row x row            scale_a (M, 1), scale_b (1, N)                   bf16 output
-    1x128 x 128x128      scale_a (M, K/128), scale_b (K/128, N/128),       bf16 output, CUDA only,
-                         strides in ``fp8_mm``; K a multiple of 512 (``shape_fits``)
-(1x128 x 1x128, the weight gradient of DeepSeek-style recipes, was refused on the H200 with torch 2.11
-in every layout tried.)
-(a tensor scale pairs with a row scale by broadcasting it to a vector). Any other pair, or a shape
-cuBLASLt refuses (K and N must be multiples of 16), multiplies the dequantized operands in fp32: the
-emulation's arithmetic, still exact codes.
+The pairs of scale kinds with a hardware GEMM are ``FP8_PAIRS``: ``torch._scaled_mm``
+(``lowprec.numerics.scaled_mm``: per-tensor and per-row scales, and 1x128 x 128x128 blocks on CUDA),
+and 1x128 x 1x128 blocks, the weight gradient of DeepSeek-style recipes, which cuBLAS refuses: the
+Triton FP8 loop of ``lowprec.kernels.mor_gemm`` scales each K-step's partial product by its blocks'
+scales (``block_scaled_fp8_mm``). Any other pair, or a shape they refuse (``shape_fits``),
+multiplies the dequantized operands in fp32: the emulation's arithmetic, still exact codes.
 """
 
 from __future__ import annotations
@@ -34,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from .numerics import QuantSpec, to_torch_dtype
+from .numerics.scaled_mm import fp8_mm
 from .numerics.scaling import (_blocks_view, _resolve_block, apply_blocks, expand_blocks, gam_block_scales,
                                scale_from_amax)
 
@@ -57,15 +54,12 @@ def scale_kind(spec) -> Optional[str]:
     return None
 
 
-# (kind of a, kind of b) pairs that _scaled_mm multiplies, and whether they need a CUDA device; a's
-# 128x128 grid goes to cuBLAS as the 1x128 scales of its rows
-FP8_PAIRS = {(_TENSOR, _TENSOR): False, (_ROW, _ROW): False, (_TENSOR, _ROW): False, (_ROW, _TENSOR): False,
-             ("1x128", "128x128"): True, ("128x128", "128x128"): True}
-
-
-def fp8_pair_supported(kind_a: str, kind_b: str, spec_a: QuantSpec, spec_b: QuantSpec) -> bool:
-    """Whether two operands of these kinds go to ``_scaled_mm`` (else the fp32 fallback GEMM)."""
-    return (kind_a, kind_b) in FP8_PAIRS and not (spec_a.fmt == spec_b.fmt == "e5m2")
+# (kind of a, kind of b) pairs with a hardware GEMM, and what runs them: "scaled_mm" (torch._scaled_mm
+# on any device torch has it for), "scaled_mm_cuda" (cuBLAS only; a's 128x128 grid goes as the 1x128
+# scales of its rows), "triton" (``block_scaled_fp8_mm``, E4M3 only)
+FP8_PAIRS = {(_TENSOR, _TENSOR): "scaled_mm", (_ROW, _ROW): "scaled_mm", (_TENSOR, _ROW): "scaled_mm",
+             (_ROW, _TENSOR): "scaled_mm", ("1x128", "128x128"): "scaled_mm_cuda",
+             ("128x128", "128x128"): "scaled_mm_cuda", ("1x128", "1x128"): "triton"}
 
 
 def quantize_fp8(t: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
@@ -113,37 +107,6 @@ class FP8Operand(NamedTuple):
         return FP8Operand(self.codes.t().contiguous(), self.scale.t().contiguous(), self.spec, self.kind)
 
 
-def _decode(scale: torch.Tensor) -> torch.Tensor:
-    return torch.reciprocal(scale.float())
-
-
-def fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, kind_a: str, b8: torch.Tensor, scale_b: torch.Tensor,
-           kind_b: str, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
-    """``dequant(a) @ dequant(b).T`` on FP8 tensor cores: a8 (M, K) and b8 (N, K) row-major codes
-    with their encode-scale grids (``quantize_fp8``) of the given kinds (a pair of ``FP8_PAIRS``).
-    ``fast_accum``: Hopper's FP8 accumulation without the periodic promotion to fp32 (faster,
-    fewer bits; see ``FAST_ACCUM``), for tensor and row scales (block scales always promote)."""
-    inv_a, inv_b = _decode(scale_a), _decode(scale_b)
-    if kind_a == "128x128":  # each row takes its block's scale
-        inv_a, kind_a = inv_a.repeat_interleave(128, dim=0)[: a8.shape[0]], "1x128"
-    if kind_a == "1x128":
-        # a's grid (M, K/128) with stride 1 along M ("outer-dim-major"); b's 128x128 grid
-        # transposed to (K/128, N/128) with stride 1 along K/128: the layout that ran on the H200
-        # (torch 2.11) with K/128 a multiple of 4 (see shape_fits)
-        inv_a = inv_a.t().contiguous().t()
-        inv_b = inv_b.contiguous().t()
-        # no fast accumulation here: cuBLAS refuses it with block scales (torch 2.11, H200)
-        return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16).to(out_dtype)
-    if kind_a == kind_b == _TENSOR:
-        return torch._scaled_mm(a8, b8.t(), scale_a=inv_a.reshape(()), scale_b=inv_b.reshape(()),
-                                out_dtype=out_dtype, use_fast_accum=fast_accum)
-    # row-wise on either side: both scales as vectors, bf16 output (cuBLASLt's rule)
-    inv_a = inv_a.reshape(-1, 1).expand(a8.shape[0], 1).contiguous()
-    inv_b = inv_b.reshape(1, -1).expand(1, b8.shape[0]).contiguous()
-    return torch._scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16,
-                            use_fast_accum=fast_accum).to(out_dtype)
-
-
 def dequantized_mm(a8: torch.Tensor, scale_a: torch.Tensor, spec_a: QuantSpec, b8: torch.Tensor,
                    scale_b: torch.Tensor, spec_b: QuantSpec) -> torch.Tensor:
     """fp32 ``dequant(a) @ dequant(b).T``: the fallback for pairs and shapes ``_scaled_mm`` refuses."""
@@ -168,15 +131,48 @@ def shape_fits(a: torch.Tensor, b: torch.Tensor, kind_a: str, kind_b: str) -> bo
     return True
 
 
+def hardware_route(a: "FP8Operand", b: "FP8Operand") -> Optional[str]:
+    """What multiplies two quantized operands: "scaled_mm", "triton" (``FP8_PAIRS``), or None for the
+    fp32 GEMM of the dequantized codes (another pair, two E5M2 operands, a device or shape refused)."""
+    where = FP8_PAIRS.get((a.kind, b.kind))
+    if where is None or a.spec.fmt == b.spec.fmt == "e5m2":
+        return None
+    if where == "triton":  # any shape: the kernel masks partial tiles
+        from .kernels import mor_gemm as kg
+        e4m3 = a.spec.fmt == b.spec.fmt == "e4m3"
+        return "triton" if e4m3 and kg.triton_available(a.codes.device) else None
+    fits = shape_fits(a.codes, b.codes, a.kind, b.kind)
+    return "scaled_mm" if fits and (where == "scaled_mm" or a.codes.is_cuda) else None
+
+
 def operand_mm(a: FP8Operand, b: FP8Operand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
-    """``dequant(a) @ dequant(b).T`` of two quantized operands: on ``_scaled_mm`` where the pair, the
-    device and the shape allow, else in fp32 from the same codes."""
-    hardware = (fp8_pair_supported(a.kind, b.kind, a.spec, b.spec)
-                and (a.codes.is_cuda or not FP8_PAIRS[(a.kind, b.kind)])
-                and shape_fits(a.codes, b.codes, a.kind, b.kind))
-    if hardware:
+    """``dequant(a) @ dequant(b).T`` of two quantized operands: on the hardware GEMM of their pair
+    where the device and the shape allow (``hardware_route``), else in fp32 from the same codes."""
+    route = hardware_route(a, b)
+    if route == "scaled_mm":
         return fp8_mm(a.codes, a.scale, a.kind, b.codes, b.scale, b.kind, out_dtype, fast_accum)
+    if route == "triton":
+        return block_scaled_fp8_mm(a.codes, a.scale, _BLOCK_OF[a.kind], b.codes, b.scale, _BLOCK_OF[b.kind],
+                                   out_dtype)
     return dequantized_mm(a.codes, a.scale, a.spec, b.codes, b.scale, b.spec).to(out_dtype)
+
+
+_BLOCK_OF = {"1x128": [1, 128], "128x128": [128, 128]}
+
+
+# an opaque node in a compiled graph: Dynamo does not trace the Triton launcher's host logic
+@torch.library.custom_op("lowprec::block_scaled_fp8_mm", mutates_args=())
+def block_scaled_fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, block_a: list[int], b8: torch.Tensor,
+                        scale_b: torch.Tensor, block_b: list[int], out_dtype: torch.dtype) -> torch.Tensor:
+    """``dequant(a) @ dequant(b).T`` of E4M3 codes a8 (M, K) and b8 (N, K) with encode-scale grids
+    over (R, C) blocks, on the Triton FP8 loop (``lowprec.kernels.mor_gemm.block_scaled_fp8_mm``)."""
+    from .kernels import mor_gemm as kg
+    return kg.block_scaled_fp8_mm(a8, scale_a, tuple(block_a), b8, scale_b, tuple(block_b), out_dtype)
+
+
+@block_scaled_fp8_mm.register_fake
+def _(a8, scale_a, block_a, b8, scale_b, block_b, out_dtype):
+    return a8.new_empty((a8.shape[0], b8.shape[0]), dtype=out_dtype)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -95,5 +95,5 @@ def count_calls(monkeypatch):
 @pytest.fixture
 def scaled_mm_calls(count_calls) -> dict:
     """{"n": calls of torch._scaled_mm so far}: the FP8 GEMMs that really ran on the FP8 path."""
-    import torch
-    return count_calls(torch, "_scaled_mm")
+    from lowprec.numerics import scaled_mm
+    return count_calls(scaled_mm, "_scaled_mm")

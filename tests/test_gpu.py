@@ -65,11 +65,15 @@ FAST_RECIPES = ["bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise"]
 
 
 @pytest.mark.parametrize("name", FAST_RECIPES + ["fp8_rowwise"])
-def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls):
+def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls, count_calls):
     """Each GEMM of the fast path against the emulation on the same operands: the same codes and
-    scales, outputs within an SQNR floor, and the FP8 GEMMs really on _scaled_mm."""
-    from lowprec.gemm import FastPlan, quantize_fp8, scale_kind, shape_fits
+    scales, outputs within an SQNR floor, and the FP8 GEMMs really on _scaled_mm or the Triton FP8
+    loop."""
+    from lowprec.gemm import FastPlan, FP8Operand, quantize_fp8
+    from lowprec.kernels import mor_gemm as kg
     from lowprec.numerics import quantize
+
+    triton_calls = count_calls(kg, "mor_gemm")
 
     recipe = FP8_ROWWISE if name == "fp8_rowwise" else RECIPES[name]
     plan = FastPlan.for_recipe(recipe)
@@ -83,7 +87,7 @@ def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls):
         spec_a, spec_b = recipe.gemm(g)
         ref = (a.float() if spec_a is None else quantize(a, spec_a).dequantize().float()) @ \
               (b.bfloat16().float() if spec_b is None else quantize(b, spec_b).dequantize().float()).t()
-        before = calls["n"]
+        before, triton_before = calls["n"], triton_calls["n"]
         out = plan.gemm(g, a, b, torch.float32)
         fp8 = spec_a is not None
         for t, spec in ((a, spec_a), (b, spec_b)):
@@ -91,9 +95,11 @@ def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls):
                 codes, scale = quantize_fp8(t, spec)
                 q = quantize(t, spec)
                 assert torch.equal(codes.float(), q.codes) and torch.equal(scale, q.scale)
-        pair = (scale_kind(spec_a), scale_kind(spec_b)) if fp8 else None
-        expect_hw = fp8 and pair in gemm_mod.FP8_PAIRS and shape_fits(a, b, *pair)
-        assert (calls["n"] - before == 1) == expect_hw, (g, pair)
+        route = gemm_mod.hardware_route(FP8Operand.of(a, spec_a), FP8Operand.of(b, spec_b)) if fp8 else None
+        assert (calls["n"] - before == 1) == (route == "scaled_mm"), (g, route)
+        assert (triton_calls["n"] - triton_before == 1) == (route == "triton"), (g, route)
+        if name == "fp8_blockwise":  # 1x128 x 128x128 on cuBLAS, the weight gradient's 1x128 pair on Triton
+            assert route == ("triton" if g == "wgrad" else "scaled_mm")
         # bf16 GEMMs and row/block scaling return bf16; Hopper's FP8 tensor cores accumulate with
         # fewer bits between promotions to fp32 (tensor x tensor: 55.5 dB measured on an H200)
         floor = 45
@@ -166,7 +172,8 @@ def test_compiled_model_has_no_graph_breaks(method):
 def test_blockwise_fp8_mm(kind_b):
     """DeepSeek-style block scales on _scaled_mm (the layouts FP8_PAIRS lists), against the fp32
     GEMM of the same codes."""
-    from lowprec.gemm import fp8_mm, quantize_fp8
+    from lowprec.gemm import quantize_fp8
+    from lowprec.numerics.scaled_mm import fp8_mm
 
     torch.manual_seed(0)
     a, b = torch.randn(256, 512, device="cuda"), torch.randn(384, 512, device="cuda")

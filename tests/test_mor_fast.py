@@ -161,7 +161,7 @@ def test_compiled_mor_model_has_one_graph_and_trains_like_eager(partition, monke
 
     dynamo.reset()
     explained = dynamo.explain(loss)(comp)
-    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, [str(b.reason)[:300] for b in explained.break_reasons]
     recipe_c.gemm("fprop")[0].reset_coverage()
     dynamo.reset()
     loss_c = torch.compile(loss)(comp)

@@ -23,8 +23,8 @@ Every arm's step is forward, loss, backward and a fused AdamW step, quantization
 one after another (a 1B model with its AdamW state is ~18 GB: all arms at once do not fit); the
 baseline is measured first and again last, and the ratios are against the mean of the two (their
 spread is in the provenance as the drift of the run). ``lowp_gemms_per_step`` counts the
-low-precision GEMMs of one profiled step (``aten::_scaled_mm`` calls and the Triton INT8 GEMM
-kernels): 0 for an arm with a hardware path (``HARDWARE_ARMS``) means nothing ran on low-precision
+low-precision GEMMs of one profiled step (``aten::_scaled_mm`` calls, the Triton FP8 loop of
+block-scaled pairs and the Triton INT8 GEMM kernels): 0 for an arm with a hardware path (``HARDWARE_ARMS``) means nothing ran on low-precision
 hardware, and the run fails; sub-tensor MoR has no hardware GEMM yet and counts 0.
 ``--merge`` keeps the rows of other (shape, arm) pairs already in ``--out``; ``--merge-from`` merges the
 CSVs of other runs (a GPU job's output) into ``--out`` without measuring. Each run measures its own
@@ -73,8 +73,10 @@ FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs
           "lowp_gemms_per_step", "step_ms", "batch", "seq", "n_params", "steps", "repeats", "baseline_tokens_per_s",
           "commit"]
 # kernels counted as low-precision GEMMs in the profiled step
-_LOWP_OPS = ("aten::_scaled_mm",)
-_LOWP_KERNELS = ("_gemm_kernel",)  # lowprec.kernels.int8_fallback_gemm
+# (the Triton FP8 loop of block-scaled pairs by its operator: the MoR kernel's launches include
+# fix-ups that return at once, which are no GEMM)
+_LOWP_OPS = ("aten::_scaled_mm", "lowprec::block_scaled_fp8_mm")
+_LOWP_KERNELS = ("_gemm_kernel",)  # lowprec.kernels.int8_fallback_gemm, by name prefix
 
 
 def _parse(argv):
@@ -139,7 +141,7 @@ def lowp_gemms(fn, opt, batches, table: Path | None = None) -> int:
     n = 0
     for e in prof.events():
         if e.name in _LOWP_OPS or (e.device_type == torch.autograd.DeviceType.CUDA
-                                   and any(k in e.name for k in _LOWP_KERNELS)):
+                                   and e.name.startswith(_LOWP_KERNELS)):
             n += 1
     return n
 
