@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .gemm import FastPlan, FP8Operand, fast_path_applies, scaled_mm
-from .mor_fast import DecisionCounts, MoROperand, count_decisions_
+from .mor_fast import DecisionCounts, MoROperand, count_gemm
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
 from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe
 from .telemetry import Telemetry
@@ -419,11 +419,8 @@ def _transpose_of(kept):
 
 
 def _count(counts, gemm: str, a, b) -> None:
-    if counts is None:
-        return
-    for op, operand in zip(OPERANDS[gemm], (a, b)):
-        if isinstance(operand, MoROperand):
-            count_decisions_(counts, DecisionCounts.slot(gemm, op), operand.e4m3)
+    if counts is not None and isinstance(a, MoROperand):  # a "mor" GEMM: both operands decided
+        count_gemm(counts, gemm, a, b)
 
 
 # an operand kept for the backward travels through save_for_backward as four tensors (or Nones)

@@ -111,32 +111,36 @@ def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: boo
 
 
 def _fixup_args(op: MoROperand) -> tuple:
-    return op.fp8.codes, op.fp8.scale, op.hp, op.e4m3, op.fp8.kind, op.fp8_t, op.hp_t
+    # the choice as the Triton kernel reads it, an error of 0 (E4M3) or +inf (BF16) against a
+    # threshold of 0, made here in traced ops that Inductor fuses (inside the operator each would be
+    # a launch of its own)
+    error = torch.where(op.e4m3, 0.0, float("inf")).to(torch.float32)
+    return op.fp8.codes, op.fp8.scale, op.hp, error, op.fp8.kind, op.fp8_t, op.hp_t
 
 
-def _from_args(codes, scale, hp, e4m3, kind, fp8_t, hp_t) -> MoROperand:
-    spec = None  # the fix-up needs codes, scales and their kind only
-    return MoROperand(FP8Operand(codes, scale, spec, kind), e4m3, hp, fp8_t, hp_t)
+def _from_args(codes, scale, hp, kind, fp8_t, hp_t) -> MoROperand:
+    # the fix-up needs codes, scales and their kind only (no spec); the choice travels as an error
+    return MoROperand(FP8Operand(codes, scale, None, kind), None, hp, fp8_t, hp_t)
 
 
 # An operator the compiled graph keeps as one opaque node: Inductor neither traces into the Triton
 # launch nor reads the choices, and the output buffer is updated in place.
 @torch.library.custom_op("lowprec::mor_bf16_fixup_", mutates_args=("out",))
 def bf16_fixup_(out: torch.Tensor,
-                a_codes: torch.Tensor, a_scale: torch.Tensor, a_hp: torch.Tensor, a_e4m3: torch.Tensor,
+                a_codes: torch.Tensor, a_scale: torch.Tensor, a_hp: torch.Tensor, a_error: torch.Tensor,
                 a_kind: str, a_fp8_t: bool, a_hp_t: bool,
-                b_codes: torch.Tensor, b_scale: torch.Tensor, b_hp: torch.Tensor, b_e4m3: torch.Tensor,
+                b_codes: torch.Tensor, b_scale: torch.Tensor, b_hp: torch.Tensor, b_error: torch.Tensor,
                 b_kind: str, b_fp8_t: bool, b_hp_t: bool) -> None:
     """Unless both operands chose E4M3, ``out = values(a) @ values(b).T`` (``MoROperand.values``,
     fp32 accumulation): on the Triton MoR GEMM's fix-up mode where Triton runs on ``out``'s device
     (the choice read there), else in torch (the host reads the choice)."""
-    a = _from_args(a_codes, a_scale, a_hp, a_e4m3, a_kind, a_fp8_t, a_hp_t)
-    b = _from_args(b_codes, b_scale, b_hp, b_e4m3, b_kind, b_fp8_t, b_hp_t)
     from .kernels import mor_gemm as kg
+    a = _from_args(a_codes, a_scale, a_hp, a_kind, a_fp8_t, a_hp_t)
+    b = _from_args(b_codes, b_scale, b_hp, b_kind, b_fp8_t, b_hp_t)
     if kg.triton_available(out.device):
-        kg.bf16_fixup(_kernel_operand(a), _kernel_operand(b), out)
-    elif not bool(torch.logical_and(a.e4m3, b.e4m3)):
-        out.copy_(a.values() @ b.values().t())
+        kg.bf16_fixup(_kernel_operand(a, a_error), _kernel_operand(b, b_error), out)
+    elif not bool(torch.logical_and(a_error == 0, b_error == 0)):
+        out.copy_(a._replace(e4m3=a_error == 0).values() @ b._replace(e4m3=b_error == 0).values().t())
 
 
 @bf16_fixup_.register_fake
@@ -144,13 +148,12 @@ def _(out, *args):
     return None
 
 
-def _kernel_operand(op: MoROperand):
+def _kernel_operand(op: MoROperand, error: torch.Tensor):
     """The Triton MoR GEMM's operand: views in the operand's orientation (the kernel reads any
-    strides) and the choice as an error of 0 (E4M3) or +inf (BF16) against a threshold of 0."""
+    strides) and the choice as ``error`` against a threshold of 0 (``_fixup_args``)."""
     from .kernels import mor_gemm as kg
     codes, scale = (op.fp8.codes.t(), op.fp8.scale.t()) if op.fp8_t else (op.fp8.codes, op.fp8.scale)
     hp = op.hp.t() if op.hp_t else op.hp
-    error = torch.where(op.e4m3, 0.0, float("inf")).to(torch.float32)
     return kg.MoROperand(hp, codes, scale, _block(op.fp8.kind, codes.shape), error, 0.0)
 
 
@@ -158,15 +161,23 @@ def _kernel_operand(op: MoROperand):
 # Decision counts
 
 
+def count_gemm(counts: torch.Tensor, gemm: str, a: MoROperand, b: MoROperand) -> None:
+    """Adds one call and each operand's choice to the GEMM's two slots of a layer's counts: the
+    update is built in traced ops (Inductor fuses it), the buffer written by one operator call."""
+    slot = DecisionCounts.slot(gemm, OPERANDS[gemm][0])
+    e4m3 = torch.stack([a.e4m3, b.e4m3]).to(counts.dtype)
+    count_decisions_(counts, slot, torch.stack([torch.ones_like(e4m3), e4m3], dim=1))
+
+
+# An operator that mutates the buffer keeps the update in the compiled graph, forward and backward
 @torch.library.custom_op("lowprec::count_decisions_", mutates_args=("counts",))
-def count_decisions_(counts: torch.Tensor, slot: int, e4m3: torch.Tensor) -> None:
-    """counts[slot] += (1 call, e4m3 as 0 or 1)."""
-    counts[slot, 0] += 1
-    counts[slot, 1] += e4m3.to(counts.dtype)
+def count_decisions_(counts: torch.Tensor, slot: int, update: torch.Tensor) -> None:
+    """counts[slot:slot + 2] += update, a (2, 2) block of (calls, E4M3 choices) rows."""
+    counts.narrow(0, slot, 2).add_(update)
 
 
 @count_decisions_.register_fake
-def _(counts, slot, e4m3):
+def _(counts, slot, update):
     return None
 
 
@@ -174,7 +185,7 @@ class DecisionCounts:
     """The fast path's decision counts of one layer: (calls, E4M3 choices) per (GEMM, operand) slot
     in an int64 buffer on the layer's device, read by the quantizers' coverage tables."""
 
-    SLOTS = tuple((g, op) for g in GEMMS for op in OPERANDS[g])
+    SLOTS = tuple((g, op) for g in GEMMS for op in OPERANDS[g])  # a GEMM's two operands side by side
 
     @classmethod
     def slot(cls, gemm: str, op: str) -> int:
