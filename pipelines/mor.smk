@@ -2,7 +2,7 @@
 # tensor and step, the share of tensors in E4M3 per layer type and operand, the main loss table per
 # partition strategy, the ablation and learning-rate tables (lowprec.report.mor), on top of the
 # generic loss curves and final losses. The speed claim reads the committed H200 benchmark
-# results/mor/linear_h200.csv (lowprec.kernels.bench_mor) directly from configs/claims/mor.yaml.
+# results/mor/linear_h200.csv (lowprec.bench.mor_linear) directly from configs/claims/mor.yaml.
 
 # the arm whose telemetry the error heat map shows: MoR's default partition (the report falls back
 # to the first arm with telemetry when it is not in this scale's grid)

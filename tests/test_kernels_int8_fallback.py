@@ -393,7 +393,7 @@ def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
     is reported without losing the others."""
     import csv as _csv
 
-    from lowprec.kernels import bench_int8_fallback as bench
+    from lowprec.bench import int8_gemm as bench
 
     out = tmp_path / "gemm.csv"
     argv = ["--out", str(out), "--sizes", "32", "--groups", "32", "--ratio-groups", "32", "--ratios", "0.25",

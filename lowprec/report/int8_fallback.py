@@ -12,7 +12,7 @@ outliers: the trained models run on validation batches; each linear layer's inpu
 fallback blocks and ``block_absmax_stats`` describes it, per GEMM call (one batch), then over
 batches (per run, into the run folder, since it needs the checkpoint; then across runs). fallback: the fallback ratio per layer over training from the runs' telemetry (a heat map)
 and per arm (a sweep figure against the loss gap). throughput: the committed GPU GEMM benchmark
-(``lowprec.kernels.bench_int8_fallback``) in the form of the paper's throughput figure.
+(``lowprec.bench.int8_gemm``) in the form of the paper's throughput figure.
 """
 
 from __future__ import annotations
@@ -471,7 +471,7 @@ def read_gemm(path: str | Path) -> pd.DataFrame | None:
     df = pd.read_csv(path)
     missing = [c for c in GEMM_COLUMNS if c not in df]
     if missing:
-        raise ValueError(f"{path}: missing column(s) {missing} (written by lowprec.kernels.bench_int8_fallback)")
+        raise ValueError(f"{path}: missing column(s) {missing} (written by lowprec.bench.int8_gemm)")
     return df
 
 
