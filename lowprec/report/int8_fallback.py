@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from ..io import write_text
-from .figures import save_figure
+from .figures import MAX_HEIGHT, MIN_FONT, WIDTH, legend_below, pyplot, save_figure, suptitle
 from .runs import final_losses, load_runs
+from .markdown import markdown_table
 from .tables import summarize, to_markdown
 
 # Which input a linear layer reads, by module-name suffix; layers with one role in one transformer
@@ -55,22 +55,12 @@ GEMM_COLUMNS = ("sweep", "kind", "M", "N", "K", "group", "pattern", "fallback_ra
 PEAK_RATIO = {"H200": 2.0, "RTX 4090": 4.0}
 
 
-def _md(df: pd.DataFrame, digits: int = 4) -> str:
-    from .gaussws import _md as md
-
-    return md(df, digits)
-
-
 def linear_role(name: str) -> tuple[int, str]:
     """(transformer block index, role) of a linear layer's module name; -1 when not in a block."""
     m = re.search(r"\.(\d+)\.", f".{name}.")
     block = int(m.group(1)) if m else -1
     role = next((r for suffix, r in ROLES.items() if name.endswith(suffix)), "other")
     return block, role
-
-
-def _run_config(run) -> dict:
-    return yaml.safe_load((Path(run.dir) / "config.yaml").read_text())
 
 
 # --------------------------------------------------------------------------- outliers
@@ -180,13 +170,9 @@ def plot_outliers(ccdf: pd.DataFrame, tau: float, outputs: list[str]) -> None:
     """Share of blocks whose absmax exceeds r x the median block absmax, against r: one panel per
     role (two by two), one line per model (pooled over layers and batches), the fallback threshold
     tau as a vertical line; one legend under the panels."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    from .figures import WIDTH, suptitle
+    plt = pyplot()
 
     pooled = pooled_ccdf(ccdf)
     roles = [r for r in ROLE_ORDER if r in set(pooled["role"])]
@@ -272,7 +258,7 @@ def fallback_telemetry(runs) -> pd.DataFrame:
             "fallback_threshold"]
     frames = []
     for r in runs:
-        cfg = _run_config(r)
+        cfg = r.config
         if cfg["method"].get("recipe") != "int8_fallback":
             continue
         path = Path(r.dir) / "telemetry.csv"
@@ -302,7 +288,7 @@ def fallback_summary(runs, tel: pd.DataFrame, baseline: str) -> pd.DataFrame:
     losses = summarize(final_losses(runs), baseline)
     settings = {}
     for r in runs:
-        cfg = _run_config(r)
+        cfg = r.config
         settings[r.method] = _method_settings(cfg) if cfg["method"].get("recipe") == "int8_fallback" else \
             {"rule": "none" if cfg["method"].get("recipe") == "int8_block" else "–", "knob": "", "knob_value": None}
     rows = []
@@ -339,13 +325,7 @@ def _short(name: str) -> str:
 def plot_heatmap(tel: pd.DataFrame, method: str, outputs: list[str]) -> None:
     """Fallback ratio of fprop X per layer (rows, one label each) over training steps (columns), one
     panel per model side by side, one colour scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .figures import MAX_HEIGHT, MIN_FONT, WIDTH
-
+    plt = pyplot()
     t = tel[(tel["method"] == method) & (tel["gemm"] == "fprop") & (tel["operand"] == "x")]
     models = list(dict.fromkeys(t["model"]))
     grids = {}
@@ -382,13 +362,7 @@ def plot_heatmap(tel: pd.DataFrame, method: str, outputs: list[str]) -> None:
 def plot_sweep(summary: pd.DataFrame, baseline: str, outputs: list[str]) -> None:
     """Loss gap to the baseline against the fallback ratio, one point per fallback arm (labelled with
     its setting); the no-fallback block INT8 arm as a dashed line; one colour per model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .figures import legend_below
-
+    plt = pyplot()
     gap = "gap_vs_" + baseline
     fig, ax = plt.subplots(figsize=(5.0, 3.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -423,7 +397,7 @@ def gap_table(runs, baseline: str) -> pd.DataFrame:
     """Method x model final-loss gap to the baseline, and the GLU models' mean gap minus GPT2's:
     positive where a method hurts the GLU model more."""
     losses = summarize(final_losses(runs), baseline)
-    family = {r.model: _run_config(r)["model"]["family"] for r in runs}
+    family = {r.model: r.config["model"]["family"] for r in runs}
     models = list(dict.fromkeys(losses["model"]))
     rows = []
     for method, g in losses.groupby("method", sort=False):
@@ -502,7 +476,7 @@ def throughput_markdown(table: pd.DataFrame, device: str, source: str) -> str:
     base = table[table["series"].isin(["bf16_matmul", "int_mm"])].pivot_table(index="M", columns="series", values="tflops")
     wide = pd.concat([base, grp.rename(columns=lambda k: f"block K={int(k)}")], axis=1).reset_index()
     wide["M"] = wide["M"].astype(int).astype(str)  # a label, not a number to format
-    lines += ["Block INT8 against the group size K:", "", _md(wide, 1).rstrip(), ""]
+    lines += ["Block INT8 against the group size K:", "", markdown_table(wide, 1).rstrip(), ""]
     fb = table[(table["series"] == "int8_fallback") & (table["pattern"] == "random")]
     if len(fb):
         fb = fb.assign(target=fb["fallback_ratio"].round(2))
@@ -510,7 +484,7 @@ def throughput_markdown(table: pd.DataFrame, device: str, source: str) -> str:
         piv.columns = [f"ρ={c:g}" for c in piv.columns]
         piv = piv.reset_index().astype({"M": int, "group": int}).astype({"M": str, "group": str})
         lines += ["Fallback GEMM, speedup against BF16 by fallback ratio ρ (random blocks):", "",
-                  _md(piv, 2).rstrip(), ""]
+                  markdown_table(piv, 2).rstrip(), ""]
     return "\n".join(lines) + "\n"
 
 
@@ -518,14 +492,9 @@ def plot_throughput(table: pd.DataFrame, device: str, source: str, outputs: list
     """(a) block INT8 against the group size K at 2048/4096/8192, BF16 dashed; (b) the fallback
     GEMM against the fallback ratio (random blocks; K-group 128 solid, 32 dotted). One colour per
     matrix size; the line styles in a legend under the panels."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from .figures import WIDTH, suptitle
-
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(WIDTH, 3.6))
     if table.empty:
         for ax in (a, b):
@@ -597,7 +566,7 @@ def main(argv=None) -> None:
     def out(df, csv, md=None, digits=4):
         write_text(csv, df.to_csv(index=False, float_format="%.6g"))
         if md:
-            write_text(md, _md(df, digits))
+            write_text(md, markdown_table(df, digits))
 
     figs = [p for p in (args.png, args.pdf) if p]
     if args.what == "outliers-run":
@@ -611,7 +580,7 @@ def main(argv=None) -> None:
 
         table = pd.concat([pd.read_csv(f) for f in args.evals], ignore_index=True)
         out(table, args.csv)
-        write_text(args.md, _md(table.drop(columns=["linears"])))  # names are in the CSV; the role says it
+        write_text(args.md, markdown_table(table.drop(columns=["linears"])))  # names are in the CSV; the role says it
         out(outlier_contrast(table), args.contrast_csv, args.contrast_md)
         plot_outliers(pd.concat([pd.read_csv(f) for f in args.ccdfs], ignore_index=True), DEFAULTS["tau"], figs)
     elif args.what == "fallback":
