@@ -74,7 +74,7 @@ FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs
           "commit"]
 # kernels counted as low-precision GEMMs in the profiled step
 _LOWP_OPS = ("aten::_scaled_mm",)
-_LOWP_KERNELS = ("_gemm_kernel",)  # lowprec.kernels.int8_fallback_gemm
+_LOWP_KERNELS = ("_gemm_kernel",)  # lowprec.kernels.int8_fallback_kernels
 
 
 def _parse(argv):

@@ -168,7 +168,7 @@ def _summary(b: Bench) -> list:
         lines.append(f"# checks: {len(checks)}; bit for bit where required: "
                      f"{sum(r['bitwise_equal'] == 'true' for r in exact)}/{len(exact)}; "
                      f"largest relative difference {max(float(r['max_rel_err']) for r in checks):.2e}")
-    for t in b.kf.tuned_configs():
+    for t in b.kt.tuned_configs():
         lines.append(f"# tuned {t['M_class']}x{t['N_class']}x{t['K_class']} g{t['group']}: {t['config']} "
                      f"{t['ms']:.4f} ms")
     lines += [f"# skipped (budget): {s}" for s in b.budget.skipped]
@@ -232,12 +232,11 @@ def main(argv=None, _device: str = "cuda") -> int:
             if "ablation" in sweeps and not b.fixed:
                 b.guarded("ablation", lambda: ablation_sweep(b, max(sizes), ablation_groups))
         finally:
-            prov["tuned_configs"] = kf.tuned_configs()
+            prov["tuned_configs"] = b.kt.tuned_configs()
             prov["tuning_log"] = str(tune_path.name)
             prov["elapsed_s"] = round(b.elapsed(), 1)
             write_provenance(prov_path, prov)
-            write_rows(tune_path, [*kf._KEY_FIELDS, "config", "ms", "regs", "spills", "shared", "error"],
-                       kf.tuning_log())
+            write_rows(tune_path, b.kt.TUNE_LOG_FIELDS, b.kt.tuning_log())
             for line in _summary(b):
                 print(line, flush=True)
         if "ws" in sweeps:

@@ -37,7 +37,9 @@ class Bench:
     """Operands, timing, float64 checks and the rows written, for one run."""
 
     def __init__(self, args, torch, kf, writer, fh, dev="cuda"):
-        self.args, self.torch, self.kf, self.dev = args, torch, kf, dev
+        from lowprec.kernels import int8_fallback_tuning as kt
+
+        self.args, self.torch, self.kf, self.kt, self.dev = args, torch, kf, kt, dev
         self.writer, self.fh, self.rows = writer, fh, []
         self.bench = do_bench_median(args.warmup, args.rep)[0] if dev == "cuda" else cpu_timer
         self.gen = torch.Generator(device=dev).manual_seed(args.seed)
@@ -146,9 +148,8 @@ class Bench:
         return self.kf.int8_fallback_gemm(qa, da, qb, db, (self.br, g), (self.br, g), *second, **kw)
 
     def config_label(self, qa, qb, g, **kw):
-        kf = self.kf
         if "config" in kw:
             return kw["config"].label()
         if self.fixed:
-            return replace(kf.default_config(g), **self.fixed).label()
-        return kf.selected_config(qa, qb, (self.br, g), (self.br, g)).label()
+            return replace(self.kt.default_config(g), **self.fixed).label()
+        return self.kf.selected_config(qa, qb, (self.br, g), (self.br, g)).label()

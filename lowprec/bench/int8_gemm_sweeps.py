@@ -17,6 +17,7 @@ def check_sweep(b: Bench, groups, ratio_groups):
     and the timed sweeps launch in a configuration known beforehand is compiled here first, in
     parallel threads."""
     torch, kf = b.torch, b.kf
+    kt = b.kt
     from lowprec.int8_fallback import int8_block_gemm_reference as ref
 
     def eff(d, f):
@@ -55,15 +56,15 @@ def check_sweep(b: Bench, groups, ratio_groups):
     shapes = [(((32, 32, 4 * g) if cpu else (256, 256, 4096)), g, g in ratio_groups, True) for g in groups]
     # tiles that do not divide M, N; 17 K-groups
     shapes.append((((40, 24, 17 * 8) if cpu else (200, 136, 544)), 8 if cpu else 32, True, False))
-    rdef, rnofma = kf.ResidualConfig(), kf.ResidualConfig(fp_fusion=False)
+    rdef, rnofma = kt.ResidualConfig(), kt.ResidualConfig(fp_fusion=False)
     plans, warm = [], []
     for shape, g, with_fallback, all_candidates in shapes:
         A, B, pa, pb = operands(shape, g, 0.2)
         blk = (b.br, g)
         gm = kf._Gemm(*A, *B, blk, blk, *pa, *pb)
         c = torch.empty(shape[:2], device=b.dev)
-        nofma = replace(kf.default_config(g), fp_fusion=False)
-        cands = kf.candidate_configs(g, tma=gm.tma_usable) if all_candidates else []
+        nofma = replace(kt.default_config(g), fp_fusion=False)
+        cands = kt.candidate_configs(g, tma=gm.tma_usable) if all_candidates else []
         warm += [(gm, c, cfg, False, False) for cfg in [nofma, *cands]]
         if with_fallback:
             warm += [(gm, c, nofma, fa_, fb_) for fa_, fb_ in ((True, False), (False, True), (True, True))]
@@ -73,12 +74,12 @@ def check_sweep(b: Bench, groups, ratio_groups):
 
     def warm_one(item):
         gm, c, cfg, x, y = item
-        if isinstance(cfg, kf.ResidualConfig):
+        if isinstance(cfg, kt.ResidualConfig):
             return gm.launch_residual(c, x, cfg, y, warmup=True)
         return gm.launch_main(c, cfg, x, y, warmup=True)
 
     t = time.time()
-    kf._precompile(warm_one, warm)
+    kt.precompile(warm_one, warm)
     print(f"# compiled {len(warm)} kernel variants in {time.time() - t:.0f} s", flush=True)
 
     for shape, g, with_fallback, A, B, pa, pb, blk, nofma, cands in plans:
@@ -140,6 +141,7 @@ def _time_row(b: Bench, row, fn, flop, t_bf16, t_int, t_block=None, issued=1.0):
 
 def square_sweeps(b: Bench, S, groups, ratios, ratio_groups, patterns, impls, sweeps):
     kf = b.kf
+    kt = b.kt
     M = N = K = S
     flop = 2.0 * M * N * K
     qa, qb, t_bf16, t_int = _baselines(b, "baseline", M, N, K)
@@ -162,7 +164,7 @@ def square_sweeps(b: Bench, S, groups, ratios, ratio_groups, patterns, impls, sw
         if err is None:
             continue
         cfg = b.config_label(qa, qb, g)
-        sel = b.kf.selected_config(qa, qb, blk, blk) if not b.fixed else replace(kf.default_config(g), **b.fixed)
+        sel = b.kf.selected_config(qa, qb, blk, blk) if not b.fixed else replace(kt.default_config(g), **b.fixed)
         base = dict(M=M, N=N, K=K, group=g, block_rows=b.br, block_m=sel.block_m, block_n=sel.block_n, config=cfg)
         # a group timed for the other sweeps only is not a point of the figure
         sweep = "group" if "group" in sweeps and g in groups else "group_extra"
@@ -195,7 +197,7 @@ def square_sweeps(b: Bench, S, groups, ratios, ratio_groups, patterns, impls, sw
                         _time_row(b, {**base, "sweep": "ratio", "kind": kind, "impl": impl, "pattern": pattern,
                                       "fallback_target": ratio, "fallback_ratio": f"{actual:.4f}",
                                       "tile_ratio": f"{tr:.4f}", "max_rel_err": err,
-                                      "residual_config": kf.ResidualConfig().label() if impl == "sparse" else ""},
+                                      "residual_config": kt.ResidualConfig().label() if impl == "sparse" else ""},
                                   run_fb, flop, t_bf16, t_int, t_block, issued)
         b.sync()
     return qa, qb, t_bf16, t_int
@@ -205,6 +207,7 @@ def ablation_sweep(b: Bench, S, groups):
     """At S^3: the tuned configuration, then one change at a time; then the second parts at 5 %
     random blocks in several pass configurations and in the fused loop. Built in parallel first."""
     kf, torch = b.kf, b.torch
+    kt = b.kt
     qa, qb, t_bf16, t_int = _baselines(b, "ablation", S, S, S, emit=False)
     M = N = K = S
     flop = 2.0 * M * N * K
@@ -229,11 +232,11 @@ def ablation_sweep(b: Bench, S, groups):
                     ("no FMA contraction", replace(sel, fp_fusion=False))]
         seen, todo = set(), []
         for name, cfg in variants:
-            if cfg in seen or (cfg.tma and not tma_ok) or kf._smem(cfg, g) > 228 * 1024:
+            if cfg in seen or (cfg.tma and not tma_ok) or kt.smem_bytes(cfg, g) > 228 * 1024:
                 continue
             seen.add(cfg)
             todo.append((name, "block", cfg, None))
-        rdef = kf.ResidualConfig()
+        rdef = kt.ResidualConfig()
         for name, rcfg in (("sparse pass, default", rdef),
                            ("sparse pass, 64-row programs", replace(rdef, block_r=64)),
                            ("sparse pass, 256-wide tiles", replace(rdef, block_y=256)),
@@ -251,7 +254,7 @@ def ablation_sweep(b: Bench, S, groups):
                 return gm.launch_residual(c, "a", rcfg, False, warmup=True)
             return gm.launch_main(c, cfg, kind == "fused", False, warmup=True)
 
-        kf._precompile(warm, todo)
+        kt.precompile(warm, todo)
         base = dict(M=M, N=N, K=K, group=g, block_rows=b.br, sweep="ablation")
         t_block = None
         for name, kind, cfg, rcfg in todo:
@@ -280,6 +283,7 @@ def ablation_sweep(b: Bench, S, groups):
 
 def shapes_sweep(b: Bench, shapes, g, ratio):
     kf = b.kf
+    kt = b.kt
     for M, N, K in shapes:
         if b.over_budget(f"shape {M}x{N}x{K}"):
             continue
@@ -313,7 +317,7 @@ def shapes_sweep(b: Bench, shapes, g, ratio):
                 _time_row(b, {**base, "sweep": "shapes", "kind": "int8_fallback", "impl": kf.FALLBACK_IMPLS[0],
                               "pattern": "random", "fallback_target": ratio,
                               "fallback_ratio": f"{float(fa.float().mean()):.4f}", "max_rel_err": err,
-                              "residual_config": kf.ResidualConfig().label()},
+                              "residual_config": kt.ResidualConfig().label()},
                           run_fb, flop, t_bf16, t_int, t_block, 1 + ratio)
         b.sync()
 
