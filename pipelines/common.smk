@@ -202,9 +202,33 @@ def one_of(names):
     return "|".join(re.escape(n) for n in names) if names else "(?!)"
 
 
-# Paper-specific tables and figures, added by pipelines/<paper>.smk; the paper target, the claims
-# and the report depend on them.
+# Paper-specific tables and figures, added by pipelines/<paper>.smk (through ReportOutputs); the
+# paper target, the claims and the report depend on them.
 PAPER_EXTRA_OUTPUTS = {p: [] for p in PAPERS}
+
+
+class ReportOutputs:
+    """The files one report command writes, named once: ``files`` maps the command's option (its
+    --flag) to the path, or to (path, caption) for a file that goes into ``snakemake --report``
+    (caption: the stem of its pipelines/report/*.rst, under the paper's category and
+    ``subcategory``). ``rule`` is the rule's named output (``output: **x.rule``; each name is the
+    flag with "-" as "_", after ``prefix``, every file update()), ``flags`` the command's
+    "--flag {output.name}" arguments. The paths join the paper's target (PAPER_EXTRA_OUTPUTS)
+    unless ``listed`` is false: under reuse_runs an output whose inputs are not committed."""
+
+    def __init__(self, paper, subcategory, files, listed=True, prefix=""):
+        self.rule, flags = {}, []
+        for flag, spec in files.items():
+            path, caption = spec if isinstance(spec, tuple) else (spec, None)
+            name = prefix + flag.replace("-", "_")
+            out = update(path)
+            if caption:
+                out = report(out, category=paper, subcategory=subcategory, caption=f"report/{caption}.rst")
+            self.rule[name] = out
+            flags.append(f"--{flag} {{output.{name}}}")
+            if listed:
+                PAPER_EXTRA_OUTPUTS[paper].append(path)
+        self.flags = " ".join(flags)
 
 
 def run_dirs(paper):
