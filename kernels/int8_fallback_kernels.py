@@ -125,6 +125,12 @@ if triton is not None and _kq.triton is not None:
             return p.to(tl.float32)
 
     @triton.jit
+    def _add_scaled_dot(acc, a, b, sa, sb, MAGIC: tl.constexpr):
+        """acc + (a . b) * (sa x sb): the int8 dot into int32, as fp32 (exact), times the outer
+        product of the row scales sa and the column scales sb."""
+        return acc + _exact_f32(tl.dot(a, b, out_dtype=tl.int32), MAGIC) * (sa[:, None] * sb[None, :])
+
+    @triton.jit
     def _rows_tile(ptr, rows_off, kb, offs_k, K, GK: tl.constexpr, EVEN_K: tl.constexpr):
         """[R, BLOCK_K] int8 tile of K-group kb of a K-contiguous operand (rows_off: row * K)."""
         kk = kb * GK + offs_k
@@ -182,28 +188,24 @@ if triton is not None and _kq.triton is not None:
                 else:
                     a = _rows_tile(a_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
                     b = _cols_tile(b_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
-                p = tl.dot(a, b, out_dtype=tl.int32)
-                acc = acc + _exact_f32(p, MAGIC) * (da[:, None] * db[None, :])
+                acc = _add_scaled_dot(acc, a, b, da, db, MAGIC)
                 if HAS_RA:
                     fa = tl.load(fa_ptr + sa_idx + kb).to(tl.int32)
                     dra = tl.where(fa != 0, tl.load(dra_ptr + sa_idx + kb), 0.0)
                     any_a = _max_axis(fa, 0) > 0
                     if any_a:
                         a2 = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
-                        p2 = tl.dot(a2, b, out_dtype=tl.int32)
-                        acc = acc + _exact_f32(p2, MAGIC) * (dra[:, None] * db[None, :])
+                        acc = _add_scaled_dot(acc, a2, b, dra, db, MAGIC)
                 if HAS_RB:
                     fb = tl.load(fb_ptr + sb_idx + kb).to(tl.int32)
                     drb = tl.where(fb != 0, tl.load(drb_ptr + sb_idx + kb), 0.0)
                     if _max_axis(fb, 0) > 0:
                         b2 = _cols_tile(rb_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
-                        p3 = tl.dot(a, b2, out_dtype=tl.int32)
-                        acc = acc + _exact_f32(p3, MAGIC) * (da[:, None] * drb[None, :])
+                        acc = _add_scaled_dot(acc, a, b2, da, drb, MAGIC)
                         if HAS_RA:
                             if any_a:
                                 a2b = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
-                                p4 = tl.dot(a2b, b2, out_dtype=tl.int32)
-                                acc = acc + _exact_f32(p4, MAGIC) * (dra[:, None] * drb[None, :])
+                                acc = _add_scaled_dot(acc, a2b, b2, dra, drb, MAGIC)
         c_offs = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
         tl.store(c_ptr + c_offs, acc, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
 
@@ -266,15 +268,13 @@ if triton is not None and _kq.triton is not None:
                         dy = tl.load(dy_ptr + sy_idx + kb)
                         r = _rows_tile(r_ptr, r_rows, kb, offs_k, K, GK, EVEN_K)
                         yv = _cols_tile(y_ptr, y_cols, kb, offs_k, K, GK, EVEN_K)
-                        p = tl.dot(r, yv, out_dtype=tl.int32)
-                        acc = acc + _exact_f32(p, MAGIC) * (dr[:, None] * dy[None, :])
+                        acc = _add_scaled_dot(acc, r, yv, dr, dy, MAGIC)
                         if HAS_CROSS:
                             fy = tl.load(fy_ptr + sy_idx + kb).to(tl.int32)
                             if _max_axis(fy, 0) > 0:
                                 dyr = tl.where(fy != 0, tl.load(dyr_ptr + sy_idx + kb), 0.0)
                                 y2 = _cols_tile(yr_ptr, y_cols, kb, offs_k, K, GK, EVEN_K)
-                                p2 = tl.dot(r, y2, out_dtype=tl.int32)
-                                acc = acc + _exact_f32(p2, MAGIC) * (dr[:, None] * dyr[None, :])
+                                acc = _add_scaled_dot(acc, r, y2, dr, dyr, MAGIC)
                 c_offs = offs_r.to(tl.int64)[:, None] * stride_cr + offs_y.to(tl.int64)[None, :] * stride_cy
                 c_mask = r_ok[:, None] & (offs_y < Y)[None, :]
                 c = tl.load(c_ptr + c_offs, mask=c_mask, other=0.0)
