@@ -58,8 +58,8 @@ if _TRAIN_OVERRIDES:
 # folder (an evaluation of a run's checkpoint), and constrain its run wildcard to the runs whose
 # files it must make (run_files, evaluated_runs): checkpoints are not committed, so such a file
 # (e.g. gaussws's export.csv) is, where committed, itself an input of the rules that read it, and
-# under REUSE_RUNS an output built from such files is added to PAPER_EXTRA_OUTPUTS only when some of
-# them are committed.
+# under REUSE_RUNS an output built from such files joins PAPER_EXTRA_OUTPUTS (ReportOutputs' listed)
+# only when some of them are committed.
 # `snakemake --report` collects what is here: the committed run folders and the tables and figures
 # built from them, at any scale, as under reuse_runs (the command line is the only sign of it while
 # the workflow is read). With --report-after-run the workflow runs first, as it would without.
