@@ -144,7 +144,7 @@ def require_triton(module: str, fallback: str, import_error: Optional[BaseExcept
 
 def reload_for_interpreter(*modules: str) -> None:
     """With TRITON_INTERPRET=1 set: rebuild this module and the named kernel modules (full names,
-    dependencies first, e.g. "lowprec.kernels.quantize", "lowprec.kernels.int8_fallback_gemm") for
+    dependencies first, e.g. "lowprec.kernels.quantize", "lowprec.kernels.int8_fallback_kernels") for
     the interpreter where they were imported before without it. Once one is reloaded, every later
     one that is loaded is reloaded too, so that it binds the new helpers. Modules not imported yet
     are left to their first import; nothing happens without the variable."""
@@ -177,8 +177,3 @@ def _in_kind(x: torch.Tensor):
     if x.dtype == torch.bfloat16:
         return 1, x.view(torch.int16)
     return 2, x
-
-
-def _check_block(block, name: str = "block") -> tuple:
-    from lowprec.numerics.checks import block_shape  # the one block check of the torch paths too
-    return block_shape(block, name)

@@ -33,9 +33,9 @@ tensor descriptors (TMA on Hopper). The int32 -> fp32 conversion is an integer a
 mantissa of 1.5 * 2^23 and a float subtract where that is exact (G <= 259): the rescale, not the
 INT8 MMA, bounds the kernel at small groups, and the conversion instruction issues at a quarter of
 the FP32 rate. Launch configurations (``GemmConfig``) are tuned once per shape class on CUDA
-(M, N, K rounded up to powers of two, the group, the scale blocks; ``candidate_configs``,
-``tuned_configs``, ``tuning_log``); GEMMs under ``TUNE_MIN_MACS`` and the interpreter take
-``default_config``.
+(``lowprec.kernels.int8_fallback_tuning``: M, N, K rounded up to powers of two, the group, the scale
+blocks; ``candidate_configs``, ``tuned_configs``, ``tuning_log``); GEMMs under ``TUNE_MIN_MACS``
+and the interpreter take ``default_config``.
 
 The second parts (blocks of A or B with a flag), ``fallback=``:
 
@@ -71,26 +71,30 @@ bit, whatever the configuration. A GPU compiler may contract ``acc + p * s`` int
 rounding instead of two), so on CUDA the result agrees to about 1e-6 relative per K-group instead
 of bitwise.
 
-Interpreter: as for ``lowprec.kernels.quantize`` (whose jit helpers these kernels call, with those of
-``lowprec.kernels._common``), set TRITON_INTERPRET=1 before the three modules are first imported, or
-reload them (_common, quantize, then this one: ``_common.reload_for_interpreter``).
+This module is the host side: argument checks, layouts and launches. The Triton kernels are in
+``lowprec.kernels.int8_fallback_kernels`` (interpreter: set TRITON_INTERPRET=1 before the kernel
+modules are first imported, or reload them: _common, quantize, int8_fallback_kernels,
+``_common.reload_for_interpreter``), the launch configurations and their tuning in
+``lowprec.kernels.int8_fallback_tuning``.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from typing import Optional
 
 import torch
 
-from lowprec.numerics.checks import nonempty, number
+from lowprec.numerics import as_2d
+from lowprec.numerics.checks import block_shape, nonempty, number
 
 from . import _common as _c
+from . import int8_fallback_kernels as _kk
+from . import int8_fallback_tuning as _kt
 from . import quantize as _kq
-from ._common import _cdiv, _check_block, _next_pow2
+from ._common import _cdiv, _next_pow2
+from .int8_fallback_tuning import GemmConfig, ResidualConfig
 
-triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 try:  # host-side tensor descriptors (TMA loads on Hopper), Triton >= 3.3
     from triton.tools.tensor_descriptor import TensorDescriptor as _TensorDescriptor
     _HAS_TENSOR_DESCRIPTOR = True
@@ -105,13 +109,8 @@ __all__ = [
     "quantize_fallback_rule",
     "int8_fallback_gemm",
     "gemm_fallback_qtensors",
-    "GemmConfig",
-    "ResidualConfig",
-    "default_config",
-    "candidate_configs",
     "selected_config",
-    "tuned_configs",
-    "tuning_log",
+    "FALLBACK_IMPLS",
 ]
 
 _INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -119,267 +118,9 @@ _INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _MAX_BLOCK_ELEMS = 16384
 # Elements a quantize program aims for when blocks are small ((1, 128): 32 block-rows at once).
 _QUANT_TILE = 4096
-_JIT_FNS: tuple = ()  # this module's kernel and the helpers it calls from quantize and _common (mode checks)
-
-if triton is not None and _kq.triton is not None:
-    from ._common import _finite_abs, _grouped_tile, _load_fp32, _max_axis, _sum_axis
-    from .quantize import _encode, _nonfinite, _scale_from_amax
-
-    @triton.jit
-    def _block_view(M, N, n_brow, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
-                    G: tl.constexpr):
-        """This program's (pid_r, pid_c) and the offsets and mask of its G vertically stacked
-        (BR, BC) blocks held as a [G, RP, CP] tile (programs run down block-columns)."""
-        pid = tl.program_id(0)
-        n_rgrp = (n_brow + G - 1) // G
-        pid_c = pid // n_rgrp
-        pid_r = pid % n_rgrp
-        g = tl.arange(0, G)[:, None, None]
-        r = tl.arange(0, RP)[None, :, None]
-        c = tl.arange(0, CP)[None, None, :]
-        brow = pid_r * G + g
-        row = brow * BR + r
-        col = pid_c * BC + c
-        mask = (r < BR) & (c < BC) & (brow < n_brow) & (row < M) & (col < N)
-        return pid_r, pid_c, row.to(tl.int64) * N + col, mask
-
-    @triton.jit
-    def _block_max(v):
-        return _max_axis(_max_axis(v, 2), 1)
-
-    @triton.jit
-    def _block_sum(v):
-        return _sum_axis(_sum_axis(v, 2), 1)
-
-    @triton.jit
-    def _stats_kernel(x_ptr, amax_ptr, err_ptr, M, N, n_brow, n_bcol,
-                      BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
-                      G: tl.constexpr, IN_KIND: tl.constexpr):
-        pid_r, pid_c, offs, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
-        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
-        x = tl.where(tl.abs(x) < float("inf"), x, 0.0)  # NaN and Inf count as 0, as in the reference
-        amax = _block_max(tl.abs(x))
-        s = _scale_from_amax(amax, 127.0, 1.0, False)
-        q = _encode(x * s[:, None, None], 0.0, 127.0, True, 0, 0, 0, False, False, tl.int8)
-        d = x - tl.math.div_rn(q.to(tl.float32), s[:, None, None])
-        err2 = _block_sum(d * d)
-        ref2 = _block_sum(x * x)
-        ok = ref2 > 0.0
-        rel = tl.where(ok, tl.sqrt_rn(tl.math.div_rn(err2, tl.where(ok, ref2, 1.0))), 0.0)
-        gi = pid_r * G + tl.arange(0, G)
-        sidx = gi * n_bcol + pid_c
-        tl.store(amax_ptr + sidx, amax, mask=gi < n_brow)
-        tl.store(err_ptr + sidx, rel, mask=gi < n_brow)
-
-    @triton.jit
-    def _fallback_quant_kernel(x_ptr, u1_ptr, u2_ptr, q1_ptr, s1_ptr, q2_ptr, s2_ptr, flag_ptr, mask_ptr,
-                               thr_ptr, M, N, n_brow, n_bcol,
-                               BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
-                               G: tl.constexpr, IN_KIND: tl.constexpr, STOCHASTIC: tl.constexpr,
-                               MODE: tl.constexpr):
-        """MODE 0: flags from mask_ptr; 1: amax > *thr_ptr; 2: no fallback."""
-        pid_r, pid_c, offs, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
-        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
-        amax = _block_max(_finite_abs(x))
-        s1 = _scale_from_amax(amax, 127.0, 1.0, False)
-        # a block holding NaN/Inf: NaN scale, so q1 = 0 and the residual is NaN (amax 0: q2 = 0,
-        # s2 = 1), exactly as in the reference
-        s1 = tl.where(_block_max(_nonfinite(x)) > 0.0, float("nan"), s1)
-        u1 = 0.0
-        u2 = 0.0
-        if STOCHASTIC:
-            u1 = tl.load(u1_ptr + offs, mask=mask, other=0.0)
-            u2 = tl.load(u2_ptr + offs, mask=mask, other=0.0)
-        q1 = _encode(x * s1[:, None, None], u1, 127.0, True, 0, 0, 0, STOCHASTIC, False, tl.int8)
-        tl.store(q1_ptr + offs, q1, mask=mask)
-
-        gi = pid_r * G + tl.arange(0, G)
-        gmask = gi < n_brow
-        sidx = gi * n_bcol + pid_c
-        tl.store(s1_ptr + sidx, s1, mask=gmask)
-        if MODE == 0:
-            flag = tl.load(mask_ptr + sidx, mask=gmask, other=0) != 0
-        elif MODE == 1:
-            flag = amax > tl.load(thr_ptr)
-        else:
-            flag = amax < 0.0
-        # the residual against the value the GEMM will see for q1 (a correctly rounded q1 / s1)
-        r = x - tl.math.div_rn(q1.to(tl.float32), s1[:, None, None])
-        amax_r = tl.where(flag, _block_max(_finite_abs(r)), 0.0)
-        s2 = _scale_from_amax(amax_r, 127.0, 1.0, False)
-        q2 = _encode(r * s2[:, None, None], u2, 127.0, True, 0, 0, 0, STOCHASTIC, False, tl.int8)
-        q2 = tl.where(flag[:, None, None], q2, 0).to(tl.int8)
-        tl.store(q2_ptr + offs, q2, mask=mask)
-        tl.store(s2_ptr + sidx, s2, mask=gmask)
-        tl.store(flag_ptr + sidx, flag.to(tl.int8), mask=gmask)
-
-    @triton.jit
-    def _exact_f32(p, MAGIC: tl.constexpr):
-        """An int32 tile as fp32, exact for |p| < 2^22 either way. MAGIC: write p into the mantissa of
-        1.5 * 2^23 with an integer add, then subtract 1.5 * 2^23 (one integer and one float add, both
-        full rate, where the int-to-float conversion instruction issues at a quarter of it)."""
-        if MAGIC:
-            return (p + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-        else:
-            return p.to(tl.float32)
-
-    @triton.jit
-    def _rows_tile(ptr, rows_off, kb, offs_k, K, GK: tl.constexpr, EVEN_K: tl.constexpr):
-        """[R, BLOCK_K] int8 tile of K-group kb of a K-contiguous operand (rows_off: row * K)."""
-        kk = kb * GK + offs_k
-        if EVEN_K:
-            return tl.load(ptr + rows_off[:, None] + kk[None, :])
-        else:
-            k_ok = (offs_k < GK) & (kk < K)
-            return tl.load(ptr + rows_off[:, None] + kk[None, :], mask=k_ok[None, :], other=0)
-
-    @triton.jit
-    def _cols_tile(ptr, cols_off, kb, offs_k, K, GK: tl.constexpr, EVEN_K: tl.constexpr):
-        """The same as a [BLOCK_K, C] tile (the right-hand operand of tl.dot)."""
-        kk = kb * GK + offs_k
-        if EVEN_K:
-            return tl.load(ptr + cols_off[None, :] + kk[:, None])
-        else:
-            k_ok = (offs_k < GK) & (kk < K)
-            return tl.load(ptr + cols_off[None, :] + kk[:, None], mask=k_ok[:, None], other=0)
-
-    @triton.jit(do_not_specialize=["n_kb"])  # only a loop bound and a scale-row stride
-    def _gemm_kernel(a_ptr, a_desc, da_ptr, b_ptr, b_desc, db_ptr, c_ptr,
-                     ra_ptr, dra_ptr, fa_ptr, rb_ptr, drb_ptr, fb_ptr,
-                     M, N, K, n_kb,
-                     BMS: tl.constexpr, BNS: tl.constexpr, GK: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     KG: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr,
-                     USE_TMA: tl.constexpr, HAS_RA: tl.constexpr, HAS_RB: tl.constexpr, WS: tl.constexpr):
-        """One BLOCK_M x BLOCK_N tile of C = A @ B.T; KG K-groups per loop iteration (n_kb % KG == 0),
-        each its own int32 dot and fp32 rescale. HAS_RA / HAS_RB: the fused second parts (a
-        uniform branch per K-group where a row-block of the tile is flagged)."""
-        pid = tl.program_id(0)
-        pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        # rows past the edge read a valid row (their results are not stored): no masks along M, N
-        rm = offs_m % M
-        rn = offs_n % N
-        offs_k = tl.arange(0, BLOCK_K)
-        a_rows = rm.to(tl.int64) * K
-        b_cols = rn.to(tl.int64) * K
-        sa_idx = (rm // BMS) * n_kb
-        sb_idx = (rn // BNS) * n_kb
-
-        acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
-        for it in tl.range(0, n_kb // KG, warp_specialize=WS):
-            for j in tl.static_range(KG):
-                kb = it * KG + j
-                # scales first: their loads are in flight during the dot
-                da = tl.load(da_ptr + sa_idx + kb)
-                db = tl.load(db_ptr + sb_idx + kb)
-                if USE_TMA:
-                    a = a_desc.load([pid_m * BLOCK_M, kb * GK])
-                    b = tl.trans(b_desc.load([pid_n * BLOCK_N, kb * GK]))
-                else:
-                    a = _rows_tile(a_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
-                    b = _cols_tile(b_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
-                p = tl.dot(a, b, out_dtype=tl.int32)
-                acc = acc + _exact_f32(p, MAGIC) * (da[:, None] * db[None, :])
-                if HAS_RA:
-                    fa = tl.load(fa_ptr + sa_idx + kb).to(tl.int32)
-                    dra = tl.where(fa != 0, tl.load(dra_ptr + sa_idx + kb), 0.0)
-                    any_a = _max_axis(fa, 0) > 0
-                    if any_a:
-                        a2 = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
-                        p2 = tl.dot(a2, b, out_dtype=tl.int32)
-                        acc = acc + _exact_f32(p2, MAGIC) * (dra[:, None] * db[None, :])
-                if HAS_RB:
-                    fb = tl.load(fb_ptr + sb_idx + kb).to(tl.int32)
-                    drb = tl.where(fb != 0, tl.load(drb_ptr + sb_idx + kb), 0.0)
-                    if _max_axis(fb, 0) > 0:
-                        b2 = _cols_tile(rb_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
-                        p3 = tl.dot(a, b2, out_dtype=tl.int32)
-                        acc = acc + _exact_f32(p3, MAGIC) * (da[:, None] * drb[None, :])
-                        if HAS_RA:
-                            if any_a:
-                                a2b = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
-                                p4 = tl.dot(a2b, b2, out_dtype=tl.int32)
-                                acc = acc + _exact_f32(p4, MAGIC) * (dra[:, None] * drb[None, :])
-        c_offs = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
-        tl.store(c_ptr + c_offs, acc, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
-
-    @triton.jit
-    def _min_combine(a, b):
-        return tl.minimum(a, b)
-
-    @triton.jit
-    def _flag_chunk(fr_ptr, rbs, rb_ok, c0, kc, n_kb):
-        """[KCHUNK] bool: K-groups c0 + kc where one of the row-blocks rbs is flagged."""
-        f = tl.load(fr_ptr + rbs[:, None] * n_kb + (c0 + kc)[None, :],
-                    mask=rb_ok[:, None] & ((c0 + kc) < n_kb)[None, :], other=0)
-        return _max_axis(f.to(tl.int32), 0) != 0
-
-    @triton.jit(do_not_specialize=["n_kb", "n_ysplit"])
-    def _residual_kernel(r_ptr, dr_ptr, fr_ptr, y_ptr, dy_ptr, yr_ptr, dyr_ptr, fy_ptr, c_ptr,
-                         R, Y, K, n_kb, stride_cr, stride_cy, n_ysplit,
-                         RBS: tl.constexpr, YBS: tl.constexpr, GK: tl.constexpr,
-                         BLOCK_R: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_K: tl.constexpr,
-                         NRB: tl.constexpr, KCHUNK: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr,
-                         HAS_CROSS: tl.constexpr):
-        """The second part of one operand (R: codes r, decode scales dr, flags fr) against the first
-        part of the other (Y), added to C[r, y] (strides stride_cr, stride_cy); HAS_CROSS adds Y's
-        second part against R's in the same K-group. A program owns BLOCK_R rows of R and every
-        n_ysplit-th BLOCK_Y tile of Y, and visits only the K-groups where its rows hold a flagged
-        block (found in registers from the flag grid, in increasing order); a program without any
-        returns after reading its flags."""
-        pid = tl.program_id(0)
-        pid_r = pid // n_ysplit
-        pid_y0 = pid % n_ysplit
-        offs_r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
-        r_ok = offs_r < R
-        rr = offs_r % R
-        r_rows = rr.to(tl.int64) * K
-        sr_idx = (rr // RBS) * n_kb
-        first_rb = (pid_r * BLOCK_R) // RBS
-        last_rb = (tl.minimum(pid_r * BLOCK_R + BLOCK_R, R) - 1) // RBS
-        rbs = first_rb + tl.arange(0, NRB)
-        rb_ok = rbs <= last_rb
-        kc = tl.arange(0, KCHUNK)
-        offs_k = tl.arange(0, BLOCK_K)
-
-        total = 0
-        for c0 in range(0, n_kb, KCHUNK):
-            total += _sum_axis(_flag_chunk(fr_ptr, rbs, rb_ok, c0, kc, n_kb).to(tl.int32), 0)
-        if total > 0:
-            for yt in range(pid_y0, (Y + BLOCK_Y - 1) // BLOCK_Y, n_ysplit):
-                offs_y = yt * BLOCK_Y + tl.arange(0, BLOCK_Y)
-                ry = offs_y % Y
-                y_cols = ry.to(tl.int64) * K
-                sy_idx = (ry // YBS) * n_kb
-                acc = tl.full([BLOCK_R, BLOCK_Y], 0.0, tl.float32)
-                for c0 in range(0, n_kb, KCHUNK):
-                    rem = _flag_chunk(fr_ptr, rbs, rb_ok, c0, kc, n_kb)
-                    for i in range(0, _sum_axis(rem.to(tl.int32), 0)):
-                        kl = tl.reduce(tl.where(rem, kc, KCHUNK), 0, _min_combine)
-                        rem = rem & (kc != kl)
-                        kb = c0 + kl
-                        dr = tl.where(tl.load(fr_ptr + sr_idx + kb) != 0, tl.load(dr_ptr + sr_idx + kb), 0.0)
-                        dy = tl.load(dy_ptr + sy_idx + kb)
-                        r = _rows_tile(r_ptr, r_rows, kb, offs_k, K, GK, EVEN_K)
-                        yv = _cols_tile(y_ptr, y_cols, kb, offs_k, K, GK, EVEN_K)
-                        p = tl.dot(r, yv, out_dtype=tl.int32)
-                        acc = acc + _exact_f32(p, MAGIC) * (dr[:, None] * dy[None, :])
-                        if HAS_CROSS:
-                            fy = tl.load(fy_ptr + sy_idx + kb).to(tl.int32)
-                            if _max_axis(fy, 0) > 0:
-                                dyr = tl.where(fy != 0, tl.load(dyr_ptr + sy_idx + kb), 0.0)
-                                y2 = _cols_tile(yr_ptr, y_cols, kb, offs_k, K, GK, EVEN_K)
-                                p2 = tl.dot(r, y2, out_dtype=tl.int32)
-                                acc = acc + _exact_f32(p2, MAGIC) * (dr[:, None] * dyr[None, :])
-                c_offs = offs_r.to(tl.int64)[:, None] * stride_cr + offs_y.to(tl.int64)[None, :] * stride_cy
-                c_mask = r_ok[:, None] & (offs_y < Y)[None, :]
-                c = tl.load(c_ptr + c_offs, mask=c_mask, other=0.0)
-                tl.store(c_ptr + c_offs, c + acc, mask=c_mask)
-
-    _JIT_FNS = (_gemm_kernel, _encode, _load_fp32, _grouped_tile)
+# the exponent trick needs |partial product| < 2^22
+_MAGIC_MAX_GROUP = (1 << 22) // (127 * 127)
+FALLBACK_IMPLS = ("sparse", "fused")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -387,18 +128,18 @@ if triton is not None and _kq.triton is not None:
 
 
 def interpreter_active() -> bool:
-    """True when these kernels (and the quantize and _common helpers they call) run under the
+    """True when the kernels (and the quantize and _common helpers they call) run under the
     interpreter."""
-    return bool(_JIT_FNS) and _c.is_interpreted(*_JIT_FNS)
+    return _kk.interpreter_active()
 
 
 def triton_available(device=None) -> bool:
-    return triton is not None and _kq.triton is not None and _c.available(interpreter_active(), device)
+    return _kk.triton is not None and _kq.triton is not None and _c.available(interpreter_active(), device)
 
 
 def _require_triton(t: torch.Tensor) -> None:
-    _c.require_triton("lowprec.kernels.int8_fallback_gemm", "lowprec.int8_fallback", _TRITON_IMPORT_ERROR,
-                      _JIT_FNS, t.device)
+    _c.require_triton("lowprec.kernels.int8_fallback_gemm", "lowprec.int8_fallback", _kk._TRITON_IMPORT_ERROR,
+                      _kk._JIT_FNS, t.device)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -410,11 +151,11 @@ def _prep_x(x: torch.Tensor, block):
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
     _require_triton(x)
-    br, bc = _check_block(block)
+    br, bc = block_shape(block)
     rp, cp = _next_pow2(br), _next_pow2(bc)
     if rp * cp > _MAX_BLOCK_ELEMS:
         raise ValueError(f"block {block}: at most {_MAX_BLOCK_ELEMS} elements (padded to powers of two)")
-    x2d = (x.reshape(-1, x.shape[-1]) if x.dim() != 2 else x).contiguous()
+    x2d = as_2d(x).contiguous()
     M, N = x2d.shape
     n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
     g = min(_next_pow2(n_brow), max(_QUANT_TILE // (rp * cp), 1))
@@ -434,7 +175,7 @@ def block_stats_int8(x: torch.Tensor, block=(32, 32)):
     x2d, arg, M, N, n_brow, n_bcol, t, grid = _prep_x(x, block)
     amax = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
     err = torch.empty_like(amax)
-    _stats_kernel[grid](arg, amax, err, M, N, n_brow, n_bcol, num_warps=_warps(t), **t)
+    _kk._stats_kernel[grid](arg, amax, err, M, N, n_brow, n_bcol, num_warps=_warps(t), **t)
     return amax, err
 
 
@@ -469,8 +210,8 @@ def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[to
     u1 = u2 = arg  # never read unless STOCHASTIC
     if stochastic:
         u1, u2 = (u.to(device=dev, dtype=torch.float32).reshape(M, N).contiguous() for u in noise)
-    _fallback_quant_kernel[grid](arg, u1, u2, q1, s1, q2, s2, flags, mask_arg, thr_arg, M, N, n_brow,
-                                 n_bcol, STOCHASTIC=stochastic, MODE=mode, num_warps=_warps(t), **t)
+    _kk._fallback_quant_kernel[grid](arg, u1, u2, q1, s1, q2, s2, flags, mask_arg, thr_arg, M, N, n_brow,
+                                     n_bcol, STOCHASTIC=stochastic, MODE=mode, num_warps=_warps(t), **t)
     return q1, s1, q2, s2, flags
 
 
@@ -492,80 +233,6 @@ def quantize_fallback_rule(x: torch.Tensor, block=(32, 32), rule: str = "absmax"
     return quantize_fallback_int8(x, block, mask=mask, noise=noise)
 
 
-# ----------------------------------------------------------------------------------------------
-# GEMM: launch configurations
-
-
-@dataclass(frozen=True)
-class GemmConfig:
-    """A launch configuration of the GEMM kernel (its results do not depend on it)."""
-
-    block_m: int = 128
-    block_n: int = 128
-    k_groups: int = 1        # K-groups per loop iteration (each its own dot and rescale)
-    num_warps: int = 8
-    num_stages: int = 3
-    group_m: int = 8         # tile rows whose programs run together (L2 reuse of B)
-    magic: bool = True       # int32 -> fp32 by the add trick where exact (group <= 259), else by conversion
-    tma: bool = False        # tensor-descriptor (TMA) loads where the operands allow them
-    warp_specialize: bool = False
-    fp_fusion: bool = True   # False: no FMA contraction, so CUDA equals the torch reference bit for bit
-
-    def label(self) -> str:
-        return (f"{self.block_m}x{self.block_n}_kg{self.k_groups}_w{self.num_warps}_s{self.num_stages}"
-                f"_gm{self.group_m}{'' if self.magic else '_cvt'}{'_tma' if self.tma else ''}"
-                f"{'_ws' if self.warp_specialize else ''}{'' if self.fp_fusion else '_nofma'}")
-
-
-@dataclass(frozen=True)
-class ResidualConfig:
-    """Launch configuration of the second-part pass (``fallback="sparse"``)."""
-
-    block_r: int = 32        # rows of the operand with the second part per program (>= 16)
-    block_y: int = 128       # rows of the other operand per tile
-    num_warps: int = 4
-    num_stages: int = 2
-    programs: int = 4096     # about this many programs: each takes every n-th tile of the other operand
-    k_chunk: int = 1024      # K-groups whose flags a program holds in registers at once
-    fp_fusion: bool = True
-
-    def label(self) -> str:
-        return (f"r{self.block_r}x{self.block_y}_w{self.num_warps}_s{self.num_stages}_p{self.programs}"
-                f"_kc{self.k_chunk}{'' if self.fp_fusion else '_nofma'}")
-
-
-# GEMMs below this many multiply-adds take the default configuration: tuning would cost more than it saves
-TUNE_MIN_MACS = 1 << 33
-# the exponent trick needs |partial product| < 2^22
-_MAGIC_MAX_GROUP = (1 << 22) // (127 * 127)
-# shared memory a configuration may plan for its pipeline (bytes; the H100/H200 limit is 227 KB)
-_SMEM_BUDGET = 200 * 1024
-
-_TUNED: dict = {}      # shape class -> (GemmConfig, ms)
-_TUNE_LOG: list = []   # every configuration timed: dicts for tuning_log()
-
-
-def _bucket(n: int) -> int:
-    return _next_pow2(max(n, 16))
-
-
-def _k_groups(want: int, n_kb: int) -> int:
-    """The largest power of two <= want that divides n_kb (the loop takes whole iterations)."""
-    kg = max(1, _next_pow2(want + 1) // 2)
-    while kg > 1 and n_kb % kg:
-        kg //= 2
-    return kg
-
-
-def _default_k_groups(gk: int) -> int:
-    # about 128 bytes of K per iteration: 16-byte vector loads, few loop iterations
-    return max(1, 128 // _next_pow2(gk))
-
-
-def _smem(cfg: GemmConfig, gk: int) -> int:
-    return cfg.num_stages * (cfg.block_m + cfg.block_n) * _next_pow2(gk) * cfg.k_groups
-
-
 def _tma_usable(qa: torch.Tensor, qb: torch.Tensor, gk: int) -> bool:
     """Descriptor loads need a power-of-two group of >= 16 bytes and 16-byte aligned rows and bases."""
     if not _HAS_TENSOR_DESCRIPTOR or gk < 16 or gk & (gk - 1):
@@ -573,61 +240,8 @@ def _tma_usable(qa: torch.Tensor, qb: torch.Tensor, gk: int) -> bool:
     return qa.shape[1] % 16 == 0 and qa.data_ptr() % 16 == 0 and qb.data_ptr() % 16 == 0
 
 
-def default_config(gk: int, M: int = 1 << 12, N: int = 1 << 12) -> GemmConfig:
-    """The configuration used without tuning: small tiles one program at a time under the
-    interpreter; on CUDA 128 x 128 tiles of 8 warps, about 128 bytes of K per iteration."""
-    if interpreter_active():
-        return GemmConfig(block_m=max(16, min(64, _next_pow2(M))), block_n=max(16, min(64, _next_pow2(N))),
-                          k_groups=1, num_warps=4, num_stages=1)
-    kg = _default_k_groups(gk)
-    return GemmConfig(k_groups=kg, num_stages=3 if _next_pow2(gk) * kg <= 128 else 2)
-
-
-def candidate_configs(gk: int, tma: bool = True) -> list:
-    """The configurations tuning tries for K-group gk on Hopper-class GPUs (H100/H200): 128-256
-    tiles with 8 warps and 64-128 tiles with 4, 3-4 stages, about 128 bytes of K per iteration
-    (also 64 / 256 bytes for small groups), tensor-descriptor loads for two tiles."""
-    kg = _default_k_groups(gk)
-    out = []
-    for bm, bn, w, st in ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3),
-                          (128, 64, 4, 4), (64, 128, 4, 4)):
-        out.append(GemmConfig(bm, bn, kg, w, st))
-    if gk <= 64:
-        out += [GemmConfig(128, 128, kg // 2, 8, 4), GemmConfig(128, 128, kg * 2, 8, 3)]
-    if tma:
-        out += [GemmConfig(128, 128, kg, 8, 3, tma=True), GemmConfig(128, 256, kg, 8, 3, tma=True)]
-    fitted = []
-    for cfg in out:
-        while _smem(cfg, gk) > _SMEM_BUDGET and cfg.num_stages > 2:
-            cfg = replace(cfg, num_stages=cfg.num_stages - 1)
-        if cfg.k_groups >= 1 and _smem(cfg, gk) <= _SMEM_BUDGET and cfg not in fitted:
-            fitted.append(cfg)
-    return fitted
-
-
-def _autotune_enabled() -> bool:
-    return os.environ.get("LOWPREC_INT8_GEMM_AUTOTUNE", "1") != "0"
-
-
-def tuned_configs() -> list:
-    """One dict per shape class tuned in this process: the class, the chosen configuration and
-    its median time."""
-    return [{**dict(zip(_KEY_FIELDS, key)), "config": cfg.label(), "ms": ms, **asdict(cfg)}
-            for key, (cfg, ms) in _TUNED.items()]
-
-
-def tuning_log() -> list:
-    """Every configuration timed by the tuner in this process (shape class, configuration, median
-    ms or the error that ruled it out, registers and spills per thread, shared memory)."""
-    return list(_TUNE_LOG)
-
-
 # ----------------------------------------------------------------------------------------------
 # GEMM
-
-
-_KEY_FIELDS = ("kernel", "M_class", "N_class", "K_class", "group", "block_rows_a", "block_rows_b", "even_k",
-               "tma_usable")
 
 
 class _Gemm:
@@ -642,8 +256,8 @@ class _Gemm:
         N = qb.shape[0]
         if qb.shape[1] != K:
             raise ValueError(f"K differs: {tuple(qa.shape)} vs {tuple(qb.shape)}")
-        bms, gk = _check_block(block_a, "block_a")
-        bns, gk_b = _check_block(block_b, "block_b")
+        bms, gk = block_shape(block_a, "block_a")
+        bns, gk_b = block_shape(block_b, "block_b")
         if gk != gk_b:
             raise ValueError(f"A and B must share the K-group: {block_a} vs {block_b}")
         if gk * 127 * 127 >= 2**31:
@@ -677,12 +291,12 @@ class _Gemm:
         return r.contiguous(), self._scales(dr, rows, f"dr{name}"), f
 
     def key(self) -> tuple:
-        return ("main", _bucket(self.M), _bucket(self.N), _bucket(self.K), self.gk, self.bms, self.bns,
+        return ("main", _kt.bucket(self.M), _kt.bucket(self.N), _kt.bucket(self.K), self.gk, self.bms, self.bns,
                 self.even_k, self.tma_usable)
 
     # -- the main kernel
     def launch_main(self, c, cfg: GemmConfig, fused_a=False, fused_b=False, warmup=False):
-        kg = _k_groups(cfg.k_groups, self.n_kb)
+        kg = _kt.whole_k_groups(cfg.k_groups, self.n_kb)
         bk = _next_pow2(self.gk)
         tma = cfg.tma and self.tma_usable
         a_desc, b_desc = self.qa, self.qb  # placeholders, never read unless USE_TMA
@@ -700,45 +314,21 @@ class _Gemm:
                     WS=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                     enable_fp_fusion=cfg.fp_fusion)
         if warmup:
-            return _gemm_kernel.warmup(*args, grid=grid, **meta)
-        _gemm_kernel[grid](*args, **meta)
+            return _kk._gemm_kernel.warmup(*args, grid=grid, **meta)
+        _kk._gemm_kernel[grid](*args, **meta)
 
     def config(self) -> GemmConfig:
         """The tuned configuration of this shape class (tuning it now if it is new), or the default.
         Tuned on the first parts alone; the fused second parts run in the same configuration."""
-        if (interpreter_active() or not _autotune_enabled()
-                or self.M * self.N * self.K < TUNE_MIN_MACS):
-            return default_config(self.gk, self.M, self.N)
-        key = self.key()
-        if key not in _TUNED:
-            _TUNED[key] = self._tune(key)
-        return _TUNED[key][0]
+        if (interpreter_active() or not _kt.autotune_enabled()
+                or self.M * self.N * self.K < _kt.TUNE_MIN_MACS):
+            return _kt.default_config(self.gk, self.M, self.N)
+        return _kt.tuned_config(self.key(), self._tune)
 
-    def _tune(self, key):
-        import triton.testing
-
-        cands = candidate_configs(self.gk, tma=self.tma_usable)
+    def _tune(self) -> tuple:
         c = torch.empty((self.M, self.N), dtype=torch.float32, device=self.dev)
-        _precompile(lambda cfg: self.launch_main(c, cfg, warmup=True), cands)
-        best = None
-        for cfg in cands:
-            row = {**dict(zip(_KEY_FIELDS, key)), "config": cfg.label()}
-            try:
-                fn = lambda: self.launch_main(c, cfg)  # noqa: E731
-                fn()
-                torch.cuda.synchronize(self.dev)
-                ms = float(triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median"))
-            except Exception as exc:  # a configuration the device or compiler refuses: tried, ruled out
-                first = str(exc).splitlines()[0][:200] if str(exc) else ""
-                _TUNE_LOG.append({**row, "ms": "", "error": f"{type(exc).__name__}: {first}"})
-                continue
-            _TUNE_LOG.append({**row, "ms": ms, "error": "", **_resources(self.launch_main(c, cfg, warmup=True))})
-            if best is None or ms < best[1]:
-                best = (cfg, ms)
-        if best is None:
-            raise RuntimeError(f"int8_fallback_gemm: no configuration of {cands[0].label()} and "
-                               f"{len(cands) - 1} others ran for shape class {key}; see tuning_log()")
-        return best
+        return _kt.time_candidates(self.key(), _kt.candidate_configs(self.gk, tma=self.tma_usable),
+                                   lambda cfg, warmup=False: self.launch_main(c, cfg, warmup=warmup), self.dev)
 
     # -- the second-part pass
     def launch_residual(self, c, side: str, rcfg: ResidualConfig, cross: bool, warmup=False):
@@ -761,49 +351,8 @@ class _Gemm:
                     MAGIC=self.gk <= _MAGIC_MAX_GROUP, HAS_CROSS=cross, num_warps=rcfg.num_warps,
                     num_stages=rcfg.num_stages, enable_fp_fusion=rcfg.fp_fusion)
         if warmup:
-            return _residual_kernel.warmup(*args, grid=grid, **meta)
-        _residual_kernel[grid](*args, **meta)
-
-
-def _resources(kernel) -> dict:
-    """Registers and spills per thread and shared memory of a compiled kernel (for the tuning log;
-    empty where this Triton does not say)."""
-    out = {}
-    for key, get in (("regs", lambda k: k.n_regs), ("spills", lambda k: k.n_spills),
-                     ("shared", lambda k: k.metadata.shared)):
-        try:
-            out[key] = int(get(kernel))
-        except Exception:  # noqa: BLE001 - an attribute this Triton version lacks
-            out[key] = ""
-    return out
-
-
-def _precompile(warm, cands) -> None:
-    """Compile warm(c) for each candidate c (a launch with warmup=True) in parallel threads where
-    this Triton can (its compile futures), else not at all; failures are left for the launches,
-    which report them."""
-    try:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:
-        return
-    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
-        with AsyncCompileMode(pool, ignore_errors=True):
-            for cfg in cands:
-                try:
-                    warm(cfg)
-                except Exception:  # noqa: BLE001 - recorded when the loop launches it
-                    pass
-
-
-def default_residual_config(block_rows: int) -> ResidualConfig:
-    if interpreter_active():
-        return ResidualConfig(block_r=16, block_y=32, num_stages=1, programs=4)
-    return ResidualConfig()
-
-
-FALLBACK_IMPLS = ("sparse", "fused")
+            return _kk._residual_kernel.warmup(*args, grid=grid, **meta)
+        _kk._residual_kernel[grid](*args, **meta)
 
 
 def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=None, dra=None, fa=None,
@@ -836,10 +385,10 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
     if config is None and not over:
         cfg = g.config()
     else:
-        cfg = replace(config or default_config(g.gk, g.M, g.N), **over)
+        cfg = replace(config or _kt.default_config(g.gk, g.M, g.N), **over)
     g.launch_main(c, cfg, fused_a, fused_b)
     if not fused:
-        rcfg = residual or default_residual_config(g.bms)
+        rcfg = residual or _kt.default_residual_config(g.bms)
         if has_ra:
             g.launch_residual(c, "a", rcfg, cross=False)
         if has_rb:
@@ -850,9 +399,9 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
 def selected_config(qa, qb, block_a=(32, 32), block_b=(32, 32)) -> GemmConfig:
     """The configuration ``int8_fallback_gemm`` uses for these operands without explicit tuning
     arguments (tuning the shape class first if it is new): for benchmarks to record."""
-    n_kb = _cdiv(qa.shape[1], _check_block(block_a)[1])
+    n_kb = _cdiv(qa.shape[1], block_shape(block_a)[1])
     da = torch.ones((_cdiv(qa.shape[0], block_a[0]), n_kb), device=qa.device)
-    db = torch.ones((_cdiv(qb.shape[0], block_b[0]), _cdiv(qb.shape[1], _check_block(block_b)[1])),
+    db = torch.ones((_cdiv(qb.shape[0], block_b[0]), _cdiv(qb.shape[1], block_shape(block_b)[1])),
                     device=qb.device)
     return _Gemm(qa, da, qb, db, block_a, block_b, None, None, None, None, None, None).config()
 

@@ -71,10 +71,11 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
+from lowprec.numerics.checks import block_shape as _check_block
 from lowprec.numerics.scaled_mm import fp8_mm
 
 from . import _common as _c
-from ._common import _cdiv, _check_block
+from ._common import _cdiv
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 

@@ -46,10 +46,10 @@ from __future__ import annotations
 
 import torch
 
-from lowprec.numerics.checks import nonempty
+from lowprec.numerics.checks import block_shape as _check_block, nonempty
 
 from . import _common as _c
-from ._common import _cdiv, _check_block, _next_pow2
+from ._common import _cdiv, _next_pow2
 
 # lowprec.mor never needs Triton; only this module does
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()

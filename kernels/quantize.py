@@ -68,7 +68,7 @@ import torch
 
 from lowprec.kernels import _common as _c
 from lowprec.kernels._common import _cdiv, _in_kind, _next_pow2
-from lowprec.numerics import QuantSpec, get_format, to_torch_dtype
+from lowprec.numerics import QuantSpec, as_2d, get_format, to_torch_dtype
 from lowprec.numerics.checks import block_shape, nonempty
 from lowprec.numerics.formats import FloatFormat, IntFormat
 
@@ -355,10 +355,6 @@ def _use_native_cast(x: torch.Tensor, fp8_cast: str) -> bool:
     return hw
 
 
-def _as_2d(x: torch.Tensor) -> torch.Tensor:
-    return x.reshape(1, 1) if x.dim() == 0 else x.reshape(-1, x.shape[-1])
-
-
 def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast):
     nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
@@ -385,7 +381,7 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast)
         raise ValueError(f"{fmt_name}: stochastic rounding in the kernel is int8 only; use "
                          "lowprec.numerics.quantize for FP8 stochastic rounding")
 
-    x2d = _as_2d(x).contiguous()
+    x2d = as_2d(x).contiguous()
     M, N = x2d.shape
     if noise is not None:
         if tuple(noise.shape) != tuple(x.shape):

@@ -63,7 +63,7 @@ import torch
 from .numerics import QuantSpec, block_amax, cast, quantize, scale_from_amax
 from .numerics import scaling as _scaling
 from .numerics.checks import block_shape, nonempty, number
-from .numerics.scaling import _blocks_view, apply_blocks, expand_blocks
+from .numerics.scaling import _blocks_view, apply_blocks, as_2d as _as_2d, expand_blocks
 from .recipes import (GEMMS, GENERIC_METHOD_KEYS, OPERANDS, Gemm, LazyStats, OperandCall,
                       OperandQuantizer, Recipe)
 
@@ -106,10 +106,6 @@ DEFAULTS = {
 
 # ----------------------------------------------------------------------------------------------
 # Representation
-
-
-def _as_2d(t: torch.Tensor) -> torch.Tensor:
-    return t.reshape(-1, t.shape[-1]) if t.dim() != 2 else t
 
 
 def _block_mask(values2d: torch.Tensor, mask: torch.Tensor, block) -> torch.Tensor:

@@ -61,6 +61,7 @@ from .numerics.scaling import (
     _block_amax,
     _resolve_block,
     apply_blocks,
+    as_2d as _as_2d,
     expand_blocks,
     gam_block_scales,
     quantize,
@@ -98,12 +99,6 @@ DEQUANT = ("fp32", "bf16")
 # Block choice codes in SubTensorResult.choice
 E4M3, E5M2, BF16 = 0, 1, 2
 _CHOICE_NAMES = ("e4m3", "e5m2", "bf16")
-
-
-def _as_2d(x: torch.Tensor) -> torch.Tensor:
-    if x.dim() == 0:
-        return x.reshape(1, 1)
-    return x.reshape(-1, x.shape[-1])
 
 
 _check_block = block_shape

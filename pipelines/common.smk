@@ -58,8 +58,8 @@ if _TRAIN_OVERRIDES:
 # folder (an evaluation of a run's checkpoint), and constrain its run wildcard to the runs whose
 # files it must make (run_files, evaluated_runs): checkpoints are not committed, so such a file
 # (e.g. gaussws's export.csv) is, where committed, itself an input of the rules that read it, and
-# under REUSE_RUNS an output built from such files is added to PAPER_EXTRA_OUTPUTS only when some of
-# them are committed.
+# under REUSE_RUNS an output built from such files joins PAPER_EXTRA_OUTPUTS (ReportOutputs' listed)
+# only when some of them are committed.
 # `snakemake --report` collects what is here: the committed run folders and the tables and figures
 # built from them, at any scale, as under reuse_runs (the command line is the only sign of it while
 # the workflow is read). With --report-after-run the workflow runs first, as it would without.
@@ -202,9 +202,33 @@ def one_of(names):
     return "|".join(re.escape(n) for n in names) if names else "(?!)"
 
 
-# Paper-specific tables and figures, added by pipelines/<paper>.smk; the paper target, the claims
-# and the report depend on them.
+# Paper-specific tables and figures, added by pipelines/<paper>.smk (through ReportOutputs); the
+# paper target, the claims and the report depend on them.
 PAPER_EXTRA_OUTPUTS = {p: [] for p in PAPERS}
+
+
+class ReportOutputs:
+    """The files one report command writes, named once: ``files`` maps the command's option (its
+    --flag) to the path, or to (path, caption) for a file that goes into ``snakemake --report``
+    (caption: the stem of its pipelines/report/*.rst, under the paper's category and
+    ``subcategory``). ``rule`` is the rule's named output (``output: **x.rule``; each name is the
+    flag with "-" as "_", after ``prefix``, every file update()), ``flags`` the command's
+    "--flag {output.name}" arguments. The paths join the paper's target (PAPER_EXTRA_OUTPUTS)
+    unless ``listed`` is false: under reuse_runs an output whose inputs are not committed."""
+
+    def __init__(self, paper, subcategory, files, listed=True, prefix=""):
+        self.rule, flags = {}, []
+        for flag, spec in files.items():
+            path, caption = spec if isinstance(spec, tuple) else (spec, None)
+            name = prefix + flag.replace("-", "_")
+            out = update(path)
+            if caption:
+                out = report(out, category=paper, subcategory=subcategory, caption=f"report/{caption}.rst")
+            self.rule[name] = out
+            flags.append(f"--{flag} {{output.{name}}}")
+            if listed:
+                PAPER_EXTRA_OUTPUTS[paper].append(path)
+        self.flags = " ".join(flags)
 
 
 def run_dirs(paper):

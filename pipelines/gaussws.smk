@@ -18,13 +18,20 @@ if "gaussws" in PAPERS:
 
     # the exactness figure always has its analytic reference (the 9-bit claim reads it); trained
     # weights join it from whichever runs' exactness.csv exist
-    PAPER_EXTRA_OUTPUTS["gaussws"] += [f"{GW}/figures/exactness.png", f"{GW}/figures/exactness.pdf",
-                                       f"{GW}/tables/exactness.csv", f"{GW}/tables/exactness.md"]
+    GW_EXACTNESS_OUT = ReportOutputs("gaussws", "noise bits", {
+        "png": (f"{GW}/figures/exactness.png", "gaussws_exactness"), "pdf": f"{GW}/figures/exactness.pdf",
+        "csv": (f"{GW}/tables/exactness.csv", "gaussws_exactness_table"), "md": f"{GW}/tables/exactness.md",
+    })
+    GW_OVERHEAD_OUT = ReportOutputs("gaussws", "overhead and memory", {
+        "csv": (f"{GW}/tables/overhead.csv", "gaussws_overhead"), "md": f"{GW}/tables/overhead.md",
+    }, prefix="overhead_")
+    GW_MEMORY_OUT = ReportOutputs("gaussws", "overhead and memory", {
+        "csv": (f"{GW}/tables/memory.csv", "gaussws_memory"), "md": f"{GW}/tables/memory.md",
+    }, prefix="memory_")
     # a table from per-run files only where some are committed (always when training)
-    PAPER_EXTRA_OUTPUTS["gaussws"] += [f"{GW}/tables/overhead.csv", f"{GW}/tables/overhead.md",
-                                       f"{GW}/tables/memory.csv", f"{GW}/tables/memory.md"]
-    if not REUSE_RUNS or GW_EXPORT:
-        PAPER_EXTRA_OUTPUTS["gaussws"] += [f"{GW}/tables/export.csv", f"{GW}/tables/export.md"]
+    GW_EXPORT_OUT = ReportOutputs("gaussws", "MX export", {
+        "csv": (f"{GW}/tables/export.csv", "gaussws_export"), "md": f"{GW}/tables/export.md",
+    }, listed=not REUSE_RUNS or bool(GW_EXPORT))
 
     # These two read the run's final checkpoint, which is not committed: they match only the runs
     # whose file they must make (run_files), never a committed file.
@@ -59,41 +66,28 @@ if "gaussws" in PAPERS:
         input:
             GW_EXACTNESS,
         output:
-            png=report(update(f"{GW}/figures/exactness.png"), category="gaussws", subcategory="noise bits",
-                       caption="report/gaussws_exactness.rst"),
-            pdf=update(f"{GW}/figures/exactness.pdf"),
-            csv=report(update(f"{GW}/tables/exactness.csv"), category="gaussws", subcategory="noise bits",
-                       caption="report/gaussws_exactness_table.rst"),
-            md=update(f"{GW}/tables/exactness.md"),
+            **GW_EXACTNESS_OUT.rule,
         shell:
-            "python -m lowprec.report.gaussws exactness --evals {input} --csv {output.csv} --md {output.md} "
-            "--png {output.png} --pdf {output.pdf}"
+            "python -m lowprec.report.gaussws exactness --evals {input} " + GW_EXACTNESS_OUT.flags
 
     rule gaussws_overhead_memory:
         input:
             [f"{d}/provenance.json" for d in gw_runs()],
         output:
-            ocsv=report(update(f"{GW}/tables/overhead.csv"), category="gaussws", subcategory="overhead and memory",
-                        caption="report/gaussws_overhead.rst"),
-            omd=update(f"{GW}/tables/overhead.md"),
-            mcsv=report(update(f"{GW}/tables/memory.csv"), category="gaussws", subcategory="overhead and memory",
-                        caption="report/gaussws_memory.rst"),
-            mmd=update(f"{GW}/tables/memory.md"),
+            **GW_OVERHEAD_OUT.rule,
+            **GW_MEMORY_OUT.rule,
         params:
             runs=" ".join(gw_runs()),
             gpu=GW_GPU,
         shell:
             "python -m lowprec.report.gaussws overhead --runs {params.runs} --gpu {params.gpu} "
-            "--csv {output.ocsv} --md {output.omd} && "
-            "python -m lowprec.report.gaussws memory --runs {params.runs} --gpu {params.gpu} "
-            "--csv {output.mcsv} --md {output.mmd}"
+            + GW_OVERHEAD_OUT.flags + " && "
+            "python -m lowprec.report.gaussws memory --runs {params.runs} --gpu {params.gpu} " + GW_MEMORY_OUT.flags
 
     rule gaussws_export_table:
         input:
             GW_EXPORT,
         output:
-            csv=report(update(f"{GW}/tables/export.csv"), category="gaussws", subcategory="MX export",
-                       caption="report/gaussws_export.rst"),
-            md=update(f"{GW}/tables/export.md"),
+            **GW_EXPORT_OUT.rule,
         shell:
-            "python -m lowprec.report.gaussws export --evals {input} --csv {output.csv} --md {output.md}"
+            "python -m lowprec.report.gaussws export --evals {input} " + GW_EXPORT_OUT.flags

@@ -1,7 +1,8 @@
 # INT8 with block fallback (arXiv 2503.08040): outlier analysis of the trained BF16 models, the
 # fallback-ratio heat map and sweep from telemetry, the loss-gap contrast GLU vs GPT2, fine-tuning
 # from the BF16-pretrained weights under every arm, and the GEMM throughput figure from the committed
-# H200 benchmark (lowprec.report.int8_fallback), on top of the generic loss curves and final losses.
+# H200 benchmark (lowprec.report.int8_fallback, int8_throughput), on top of the generic loss curves
+# and final losses.
 
 # committed GPU measurements, read wherever the workflow runs (re-measured files keep the columns)
 I8_GEMM = os.path.join(workflow.basedir, "results", "int8_fallback", "gemm_h200.csv")
@@ -34,28 +35,32 @@ if "int8_fallback" in PAPERS:
 
     # Under REUSE_RUNS an output whose inputs are not committed is left out (always built when training);
     # the claims that read it then say "not run at this scale".
-    if not REUSE_RUNS or I8_OUTLIERS:
-        PAPER_EXTRA_OUTPUTS["int8_fallback"] += [
-            f"{I8}/figures/outliers.png", f"{I8}/figures/outliers.pdf",
-            f"{I8}/tables/outliers.csv", f"{I8}/tables/outliers.md",
-            f"{I8}/tables/outlier_contrast.csv", f"{I8}/tables/outlier_contrast.md",
-        ]
-    if not REUSE_RUNS or I8_FALLBACK_ARMS:
-        PAPER_EXTRA_OUTPUTS["int8_fallback"] += [
-            f"{I8}/figures/fallback_heatmap.png", f"{I8}/figures/fallback_heatmap.pdf",
-            f"{I8}/figures/fallback_sweep.png", f"{I8}/figures/fallback_sweep.pdf",
-            f"{I8}/tables/fallback_ratio.csv", f"{I8}/tables/fallback_summary.csv", f"{I8}/tables/fallback_summary.md",
-        ]
-    PAPER_EXTRA_OUTPUTS["int8_fallback"] += [f"{I8}/tables/gap_vs_bf16.csv", f"{I8}/tables/gap_vs_bf16.md"]
-    if I8_FT:
-        PAPER_EXTRA_OUTPUTS["int8_fallback"] += [
-            f"{I8}/figures/finetune_curves.png", f"{I8}/figures/finetune_curves.pdf",
-            f"{I8}/tables/finetune.csv", f"{I8}/tables/finetune.md",
-        ]
-    PAPER_EXTRA_OUTPUTS["int8_fallback"] += [
-        f"{I8}/figures/throughput.png", f"{I8}/figures/throughput.pdf",
-        f"{I8}/tables/throughput.csv", f"{I8}/tables/throughput.md",
-    ]
+    I8_OUTLIERS_OUT = ReportOutputs("int8_fallback", "outliers", {
+        "png": (f"{I8}/figures/outliers.png", "int8_outliers"), "pdf": f"{I8}/figures/outliers.pdf",
+        "csv": (f"{I8}/tables/outliers.csv", "int8_outliers_table"), "md": f"{I8}/tables/outliers.md",
+        "contrast-csv": (f"{I8}/tables/outlier_contrast.csv", "int8_outlier_contrast"),
+        "contrast-md": f"{I8}/tables/outlier_contrast.md",
+    }, listed=not REUSE_RUNS or bool(I8_OUTLIERS))
+    I8_FALLBACK_OUT = ReportOutputs("int8_fallback", "fallback ratio", {
+        "png": (f"{I8}/figures/fallback_heatmap.png", "int8_fallback_heatmap"),
+        "pdf": f"{I8}/figures/fallback_heatmap.pdf",
+        "sweep-png": (f"{I8}/figures/fallback_sweep.png", "int8_fallback_sweep"),
+        "sweep-pdf": f"{I8}/figures/fallback_sweep.pdf",
+        "csv": (f"{I8}/tables/fallback_ratio.csv", "int8_fallback_ratio_table"),
+        "summary-csv": (f"{I8}/tables/fallback_summary.csv", "int8_fallback_summary"),
+        "summary-md": f"{I8}/tables/fallback_summary.md",
+    }, listed=not REUSE_RUNS or bool(I8_FALLBACK_ARMS))
+    I8_GAP_OUT = ReportOutputs("int8_fallback", "loss curves", {
+        "csv": (f"{I8}/tables/gap_vs_bf16.csv", "int8_gap_vs_bf16"), "md": f"{I8}/tables/gap_vs_bf16.md",
+    })
+    I8_FINETUNE_OUT = ReportOutputs("int8_fallback", "fine-tuning", {
+        "png": (f"{I8}/figures/finetune_curves.png", "int8_finetune"), "pdf": f"{I8}/figures/finetune_curves.pdf",
+        "csv": (f"{I8}/tables/finetune.csv", "int8_finetune_table"), "md": f"{I8}/tables/finetune.md",
+    }, listed=bool(I8_FT))
+    I8_THROUGHPUT_OUT = ReportOutputs("int8_fallback", "throughput", {
+        "png": (f"{I8}/figures/throughput.png", "int8_throughput"), "pdf": f"{I8}/figures/throughput.pdf",
+        "csv": (f"{I8}/tables/throughput.csv", "int8_throughput_table"), "md": f"{I8}/tables/throughput.md",
+    })
 
     # The rule whose outputs lie in run folders reads a checkpoint: it matches only the runs whose
     # files it must make (run_files), never a committed file; under REUSE_RUNS it does not exist.
@@ -80,88 +85,55 @@ if "int8_fallback" in PAPERS:
             evals=I8_OUTLIERS,
             ccdfs=I8_CCDFS,
         output:
-            png=report(update(f"{I8}/figures/outliers.png"), category="int8_fallback", subcategory="outliers",
-                       caption="report/int8_outliers.rst"),
-            pdf=update(f"{I8}/figures/outliers.pdf"),
-            csv=report(update(f"{I8}/tables/outliers.csv"), category="int8_fallback", subcategory="outliers",
-                       caption="report/int8_outliers_table.rst"),
-            md=update(f"{I8}/tables/outliers.md"),
-            ccsv=report(update(f"{I8}/tables/outlier_contrast.csv"), category="int8_fallback", subcategory="outliers",
-                        caption="report/int8_outlier_contrast.rst"),
-            cmd=update(f"{I8}/tables/outlier_contrast.md"),
+            **I8_OUTLIERS_OUT.rule,
         shell:
             "python -m lowprec.report.int8_fallback outliers --evals {input.evals} --ccdfs {input.ccdfs} "
-            "--csv {output.csv} --md {output.md} "
-            "--contrast-csv {output.ccsv} --contrast-md {output.cmd} --png {output.png} --pdf {output.pdf}"
+            + I8_OUTLIERS_OUT.flags
 
     rule int8_fallback_ratio:
         input:
             [f"{d}/provenance.json" for d in i8_runs()],
         output:
-            png=report(update(f"{I8}/figures/fallback_heatmap.png"), category="int8_fallback",
-                       subcategory="fallback ratio", caption="report/int8_fallback_heatmap.rst"),
-            pdf=update(f"{I8}/figures/fallback_heatmap.pdf"),
-            spng=report(update(f"{I8}/figures/fallback_sweep.png"), category="int8_fallback",
-                        subcategory="fallback ratio", caption="report/int8_fallback_sweep.rst"),
-            spdf=update(f"{I8}/figures/fallback_sweep.pdf"),
-            csv=report(update(f"{I8}/tables/fallback_ratio.csv"), category="int8_fallback",
-                       subcategory="fallback ratio", caption="report/int8_fallback_ratio_table.rst"),
-            scsv=report(update(f"{I8}/tables/fallback_summary.csv"), category="int8_fallback",
-                        subcategory="fallback ratio", caption="report/int8_fallback_summary.rst"),
-            smd=update(f"{I8}/tables/fallback_summary.md"),
+            **I8_FALLBACK_OUT.rule,
         params:
             runs=" ".join(i8_runs()),
             method=I8_HEATMAP_METHOD,
             baseline=I8_BASELINE,
         shell:
             "python -m lowprec.report.int8_fallback fallback --runs {params.runs} --baseline {params.baseline} "
-            "--heatmap-method {params.method} --csv {output.csv} --summary-csv {output.scsv} --summary-md {output.smd} "
-            "--png {output.png} --pdf {output.pdf} --sweep-png {output.spng} --sweep-pdf {output.spdf}"
+            "--heatmap-method {params.method} " + I8_FALLBACK_OUT.flags
 
     rule int8_gap_table:
         input:
             [f"{d}/provenance.json" for d in i8_runs()],
         output:
-            csv=report(update(f"{I8}/tables/gap_vs_bf16.csv"), category="int8_fallback", subcategory="loss curves",
-                       caption="report/int8_gap_vs_bf16.rst"),
-            md=update(f"{I8}/tables/gap_vs_bf16.md"),
+            **I8_GAP_OUT.rule,
         params:
             runs=" ".join(i8_runs()),
             baseline=I8_BASELINE,
         shell:
             "python -m lowprec.report.int8_fallback gaps --runs {params.runs} --baseline {params.baseline} "
-            "--csv {output.csv} --md {output.md}"
+            + I8_GAP_OUT.flags
 
     rule int8_finetune_table:
         input:
             [f"{d}/provenance.json" for d in i8_ft_runs()],
         output:
-            png=report(update(f"{I8}/figures/finetune_curves.png"), category="int8_fallback", subcategory="fine-tuning",
-                       caption="report/int8_finetune.rst"),
-            pdf=update(f"{I8}/figures/finetune_curves.pdf"),
-            csv=report(update(f"{I8}/tables/finetune.csv"), category="int8_fallback", subcategory="fine-tuning",
-                       caption="report/int8_finetune_table.rst"),
-            md=update(f"{I8}/tables/finetune.md"),
+            **I8_FINETUNE_OUT.rule,
         params:
             runs=" ".join(i8_ft_runs()),
             baseline=I8_BASELINE,
         shell:
             "python -m lowprec.report.int8_fallback finetune --runs {params.runs} --baseline {params.baseline} "
-            "--csv {output.csv} --md {output.md} --png {output.png} --pdf {output.pdf}"
+            + I8_FINETUNE_OUT.flags
 
     rule int8_throughput:
         input:
             # rebuilt when the committed measurement is replaced; absent: a "not measured" figure
             [I8_GEMM] if os.path.exists(I8_GEMM) else [],
         output:
-            png=report(update(f"{I8}/figures/throughput.png"), category="int8_fallback", subcategory="throughput",
-                       caption="report/int8_throughput.rst"),
-            pdf=update(f"{I8}/figures/throughput.pdf"),
-            csv=report(update(f"{I8}/tables/throughput.csv"), category="int8_fallback", subcategory="throughput",
-                       caption="report/int8_throughput_table.rst"),
-            md=update(f"{I8}/tables/throughput.md"),
+            **I8_THROUGHPUT_OUT.rule,
         params:
             gemm=I8_GEMM,
         shell:
-            "python -m lowprec.report.int8_fallback throughput --gemm {params.gemm} --csv {output.csv} "
-            "--md {output.md} --png {output.png} --pdf {output.pdf}"
+            "python -m lowprec.report.int8_fallback throughput --gemm {params.gemm} " + I8_THROUGHPUT_OUT.flags

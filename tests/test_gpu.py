@@ -405,12 +405,13 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
 
     from lowprec.int8_fallback import int8_block_gemm_reference
     from lowprec.kernels import int8_fallback_gemm as kf
+    from lowprec.kernels import int8_fallback_tuning as kt
 
     if not kf.triton_available("cuda"):
         pytest.skip("Triton not usable on this CUDA device")
-    monkeypatch.setattr(kf, "TUNE_MIN_MACS", 0)
-    monkeypatch.setattr(kf, "_TUNED", {})
-    monkeypatch.setattr(kf, "_TUNE_LOG", [])
+    monkeypatch.setattr(kt, "TUNE_MIN_MACS", 0)
+    monkeypatch.setattr(kt, "_TUNED", {})
+    monkeypatch.setattr(kt, "_TUNE_LOG", [])
     g = torch.Generator(device="cuda").manual_seed(0)
     M, N, K, blk = 256, 384, 1024, (32, 128)
     qa = torch.randint(-127, 128, (M, K), device="cuda", generator=g, dtype=torch.int8)
@@ -420,14 +421,14 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     want = int8_block_gemm_reference(qa, da, qb, db, blk, blk)
     got = kf.int8_fallback_gemm(qa, da, qb, db, blk, blk)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
-    (tuned,) = kf.tuned_configs()
-    log = kf.tuning_log()
-    cands = kf.candidate_configs(128, tma=kf._tma_usable(qa, qb, 128))
+    (tuned,) = kt.tuned_configs()
+    log = kt.tuning_log()
+    cands = kt.candidate_configs(128, tma=kf._tma_usable(qa, qb, 128))
     assert [r["config"] for r in log] == [c.label() for c in cands]
     timed = [r for r in log if r["ms"] != ""]
     assert timed and tuned["ms"] == min(r["ms"] for r in timed) and tuned["config"] in {r["config"] for r in timed}
     assert kf.selected_config(qa, qb, blk, blk).label() == tuned["config"]
-    assert len(kf.tuning_log()) == len(log)  # the class is tuned once
+    assert len(kt.tuning_log()) == len(log)  # the class is tuned once
     chosen = next(c for c in cands if c.label() == tuned["config"])
     for cfg in {cands[0], chosen, *[c for c in cands if c.tma][:1]}:  # pointer and descriptor loads
         y = kf.int8_fallback_gemm(qa, da, qb, db, blk, blk, config=replace(cfg, fp_fusion=False))

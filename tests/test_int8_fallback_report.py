@@ -1,6 +1,7 @@
 """INT8-fallback report (lowprec.report.int8_fallback): outlier statistics of captured layer
 inputs against direct computation, telemetry -> fallback ratios, loss-gap contrast, fine-tuning
-table, GEMM throughput table, and the paper's claims on constructed files."""
+table, GEMM throughput table (lowprec.report.int8_throughput), and the paper's claims on
+constructed files."""
 
 import json
 import math
@@ -14,6 +15,7 @@ from torch import nn
 from lowprec.int8_fallback import block_absmax_stats
 from lowprec.report import claims as cl
 from lowprec.report import int8_fallback as rep
+from lowprec.report import int8_throughput as tput
 from lowprec.report.runs import load_runs
 
 
@@ -203,11 +205,11 @@ def _gemm_csv(path):
 
 def test_throughput_table_and_missing_measurement(tmp_path):
     _gemm_csv(tmp_path / "gemm_h200.csv")
-    t = rep.throughput_table(rep.read_gemm(tmp_path / "gemm_h200.csv"))
+    t = tput.throughput_table(tput.read_gemm(tmp_path / "gemm_h200.csv"))
     blk = t[t["series"] == "int8_block"].set_index("group")
     assert blk.loc[128, "rel_to_smallest_group"] == pytest.approx(1.5) and blk.loc[32, "rel_to_smallest_group"] == 1.0
     assert len(t[t["series"] == "int8_fallback"]) == 2 and set(t["series"]) >= {"bf16_matmul", "int_mm"}
-    md = rep.throughput_markdown(t, "H200", "x.csv")
+    md = tput.throughput_markdown(t, "H200", "x.csv")
     assert "2:1" in md and "4:1" in md and "block K=128" in md and "ρ=0.1" in md
     out = tmp_path / "o"
     rep.main(["throughput", "--gemm", str(tmp_path / "absent.csv"), "--csv", str(out / "t.csv"),
@@ -215,7 +217,7 @@ def test_throughput_table_and_missing_measurement(tmp_path):
     assert "No committed GEMM measurement" in (out / "t.md").read_text() and (out / "t.png").stat().st_size > 0
     pd.read_csv(tmp_path / "gemm_h200.csv").drop(columns=["tflops"]).to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(ValueError, match=r"missing column\(s\) \['tflops'\]"):
-        rep.read_gemm(tmp_path / "bad.csv")
+        tput.read_gemm(tmp_path / "bad.csv")
 
 
 # --------------------------------------------------------------------------- claims

@@ -3,9 +3,10 @@ lowprec.int8_fallback: the quantize pass bit for bit, the GEMM equal to the exac
 bit for bit (under the interpreter; to fp32 rounding on CUDA).
 
 Runs on CUDA when present, else under the Triton interpreter on CPU (a few seconds, tiny shapes).
-The kernels call the jit helpers of lowprec.kernels.quantize and lowprec.kernels._common, so the three
-modules must be built in the same mode: with TRITON_INTERPRET=1 set here, whichever was imported
-earlier without it is reloaded, with the modules after it (_common, quantize, this one).
+The kernels (lowprec.kernels.int8_fallback_kernels) call the jit helpers of lowprec.kernels.quantize
+and lowprec.kernels._common, so the three modules must be built in the same mode: with
+TRITON_INTERPRET=1 set here, whichever was imported earlier without it is reloaded, with the modules
+after it (_common, quantize, int8_fallback_kernels, then the host side int8_fallback_gemm).
 """
 
 import importlib
@@ -32,9 +33,11 @@ from lowprec.int8_fallback import (  # noqa: E402
 from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 from lowprec.numerics import block_amax  # noqa: E402
 
-_KQ, _KF = "lowprec.kernels.quantize", "lowprec.kernels.int8_fallback_gemm"
-reload_for_interpreter(_KQ, _KF)
+_KQ, _KK, _KF = ("lowprec.kernels.quantize", "lowprec.kernels.int8_fallback_kernels",
+                 "lowprec.kernels.int8_fallback_gemm")
+reload_for_interpreter(_KQ, _KK, _KF)
 kf = importlib.import_module(_KF)
+kt = importlib.import_module("lowprec.kernels.int8_fallback_tuning")
 
 DEVICES = (["cpu"] if kf.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])
 if not DEVICES:
@@ -205,11 +208,11 @@ def _int_operands(M, N, K, rows_a, rows_b, group, seed, pattern="random", ratio=
 
 
 @pytest.mark.parametrize("dims,rows,group,config", [
-    ((64, 64, 256), (32, 32), 32, kf.GemmConfig(32, 32, k_groups=4, num_warps=4, num_stages=1)),  # 4 groups an iteration
-    ((64, 48, 192), (16, 8), 32, kf.GemmConfig(64, 16, k_groups=2, num_warps=4, num_stages=1, magic=False)),
-    ((50, 33, 160), (32, 32), 32, kf.GemmConfig(32, 32, k_groups=4, num_warps=4, num_stages=1)),  # 5 groups: 1 a step
-    ((48, 40, 128), (1, 8), 64, kf.GemmConfig(32, 16, k_groups=2, num_warps=4, num_stages=1, tma=True)),
-    ((40, 56, 100), (8, 8), 32, kf.GemmConfig(16, 32, k_groups=2, num_warps=4, num_stages=1, tma=True)),  # K tail
+    ((64, 64, 256), (32, 32), 32, kt.GemmConfig(32, 32, k_groups=4, num_warps=4, num_stages=1)),  # 4 groups an iteration
+    ((64, 48, 192), (16, 8), 32, kt.GemmConfig(64, 16, k_groups=2, num_warps=4, num_stages=1, magic=False)),
+    ((50, 33, 160), (32, 32), 32, kt.GemmConfig(32, 32, k_groups=4, num_warps=4, num_stages=1)),  # 5 groups: 1 a step
+    ((48, 40, 128), (1, 8), 64, kt.GemmConfig(32, 16, k_groups=2, num_warps=4, num_stages=1, tma=True)),
+    ((40, 56, 100), (8, 8), 32, kt.GemmConfig(16, 32, k_groups=2, num_warps=4, num_stages=1, tma=True)),  # K tail
 ], ids=["kg4", "kg2-cvt", "kg-odd-groups", "tma", "tma-ragged"])
 def test_gemm_configurations_are_bit_identical(device, dims, rows, group, config):
     """Every configuration (groups per iteration, tiles that do not divide the shape, the exact
@@ -243,9 +246,9 @@ def test_fallback_patterns(device, pattern, impl):
 
 
 @pytest.mark.parametrize("residual,rows", [
-    (kf.ResidualConfig(block_r=16, block_y=16, num_stages=1, programs=1, k_chunk=2), (8, 4)),   # y tiles looped, chunks
-    (kf.ResidualConfig(block_r=32, block_y=32, num_stages=1, programs=1000), (1, 32)),          # 32 one-row blocks a program
-    (kf.ResidualConfig(block_r=16, block_y=16, num_stages=1, programs=3, k_chunk=4), (32, 8)),  # blocks taller than a program
+    (kt.ResidualConfig(block_r=16, block_y=16, num_stages=1, programs=1, k_chunk=2), (8, 4)),   # y tiles looped, chunks
+    (kt.ResidualConfig(block_r=32, block_y=32, num_stages=1, programs=1000), (1, 32)),          # 32 one-row blocks a program
+    (kt.ResidualConfig(block_r=16, block_y=16, num_stages=1, programs=3, k_chunk=4), (32, 8)),  # blocks taller than a program
 ], ids=["chunks", "row-blocks", "tall-blocks"])
 def test_sparse_pass_configurations(device, residual, rows):
     """The second-part pass visits exactly the flagged K-groups whatever its tiling: flag chunks
@@ -264,14 +267,14 @@ def test_configuration_space():
     """Tuning candidates fit the shared-memory budget, take about 128 bytes of K per iteration for
     every group size, and the loop takes whole iterations."""
     for gk in (16, 32, 64, 128, 256):
-        cands = kf.candidate_configs(gk)
+        cands = kt.candidate_configs(gk)
         assert len(cands) == len(set(cands)) >= 6
-        assert all(kf._smem(c, gk) <= kf._SMEM_BUDGET for c in cands)
-        assert {c.tma for c in cands} == {False, True} and not any(c.tma for c in kf.candidate_configs(gk, tma=False))
+        assert all(kt.smem_bytes(c, gk) <= kt.SMEM_BUDGET for c in cands)
+        assert {c.tma for c in cands} == {False, True} and not any(c.tma for c in kt.candidate_configs(gk, tma=False))
         assert max(c.k_groups * gk for c in cands) >= 128 and min(c.k_groups for c in cands) >= 1
-    assert [kf._k_groups(4, n) for n in (256, 6, 5, 1)] == [4, 2, 1, 1]
-    assert kf.default_config(32).k_groups == (1 if kf.interpreter_active() else 4)
-    assert "_tma" in kf.GemmConfig(tma=True).label() and "_cvt" in kf.GemmConfig(magic=False).label()
+    assert [kt.whole_k_groups(4, n) for n in (256, 6, 5, 1)] == [4, 2, 1, 1]
+    assert kt.default_config(32).k_groups == (1 if kf.interpreter_active() else 4)
+    assert "_tma" in kt.GemmConfig(tma=True).label() and "_cvt" in kt.GemmConfig(magic=False).label()
 
 
 def test_kernel_path_end_to_end(device):
@@ -337,19 +340,24 @@ def test_import_without_triton(monkeypatch):
     """The module imports without Triton; the kernels then raise a clear RuntimeError."""
     monkeypatch.setitem(sys.modules, "triton", None)
     monkeypatch.setitem(sys.modules, "triton.language", None)
-    # a Triton-less quantize module for it to import
-    qpath = Path(sys.modules[_KQ].__file__)
-    qspec = importlib.util.spec_from_file_location("lowprec.kernels._quantize_nt", qpath)
-    qmod = importlib.util.module_from_spec(qspec)
-    qspec.loader.exec_module(qmod)
-    monkeypatch.setitem(sys.modules, _KQ, qmod)
-    monkeypatch.setattr(sys.modules["lowprec.kernels"], "quantize", qmod, raising=False)
-    spec = importlib.util.spec_from_file_location("lowprec.kernels._fallback_nt", Path(kf.__file__),
-                                                  submodule_search_locations=None)
-    mod = importlib.util.module_from_spec(spec)
-    mod.__package__ = "lowprec.kernels"
-    monkeypatch.setitem(sys.modules, spec.name, mod)  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
+
+    def load_without_triton(name: str, as_name: str):
+        """Module `name` executed afresh (no Triton now) under `as_name`, and put where its importers
+        look for `name`."""
+        spec = importlib.util.spec_from_file_location(as_name, Path(sys.modules[name].__file__))
+        mod = importlib.util.module_from_spec(spec)
+        mod.__package__ = "lowprec.kernels"
+        monkeypatch.setitem(sys.modules, as_name, mod)  # dataclasses look their module up there
+        spec.loader.exec_module(mod)
+        monkeypatch.setitem(sys.modules, name, mod)
+        monkeypatch.setattr(sys.modules["lowprec.kernels"], name.rsplit(".", 1)[1], mod, raising=False)
+        return mod
+
+    # the Triton-less kernel modules for the host side to import, then the host side itself
+    load_without_triton(_KQ, "lowprec.kernels._quantize_nt")
+    kk = load_without_triton(_KK, "lowprec.kernels._fallback_kernels_nt")
+    assert kk._JIT_FNS == () and not kk.interpreter_active()
+    mod = load_without_triton(_KF, "lowprec.kernels._fallback_nt")
     assert not mod.triton_available() and not mod.interpreter_active()
     with pytest.raises(RuntimeError, match="Triton"):
         mod.quantize_fallback_int8(torch.ones(2, 2))
@@ -393,7 +401,7 @@ def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
     is reported without losing the others."""
     import csv as _csv
 
-    from lowprec.kernels import bench_int8_fallback as bench
+    from lowprec.bench import int8_gemm as bench
 
     out = tmp_path / "gemm.csv"
     argv = ["--out", str(out), "--sizes", "32", "--groups", "32", "--ratio-groups", "32", "--ratios", "0.25",

@@ -1,7 +1,7 @@
-"""Plumbing shared by the GPU benchmark scripts (``lowprec.kernels.bench_*``, ``lowprec.bench.*``):
-the argument parser with ``--out`` and the do_bench options, exit code 2 with a message for a
-precondition or option that does not hold, the CUDA / Triton checks, comma-separated list options,
-the median do_bench timer, and the provenance JSON written beside each CSV.
+"""Plumbing shared by the benchmark scripts (``lowprec.bench.*``): the argument parser with ``--out``
+and the do_bench options, exit code 2 with a message for a precondition or option that does not
+hold, the CUDA / Triton checks, comma-separated list options, the median do_bench timer, a time
+budget that skips what is left, the CSV writer, and the provenance JSON written beside each CSV.
 
 Importing this module needs neither torch nor Triton (``--help`` works anywhere).
 """
@@ -9,9 +9,11 @@ Importing this module needs neither torch nor Triton (``--help`` works anywhere)
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, NoReturn
 
@@ -104,6 +106,36 @@ def do_bench_median(warmup: int, rep: int):
         return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
 
     return bench, f"triton.testing.do_bench(warmup={warmup}, rep={rep}, return_mode='median')"
+
+
+class Budget:
+    """Seconds a benchmark may run: once spent, ``allows(what)`` says no, prints and records `what`
+    (``skipped``), so the run still writes what it measured and says what it left out. None: no
+    limit."""
+
+    def __init__(self, seconds: float | None):
+        self.t0, self.seconds, self.skipped = time.monotonic(), seconds, []
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def allows(self, what: str) -> bool:
+        if self.seconds is None or self.elapsed() <= self.seconds:
+            return True
+        self.skipped.append(what)
+        print(f"# skipped (budget {self.seconds:.0f} s spent): {what}", flush=True)
+        return False
+
+
+def write_rows(path: Path, fields, rows, extrasaction: str = "raise") -> None:
+    """A CSV of `rows` (dicts) with the columns `fields` in that order; a key a row lacks is an empty
+    cell (creating the folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(fields), restval="", extrasaction=extrasaction)
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def gpu_provenance(**extra) -> dict:

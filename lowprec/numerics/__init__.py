@@ -25,6 +25,7 @@ from .scaling import (
     DelayedScaler,
     QTensor,
     QuantSpec,
+    as_2d,
     block_amax,
     compute_scale,
     expand_blocks,
@@ -41,7 +42,7 @@ __all__ = [
     "FORMATS", "FloatFormat", "Format", "IntFormat", "cast", "get_format", "ilog2", "pow2",
     "to_native", "to_torch_dtype",
     "amax", "flush_fraction", "relative_error", "saturation_fraction", "sqnr_db", "tensor_stats",
-    "SCALINGS", "DelayedScaler", "QTensor", "QuantSpec", "block_amax", "compute_scale",
+    "SCALINGS", "DelayedScaler", "QTensor", "QuantSpec", "as_2d", "block_amax", "compute_scale",
     "expand_blocks", "fake_quantize", "gam_block_scales", "gam_block_scales_bitwise",
     "mx_block_scales", "nonfinite_blocks", "quantize", "scale_from_amax",
 ]

@@ -108,7 +108,7 @@ class QuantSpec:
             raise ValueError(f"fmt: unknown format {self.fmt!r}; known: {', '.join(FORMATS)}")
         if self.scaling not in SCALINGS:
             raise ValueError(f"scaling: must be one of {SCALINGS}, got {self.scaling!r}")
-        self._check_block()
+        self._set_block()
         if self.axis not in (-1, 0) or isinstance(self.axis, bool):
             raise ValueError(f"axis: must be -1 (a scale per row) or 0 (a scale per column), got {self.axis!r}")
         if self.rounding not in _ROUNDINGS:
@@ -128,20 +128,15 @@ class QuantSpec:
         if self.reduction not in _REDUCTIONS:
             raise ValueError(f"reduction: must be one of {_REDUCTIONS}, got {self.reduction!r}")
 
-    def _check_block(self):
+    def _set_block(self):
+        """block: the scaling's default where None, else checked (block_shape) and made a tuple."""
         block = self.block
         if block is None:
             object.__setattr__(self, "block", _DEFAULT_BLOCK.get(self.scaling))
             return
         if self.scaling not in _DEFAULT_BLOCK:
             raise ValueError(f"block: only used by scaling in {tuple(_DEFAULT_BLOCK)}, not {self.scaling!r}")
-        if (
-            not isinstance(block, (tuple, list))
-            or len(block) != 2
-            or not all(_is_int(b) and b >= 1 for b in block)
-        ):
-            raise ValueError(f"block: must be two positive ints (rows, cols), got {block!r}")
-        block = (int(block[0]), int(block[1]))
+        block = block_shape(block)
         if self.scaling == "mx" and block != _MX_BLOCK:
             raise ValueError(f"block: mx scaling uses {_MX_BLOCK} blocks, got {block}")
         object.__setattr__(self, "block", block)
@@ -175,7 +170,9 @@ def _is_int(v) -> bool:
 # Layout
 
 
-def _as_2d(x: torch.Tensor) -> torch.Tensor:
+def as_2d(x: torch.Tensor) -> torch.Tensor:
+    """x as the 2-D matrix that scaling and GEMMs see: leading dimensions flattened into rows, the
+    last one kept (the reduction dimension); a scalar is 1 x 1. A view where reshape allows one."""
     if x.dim() == 0:
         return x.reshape(1, 1)
     return x.reshape(-1, x.shape[-1])
@@ -457,11 +454,11 @@ class QTensor:
     dtype: torch.dtype
 
     def expanded_scale(self) -> torch.Tensor:
-        shape2d = tuple(_as_2d(self.codes).shape)
+        shape2d = tuple(as_2d(self.codes).shape)
         return expand_blocks(self.scale, shape2d, self.block).reshape(self.codes.shape)
 
     def dequantize(self) -> torch.Tensor:
-        codes2d = _as_2d(self.codes)
+        codes2d = as_2d(self.codes)
         return apply_blocks(codes2d, self.scale, self.block, torch.div).reshape(self.codes.shape).to(self.dtype)
 
 
@@ -493,7 +490,7 @@ def compute_scale(x: torch.Tensor, spec: QuantSpec, amax=None) -> torch.Tensor:
     amax: for tensor/delayed, the amax to use instead of x's own (delayed without it behaves
     like a scaler with an empty history: x's own amax); for gam, the group amax. INT8 blocks
     holding NaN/Inf get a NaN scale."""
-    x2d = _as_2d(nonempty(x))
+    x2d = as_2d(nonempty(x))
     return _scale_grid(x2d, spec, _resolve_block(spec, x2d.shape), amax)
 
 
@@ -511,7 +508,7 @@ def quantize(
     nonempty(x)
     if x.is_cuda and USE_KERNELS and _kernel_covers(spec):
         return _quantize_kernel(x, spec, generator, noise, amax)
-    x2d = _as_2d(x).to(torch.float32)
+    x2d = as_2d(x).to(torch.float32)
     block = _resolve_block(spec, x2d.shape)
     grid = _scale_grid(x2d, spec, block, amax)
     scaled = apply_blocks(x2d, grid, block, torch.mul)
@@ -540,7 +537,7 @@ def _quantize_kernel(x, spec, generator, noise, amax) -> QTensor:
     if not kq.triton_available(x.device):
         raise RuntimeError("CUDA quantization needs Triton (set lowprec.numerics.scaling.USE_KERNELS = False "
                            "to run the torch path instead)")
-    x2d = _as_2d(x)
+    x2d = as_2d(x)
     if x2d.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         x2d = x2d.float()
     block = _resolve_block(spec, x2d.shape)

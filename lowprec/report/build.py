@@ -13,6 +13,7 @@ from pathlib import Path
 from .. import config as cfglib
 from ..io import write_text
 from .claims import NOT_RUN
+from .markdown import markdown_lines
 from .runs import load_runs
 
 
@@ -44,9 +45,10 @@ def _verdict_table(results: Path, scale: str, papers: list[str]) -> list[str]:
     if not frames:
         return []
     claims = pd.concat(frames, ignore_index=True)
-    lines = ["## Verdicts", "", f"| paper | claim | paper's number | ours ({scale}) | verdict |", "|---|---|---|---|---|"]
-    for _, r in claims.iterrows():
-        lines.append(f"| {r['paper']} | {r['claim']}: {r['statement']} | {r['paper_value']} | {r['ours']} | {r['verdict']} |")
+    lines = ["## Verdicts", "", *markdown_lines(
+        ["paper", "claim", "paper's number", f"ours ({scale})", "verdict"],
+        ([r["paper"], f"{r['claim']}: {r['statement']}", r["paper_value"], r["ours"], r["verdict"]]
+         for _, r in claims.iterrows()))]
     # most frequent first, ties by name: the same text on every rebuild
     counts = sorted(claims["verdict"].value_counts().items(), key=lambda vn: (-vn[1], vn[0]))
     lines += ["", "Totals: " + ", ".join(f"{n} {v}" for v, n in counts), ""]
@@ -75,11 +77,10 @@ def _missing_section(scale: str, papers: list[str], missing: dict[str, list[str]
     for paper in left_out:
         lines += [f"No run of `{paper}` ({len(missing[paper])} in its grid) is committed: it is not in this report.", ""]
     if rows:
-        lines += ["| paper | runs | model | method | seeds |", "|---|---|---|---|---|"]
-        for (paper, group, model, method), seeds in rows.items():
-            kind = "fine-tuning" if group != paper else "pre-training"
-            lines.append(f"| {paper} | {kind} | {model} | {method} | {', '.join(sorted(seeds, key=int))} |")
-        lines.append("")
+        lines += [*markdown_lines(["paper", "runs", "model", "method", "seeds"],
+                                  ([paper, "fine-tuning" if group != paper else "pre-training", model, method,
+                                    ", ".join(sorted(seeds, key=int))]
+                                   for (paper, group, model, method), seeds in rows.items())), ""]
     return lines
 
 

@@ -44,6 +44,7 @@ import pandas as pd
 
 from .. import config as cfglib
 from ..io import write_text
+from .markdown import markdown_lines
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_RUN = "reproduced", "not reproduced", "inconclusive", "not run at this scale"
 NOT_EXERCISED = "not exercised"
@@ -284,10 +285,9 @@ def reason(claim: dict, scale: str, verdict: str) -> str:
 
 
 def to_markdown(table: pd.DataFrame) -> str:
-    lines = ["| claim | paper | ours | verdict | test | source |", "|---|---|---|---|---|---|"]
-    for _, r in table.iterrows():
-        lines.append(f"| {r['claim']}: {r['statement']} | {r['paper_value']} | {r['ours']} | **{r['verdict']}** "
-                     f"| {r['detail'] or '–'} | {r['source']} |")
+    lines = markdown_lines(["claim", "paper", "ours", "verdict", "test", "source"],
+                           ([f"{r['claim']}: {r['statement']}", r["paper_value"], r["ours"], f"**{r['verdict']}**",
+                             r["detail"] or "–", r["source"]] for _, r in table.iterrows()))
     reasons = [f"- **{r['claim']}** ({r['verdict']}): {r['reason']}" for _, r in table.iterrows()
                if isinstance(r.get("reason"), str) and r["reason"]]
     if reasons:

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import argparse
 
-import matplotlib
+import matplotlib.ticker
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.ticker  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+from . import figures
+from .figures import pyplot, save_figure
+from .runs import load_runs
 
-from . import figures  # noqa: E402
-from .figures import save_figure  # noqa: E402
-from .runs import load_runs  # noqa: E402
+plt = pyplot()
 
 PANEL_COLUMNS = 3       # panels side by side; more wrap into another row of panels
 FOCUS_FROM = 0.2        # the loss axis spans the values after this share of the tokens

@@ -6,7 +6,8 @@ the data, and no panel with more than ``MAX_ARMS`` method lines besides its refe
 coloured by family (the recipe they use: BF16 grey, FP8 blue, INT8 green, INT8 with fallback orange,
 MoR purple, GaussWS red, STE brown), arms of one family in shades, line styles and markers of its
 hue. Importing this module applies the style (``STYLE``), so every figure module that saves
-through ``save_figure`` draws with it.
+through ``save_figure`` draws with it; ``pyplot()`` is the one way they get matplotlib.pyplot, on the
+non-interactive Agg backend.
 
 Every output is written whole (atomic), in the format its suffix names, without timestamps or
 software tags, so that regenerating a figure from the same data gives the same bytes.
@@ -36,6 +37,15 @@ STYLE = {
     "axes.prop_cycle": matplotlib.cycler(color=["#1f4e99", "#d9730d", "#2e8b57", "#8e44ad", "#b22222", "#6b6b6b"]),
 }
 matplotlib.rcParams.update(STYLE)
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: figures are drawn for their files only, also on
+    machines without a display."""
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 # recipe -> family; a recipe not listed is its own family
 FAMILY = {"bf16": "BF16", "fp8_tensorwise_current": "FP8", "fp8_delayed": "FP8", "fp8_hybrid": "FP8",
@@ -170,8 +180,7 @@ def figure_problems(fig) -> list[str]:
 
 def save_figure(fig, outputs) -> None:
     """Write fig to every path in outputs, then close it (a figure is drawn for its files only)."""
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     for out in outputs:
         out = str(out)
         with atomic_path(out) as tmp:

@@ -17,19 +17,11 @@ import pandas as pd
 import torch
 
 from ..io import write_text
-from .figures import save_figure
+from .figures import figure_size, legend_below, pyplot, save_figure, suptitle
 from .runs import load_runs
-from .tables import _fmt
+from .markdown import markdown_lines, markdown_table
 
 B_RANGE = list(range(3, 13))
-
-
-def _md(df: pd.DataFrame, digits: int = 4) -> str:
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, r in df.iterrows():
-        lines.append("| " + " | ".join(_fmt(r[c], digits) if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
-    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- exactness (the 9-bit limit)
@@ -105,13 +97,14 @@ def exactness_markdown(df: pd.DataFrame) -> str:
     cols = list(dict.fromkeys(zip(e["source"], e["block"])))
     grid = e.set_index(["source", "block", "b"])["share"].sort_index()
     peaks = {c: grid[c].idxmax() for c in cols}
-    lines = ["| b | " + " | ".join(f"{src}, {blk}" for src, blk in cols) + " |", "|---|" + "---|" * len(cols)]
+    rows = []
     for b in sorted(e["b"].unique()):
         cells = []
         for c in cols:
             v = grid.get((*c, b))
             cells.append("–" if v is None else (f"**{v:.4f}**" if peaks[c] == b else f"{v:.4f}"))
-        lines.append(f"| {b} | " + " | ".join(cells) + " |")
+        rows.append([b, *cells])
+    lines = markdown_lines(["b", *(f"{src}, {blk}" for src, blk in cols)], rows)
     leads = []
     for c in cols:
         top = grid[c].sort_values(ascending=False)
@@ -123,13 +116,7 @@ def exactness_markdown(df: pd.DataFrame) -> str:
 
 def plot_exactness(df: pd.DataFrame, outputs: list[str]) -> None:
     """One panel per block shape: the expected share (solid) and one sampled R (dashed) per source."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .figures import figure_size, legend_below, suptitle
-
+    plt = pyplot()
     blocks = list(dict.fromkeys(df["block"]))
     fig, axes = plt.subplots(1, len(blocks), figsize=figure_size(3.5 * len(blocks), 4.2), sharey=True,
                              squeeze=False)
@@ -183,7 +170,7 @@ def memory_table(runs, gpu_csv: str | None) -> pd.DataFrame:
         if r.method not in seen:
             seen.add(r.method)
             rows.append({"where": "analytic", "method": r.method,
-                         "extra_bytes_per_param": bytes_per_param(_method_cfg(r))})
+                         "extra_bytes_per_param": bytes_per_param(r.config["method"])})
     df = pd.DataFrame(rows)
     if gpu_csv and Path(gpu_csv).is_file():
         g = pd.read_csv(gpu_csv)
@@ -193,12 +180,6 @@ def memory_table(runs, gpu_csv: str | None) -> pd.DataFrame:
                 df = pd.concat([df, g.assign(where=label)[["where", "method", col]].rename(
                     columns={col: "extra_bytes_per_param"})], ignore_index=True)
     return df
-
-
-def _method_cfg(run) -> dict:
-    import yaml
-
-    return yaml.safe_load((run.dir / "config.yaml").read_text())["method"]
 
 
 # --------------------------------------------------------------------------- export
@@ -249,7 +230,7 @@ def main(argv=None) -> None:
     # is the figure drawn from the weights
     write_text(args.csv, df.to_csv(index=False, float_format=None if args.what == "exactness-run" else "%.6g"))
     if args.md:
-        write_text(args.md, exactness_markdown(df) if args.what == "exactness" else _md(df))
+        write_text(args.md, exactness_markdown(df) if args.what == "exactness" else markdown_table(df))
 
 
 if __name__ == "__main__":

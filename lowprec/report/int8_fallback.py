@@ -12,7 +12,8 @@ outliers: the trained models run on validation batches; each linear layer's inpu
 fallback blocks and ``block_absmax_stats`` describes it, per GEMM call (one batch), then over
 batches (per run, into the run folder, since it needs the checkpoint; then across runs). fallback: the fallback ratio per layer over training from the runs' telemetry (a heat map)
 and per arm (a sweep figure against the loss gap). throughput: the committed GPU GEMM benchmark
-(``lowprec.kernels.bench_int8_fallback``) in the form of the paper's throughput figure.
+(``lowprec.bench.int8_gemm``) in the form of the paper's throughput figure
+(``lowprec.report.int8_throughput``).
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from ..io import write_text
-from .figures import save_figure
+from .figures import MAX_HEIGHT, MIN_FONT, WIDTH, legend_below, pyplot, save_figure, suptitle
 from .runs import final_losses, load_runs
+from .markdown import markdown_table
 from .tables import summarize, to_markdown
 
 # Which input a linear layer reads, by module-name suffix; layers with one role in one transformer
@@ -49,16 +50,6 @@ TAUS = (4.0, 8.0, 16.0)
 # block absmax / median ratios at which the outlier figure's distribution is stored: 8 per octave
 # from 1/4 to 1024, powers of two exact (thresholds such as tau = 8 are grid points)
 CCDF_GRID = tuple(0.25 * 2.0 ** (k / 8) for k in range(97))
-GEMM_COLUMNS = ("sweep", "kind", "M", "N", "K", "group", "pattern", "fallback_ratio", "tflops",
-                "speedup_vs_bf16")
-# dense peak INT8 TOPS : BF16 TFLOPS with fp32 accumulation (brief section 3.3g)
-PEAK_RATIO = {"H200": 2.0, "RTX 4090": 4.0}
-
-
-def _md(df: pd.DataFrame, digits: int = 4) -> str:
-    from .gaussws import _md as md
-
-    return md(df, digits)
 
 
 def linear_role(name: str) -> tuple[int, str]:
@@ -67,10 +58,6 @@ def linear_role(name: str) -> tuple[int, str]:
     block = int(m.group(1)) if m else -1
     role = next((r for suffix, r in ROLES.items() if name.endswith(suffix)), "other")
     return block, role
-
-
-def _run_config(run) -> dict:
-    return yaml.safe_load((Path(run.dir) / "config.yaml").read_text())
 
 
 # --------------------------------------------------------------------------- outliers
@@ -180,13 +167,9 @@ def plot_outliers(ccdf: pd.DataFrame, tau: float, outputs: list[str]) -> None:
     """Share of blocks whose absmax exceeds r x the median block absmax, against r: one panel per
     role (two by two), one line per model (pooled over layers and batches), the fallback threshold
     tau as a vertical line; one legend under the panels."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    from .figures import WIDTH, suptitle
+    plt = pyplot()
 
     pooled = pooled_ccdf(ccdf)
     roles = [r for r in ROLE_ORDER if r in set(pooled["role"])]
@@ -272,7 +255,7 @@ def fallback_telemetry(runs) -> pd.DataFrame:
             "fallback_threshold"]
     frames = []
     for r in runs:
-        cfg = _run_config(r)
+        cfg = r.config
         if cfg["method"].get("recipe") != "int8_fallback":
             continue
         path = Path(r.dir) / "telemetry.csv"
@@ -302,7 +285,7 @@ def fallback_summary(runs, tel: pd.DataFrame, baseline: str) -> pd.DataFrame:
     losses = summarize(final_losses(runs), baseline)
     settings = {}
     for r in runs:
-        cfg = _run_config(r)
+        cfg = r.config
         settings[r.method] = _method_settings(cfg) if cfg["method"].get("recipe") == "int8_fallback" else \
             {"rule": "none" if cfg["method"].get("recipe") == "int8_block" else "–", "knob": "", "knob_value": None}
     rows = []
@@ -339,13 +322,7 @@ def _short(name: str) -> str:
 def plot_heatmap(tel: pd.DataFrame, method: str, outputs: list[str]) -> None:
     """Fallback ratio of fprop X per layer (rows, one label each) over training steps (columns), one
     panel per model side by side, one colour scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .figures import MAX_HEIGHT, MIN_FONT, WIDTH
-
+    plt = pyplot()
     t = tel[(tel["method"] == method) & (tel["gemm"] == "fprop") & (tel["operand"] == "x")]
     models = list(dict.fromkeys(t["model"]))
     grids = {}
@@ -382,13 +359,7 @@ def plot_heatmap(tel: pd.DataFrame, method: str, outputs: list[str]) -> None:
 def plot_sweep(summary: pd.DataFrame, baseline: str, outputs: list[str]) -> None:
     """Loss gap to the baseline against the fallback ratio, one point per fallback arm (labelled with
     its setting); the no-fallback block INT8 arm as a dashed line; one colour per model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .figures import legend_below
-
+    plt = pyplot()
     gap = "gap_vs_" + baseline
     fig, ax = plt.subplots(figsize=(5.0, 3.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -423,7 +394,7 @@ def gap_table(runs, baseline: str) -> pd.DataFrame:
     """Method x model final-loss gap to the baseline, and the GLU models' mean gap minus GPT2's:
     positive where a method hurts the GLU model more."""
     losses = summarize(final_losses(runs), baseline)
-    family = {r.model: _run_config(r)["model"]["family"] for r in runs}
+    family = {r.model: r.config["model"]["family"] for r in runs}
     models = list(dict.fromkeys(losses["model"]))
     rows = []
     for method, g in losses.groupby("method", sort=False):
@@ -460,122 +431,6 @@ def finetune_markdown(table: pd.DataFrame, baseline: str) -> str:
     return to_markdown(table, baseline) + tail
 
 
-# --------------------------------------------------------------------------- throughput
-
-def read_gemm(path: str | Path) -> pd.DataFrame | None:
-    """The committed GEMM benchmark, or None where it has not been measured; a file with other
-    columns is an error (the figure would silently be wrong)."""
-    path = Path(path)
-    if not path.is_file():
-        return None
-    df = pd.read_csv(path)
-    missing = [c for c in GEMM_COLUMNS if c not in df]
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {missing} (written by lowprec.kernels.bench_int8_fallback)")
-    return df
-
-
-def throughput_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows of the figure: BF16 / cuBLAS INT8 baselines, block INT8 per group size K (with its
-    throughput relative to the smallest K), and the fallback GEMM per fallback ratio."""
-    base = df[df["sweep"] == "baseline"].assign(series=lambda t: t["kind"])
-    grp = df[(df["sweep"] == "group") & (df["kind"] == "int8_block")].copy()
-    grp["series"] = "int8_block"
-    smallest = grp.loc[grp.groupby("M")["group"].idxmin()].set_index("M")["tflops"]
-    grp["rel_to_smallest_group"] = grp["tflops"] / grp["M"].map(smallest)
-    ratio = df[(df["sweep"] == "ratio") & (df["kind"] == "int8_fallback")].copy()
-    ratio["series"] = "int8_fallback"
-    cols = ["series", "M", "N", "K", "group", "pattern", "fallback_ratio", "tflops", "speedup_vs_bf16",
-            "rel_to_smallest_group"]
-    out = pd.concat([base, grp, ratio], ignore_index=True)
-    return out.reindex(columns=cols).sort_values(["M", "series", "group", "pattern", "fallback_ratio"],
-                                                 kind="stable", na_position="first").reset_index(drop=True)
-
-
-def throughput_markdown(table: pd.DataFrame, device: str, source: str) -> str:
-    if table.empty:
-        return f"No committed GEMM measurement ({source}).\n"
-    lines = [f"GEMM throughput on {device} (TFLOP/s of useful work, M = N = K; {source}). "
-             f"Dense INT8:BF16 peak is {PEAK_RATIO.get(device, math.nan):g}:1 here "
-             f"(RTX 4090, the paper's GPU: {PEAK_RATIO['RTX 4090']:g}:1), so the ceiling of any INT8 speedup differs.", ""]
-    grp = table[table["series"] == "int8_block"].pivot_table(index="M", columns="group", values="tflops")
-    base = table[table["series"].isin(["bf16_matmul", "int_mm"])].pivot_table(index="M", columns="series", values="tflops")
-    wide = pd.concat([base, grp.rename(columns=lambda k: f"block K={int(k)}")], axis=1).reset_index()
-    wide["M"] = wide["M"].astype(int).astype(str)  # a label, not a number to format
-    lines += ["Block INT8 against the group size K:", "", _md(wide, 1).rstrip(), ""]
-    fb = table[(table["series"] == "int8_fallback") & (table["pattern"] == "random")]
-    if len(fb):
-        fb = fb.assign(target=fb["fallback_ratio"].round(2))
-        piv = fb.pivot_table(index=["M", "group"], columns="target", values="speedup_vs_bf16")
-        piv.columns = [f"ρ={c:g}" for c in piv.columns]
-        piv = piv.reset_index().astype({"M": int, "group": int}).astype({"M": str, "group": str})
-        lines += ["Fallback GEMM, speedup against BF16 by fallback ratio ρ (random blocks):", "",
-                  _md(piv, 2).rstrip(), ""]
-    return "\n".join(lines) + "\n"
-
-
-def plot_throughput(table: pd.DataFrame, device: str, source: str, outputs: list[str]) -> None:
-    """(a) block INT8 against the group size K at 2048/4096/8192, BF16 dashed; (b) the fallback
-    GEMM against the fallback ratio (random blocks; K-group 128 solid, 32 dotted). One colour per
-    matrix size; the line styles in a legend under the panels."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    from .figures import WIDTH, suptitle
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(WIDTH, 3.6))
-    if table.empty:
-        for ax in (a, b):
-            ax.text(0.5, 0.5, f"not measured: {source}", ha="center", va="center", fontsize=8)
-            ax.set_axis_off()
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    sizes = sorted(table["M"].unique()) if len(table) else []
-    for i, m in enumerate(sizes):
-        c = colors[i % len(colors)]
-        t = table[table["M"] == m]
-        g = t[t["series"] == "int8_block"].sort_values("group")
-        a.plot(g["group"], g["tflops"], marker="o", color=c)
-        for ax in (a, b):
-            for series, ls in (("bf16_matmul", "--"), ("int_mm", ":")):
-                v = t[t["series"] == series]["tflops"]
-                if len(v):
-                    ax.axhline(float(v.iloc[0]), color=c, ls=ls, lw=1)
-        fb = t[(t["series"] == "int8_fallback") & (t["pattern"] == "random")]
-        for group, ls in ((128, "-"), (32, "-.")):
-            s = fb[fb["group"] == group].sort_values("fallback_ratio")
-            if len(s):
-                b.plot(100 * s["fallback_ratio"], s["tflops"], marker=".", ls=ls, color=c)
-    a.set_xscale("log", base=2)
-    a.set_xlabel("group size K")
-    a.set_title(f"(a) block INT8 against the group size K ({device})")
-    b.set_xlabel("fallback ratio (% of activation blocks)")
-    b.set_title("(b) fallback GEMM against the fallback ratio")
-    for ax in (a, b):
-        ax.set_ylabel("TFLOP/s (useful work)")
-    if sizes:
-        keys = [Line2D([], [], color=colors[i % len(colors)], lw=2, label=f"M = N = K = {m}") for i, m in enumerate(sizes)]
-        keys += [Line2D([], [], color="0.3", marker="o", label="block INT8 (a)"),
-                 Line2D([], [], color="0.3", ls="-", label="fallback, K-group 128 (b)"),
-                 Line2D([], [], color="0.3", ls="-.", label="fallback, K-group 32 (b)"),
-                 Line2D([], [], color="0.3", ls="--", label="BF16 cuBLAS"),
-                 Line2D([], [], color="0.3", ls=":", label="INT8 _int_mm (no scales)")]
-        fig.legend(handles=keys, loc="outside lower center", ncol=4)
-    suptitle(fig, f"GEMM throughput on {device}; INT8:BF16 dense peak {PEAK_RATIO.get(device, math.nan):g}:1 "
-                  f"(4:1 on the paper's RTX 4090)")
-    save_figure(fig, outputs)
-
-
-def _device(gemm_path: Path) -> str:
-    import json
-
-    prov = gemm_path.with_name(gemm_path.name.replace(".csv", ".provenance.json"))
-    gpu = json.loads(prov.read_text()).get("gpu", "") if prov.is_file() else ""
-    return next((k for k in PEAK_RATIO if k.replace(" ", "").lower() in gpu.replace(" ", "").lower()), gpu or "GPU")
-
-
 # --------------------------------------------------------------------------- CLI
 
 def main(argv=None) -> None:
@@ -597,7 +452,7 @@ def main(argv=None) -> None:
     def out(df, csv, md=None, digits=4):
         write_text(csv, df.to_csv(index=False, float_format="%.6g"))
         if md:
-            write_text(md, _md(df, digits))
+            write_text(md, markdown_table(df, digits))
 
     figs = [p for p in (args.png, args.pdf) if p]
     if args.what == "outliers-run":
@@ -611,7 +466,7 @@ def main(argv=None) -> None:
 
         table = pd.concat([pd.read_csv(f) for f in args.evals], ignore_index=True)
         out(table, args.csv)
-        write_text(args.md, _md(table.drop(columns=["linears"])))  # names are in the CSV; the role says it
+        write_text(args.md, markdown_table(table.drop(columns=["linears"])))  # names are in the CSV; the role says it
         out(outlier_contrast(table), args.contrast_csv, args.contrast_md)
         plot_outliers(pd.concat([pd.read_csv(f) for f in args.ccdfs], ignore_index=True), DEFAULTS["tau"], figs)
     elif args.what == "fallback":
@@ -634,14 +489,16 @@ def main(argv=None) -> None:
         plot(runs, "Fine-tuning the BF16-pretrained model on held-out text", figs, args.baseline,
              experiment_panels(runs[0].paper)[1] if runs else None)
     else:
+        from . import int8_throughput as tp
+
         path = Path(args.gemm)
-        df = read_gemm(path)
-        table = throughput_table(df) if df is not None else pd.DataFrame(columns=["series", "M", "tflops"])
-        device = _device(path)
+        df = tp.read_gemm(path)
+        table = tp.throughput_table(df) if df is not None else pd.DataFrame(columns=["series", "M", "tflops"])
+        device = tp.device_of(path)
         source = f"results/{path.parent.name}/{path.name}"
         out(table, args.csv)
-        write_text(args.md, throughput_markdown(table, device, source))
-        plot_throughput(table, device, source, figs)
+        write_text(args.md, tp.throughput_markdown(table, device, source))
+        tp.plot_throughput(table, device, source, figs)
 
 
 if __name__ == "__main__":

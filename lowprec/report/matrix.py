@@ -7,15 +7,14 @@ from __future__ import annotations
 import argparse
 
 import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from .figures import figure_size, pyplot, save_figure, suptitle
+from .runs import final_losses, load_runs
+from .tables import summarize
 
-from .figures import figure_size, save_figure, suptitle  # noqa: E402
-from .runs import final_losses, load_runs  # noqa: E402
-from .tables import summarize  # noqa: E402
+plt = pyplot()
 
 
 def gap_grid(table: pd.DataFrame) -> pd.DataFrame:

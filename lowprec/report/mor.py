@@ -26,12 +26,12 @@ import re
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from ..io import write_text
 from ..linear import matches
-from .figures import save_figure, suptitle
+from .figures import MAX_HEIGHT, MIN_FONT, WIDTH, figure_size, pyplot, save_figure, suptitle
 from .runs import TRAIN_WINDOW, load_runs, train_loss
+from .markdown import markdown_table
 
 # GEMM operand slot -> the tensor it is (brief 2.9: X, W and dY, each used by two GEMMs)
 ROLES = {"fprop.x": "X", "wgrad.x": "X", "fprop.w": "W", "dgrad.w": "W", "dgrad.dy": "dY", "wgrad.dy": "dY"}
@@ -54,17 +54,7 @@ LOW_ERROR = 0.025  # "most tensors' relative error lies well below 2.5 %" (brief
 FORMATS = ("e4m3", "bf16")  # the tensor-level choice; other telemetry rows are not MoR operands
 
 
-def _md(df: pd.DataFrame, digits: int = 4) -> str:
-    from .gaussws import _md as md
-
-    return md(df, digits)
-
-
 # --------------------------------------------------------------------------- what a run is
-
-def _run_config(run) -> dict:
-    return yaml.safe_load((run.dir / "config.yaml").read_text())
-
 
 def arm_settings(method_cfg: dict) -> dict:
     """partition (None for a non-MoR recipe), block, scale, threshold, subtensor_mode and the recipe
@@ -109,7 +99,7 @@ def run_table(runs, window: float = TRAIN_WINDOW) -> pd.DataFrame:
     """One row per run: model, method, seed, status, losses, LR regime and the arm's settings."""
     rows = []
     for r in runs:
-        cfg = _run_config(r)
+        cfg = r.config
         t = cfg["train"]
         settings = arm_settings(cfg["method"])
         rows.append({"model": r.model, "method": r.method, "seed": r.seed, "status": r.status,
@@ -250,8 +240,6 @@ def _block_key(tensor: str) -> str:
 def _tensor_ticks(ax, order: list[str], height_in: float) -> None:
     """Label the tensor rows by linear layer (``L3 q_proj``: its GEMM operands' rows), or by
     transformer block where the axis is too short for one label per layer; lines between them."""
-    from .figures import MIN_FONT
-
     layers, blocks = _row_groups(order, _layer_key), _row_groups(order, _block_key)
     per_label = height_in / max(len(layers), 1)  # inches per layer label
     groups = layers if per_label >= 1.6 * MIN_FONT / 72 else blocks
@@ -272,19 +260,9 @@ def _step_ticks(ax, steps: list, max_labels: int = 12) -> None:
     ax.set_xticks(range(0, len(steps), every), [str(int(s)) for s in steps[::every]])
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _tensor_heatmaps(plt, panels, order, imshow_kw, max_columns: int):
     """Tensor x step heat maps, one per panel ((title, values, steps)), at most ``max_columns`` side
     by side, sharing the tensor axis (labelled on the first column)."""
-    from .figures import MAX_HEIGHT, WIDTH
 
     ncols = min(len(panels), max_columns)
     nrows = math.ceil(len(panels) / ncols)
@@ -313,7 +291,7 @@ def plot_error_heatmap(dec: pd.DataFrame, outputs: list[str]) -> None:
     """Tensor x step, the relative E4M3 error binned as in the paper, one panel per partition."""
     from matplotlib.colors import BoundaryNorm, ListedColormap
 
-    plt = _plt()
+    plt = pyplot()
     parts, order = partitions_in(dec), tensor_order(dec)
     n = len(ERROR_LABELS)
     cmap = ListedColormap(plt.get_cmap("viridis")(np.linspace(0, 1, n)))
@@ -335,7 +313,7 @@ def plot_error_heatmap(dec: pd.DataFrame, outputs: list[str]) -> None:
 def plot_format_heatmap(decs: list[pd.DataFrame], outputs: list[str]) -> None:
     """Tensor x step, the share of the tensor kept in E4M3 (1 or 0 at tensor level, the block share
     for sub-tensor MoR), one panel per arm."""
-    plt = _plt()
+    plt = pyplot()
     order = tensor_order(pd.concat(decs, ignore_index=True))
     panels = []
     for dec in decs:
@@ -387,9 +365,7 @@ def share_table(runs) -> pd.DataFrame:
 def plot_share(table: pd.DataFrame, outputs: list[str]) -> None:
     """Arms (rows) x groups (columns: all operands, each layer type, each operand role), each cell
     the share of GEMM-operand decisions in E4M3, printed in it; the colour spans 0-100 %."""
-    from .figures import figure_size
-
-    plt = _plt()
+    plt = pyplot()
     groups = [g for g in ("all", *TYPE_ORDER, *ROLE_ORDER) if g in set(table["group"])]
     arms = list(dict.fromkeys(zip(table["model"], table["method"])))
     grid = np.full((len(arms), len(groups)), np.nan)
@@ -533,7 +509,7 @@ def lr_table(arms: pd.DataFrame) -> pd.DataFrame:
 def _write(df: pd.DataFrame, csv: str, md: str | None = None, note: str = "") -> None:
     write_text(csv, df.to_csv(index=False, float_format="%.6g"))
     if md:
-        write_text(md, (note + "\n\n" if note else "") + (_md(df) if len(df) else "(no rows at this scale)\n"))
+        write_text(md, (note + "\n\n" if note else "") + (markdown_table(df) if len(df) else "(no rows at this scale)\n"))
 
 
 def main(argv=None) -> None:

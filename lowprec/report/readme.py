@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import config as cfglib
 from ..io import write_text
+from .markdown import markdown_lines
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -81,8 +82,7 @@ def number_source(results: Path, paper: str, metric: dict, scale: str) -> str:
 def verdict_table(results: Path, papers: list[str]) -> list[str]:
     """One row per claim: the paper's number, ours, where ours comes from and the verdict, at the
     most telling scale (a decided verdict over an inconclusive one, the larger scale on a tie)."""
-    head = ["paper", "claim", "paper's number", "ours", "from", "verdict"]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for paper in papers:
         tables = {sc: _claims(results, paper, sc) for sc in SCALES}
         present = [t for t in tables.values() if t is not None]
@@ -103,9 +103,8 @@ def verdict_table(results: Path, papers: list[str]) -> list[str]:
             ran = _RANK.get(best, 1) > 0
             source = number_source(results, paper, registry.get(claim, {}).get("metric", {}), best_scale) \
                 if ran else "–"
-            rows.append("| " + " | ".join([paper, claim, _cell(row["paper_value"]), _cell(row["ours"] if ran else ""),
-                                           source, best]) + " |")
-    return rows
+            rows.append([paper, claim, _cell(row["paper_value"]), _cell(row["ours"] if ran else ""), source, best])
+    return markdown_lines(["paper", "claim", "paper's number", "ours", "from", "verdict"], rows)
 
 
 def results_block(results: Path, scale: str = "tiny") -> str:

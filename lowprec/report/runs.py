@@ -22,6 +22,7 @@ class Run:
     seed: int
     metrics: pd.DataFrame
     provenance: dict
+    config: dict  # the run's resolved config.yaml, as the training read it
 
     @property
     def status(self) -> str:
@@ -42,7 +43,7 @@ def load_run(run_dir: str | Path) -> Run:
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     return Run(dir=run_dir, paper=cfg["paper"], scale=cfg["scale"], model=cfg["model"]["name"],
                method=cfg["method"]["name"], recipe=cfg["method"].get("recipe", "bf16"), seed=int(cfg["seed"]),
-               metrics=pd.read_csv(run_dir / "metrics.csv"), provenance=prov)
+               metrics=pd.read_csv(run_dir / "metrics.csv"), provenance=prov, config=cfg)
 
 
 def load_runs(run_dirs) -> list[Run]:

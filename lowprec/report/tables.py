@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import write_text
+from .markdown import fmt_cell, markdown
 from .runs import final_losses, load_runs
 
 
@@ -31,31 +32,21 @@ def summarize(per_run: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
     return table
 
 
-def _fmt(v, digits=4) -> str:
-    if v is None or (isinstance(v, float) and np.isnan(v)):
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
-
-
 def to_markdown(table: pd.DataFrame, baseline: str | None) -> str:
     cols = ["model", "method", "n", "diverged", "val loss (mean)", "std", "Δ vs " + (baseline or "–"),
             "Δ %", "tokens", "tokens/s", "numerics"]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for _, r in table.iterrows():
-        lines.append("| " + " | ".join([
-            r["model"], r["method"], str(r["n"]), str(r["diverged"]), _fmt(r["val_loss_mean"]),
-            _fmt(r["val_loss_std"]), _fmt(r.get("delta_vs_baseline", np.nan)), _fmt(r.get("delta_pct", np.nan), 2),
-            _fmt(r["tokens"]), _fmt(r["tokens_per_s"], 0), _fmt(r["numerics"]),
-        ]) + " |")
-    return "\n".join(lines) + "\n"
+    return markdown(cols, ([
+        r["model"], r["method"], str(r["n"]), str(r["diverged"]), fmt_cell(r["val_loss_mean"]),
+        fmt_cell(r["val_loss_std"]), fmt_cell(r.get("delta_vs_baseline", np.nan)),
+        fmt_cell(r.get("delta_pct", np.nan), 2), fmt_cell(r["tokens"]), fmt_cell(r["tokens_per_s"], 0),
+        fmt_cell(r["numerics"]),
+    ] for _, r in table.iterrows()))
 
 
 def matrix_markdown(table: pd.DataFrame, baseline: str | None) -> str:
     """Method x model grid of the mean final validation loss (Δ to the baseline in brackets)."""
     models = list(dict.fromkeys(table["model"]))
-    lines = ["| method | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    rows = []
     for method, g in table.groupby("method", sort=False):
         cells = []
         for m in models:
@@ -67,9 +58,9 @@ def matrix_markdown(table: pd.DataFrame, baseline: str | None) -> str:
             delta = r.get("delta_vs_baseline", np.nan)
             extra = f" ({delta:+.3f})" if baseline and method != baseline and not pd.isna(delta) else ""
             div = f", {r['diverged']} diverged" if r["diverged"] else ""
-            cells.append(_fmt(r["val_loss_mean"]) + extra + div)
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+            cells.append(fmt_cell(r["val_loss_mean"]) + extra + div)
+        rows.append([method, *cells])
+    return markdown(["method", *models], rows)
 
 
 def main(argv=None) -> None:

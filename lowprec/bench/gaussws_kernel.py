@@ -1,6 +1,6 @@
 """Bandwidth benchmark of the fused GaussWS noise kernel (lowprec.kernels.gaussws_noise) on CUDA.
 
-    python -m lowprec.kernels.bench_gaussws --out results/kernels/gaussws_noise_h200.csv
+    python -m lowprec.bench.gaussws_kernel --out results/kernels/gaussws_noise_h200.csv
 
 For each weight size (2^20 .. 2^28 parameters, square-ish shapes), master dtype (bf16, fp32) and
 tiling configuration (elements per program, num_warps) it records the median time from
@@ -19,10 +19,10 @@ import csv
 import sys
 from pathlib import Path
 
-from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
-                                  parse_int_list, require_cuda_triton, write_provenance)
+from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, gpu_provenance, parse_int_list,
+                                  parse_names, require_cuda_triton, write_provenance)
 
-PROG = "bench_gaussws"
+PROG = "gaussws_kernel"
 
 SHAPES = {
     20: (1024, 1024), 21: (1024, 2048), 22: (2048, 2048), 23: (2048, 4096), 24: (4096, 4096),
@@ -38,7 +38,7 @@ FIELDS = [
 
 
 def _parse(argv):
-    p = bench_parser("lowprec.kernels.bench_gaussws", __doc__, "CSV path; <name>.provenance.json goes beside it")
+    p = bench_parser(f"lowprec.bench.{PROG}", __doc__, "CSV path; <name>.provenance.json goes beside it")
     p.add_argument("--sizes", default=DEFAULT_SIZES,
                    help=f"comma-separated log2(numel) in {min(SHAPES)}..{max(SHAPES)}")
     p.add_argument("--dtypes", default="bf16,fp32", help="master weight dtypes (default bf16,fp32)")
@@ -79,9 +79,7 @@ def main(argv=None) -> int:
     tiles = parse_int_list(PROG, "--tiles", args.tiles)
     warps = parse_int_list(PROG, "--warps", args.warps)
     dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
-    names = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    if not set(names) <= set(dtypes):
-        fail(PROG, f"--dtypes: choose from {sorted(dtypes)}")
+    names = parse_names(PROG, "--dtypes", args.dtypes, tuple(dtypes))
     block = (args.block, args.block)
 
     out = Path(args.out)

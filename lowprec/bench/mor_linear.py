@@ -2,7 +2,7 @@
 linear and an FP8 (E4M3, per-tensor current scaling) linear, after a correctness check of the MoR
 GEMM kernel on the same GPU.
 
-    PYTHONUNBUFFERED=1 python -m lowprec.kernels.bench_mor --hidden 8192 --out results/mor/linear_h200.csv
+    PYTHONUNBUFFERED=1 python -m lowprec.bench.mor_linear --hidden 8192 --out results/mor/linear_h200.csv
 
 A square linear layer (hidden x hidden weight) on ``--tokens`` tokens runs its three GEMMs:
 fprop Y = X W^T, dgrad dX = dY W, wgrad dW = dY^T X. X, W, dY are bf16. Per configuration the CSV
@@ -50,15 +50,16 @@ from __future__ import annotations
 
 import csv
 import sys
-import time
 from pathlib import Path
-from typing import NamedTuple
 
-from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
-                                  parse_int_list, parse_list, require_cuda_triton, write_provenance)
+from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
+                                  parse_int_list, parse_list, parse_names, require_cuda_triton, write_provenance,
+                                  write_rows)
+from lowprec.bench.mor_linear_arms import (DEVICE, RAN, DeviceMoRLinear, Fp8CurrentLinear, HostSyncMoRLinear,
+                                           bf16_step, data)
+from lowprec.bench.mor_linear_checks import CHECK_FIELDS, CHECK_SHAPES, check_kernel, check_qlinear, matches_reference
 
-PROG = "bench_mor"
-DEVICE = "cuda"
+PROG = "mor_linear"
 
 DEFAULT_HIDDEN = "8192"
 DEFAULT_TOKENS = 8192
@@ -71,15 +72,10 @@ FIELDS = [
 ]
 GEMM_FIELDS = ["variant", "partition", "backend", "fp8_accum", "loop", "m", "n", "k", "ms", "tflops",
                "vs_scaled_mm_tensorwise", "vs_bf16"]
-CHECK_FIELDS = ["check", "partition", "backend", "formats", "ran", "sqnr_db", "floor_db", "ok"]
-# (backend, (M, N, K), SQNR floor): ragged tiles and K-blocks for the Triton loop; shapes that
-# torch._scaled_mm's row- and blockwise scalings take (bf16 output: a lower floor)
-CHECK_SHAPES = [("triton", (200, 136, 264), 60.0), ("scaled_mm", (256, 384, 512), 40.0)]
-QLINEAR_SHAPE = (256, 512, 384)  # tokens, in, out
 
 
 def _parse(argv):
-    p = bench_parser("lowprec.kernels.bench_mor", __doc__)
+    p = bench_parser(f"lowprec.bench.{PROG}", __doc__)
     p.add_argument("--hidden", default=DEFAULT_HIDDEN, help=f"comma-separated hidden sizes (default {DEFAULT_HIDDEN})")
     p.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help=f"tokens per step (default {DEFAULT_TOKENS})")
     p.add_argument("--partitions", default=",".join(MOR_PARTITIONS), help="MoR partitions to time")
@@ -104,353 +100,9 @@ def _provenance(timer: str) -> dict:
                           data="X, dY ~ N(0, 1), W ~ N(0, 0.02^2), bf16")
 
 
-class _Budget:
-    def __init__(self, seconds: float):
-        self.t0, self.seconds, self.skipped = time.monotonic(), seconds, []
-
-    def allows(self, what: str) -> bool:
-        if time.monotonic() - self.t0 <= self.seconds:
-            return True
-        self.skipped.append(what)
-        print(f"# skipped (budget {self.seconds:.0f} s spent): {what}", flush=True)
-        return False
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
-
-
-# ----------------------------------------------------------------------------------------------
-# The linear-layer variants of the previous implementation (host-sync decisions). Everything here
-# works on any device except torch._scaled_mm.
-
-
-class Operand(NamedTuple):
-    hp: "object"            # bf16 tensor in its GEMM orientation (reduction dim last)
-    codes: "object"         # float8_e4m3fn in the same orientation, or None where no FP8 GEMM reads it
-    scales: "object"        # fp32 encode-scale grid matching codes
-    fmt: str                # "e4m3" | "bf16"
-    err: float
-    up: "object" = None     # BF16 values a BF16 GEMM multiplies, where computed ahead
-
-
-def _inv_scale(op: Operand, right: bool):
-    inv = 1.0 / op.scales.float()
-    if op.scales.numel() == 1:
-        return inv.reshape(())
-    # row-wise scaling: (M, 1) for the left operand, (1, N) for the right one
-    return inv.reshape(1, -1).contiguous() if right else inv.reshape(-1, 1).contiguous()
-
-
-def _fp8_gemm(a: Operand, b: Operand):
-    """a (M, R) @ b (N, R)^T on FP8 tensor cores; b's codes go in column-major."""
-    import torch
-    return torch._scaled_mm(a.codes, b.codes.t(), scale_a=_inv_scale(a, False), scale_b=_inv_scale(b, True),
-                            out_dtype=torch.bfloat16)
-
-
-def _transposed(op: Operand) -> Operand:
-    """The same quantized tensor in the other orientation (per-tensor scales): FP8 GEMMs need
-    row-major left and column-major right operands, so the codes are copied transposed."""
-    return Operand(op.hp.t(), op.codes.t().contiguous(), op.scales.t().contiguous(), op.fmt, op.err)
-
-
-class HostSyncMoRLinear:
-    """Forward + backward of y = x W^T with tensor-level MoR on all six operand slots, each decision
-    read by the host."""
-
-    def __init__(self, partition: str, block, scale: str, threshold: float):
-        from lowprec.kernels import mor_quant as km
-        if partition == "block" and block[0] != block[1]:
-            raise ValueError("bench_mor: blocks must be square (a transposed operand reuses its blocks)")
-        self.km, self.partition, self.block, self.scale, self.threshold = km, partition, tuple(block), scale, threshold
-
-    def operand(self, t) -> Operand:
-        codes, scales, err, fmt = self.km.mor_decide(t, self.threshold, self.partition, self.block, self.scale)
-        return Operand(t, codes, scales, fmt, float(err))
-
-    def operands(self, x, w, dy) -> dict:
-        """{slot: Operand} for fprop.x, fprop.w, dgrad.dy, dgrad.w, wgrad.dy, wgrad.x."""
-        if self.partition == "channel":
-            return {"fprop.x": self.operand(x), "fprop.w": self.operand(w), "dgrad.dy": self.operand(dy),
-                    "dgrad.w": self.operand(w.t().contiguous()), "wgrad.dy": self.operand(dy.t().contiguous()),
-                    "wgrad.x": self.operand(x.t().contiguous())}
-        ox, ow, ody = self.operand(x), self.operand(w), self.operand(dy)
-        if self.partition == "block":
-            # Block-scaled E4M3 only ever feeds BF16 GEMMs: upcast each tensor once, reuse transposed.
-            from lowprec.numerics.scaling import apply_blocks
-            import torch
-            ox, ow, ody = (o._replace(up=o.hp if o.fmt != "e4m3" else
-                                      apply_blocks(o.codes.float(), o.scales, self.block, torch.div).to(torch.bfloat16))
-                           for o in (ox, ow, ody))
-            tx, tw, tdy = (Operand(o.hp.t(), None, None, o.fmt, o.err, o.up.t()) for o in (ox, ow, ody))
-        else:
-            tx, tw, tdy = (_transposed(o) if o.fmt == "e4m3" else Operand(o.hp.t(), None, None, o.fmt, o.err)
-                           for o in (ox, ow, ody))
-        return {"fprop.x": ox, "fprop.w": ow, "dgrad.dy": ody, "dgrad.w": tw, "wgrad.dy": tdy, "wgrad.x": tx}
-
-    def _fp8(self, a: Operand, b: Operand) -> bool:
-        return a.fmt == b.fmt == "e4m3" and self.partition in ("tensor", "channel")
-
-    def _bf16(self, op: Operand):
-        if op.up is not None:
-            return op.up
-        if op.fmt != "e4m3":
-            return op.hp
-        import torch
-        # per-tensor (1, 1) or per-row (M, 1) scales broadcast over the codes
-        return (op.codes.float() / op.scales).to(torch.bfloat16)
-
-    def gemm(self, a: Operand, b: Operand):
-        if self._fp8(a, b):
-            return _fp8_gemm(a, b)
-        return self._bf16(a) @ self._bf16(b).t()
-
-    def gemms(self, ops: dict):
-        return (self.gemm(ops["fprop.x"], ops["fprop.w"]), self.gemm(ops["dgrad.dy"], ops["dgrad.w"]),
-                self.gemm(ops["wgrad.dy"], ops["wgrad.x"]))
-
-    def step(self, x, w, dy):
-        return self.gemms(self.operands(x, w, dy))
-
-    def summary(self, ops: dict) -> dict:
-        fp8 = sum(self._fp8(ops[a], ops[b]) for a, b in _PAIRS)
-        return {"fp8_gemms": fp8, "formats": " ".join(f"{k}:{v.fmt}" for k, v in ops.items()),
-                "rel_err_x": ops["fprop.x"].err, "rel_err_w": ops["fprop.w"].err, "rel_err_dy": ops["dgrad.dy"].err}
-
-
-class Fp8CurrentLinear:
-    """E4M3 everywhere, per-tensor current scaling, every GEMM on FP8 tensor cores."""
-
-    def __init__(self):
-        from lowprec.kernels import quantize as kq
-        self.kq = kq
-
-    def operands(self, x, w, dy) -> dict:
-        ops = {}
-        for name, t in (("x", x), ("w", w), ("dy", dy)):
-            codes, scale = self.kq.quantize_fp8(t, "e4m3", "tensor")
-            ops[name] = Operand(t, codes, scale, "e4m3", float("nan"))
-        return {"fprop.x": ops["x"], "fprop.w": ops["w"], "dgrad.dy": ops["dy"], "dgrad.w": _transposed(ops["w"]),
-                "wgrad.dy": _transposed(ops["dy"]), "wgrad.x": _transposed(ops["x"])}
-
-    def gemms(self, ops: dict):
-        return (_fp8_gemm(ops["fprop.x"], ops["fprop.w"]), _fp8_gemm(ops["dgrad.dy"], ops["dgrad.w"]),
-                _fp8_gemm(ops["wgrad.dy"], ops["wgrad.x"]))
-
-    def step(self, x, w, dy):
-        return self.gemms(self.operands(x, w, dy))
-
-
-def bf16_step(x, w, dy):
-    return x @ w.t(), dy @ w, dy.t() @ x
-
-
-_PAIRS = (("fprop.x", "fprop.w"), ("dgrad.dy", "dgrad.w"), ("wgrad.dy", "wgrad.x"))
-
-
-# ----------------------------------------------------------------------------------------------
-# MoR with the decision on the device (lowprec.kernels.mor_gemm)
-
-
-class DeviceMoRLinear:
-    """mode "layer": QLinear's fused path, MoRQuantizer.fused_gemm on each GEMM's operand views
-    (fp32 output). mode "once": X, W, dY quantized once, transposed code copies for the backward
-    GEMMs (tensor and square blocks; channel quantizes the six views), bf16 output."""
-
-    def __init__(self, partition: str, block, scale: str, threshold: float, mode: str):
-        from lowprec import mor
-        from lowprec.kernels import mor_gemm as kg
-        if partition == "block" and block[0] != block[1]:
-            raise ValueError("bench_mor: blocks must be square (a transposed operand reuses its blocks)")
-        self.kg, self.mode = kg, mode
-        self.q = mor.MoRQuantizer(partition, tuple(block), scale, threshold, gemm="kernel")
-        self.partition = partition
-
-    @staticmethod
-    def _views(x, w, dy) -> dict:
-        return {"fprop.x": x, "fprop.w": w, "dgrad.dy": dy, "dgrad.w": w.t(), "wgrad.dy": dy.t(), "wgrad.x": x.t()}
-
-    def _transposed(self, op):
-        rows, k = op.hp.shape
-        block = (op.block[1], op.block[0]) if op.block != (rows, k) else (k, rows)
-        return op._replace(hp=op.hp.t(), codes=op.codes.t().contiguous(), scales=op.scales.t(), block=block)
-
-    def operands(self, x, w, dy) -> dict:
-        if self.mode == "layer" or self.partition == "channel":
-            return {k: self.q.gemm_operand(v) for k, v in self._views(x, w, dy).items()}
-        ox, ow, ody = (self.q.gemm_operand(t) for t in (x, w, dy))
-        return {"fprop.x": ox, "fprop.w": ow, "dgrad.dy": ody, "dgrad.w": self._transposed(ow),
-                "wgrad.dy": self._transposed(ody), "wgrad.x": self._transposed(ox)}
-
-    def gemms(self, ops: dict, infos=None):
-        import torch
-        out = torch.float32 if self.mode == "layer" else torch.bfloat16
-        return tuple(self.kg.mor_gemm(ops[a], ops[b], out_dtype=out, info=None if infos is None else infos[i])
-                     for i, (a, b) in enumerate(_PAIRS))
-
-    def step(self, x, w, dy):
-        if self.mode == "layer":  # exactly what QLinear.gemm calls on CUDA, coverage counts included
-            from lowprec.recipes import OperandCall
-            views, q = self._views(x, w, dy), self.q
-            calls = {s: OperandCall(None, s.split(".")[0], s.split(".")[1], 0, True) for s in views}
-            return tuple(q.fused_gemm(q, views[a], views[b], calls[a], calls[b]) for a, b in _PAIRS)
-        return self.gemms(self.operands(x, w, dy))
-
-    def summary(self, ops: dict) -> dict:
-        import torch
-        infos = torch.zeros(3, 3, dtype=torch.int32, device=ops["fprop.x"].hp.device)
-        self.gemms(ops, infos)
-        infos = infos.tolist()
-        fmts = {k: "e4m3" if float(o.rel_error) <= o.threshold else "bf16" for k, o in ops.items()}
-        return {"fp8_gemms": sum(i[2] in (1, 3) for i in infos), "backend": "/".join(_RAN[i[2]] for i in infos),
-                "formats": " ".join(f"{k}:{v}" for k, v in fmts.items()),
-                **{f"rel_err_{s}": float(ops[k].rel_error) for s, k in (("x", "fprop.x"), ("w", "fprop.w"),
-                                                                         ("dy", "dgrad.dy"))}}
-
-
-_RAN = {1: "fp8_loop", 2: "bf16_loop", 3: "scaled_mm"}
-
-
-# ----------------------------------------------------------------------------------------------
-# Correctness on the GPU
-
-
-def _emulated_values(torch, x, partition, block, scale, threshold):
-    """float64 values the emulation multiplies (torch reference quantization, not the kernels)."""
-    from lowprec import mor
-    x2d = x.float()
-    qt = mor.quantize_e4m3(x2d, partition, block, scale)
-    err = mor.mor_relative_error(x2d, qt.dequantize())
-    e4 = mor.decide(err, threshold) == "e4m3"
-    return (qt.dequantize() if e4 else x2d.to(torch.bfloat16).float()).double(), "e4m3" if e4 else "bf16"
-
-
-def _check_kernel(torch, kg, rows: list, block, scale, shape, backend: str, floor: float) -> None:
-    """Every partition and format combination: the kernel against a float64 GEMM of the emulation's
-    values. Thresholds 1 / 0 force E4M3 / BF16 (Gaussian errors are ~0.02)."""
-    from lowprec import mor
-    from lowprec.numerics import sqnr_db
-    m, n, k = shape
-    gen = torch.Generator(device=DEVICE).manual_seed(7)
-    a = torch.randn(m, k, device=DEVICE, generator=gen)
-    b = (0.02 * torch.randn(k, n, device=DEVICE, generator=gen)).t()  # a transposed view, as W^T in dgrad
-    for part in ("tensor", "channel", "block"):
-        q = mor.MoRQuantizer(part, block, scale)
-        oa, ob = q.gemm_operand(a), q.gemm_operand(b)
-        for th_a, th_b in ((1.0, 1.0), (0.0, 1.0), (1.0, 0.0), (0.0, 0.0)):
-            va, fa = _emulated_values(torch, a, part, block, scale, th_a)
-            vb, fb = _emulated_values(torch, b, part, block, scale, th_b)
-            info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
-            try:
-                got = kg.mor_gemm(oa._replace(threshold=th_a), ob._replace(threshold=th_b), backend=backend, info=info)
-                db = sqnr_db(va @ vb.t(), got.double())
-                ran = _RAN.get(int(info[2]), str(int(info[2])))
-                want_ran = "bf16_loop" if "bf16" in (fa, fb) else ("fp8_loop" if backend == "triton" else "scaled_mm")
-                ok = db > floor and ran == want_ran and info[:2].tolist() == [int(fa == "e4m3"), int(fb == "e4m3")]
-            except Exception as exc:  # report and go on: the timings still say something
-                db, ran, ok = float("nan"), f"error: {type(exc).__name__}: {exc}"[:200], False
-            rows.append({"check": f"kernel {m}x{n}x{k}", "partition": part, "backend": backend,
-                         "formats": f"{fa}/{fb}", "ran": ran, "sqnr_db": f"{db:.1f}", "floor_db": floor, "ok": ok})
-
-
-def _check_qlinear(torch, rows: list, block, scale) -> None:
-    """QLinear with a MoR recipe, per partition: the fused path (kernel GEMMs, counted) against the
-    emulated one (LOWPREC_MOR_KERNEL off), forward and both gradients; then one fused step under
-    torch.cuda.set_sync_debug_mode("error") (a host sync raises). An error is a failed row."""
-    for part in ("tensor", "channel", "block"):
-        try:
-            rows.append(_check_qlinear_one(torch, part, block, scale))
-        except Exception as exc:  # report and go on: the timings still say something
-            rows.append({"check": "qlinear fused vs emulated (y, dx, dw)", "partition": part, "backend": "auto",
-                         "ran": f"error: {type(exc).__name__}: {exc}"[:300], "ok": False})
-
-
-def _check_qlinear_one(torch, part: str, block, scale: str) -> dict:
-    import copy
-
-    from torch import nn
-
-    from lowprec import convert, mor
-    from lowprec.kernels import mor_gemm as kg
-    from lowprec.numerics import sqnr_db
-
-    cfg = {"partition": part, "scale": scale, **({"block": list(block)} if part == "block" else {})}
-    torch.manual_seed(0)
-    tokens, d_in, d_out = QLINEAR_SHAPE
-    base = nn.Sequential(nn.Linear(d_in, d_out)).to(DEVICE)
-    fast, emu = copy.deepcopy(base), copy.deepcopy(base)
-    convert(fast, mor.mor_recipe({**cfg, "gemm": "kernel"}))
-    convert(emu, mor.mor_recipe(cfg))
-    x, g = torch.randn(tokens, d_in, device=DEVICE), torch.randn(tokens, d_out, device=DEVICE)
-    x[:, :8] *= 1e4  # eight huge features: X takes BF16 where a scale spans them, so formats mix
-
-    infos, real = [], kg.mor_gemm
-
-    def counting(a, b, **kw):
-        kw.setdefault("info", torch.zeros(3, dtype=torch.int32, device=DEVICE))
-        infos.append(kw["info"])
-        return real(a, b, **kw)
-
-    def run(model):
-        model.zero_grad(set_to_none=True)
-        xi = x.clone().requires_grad_()
-        y = model(xi)
-        y.backward(g)
-        return y.detach(), xi.grad, model[0].weight.grad
-
-    kg.mor_gemm = counting
-    try:
-        got = run(fast)
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            run(fast)
-            sync_free = True
-        except RuntimeError as exc:
-            sync_free = f"host sync: {exc}"[:200]
-        finally:
-            torch.cuda.set_sync_debug_mode(0)
-    finally:
-        kg.mor_gemm = real
-    mor.USE_KERNEL = False
-    try:
-        want = run(emu)
-    finally:
-        mor.USE_KERNEL = True
-    ran = ",".join(_RAN.get(int(i[2]), "?") for i in infos[:3])
-    dbs = [sqnr_db(w.double(), f.double()) for w, f in zip(want, got)]
-    fmts = ",".join(f"{int(i[0])}{int(i[1])}" for i in infos[:3])
-    return {"check": "qlinear fused vs emulated (y, dx, dw)", "partition": part, "backend": "auto",
-            "formats": f"e4m3 flags a/b per gemm {fmts}", "ran": f"{ran}; sync_free={sync_free}",
-            "sqnr_db": "/".join(f"{d:.1f}" for d in dbs), "floor_db": 45.0,
-            "ok": len(infos) == 6 and min(dbs) > 45.0 and sync_free is True}
-
-
-# ----------------------------------------------------------------------------------------------
-
-
-def _matches_reference(torch, km, x, partition, block, scale) -> bool:
-    from lowprec import mor
-    codes, scales, err = km.mor_quantize_e4m3(x, partition, block, scale)
-    ref = mor.quantize_e4m3(x, partition, block, scale)
-    want = ref.codes.to(torch.float8_e4m3fn)
-    same = torch.equal(codes.view(torch.uint8), want.view(torch.uint8)) and torch.equal(scales, ref.scale)
-    ref_err = mor.mor_relative_error(x, ref.dequantize())
-    del ref, want
-    return bool(same and abs(float(err) - ref_err) <= 1e-5 * abs(ref_err))
-
-
 _GEMM_VARIANTS = [("tensor", "triton", "precise"), ("tensor", "triton", "fast"), ("tensor", "scaled_mm", "precise"),
                   ("block", "triton", "precise"), ("block", "scaled_mm", "precise"),
                   ("channel", "triton", "precise"), ("channel", "scaled_mm", "precise")]
-
-
-def _data(torch, tokens: int, h: int, seed: int):
-    gen = torch.Generator(device=DEVICE).manual_seed(seed + h)
-    x = torch.randn(tokens, h, device=DEVICE, generator=gen).to(torch.bfloat16)
-    w = (0.02 * torch.randn(h, h, device=DEVICE, generator=gen)).to(torch.bfloat16)
-    dy = torch.randn(tokens, h, device=DEVICE, generator=gen).to(torch.bfloat16)
-    return x, w, dy
 
 
 def _warm(part: str, block, scale: str, tokens: int, hidden: list, thresholds: list, seed: int) -> None:
@@ -462,7 +114,7 @@ def _warm(part: str, block, scale: str, tokens: int, hidden: list, thresholds: l
     from lowprec.kernels import mor_gemm as kg
 
     for h in hidden:
-        x, w, dy = _data(torch, tokens, h, seed)
+        x, w, dy = data(torch, tokens, h, seed)
         if part == "tensor":
             Fp8CurrentLinear().step(x, w, dy)
         for mode in ("once", "layer"):
@@ -536,7 +188,7 @@ def _gemm_rows(torch, bench, kg, x, w, block, scale, budget) -> list:
             kw = dict(out_dtype=torch.bfloat16, fp8_accum=accum, backend=backend, info=info)
             try:
                 ms = bench(lambda: kg.mor_gemm(*args, **kw))
-                ran = _RAN.get(int(info[2]), "?")
+                ran = RAN.get(int(info[2]), "?")
             except Exception as exc:
                 print(f"# gemm {name}: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
                 continue
@@ -570,11 +222,9 @@ def main(argv=None) -> int:
         fail(PROG, f"bad --block: {exc}")
     if any(h % 16 for h in hidden) or args.tokens % 16:
         fail(PROG, "hidden sizes and tokens must be multiples of 16 (cuBLASLt FP8 GEMMs)")
-    partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
-    if not set(partitions) <= set(MOR_PARTITIONS):
-        fail(PROG, f"--partitions: unknown partition in {partitions}; known: {MOR_PARTITIONS}")
+    partitions = parse_names(PROG, "--partitions", args.partitions, MOR_PARTITIONS)
     block = (br, bc)
-    budget = _Budget(args.budget_s)
+    budget = Budget(args.budget_s)
 
     out = Path(args.out)
     bench, timer = do_bench_median(args.warmup, args.rep)
@@ -585,9 +235,9 @@ def main(argv=None) -> int:
     checks = []
     if not args.no_check:
         for backend, shape, floor in CHECK_SHAPES:
-            _check_kernel(torch, kg, checks, block, args.scale, shape, backend, floor)
-        _check_qlinear(torch, checks, block, args.scale)
-        _write(out.with_name(out.stem + "_check.csv"), CHECK_FIELDS, checks)
+            check_kernel(torch, kg, checks, block, args.scale, shape, backend, floor)
+        check_qlinear(torch, checks, block, args.scale)
+        write_rows(out.with_name(out.stem + "_check.csv"), CHECK_FIELDS, checks)
         for r in checks:
             print(f"check {'PASS' if r['ok'] else 'FAIL'} {r['check']:40s} {r['partition']:8s} {r['backend']:9s} "
                   f"{r['formats']:24s} ran={r['ran']} sqnr={r['sqnr_db']} dB (floor {r['floor_db']})", flush=True)
@@ -600,7 +250,7 @@ def main(argv=None) -> int:
         writer = csv.DictWriter(fh, fieldnames=FIELDS)
         writer.writeheader()
         for h in hidden:
-            x, w, dy = _data(torch, args.tokens, h, args.seed)
+            x, w, dy = data(torch, args.tokens, h, args.seed)
             flops = 3 * 2 * args.tokens * h * h
             base = {"tokens": args.tokens, "hidden": h}
             rows = []
@@ -625,7 +275,7 @@ def main(argv=None) -> int:
             del ops
 
             for part in partitions:
-                match = "" if args.no_check else str(_matches_reference(torch, km, x, part, block, args.scale))
+                match = "" if args.no_check else str(matches_reference(torch, km, x, part, block, args.scale))
                 common = {"partition": part, "scale": args.scale, "block": f"{br}x{bc}" if part == "block" else "",
                           "matches_ref": match}
                 for mode, suffix, out_dtype in (("once", "_once", "bf16"), ("layer", "", "fp32")):
@@ -648,7 +298,7 @@ def main(argv=None) -> int:
 
             if not args.no_gemm and h == hidden[0]:
                 gemm_rows = _gemm_rows(torch, bench, kg, x, w, block, args.scale, budget)
-                _write(out.with_name(out.stem + "_gemm.csv"), GEMM_FIELDS, gemm_rows)
+                write_rows(out.with_name(out.stem + "_gemm.csv"), GEMM_FIELDS, gemm_rows)
                 for r in gemm_rows:
                     print(f"gemm {r['variant']:42s} {r.get('loop', ''):10s} {r['ms']:>8s} ms {r['tflops']:>7s} TFLOP/s  "
                           f"x{r['vs_scaled_mm_tensorwise']} of scaled_mm tensorwise", flush=True)
@@ -708,14 +358,6 @@ def _line(row: dict) -> str:
             f"step {row['step_ms']:>8s} ms  quant {row['quant_ms']:>8s} ms ({float(row['quant_share']):.1%})  "
             f"gemm {row['gemm_ms']:>8s} ms  x{row['speedup_vs_bf16']} vs bf16  x{row['vs_fp8_current']} vs fp8  "
             f"fp8 gemms {row['fp8_gemms']} ({row.get('backend', '')})  ref={row.get('matches_ref') or '-'}")
-
-
-def _write(path: Path, fields: list, rows: list) -> None:
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: r.get(k, "") for k in fields})
 
 
 def _summary(rows: list, gemm_rows: list, checks: list) -> None:

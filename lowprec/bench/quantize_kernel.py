@@ -1,6 +1,6 @@
 """Bandwidth benchmark of the Triton quantize kernels (lowprec.kernels.quantize) on CUDA.
 
-    python -m lowprec.kernels.bench_quantize --out results/kernels/quantize_h200.csv
+    python -m lowprec.bench.quantize_kernel --out results/kernels/quantize_h200.csv
 
 For every kernel configuration and size it records the median time from triton.testing.do_bench,
 the achieved bandwidth (bytes the kernel must read and write), the same for a plain x.clone() of
@@ -16,10 +16,10 @@ import csv
 import sys
 from pathlib import Path
 
-from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
-                                  parse_int_list, require_cuda_triton, write_provenance)
+from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, gpu_provenance, parse_int_list,
+                                  parse_names, require_cuda_triton, write_provenance)
 
-PROG = "bench_quantize"
+PROG = "quantize_kernel"
 
 # (rows, cols) per log2(numel): square-ish from 2^24 up, 4096 rows below so that per-row and
 # (128, 128) tilings still have thousands of programs.
@@ -54,7 +54,7 @@ FIELDS = [
 
 
 def _parse(argv):
-    p = bench_parser("lowprec.kernels.bench_quantize", __doc__)
+    p = bench_parser(f"lowprec.bench.{PROG}", __doc__)
     p.add_argument("--sizes", default=DEFAULT_SIZES,
                    help=f"comma-separated log2(numel) from {min(SHAPES)}..{max(SHAPES)} (default {DEFAULT_SIZES})")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32", "fp16"), help="input dtype (default bf16)")
@@ -90,10 +90,8 @@ def main(argv=None) -> int:
     from lowprec.numerics import QuantSpec, compute_scale, quantize, to_torch_dtype
 
     sizes = parse_int_list(PROG, "--sizes", args.sizes, allowed=SHAPES)
-    fmts = [f.strip() for f in args.fmts.split(",") if f.strip()]
-    if not set(fmts) <= {"e4m3", "e5m2", "int8"}:
-        fail(PROG, f"--fmts: unknown format in {fmts}")
-    scalings = {c.strip() for c in args.scalings.split(",") if c.strip()}
+    fmts = parse_names(PROG, "--fmts", args.fmts, ("e4m3", "e5m2", "int8"))
+    scalings = set(parse_names(PROG, "--scalings", args.scalings, ("delayed", "tensor", "channel", "block")))
     if args.tile is not None:
         kq._TILE = args.tile
     if args.row_span is not None:

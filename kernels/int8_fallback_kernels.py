@@ -1,0 +1,289 @@
+"""The Triton kernels of INT8 training with block-level fallback: the block statistics and the
+one-pass fallback quantization (``_stats_kernel``, ``_fallback_quant_kernel``), the block-scaled
+INT8 GEMM with the fused second parts (``_gemm_kernel``) and the second-part pass
+(``_residual_kernel``). What they compute, in which order of sums, and why it is exact, is written
+in ``lowprec.kernels.int8_fallback_gemm``, the host side that checks the arguments, picks launch
+configurations (``lowprec.kernels.int8_fallback_tuning``) and launches them. The kernels keep
+their names: profiles and the tuning log show them.
+
+Interpreter: these kernels call jit helpers of ``lowprec.kernels.quantize`` and
+``lowprec.kernels._common``; set TRITON_INTERPRET=1 before the modules are first imported, or
+reload them in order (``_common.reload_for_interpreter``: _common, quantize, this one).
+"""
+
+from __future__ import annotations
+
+from . import _common as _c
+from . import quantize as _kq
+
+triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
+
+# this module's GEMM kernel and the helpers it calls from quantize and _common (mode checks);
+# empty when Triton does not import
+_JIT_FNS: tuple = ()
+
+if triton is not None and _kq.triton is not None:
+    from ._common import _finite_abs, _grouped_tile, _load_fp32, _max_axis, _sum_axis
+    from .quantize import _encode, _nonfinite, _scale_from_amax
+
+    @triton.jit
+    def _block_view(M, N, n_brow, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
+                    G: tl.constexpr):
+        """This program's (pid_r, pid_c) and the offsets and mask of its G vertically stacked
+        (BR, BC) blocks held as a [G, RP, CP] tile (programs run down block-columns)."""
+        pid = tl.program_id(0)
+        n_rgrp = (n_brow + G - 1) // G
+        pid_c = pid // n_rgrp
+        pid_r = pid % n_rgrp
+        g = tl.arange(0, G)[:, None, None]
+        r = tl.arange(0, RP)[None, :, None]
+        c = tl.arange(0, CP)[None, None, :]
+        brow = pid_r * G + g
+        row = brow * BR + r
+        col = pid_c * BC + c
+        mask = (r < BR) & (c < BC) & (brow < n_brow) & (row < M) & (col < N)
+        return pid_r, pid_c, row.to(tl.int64) * N + col, mask
+
+    @triton.jit
+    def _block_max(v):
+        return _max_axis(_max_axis(v, 2), 1)
+
+    @triton.jit
+    def _block_sum(v):
+        return _sum_axis(_sum_axis(v, 2), 1)
+
+    @triton.jit
+    def _stats_kernel(x_ptr, amax_ptr, err_ptr, M, N, n_brow, n_bcol,
+                      BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
+                      G: tl.constexpr, IN_KIND: tl.constexpr):
+        pid_r, pid_c, offs, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
+        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+        x = tl.where(tl.abs(x) < float("inf"), x, 0.0)  # NaN and Inf count as 0, as in the reference
+        amax = _block_max(tl.abs(x))
+        s = _scale_from_amax(amax, 127.0, 1.0, False)
+        q = _encode(x * s[:, None, None], 0.0, 127.0, True, 0, 0, 0, False, False, tl.int8)
+        d = x - tl.math.div_rn(q.to(tl.float32), s[:, None, None])
+        err2 = _block_sum(d * d)
+        ref2 = _block_sum(x * x)
+        ok = ref2 > 0.0
+        rel = tl.where(ok, tl.sqrt_rn(tl.math.div_rn(err2, tl.where(ok, ref2, 1.0))), 0.0)
+        gi = pid_r * G + tl.arange(0, G)
+        sidx = gi * n_bcol + pid_c
+        tl.store(amax_ptr + sidx, amax, mask=gi < n_brow)
+        tl.store(err_ptr + sidx, rel, mask=gi < n_brow)
+
+    @triton.jit
+    def _fallback_quant_kernel(x_ptr, u1_ptr, u2_ptr, q1_ptr, s1_ptr, q2_ptr, s2_ptr, flag_ptr, mask_ptr,
+                               thr_ptr, M, N, n_brow, n_bcol,
+                               BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
+                               G: tl.constexpr, IN_KIND: tl.constexpr, STOCHASTIC: tl.constexpr,
+                               MODE: tl.constexpr):
+        """MODE 0: flags from mask_ptr; 1: amax > *thr_ptr; 2: no fallback."""
+        pid_r, pid_c, offs, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
+        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+        amax = _block_max(_finite_abs(x))
+        s1 = _scale_from_amax(amax, 127.0, 1.0, False)
+        # a block holding NaN/Inf: NaN scale, so q1 = 0 and the residual is NaN (amax 0: q2 = 0,
+        # s2 = 1), exactly as in the reference
+        s1 = tl.where(_block_max(_nonfinite(x)) > 0.0, float("nan"), s1)
+        u1 = 0.0
+        u2 = 0.0
+        if STOCHASTIC:
+            u1 = tl.load(u1_ptr + offs, mask=mask, other=0.0)
+            u2 = tl.load(u2_ptr + offs, mask=mask, other=0.0)
+        q1 = _encode(x * s1[:, None, None], u1, 127.0, True, 0, 0, 0, STOCHASTIC, False, tl.int8)
+        tl.store(q1_ptr + offs, q1, mask=mask)
+
+        gi = pid_r * G + tl.arange(0, G)
+        gmask = gi < n_brow
+        sidx = gi * n_bcol + pid_c
+        tl.store(s1_ptr + sidx, s1, mask=gmask)
+        if MODE == 0:
+            flag = tl.load(mask_ptr + sidx, mask=gmask, other=0) != 0
+        elif MODE == 1:
+            flag = amax > tl.load(thr_ptr)
+        else:
+            flag = amax < 0.0
+        # the residual against the value the GEMM will see for q1 (a correctly rounded q1 / s1)
+        r = x - tl.math.div_rn(q1.to(tl.float32), s1[:, None, None])
+        amax_r = tl.where(flag, _block_max(_finite_abs(r)), 0.0)
+        s2 = _scale_from_amax(amax_r, 127.0, 1.0, False)
+        q2 = _encode(r * s2[:, None, None], u2, 127.0, True, 0, 0, 0, STOCHASTIC, False, tl.int8)
+        q2 = tl.where(flag[:, None, None], q2, 0).to(tl.int8)
+        tl.store(q2_ptr + offs, q2, mask=mask)
+        tl.store(s2_ptr + sidx, s2, mask=gmask)
+        tl.store(flag_ptr + sidx, flag.to(tl.int8), mask=gmask)
+
+    @triton.jit
+    def _exact_f32(p, MAGIC: tl.constexpr):
+        """An int32 tile as fp32, exact for |p| < 2^22 either way. MAGIC: write p into the mantissa of
+        1.5 * 2^23 with an integer add, then subtract 1.5 * 2^23 (one integer and one float add, both
+        full rate, where the int-to-float conversion instruction issues at a quarter of it)."""
+        if MAGIC:
+            return (p + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+        else:
+            return p.to(tl.float32)
+
+    @triton.jit
+    def _add_scaled_dot(acc, a, b, sa, sb, MAGIC: tl.constexpr):
+        """acc + (a . b) * (sa x sb): the int8 dot into int32, as fp32 (exact), times the outer
+        product of the row scales sa and the column scales sb."""
+        return acc + _exact_f32(tl.dot(a, b, out_dtype=tl.int32), MAGIC) * (sa[:, None] * sb[None, :])
+
+    @triton.jit
+    def _rows_tile(ptr, rows_off, kb, offs_k, K, GK: tl.constexpr, EVEN_K: tl.constexpr):
+        """[R, BLOCK_K] int8 tile of K-group kb of a K-contiguous operand (rows_off: row * K)."""
+        kk = kb * GK + offs_k
+        if EVEN_K:
+            return tl.load(ptr + rows_off[:, None] + kk[None, :])
+        else:
+            k_ok = (offs_k < GK) & (kk < K)
+            return tl.load(ptr + rows_off[:, None] + kk[None, :], mask=k_ok[None, :], other=0)
+
+    @triton.jit
+    def _cols_tile(ptr, cols_off, kb, offs_k, K, GK: tl.constexpr, EVEN_K: tl.constexpr):
+        """The same as a [BLOCK_K, C] tile (the right-hand operand of tl.dot)."""
+        kk = kb * GK + offs_k
+        if EVEN_K:
+            return tl.load(ptr + cols_off[None, :] + kk[:, None])
+        else:
+            k_ok = (offs_k < GK) & (kk < K)
+            return tl.load(ptr + cols_off[None, :] + kk[:, None], mask=k_ok[:, None], other=0)
+
+    @triton.jit(do_not_specialize=["n_kb"])  # only a loop bound and a scale-row stride
+    def _gemm_kernel(a_ptr, a_desc, da_ptr, b_ptr, b_desc, db_ptr, c_ptr,
+                     ra_ptr, dra_ptr, fa_ptr, rb_ptr, drb_ptr, fb_ptr,
+                     M, N, K, n_kb,
+                     BMS: tl.constexpr, BNS: tl.constexpr, GK: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     KG: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr,
+                     USE_TMA: tl.constexpr, HAS_RA: tl.constexpr, HAS_RB: tl.constexpr, WS: tl.constexpr):
+        """One BLOCK_M x BLOCK_N tile of C = A @ B.T; KG K-groups per loop iteration (n_kb % KG == 0),
+        each its own int32 dot and fp32 rescale. HAS_RA / HAS_RB: the fused second parts (a
+        uniform branch per K-group where a row-block of the tile is flagged)."""
+        pid = tl.program_id(0)
+        pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        # rows past the edge read a valid row (their results are not stored): no masks along M, N
+        rm = offs_m % M
+        rn = offs_n % N
+        offs_k = tl.arange(0, BLOCK_K)
+        a_rows = rm.to(tl.int64) * K
+        b_cols = rn.to(tl.int64) * K
+        sa_idx = (rm // BMS) * n_kb
+        sb_idx = (rn // BNS) * n_kb
+
+        acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
+        for it in tl.range(0, n_kb // KG, warp_specialize=WS):
+            for j in tl.static_range(KG):
+                kb = it * KG + j
+                # scales first: their loads are in flight during the dot
+                da = tl.load(da_ptr + sa_idx + kb)
+                db = tl.load(db_ptr + sb_idx + kb)
+                if USE_TMA:
+                    a = a_desc.load([pid_m * BLOCK_M, kb * GK])
+                    b = tl.trans(b_desc.load([pid_n * BLOCK_N, kb * GK]))
+                else:
+                    a = _rows_tile(a_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
+                    b = _cols_tile(b_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
+                acc = _add_scaled_dot(acc, a, b, da, db, MAGIC)
+                if HAS_RA:
+                    fa = tl.load(fa_ptr + sa_idx + kb).to(tl.int32)
+                    dra = tl.where(fa != 0, tl.load(dra_ptr + sa_idx + kb), 0.0)
+                    any_a = _max_axis(fa, 0) > 0
+                    if any_a:
+                        a2 = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
+                        acc = _add_scaled_dot(acc, a2, b, dra, db, MAGIC)
+                if HAS_RB:
+                    fb = tl.load(fb_ptr + sb_idx + kb).to(tl.int32)
+                    drb = tl.where(fb != 0, tl.load(drb_ptr + sb_idx + kb), 0.0)
+                    if _max_axis(fb, 0) > 0:
+                        b2 = _cols_tile(rb_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
+                        acc = _add_scaled_dot(acc, a, b2, da, drb, MAGIC)
+                        if HAS_RA:
+                            if any_a:
+                                a2b = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
+                                acc = _add_scaled_dot(acc, a2b, b2, dra, drb, MAGIC)
+        c_offs = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
+        tl.store(c_ptr + c_offs, acc, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
+
+    @triton.jit
+    def _min_combine(a, b):
+        return tl.minimum(a, b)
+
+    @triton.jit
+    def _flag_chunk(fr_ptr, rbs, rb_ok, c0, kc, n_kb):
+        """[KCHUNK] bool: K-groups c0 + kc where one of the row-blocks rbs is flagged."""
+        f = tl.load(fr_ptr + rbs[:, None] * n_kb + (c0 + kc)[None, :],
+                    mask=rb_ok[:, None] & ((c0 + kc) < n_kb)[None, :], other=0)
+        return _max_axis(f.to(tl.int32), 0) != 0
+
+    @triton.jit(do_not_specialize=["n_kb", "n_ysplit"])
+    def _residual_kernel(r_ptr, dr_ptr, fr_ptr, y_ptr, dy_ptr, yr_ptr, dyr_ptr, fy_ptr, c_ptr,
+                         R, Y, K, n_kb, stride_cr, stride_cy, n_ysplit,
+                         RBS: tl.constexpr, YBS: tl.constexpr, GK: tl.constexpr,
+                         BLOCK_R: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_K: tl.constexpr,
+                         NRB: tl.constexpr, KCHUNK: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr,
+                         HAS_CROSS: tl.constexpr):
+        """The second part of one operand (R: codes r, decode scales dr, flags fr) against the first
+        part of the other (Y), added to C[r, y] (strides stride_cr, stride_cy); HAS_CROSS adds Y's
+        second part against R's in the same K-group. A program owns BLOCK_R rows of R and every
+        n_ysplit-th BLOCK_Y tile of Y, and visits only the K-groups where its rows hold a flagged
+        block (found in registers from the flag grid, in increasing order); a program without any
+        returns after reading its flags."""
+        pid = tl.program_id(0)
+        pid_r = pid // n_ysplit
+        pid_y0 = pid % n_ysplit
+        offs_r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+        r_ok = offs_r < R
+        rr = offs_r % R
+        r_rows = rr.to(tl.int64) * K
+        sr_idx = (rr // RBS) * n_kb
+        first_rb = (pid_r * BLOCK_R) // RBS
+        last_rb = (tl.minimum(pid_r * BLOCK_R + BLOCK_R, R) - 1) // RBS
+        rbs = first_rb + tl.arange(0, NRB)
+        rb_ok = rbs <= last_rb
+        kc = tl.arange(0, KCHUNK)
+        offs_k = tl.arange(0, BLOCK_K)
+
+        total = 0
+        for c0 in range(0, n_kb, KCHUNK):
+            total += _sum_axis(_flag_chunk(fr_ptr, rbs, rb_ok, c0, kc, n_kb).to(tl.int32), 0)
+        if total > 0:
+            for yt in range(pid_y0, (Y + BLOCK_Y - 1) // BLOCK_Y, n_ysplit):
+                offs_y = yt * BLOCK_Y + tl.arange(0, BLOCK_Y)
+                ry = offs_y % Y
+                y_cols = ry.to(tl.int64) * K
+                sy_idx = (ry // YBS) * n_kb
+                acc = tl.full([BLOCK_R, BLOCK_Y], 0.0, tl.float32)
+                for c0 in range(0, n_kb, KCHUNK):
+                    rem = _flag_chunk(fr_ptr, rbs, rb_ok, c0, kc, n_kb)
+                    for i in range(0, _sum_axis(rem.to(tl.int32), 0)):
+                        kl = tl.reduce(tl.where(rem, kc, KCHUNK), 0, _min_combine)
+                        rem = rem & (kc != kl)
+                        kb = c0 + kl
+                        dr = tl.where(tl.load(fr_ptr + sr_idx + kb) != 0, tl.load(dr_ptr + sr_idx + kb), 0.0)
+                        dy = tl.load(dy_ptr + sy_idx + kb)
+                        r = _rows_tile(r_ptr, r_rows, kb, offs_k, K, GK, EVEN_K)
+                        yv = _cols_tile(y_ptr, y_cols, kb, offs_k, K, GK, EVEN_K)
+                        acc = _add_scaled_dot(acc, r, yv, dr, dy, MAGIC)
+                        if HAS_CROSS:
+                            fy = tl.load(fy_ptr + sy_idx + kb).to(tl.int32)
+                            if _max_axis(fy, 0) > 0:
+                                dyr = tl.where(fy != 0, tl.load(dyr_ptr + sy_idx + kb), 0.0)
+                                y2 = _cols_tile(yr_ptr, y_cols, kb, offs_k, K, GK, EVEN_K)
+                                acc = _add_scaled_dot(acc, r, y2, dr, dyr, MAGIC)
+                c_offs = offs_r.to(tl.int64)[:, None] * stride_cr + offs_y.to(tl.int64)[None, :] * stride_cy
+                c_mask = r_ok[:, None] & (offs_y < Y)[None, :]
+                c = tl.load(c_ptr + c_offs, mask=c_mask, other=0.0)
+                tl.store(c_ptr + c_offs, c + acc, mask=c_mask)
+
+    _JIT_FNS = (_gemm_kernel, _encode, _load_fp32, _grouped_tile)
+
+
+def interpreter_active() -> bool:
+    """True when these kernels (and the quantize and _common helpers they call) run under the
+    interpreter."""
+    return bool(_JIT_FNS) and _c.is_interpreted(*_JIT_FNS)

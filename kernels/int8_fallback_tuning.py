@@ -1,0 +1,210 @@
+"""Launch configurations of the INT8 fallback GEMM (``lowprec.kernels.int8_fallback_gemm``) and
+their tuning: ``GemmConfig`` (main kernel) and ``ResidualConfig`` (second-part pass), the defaults
+(small tiles under the interpreter), the candidates tried on Hopper-class GPUs, and the tuner's
+records: one configuration per shape class (M, N, K rounded up to powers of two, the group, the
+scale blocks), chosen by median time the first time the class is seen, and every configuration
+timed (``tuned_configs``, ``tuning_log``). A configuration changes the speed, never the result.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, replace
+
+from . import int8_fallback_kernels as _kk
+from ._common import _next_pow2
+
+# GEMMs below this many multiply-adds take the default configuration: tuning would cost more than it saves
+TUNE_MIN_MACS = 1 << 33
+# shared memory a configuration may plan for its pipeline (bytes; the H100/H200 limit is 227 KB)
+SMEM_BUDGET = 200 * 1024
+# what names a shape class: the columns of the tuning log before the configuration's
+TUNE_KEY_FIELDS = ("kernel", "M_class", "N_class", "K_class", "group", "block_rows_a", "block_rows_b", "even_k",
+                   "tma_usable")
+TUNE_LOG_FIELDS = (*TUNE_KEY_FIELDS, "config", "ms", "regs", "spills", "shared", "error")
+
+_TUNED: dict = {}      # shape class -> (GemmConfig, ms)
+_TUNE_LOG: list = []   # every configuration timed: dicts for tuning_log()
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """A launch configuration of the GEMM kernel (its results do not depend on it)."""
+
+    block_m: int = 128
+    block_n: int = 128
+    k_groups: int = 1        # K-groups per loop iteration (each its own dot and rescale)
+    num_warps: int = 8
+    num_stages: int = 3
+    group_m: int = 8         # tile rows whose programs run together (L2 reuse of B)
+    magic: bool = True       # int32 -> fp32 by the add trick where exact (group <= 259), else by conversion
+    tma: bool = False        # tensor-descriptor (TMA) loads where the operands allow them
+    warp_specialize: bool = False
+    fp_fusion: bool = True   # False: no FMA contraction, so CUDA equals the torch reference bit for bit
+
+    def label(self) -> str:
+        return (f"{self.block_m}x{self.block_n}_kg{self.k_groups}_w{self.num_warps}_s{self.num_stages}"
+                f"_gm{self.group_m}{'' if self.magic else '_cvt'}{'_tma' if self.tma else ''}"
+                f"{'_ws' if self.warp_specialize else ''}{'' if self.fp_fusion else '_nofma'}")
+
+
+@dataclass(frozen=True)
+class ResidualConfig:
+    """Launch configuration of the second-part pass (``fallback="sparse"``)."""
+
+    block_r: int = 32        # rows of the operand with the second part per program (>= 16)
+    block_y: int = 128       # rows of the other operand per tile
+    num_warps: int = 4
+    num_stages: int = 2
+    programs: int = 4096     # about this many programs: each takes every n-th tile of the other operand
+    k_chunk: int = 1024      # K-groups whose flags a program holds in registers at once
+    fp_fusion: bool = True
+
+    def label(self) -> str:
+        return (f"r{self.block_r}x{self.block_y}_w{self.num_warps}_s{self.num_stages}_p{self.programs}"
+                f"_kc{self.k_chunk}{'' if self.fp_fusion else '_nofma'}")
+
+
+def bucket(n: int) -> int:
+    """A dimension's shape class: the next power of two, at least 16."""
+    return _next_pow2(max(n, 16))
+
+
+def whole_k_groups(want: int, n_kb: int) -> int:
+    """The largest power of two <= want that divides n_kb (the loop takes whole iterations)."""
+    kg = max(1, _next_pow2(want + 1) // 2)
+    while kg > 1 and n_kb % kg:
+        kg //= 2
+    return kg
+
+
+def _default_k_groups(gk: int) -> int:
+    # about 128 bytes of K per iteration: 16-byte vector loads, few loop iterations
+    return max(1, 128 // _next_pow2(gk))
+
+
+def smem_bytes(cfg: GemmConfig, gk: int) -> int:
+    return cfg.num_stages * (cfg.block_m + cfg.block_n) * _next_pow2(gk) * cfg.k_groups
+
+
+def default_config(gk: int, M: int = 1 << 12, N: int = 1 << 12) -> GemmConfig:
+    """The configuration used without tuning: small tiles one program at a time under the
+    interpreter; on CUDA 128 x 128 tiles of 8 warps, about 128 bytes of K per iteration."""
+    if _kk.interpreter_active():
+        return GemmConfig(block_m=max(16, min(64, _next_pow2(M))), block_n=max(16, min(64, _next_pow2(N))),
+                          k_groups=1, num_warps=4, num_stages=1)
+    kg = _default_k_groups(gk)
+    return GemmConfig(k_groups=kg, num_stages=3 if _next_pow2(gk) * kg <= 128 else 2)
+
+
+def candidate_configs(gk: int, tma: bool = True) -> list:
+    """The configurations tuning tries for K-group gk on Hopper-class GPUs (H100/H200): 128-256
+    tiles with 8 warps and 64-128 tiles with 4, 3-4 stages, about 128 bytes of K per iteration
+    (also 64 / 256 bytes for small groups), tensor-descriptor loads for two tiles."""
+    kg = _default_k_groups(gk)
+    out = []
+    for bm, bn, w, st in ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3),
+                          (128, 64, 4, 4), (64, 128, 4, 4)):
+        out.append(GemmConfig(bm, bn, kg, w, st))
+    if gk <= 64:
+        out += [GemmConfig(128, 128, kg // 2, 8, 4), GemmConfig(128, 128, kg * 2, 8, 3)]
+    if tma:
+        out += [GemmConfig(128, 128, kg, 8, 3, tma=True), GemmConfig(128, 256, kg, 8, 3, tma=True)]
+    fitted = []
+    for cfg in out:
+        while smem_bytes(cfg, gk) > SMEM_BUDGET and cfg.num_stages > 2:
+            cfg = replace(cfg, num_stages=cfg.num_stages - 1)
+        if cfg.k_groups >= 1 and smem_bytes(cfg, gk) <= SMEM_BUDGET and cfg not in fitted:
+            fitted.append(cfg)
+    return fitted
+
+
+def autotune_enabled() -> bool:
+    return os.environ.get("LOWPREC_INT8_GEMM_AUTOTUNE", "1") != "0"
+
+
+def tuned_configs() -> list:
+    """One dict per shape class tuned in this process: the class, the chosen configuration and
+    its median time."""
+    return [{**dict(zip(TUNE_KEY_FIELDS, key)), "config": cfg.label(), "ms": ms, **asdict(cfg)}
+            for key, (cfg, ms) in _TUNED.items()]
+
+
+def tuning_log() -> list:
+    """Every configuration timed by the tuner in this process (shape class, configuration, median
+    ms or the error that ruled it out, registers and spills per thread, shared memory)."""
+    return list(_TUNE_LOG)
+
+
+def _resources(kernel) -> dict:
+    """Registers and spills per thread and shared memory of a compiled kernel (for the tuning log;
+    empty where this Triton does not say)."""
+    out = {}
+    for key, get in (("regs", lambda k: k.n_regs), ("spills", lambda k: k.n_spills),
+                     ("shared", lambda k: k.metadata.shared)):
+        try:
+            out[key] = int(get(kernel))
+        except Exception:  # noqa: BLE001 - an attribute this Triton version lacks
+            out[key] = ""
+    return out
+
+
+def precompile(warm, cands) -> None:
+    """Compile warm(c) for each candidate c (a launch with warmup=True) in parallel threads where
+    this Triton can (its compile futures), else not at all; failures are left for the launches,
+    which report them."""
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:
+        return
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        with AsyncCompileMode(pool, ignore_errors=True):
+            for cfg in cands:
+                try:
+                    warm(cfg)
+                except Exception:  # noqa: BLE001 - recorded when the loop launches it
+                    pass
+
+
+def default_residual_config(block_rows: int) -> ResidualConfig:
+    if _kk.interpreter_active():
+        return ResidualConfig(block_r=16, block_y=32, num_stages=1, programs=4)
+    return ResidualConfig()
+
+
+def tuned_config(key: tuple, tune) -> GemmConfig:
+    """The configuration of shape class `key`: tune() -> (GemmConfig, ms) runs the first time only."""
+    if key not in _TUNED:
+        _TUNED[key] = tune()
+    return _TUNED[key][0]
+
+
+def time_candidates(key: tuple, cands: list, launch, device) -> tuple:
+    """(fastest configuration, its median ms) of cands for shape class `key`: launch(cfg) runs the
+    kernel, launch(cfg, warmup=True) compiles it and returns the compiled kernel. All are compiled
+    first (in parallel where Triton can), then each is timed with do_bench; a configuration the
+    device or compiler refuses is logged with its error and ruled out."""
+    import torch
+    import triton.testing
+
+    precompile(lambda cfg: launch(cfg, warmup=True), cands)
+    best = None
+    for cfg in cands:
+        row = {**dict(zip(TUNE_KEY_FIELDS, key)), "config": cfg.label()}
+        try:
+            launch(cfg)
+            torch.cuda.synchronize(device)
+            ms = float(triton.testing.do_bench(lambda: launch(cfg), warmup=5, rep=30, return_mode="median"))
+        except Exception as exc:  # a configuration the device or compiler refuses: tried, ruled out
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            _TUNE_LOG.append({**row, "ms": "", "error": f"{type(exc).__name__}: {first}"})
+            continue
+        _TUNE_LOG.append({**row, "ms": ms, "error": "", **_resources(launch(cfg, warmup=True))})
+        if best is None or ms < best[1]:
+            best = (cfg, ms)
+    if best is None:
+        raise RuntimeError(f"int8_fallback_gemm: no configuration of {cands[0].label()} and "
+                           f"{len(cands) - 1} others ran for shape class {key}; see tuning_log()")
+    return best
