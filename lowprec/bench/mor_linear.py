@@ -29,6 +29,11 @@ Methods:
                    and square-block partitions; per-row scales differ between a tensor and its
                    transpose, so channel quantizes the six views). A transposed view's decision is
                    its tensor's: the same error up to fp32 summation order.
+  fp8_current_fast, mor_<p>_fast
+                   the training path: one converted QLinear (fp32 master weight, bf16 autocast),
+                   forward and backward under torch.compile on the fast path (lowprec.gemm.FastPlan;
+                   MoR: the FP8 GEMM on cuBLAS and the Triton fix-up, lowprec.methods.mor_fast),
+                   step time only; what lowprec.bench.e2e_step and the workflow train with
   mor_<p>_hostsync the previous implementation: each decision read by the host (one sync per
                    operand), per-tensor / per-row E4M3 GEMMs on torch._scaled_mm, block-scaled ones
                    in BF16 after upcasting.
@@ -55,7 +60,8 @@ from pathlib import Path
 from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
                                   parse_int_list, parse_list, parse_names, require_cuda_triton, write_provenance,
                                   write_rows)
-from lowprec.bench.mor_linear_arms import (DEVICE, RAN, DeviceMoRLinear, Fp8CurrentLinear, HostSyncMoRLinear,
+from lowprec.bench.mor_linear_arms import (DEVICE, RAN, DeviceMoRLinear, FastPathLinear, Fp8CurrentLinear,
+                                           HostSyncMoRLinear,
                                            bf16_step, data)
 from lowprec.bench.mor_linear_checks import CHECK_FIELDS, CHECK_SHAPES, check_kernel, check_qlinear, matches_reference
 
@@ -273,6 +279,23 @@ def main(argv=None) -> int:
                   "quant_ms": bench(lambda: fp8.operands(x, w, dy)), "gemm_ms": bench(lambda: fp8.gemms(ops)),
                   "fp8_gemms": 3})
             del ops
+            # the training path, compiled: what the end-to-end benchmark and the workflow run
+            fast_arms = [("fp8_current_fast", "tensor", None, {"recipe": "fp8_tensorwise_current"})]
+            fast_arms += [(f"mor_{part}_fast", part, th, {"recipe": "mor", "partition": part, "threshold": th,
+                                                           **({"block": list(block)} if part == "block" else {})})
+                          for part in partitions for th in thresholds]
+            for name, part, th, method in fast_arms:
+                if not budget.allows(f"h={h} {name} th={th}"):
+                    continue
+                try:
+                    lin = FastPathLinear(method, h)
+                    lin.step(x, w, dy)  # compiles
+                    emit({"method": name, "partition": part, "threshold": "" if th is None else th,
+                          "backend": "fast_path", "out_dtype": "bf16", "step_ms": bench(lambda: lin.step(x, w, dy))})
+                except Exception as exc:  # one broken arm must not cost the others
+                    print(f"# error in {name}: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+                lin = None
+                torch.cuda.empty_cache()
 
             for part in partitions:
                 match = "" if args.no_check else str(matches_reference(torch, km, x, part, block, args.scale))

@@ -1,6 +1,7 @@
 """The linear-layer arms that ``lowprec.bench.mor_linear`` times: three BF16 matmuls, FP8 current
 scaling on ``torch._scaled_mm``, MoR with the decision on the device (``lowprec.kernels.mor_gemm``),
-and the previous host-sync MoR. Each arm's ``operands(x, w, dy)`` quantizes the six operand slots
+the previous host-sync MoR, and the
+training path's compiled layer (``FastPathLinear``) for FP8 current scaling and MoR. Each arm's ``operands(x, w, dy)`` quantizes the six operand slots
 (fprop.x, fprop.w, dgrad.dy, dgrad.w, wgrad.dy, wgrad.x), ``gemms(ops)`` runs the three GEMMs and
 ``step`` does both. torch is imported inside, so the benchmark answers --help without it.
 """
@@ -198,6 +199,35 @@ class DeviceMoRLinear:
                 "formats": " ".join(f"{k}:{v}" for k, v in fmts.items()),
                 **{f"rel_err_{s}": float(ops[k].rel_error) for s, k in (("x", "fprop.x"), ("w", "fprop.w"),
                                                                          ("dy", "dgrad.dy"))}}
+
+
+class FastPathLinear:
+    """The training path: one QLinear (``lowprec.convert``) of a recipe's config, bf16 activations
+    under autocast, forward and backward compiled with ``torch.compile`` on the fast path
+    (``lowprec.gemm.FastPlan``; MoR: ``lowprec.methods.mor_fast``), the weight gradient into an fp32
+    master weight, as ``lowprec.bench.e2e_step`` trains."""
+
+    def __init__(self, method: dict, hidden: int):
+        import torch
+        from torch import nn
+
+        from lowprec import convert
+        from lowprec.recipes import recipe_from_config
+        self.torch = torch
+        self.model = nn.Sequential(nn.Linear(hidden, hidden, bias=False)).to(DEVICE)
+        convert(self.model, recipe_from_config(method))
+        if self.model[0].fast_plan is None:
+            raise ValueError(f"mor_linear: {method} has no fast path")
+
+        def fwd_bwd(x, dy):
+            with torch.autocast(DEVICE, dtype=torch.bfloat16):
+                y = self.model(x)
+            y.backward(dy)
+        self._step = torch.compile(fwd_bwd, dynamic=False)
+
+    def step(self, x, w, dy):
+        self.model[0].weight.grad = None
+        self._step(x, dy)
 
 
 RAN = {1: "fp8_loop", 2: "bf16_loop", 3: "scaled_mm"}
