@@ -138,11 +138,18 @@ def hardware_route(a: "FP8Operand", b: "FP8Operand") -> Optional[str]:
     if where is None or a.spec.fmt == b.spec.fmt == "e5m2":
         return None
     if where == "triton":  # any shape: the kernel masks partial tiles
-        from .kernels import mor_gemm as kg
         e4m3 = a.spec.fmt == b.spec.fmt == "e4m3"
-        return "triton" if e4m3 and kg.triton_available(a.codes.device) else None
+        return "triton" if e4m3 and _triton_runs_on(a.codes.device.type) else None
     fits = shape_fits(a.codes, b.codes, a.kind, b.kind)
     return "scaled_mm" if fits and (where == "scaled_mm" or a.codes.is_cuda) else None
+
+
+# a constant of the process for Dynamo (it cannot trace the kernel module's availability checks):
+# asked once per device type while tracing, its answer baked into the graph
+@torch.compiler.assume_constant_result
+def _triton_runs_on(device_type: str) -> bool:
+    from .kernels import mor_gemm as kg
+    return kg.triton_available(torch.device(device_type))
 
 
 def operand_mm(a: FP8Operand, b: FP8Operand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:

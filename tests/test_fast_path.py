@@ -187,3 +187,24 @@ def test_fast_accumulation_setting():
     assert fast_accum_gemms("fprop, dgrad") == {"fprop", "dgrad"}
     with pytest.raises(ValueError, match="LOWPREC_FP8_FAST_ACCUM: unknown GEMM.*'fwd'"):
         fast_accum_gemms("fwd")
+
+
+@pytest.mark.slow
+def test_compiled_blockwise_layer_has_one_graph(monkeypatch):
+    """fp8_blockwise's weight-gradient route (the Triton FP8 loop where Triton runs) is decided
+    while tracing without a graph break (Dynamo cannot trace the kernel module's availability
+    checks: the answer is a constant of the process)."""
+    import torch._dynamo as dynamo
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    layer = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
+    convert(layer, RECIPES["fp8_blockwise"])
+    x, g = torch.randn(2, 128, 256), torch.randn(2, 128, 256)
+
+    def loss(m):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return (m(x).float() * g).sum()
+
+    dynamo.reset()
+    explained = dynamo.explain(loss)(layer)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, \
+        [str(b.reason)[:300] for b in explained.break_reasons]
