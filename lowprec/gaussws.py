@@ -56,7 +56,7 @@ and evaluation (the trained model *is* the quantized one).
 
 Entry points:
     gaussws_recipe(method_cfg), ste_recipe(fmt), ste_recipe_from_config(method_cfg)    recipes
-        (GAUSSWS_KEYS: the gaussws keys and defaults; registered in lowprec.recipes.RECIPE_BUILDERS)
+        METHODS (GAUSSWS, STE: lowprec.recipes.Method), WEIGHT_EXPORTS (the MX exports of lowprec.evaluate)
     apply_native(model, method_cfg)       the same transforms on plain nn.Linear (bf16 autocast path)
     bit_decay_loss(model, lam), bit_parameters(model), noise_modules(model), mark_step()
     export_weights(model, fmt), exported_copy(model, fmt), EXPORT_FORMATS          post-training MX RTN
@@ -80,10 +80,10 @@ from .numerics.checks import integer, nonempty
 from .numerics.formats import pow2 as _exact_pow2
 from .numerics.scaling import apply_blocks
 from .linear import DEFAULT_EXCLUDE, QLinear, layer_seed, linear_layers
-from .recipes import GENERIC_METHOD_KEYS, Gemm, Recipe, recipe_from_config
+from .recipes import Gemm, Method, Recipe, recipe_from_config
 
 __all__ = [
-    "GAUSSWS_KEYS", "NOISES", "SAMPLERS", "STE_FORMATS",
+    "GAUSSWS_KEYS", "NOISES", "SAMPLERS", "STE_FORMATS", "METHODS", "WEIGHT_EXPORTS", "BitDecay",
     "gaussws_recipe", "ste_recipe", "ste_recipe_from_config",
     "GaussWSWeight", "STEWeight", "apply_native", "mark_step",
     "bit_decay_loss", "bit_parameters", "noise_modules",
@@ -640,58 +640,52 @@ GAUSSWS_KEYS = {"noise": "rounded_gaussian", "b": 6, "block": [32, 32], "learnab
                 "b_min": 4, "b_max": 16, "resample": "step", "sampler": "threshold", "backend": "auto",
                 "rng": "generator", "bit_decay": 0.0}
 STE_KEYS = {"fmt": None}
-# the method section's keys that are not ours are GENERIC_METHOD_KEYS (handled by apply_method); GEMM
-# overrides and high_precision are lowprec.recipes.with_overrides's, applied by recipe_from_config
 _BF16 = Gemm(None, None)
-_RECIPE_NOISE = {"gaussws": None, "diffq_uniform": "uniform", "gaussian": "gaussian"}
 
 
-def _check_keys(cfg: dict, known: dict, what: str) -> None:
-    unknown = set(cfg) - set(known) - GENERIC_METHOD_KEYS
-    if unknown:
-        raise ValueError(f"method ({what}): unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
-
-
-def gaussws_options(method_cfg: dict) -> dict:
-    """GaussWSWeight options from a method config (defaults: GAUSSWS_KEYS)."""
-    cfg = dict(method_cfg or {})
-    _check_keys(cfg, GAUSSWS_KEYS, cfg.get("recipe", "gaussws"))
-    name = cfg.get("recipe", "gaussws")
-    default_noise = _RECIPE_NOISE.get(name) or GAUSSWS_KEYS["noise"]
-    opts = {k: cfg.get(k, v) for k, v in GAUSSWS_KEYS.items() if k != "bit_decay"}
-    opts["noise"] = cfg.get("noise", default_noise)
+def gaussws_options(own: dict) -> dict:
+    """GaussWSWeight options from a method section's own keys (defaults: GAUSSWS_KEYS)."""
+    opts = {k: own.get(k, v) for k, v in GAUSSWS_KEYS.items() if k != "bit_decay"}
     opts["block"] = _block_pair(tuple(opts["block"]) if isinstance(opts["block"], list) else opts["block"])
-    if not isinstance(cfg.get("bit_decay", 0.0), (int, float)) or cfg.get("bit_decay", 0.0) < 0:
-        raise ValueError(f"method.bit_decay must be a number >= 0, got {cfg.get('bit_decay')!r}")
+    _bit_decay(own)
     # validate now (config time), not at the first forward
     GaussWSWeight((opts["block"][0], opts["block"][1]), **opts)
     return opts
 
 
-def gaussws_recipe(method_cfg: Optional[dict] = None) -> Recipe:
-    """The GaussWS recipe (or its noise arms) for a method config such as
-    ``{recipe: gaussws, b: 6, block: [32, 32], learnable_b: false, resample: step,
-    sampler: threshold, noise: rounded_gaussian}``; GEMM operands stay BF16, fp32 accumulate."""
-    cfg = dict(method_cfg or {})
-    name = cfg.get("recipe", "gaussws")
-    opts = gaussws_options(cfg)
+def _bit_decay(own: dict) -> float:
+    lam = own.get("bit_decay", GAUSSWS_KEYS["bit_decay"])
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam >= 0:
+        raise ValueError(f"method.bit_decay must be a number >= 0, got {lam!r}")
+    return float(lam)
+
+
+class BitDecay:
+    """The training-loss term of learnable b: ``bit_decay_loss(model, lam)`` (a Recipe's extra_loss)."""
+
+    def __init__(self, lam: float):
+        self.lam = lam
+
+    def __call__(self, model: nn.Module) -> torch.Tensor:
+        return bit_decay_loss(model, self.lam)
+
+    def __repr__(self) -> str:
+        return f"BitDecay(lam={self.lam:g})"
+
+
+def _build_gaussws(own: dict) -> Recipe:
+    opts = gaussws_options(own)
+    lam = _bit_decay(own)
     b = "learnable b" if opts["learnable_b"] else f"b={opts['b']}"
     desc = (f"{opts['noise']} weight noise, {b}, {opts['block'][0]}x{opts['block'][1]} blocks, "
             f"W_c cached per {opts['resample']}; BF16 operands, fp32 accumulate")
-    return Recipe(name, _BF16, _BF16, _BF16, high_precision="bf16", description=desc,
-                  weight_transform=GaussWSWeight.factory(**opts))
+    return Recipe("gaussws", _BF16, _BF16, _BF16, high_precision="bf16", description=desc,
+                  weight_transform=GaussWSWeight.factory(**opts), extra_loss=BitDecay(lam) if lam else None)
 
 
-def ste_recipe(fmt: Union[str, dict]) -> Recipe:
+def ste_recipe(fmt: str) -> Recipe:
     """Straight-through RTN MX fake quantization of the weights (fmt: e2m1/e3m2/e2m3/e4m3 or
-    mxfp4/mxfp6_e3m2/mxfp6_e2m3/mxfp8; a method config dict with ``fmt`` also works)."""
-    cfg = {}
-    if isinstance(fmt, dict):
-        cfg = fmt
-        _check_keys(cfg, STE_KEYS, "ste")
-        if "fmt" not in cfg:
-            raise ValueError("method (ste): needs fmt (e2m1, e3m2, e2m3 or e4m3)")
-        fmt = cfg["fmt"]
+    mxfp4/mxfp6_e3m2/mxfp6_e2m3/mxfp8)."""
     f = _ste_format(fmt)
     alias = {v: k for k, v in STE_FORMATS.items()}[f]
     return Recipe(f"ste_{alias}", _BF16, _BF16, _BF16, high_precision="bf16",
@@ -700,9 +694,30 @@ def ste_recipe(fmt: Union[str, dict]) -> Recipe:
                   weight_transform=STEWeight.factory(f))
 
 
+def _build_ste(own: dict) -> Recipe:
+    if own.get("fmt") is None:
+        raise ValueError("method (ste): needs fmt (e2m1, e3m2, e2m3 or e4m3)")
+    return ste_recipe(own["fmt"])
+
+
+# The contract (lowprec.recipes.Method): the recipes a method section may name, and the exports
+# lowprec.evaluate offers
+GAUSSWS = Method("gaussws", GAUSSWS_KEYS, _build_gaussws)
+STE = Method("ste", STE_KEYS, _build_ste)
+METHODS = (GAUSSWS, STE)
+
+
+def gaussws_recipe(method_cfg: Optional[dict] = None) -> Recipe:
+    """The GaussWS recipe (or its noise arms) for a method config such as
+    ``{recipe: gaussws, b: 6, block: [32, 32], learnable_b: false, resample: step,
+    sampler: threshold, noise: rounded_gaussian}``; GEMM operands stay BF16, fp32 accumulate.
+    ``bit_decay`` > 0 adds the learnable b's penalty to the training loss (``Recipe.extra_loss``)."""
+    return GAUSSWS.recipe_for(method_cfg)
+
+
 def ste_recipe_from_config(method_cfg: dict) -> Recipe:
     """``{recipe: ste, fmt: e2m1}`` (fmt: e2m1/e3m2/e2m3/e4m3 or mxfp4/mxfp6_e3m2/mxfp6_e2m3/mxfp8)."""
-    return ste_recipe(dict(method_cfg or {}))
+    return STE.recipe_for(method_cfg)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -805,6 +820,10 @@ def exported_copy(model: nn.Module, fmt: str, **kw) -> nn.Module:
     m = copy.deepcopy(model)
     export_weights(m, fmt, inplace=True, **kw)
     return m.eval()
+
+
+# the contract's weight exports (lowprec.evaluate --export): post-training MX RTN of every linear weight
+WEIGHT_EXPORTS = {fmt: export_weights for fmt in EXPORT_FORMATS}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -933,11 +952,11 @@ def memory_breakdown(method_cfg: Optional[dict] = None, **overrides) -> dict:
     computed in each forward) hold nothing extra between steps. Transients (QLinear's fp32 copy of
     W_c in the emulation path, autocast's per-forward bf16 weight copies) are not counted."""
     cfg = {"recipe": "gaussws", **(method_cfg or {})}
-    if cfg.get("recipe") not in ("gaussws", "diffq_uniform", "gaussian"):
+    if cfg.get("recipe") != GAUSSWS.recipe:
         return {"total": 0.0}
     optimizer = overrides.pop("optimizer", "adamw")
     cfg.update(overrides)
-    opts = gaussws_options({k: v for k, v in cfg.items() if k != "recipe"} | {"recipe": cfg["recipe"]})
+    opts = gaussws_options(GAUSSWS.own_keys(cfg))
     br, bc = opts["block"]
     per_block = 1.0 / (br * bc)
     parts = {"w_c_cache": 2.0}

@@ -64,8 +64,7 @@ from .numerics import QuantSpec, block_amax, cast, quantize, scale_from_amax
 from .numerics import scaling as _scaling
 from .numerics.checks import block_shape, nonempty, number
 from .numerics.scaling import _blocks_view, apply_blocks, expand_blocks
-from .recipes import (GEMMS, GENERIC_METHOD_KEYS, OPERANDS, Gemm, LazyStats, OperandCall,
-                      OperandQuantizer, Recipe)
+from .recipes import GEMMS, OPERANDS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
 
 __all__ = [
     "RULES",
@@ -77,6 +76,8 @@ __all__ = [
     "fallback_quantize",
     "int8_block_gemm_reference",
     "int8_fallback_recipe",
+    "INT8_FALLBACK",
+    "METHODS",
     "block_absmax_stats",
     "check_rule_params",
 ]
@@ -95,7 +96,6 @@ DEFAULTS = {
     "fallback_gemms": ("fprop", "wgrad"),
     "fallback_operands": ("x",),
     "stochastic_gradients": True,
-    "high_precision": "bf16",
     # "kernel": on CUDA the GEMMs run on the Triton block-scaled INT8 kernel (the speed measurements);
     # "emulated": fp32 GEMMs of the dequantized values, the same numerics up to accumulation order.
     # Emulated is the default because the kernel path asks the device, once per GEMM, whether any
@@ -531,18 +531,8 @@ class FallbackInt8Quantizer(OperandQuantizer):
 # Recipe
 
 
-_RECIPE_KEYS = set(DEFAULTS)
-
-
-def int8_fallback_recipe(method_cfg: Optional[dict] = None) -> Recipe:
-    """The recipe from a method config's own keys (see DEFAULTS); all six operands INT8 in blocks,
-    fallback only in the configured slots."""
-    cfg = dict(method_cfg or {})
-    unknown = set(cfg) - _RECIPE_KEYS - GENERIC_METHOD_KEYS
-    if unknown:
-        raise ValueError(f"method: unknown key(s) {sorted(unknown)} for recipe 'int8_fallback'; "
-                         f"known: {sorted(_RECIPE_KEYS)}")
-    c = {**DEFAULTS, **cfg}
+def _build(own: dict) -> Recipe:
+    c = {**DEFAULTS, **own}
     for key in ("fallback_gemms", "fallback_operands"):
         if isinstance(c[key], str):
             raise ValueError(f"{key}: must be a list, got the string {c[key]!r}")
@@ -568,8 +558,17 @@ def int8_fallback_recipe(method_cfg: Optional[dict] = None) -> Recipe:
         what = "no fallback"
     desc = (f"INT8 per {block[0]}x{block[1]} block; fallback blocks as two INT8 parts ({what}) in {slots}; "
             f"gradients {'stochastically rounded' if quant.stochastic_gradients else 'rounded to nearest'}")
-    return Recipe("int8_fallback", Gemm(quant, quant), Gemm(quant, quant), Gemm(quant, quant),
-                  high_precision=c["high_precision"], description=desc)
+    return Recipe("int8_fallback", Gemm(quant, quant), Gemm(quant, quant), Gemm(quant, quant), description=desc)
+
+
+INT8_FALLBACK = Method("int8_fallback", DEFAULTS, _build)
+METHODS = (INT8_FALLBACK,)
+
+
+def int8_fallback_recipe(method_cfg: Optional[dict] = None) -> Recipe:
+    """The recipe from a method config (its own keys: DEFAULTS); all six operands INT8 in blocks,
+    fallback only in the configured slots."""
+    return INT8_FALLBACK.recipe_for(method_cfg)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -26,14 +26,16 @@ def resolve_precision(requested: str, on_gpu: bool) -> str:
 
 
 def apply_method(model: nn.Module, method_cfg: dict, precision: str, seed: int = 0) -> dict:
-    """Prepare ``model`` in place; return a description for provenance, plus the telemetry collector."""
+    """Prepare ``model`` in place; return a description for provenance, plus the telemetry collector
+    (``telemetry``) and the recipe's term of the training loss (``extra_loss``, ``Recipe.extra_loss``),
+    which the trainer takes out before recording the rest."""
     recipe = recipe_from_config(method_cfg)  # validates the method's keys
     every = int(method_cfg.get("telemetry_every", 0) or 0)
     telemetry = Telemetry(every) if every else None
     native_bf16 = recipe.name == "bf16" and not recipe.quantized and precision.startswith("bf16")
     if native_bf16:
         return {"recipe": recipe.name, "numerics": "bf16 autocast (Lightning bf16-mixed)", "layers": [],
-                "telemetry": None}
+                "telemetry": None, "extra_loss": None}
     layers = convert(model, recipe, include=method_cfg.get("include"),
                      exclude=method_cfg.get("exclude", DEFAULT_EXCLUDE), telemetry=telemetry, seed=seed)
     if recipe.quantized:
@@ -43,4 +45,4 @@ def apply_method(model: nn.Module, method_cfg: dict, precision: str, seed: int =
     plan = FastPlan.for_recipe(recipe)
     return {"recipe": recipe.name, "numerics": numerics, "layers": layers, "recipe_spec": recipe.to_dict(),
             "fast_path": (plan.describe() + " (CUDA; telemetry steps emulated)") if plan else "none: emulated",
-            "telemetry": telemetry}
+            "telemetry": telemetry, "extra_loss": recipe.extra_loss}

@@ -66,13 +66,12 @@ from .numerics.scaling import (
     quantize,
     scale_from_amax,
 )
-from .recipes import (GEMMS, GENERIC_METHOD_KEYS, OPERANDS, Gemm, LazyStats, OperandCall,
-                      OperandQuantizer, Recipe)
+from .recipes import GEMMS, OPERANDS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
 
 __all__ = [
     "E4M3_MAX", "E5M2_MAX", "E4M3_DYNAMIC_RANGE", "E5M2_DYNAMIC_RANGE", "SUBTENSOR_E4M3_RANGE",
     "DEFAULT_THRESHOLD", "DEFAULT_BLOCK", "PARTITIONS", "SCALE_RULES", "SUBTENSOR_MODES",
-    "ALL_OPERAND_SLOTS", "MOR_KEYS",
+    "ALL_OPERAND_SLOTS", "MOR_KEYS", "MOR", "METHODS",
     "e4m3_spec", "quantize_e4m3", "mor_relative_error", "decide", "mor_tensor", "MoRResult",
     "subtensor_mor", "SubTensorResult", "relative_error_by_partition",
     "MoRQuantizer", "SubTensorMoRQuantizer", "mor_recipe", "recipe_coverage",
@@ -496,11 +495,11 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
 # Recipe
 
 ALL_OPERAND_SLOTS = tuple(f"{g}.{op}" for g in GEMMS for op in OPERANDS[g])
-MOR_KEYS = frozenset({"partition", "block", "scale", "threshold", "subtensor_mode", "operands", "dequant", "gemm"})
+# MoR's keys and defaults (None: by partition: scale is fp32 for subtensor, gam otherwise; operands
+# None: all six slots)
+MOR_KEYS = {"partition": "block", "block": list(DEFAULT_BLOCK), "scale": None, "threshold": DEFAULT_THRESHOLD,
+            "subtensor_mode": "two_way", "operands": None, "dequant": "fp32", "gemm": "emulated"}
 GEMM_PATHS = ("emulated", "kernel")
-# Keys of a run's method section that are not MoR's own: those read elsewhere (lowprec.methods), and
-# high_precision, which MoR uses for its non-MoR operands.
-_METHOD_KEYS = GENERIC_METHOD_KEYS | {"high_precision"}
 _ROLE_SLOTS = {role: tuple(s for s in ALL_OPERAND_SLOTS if s.endswith("." + role)) for role in ("x", "w", "dy")}
 
 
@@ -525,6 +524,36 @@ def _operand_slots(spec) -> tuple:
     return tuple(s for s in ALL_OPERAND_SLOTS if s in chosen)
 
 
+def _build(own: dict) -> Recipe:
+    partition = _choose("partition", own.get("partition", MOR_KEYS["partition"]), PARTITIONS + ("subtensor",))
+    sub = partition == "subtensor"
+    unused = {"tensor": {"block", "subtensor_mode"}, "channel": {"block", "subtensor_mode"},
+              "block": {"subtensor_mode"}, "subtensor": {"threshold", "gemm"}}[partition]
+    given = sorted(unused & set(own))
+    if given:
+        raise ValueError(f"method (mor): {given} not used with partition {partition!r}")
+    block = _check_block(own.get("block", DEFAULT_BLOCK))
+    scale = own.get("scale", "fp32" if sub else "gam")
+    dequant = own.get("dequant", MOR_KEYS["dequant"])
+    if sub:
+        mode = own.get("subtensor_mode", MOR_KEYS["subtensor_mode"])
+        quant: OperandQuantizer = SubTensorMoRQuantizer(block, mode, scale, dequant)
+        detail = f"{mode}, {block[0]}x{block[1]} blocks, {scale} scales"
+    else:
+        threshold = own.get("threshold", DEFAULT_THRESHOLD)
+        quant = MoRQuantizer(partition, block, scale, threshold, dequant, own.get("gemm", MOR_KEYS["gemm"]))
+        where = f"{block[0]}x{block[1]} blocks, " if partition == "block" else ""
+        detail = f"{where}{scale} scales, E4M3 if relative error <= {quant.threshold:g} else BF16"
+    slots = _operand_slots(own.get("operands"))
+    gemms = {g: Gemm(*(quant if f"{g}.{op}" in slots else None for op in OPERANDS[g])) for g in GEMMS}
+    return Recipe(f"mor_{partition}", gemms["fprop"], gemms["dgrad"], gemms["wgrad"],
+                  description=f"MoR {partition} ({detail}); MoR operands: {', '.join(slots)}")
+
+
+MOR = Method("mor", MOR_KEYS, _build)
+METHODS = (MOR,)
+
+
 def mor_recipe(method_cfg: Optional[dict] = None) -> Recipe:
     """A Recipe with MoR on the selected operand slots and BF16 (``high_precision``) elsewhere.
 
@@ -532,39 +561,12 @@ def mor_recipe(method_cfg: Optional[dict] = None) -> Recipe:
     and subtensor; scale (gam; fp32 for subtensor) gam|e8|fp32; threshold (0.045) for the tensor
     level; subtensor_mode (two_way) three_way|two_way; operands (all six slots) e.g.
     ["fprop.x", "fprop.w"] or roles ["x", "w"]; dequant (fp32) fp32|bf16; gemm (emulated) emulated|kernel
-    for the tensor level (kernel: the GEMMs on the MoR GEMM kernel on CUDA). The run's other method
-    keys (name, recipe, include, exclude, telemetry_every, high_precision) are accepted and, except
-    high_precision, ignored here. A key that the chosen partition does not use is an error, so a
-    config never silently means less than it says.
+    for the tensor level (kernel: the GEMMs on the MoR GEMM kernel on CUDA). The generic method keys
+    are accepted and ignored here; high_precision sets the dtype of the non-MoR operands. A key
+    that the chosen partition does not use is an error, so a config never silently means less
+    than it says.
     """
-    cfg = dict(method_cfg or {})
-    unknown = set(cfg) - MOR_KEYS - _METHOD_KEYS
-    if unknown:
-        raise ValueError(f"method (mor): unknown key(s) {sorted(unknown)}; MoR keys: {sorted(MOR_KEYS)}")
-    partition = _choose("partition", cfg.get("partition", "block"), PARTITIONS + ("subtensor",))
-    sub = partition == "subtensor"
-    unused = {"tensor": {"block", "subtensor_mode"}, "channel": {"block", "subtensor_mode"},
-              "block": {"subtensor_mode"}, "subtensor": {"threshold", "gemm"}}[partition]
-    given = sorted(unused & set(cfg))
-    if given:
-        raise ValueError(f"method (mor): {given} not used with partition {partition!r}")
-    block = _check_block(cfg.get("block", DEFAULT_BLOCK))
-    scale = cfg.get("scale", "fp32" if sub else "gam")
-    dequant = cfg.get("dequant", "fp32")
-    if sub:
-        mode = cfg.get("subtensor_mode", "two_way")
-        quant: OperandQuantizer = SubTensorMoRQuantizer(block, mode, scale, dequant)
-        detail = f"{mode}, {block[0]}x{block[1]} blocks, {scale} scales"
-    else:
-        threshold = cfg.get("threshold", DEFAULT_THRESHOLD)
-        quant = MoRQuantizer(partition, block, scale, threshold, dequant, cfg.get("gemm", "emulated"))
-        where = f"{block[0]}x{block[1]} blocks, " if partition == "block" else ""
-        detail = f"{where}{scale} scales, E4M3 if relative error <= {quant.threshold:g} else BF16"
-    slots = _operand_slots(cfg.get("operands"))
-    gemms = {g: Gemm(*(quant if f"{g}.{op}" in slots else None for op in OPERANDS[g])) for g in GEMMS}
-    return Recipe(f"mor_{partition}", gemms["fprop"], gemms["dgrad"], gemms["wgrad"],
-                  high_precision=cfg.get("high_precision", "bf16"),
-                  description=f"MoR {partition} ({detail}); MoR operands: {', '.join(slots)}")
+    return MOR.recipe_for(method_cfg)
 
 
 def recipe_coverage(recipe: Recipe) -> list[dict]:

@@ -157,7 +157,7 @@ class LitLM(L.LightningModule):
         self.model = build_model(cfg["model"], vocab_size)
         self.method_info = apply_method(self.model, cfg["method"], precision, seed=cfg["seed"])
         self.telemetry = self.method_info.pop("telemetry")
-        self.bit_decay = float(cfg["method"].get("bit_decay", 0.0) or 0.0)  # GaussWS learnable-b penalty
+        self.extra_loss = self.method_info.pop("extra_loss")  # the recipe's own term of the loss, if any
         self.tokens_per_batch = self.train_cfg["batch_size"] * self.train_cfg["seq_len"]
         self.diverged_at: int | None = None
         self.step_losses: list[torch.Tensor] = []
@@ -185,9 +185,8 @@ class LitLM(L.LightningModule):
             self.trainer.should_stop = True
             return None
         self.step_losses.append(loss.detach())
-        if self.bit_decay:
-            from .gaussws import bit_decay_loss
-            loss = loss + bit_decay_loss(self.model, self.bit_decay)
+        if self.extra_loss is not None:
+            loss = loss + self.extra_loss(self.model)
         return loss
 
     def on_validation_epoch_start(self):

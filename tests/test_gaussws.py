@@ -434,7 +434,7 @@ def test_noise_arms(noise):
         assert unit.std().item() == pytest.approx(0.5, rel=0.03) and (unit != unit.round()).all()
     full = delta.repeat_interleave(32, 0).repeat_interleave(32, 1)
     assert torch.equal(w_c, (w + unit * full).to(torch.bfloat16))
-    rec = gw.gaussws_recipe({"recipe": "diffq_uniform" if noise == "uniform" else "gaussian", "b": 6})
+    rec = gw.gaussws_recipe({"recipe": "gaussws", "noise": noise, "b": 6})
     assert rec.weight_transform(type("L", (), {"weight": w, "seed": 0, "transposed": False})).noise == noise
 
 

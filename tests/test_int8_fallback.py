@@ -462,11 +462,9 @@ def test_recipe_config_keys_and_defaults():
             int8_fallback_recipe(bad)
 
 
-def test_recipe_from_method_config_when_wired():
+def test_recipe_from_method_config():
     from lowprec import recipes
 
-    if "int8_fallback" not in getattr(recipes, "RECIPE_BUILDERS", {}):
-        pytest.skip("recipes.RECIPE_BUILDERS does not list int8_fallback yet")
     r = recipes.recipe_from_config({"recipe": "int8_fallback", "name": "fb", "rule": "error"})
     assert r.name == "int8_fallback" and r.fprop.a.rule == "error"
 
