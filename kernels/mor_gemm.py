@@ -391,6 +391,39 @@ def _check_operand(op: MoROperand, name: str) -> None:
         raise ValueError(f"{name}: tensors on several devices {sorted(map(str, devs))}")
 
 
+def _check_pair(a: MoROperand, b: MoROperand) -> tuple:
+    """(M, N, K) of two operands the kernel can multiply, else an error naming the problem."""
+    _check_operand(a, "a")
+    _check_operand(b, "b")
+    _require_triton(a.hp)
+    if b.hp.device != a.hp.device:
+        raise ValueError(f"a and b on different devices: {a.hp.device} and {b.hp.device}")
+    M, K = a.hp.shape
+    N, kb = b.hp.shape
+    if kb != K:
+        raise ValueError(f"reduction dimensions differ: a {tuple(a.hp.shape)}, b {tuple(b.hp.shape)}")
+    if not supported(a.block, b.block, K):
+        raise ValueError(f"blocks {a.block} and {b.block}: a block narrower than K must have a width "
+                         f"that is a multiple of {_MIN_BLOCK_K}")
+    return M, N, K
+
+
+def bf16_fixup(a: MoROperand, b: MoROperand, out: torch.Tensor, info: Optional[torch.Tensor] = None) -> None:
+    """The fix-up mode on its own, for an FP8 product computed elsewhere (``lowprec.mor_fast``): ``out``
+    (M, N, row-major fp32 or bf16) is left as it is when both operands chose E4M3 (decided on the
+    device; every program returns at once), else overwritten with the BF16 loop's product. info as
+    in ``mor_gemm`` (3 when both chose E4M3, 2 for the BF16 loop)."""
+    M, N, K = _check_pair(a, b)
+    if tuple(out.shape) != (M, N) or out.dtype not in _OUT_DTYPES or not out.is_contiguous() \
+            or out.device != a.hp.device:
+        raise ValueError(f"out must be a row-major float32 or bfloat16 ({M}, {N}) tensor on {a.hp.device}, got "
+                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
+    if info is None:
+        info = torch.empty(3, dtype=torch.int32, device=out.device)
+    if M and N and K:
+        _launch(a, b, out, info, "precise", None, fixup=True)
+
+
 def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float32, fp8_accum: str = "precise",
              backend: str = "auto", config: Optional[GemmConfig] = None,
              info: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -403,24 +436,13 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
     torch refusing a shape also sends it to triton, remembered). info: an int32
     tensor of 3 that receives (A chose E4M3, B chose E4M3, what multiplied: 1 the FP8 loop, 2 the
     BF16 loop, 3 torch._scaled_mm, 0 nothing for an empty product)."""
-    _check_operand(a, "a")
-    _check_operand(b, "b")
-    _require_triton(a.hp)
-    if b.hp.device != a.hp.device:
-        raise ValueError(f"a and b on different devices: {a.hp.device} and {b.hp.device}")
+    M, N, K = _check_pair(a, b)
     if out_dtype not in _OUT_DTYPES:
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
     if fp8_accum not in FP8_ACCUM:
         raise ValueError(f"fp8_accum must be one of {FP8_ACCUM}, got {fp8_accum!r}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    M, K = a.hp.shape
-    N, kb = b.hp.shape
-    if kb != K:
-        raise ValueError(f"reduction dimensions differ: a {tuple(a.hp.shape)}, b {tuple(b.hp.shape)}")
-    if not supported(a.block, b.block, K):
-        raise ValueError(f"blocks {a.block} and {b.block}: a block narrower than K must have a width "
-                         f"that is a multiple of {_MIN_BLOCK_K}")
     dev = a.hp.device
     if info is None:
         info = torch.empty(3, dtype=torch.int32, device=dev)
@@ -517,27 +539,20 @@ def _scaled_mm_device(device) -> bool:
 
 
 def _scaled_mm(a: MoROperand, b: MoROperand, kind: str, out_dtype: torch.dtype, fp8_accum: str):
-    """The FP8 product by torch._scaled_mm in out_dtype (bf16 for row- and blockwise scales), or
-    None if torch refuses it (remembered: the Triton loop runs that case from then on). Decode
-    scales 1 / s: one tiny launch per operand; codes are read in place (B column-major = K-major)."""
+    """The FP8 product by torch._scaled_mm (``lowprec.gemm.fp8_mm``) in out_dtype (bf16 for row- and
+    blockwise scales), or None if torch refuses it (remembered: the Triton loop runs that case from
+    then on). Codes are read in place (B column-major = K-major)."""
+    from lowprec.gemm import fp8_mm
+
     M, K = a.hp.shape
     N = b.hp.shape[0]
-    inv_a, inv_b = a.scales.reciprocal(), b.scales.reciprocal()
-    if kind == "tensorwise":
-        inv_a, inv_b = inv_a.reshape(()), inv_b.reshape(())
-    elif kind == "rowwise":
-        out_dtype = torch.bfloat16
-        inv_a = inv_a.reshape(-1, 1).expand(M, 1).contiguous()
-        inv_b = inv_b.reshape(1, -1).expand(1, N).contiguous()
-    else:
-        # 1 x 128 scales of A's rows, (M, K/128) with stride 1 along M; B's 128 x 128 grid as
-        # (K/128, N/128) with stride 1 along K/128: the layout that ran on an H200 (torch 2.11)
-        out_dtype = torch.bfloat16
-        inv_a = inv_a.repeat_interleave(128, dim=0).t().contiguous().t()
-        inv_b = inv_b.contiguous().t()
+    if kind == "blockwise":
+        kinds = ("128x128", "128x128")
+    else:  # one scale ("tensor") or one per row: fp8_mm pairs a tensor scale with row scales
+        kinds = tuple("tensor" if op.scales.numel() == 1 else "row" for op in (a, b))
     try:
-        return torch._scaled_mm(a.codes, b.codes.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=out_dtype,
-                                use_fast_accum=fp8_accum == "fast")
+        return fp8_mm(a.codes, a.scales, kinds[0], b.codes, b.scales, kinds[1],
+                      out_dtype if kind == "tensorwise" else torch.bfloat16, fast_accum=fp8_accum == "fast")
     except (RuntimeError, ValueError):
         _SCALED_MM_REFUSED.add((kind, M, N, K))
         return None

@@ -317,7 +317,7 @@ class FastPlan:
             return hp_mm(a, b, self.high_precision, out_dtype)
         if kind == "mor":
             from .mor_fast import mor_mm
-            return mor_mm(a, b, out_dtype)
+            return mor_mm(a, b, out_dtype, fast_accum=name in FAST_ACCUM)
         return operand_mm(a, b, out_dtype, fast_accum=name in FAST_ACCUM)
 
     def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
@@ -332,7 +332,7 @@ class FastPlan:
             if kind == "hp":
                 return f"{self.high_precision}".replace("torch.", "")
             if kind == "mor":
-                return f"MoR {a.partition}/{b.partition} (e4m3 on _scaled_mm or bf16, chosen on the device)"
+                return f"MoR {a.partition}/{b.partition} (e4m3 on _scaled_mm, a bf16 choice fixed up on the device)"
             return f"fp8 {a.fmt}/{b.fmt}, {scale_kind(a)}/{scale_kind(b)} scales"
         return ", ".join(f"{g}: {one(*v)}" for g, v in self.gemms.items())
 

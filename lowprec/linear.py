@@ -106,6 +106,8 @@ class QLinear(nn.Module):
             # the fast path's MoR decisions, counted on the device for the coverage table
             self.register_buffer("mor_counts", DecisionCounts.buffer(weight.device), persistent=False)
             for g in GEMMS:
+                if self.fast_plan.gemms[g][0] != "mor":  # a GEMM the recipe leaves in high precision
+                    continue
                 for op, q in zip(OPERANDS[g], recipe.gemm(g)):
                     q.attach_counts((name, g, op), self, DecisionCounts.slot(g, op))
         # the transformed weight of this step, set eagerly by `compiled` before a compiled forward:
@@ -311,8 +313,8 @@ def compile_blocks(model: nn.Module, **compile_kw) -> nn.Module:
     blocks = repeated_blocks(model)
     if not blocks:
         raise ValueError(f"compile_blocks: {type(model).__name__} has no list of repeated blocks to compile")
-    # static shapes: a run has one training and one evaluation shape, and MoR's torch.cond does not
-    # trace the block partition's shapes symbolically (torch 2.13)
+    # static shapes: a run has one training and one evaluation shape, so nothing is lost, and
+    # Inductor specializes every kernel to its shape
     compile_kw.setdefault("dynamic", False)
     for block in blocks:
         block.compile(**compile_kw)

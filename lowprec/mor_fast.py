@@ -1,21 +1,25 @@
-"""Tensor-level MoR on the fast path: the decision on the device, the GEMM on cuBLAS, no host wait
-in the graph that ``torch.compile`` traces.
+"""Tensor-level MoR on the fast path: the decision on the device, the GEMM on cuBLAS, and nothing in
+the step that waits for the device.
 
 Per operand (``mor_operand``), in torch ops that Inductor fuses: the E4M3 codes and scales of the
 quantizer's partition (``lowprec.gemm.quantize_fp8``: the emulation's codes and scales bit for bit,
 GAM included), the MoR relative error (``lowprec.mor``'s statistic, summed in fp64) and the choice
-``error <= threshold``, a 0-d bool on the device. Per GEMM (``mor_mm``), ``torch.cond`` on "both
-operands chose E4M3": an FP8 GEMM on ``_scaled_mm`` (tensor, row or 128x128-block scales), else a
-BF16 GEMM (fp32 accumulation) of each operand's chosen values, the E4M3-chosen one dequantized and
-rounded to BF16. Inductor runs the branch the predicate picks (it reads the predicate on the host:
-one wait per GEMM; run eagerly, the host reads the predicate itself).
+``error <= threshold``, a 0-d bool on the device. Per GEMM (``mor_mm``): the FP8 product of the two
+operands' codes on ``_scaled_mm`` (tensor, row or 128x128-block scales), always, then
+``bf16_fixup_``, which reads the two choices on the device and, unless both are E4M3, overwrites the
+output with the product of the chosen values (the BF16 operand rounded to BF16, the E4M3 one its
+dequantized codes; fp32 accumulation): on CUDA the fix-up mode of the Triton MoR GEMM
+(``lowprec.kernels.mor_gemm``), whose programs return at once when both chose E4M3. The common case
+then costs what FP8 current scaling costs plus a launch; a BF16 choice pays both GEMMs.
+
+Why not ``torch.cond``: Inductor lowers a cond by reading its predicate on the host (``.item()``), so
+every GEMM waited for the device, and at the 1B shape the step took 3.4x its GPU time (profile in
+``results/bench/profiles/``).
 
 Where this differs from the emulation (``MoRQuantizer.__call__``, fp32 GEMMs of the values): the
-GEMMs' accumulation order; an operand that chose E4M3 in a GEMM whose other operand chose BF16 is
-multiplied after rounding its dequantized values to BF16; and a backward GEMM whose operand is the
-transpose of a forward one with the same scales (per-tensor and 128x128 blocks) reuses that
-operand's codes, scales and decision, whose error differs from the transpose's own only in fp64
-summation order.
+GEMMs' accumulation order, and a backward GEMM whose operand is the transpose of a forward one with
+the same scales (per-tensor and 128x128 blocks) reuses that operand's codes, scales and decision,
+whose error differs from the transpose's own only in fp64 summation order.
 
 Decisions are counted for the coverage table (``MoRQuantizer.coverage``) in a per-layer buffer
 (``DecisionCounts``) by ``count_decisions_``, an operator that mutates the buffer and so stays in
@@ -36,13 +40,11 @@ from .recipes import GEMMS, OPERANDS
 
 def fast_mor_quantizer(q) -> bool:
     """Whether an operand quantizer runs on this fast path: tensor-level MoR whose values are the
-    exact dequantized E4M3 ones (``dequant="fp32"``) per tensor or in 128x128 blocks, the GEMM not
-    routed to the Triton MoR kernel. Per-channel MoR stays emulated: its backward quantizes
-    transposed views, and Inductor (torch 2.13) hands ``torch.cond`` such codes in a column-major
-    layout its branches do not expect (a wrong-stride assertion at run time)."""
+    exact dequantized E4M3 ones (``dequant="fp32"``) per tensor, per channel or in 128x128 blocks
+    (the scales ``_scaled_mm`` takes), the GEMM not routed to the Triton MoR kernel."""
     if type(q) is not MoRQuantizer or q.dequant != "fp32" or q.gemm != "emulated":
         return False
-    return q.partition == "tensor" or (q.partition == "block" and tuple(q.block) == (128, 128))
+    return q.partition in ("tensor", "channel") or (q.partition == "block" and tuple(q.block) == (128, 128))
 
 
 def _kind(spec) -> str:
@@ -55,9 +57,8 @@ class MoROperand(NamedTuple):
     """An operand after the MoR decision: an E4M3 quantization (``fp8``, of the operand or, with
     ``fp8_t``, of its transpose), the choice (0-d bool, True for E4M3), and the high-precision
     tensor the BF16 choice multiplies, stored row-major (``hp``; with ``hp_t`` the operand is its
-    transpose). Transposes stay flags until a branch of ``mor_mm`` needs them: the FP8 branch makes
-    the transposed copy of the codes, the BF16 one never copies, and ``torch.cond`` only ever sees
-    row-major operands."""
+    transpose). Transposes stay flags until a GEMM needs them: the FP8 product makes the transposed
+    copy of the codes cuBLAS wants, the BF16 fix-up reads either layout in place."""
     fp8: FP8Operand
     e4m3: torch.Tensor
     hp: torch.Tensor
@@ -71,13 +72,13 @@ class MoROperand(NamedTuple):
     def fp8_operand(self) -> FP8Operand:
         return self.fp8.t() if self.fp8_t else self.fp8
 
-    def values_bf16(self) -> torch.Tensor:
-        """What the BF16 GEMM multiplies: the dequantized E4M3 values if E4M3 was chosen, else the
-        tensor, in BF16."""
+    def values(self) -> torch.Tensor:
+        """The fp32 values the emulation multiplies: the dequantized E4M3 codes if E4M3 was chosen,
+        else the tensor rounded to BF16."""
         deq = _dequantized(self.fp8)
         deq = deq.t() if self.fp8_t else deq
         hp = self.hp.t() if self.hp_t else self.hp
-        return torch.where(self.e4m3, deq, hp.float()).to(torch.bfloat16)
+        return torch.where(self.e4m3, deq, hp.to(torch.bfloat16).float())
 
 
 def mor_operand(q: MoRQuantizer, t: torch.Tensor) -> MoROperand:
@@ -91,51 +92,66 @@ def mor_operand(q: MoRQuantizer, t: torch.Tensor) -> MoROperand:
     return MoROperand(fp8, _choose_e4m3(err, q.threshold), x2d.t() if hp_t else x2d.contiguous(), False, hp_t)
 
 
+def _block(kind: str, shape) -> tuple:
+    """The (rows, cols) scale block of a kind over a (rows, cols) codes tensor."""
+    rows, cols = shape
+    return {"tensor": (rows, cols), "row": (1, cols), "128x128": (128, 128)}[kind]
+
+
 def _dequantized(f: FP8Operand) -> torch.Tensor:
-    rows, cols = f.codes.shape
-    block = {"tensor": (rows, cols), "row": (1, cols), "128x128": (128, 128)}[f.kind]
-    return apply_blocks(f.codes.float(), f.scale, block, torch.div)
+    return apply_blocks(f.codes.float(), f.scale, _block(f.kind, f.codes.shape), torch.div)
 
 
-def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype) -> torch.Tensor:
-    """``a @ b.T``: FP8 if both operands chose E4M3, else BF16 (module docstring)."""
-    # the branches close over constants only (specs, kinds, dtype): tensors enter as operands
-    meta_a, meta_b = (a.fp8.spec, a.fp8.kind), (b.fp8.spec, b.fp8.kind)
-    flags_a, flags_b = (a.fp8_t, a.hp_t), (b.fp8_t, b.hp_t)
-
-    def operands(a8, sa, b8, sb, ha, hb, ea, eb):
-        return (MoROperand(FP8Operand(a8, sa, *meta_a), ea, ha, *flags_a),
-                MoROperand(FP8Operand(b8, sb, *meta_b), eb, hb, *flags_b))
-
-    def fp8(*args):
-        oa, ob = operands(*args)
-        return operand_mm(oa.fp8_operand(), ob.fp8_operand(), out_dtype)
-
-    def bf16(*args):
-        oa, ob = operands(*args)
-        va, vb = oa.values_bf16(), ob.values_bf16()
-        return torch.mm(va, vb.t()).to(out_dtype)
-
-    args = (a.fp8.codes, a.fp8.scale, b.fp8.codes, b.fp8.scale, a.hp, b.hp, a.e4m3, b.e4m3)
-    both = torch.logical_and(a.e4m3, b.e4m3)
-    if not torch.compiler.is_compiling():  # eager: the host reads the decision (cond would trace)
-        return (fp8 if bool(both) else bf16)(*args)
-    return torch.cond(both, fp8, bf16, tuple(row_major(t) for t in args))
+def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
+    """``a @ b.T``: the FP8 product, overwritten on the device by the product of the chosen values
+    unless both operands chose E4M3 (module docstring). ``fast_accum`` as in ``operand_mm``."""
+    out = operand_mm(a.fp8_operand(), b.fp8_operand(), out_dtype, fast_accum=fast_accum)
+    bf16_fixup_(out, *_fixup_args(a), *_fixup_args(b))
+    return out
 
 
-# Inductor (torch 2.13) lowers a cond's branches for row-major operands but may lay out a
-# computed operand otherwise (the codes of a tensor whose producer reads it transposed), and Dynamo
-# names two branch parameters alike when their tensors came from variables of one name: a copy
-# through an opaque operator fixes both (its output is a row-major buffer and a fresh graph node).
-@torch.library.custom_op("lowprec::row_major", mutates_args=())
-def row_major(t: torch.Tensor) -> torch.Tensor:
-    """A row-major copy of ``t``."""
-    return t.clone(memory_format=torch.contiguous_format)
+def _fixup_args(op: MoROperand) -> tuple:
+    return op.fp8.codes, op.fp8.scale, op.hp, op.e4m3, op.fp8.kind, op.fp8_t, op.hp_t
 
 
-@row_major.register_fake
-def _(t):
-    return torch.empty_like(t, memory_format=torch.contiguous_format)
+def _from_args(codes, scale, hp, e4m3, kind, fp8_t, hp_t) -> MoROperand:
+    spec = None  # the fix-up needs codes, scales and their kind only
+    return MoROperand(FP8Operand(codes, scale, spec, kind), e4m3, hp, fp8_t, hp_t)
+
+
+# An operator the compiled graph keeps as one opaque node: Inductor neither traces into the Triton
+# launch nor reads the choices, and the output buffer is updated in place.
+@torch.library.custom_op("lowprec::mor_bf16_fixup_", mutates_args=("out",))
+def bf16_fixup_(out: torch.Tensor,
+                a_codes: torch.Tensor, a_scale: torch.Tensor, a_hp: torch.Tensor, a_e4m3: torch.Tensor,
+                a_kind: str, a_fp8_t: bool, a_hp_t: bool,
+                b_codes: torch.Tensor, b_scale: torch.Tensor, b_hp: torch.Tensor, b_e4m3: torch.Tensor,
+                b_kind: str, b_fp8_t: bool, b_hp_t: bool) -> None:
+    """Unless both operands chose E4M3, ``out = values(a) @ values(b).T`` (``MoROperand.values``,
+    fp32 accumulation): on the Triton MoR GEMM's fix-up mode where Triton runs on ``out``'s device
+    (the choice read there), else in torch (the host reads the choice)."""
+    a = _from_args(a_codes, a_scale, a_hp, a_e4m3, a_kind, a_fp8_t, a_hp_t)
+    b = _from_args(b_codes, b_scale, b_hp, b_e4m3, b_kind, b_fp8_t, b_hp_t)
+    from .kernels import mor_gemm as kg
+    if kg.triton_available(out.device):
+        kg.bf16_fixup(_kernel_operand(a), _kernel_operand(b), out)
+    elif not bool(torch.logical_and(a.e4m3, b.e4m3)):
+        out.copy_(a.values() @ b.values().t())
+
+
+@bf16_fixup_.register_fake
+def _(out, *args):
+    return None
+
+
+def _kernel_operand(op: MoROperand):
+    """The Triton MoR GEMM's operand: views in the operand's orientation (the kernel reads any
+    strides) and the choice as an error of 0 (E4M3) or +inf (BF16) against a threshold of 0."""
+    from .kernels import mor_gemm as kg
+    codes, scale = (op.fp8.codes.t(), op.fp8.scale.t()) if op.fp8_t else (op.fp8.codes, op.fp8.scale)
+    hp = op.hp.t() if op.hp_t else op.hp
+    error = torch.where(op.e4m3, 0.0, float("inf")).to(torch.float32)
+    return kg.MoROperand(hp, codes, scale, _block(op.fp8.kind, codes.shape), error, 0.0)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -37,8 +37,9 @@ def test_quantize_fp8_codes_and_scales_equal_emulation(spec, dtype):
 def test_fast_plan_covers_exactly_the_recipes_it_can_run():
     planned = {name for name, r in RECIPES.items() if FastPlan.for_recipe(r) is not None}
     assert planned == {"bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise"}
-    assert FastPlan.for_recipe(recipe_from_config({"recipe": "mor", "partition": "tensor"})).has_mor
-    for cfg in ({"recipe": "mor", "partition": "channel"}, {"recipe": "int8_fallback"},
+    for partition in ("tensor", "channel", "block"):
+        assert FastPlan.for_recipe(recipe_from_config({"recipe": "mor", "partition": partition})).has_mor
+    for cfg in ({"recipe": "mor", "partition": "subtensor"}, {"recipe": "int8_fallback"},
                 {"recipe": "fp8_tensorwise_current", "fprop": {"b": None}}):  # FP8 x BF16: no hardware GEMM
         assert FastPlan.for_recipe(recipe_from_config(cfg)) is None
     gauss = FastPlan.for_recipe(recipe_from_config({"recipe": "gaussws", "b": 6}))

@@ -228,3 +228,27 @@ def test_empty_operand_is_an_error_naming_it():
     a = _data((0, 64), 22)
     with pytest.raises(ValueError, match=r"^x: empty tensor of shape \(0, 64\)"):
         _operand(a, "tensor", E4M3_TH)
+
+
+@pytest.mark.parametrize("threshold_a,threshold_b", [(E4M3_TH, E4M3_TH), (E4M3_TH, BF16_TH), (BF16_TH, BF16_TH)])
+@pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
+def test_fast_path_fixup_reads_the_choice_on_the_device(partition, threshold_a, threshold_b):
+    """lowprec.mor_fast's GEMM: the FP8 product of the codes, then this kernel's fix-up mode, which
+    leaves it where both chose E4M3 and otherwise writes the product of the chosen values; the
+    backward's operands come transposed (a view of the forward's codes and tensor)."""
+    from lowprec.gemm import operand_mm
+    from lowprec.mor_fast import mor_mm, mor_operand
+
+    a, b = _data((256, 128), 11).to(DEVICE), _data((256, 256), 12).to(DEVICE)
+    qa = mor_operand(mor.MoRQuantizer(partition, block=(128, 128), threshold=threshold_a), a.t())
+    qb = mor_operand(mor.MoRQuantizer(partition, block=(128, 128), threshold=threshold_b), b)
+    assert qa.hp_t  # a.T travels as its row-major base
+    out = mor_mm(qa, qb, torch.float32)
+    fp8 = operand_mm(qa.fp8_operand(), qb.fp8_operand(), torch.float32)
+    (va, fa), (vb, fb) = (_emulated(x, partition, th) for x, th in ((a.t(), threshold_a), (b, threshold_b)))
+    assert (fa, fb) == tuple("e4m3" if th == E4M3_TH else "bf16" for th in (threshold_a, threshold_b))
+    if fa == fb == "e4m3":
+        assert torch.equal(out, fp8)
+    else:
+        assert not torch.equal(out, fp8)
+        assert sqnr_db(va @ vb.t(), out.double().cpu()) >= FLOOR_DB
