@@ -271,7 +271,7 @@ def _check_sweep(b: _Bench, groups, ratio_groups):
     and the timed sweeps launch in a configuration known beforehand is compiled here first, in
     parallel threads."""
     torch, kf = b.torch, b.kf
-    from lowprec.int8_fallback import int8_block_gemm_reference as ref
+    from lowprec.methods.int8_fallback import int8_block_gemm_reference as ref
 
     def eff(d, f):
         return torch.where(f.bool(), d, torch.zeros_like(d))

@@ -10,7 +10,7 @@ records the median step time (triton.testing.do_bench), the time spent before th
 (quantization and, for MoR, the decision), its share of the step, the GEMM time alone on
 pre-quantized operands, TFLOP/s, the speed-up over BF16 and the ratio to FP8 current scaling,
 which GEMMs ran in FP8 and on what, every operand's MoR error and format, whether the quantization
-kernel's codes, scales and error equal the torch reference (lowprec.mor) for X, and for MoR the
+kernel's codes, scales and error equal the torch reference (lowprec.methods.mor) for X, and for MoR the
 time before the GEMMs beyond FP8 current scaling's own quantization (decide_extra_ms and its share
 of the step: what deciding costs).
 
@@ -258,7 +258,7 @@ class DeviceMoRLinear:
     GEMMs (tensor and square blocks; channel quantizes the six views), bf16 output."""
 
     def __init__(self, partition: str, block, scale: str, threshold: float, mode: str):
-        from lowprec import mor
+        from lowprec.methods import mor
         from lowprec.kernels import mor_gemm as kg
         if partition == "block" and block[0] != block[1]:
             raise ValueError("bench_mor: blocks must be square (a transposed operand reuses its blocks)")
@@ -317,7 +317,7 @@ _RAN = {1: "fp8_loop", 2: "bf16_loop", 3: "scaled_mm"}
 
 def _emulated_values(torch, x, partition, block, scale, threshold):
     """float64 values the emulation multiplies (torch reference quantization, not the kernels)."""
-    from lowprec import mor
+    from lowprec.methods import mor
     x2d = x.float()
     qt = mor.quantize_e4m3(x2d, partition, block, scale)
     err = mor.mor_relative_error(x2d, qt.dequantize())
@@ -328,7 +328,7 @@ def _emulated_values(torch, x, partition, block, scale, threshold):
 def _check_kernel(torch, kg, rows: list, block, scale, shape, backend: str, floor: float) -> None:
     """Every partition and format combination: the kernel against a float64 GEMM of the emulation's
     values. Thresholds 1 / 0 force E4M3 / BF16 (Gaussian errors are ~0.02)."""
-    from lowprec import mor
+    from lowprec.methods import mor
     from lowprec.numerics import sqnr_db
     m, n, k = shape
     gen = torch.Generator(device=DEVICE).manual_seed(7)
@@ -370,7 +370,8 @@ def _check_qlinear_one(torch, part: str, block, scale: str) -> dict:
 
     from torch import nn
 
-    from lowprec import convert, mor
+    from lowprec import convert
+    from lowprec.methods import mor
     from lowprec.kernels import mor_gemm as kg
     from lowprec.numerics import sqnr_db
 
@@ -430,7 +431,7 @@ def _check_qlinear_one(torch, part: str, block, scale: str) -> dict:
 
 
 def _matches_reference(torch, km, x, partition, block, scale) -> bool:
-    from lowprec import mor
+    from lowprec.methods import mor
     codes, scales, err = km.mor_quantize_e4m3(x, partition, block, scale)
     ref = mor.quantize_e4m3(x, partition, block, scale)
     want = ref.codes.to(torch.float8_e4m3fn)
@@ -458,7 +459,7 @@ def _warm(part: str, block, scale: str, tokens: int, hidden: list, thresholds: l
     kernels are compiled (into Triton's on-disk cache) in a process of its own while the main one
     runs the checks: compiling takes longer than timing here."""
     import torch
-    from lowprec import mor
+    from lowprec.methods import mor
     from lowprec.kernels import mor_gemm as kg
 
     for h in hidden:
@@ -506,7 +507,7 @@ def _join_warmers(procs: list, budget) -> None:
 def _gemm_rows(torch, bench, kg, x, w, block, scale, budget) -> list:
     """The GEMM alone at (tokens, hidden, hidden): torch BF16, torch._scaled_mm tensorwise, and the
     MoR kernel per partition / backend / accumulation, FP8 loop (threshold 1) and BF16 loop (0)."""
-    from lowprec import mor
+    from lowprec.methods import mor
     m, k = x.shape
     n = w.shape[0]
     flops = 2 * m * n * k

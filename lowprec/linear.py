@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .gemm import FastPlan, FP8Operand, fast_path_applies, scaled_mm
-from .mor_fast import DecisionCounts, MoROperand, count_decisions_
+from .methods.mor_fast import DecisionCounts, MoROperand, count_decisions_
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
 from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe
 from .telemetry import Telemetry

@@ -297,12 +297,12 @@ class Method:
         return with_overrides(self.build_recipe(self.own_keys(cfg)), cfg)
 
 
-# Where methods come from: the modules of this package listed here, and any module that an
-# installed distribution names under the "lowprec.methods" entry point group (a method in a
-# package of its own). A method module exports METHODS (a sequence of Method) and may export
-# WEIGHT_EXPORTS ({format name: function(model, format) that rewrites the model's weights in place},
-# post-training exports that lowprec.evaluate offers for any run).
-METHOD_MODULES = ("lowprec.gaussws", "lowprec.int8_fallback", "lowprec.mor")
+# Where methods come from: every module or subpackage of lowprec.methods that exports METHODS (a
+# method of this repository: its module there is all it takes), and any module that an installed
+# distribution names under the "lowprec.methods" entry point group (a method in a package of its
+# own). A method module exports METHODS (a sequence of Method) and may export WEIGHT_EXPORTS
+# ({format name: function(model, format) that rewrites the model's weights in place}, post-training
+# exports that lowprec.evaluate offers for any run).
 ENTRY_POINT_GROUP = "lowprec.methods"
 
 
@@ -313,10 +313,16 @@ class _Registry(NamedTuple):
     export_module_of: dict
 
 
-def _method_modules() -> list[str]:
+def _method_modules() -> list[tuple[str, bool]]:
+    """(module name, whether it must export METHODS): the modules of lowprec.methods, which may
+    hold helpers (a method's fast path, the rules its kernels share), then the entry points."""
+    import importlib
+    import pkgutil
     from importlib.metadata import entry_points
 
-    return [*METHOD_MODULES, *(ep.module for ep in entry_points(group=ENTRY_POINT_GROUP))]
+    package = importlib.import_module(".methods", __package__)
+    here = [(m.name, False) for m in pkgutil.iter_modules(package.__path__, package.__name__ + ".")]
+    return here + [(ep.module, True) for ep in entry_points(group=ENTRY_POINT_GROUP)]
 
 
 @functools.lru_cache(maxsize=1)
@@ -326,9 +332,14 @@ def registry() -> _Registry:
     import importlib
 
     reg = _Registry({}, {}, {}, {})
-    for module_name in dict.fromkeys(_method_modules()):
+    modules: dict = {}
+    for module_name, required in _method_modules():  # each once; required if any source requires it
+        modules[module_name] = modules.get(module_name, False) or required
+    for module_name, required in modules.items():
         module = importlib.import_module(module_name)
         methods = getattr(module, "METHODS", None)
+        if methods is None and not required:
+            continue
         if methods is None or not all(isinstance(m, Method) for m in methods):
             raise TypeError(f"method module {module_name}: METHODS must be a sequence of lowprec.recipes.Method")
         for m in methods:

@@ -1,4 +1,4 @@
-"""INT8 with block-level fallback (lowprec.int8_fallback): error bounds, the two-part 16-bit
+"""INT8 with block-level fallback (lowprec.methods.int8_fallback): error bounds, the two-part 16-bit
 representation, each fallback rule, the exact integer GEMM, and the three GEMMs of a converted
 layer against float64 with SQNR floors and ceilings."""
 
@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from lowprec import RECIPES, convert
-from lowprec.int8_fallback import (
+from lowprec.methods.int8_fallback import (
     DEFAULTS,
     FallbackInt8Quantizer,
     block_absmax_stats,

@@ -54,9 +54,9 @@ from typing import NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 
-from .numerics import QuantSpec, cast, get_format
-from .numerics.checks import block_shape, nonempty, number
-from .numerics.scaling import (
+from ..numerics import QuantSpec, cast, get_format
+from ..numerics.checks import block_shape, nonempty
+from ..numerics.scaling import (
     QTensor,
     _block_amax,
     _resolve_block,
@@ -66,7 +66,8 @@ from .numerics.scaling import (
     quantize,
     scale_from_amax,
 )
-from .recipes import GEMMS, OPERANDS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
+from .mor_rules import DEFAULT_THRESHOLD, check_threshold, decide
+from ..recipes import GEMMS, OPERANDS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
 
 __all__ = [
     "E4M3_MAX", "E5M2_MAX", "E4M3_DYNAMIC_RANGE", "E5M2_DYNAMIC_RANGE", "SUBTENSOR_E4M3_RANGE",
@@ -87,7 +88,6 @@ E5M2_DYNAMIC_RANGE = E5M2_MAX / get_format("e5m2").min_normal    # 939524096
 # reference's 28762 is a typo for 28672).
 SUBTENSOR_E4M3_RANGE = 4 * E4M3_DYNAMIC_RANGE                  # 114688
 
-DEFAULT_THRESHOLD = 0.045
 DEFAULT_BLOCK = (128, 128)
 PARTITIONS = ("tensor", "block", "channel")
 SCALE_RULES = ("gam", "e8", "fp32")
@@ -112,11 +112,6 @@ def _choose(name: str, value, options) -> str:
     if value not in options:
         raise ValueError(f"{name}: must be one of {options}, got {value!r}")
     return value
-
-
-def _check_threshold(threshold) -> float:
-    # NaN would always choose BF16 and Inf always E4M3, whatever the error: refused
-    return number("threshold", threshold, low=0.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -183,7 +178,7 @@ USE_KERNEL = os.environ.get("LOWPREC_MOR_KERNEL", "1") != "0"
 def _e4m3_with_error(x2d: torch.Tensor, partition: str, block, scale: str) -> tuple:
     """(QTensor of the E4M3 quantization, MoR relative error as a 0-d tensor) of a 2-D fp32 tensor."""
     if x2d.is_cuda and USE_KERNEL:
-        from .kernels import mor_quant as km  # the kernels import this package
+        from ..kernels import mor_quant as km  # Triton: loaded on first use
         if km.triton_available(x2d.device):
             codes, scales, rel = km.mor_quantize_e4m3(x2d, partition, block, scale)
             spec = e4m3_spec(partition, block, scale, cols=x2d.shape[1])
@@ -191,12 +186,6 @@ def _e4m3_with_error(x2d: torch.Tensor, partition: str, block, scale: str) -> tu
             return qt, rel
     qt = quantize_e4m3(x2d, partition, block, scale)
     return qt, _relative_error(x2d, qt.dequantize())
-
-
-def decide(err: float, threshold: float = DEFAULT_THRESHOLD) -> str:
-    """"e4m3" if err <= threshold, else "bf16" (a NaN error is not <= anything: BF16). threshold:
-    a finite number >= 0."""
-    return "e4m3" if err <= _check_threshold(threshold) else "bf16"
 
 
 def _choose_e4m3(err: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -221,7 +210,7 @@ def mor_tensor(x: torch.Tensor, partition: str = "block", block=DEFAULT_BLOCK, s
     """Tensor-level MoR on x's 2-D view. dequant="bf16" rounds the E4M3 values to BF16 as the
     authors' fake quantization does (their GEMMs are BF16); the default keeps the exact fp32
     dequantized values, which is what an FP8 GEMM multiplies. threshold: a finite number >= 0."""
-    values, e4, err, qt = _mor_on_device(x, partition, block, scale, _check_threshold(threshold), dequant)
+    values, e4, err, qt = _mor_on_device(x, partition, block, scale, check_threshold(threshold), dequant)
     return MoRResult(values, "e4m3" if bool(e4) else "bf16", float(err), qt)
 
 
@@ -353,7 +342,7 @@ class _Coverage:
 
     def attach_counts(self, key: tuple, layer, slot: int) -> None:
         """Also count ``layer.mor_counts[slot]`` (the fast path's device-side (calls, E4M3) counts,
-        ``lowprec.mor_fast.DecisionCounts``) under ``key`` = (layer name, GEMM, operand)."""
+        ``lowprec.methods.mor_fast.DecisionCounts``) under ``key`` = (layer name, GEMM, operand)."""
         self.__dict__.setdefault("_attached", {})[key] = (layer, slot)
 
     def coverage(self) -> list[dict]:
@@ -393,7 +382,7 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         self.partition = _choose("partition", partition, PARTITIONS)
         self.block = _check_block(block)
         self.scale = _choose("scale", scale, SCALE_RULES)
-        self.threshold = _check_threshold(threshold)
+        self.threshold = check_threshold(threshold)
         self.dequant = _choose("dequant", dequant, DEQUANT)
         # "kernel": the GEMMs on lowprec.kernels.mor_gemm on CUDA (fused_gemm); opt-in, like the
         # INT8-fallback kernel, until its GPU measurement is committed
@@ -419,8 +408,8 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         if not (isinstance(other, MoRQuantizer) and self.gemm == other.gemm == "kernel" and USE_KERNEL
                 and self.dequant == other.dequant == "fp32"):
             return None
-        from .kernels import mor_gemm as kg
-        from .kernels import mor_quant as km
+        from ..kernels import mor_gemm as kg
+        from ..kernels import mor_quant as km
         if not (kg.triton_available(a.device) and km.triton_available(a.device)):
             return None
         a2d, b2d = (_as_2d(t) if t.dtype in (torch.float32, torch.bfloat16) else _as_2d(t).float() for t in (a, b))
@@ -437,14 +426,14 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         """``lowprec.kernels.mor_gemm.MoROperand`` of a 2-D fp32/bf16 operand (reduction dimension
         last, any strides): its E4M3 codes, scales and error from ``lowprec.kernels.mor_quant``
         (the kernel ``__call__`` uses on CUDA), and this quantizer's threshold."""
-        from .kernels import mor_gemm as kg
-        from .kernels import mor_quant as km
+        from ..kernels import mor_gemm as kg
+        from ..kernels import mor_quant as km
         codes, scales, err = km.mor_quantize_e4m3(x2d, self.partition, self.block, self.scale)
         return kg.MoROperand(x2d, codes, scales, self._grid_block(x2d), err, self.threshold)
 
     def _grid_block(self, x2d: torch.Tensor) -> tuple:
         """The (R, C) block one scale covers in x2d: the whole of it, one row, or ``block``."""
-        from .kernels import mor_quant as km
+        from ..kernels import mor_quant as km
         return km._scale_block(self.partition, self.block, *x2d.shape)
 
     def to_dict(self) -> dict:
