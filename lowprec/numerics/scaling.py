@@ -536,7 +536,7 @@ def _kernel_covers(spec: QuantSpec) -> bool:
 
 
 def _quantize_kernel(x, spec, generator, noise, amax) -> QTensor:
-    from ..kernels import quantize as kq  # the kernels import this module
+    from ..kernels import quantize as kq  # Triton: loaded on first use
     if not kq.triton_available(x.device):
         raise RuntimeError("CUDA quantization needs Triton (set lowprec.numerics.scaling.USE_KERNELS = False "
                            "to run the torch path instead)")
