@@ -2,7 +2,7 @@ import os
 
 # lowprec: replication workflow for three low-precision training papers.
 #   snakemake --cores all                         default: every paper at the tiny scale (CPU) -> results/REPORT.md
-#   snakemake --cores all gaussws                 one paper (gaussws | int8_fallback | mor)
+#   snakemake --cores all gaussws                 one paper (any configs/experiments/<id>)
 #   snakemake --cores all --config scale=small    another scale (smoke | tiny | small | paper) -> results/REPORT_small.md
 #   snakemake --profile configs/profiles/gpu      one GPU;  configs/profiles/slurm: a SLURM cluster
 #   snakemake --report report.html                the figures and tables as one HTML report
@@ -18,9 +18,13 @@ include: "pipelines/keep_outputs.smk"
 include: "pipelines/common.smk"
 include: "pipelines/data.smk"
 include: "pipelines/train.smk"
-include: "pipelines/gaussws.smk"
-include: "pipelines/mor.smk"
-include: "pipelines/int8_fallback.smk"
+# a paper's own tables and figures, beside the generic ones: pipelines/<paper>.smk where it has one
+for _smk in [f"pipelines/{p}.smk" for p in lpc.papers()]:
+    if os.path.isfile(os.path.join(workflow.basedir, _smk)):
+
+        include: _smk
+
+
 include: "pipelines/report.smk"
 
 

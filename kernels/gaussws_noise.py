@@ -11,15 +11,15 @@ w: 2-D fp32 or bf16 (the master weight in its stored layout); block (rows, cols)
 divisible by 4 (the GaussWS default 32x32, or 16x16, 64x64, ...); b: an int in 1..24, or a tensor
 of such integers with the block grid's shape (learnable b, already rounded and clamped); w must not
 be empty; seed: up to 62 bits (the Philox
-key is its two 31-bit halves, ``lowprec.gaussws.philox_key``).
+key is its two 31-bit halves, ``lowprec.methods.gaussws.philox_key``).
 
-Semantics are ``lowprec.gaussws.gaussws_reference`` with ``rng="philox"``, bit for bit:
+Semantics are ``lowprec.methods.gaussws.gaussws_reference`` with ``rng="philox"``, bit for bit:
 
 * bits: Philox4x32-10 (the generator behind ``tl.randint4x``, written out here with Triton builtins
   only, see below); element (r, c) takes output r % 4 of counter (r // 4) * cols + c. One Philox call
   thus serves four rows, and a program processes each block as four row-interleaved lanes.
 * R from one 32-bit word u: sign = bit 0, |R| = number of thresholds that u >> 1 reaches
-  (``lowprec.gaussws.THRESHOLDS``).
+  (``lowprec.methods.gaussws.THRESHOLDS``).
 * Delta = 2^(ceil(log2 amax) + 1 - b) from the amax's exponent and mantissa bits; amax over finite
   elements (NaN, +-Inf ignored); Delta = 0 for amax 0 / subnormal and for exponents below -126.
 * W_c = bf16_rne(fp32(W + R * Delta)); NaN stays NaN (the written-out cast gives 0x7FC0, the
@@ -47,7 +47,8 @@ from typing import NamedTuple, Optional, Union
 
 import torch
 
-from lowprec.gaussws import PHILOX_ROUNDS, THRESHOLDS, _block_pair, check_b, philox_key
+from lowprec.methods.gaussws.sampler import PHILOX_ROUNDS, THRESHOLDS, philox_key
+from lowprec.methods.gaussws.step import block_pair, check_b
 from lowprec.numerics.checks import nonempty
 
 from . import _common as _c
@@ -220,20 +221,20 @@ def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32
                      rounds: int = PHILOX_ROUNDS, bf16_cast: str = "auto",
                      check_b_values: bool = True) -> NoiseResult:
     """W_c plus, on request, R (int8), the Delta grid (fp32) and the raw Philox words (int32).
-    b is checked as ``lowprec.gaussws.check_b`` does (check_b_values=False leaves a grid's values
+    b is checked as ``lowprec.methods.gaussws.check_b`` does (check_b_values=False leaves a grid's values
     unread: reading them would wait for the device)."""
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise ValueError("w must be a 2-D tensor")
     nonempty(w, "w")
     if w.dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"w must be float32 or bfloat16, got {w.dtype}")
-    _c.require_triton("lowprec.kernels.gaussws_noise", "lowprec.gaussws.gaussws_reference", _TRITON_IMPORT_ERROR,
+    _c.require_triton("lowprec.kernels.gaussws_noise", "lowprec.methods.gaussws.gaussws_reference", _TRITON_IMPORT_ERROR,
                       _JIT_FNS, w.device)
     b = check_b(b, read_tensor=check_b_values)
-    br, bc = _block_pair(block)
+    br, bc = block_pair(block)
     if not supports_block((br, bc)):
         raise ValueError(f"block {(br, bc)}: rows must be a multiple of 4 and a block at most "
-                         f"{_MAX_BLOCK_ELEMS} elements (padded); use lowprec.gaussws.gaussws_reference")
+                         f"{_MAX_BLOCK_ELEMS} elements (padded); use lowprec.methods.gaussws.gaussws_reference")
     if not 0 <= int(seed) < 2**62:
         raise ValueError(f"seed must be in [0, 2^62), got {seed}")
     if bf16_cast not in _BF16_CASTS:

@@ -1,4 +1,4 @@
-"""Triton kernels for INT8 training with block-level fallback (``lowprec.int8_fallback``).
+"""Triton kernels for INT8 training with block-level fallback (``lowprec.methods.int8_fallback``).
 
 API::
 
@@ -19,7 +19,7 @@ residual part q2 (int8, 0 outside fallback blocks), its encode scales s2 (1 outs
 current-median absmax rule, which all need the whole tensor's block statistics first: that is the
 second pass, ``block_stats_int8``), or ``threshold`` (a 1-element tensor: block amax > threshold,
 decided inside the kernel: the dynamic rule, whose threshold comes from past calls, needs no second
-pass), or neither (nothing falls back). Bit-exact with ``lowprec.int8_fallback.fallback_quantize``
+pass), or neither (nothing falls back). Bit-exact with ``lowprec.methods.int8_fallback.fallback_quantize``
 (scales by a correctly rounded division, RNE or stochastic rounding with the same uniforms).
 
 GEMM. A (M, K) and B (N, K), both int8 with K contiguous (B "column-major" as cuBLAS and
@@ -85,7 +85,7 @@ from typing import Optional
 
 import torch
 
-from lowprec.numerics import as_2d
+from lowprec.numerics.checks import as_2d
 from lowprec.numerics.checks import block_shape, nonempty, number
 
 from . import _common as _c
@@ -138,7 +138,7 @@ def triton_available(device=None) -> bool:
 
 
 def _require_triton(t: torch.Tensor) -> None:
-    _c.require_triton("lowprec.kernels.int8_fallback_gemm", "lowprec.int8_fallback", _kk._TRITON_IMPORT_ERROR,
+    _c.require_triton("lowprec.kernels.int8_fallback_gemm", "lowprec.methods.int8_fallback", _kk._TRITON_IMPORT_ERROR,
                       _kk._JIT_FNS, t.device)
 
 
@@ -170,7 +170,7 @@ def _warps(t) -> int:
 
 def block_stats_int8(x: torch.Tensor, block=(32, 32)):
     """(amax, rel_err) per block: the block amax (NaN/Inf ignored) and the relative L2 error of
-    nearest-rounding INT8, as ``block_amax`` and ``lowprec.int8_fallback.block_int8_error``
+    nearest-rounding INT8, as ``block_amax`` and ``lowprec.methods.int8_fallback.block_int8_error``
     compute them (amax bit-exact; rel_err to fp32 summation order)."""
     x2d, arg, M, N, n_brow, n_bcol, t, grid = _prep_x(x, block)
     amax = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
@@ -218,9 +218,9 @@ def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[to
 def quantize_fallback_rule(x: torch.Tensor, block=(32, 32), rule: str = "absmax", *, tau: float = 8.0,
                            rho: float = 0.02, error_threshold: float = 0.02, noise: Optional[tuple] = None):
     """Two passes: block statistics, the rule on the grid (torch, no host sync), then the quantize
-    pass with the resulting mask. Same rules as ``lowprec.int8_fallback.select_blocks`` (the
+    pass with the resulting mask. Same rules as ``lowprec.methods.int8_fallback_rules.select_blocks`` (the
     dynamic rule's threshold is known beforehand: call ``quantize_fallback_int8(threshold=...)``)."""
-    from lowprec.int8_fallback import check_rule_params, select_blocks
+    from lowprec.methods.int8_fallback_rules import check_rule_params, select_blocks
 
     if rule == "dynamic":
         raise ValueError("rule 'dynamic': pass its threshold to quantize_fallback_int8(threshold=...)")
@@ -361,7 +361,7 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
                        block_m: Optional[int] = None, block_n: Optional[int] = None,
                        num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> torch.Tensor:
     """fp32 ``A @ B.T`` from block-scaled INT8 operands (DECODE scales), with optional second
-    parts; the argument meanings are those of ``lowprec.int8_fallback.int8_block_gemm_reference``.
+    parts; the argument meanings are those of ``lowprec.methods.int8_fallback.int8_block_gemm_reference``.
 
     fallback: "sparse" (the first parts in the main kernel, then one pass per operand with a second
     part over its flagged K-groups only) or "fused" (the second parts inside the main loop).
@@ -407,7 +407,7 @@ def selected_config(qa, qb, block_a=(32, 32), block_b=(32, 32)) -> GemmConfig:
 
 
 def gemm_fallback_qtensors(fqa, fqb, **kw) -> torch.Tensor:
-    """``A @ B.T`` from two ``lowprec.int8_fallback.FallbackQTensor`` (reduction dimension last, as
+    """``A @ B.T`` from two ``lowprec.methods.int8_fallback.FallbackQTensor`` (reduction dimension last, as
     QLinear passes operands). With the sparse second-part pass (the default) an operand that may
     have fallback blocks passes its second part as it is: the pass reads the flags on the device
     and costs next to nothing where none is set. The fused kernel would pay a branch per K-group

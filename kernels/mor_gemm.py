@@ -1,4 +1,4 @@
-"""Triton GEMM for tensor-level MoR operands (``lowprec.mor``): fp32 ``A @ B.T`` where each operand
+"""Triton GEMM for tensor-level MoR operands (``lowprec.methods.mor``): fp32 ``A @ B.T`` where each operand
 is E4M3 or BF16 as its relative error decided, the decision read on the device, never by the host.
 
 API::
@@ -18,7 +18,7 @@ Operands. ``hp`` is the original operand (fp32 or bf16, any strides), ``codes`` 
 scale) over (R, C) blocks (``block``; tensor scaling is one block of the whole operand, channel
 scaling (1, K)), ``rel_error`` the 0-d fp32 device tensor that ``lowprec.kernels.mor_quant``
 returns, ``threshold`` the MoR threshold. E4M3 is chosen iff rel_error <= threshold, as
-``lowprec.mor`` decides (in fp64 there; here in fp32 against ``fp32_threshold``, the largest fp32
+``lowprec.methods.mor`` decides (in fp64 there; here in fp32 against ``fp32_threshold``, the largest fp32
 not above the threshold, which is the same test for an fp32 error). A NaN error is BF16.
 
 Kernel. Every program loads the two errors and takes one of two main loops (a branch uniform over
@@ -307,7 +307,7 @@ def triton_available(device=None) -> bool:
 
 
 def _require_triton(t: torch.Tensor) -> None:
-    _c.require_triton("lowprec.kernels.mor_gemm", "lowprec.mor (emulated GEMM)", _TRITON_IMPORT_ERROR,
+    _c.require_triton("lowprec.kernels.mor_gemm", "lowprec.methods.mor (emulated GEMM)", _TRITON_IMPORT_ERROR,
                       _JIT_FNS, t.device)
 
 
@@ -317,7 +317,7 @@ def _require_triton(t: torch.Tensor) -> None:
 
 def fp32_threshold(threshold: float) -> float:
     """The largest fp32 value <= threshold: for an fp32 error e, ``e <= result`` in fp32 is
-    exactly ``float64(e) <= threshold``, the test ``lowprec.mor`` makes."""
+    exactly ``float64(e) <= threshold``, the test ``lowprec.methods.mor`` makes."""
     threshold = float(threshold)
     if math.isnan(threshold) or math.isinf(threshold):
         return threshold
@@ -415,7 +415,7 @@ def _check_pair(a: MoROperand, b: MoROperand) -> tuple:
 
 
 def bf16_fixup(a: MoROperand, b: MoROperand, out: torch.Tensor, info: Optional[torch.Tensor] = None) -> None:
-    """The fix-up mode on its own, for an FP8 product computed elsewhere (``lowprec.mor_fast``): ``out``
+    """The fix-up mode on its own, for an FP8 product computed elsewhere (``lowprec.methods.mor_fast``): ``out``
     (M, N, row-major fp32 or bf16) is left as it is when both operands chose E4M3 (decided on the
     device; every program returns at once), else overwritten with the BF16 loop's product. info as
     in ``mor_gemm`` (3 when both chose E4M3, 2 for the BF16 loop)."""

@@ -1,4 +1,4 @@
-"""Triton kernels for MoR's tensor-level decision (lowprec.mor): E4M3 codes, scales and the
+"""Triton kernels for MoR's tensor-level decision (lowprec.methods.mor): E4M3 codes, scales and the
 relative error of a 2-D tensor in two passes, without writing the dequantized tensor.
 
 API::
@@ -8,7 +8,7 @@ API::
     mor_decide(x, threshold=0.045, **same) -> (codes, scales, rel_error, "e4m3" | "bf16")
     triton_available(device=None), interpreter_active()
 
-Equal to the torch reference ``lowprec.mor.quantize_e4m3`` / ``mor_relative_error`` for the same
+Equal to the torch reference ``lowprec.methods.mor.quantize_e4m3`` / ``mor_relative_error`` for the same
 partition and scale rule: codes and scales bit for bit (NaN compared by position), the relative
 error up to fp32 summation order (see below); an empty x is an error in both. Partitions are the
 reference's: "tensor" (one scale), "block" ((R, C) tiles), "channel" (one scale per row of the 2-D
@@ -51,7 +51,7 @@ from lowprec.numerics.checks import block_shape as _check_block, nonempty
 from . import _common as _c
 from ._common import _cdiv, _next_pow2
 
-# lowprec.mor never needs Triton; only this module does
+# lowprec.methods.mor never needs Triton; only this module does
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
 __all__ = ["mor_quantize_e4m3", "mor_decide", "triton_available", "interpreter_active",
@@ -212,7 +212,7 @@ def triton_available(device=None) -> bool:
 
 
 def _require_triton(x: torch.Tensor) -> None:
-    _c.require_triton("lowprec.kernels.mor_quant", "lowprec.mor", _TRITON_IMPORT_ERROR, _JIT_FNS, x.device)
+    _c.require_triton("lowprec.kernels.mor_quant", "lowprec.methods.mor", _TRITON_IMPORT_ERROR, _JIT_FNS, x.device)
 
 
 def _use_native(x: torch.Tensor, fp8_cast: str) -> bool:
@@ -301,10 +301,10 @@ def _tiles(x2d: torch.Tensor, partition: str, sbr: int, sbc: int) -> tuple:
 def mor_decide(x: torch.Tensor, threshold: float = 0.045, partition: str = "block", block=(128, 128),
                scale: str = "gam", fp8_cast: str = "auto"):
     """mor_quantize_e4m3 plus the decision, which needs the error on the host (one sync): it picks
-    the GEMM that runs next. NaN error -> "bf16", as in lowprec.mor.decide. threshold: a finite
+    the GEMM that runs next. NaN error -> "bf16", as in lowprec.methods.mor_rules.decide. threshold: a finite
     number >= 0, checked before the kernels run."""
-    from lowprec.mor import _check_threshold, decide  # lowprec.mor imports this module on first use
+    from lowprec.methods.mor_rules import check_threshold, decide
 
-    _check_threshold(threshold)
+    check_threshold(threshold)
     codes, scales, rel = mor_quantize_e4m3(x, partition, block, scale, fp8_cast)
     return codes, scales, rel, decide(float(rel), threshold)

@@ -62,15 +62,17 @@ of this package. FP8 stochastic rounding is not implemented (INT8 only).
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 
 from lowprec.kernels import _common as _c
 from lowprec.kernels._common import _cdiv, _in_kind, _next_pow2
-from lowprec.numerics import QuantSpec, as_2d, get_format, to_torch_dtype
-from lowprec.numerics.checks import block_shape, nonempty
-from lowprec.numerics.formats import FloatFormat, IntFormat
+from lowprec.numerics.checks import as_2d, block_shape, nonempty
+from lowprec.numerics.formats import FloatFormat, IntFormat, get_format, to_torch_dtype
+
+if TYPE_CHECKING:  # a type only: lowprec.numerics.scaling calls this module, not the other way round
+    from lowprec.numerics.scaling import QuantSpec
 
 # the torch emulation in lowprec.numerics never needs Triton; only this module does
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()

@@ -38,18 +38,13 @@ def _print(lines: list[str]) -> None:
 
 # --------------------------------------------------------------------------- what the configs hold
 
-def papers() -> list[str]:
-    """Experiment ids (``configs/experiments/*.yaml``), in file-name order."""
-    return sorted(p.stem for p in (cfglib.CONFIG_DIR / "experiments").glob("*.yaml"))
-
-
 def _claims_registry(paper: str) -> list[dict]:
     path = cfglib.CONFIG_DIR / "claims" / f"{paper}.yaml"
     return cfglib.load_yaml(path).get("claims", []) if path.is_file() else []
 
 
 def _select_papers(names: list[str] | None) -> list[str]:
-    known = papers()
+    known = cfglib.papers()
     for name in names or []:
         if name not in known:
             raise SystemExit(f"{PROG}: error: unknown paper {name!r}; known: {', '.join(known)}")
@@ -108,27 +103,28 @@ def cmd_papers(args) -> list[str]:
 
 
 def cmd_recipes(args) -> list[str]:
-    from .recipes import RECIPE_BUILDERS, RECIPES, recipe_from_config
+    from .recipes import RECIPES, recipe_from_config, registry
 
     users = {}  # recipe -> papers whose methods use it
     first = {}  # recipe -> (name, config) of the first method that uses it
-    for paper in papers():
+    for paper in cfglib.papers():
         for name, m in cfglib.experiment_config(paper)["methods"].items():
             m = m or {}
             recipe = m.get("recipe", "bf16")
             users.setdefault(recipe, {})[paper] = None
             first.setdefault(recipe, (name, m))
     rows = [[name, "built-in", ", ".join(users.get(name, [])), r.description] for name, r in RECIPES.items()]
-    for name, target in RECIPE_BUILDERS.items():
+    reg = registry()
+    for name, method in reg.methods.items():
         try:  # a paper recipe's defaults, where it has a default for every key
             what = "defaults: " + recipe_from_config({"recipe": name}).description
         except ValueError:
             if name not in first:
-                what = f"built by {target}"
+                what = f"keys: {', '.join(method.keys)}"
             else:
-                method, m = first[name]
-                what = f"e.g. {method}: " + recipe_from_config(_method_section(m)).description
-        rows.append([name, f"paper ({target.split(':')[0]})", ", ".join(users.get(name, [])), what])
+                example, m = first[name]
+                what = f"e.g. {example}: " + recipe_from_config(_method_section(m)).description
+        rows.append([name, f"paper ({reg.module_of[name]})", ", ".join(users.get(name, [])), what])
     return format_table(["recipe", "kind", "used by", "what each GEMM operand sees"], rows) + [
         "", "A method (configs/experiments/<paper>.yaml) names a recipe and may override its keys and operands; "
             f"`{PROG} methods` lists them."]
@@ -203,7 +199,7 @@ def cmd_scales(args) -> list[str]:
         sc = cfglib.scale_config(scale)
         t = sc["train"]
         grid = 0
-        for paper in papers():
+        for paper in cfglib.papers():
             g = cfglib.experiment_grid(paper, scale)
             grid += len(g["models"]) * len(g["methods"]) * len(g["seeds"])
             ft = cfglib.finetune_grid(paper, scale)
@@ -293,13 +289,14 @@ def evaluate_parser() -> argparse.ArgumentParser:
                "val_loss).")
     ap.add_argument("--run", required=True, metavar="RUN_DIR", help="a finished run folder")
     ap.add_argument("--export", nargs="+", default=["none"], metavar="FORMAT",
-                    help="none (the weights as trained) or an MX element format of lowprec.gaussws.EXPORT_FORMATS: "
+                    help="none (the weights as trained) or a weight export of the method modules (WEIGHT_EXPORTS): "
                          f"{', '.join(EXPORT_FORMATS)} (default: none)")
     ap.add_argument("--out", required=True, metavar="CSV", help="the CSV to write")
     return ap
 
 
-# the names lowprec.gaussws.EXPORT_FORMATS accepts (a test holds the two equal; that module imports torch)
+# the weight exports of the method modules (lowprec.recipes.registry().exports; a test holds the two
+# equal; the modules import torch)
 EXPORT_FORMATS = ("mxfp8", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "e4m3", "e3m2", "e2m3", "e2m1")
 
 

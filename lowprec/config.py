@@ -88,11 +88,18 @@ def scale_config(scale: str) -> dict:
     return validate(load_yaml(CONFIG_DIR / "scales" / f"{scale}.yaml"), "scale", f"scale file {scale}.yaml")
 
 
+def papers() -> list[str]:
+    """The experiments of ``configs/experiments/`` (file stems): those that reproduce a paper (an
+    arXiv id) by name, then the comparisons that reproduce none (``arxiv: n/a``, e.g. the
+    cross-recipe baselines), the order of the workflow's default selection and its report."""
+    stems = sorted(p.stem for p in (CONFIG_DIR / "experiments").glob("*.yaml"))
+    return sorted(stems, key=lambda s: load_yaml(CONFIG_DIR / "experiments" / f"{s}.yaml").get("arxiv") == "n/a")
+
+
 def experiment_config(paper: str) -> dict:
     path = CONFIG_DIR / "experiments" / f"{paper}.yaml"
     if not path.is_file():
-        known = sorted(p.stem for p in (CONFIG_DIR / "experiments").glob("*.yaml"))
-        raise ConfigError(f"config key 'papers': unknown paper {paper!r}; known: {known}")
+        raise ConfigError(f"config key 'papers': unknown paper {paper!r}; known: {sorted(papers())}")
     exp = validate(load_yaml(path), "experiment", f"experiment file {path.name}")
     for i, panel in enumerate(exp.get("figure_panels", [])):
         for name in [*panel["methods"], *([panel["reference"]] if "reference" in panel else [])]:
@@ -125,7 +132,9 @@ def workflow_config(cfg: dict) -> dict:
     cfg = validate(cfg, "workflow", "workflow config (configs/config.yaml / --config)")
     out = dict(cfg)
     out["scale_cfg"] = scale_config(cfg["scale"])
-    for paper in cfg["papers"]:
+    if out["papers"] == "all":
+        out["papers"] = papers()
+    for paper in out["papers"]:
         experiment_config(paper)
     return out
 

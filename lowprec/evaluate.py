@@ -3,7 +3,8 @@ format: ``python -m lowprec.evaluate --run DIR --export none mxfp8 mxfp6_e3m2 --
 
 The validation set is the run's own (same windows as during training); the model is rebuilt from
 the run's ``config.yaml`` and loaded from ``checkpoints/last.ckpt``.  Exports are round-to-nearest
-MX quantization of every converted linear layer's weight (``lowprec.gaussws.EXPORT_FORMATS``).
+weight exports that the method modules offer (``WEIGHT_EXPORTS``, ``lowprec.recipes.registry``),
+e.g. GaussWS's round-to-nearest MX quantization of every linear layer's weight.
 """
 
 from __future__ import annotations
@@ -61,15 +62,16 @@ def validation_loss(module, cfg: dict, data: TokenData) -> float:
 
 
 def evaluate_exports(run_dir: str | Path, formats: list[str]) -> list[dict]:
-    from .gaussws import EXPORT_FORMATS, export_weights
+    from .recipes import registry
 
+    exports = registry().exports
     rows = []
     for fmt in formats:
-        if fmt != "none" and fmt not in EXPORT_FORMATS:
-            raise ValueError(f"--export: unknown format {fmt!r}; choose none or one of {sorted(EXPORT_FORMATS)}")
+        if fmt != "none" and fmt not in exports:
+            raise ValueError(f"--export: unknown format {fmt!r}; choose none or one of {sorted(exports)}")
         module, cfg, data = load_trained(run_dir)  # fresh weights for every format
         if fmt != "none":
-            export_weights(module.model, fmt)
+            exports[fmt](module.model, fmt)
         rows.append({"model": cfg["model"]["name"], "method": cfg["method"]["name"], "seed": cfg["seed"],
                      "export": fmt, "val_loss": validation_loss(module, cfg, data)})
     return rows

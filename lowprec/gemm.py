@@ -257,7 +257,7 @@ Operand = Union[torch.Tensor, FP8Operand]  # a high-precision operand, or a quan
 class FastPlan:
     """How each GEMM of a recipe runs on the fast path: both operands unquantized ("hp": a GEMM in
     the recipe's high-precision dtype), both FP8 with scales ``_scaled_mm`` understands ("fp8"), or
-    both tensor-level MoR ("mor": ``lowprec.mor_fast``). ``FastPlan.for_recipe`` is None for a
+    both tensor-level MoR ("mor": ``lowprec.methods.mor_fast``). ``FastPlan.for_recipe`` is None for a
     recipe with anything else (other operand quantizers such as sub-tensor MoR or INT8 fallback,
     INT8 or MX specs, stochastic rounding, delayed scaling): such layers run the emulation."""
 
@@ -282,7 +282,7 @@ class FastPlan:
 
     @classmethod
     def _build(cls, recipe) -> Optional["FastPlan"]:
-        from .mor_fast import fast_mor_quantizer
+        from .methods.mor_fast import fast_mor_quantizer
         from .recipes import GEMMS, OperandQuantizer
         gemms = {}
         for g in GEMMS:
@@ -303,7 +303,7 @@ class FastPlan:
         """Operand ``op`` of GEMM ``gemm`` from its tensor ``t`` (reduction last): ``t`` itself for a
         high-precision GEMM, else its FP8Operand; ``source``, the operand an earlier GEMM made of
         ``t``'s transpose, is transposed instead of quantizing ``t`` where ``reused`` allows."""
-        from .mor_fast import MoROperand, mor_operand
+        from .methods.mor_fast import MoROperand, mor_operand
         spec = self._specs[(gemm, op)]
         if spec is None:
             return t
@@ -319,7 +319,7 @@ class FastPlan:
         if kind == "hp":
             return hp_mm(a, b, self.high_precision, out_dtype)
         if kind == "mor":
-            from .mor_fast import mor_mm
+            from .methods.mor_fast import mor_mm
             return mor_mm(a, b, out_dtype, fast_accum=name in FAST_ACCUM)
         return operand_mm(a, b, out_dtype, fast_accum=name in FAST_ACCUM)
 
@@ -349,5 +349,5 @@ def _transposable(spec) -> bool:
     quantization (``FP8Operand.t``): one scale or square 128x128 blocks, FP8 or MoR's E4M3."""
     if isinstance(spec, QuantSpec):
         return scale_kind(spec) in TRANSPOSABLE
-    from .mor_fast import fast_mor_quantizer
+    from .methods.mor_fast import fast_mor_quantizer
     return fast_mor_quantizer(spec) and spec.partition in ("tensor", "block")

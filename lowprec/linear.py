@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .gemm import FastPlan, FP8Operand, fast_path_applies, scaled_mm
-from .mor_fast import DecisionCounts, MoROperand, count_gemm
+from .methods.mor_fast import DecisionCounts, MoROperand, count_gemm
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
 from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe
 from .telemetry import Telemetry
@@ -126,23 +126,23 @@ class QLinear(nn.Module):
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, recipe={self.recipe.name}"
 
-    def _stateful_quantizers(self) -> list:
-        """Operand quantizers that keep per-layer state across calls (``state_for_layer`` /
-        ``load_state_for_layer``, e.g. the dynamic fallback rule's EMA level), each once."""
+    def _quantizers(self) -> list:
+        """The recipe's operand quantizers, each once, in slot order."""
         found = {}
         for g in GEMMS:
             for spec in self.recipe.gemm(g):
-                if isinstance(spec, OperandQuantizer) and hasattr(spec, "state_for_layer"):
+                if isinstance(spec, OperandQuantizer):
                     found.setdefault(id(spec), spec)
         return list(found.values())
 
-    # delayed-scaling histories and quantizer state travel with checkpoints, so a resumed run
-    # continues exactly where the killed one was
+    # delayed-scaling histories and quantizer state (OperandQuantizer.state_for_layer, e.g. the
+    # dynamic fallback rule's EMA level) travel with checkpoints, so a resumed run continues exactly
+    # where the killed one was
     def get_extra_state(self):
         state = {f"{g}.{op}": s.history.clone() for (g, op), s in self.scalers.items()}
-        quantizers = self._stateful_quantizers()
-        if quantizers:
-            state["quantizers"] = [q.state_for_layer(self.name) for q in quantizers]
+        quantizers = [q.state_for_layer(self.name) for q in self._quantizers()]
+        if any(quantizers):
+            state["quantizers"] = quantizers
         return state
 
     def set_extra_state(self, state):
@@ -150,7 +150,7 @@ class QLinear(nn.Module):
             h = (state or {}).get(f"{g}.{op}")
             s._history = None if h is None or h.numel() == 0 else h.clone()
         saved = (state or {}).get("quantizers") or []
-        for i, q in enumerate(self._stateful_quantizers()):
+        for i, q in enumerate(self._quantizers()):
             q.load_state_for_layer(self.name, saved[i] if i < len(saved) else {})
 
     def fast(self, x: torch.Tensor) -> bool:
@@ -234,10 +234,7 @@ class QLinear(nn.Module):
         elif isinstance(spec, OperandQuantizer):
             values, stats = spec(t, OperandCall(self, gemm, operand, self._seed(gemm, operand), self.training))
             if want:
-                # optional hook: numbers worth their cost only on telemetry steps (MoR's error
-                # under every partition)
-                more = getattr(spec, "telemetry_stats", None)
-                tel.record(self.name, gemm, operand, t, values, None, None, **stats, **(more(t) if more else {}))
+                tel.record(self.name, gemm, operand, t, values, None, None, **stats, **spec.telemetry_stats(t))
         else:
             qt = self._operand(gemm, operand, t, spec)
             values = qt.dequantize().float()

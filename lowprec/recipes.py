@@ -27,11 +27,20 @@ Named recipes (``RECIPES``), each documented below with its source:
   int8_block              INT8 in 32x32 blocks; gradients with stochastic rounding (Jetfire)
   int8_rowwise            INT8, X and dY per row, W per tensor; weight gradient in 16 bits
                           (SwitchBack)
+
+The method contract: a paper's method is a module that exports ``METHODS``, a sequence of
+``Method`` (the recipe name a method section gives, its own keys with defaults, and
+``build_recipe``), and may export ``WEIGHT_EXPORTS``. The core finds the modules (``registry``),
+checks a section's keys once (``Method.own_keys``) and builds its recipe (``recipe_from_config``).
+A Recipe says what the GEMMs see, and may add a per-layer ``weight_transform`` and a term of the
+training loss (``extra_loss``); an ``OperandQuantizer`` may keep per-layer state for checkpoints and
+report extra telemetry (hooks with no-op defaults). docs/adding-a-method.md walks through it.
 """
 
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Callable, NamedTuple, Optional, Union
@@ -75,6 +84,20 @@ class OperandQuantizer(abc.ABC):
         no such path, and QLinear multiplies the emulated values. Never called on telemetry steps,
         so it need not produce statistics."""
         return None
+
+    # Per-layer state that must survive a resume (e.g. a dynamic rule's running level): QLinear
+    # saves it in its extra state and hands it back on load. Stateless quantizers keep the no-ops.
+    def state_for_layer(self, name: str) -> dict:
+        """This quantizer's state for layer ``name`` (tensors and numbers; {} when it has none)."""
+        return {}
+
+    def load_state_for_layer(self, name: str, state: dict) -> None:
+        """Restore what ``state_for_layer(name)`` returned ({} when the checkpoint holds none)."""
+
+    def telemetry_stats(self, t: torch.Tensor) -> dict:
+        """Extra numbers for telemetry about operand ``t``, worth their cost only on telemetry steps
+        (QLinear asks for them there alone)."""
+        return {}
 
     def to_dict(self) -> dict:
         return {"quantizer": self.name, **{k: v for k, v in vars(self).items() if not k.startswith("_")}}
@@ -121,6 +144,9 @@ class Recipe:
     # builds, per layer, a module mapping the master weight to the weight every GEMM uses (for
     # weight-noise and fake-quantization methods); gradients reach the master weight through it
     weight_transform: Optional[Callable[[Any], torch.nn.Module]] = None
+    # a term the trainer adds to the training loss, from the model (e.g. a penalty on learnable
+    # bit-widths); None: the loss is the language-model loss alone
+    extra_loss: Optional[Callable[[torch.nn.Module], torch.Tensor]] = None
 
     def __post_init__(self):
         if self.high_precision not in ("bf16", "fp32"):
@@ -193,16 +219,8 @@ def _spec_or_none(d) -> Optional[QuantSpec]:
     return None if d is None else QuantSpec.from_dict(d)
 
 
-# Paper methods build their recipe from the method config (their own keys); "module:function",
-# imported on first use so that the numerics core does not depend on the paper modules.
-RECIPE_BUILDERS: dict[str, str] = {
-    "gaussws": "lowprec.gaussws:gaussws_recipe",
-    "ste": "lowprec.gaussws:ste_recipe_from_config",
-    "int8_fallback": "lowprec.int8_fallback:int8_fallback_recipe",
-    "mor": "lowprec.mor:mor_recipe",
-}
 # Keys any method section may carry, read by lowprec.methods and lowprec.linear rather than by a
-# recipe builder; the builders accept them beside their own keys (the one list of them).
+# method's build_recipe (the one list of them).
 GENERIC_METHOD_KEYS = frozenset({"name", "recipe", "include", "exclude", "telemetry_every"})
 
 
@@ -218,13 +236,6 @@ def check_generic_keys(method_cfg: dict) -> None:
     every = method_cfg.get("telemetry_every")
     if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 0):
         raise ValueError(f"method.telemetry_every: must be an integer >= 0 (steps; 0: off), got {every!r}")
-
-
-def _builder(name: str):
-    import importlib
-
-    module, func = RECIPE_BUILDERS[name].split(":")
-    return getattr(importlib.import_module(module), func)
 
 
 OVERRIDE_KEYS = set(GEMMS) | {"high_precision"}
@@ -250,19 +261,109 @@ def with_overrides(recipe: Recipe, method_cfg: dict) -> Recipe:
     return replace(recipe, **changes) if changes else recipe
 
 
+@dataclass(frozen=True)
+class Method:
+    """A paper's method, as a module declares it to the core (its ``METHODS``; see
+    ``lowprec.recipes`` below for how modules are found).
+
+    recipe:       the name a method section's ``recipe`` key gives (unique among all methods and
+                  the built-in ``RECIPES``)
+    keys:         the method's own keys and their defaults (None: no default, or one that depends
+                  on another key); a section may carry these, the generic keys and the overrides
+                  (``with_overrides``), and nothing else
+    build_recipe: the Recipe of a section's own keys (only those given: defaults are its to apply);
+                  raises ValueError naming the key for a bad value
+    """
+    recipe: str
+    keys: Mapping[str, Any]
+    build_recipe: Callable[[dict], Recipe]
+
+    def own_keys(self, method_cfg: Optional[dict]) -> dict:
+        """The section's keys that are this method's own, after the one check of unknown keys."""
+        cfg = dict(method_cfg or {})
+        if cfg.get("recipe", self.recipe) != self.recipe:
+            raise ValueError(f"method ({self.recipe}): section names recipe {cfg['recipe']!r}")
+        check_generic_keys(cfg)
+        own = {k: v for k, v in cfg.items() if k not in GENERIC_METHOD_KEYS | OVERRIDE_KEYS}
+        unknown = set(own) - set(self.keys)
+        if unknown:
+            raise ValueError(f"method ({self.recipe}): unknown key(s) {sorted(unknown)}; its keys: "
+                             f"{sorted(self.keys)}; any method's: {sorted(GENERIC_METHOD_KEYS | OVERRIDE_KEYS)}")
+        return own
+
+    def recipe_for(self, method_cfg: Optional[dict] = None) -> Recipe:
+        """The recipe of a method section (generic keys ignored, overrides applied)."""
+        cfg = dict(method_cfg or {})
+        return with_overrides(self.build_recipe(self.own_keys(cfg)), cfg)
+
+
+# Where methods come from: every module or subpackage of lowprec.methods that exports METHODS (a
+# method of this repository: its module there is all it takes), and any module that an installed
+# distribution names under the "lowprec.methods" entry point group (a method in a package of its
+# own). A method module exports METHODS (a sequence of Method) and may export WEIGHT_EXPORTS
+# ({format name: function(model, format) that rewrites the model's weights in place}, post-training
+# exports that lowprec.evaluate offers for any run).
+ENTRY_POINT_GROUP = "lowprec.methods"
+
+
+class _Registry(NamedTuple):
+    methods: dict         # recipe name -> Method
+    exports: dict         # weight export format -> function(model, format)
+    module_of: dict       # recipe name -> the module that defines it
+    export_module_of: dict
+
+
+def _method_modules() -> list[tuple[str, bool]]:
+    """(module name, whether it must export METHODS): the modules of lowprec.methods, which may
+    hold helpers (a method's fast path, the rules its kernels share), then the entry points."""
+    import importlib
+    import pkgutil
+    from importlib.metadata import entry_points
+
+    package = importlib.import_module(".methods", __package__)
+    here = [(m.name, False) for m in pkgutil.iter_modules(package.__path__, package.__name__ + ".")]
+    return here + [(ep.module, True) for ep in entry_points(group=ENTRY_POINT_GROUP)]
+
+
+@functools.lru_cache(maxsize=1)
+def registry() -> _Registry:
+    """Every method and weight export of the method modules (imported on first use, so that the
+    numerics core does not load the paper modules until a method asks for one)."""
+    import importlib
+
+    reg = _Registry({}, {}, {}, {})
+    modules: dict = {}
+    for module_name, required in _method_modules():  # each once; required if any source requires it
+        modules[module_name] = modules.get(module_name, False) or required
+    for module_name, required in modules.items():
+        module = importlib.import_module(module_name)
+        methods = getattr(module, "METHODS", None)
+        if methods is None and not required:
+            continue
+        if methods is None or not all(isinstance(m, Method) for m in methods):
+            raise TypeError(f"method module {module_name}: METHODS must be a sequence of lowprec.recipes.Method")
+        for m in methods:
+            where = reg.module_of.get(m.recipe, "the built-in recipes" if m.recipe in RECIPES else None)
+            if where:
+                raise ValueError(f"method module {module_name}: recipe {m.recipe!r} is also defined by {where}")
+            reg.methods[m.recipe], reg.module_of[m.recipe] = m, module_name
+        for fmt, fn in getattr(module, "WEIGHT_EXPORTS", {}).items():
+            if fmt in reg.exports:
+                raise ValueError(f"method module {module_name}: weight export {fmt!r} is also defined by "
+                                 f"{reg.export_module_of[fmt]}")
+            reg.exports[fmt], reg.export_module_of[fmt] = fn, module_name
+    return reg
+
+
 def recipe_from_config(method_cfg: dict) -> Recipe:
     """The recipe a method config names: a built-in recipe (``RECIPES``) or a paper method
-    (``RECIPE_BUILDERS``, built from its own keys), either way with the per-GEMM operand overrides
-    of ``with_overrides``, e.g. ``{recipe: gaussws, fprop: {a: {fmt: e4m3, scaling: tensor}}}``."""
+    (``registry()``, built from its own keys), either way with the per-GEMM operand overrides
+    of ``with_overrides``, e.g. ``{recipe: gaussws, fprop: {a: {fmt: e4m3, scaling: tensor}}}``.
+    Unknown keys are refused here, for every method."""
     name = method_cfg.get("recipe", "bf16")
-    check_generic_keys(method_cfg)
-    if name in RECIPE_BUILDERS:
-        own = {k: v for k, v in method_cfg.items() if k not in GENERIC_METHOD_KEYS | OVERRIDE_KEYS}
-        return with_overrides(_builder(name)(own), method_cfg)
-    if name not in RECIPES:
-        raise ValueError(f"method.recipe: unknown recipe {name!r}; known: {sorted(RECIPES) + sorted(RECIPE_BUILDERS)}")
-    unknown = set(method_cfg) - GENERIC_METHOD_KEYS - OVERRIDE_KEYS
-    if unknown:
-        raise ValueError(f"method: unknown key(s) {sorted(unknown)} for recipe {name!r}; known: "
-                         f"{sorted(GENERIC_METHOD_KEYS | OVERRIDE_KEYS)}")
-    return with_overrides(RECIPES[name], method_cfg)
+    if name in RECIPES:
+        return Method(name, {}, lambda own: RECIPES[name]).recipe_for(method_cfg)
+    methods = registry().methods
+    if name not in methods:
+        raise ValueError(f"method.recipe: unknown recipe {name!r}; known: {sorted(RECIPES) + sorted(methods)}")
+    return methods[name].recipe_for(method_cfg)

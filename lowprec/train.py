@@ -8,7 +8,8 @@ Writes into the run's ``output_dir`` (rank zero only, under DDP/FSDP):
   provenance.json   code and library versions, device, times, tokens seen, status (written last)
   checkpoints/      last.ckpt, from which a killed run resumes (see ``lowprec.checkpoint``)
 A non-finite loss stops the run with status ``diverged``; that is a result, not an error.
-Progress goes to stdout (step, train loss, tokens/s, ETA) at most every ``PROGRESS_EVERY_S`` seconds.
+Progress goes to stdout (step, train loss, tokens/s, ETA) at most every ``PROGRESS_EVERY_S`` seconds
+(``lowprec.steplog``, which writes metrics.csv and the telemetry as the run trains).
 
 Resuming: the rows logged up to a checkpoint travel inside it. A resumed run rewrites metrics.csv
 from the checkpoint's rows, dropping the rows the killed process logged after its last checkpoint,
@@ -27,11 +28,7 @@ are averaged. Throughput and peak memory are measured on rank zero.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
-import os
-import resource
 import sys
 import time
 from pathlib import Path
@@ -55,10 +52,10 @@ from .data import DataError, TokenData  # noqa: E402
 from .io import write_json, write_text, write_yaml  # noqa: E402
 from .methods import apply_method, resolve_precision  # noqa: E402
 from .models import build_model, causal_lm_loss, count_parameters  # noqa: E402
+from .steplog import (MetricsFile, StepLogger, TelemetryWriter, merge_telemetry, metrics_frame,  # noqa: E402
+                      peak_memory_mb)
 
 STATUS_COMPLETED, STATUS_DIVERGED = "completed", "diverged"
-METRIC_COLUMNS = ("step", "lr", "peak_mem_mb", "tokens", "tokens_per_s", "train_loss", "val_loss")
-PROGRESS_EVERY_S = 10.0
 # Mistakes in what the user gave (config, data, checkpoints): one line on stderr, no traceback
 USER_ERRORS = (cfglib.ConfigError, DataError, ckptlib.CheckpointError)
 
@@ -157,7 +154,7 @@ class LitLM(L.LightningModule):
         self.model = build_model(cfg["model"], vocab_size)
         self.method_info = apply_method(self.model, cfg["method"], precision, seed=cfg["seed"])
         self.telemetry = self.method_info.pop("telemetry")
-        self.bit_decay = float(cfg["method"].get("bit_decay", 0.0) or 0.0)  # GaussWS learnable-b penalty
+        self.extra_loss = self.method_info.pop("extra_loss")  # the recipe's own term of the loss, if any
         self.tokens_per_batch = self.train_cfg["batch_size"] * self.train_cfg["seq_len"]
         self.diverged_at: int | None = None
         self.step_losses: list[torch.Tensor] = []
@@ -185,9 +182,8 @@ class LitLM(L.LightningModule):
             self.trainer.should_stop = True
             return None
         self.step_losses.append(loss.detach())
-        if self.bit_decay:
-            from .gaussws import bit_decay_loss
-            loss = loss + bit_decay_loss(self.model, self.bit_decay)
+        if self.extra_loss is not None:
+            loss = loss + self.extra_loss(self.model)
         return loss
 
     def on_validation_epoch_start(self):
@@ -224,146 +220,6 @@ def _clean_name(name: str) -> str:
     return name.replace("_fsdp_wrapped_module.", "")
 
 
-class MetricsFile:
-    """``metrics.csv`` while a run trains: one line per logged row (a training row and a validation
-    row at the same step are two lines), written and synced to disk when the row is logged, so a
-    killed run keeps every row it logged. ``run`` replaces it with one row per step at the end."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    @staticmethod
-    def _lines(rows) -> str:
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerows([[_cell(r.get(c)) for c in METRIC_COLUMNS] for r in rows])
-        return buf.getvalue()
-
-    def start(self, rows: list[dict]) -> None:
-        """The header and ``rows`` (those a resumed checkpoint carries), replacing any older file."""
-        write_text(self.path, ",".join(METRIC_COLUMNS) + "\n" + self._lines(rows))
-
-    def append(self, row: dict) -> None:
-        with open(self.path, "a") as f:
-            f.write(self._lines([row]))
-            f.flush()
-            os.fsync(f.fileno())
-
-
-def _cell(v) -> str:
-    return "" if v is None else repr(v) if isinstance(v, float) else str(v)
-
-
-def metrics_frame(rows: list[dict]) -> "pd.DataFrame":
-    """The finished metrics.csv: one row per step (a step's training and validation rows merged)."""
-    import pandas as pd
-
-    df = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
-    return df.groupby("step", as_index=False).last().sort_values("step")
-
-
-def _hms(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
-
-
-class StepLogger(Callback):
-    """Writes one row per logged optimizer step, keyed by the number of steps completed:
-    train loss (mean over the step's micro-batches and the ranks), lr, tokens (global), tokens/s
-    over the window (training batches only, validation excluded) and peak memory (rank zero);
-    validation rows likewise. Rank zero appends each row to ``metrics`` (``MetricsFile``) and
-    prints a progress line at most every ``PROGRESS_EVERY_S`` seconds. The rows logged so far are
-    the callback's checkpoint state, so a resumed run starts from exactly the rows up to its step."""
-
-    def __init__(self, tokens_per_step: int, every: int, metrics: MetricsFile | None = None):
-        self.tokens_per_step, self.every, self.metrics = tokens_per_step, every, metrics
-        self.window_time, self.window_steps, self.total_time, self.total_steps = 0.0, 0, 0.0, 0
-        self._last_step = None
-        self.rows: list[dict] = []
-        self._file_started = False
-        self._last_print, self._shown_train = -math.inf, False
-        self._t_start, self._step_start = time.perf_counter(), None
-
-    def state_dict(self) -> dict:
-        return {"rows": [dict(r) for r in self.rows]}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.rows = [dict(r) for r in state.get("rows", [])]
-
-    def _log(self, trainer, metrics: dict):
-        step = trainer.global_step
-        row = {"step": step, **metrics, "tokens": float(step * self.tokens_per_step)}
-        self.rows.append(row)
-        if self._file_started:
-            self.metrics.append(row)
-        else:
-            self._start_file(trainer)
-        for lg in trainer.loggers:
-            lg.log_metrics({k: v for k, v in row.items() if k != "step"}, step=step)
-
-    def _start_file(self, trainer) -> None:
-        """metrics.csv from the rows so far: none, or those restored from the checkpoint."""
-        if trainer.is_global_zero and self.metrics is not None and not self._file_started:
-            self.metrics.start(self.rows)
-            self._file_started = True
-
-    def on_train_start(self, trainer, pl_module):  # after Lightning has restored a checkpoint
-        self._t_start, self._step_start = time.perf_counter(), trainer.global_step
-        self._start_file(trainer)
-
-    def _progress(self, trainer, text: str, force: bool = False) -> None:
-        now = time.perf_counter()
-        if not trainer.is_global_zero or (not force and now - self._last_print < PROGRESS_EVERY_S):
-            return
-        self._last_print = now
-        step, total = trainer.global_step, trainer.max_steps
-        done = step - (step if self._step_start is None else self._step_start)
-        eta = (now - self._t_start) / done * (total - step) if done > 0 else math.nan
-        print(f"step {step}/{total} ({100 * step / total:.0f}%) | {text} | elapsed {_hms(now - self._t_start)}"
-              + (f" | ETA {_hms(eta)}" if math.isfinite(eta) else ""), flush=True)
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if self._last_step != trainer.global_step:  # first micro-batch of an optimizer step
-            self._t0, self._last_step = time.perf_counter(), trainer.global_step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.global_step == self._last_step:  # still accumulating
-            return
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - self._t0
-        self.window_time += dt
-        self.total_time += dt
-        self.window_steps += 1
-        self.total_steps += 1
-        losses, pl_module.step_losses = pl_module.step_losses, []
-        if trainer.global_step % self.every == 0 and losses:  # same decision on every rank
-            loss = trainer.strategy.reduce(torch.stack(losses).mean(), reduce_op="mean")  # equal shards
-            tokens_per_s = self.window_steps * self.tokens_per_step / self.window_time
-            self._log(trainer, {
-                "train_loss": loss.item(),
-                "lr": trainer.optimizers[0].param_groups[0]["lr"],
-                "tokens_per_s": tokens_per_s,
-                "peak_mem_mb": peak_memory_mb(),
-            })
-            self.window_time, self.window_steps = 0.0, 0
-            self._progress(trainer, f"train_loss {loss.item():.4f} | {tokens_per_s:,.0f} tokens/s",
-                           force=not self._shown_train or trainer.global_step >= trainer.max_steps)
-            self._shown_train = True
-
-    def on_validation_end(self, trainer, pl_module):
-        if trainer.sanity_checking or "val_loss" not in trainer.callback_metrics:
-            return
-        val = trainer.callback_metrics["val_loss"].item()
-        self._log(trainer, {"val_loss": val})
-        self._progress(trainer, f"val_loss {val:.4f}", force=True)
-
-    def mean_tokens_per_s(self) -> float | None:
-        if not self.total_time:
-            return None
-        return self.total_steps * self.tokens_per_step / self.total_time
-
-
 class PeriodicCheckpoint(Callback):
     """Saves ``path`` every ``every`` optimizer steps. At a step that also validates, the save
     waits for the validation, so that the checkpoint holds that step's validation row: Lightning
@@ -388,50 +244,7 @@ class PeriodicCheckpoint(Callback):
             self._save(trainer)
 
 
-class TelemetryWriter(Callback):
-    """Tells the collector the current step and appends its rows to the log segment as they come;
-    under DDP/FSDP only rank zero's rows (see the module docstring)."""
-
-    def __init__(self, telemetry, path: Path):
-        self.telemetry, self.path = telemetry, path
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self.telemetry.step = trainer.global_step
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self.telemetry.rows and not trainer.is_global_zero:
-            self.telemetry.rows.clear()
-        if self.telemetry.rows:
-            frame = self.telemetry.frame()
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            frame.to_csv(self.path, mode="a", header=not self.path.exists(), index=False)
-            self.telemetry.rows.clear()
-
-
-def peak_memory_mb() -> float:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    # ru_maxrss is KiB on Linux: the process's peak resident memory
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 # --------------------------------------------------------------------------- run
-
-def _segments(log_dir: Path, name: str) -> "pd.DataFrame | None":
-    import pandas as pd
-
-    parts = sorted(log_dir.glob(f"segment-*/{name}"), key=lambda p: int(p.parent.name.split("-")[1]))
-    frames = [pd.read_csv(p) for p in parts if p.stat().st_size > 0]
-    return pd.concat(frames, ignore_index=True) if frames else None
-
-
-def _merge_telemetry(log_dir: Path) -> "pd.DataFrame | None":
-    df = _segments(log_dir, "telemetry.csv")
-    if df is None:
-        return None
-    key = ["step", "layer", "gemm", "operand"]
-    return df.drop_duplicates(subset=key, keep="last").sort_values(key, kind="stable")
-
 
 def _may_resume(ckpt_dir: Path, cfg_hash: str) -> bool:
     """Whether ``ckpt_dir`` holds checkpoints of an unfinished run of this very config."""
@@ -662,7 +475,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     metrics = metrics_frame(steplog.rows)
     steps = module.diverged_at if status == STATUS_DIVERGED else trainer.global_step  # finite steps taken
     write_text(out / "metrics.csv", metrics.to_csv(index=False))
-    telemetry = _merge_telemetry(log_dir)
+    telemetry = merge_telemetry(log_dir)
     if telemetry is not None:
         write_text(out / "telemetry.csv", telemetry.to_csv(index=False))
     write_yaml(out / "config.yaml", cfg)

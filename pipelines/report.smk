@@ -18,7 +18,7 @@ for _paper in MATRIX_PAPERS:
 def claims_registry(paper):
     """The paper's claims file (by absolute path: the workflow may run from another directory,
     -s .../Snakefile), or None for an experiment without claims (the cross-recipe matrix)."""
-    path = os.path.join(workflow.basedir, "configs", "claims", f"{paper}.yaml")
+    path = os.path.abspath(lpc.CONFIG_DIR / "claims" / f"{paper}.yaml")
     return path if Path(path).exists() else None
 
 
@@ -120,7 +120,8 @@ rule regenerate:
         _regenerate_input,
 
 
-for _paper in ("gaussws", "int8_fallback", "mor", "baselines"):
+# one target per experiment of configs/experiments/ (`snakemake <paper>`), empty unless selected
+for _paper in lpc.papers():
 
     rule:
         name:

@@ -111,7 +111,7 @@ def test_unknown_paper_is_named(capsys):
 
 
 def test_recipes_lists_built_in_and_paper_recipes(capsys):
-    from lowprec.recipes import RECIPE_BUILDERS, RECIPES
+    from lowprec.recipes import RECIPES, registry
 
     lines = _run(["recipes"], capsys)
     for name, recipe in RECIPES.items():
@@ -120,7 +120,7 @@ def test_recipes_lists_built_in_and_paper_recipes(capsys):
     for paper, exp in _experiments().items():
         for m in exp["methods"].values():
             users.setdefault(m.get("recipe", "bf16"), []).append(paper)
-    for name in RECIPE_BUILDERS:
+    for name in registry().methods:
         row = _row(lines, name)
         assert row[1].startswith("paper (lowprec.") and row[2] == ", ".join(dict.fromkeys(users[name]))
     assert _row(lines, "ste")[-1].startswith("e.g. ste_")  # no default format: a configured method's
@@ -194,6 +194,6 @@ def test_scales_count_grid_and_complete_runs(tmp_path, capsys):
 
 
 def test_evaluate_help_names_every_export_format():
-    from lowprec.gaussws import EXPORT_FORMATS
+    from lowprec.recipes import registry
 
-    assert set(cli.EXPORT_FORMATS) == set(EXPORT_FORMATS)
+    assert set(cli.EXPORT_FORMATS) == set(registry().exports)

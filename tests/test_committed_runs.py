@@ -115,7 +115,7 @@ def _digests(root: Path) -> dict[str, str]:
             for p in sorted((root / "results").rglob("*")) if p.is_file()}
 
 
-PAPERS = lpc.load_yaml(REPO / "configs" / "config.yaml")["papers"]
+PAPERS = lpc.papers()  # the default selection (configs/config.yaml: papers: all)
 
 
 @pytest.mark.slow

@@ -57,13 +57,13 @@ def test_data_id_changes_with_anything_that_shapes_tokens():
     # an unknown recipe, whichever paper names it
     ("mor", "nemotron", "mor_block", {"recipe": "mr"}, r"methods\.mor_block: method\.recipe: unknown recipe 'mr'"),
     ("baselines", "gpt2", "bf16", {"recipe": "fp9"}, r"methods\.bf16: method\.recipe: unknown recipe 'fp9'"),
-    # an unknown key: each paper's own check of its keys
+    # an unknown key: the one check of every method's keys (lowprec.recipes.Method)
     ("mor", "nemotron", "mor_block", {"partiton": "block"}, r"method \(mor\): unknown key\(s\) \['partiton'\]"),
     ("gaussws", "gpt2", "gaussws_b6", {"sigma": 1}, r"method \(gaussws\): unknown key\(s\) \['sigma'\]"),
     ("gaussws", "gpt2", "ste_mxfp6_e3m2", {"bits": 6}, r"method \(ste\): unknown key\(s\) \['bits'\]"),
     ("int8_fallback", "llama2", "int8_fallback", {"taus": 8},
-     r"unknown key\(s\) \['taus'\] for recipe 'int8_fallback'"),
-    ("baselines", "gpt2", "int8_block", {"block": [16, 16]}, r"unknown key\(s\) \['block'\] for recipe 'int8_block'"),
+     r"method \(int8_fallback\): unknown key\(s\) \['taus'\]"),
+    ("baselines", "gpt2", "int8_block", {"block": [16, 16]}, r"method \(int8_block\): unknown key\(s\) \['block'\]"),
     # a key of the wrong type, a paper's own or a key every method has
     ("mor", "nemotron", "mor_block", {"threshold": "low"}, r"methods\.mor_block: threshold: must be a finite number >= 0, got 'low'"),
     ("int8_fallback", "llama2", "int8_fallback", {"tau": "eight"}, r"tau: must be a finite number > 0, got 'eight'"),

@@ -109,7 +109,7 @@ _RANK_WORKER = textwrap.dedent("""
     from torch import nn
 
     from lowprec import RECIPES, convert
-    from lowprec.int8_fallback import int8_fallback_recipe
+    from lowprec.methods.int8_fallback import int8_fallback_recipe
 
 
     def input_grad(recipe):

@@ -1,4 +1,4 @@
-"""GaussWS (lowprec.gaussws): the noise law, Delta, exactness under a BF16 operator, gradients,
+"""GaussWS (lowprec.methods.gaussws): the noise law, Delta, exactness under a BF16 operator, gradients,
 resampling, reproducibility, the STE arms, export and the recipes. Torch path only (the Triton
 kernel is tested in test_kernels_gaussws.py). CPU, a few seconds."""
 
@@ -10,7 +10,8 @@ import torch
 from scipy import stats
 from torch import nn
 
-from lowprec import gaussws as gw
+from lowprec.methods import gaussws as gw
+from lowprec.methods.gaussws.noise import _unit_noise
 from lowprec.linear import QLinear, convert
 from lowprec.numerics import QuantSpec, fake_quantize, get_format, sqnr_db
 from lowprec.recipes import RECIPES
@@ -64,7 +65,7 @@ def test_threshold_sampler_edges():
 
 @pytest.mark.parametrize("sampler,rng", [("threshold", "generator"), ("normal", "generator"), ("threshold", "philox")])
 def test_sampler_distribution_chi_square(sampler, rng):
-    r = gw._unit_noise("rounded_gaussian", (1000, 1000), seed=123, sampler=sampler, rng=rng, device="cpu")
+    r = _unit_noise("rounded_gaussian", (1000, 1000), seed=123, sampler=sampler, rng=rng, device="cpu")
     assert r.dtype == torch.int8
     assert _chi2_pvalue(r, gw.rounded_gaussian_pmf()) > 1e-3
     assert (r == 0).double().mean().item() == pytest.approx(0.6827, abs=3e-3)  # 68% untouched (brief 2.2)
@@ -434,7 +435,7 @@ def test_noise_arms(noise):
         assert unit.std().item() == pytest.approx(0.5, rel=0.03) and (unit != unit.round()).all()
     full = delta.repeat_interleave(32, 0).repeat_interleave(32, 1)
     assert torch.equal(w_c, (w + unit * full).to(torch.bfloat16))
-    rec = gw.gaussws_recipe({"recipe": "diffq_uniform" if noise == "uniform" else "gaussian", "b": 6})
+    rec = gw.gaussws_recipe({"recipe": "gaussws", "noise": noise, "b": 6})
     assert rec.weight_transform(type("L", (), {"weight": w, "seed": 0, "transposed": False})).noise == noise
 
 

@@ -111,11 +111,11 @@ def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls, count_calls):
 @pytest.mark.parametrize("threshold", [0.045, 0.0])
 @pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
 def test_mor_fast_gemm_equals_emulation(partition, threshold, scaled_mm_calls):
-    """MoR's fast GEMM (lowprec.mor_fast) on the H200: the emulation's decisions, the FP8 product on
+    """MoR's fast GEMM (lowprec.methods.mor_fast) on the H200: the emulation's decisions, the FP8 product on
     _scaled_mm (128x128 GAM blocks as cuBLAS block scales) always, overwritten by the Triton fix-up
     where an operand chose BF16, with no host read of the choice."""
-    from lowprec.mor import MoRQuantizer
-    from lowprec.mor_fast import mor_mm, mor_operand
+    from lowprec.methods.mor import MoRQuantizer
+    from lowprec.methods.mor_fast import mor_mm, mor_operand
 
     q = MoRQuantizer(partition=partition, threshold=threshold)
     torch.manual_seed(0)
@@ -209,7 +209,7 @@ def test_blockwise_fp8_mm(kind_b):
 
 @pytest.mark.parametrize("rule", ["absmax", "none"])
 def test_int8_fallback_fused_gemm_equals_emulation(rule, count_calls):
-    from lowprec.int8_fallback import int8_fallback_recipe
+    from lowprec.methods.int8_fallback import int8_fallback_recipe
     from lowprec.kernels import int8_fallback_gemm as kf
 
     if not kf.triton_available("cuda"):
@@ -260,7 +260,7 @@ def test_cuda_quantize_dispatch_is_bit_exact(spec, monkeypatch, count_calls):
 @pytest.mark.parametrize("partition,scale", [("tensor", "gam"), ("block", "gam"), ("channel", "gam"),
                                              ("block", "e8"), ("block", "fp32")])
 def test_mor_kernel_path_equals_torch_path(partition, scale, monkeypatch):
-    from lowprec import mor
+    from lowprec.methods import mor
     from lowprec.kernels import mor_quant as km
 
     if not km.triton_available("cuda"):
@@ -289,7 +289,7 @@ def _mor_kernels():
 
 def _mor_emulated64(x, partition, threshold):
     """float64 values the emulation multiplies, from the torch reference quantization."""
-    from lowprec import mor
+    from lowprec.methods import mor
 
     qt = mor.quantize_e4m3(x.float(), partition)
     e4 = mor.decide(mor.mor_relative_error(x.float(), qt.dequantize()), threshold) == "e4m3"
@@ -303,7 +303,7 @@ def test_mor_gemm_every_format_combination(partition, backend):
     BF16. 'ran' proves the FP8 product came from FP8 tensor cores (the kernel's FP8 loop, or
     torch._scaled_mm with the kernel returning at once) and BF16 choices from the BF16 loop.
     Row- and blockwise torch._scaled_mm give bf16 products: 40 dB there, 60 dB otherwise."""
-    from lowprec import mor
+    from lowprec.methods import mor
 
     kg = _mor_kernels()
     torch.manual_seed(0)
@@ -327,8 +327,8 @@ def test_mor_fused_gemm_equals_emulation_without_host_sync(partition, monkeypatc
     kernel counted), the same decisions as the emulation's (LOWPREC_MOR_KERNEL off), results to
     45 dB (scaled_mm tensorwise and the kernel: ~120 dB; the floor leaves room for a decision tie),
     the same coverage counts, and a second step under set_sync_debug_mode("error")."""
-    from lowprec import mor
-    from lowprec.mor import mor_recipe, recipe_coverage
+    from lowprec.methods import mor
+    from lowprec.methods.mor import mor_recipe, recipe_coverage
 
     kg = _mor_kernels()
     torch.manual_seed(0)
@@ -426,7 +426,7 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     and its configurations equal the torch reference bit for bit without FMA contraction."""
     from dataclasses import replace
 
-    from lowprec.int8_fallback import int8_block_gemm_reference
+    from lowprec.methods.int8_fallback import int8_block_gemm_reference
     from lowprec.kernels import int8_fallback_gemm as kf
     from lowprec.kernels import int8_fallback_tuning as kt
 

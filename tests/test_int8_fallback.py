@@ -1,4 +1,4 @@
-"""INT8 with block-level fallback (lowprec.int8_fallback): error bounds, the two-part 16-bit
+"""INT8 with block-level fallback (lowprec.methods.int8_fallback): error bounds, the two-part 16-bit
 representation, each fallback rule, the exact integer GEMM, and the three GEMMs of a converted
 layer against float64 with SQNR floors and ceilings."""
 
@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from lowprec import RECIPES, convert
-from lowprec.int8_fallback import (
+from lowprec.methods.int8_fallback import (
     DEFAULTS,
     FallbackInt8Quantizer,
     block_absmax_stats,
@@ -462,11 +462,9 @@ def test_recipe_config_keys_and_defaults():
             int8_fallback_recipe(bad)
 
 
-def test_recipe_from_method_config_when_wired():
+def test_recipe_from_method_config():
     from lowprec import recipes
 
-    if "int8_fallback" not in getattr(recipes, "RECIPE_BUILDERS", {}):
-        pytest.skip("recipes.RECIPE_BUILDERS does not list int8_fallback yet")
     r = recipes.recipe_from_config({"recipe": "int8_fallback", "name": "fb", "rule": "error"})
     assert r.name == "int8_fallback" and r.fprop.a.rule == "error"
 

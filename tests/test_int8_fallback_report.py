@@ -12,7 +12,7 @@ import torch
 import yaml
 from torch import nn
 
-from lowprec.int8_fallback import block_absmax_stats
+from lowprec.methods.int8_fallback import block_absmax_stats
 from lowprec.report import claims as cl
 from lowprec.report import int8_fallback as rep
 from lowprec.report import int8_throughput as tput

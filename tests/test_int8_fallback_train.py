@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 
 from lowprec import convert, train
-from lowprec.int8_fallback import FallbackInt8Quantizer, int8_fallback_recipe
+from lowprec.methods.int8_fallback import FallbackInt8Quantizer, int8_fallback_recipe
 from lowprec.linear import QLinear
 from conftest import smoke_run_config
 from test_train import Crash, CrashAt, _losses

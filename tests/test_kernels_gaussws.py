@@ -1,4 +1,4 @@
-"""The fused GaussWS Triton kernel against the torch reference in lowprec.gaussws, bit for bit.
+"""The fused GaussWS Triton kernel against the torch reference in lowprec.methods.gaussws, bit for bit.
 
 Runs on CUDA when a device is present, else under the Triton interpreter on CPU (a few seconds).
 As in test_kernels_quantize.py, TRITON_INTERPRET must be set before lowprec.kernels.gaussws_noise (and
@@ -7,7 +7,7 @@ only, so an earlier import of triton itself does not matter); the modules are re
 imported them before without the variable.
 
 The contract: kernel(W, seed) == gaussws_reference(W, bits=<the kernel's Philox words>), and those
-words are lowprec.gaussws.philox_bits(shape, seed), Philox4x32-10 as in tl.randint4x.
+words are lowprec.methods.gaussws.philox_bits(shape, seed), Philox4x32-10 as in tl.randint4x.
 """
 
 import importlib
@@ -24,7 +24,7 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 
-from lowprec import gaussws as gw  # noqa: E402
+from lowprec.methods import gaussws as gw  # noqa: E402
 from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 
 _MOD = "lowprec.kernels.gaussws_noise"
@@ -180,7 +180,7 @@ def test_philox_matches_triton_randint4x():
         import os
         os.environ["TRITON_INTERPRET"] = "1"
         import torch, triton, triton.language as tl
-        from lowprec import gaussws as gw
+        from lowprec.methods import gaussws as gw
 
         @triton.jit
         def k(out, seed, n: tl.constexpr):

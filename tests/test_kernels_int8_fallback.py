@@ -1,5 +1,5 @@
 """Triton fallback kernels (lowprec.kernels.int8_fallback_gemm) against the torch reference in
-lowprec.int8_fallback: the quantize pass bit for bit, the GEMM equal to the exact integer emulation
+lowprec.methods.int8_fallback: the quantize pass bit for bit, the GEMM equal to the exact integer emulation
 bit for bit (under the interpreter; to fp32 rounding on CUDA).
 
 Runs on CUDA when present, else under the Triton interpreter on CPU (a few seconds, tiny shapes).
@@ -24,7 +24,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from conftest import assert_equal_or_both_nan  # noqa: E402
-from lowprec.int8_fallback import (  # noqa: E402
+from lowprec.methods.int8_fallback import (  # noqa: E402
     block_int8_error,
     fallback_quantize,
     int8_block_gemm_reference,
@@ -367,7 +367,7 @@ def test_import_without_triton(monkeypatch):
 def test_quantizer_fused_path_equals_torch_path(device, rule, monkeypatch):
     """FallbackInt8Quantizer on the kernels (what CUDA runs) against its torch path: the same codes,
     scales, mask and threshold, nearest and stochastic slots, and the dynamic rule's EMA state."""
-    import lowprec.int8_fallback as i8
+    import lowprec.methods.int8_fallback as i8
     from lowprec.recipes import OperandCall
 
     class Layer:

@@ -1,4 +1,4 @@
-"""MoR Triton kernel (lowprec.kernels.mor_quant) vs the torch reference in lowprec.mor: codes and
+"""MoR Triton kernel (lowprec.kernels.mor_quant) vs the torch reference in lowprec.methods.mor: codes and
 scales bit for bit, relative error up to fp32 summation order (rel 1e-5).
 
 CUDA when present, else the Triton interpreter on CPU (tiny shapes: it runs each program in numpy).
@@ -19,7 +19,7 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 
-from lowprec import mor  # noqa: E402
+from lowprec.methods import mor  # noqa: E402
 from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 
 _MOD = "lowprec.kernels.mor_quant"

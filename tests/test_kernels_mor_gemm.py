@@ -1,5 +1,5 @@
 """MoR GEMM kernel (lowprec.kernels.mor_gemm) and MoRQuantizer.fused_gemm against float64 GEMMs of
-the emulation's values (lowprec.mor): every format combination, every partition, shapes that are
+the emulation's values (lowprec.methods.mor): every format combination, every partition, shapes that are
 not multiples of the tiles, the decision read on the device, and which main loop ran (the Triton
 backend; tests/test_gpu.py covers the torch._scaled_mm one).
 
@@ -22,7 +22,7 @@ if not torch.cuda.is_available():
 
 pytest.importorskip("triton")
 
-from lowprec import mor  # noqa: E402
+from lowprec.methods import mor  # noqa: E402
 from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 from lowprec.numerics import sqnr_db  # noqa: E402
 from lowprec.recipes import OperandCall  # noqa: E402
@@ -233,11 +233,11 @@ def test_empty_operand_is_an_error_naming_it():
 @pytest.mark.parametrize("threshold_a,threshold_b", [(E4M3_TH, E4M3_TH), (E4M3_TH, BF16_TH), (BF16_TH, BF16_TH)])
 @pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
 def test_fast_path_fixup_reads_the_choice_on_the_device(partition, threshold_a, threshold_b):
-    """lowprec.mor_fast's GEMM: the FP8 product of the codes, then this kernel's fix-up mode, which
+    """lowprec.methods.mor_fast's GEMM: the FP8 product of the codes, then this kernel's fix-up mode, which
     leaves it where both chose E4M3 and otherwise writes the product of the chosen values; the
     backward's operands come transposed (a view of the forward's codes and tensor)."""
     from lowprec.gemm import operand_mm
-    from lowprec.mor_fast import mor_mm, mor_operand
+    from lowprec.methods.mor_fast import mor_mm, mor_operand
 
     a, b = _data((256, 128), 11).to(DEVICE), _data((256, 256), 12).to(DEVICE)
     qa = mor_operand(mor.MoRQuantizer(partition, block=(128, 128), threshold=threshold_a), a.t())

@@ -1,4 +1,4 @@
-"""MoR (lowprec.mor): GAM inside the partitions, the relative-error statistic, the E4M3/BF16
+"""MoR (lowprec.methods.mor): GAM inside the partitions, the relative-error statistic, the E4M3/BF16
 decision, sub-tensor block rules, the recipe through QLinear, and telemetry."""
 
 import json
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from lowprec import convert
-from lowprec.mor import (
+from lowprec.methods.mor import (
     ALL_OPERAND_SLOTS,
     E5M2_DYNAMIC_RANGE,
     SUBTENSOR_E4M3_RANGE,

@@ -1,5 +1,5 @@
-"""Tensor-level MoR on the fast path (lowprec.mor_fast) on the CPU: its codes, scales, errors and
-decisions against the emulation's (lowprec.mor, itself checked against independent references),
+"""Tensor-level MoR on the fast path (lowprec.methods.mor_fast) on the CPU: its codes, scales, errors and
+decisions against the emulation's (lowprec.methods.mor, itself checked against independent references),
 its GEMMs against the emulation's on both branches, the decision counts of the coverage table,
 and the compiled model."""
 
@@ -12,8 +12,8 @@ from torch import nn
 import lowprec.linear as lin
 from lowprec import convert
 from lowprec.gemm import FastPlan
-from lowprec.mor import MoRQuantizer, _relative_error, mor_recipe, quantize_e4m3
-from lowprec.mor_fast import fast_mor_quantizer, mor_mm, mor_operand
+from lowprec.methods.mor import MoRQuantizer, _relative_error, mor_recipe, quantize_e4m3
+from lowprec.methods.mor_fast import fast_mor_quantizer, mor_mm, mor_operand
 from lowprec.numerics import sqnr_db
 
 PARTITIONS = ["tensor", "channel", "block"]

@@ -15,7 +15,7 @@ from torch import nn
 
 from lowprec import config as lpc
 from lowprec import convert
-from lowprec.mor import ALL_OPERAND_SLOTS, _ratio_terms, mor_recipe, mor_relative_error, mor_tensor
+from lowprec.methods.mor import ALL_OPERAND_SLOTS, _ratio_terms, mor_recipe, mor_relative_error, mor_tensor
 from lowprec.report import claims as cl
 from lowprec.report import mor as rep
 from lowprec.telemetry import Telemetry

@@ -271,15 +271,73 @@ def test_call_count_follows_the_buffer_without_reading_it_each_call():
 
 
 @pytest.mark.parametrize("name, own", [("gaussws", {"b": 6}), ("ste", {"fmt": "e2m1"}), ("int8_fallback", {"tau": 4}),
-                                       ("mor", {"partition": "tensor"})])
-def test_paper_builders_share_the_generic_method_keys(name, own):
-    """Each paper's builder, called with a whole method section, accepts the keys every method
-    may carry (one list: GENERIC_METHOD_KEYS) and names an unknown one."""
-    from lowprec.recipes import GENERIC_METHOD_KEYS, RECIPE_BUILDERS, _builder
+                                       ("mor", {"partition": "tensor"}), ("int8_block", {})])
+def test_one_check_of_method_keys(name, own):
+    """Every method, built-in or a paper's, accepts the keys any method may carry (one list:
+    GENERIC_METHOD_KEYS) beside its own, and the core names an unknown one the same way."""
+    from lowprec.recipes import GENERIC_METHOD_KEYS, registry
 
-    assert name in RECIPE_BUILDERS
     section = {"name": "arm", "recipe": name, "include": ["*.mlp.*"], "exclude": [], "telemetry_every": 5, **own}
     assert set(section) - set(own) == GENERIC_METHOD_KEYS
-    _builder(name)(section)
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['telemetry'\]"):
-        _builder(name)({**section, "telemetry": 5})
+    assert set(own) <= set(registry().methods[name].keys if name in registry().methods else {})
+    recipe_from_config(section)
+    with pytest.raises(ValueError, match=rf"method \({name}\): unknown key\(s\) \['telemetry'\]; its keys: "):
+        recipe_from_config({**section, "telemetry": 5})
+
+
+def test_the_registry_of_methods():
+    """Each paper module declares its methods (lowprec.recipes.Method) and the registry finds them;
+    a method module's recipe names are unique, GaussWS offers the weight exports, and the
+    recipe's extra loss term is GaussWS's bit decay where bit_decay is set."""
+    from lowprec.methods import gaussws
+    from lowprec.recipes import Method, registry
+
+    reg = registry()
+    assert set(reg.methods) == {"gaussws", "ste", "int8_fallback", "mor"} and not set(reg.methods) & set(RECIPES)
+    assert {reg.module_of[n] for n in reg.methods} == {"lowprec.methods.gaussws", "lowprec.methods.int8_fallback",
+                                                         "lowprec.methods.mor"}
+    assert all(isinstance(m, Method) and m.recipe == n for n, m in reg.methods.items())
+    assert set(reg.exports) == set(gaussws.EXPORT_FORMATS)
+    assert recipe_from_config({"recipe": "gaussws", "learnable_b": True}).extra_loss is None
+    r = recipe_from_config({"recipe": "gaussws", "learnable_b": True, "bit_decay": 0.01})
+    assert isinstance(r.extra_loss, gaussws.BitDecay) and r.extra_loss.lam == 0.01
+    assert r.to_dict() == recipe_from_config({"recipe": "gaussws", "learnable_b": True}).to_dict()
+    with pytest.raises(ValueError, match=r"method \(mor\): section names recipe 'gaussws'"):
+        reg.methods["mor"].recipe_for({"recipe": "gaussws"})
+
+
+def test_the_registry_names_a_clash_and_a_module_without_methods(monkeypatch):
+    """A recipe defined twice (two modules, or a module and the built-in recipes) and a registered
+    module that exports no METHODS are errors that name the modules."""
+    import sys
+    import types
+
+    from lowprec import recipes
+    from lowprec.recipes import Gemm, Method, Recipe
+
+    def module(name, **attrs):
+        m = types.ModuleType(name)
+        m.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, m)
+        return name
+
+    plain = Recipe("x", Gemm(None, None), Gemm(None, None), Gemm(None, None))
+    cases = [
+        ([("lowprec.methods.mor", False), (module("ext_mor", METHODS=(Method("mor", {}, lambda own: plain),)), True)],
+         ValueError, "method module ext_mor: recipe 'mor' is also defined by lowprec.methods.mor"),
+        ([(module("ext_bf16", METHODS=(Method("bf16", {}, lambda own: plain),)), True)],
+         ValueError, "method module ext_bf16: recipe 'bf16' is also defined by the built-in recipes"),
+        ([(module("ext_empty"), True)], TypeError, "method module ext_empty: METHODS must be a sequence"),
+        ([(module("ext_helper"), False)], None, None),  # a helper module of lowprec.methods: skipped
+    ]
+    for modules, error, message in cases:
+        monkeypatch.setattr(recipes, "_method_modules", lambda modules=modules: modules)
+        recipes.registry.cache_clear()
+        try:
+            if error is None:
+                assert recipes.registry().methods == {}
+            else:
+                with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+                    recipes.registry()
+        finally:
+            recipes.registry.cache_clear()

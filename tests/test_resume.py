@@ -20,6 +20,7 @@ from lightning.pytorch.callbacks import Callback
 from conftest import smoke_run_config
 from lowprec import checkpoint as ckptlib
 from lowprec import train
+from lowprec.steplog import METRIC_COLUMNS
 from lowprec.io import write_yaml
 from test_train import Crash, CrashAt
 
@@ -80,7 +81,7 @@ def test_kill_9_after_first_checkpoint_resumes_to_the_uninterrupted_curve(prepar
     assert "ETA" in stdout and "step 60/60 (100%)" in stdout  # progress lines in the job's log
 
     got, want = pd.read_csv(out / "metrics.csv"), pd.read_csv(tmp_path / "ref" / RUN / "metrics.csv")
-    assert list(got.columns) == list(want.columns) == list(train.METRIC_COLUMNS)
+    assert list(got.columns) == list(want.columns) == list(METRIC_COLUMNS)
     assert got["step"].tolist() == list(range(1, 61))  # each step once: none lost, none twice
     pd.testing.assert_frame_equal(got.drop(columns=TIMING), want.drop(columns=TIMING), check_exact=True)
     # rows before the checkpoint are the killed process's own, not recomputed

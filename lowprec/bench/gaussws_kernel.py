@@ -64,7 +64,7 @@ def _provenance(timer: str) -> dict:
         bytes="W read once (2 or 4 B/elem) + W_c written once (2 B/elem)",
         clone="x.clone() of the same master weight: bytes = 2 * x.nbytes",
         cast="x.to(torch.bfloat16): the per-forward weight cast of BF16 autocast",
-        reference="lowprec.gaussws.gaussws_reference(rng='generator'), the path without the kernel",
+        reference="lowprec.methods.gaussws.gaussws_reference(rng='generator'), the path without the kernel",
     )
 
 
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     args = _parse(argv)
     torch, _ = require_cuda_triton(PROG, "tests/test_kernels_gaussws.py")
 
-    from lowprec import gaussws as gw
+    from lowprec.methods import gaussws as gw
     from lowprec.kernels import gaussws_noise as kg
 
     sizes = parse_int_list(PROG, "--sizes", args.sizes, allowed=SHAPES)

@@ -6,7 +6,7 @@ GaussWS, measured in the same process with interleaved repeats.
 Arms (``--arms``; each row's ``baseline`` is the arm its overhead is measured against):
   bf16             plain model, bf16 autocast (the BF16 baseline)
   gaussws          the same model with GaussWS on every linear weight but the LM head, installed with
-                   ``lowprec.gaussws.apply_native`` (a parametrization; the layers keep their bf16
+                   ``lowprec.methods.gaussws.apply_native`` (a parametrization; the layers keep their bf16
                    autocast GEMMs) and the fused Triton kernel drawing W_c once per optimizer step:
                    the paper's setting ("1.40% overhead on A100 in Llama2 tokens/s")
   gaussws_torch    as gaussws, W_c drawn by the torch path (torch.Generator + threshold sampler),
@@ -62,7 +62,7 @@ def _parse(argv):
 
 
 def _build(arm: str, args):
-    from ..gaussws import apply_native, gaussws_recipe, noise_modules
+    from ..methods.gaussws import apply_native, gaussws_recipe, noise_modules
     from ..linear import convert
     from ..recipes import RECIPES
 
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     for a in arms:
         if ARMS[a][1] not in arms:
             fail(PROG, f"--arms: {a} is measured against {ARMS[a][1]}, which is not in the list")
-    from ..gaussws import bytes_per_param, noise_modules
+    from ..methods.gaussws import bytes_per_param, noise_modules
     from ..kernels import gaussws_noise as kg
     if any(a in ("gaussws", "gaussws_qlinear") for a in arms) and not kg.triton_available("cuda"):
         fail(PROG, "the gaussws arms need the Triton kernel (triton importable, CUDA device)")

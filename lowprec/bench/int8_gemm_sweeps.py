@@ -18,7 +18,7 @@ def check_sweep(b: Bench, groups, ratio_groups):
     parallel threads."""
     torch, kf = b.torch, b.kf
     kt = b.kt
-    from lowprec.int8_fallback import int8_block_gemm_reference as ref
+    from lowprec.methods.int8_fallback import int8_block_gemm_reference as ref
 
     def eff(d, f):
         return torch.where(f.bool(), d, torch.zeros_like(d))

@@ -10,7 +10,7 @@ records the median step time (triton.testing.do_bench), the time spent before th
 (quantization and, for MoR, the decision), its share of the step, the GEMM time alone on
 pre-quantized operands, TFLOP/s, the speed-up over BF16 and the ratio to FP8 current scaling,
 which GEMMs ran in FP8 and on what, every operand's MoR error and format, whether the quantization
-kernel's codes, scales and error equal the torch reference (lowprec.mor) for X, and for MoR the
+kernel's codes, scales and error equal the torch reference (lowprec.methods.mor) for X, and for MoR the
 time before the GEMMs beyond FP8 current scaling's own quantization (decide_extra_ms and its share
 of the step: what deciding costs).
 
@@ -116,7 +116,7 @@ def _warm(part: str, block, scale: str, tokens: int, hidden: list, thresholds: l
     kernels are compiled (into Triton's on-disk cache) in a process of its own while the main one
     runs the checks: compiling takes longer than timing here."""
     import torch
-    from lowprec import mor
+    from lowprec.methods import mor
     from lowprec.kernels import mor_gemm as kg
 
     for h in hidden:
@@ -164,7 +164,7 @@ def _join_warmers(procs: list, budget) -> None:
 def _gemm_rows(torch, bench, kg, x, w, block, scale, budget) -> list:
     """The GEMM alone at (tokens, hidden, hidden): torch BF16, torch._scaled_mm tensorwise, and the
     MoR kernel per partition / backend / accumulation, FP8 loop (threshold 1) and BF16 loop (0)."""
-    from lowprec import mor
+    from lowprec.methods import mor
     m, k = x.shape
     n = w.shape[0]
     flops = 2 * m * n * k

@@ -151,7 +151,7 @@ class DeviceMoRLinear:
     GEMMs (tensor and square blocks; channel quantizes the six views), bf16 output."""
 
     def __init__(self, partition: str, block, scale: str, threshold: float, mode: str):
-        from lowprec import mor
+        from lowprec.methods import mor
         from lowprec.kernels import mor_gemm as kg
         if partition == "block" and block[0] != block[1]:
             raise ValueError("mor_linear: blocks must be square (a transposed operand reuses its blocks)")

@@ -19,7 +19,7 @@ QLINEAR_SHAPE = (256, 512, 384)  # tokens, in, out
 
 def _emulated_values(torch, x, partition, block, scale, threshold):
     """float64 values the emulation multiplies (torch reference quantization, not the kernels)."""
-    from lowprec import mor
+    from lowprec.methods import mor
     x2d = x.float()
     qt = mor.quantize_e4m3(x2d, partition, block, scale)
     err = mor.mor_relative_error(x2d, qt.dequantize())
@@ -30,7 +30,7 @@ def _emulated_values(torch, x, partition, block, scale, threshold):
 def check_kernel(torch, kg, rows: list, block, scale, shape, backend: str, floor: float) -> None:
     """Every partition and format combination: the kernel against a float64 GEMM of the emulation's
     values. Thresholds 1 / 0 force E4M3 / BF16 (Gaussian errors are ~0.02)."""
-    from lowprec import mor
+    from lowprec.methods import mor
     from lowprec.numerics import sqnr_db
     m, n, k = shape
     gen = torch.Generator(device=DEVICE).manual_seed(7)
@@ -130,7 +130,7 @@ def _check_qlinear_one(torch, part: str, block, scale: str) -> dict:
 
 
 def matches_reference(torch, km, x, partition, block, scale) -> bool:
-    from lowprec import mor
+    from lowprec.methods import mor
     codes, scales, err = km.mor_quantize_e4m3(x, partition, block, scale)
     ref = mor.quantize_e4m3(x, partition, block, scale)
     want = ref.codes.to(torch.float8_e4m3fn)

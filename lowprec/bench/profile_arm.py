@@ -22,12 +22,12 @@ import warnings
 def _method_model(args):
     import torch
 
-    from ..config import experiment_config, model_config, scale_config
+    from ..config import experiment_config, model_config, papers, scale_config
     from ..methods import apply_method
     from ..models import build_model
 
     methods = {}
-    for paper in ("baselines", "gaussws", "int8_fallback", "mor"):
+    for paper in sorted(papers()):
         methods.update(experiment_config(paper).get("methods", {}))
     if args.method not in methods:
         raise SystemExit(f"profile_arm: --method: unknown method {args.method!r}; known: {sorted(methods)}")

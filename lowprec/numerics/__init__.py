@@ -1,5 +1,6 @@
 """Number formats, scaled quantization and error metrics (pure torch, any device)."""
 
+from .checks import as_2d
 from .formats import (
     FORMATS,
     FloatFormat,
@@ -25,7 +26,6 @@ from .scaling import (
     DelayedScaler,
     QTensor,
     QuantSpec,
-    as_2d,
     block_amax,
     compute_scale,
     expand_blocks,

@@ -74,3 +74,11 @@ def block_shape(block, name: str = "block") -> tuple:
             or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block)):
         raise ValueError(f"{name}: must be two positive ints (rows, cols), got {block!r}")
     return (int(block[0]), int(block[1]))
+
+
+def as_2d(x: torch.Tensor) -> torch.Tensor:
+    """x as the 2-D matrix that scaling and GEMMs see: leading dimensions flattened into rows, the
+    last one kept (the reduction dimension); a scalar is 1 x 1. A view where reshape allows one."""
+    if x.dim() == 0:
+        return x.reshape(1, 1)
+    return x.reshape(-1, x.shape[-1])

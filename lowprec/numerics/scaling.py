@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from . import formats
-from .checks import block_shape, nonempty
+from .checks import as_2d, block_shape, nonempty
 from .formats import FORMATS, IntFormat, cast, get_format, ilog2
 from .formats import pow2 as _exact_pow2
 from .ranks import max_over_ranks
@@ -168,14 +168,6 @@ def _is_int(v) -> bool:
 
 # ----------------------------------------------------------------------------------------------
 # Layout
-
-
-def as_2d(x: torch.Tensor) -> torch.Tensor:
-    """x as the 2-D matrix that scaling and GEMMs see: leading dimensions flattened into rows, the
-    last one kept (the reduction dimension); a scalar is 1 x 1. A view where reshape allows one."""
-    if x.dim() == 0:
-        return x.reshape(1, 1)
-    return x.reshape(-1, x.shape[-1])
 
 
 def _grid_shape(shape2d, block):
@@ -533,7 +525,7 @@ def _kernel_covers(spec: QuantSpec) -> bool:
 
 
 def _quantize_kernel(x, spec, generator, noise, amax) -> QTensor:
-    from ..kernels import quantize as kq  # the kernels import this module
+    from ..kernels import quantize as kq  # Triton: loaded on first use
     if not kq.triton_available(x.device):
         raise RuntimeError("CUDA quantization needs Triton (set lowprec.numerics.scaling.USE_KERNELS = False "
                            "to run the torch path instead)")

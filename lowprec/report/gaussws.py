@@ -27,7 +27,7 @@ B_RANGE = list(range(3, 13))
 # --------------------------------------------------------------------------- exactness (the 9-bit limit)
 
 # Block shapes of Delta that the analysis compares, (out, in) rows x cols. The paper does not give
-# its shape: 32x32 is the method's default (lowprec.gaussws.GAUSSWS_KEYS), 1x32 (32 along the
+# its shape: 32x32 is the method's default (lowprec.methods.gaussws.GAUSSWS_KEYS), 1x32 (32 along the
 # input dimension, as MX blocks) is what the brief's exactness numbers (0.994 at b=9) were made with.
 BLOCKS = ("32x32", "1x32")
 REFERENCE = "N(0, 0.02²)"
@@ -45,7 +45,7 @@ def exactness_table(weights: dict, blocks=BLOCKS, seed: int = 0) -> pd.DataFrame
     """Share of elements for which bf16(W + R*Delta) is exact, against b, per weight set (a 2-D
     tensor or a list of (out, in) matrices) and block shape: the expectation over R's pmf (with the
     std of one draw) and one sampled R; the peak b per (source, block, kind) and its lead."""
-    from ..gaussws import exactness_rows
+    from ..methods.gaussws import exactness_rows
 
     rows = []
     for source, w in weights.items():
@@ -163,7 +163,7 @@ def overhead_table(runs, gpu_csv: str | None) -> pd.DataFrame:
 def memory_table(runs, gpu_csv: str | None) -> pd.DataFrame:
     """Extra bytes per noised parameter: analytic for every arm, and the H200 measurement (memory
     held between steps, and at the peak) when it has been committed."""
-    from ..gaussws import bytes_per_param
+    from ..methods.gaussws import bytes_per_param
 
     rows, seen = [], set()
     for r in runs:

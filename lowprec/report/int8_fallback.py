@@ -70,7 +70,7 @@ def capture_outlier_stats(model, batches, block=(32, 32), taus=TAUS):
     ratios maps (block, role) to the block amax / median ratios of all batches, for the figure."""
     import torch
 
-    from ..int8_fallback import block_absmax_stats
+    from ..methods.int8_fallback import block_absmax_stats
     from ..linear import linear_layers
 
     layers = list(linear_layers(model))
@@ -238,7 +238,7 @@ def _front(df: pd.DataFrame, cols=("model", "class")) -> pd.DataFrame:
 # --------------------------------------------------------------------------- fallback ratio
 
 def _method_settings(cfg: dict) -> dict:
-    from ..int8_fallback import DEFAULTS
+    from ..methods.int8_fallback import DEFAULTS
 
     m = cfg["method"]
     rule = m.get("rule", DEFAULTS["rule"])
@@ -462,7 +462,7 @@ def main(argv=None) -> None:
         out(_front(table), args.csv)
         out(_front(ccdf), args.ccdf)
     elif args.what == "outliers":
-        from ..int8_fallback import DEFAULTS
+        from ..methods.int8_fallback import DEFAULTS
 
         table = pd.concat([pd.read_csv(f) for f in args.evals], ignore_index=True)
         out(table, args.csv)

@@ -7,7 +7,7 @@
         --ablations-md --lr-csv --lr-md
 
 Everything is read from run folders: ``config.yaml`` says what an arm is (its MoR settings come from
-the recipe the method config builds, so defaults live in ``lowprec.mor`` only), ``metrics.csv`` and
+the recipe the method config builds, so defaults live in ``lowprec.methods.mor`` only), ``metrics.csv`` and
 ``provenance.json`` give the losses, and ``telemetry.csv`` (MoR arms) holds one row per layer, GEMM
 operand and logged step: the format chosen (``format``, e4m3 | bf16), the relative E4M3 error under
 the arm's partition (``mor_rel_error``) and under every partition (``rel_error_<partition>``), and
@@ -59,7 +59,7 @@ FORMATS = ("e4m3", "bf16")  # the tensor-level choice; other telemetry rows are 
 def arm_settings(method_cfg: dict) -> dict:
     """partition (None for a non-MoR recipe), block, scale, threshold, subtensor_mode and the recipe
     name, read from the quantizer that the method config builds."""
-    from ..mor import MoRQuantizer, SubTensorMoRQuantizer
+    from ..methods.mor import MoRQuantizer, SubTensorMoRQuantizer
     from ..recipes import GEMMS, recipe_from_config
 
     recipe = recipe_from_config(method_cfg)
@@ -74,7 +74,7 @@ def arm_settings(method_cfg: dict) -> dict:
 
 
 def _defaults() -> dict:
-    from ..mor import DEFAULT_BLOCK, DEFAULT_THRESHOLD
+    from ..methods.mor import DEFAULT_BLOCK, DEFAULT_THRESHOLD
 
     return {"block": "x".join(map(str, DEFAULT_BLOCK)), "scale": "gam", "threshold": DEFAULT_THRESHOLD}
 
@@ -172,7 +172,7 @@ def error_bin(err) -> np.ndarray:
 
 
 def partitions_in(df: pd.DataFrame) -> list[str]:
-    from ..mor import PARTITIONS
+    from ..methods.mor import PARTITIONS
 
     return [p for p in PARTITIONS if f"rel_error_{p}" in df]
 

@@ -54,9 +54,9 @@ from typing import NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 
-from .numerics import QuantSpec, cast, get_format
-from .numerics.checks import block_shape, nonempty, number
-from .numerics.scaling import (
+from ..numerics import QuantSpec, cast, get_format
+from ..numerics.checks import block_shape, nonempty
+from ..numerics.scaling import (
     QTensor,
     _block_amax,
     _resolve_block,
@@ -67,13 +67,13 @@ from .numerics.scaling import (
     quantize,
     scale_from_amax,
 )
-from .recipes import (GEMMS, GENERIC_METHOD_KEYS, OPERANDS, Gemm, LazyStats, OperandCall,
-                      OperandQuantizer, Recipe)
+from .mor_rules import DEFAULT_THRESHOLD, check_threshold, decide
+from ..recipes import GEMMS, OPERANDS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
 
 __all__ = [
     "E4M3_MAX", "E5M2_MAX", "E4M3_DYNAMIC_RANGE", "E5M2_DYNAMIC_RANGE", "SUBTENSOR_E4M3_RANGE",
     "DEFAULT_THRESHOLD", "DEFAULT_BLOCK", "PARTITIONS", "SCALE_RULES", "SUBTENSOR_MODES",
-    "ALL_OPERAND_SLOTS", "MOR_KEYS",
+    "ALL_OPERAND_SLOTS", "MOR_KEYS", "MOR", "METHODS",
     "e4m3_spec", "quantize_e4m3", "mor_relative_error", "decide", "mor_tensor", "MoRResult",
     "subtensor_mor", "SubTensorResult", "relative_error_by_partition",
     "MoRQuantizer", "SubTensorMoRQuantizer", "mor_recipe", "recipe_coverage",
@@ -89,7 +89,6 @@ E5M2_DYNAMIC_RANGE = E5M2_MAX / get_format("e5m2").min_normal    # 939524096
 # reference's 28762 is a typo for 28672).
 SUBTENSOR_E4M3_RANGE = 4 * E4M3_DYNAMIC_RANGE                  # 114688
 
-DEFAULT_THRESHOLD = 0.045
 DEFAULT_BLOCK = (128, 128)
 PARTITIONS = ("tensor", "block", "channel")
 SCALE_RULES = ("gam", "e8", "fp32")
@@ -108,11 +107,6 @@ def _choose(name: str, value, options) -> str:
     if value not in options:
         raise ValueError(f"{name}: must be one of {options}, got {value!r}")
     return value
-
-
-def _check_threshold(threshold) -> float:
-    # NaN would always choose BF16 and Inf always E4M3, whatever the error: refused
-    return number("threshold", threshold, low=0.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -179,7 +173,7 @@ USE_KERNEL = os.environ.get("LOWPREC_MOR_KERNEL", "1") != "0"
 def _e4m3_with_error(x2d: torch.Tensor, partition: str, block, scale: str) -> tuple:
     """(QTensor of the E4M3 quantization, MoR relative error as a 0-d tensor) of a 2-D fp32 tensor."""
     if x2d.is_cuda and USE_KERNEL:
-        from .kernels import mor_quant as km  # the kernels import this package
+        from ..kernels import mor_quant as km  # Triton: loaded on first use
         if km.triton_available(x2d.device):
             codes, scales, rel = km.mor_quantize_e4m3(x2d, partition, block, scale)
             spec = e4m3_spec(partition, block, scale, cols=x2d.shape[1])
@@ -187,12 +181,6 @@ def _e4m3_with_error(x2d: torch.Tensor, partition: str, block, scale: str) -> tu
             return qt, rel
     qt = quantize_e4m3(x2d, partition, block, scale)
     return qt, _relative_error(x2d, qt.dequantize())
-
-
-def decide(err: float, threshold: float = DEFAULT_THRESHOLD) -> str:
-    """"e4m3" if err <= threshold, else "bf16" (a NaN error is not <= anything: BF16). threshold:
-    a finite number >= 0."""
-    return "e4m3" if err <= _check_threshold(threshold) else "bf16"
 
 
 def _choose_e4m3(err: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -217,7 +205,7 @@ def mor_tensor(x: torch.Tensor, partition: str = "block", block=DEFAULT_BLOCK, s
     """Tensor-level MoR on x's 2-D view. dequant="bf16" rounds the E4M3 values to BF16 as the
     authors' fake quantization does (their GEMMs are BF16); the default keeps the exact fp32
     dequantized values, which is what an FP8 GEMM multiplies. threshold: a finite number >= 0."""
-    values, e4, err, qt = _mor_on_device(x, partition, block, scale, _check_threshold(threshold), dequant)
+    values, e4, err, qt = _mor_on_device(x, partition, block, scale, check_threshold(threshold), dequant)
     return MoRResult(values, "e4m3" if bool(e4) else "bf16", float(err), qt)
 
 
@@ -349,7 +337,7 @@ class _Coverage:
 
     def attach_counts(self, key: tuple, layer, slot: int) -> None:
         """Also count ``layer.mor_counts[slot]`` (the fast path's device-side (calls, E4M3) counts,
-        ``lowprec.mor_fast.DecisionCounts``) under ``key`` = (layer name, GEMM, operand)."""
+        ``lowprec.methods.mor_fast.DecisionCounts``) under ``key`` = (layer name, GEMM, operand)."""
         self.__dict__.setdefault("_attached", {})[key] = (layer, slot)
 
     def coverage(self) -> list[dict]:
@@ -389,7 +377,7 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         self.partition = _choose("partition", partition, PARTITIONS)
         self.block = _check_block(block)
         self.scale = _choose("scale", scale, SCALE_RULES)
-        self.threshold = _check_threshold(threshold)
+        self.threshold = check_threshold(threshold)
         self.dequant = _choose("dequant", dequant, DEQUANT)
         # "kernel": the GEMMs on lowprec.kernels.mor_gemm on CUDA (fused_gemm); opt-in, like the
         # INT8-fallback kernel, until its GPU measurement is committed
@@ -415,8 +403,8 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         if not (isinstance(other, MoRQuantizer) and self.gemm == other.gemm == "kernel" and USE_KERNEL
                 and self.dequant == other.dequant == "fp32"):
             return None
-        from .kernels import mor_gemm as kg
-        from .kernels import mor_quant as km
+        from ..kernels import mor_gemm as kg
+        from ..kernels import mor_quant as km
         if not (kg.triton_available(a.device) and km.triton_available(a.device)):
             return None
         a2d, b2d = (_as_2d(t) if t.dtype in (torch.float32, torch.bfloat16) else _as_2d(t).float() for t in (a, b))
@@ -433,14 +421,14 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         """``lowprec.kernels.mor_gemm.MoROperand`` of a 2-D fp32/bf16 operand (reduction dimension
         last, any strides): its E4M3 codes, scales and error from ``lowprec.kernels.mor_quant``
         (the kernel ``__call__`` uses on CUDA), and this quantizer's threshold."""
-        from .kernels import mor_gemm as kg
-        from .kernels import mor_quant as km
+        from ..kernels import mor_gemm as kg
+        from ..kernels import mor_quant as km
         codes, scales, err = km.mor_quantize_e4m3(x2d, self.partition, self.block, self.scale)
         return kg.MoROperand(x2d, codes, scales, self._grid_block(x2d), err, self.threshold)
 
     def _grid_block(self, x2d: torch.Tensor) -> tuple:
         """The (R, C) block one scale covers in x2d: the whole of it, one row, or ``block``."""
-        from .kernels import mor_quant as km
+        from ..kernels import mor_quant as km
         return km._scale_block(self.partition, self.block, *x2d.shape)
 
     def to_dict(self) -> dict:
@@ -491,11 +479,11 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
 # Recipe
 
 ALL_OPERAND_SLOTS = tuple(f"{g}.{op}" for g in GEMMS for op in OPERANDS[g])
-MOR_KEYS = frozenset({"partition", "block", "scale", "threshold", "subtensor_mode", "operands", "dequant", "gemm"})
+# MoR's keys and defaults (None: by partition: scale is fp32 for subtensor, gam otherwise; operands
+# None: all six slots)
+MOR_KEYS = {"partition": "block", "block": list(DEFAULT_BLOCK), "scale": None, "threshold": DEFAULT_THRESHOLD,
+            "subtensor_mode": "two_way", "operands": None, "dequant": "fp32", "gemm": "emulated"}
 GEMM_PATHS = ("emulated", "kernel")
-# Keys of a run's method section that are not MoR's own: those read elsewhere (lowprec.methods), and
-# high_precision, which MoR uses for its non-MoR operands.
-_METHOD_KEYS = GENERIC_METHOD_KEYS | {"high_precision"}
 _ROLE_SLOTS = {role: tuple(s for s in ALL_OPERAND_SLOTS if s.endswith("." + role)) for role in ("x", "w", "dy")}
 
 
@@ -520,6 +508,36 @@ def _operand_slots(spec) -> tuple:
     return tuple(s for s in ALL_OPERAND_SLOTS if s in chosen)
 
 
+def _build(own: dict) -> Recipe:
+    partition = _choose("partition", own.get("partition", MOR_KEYS["partition"]), PARTITIONS + ("subtensor",))
+    sub = partition == "subtensor"
+    unused = {"tensor": {"block", "subtensor_mode"}, "channel": {"block", "subtensor_mode"},
+              "block": {"subtensor_mode"}, "subtensor": {"threshold", "gemm"}}[partition]
+    given = sorted(unused & set(own))
+    if given:
+        raise ValueError(f"method (mor): {given} not used with partition {partition!r}")
+    block = _check_block(own.get("block", DEFAULT_BLOCK))
+    scale = own.get("scale", "fp32" if sub else "gam")
+    dequant = own.get("dequant", MOR_KEYS["dequant"])
+    if sub:
+        mode = own.get("subtensor_mode", MOR_KEYS["subtensor_mode"])
+        quant: OperandQuantizer = SubTensorMoRQuantizer(block, mode, scale, dequant)
+        detail = f"{mode}, {block[0]}x{block[1]} blocks, {scale} scales"
+    else:
+        threshold = own.get("threshold", DEFAULT_THRESHOLD)
+        quant = MoRQuantizer(partition, block, scale, threshold, dequant, own.get("gemm", MOR_KEYS["gemm"]))
+        where = f"{block[0]}x{block[1]} blocks, " if partition == "block" else ""
+        detail = f"{where}{scale} scales, E4M3 if relative error <= {quant.threshold:g} else BF16"
+    slots = _operand_slots(own.get("operands"))
+    gemms = {g: Gemm(*(quant if f"{g}.{op}" in slots else None for op in OPERANDS[g])) for g in GEMMS}
+    return Recipe(f"mor_{partition}", gemms["fprop"], gemms["dgrad"], gemms["wgrad"],
+                  description=f"MoR {partition} ({detail}); MoR operands: {', '.join(slots)}")
+
+
+MOR = Method("mor", MOR_KEYS, _build)
+METHODS = (MOR,)
+
+
 def mor_recipe(method_cfg: Optional[dict] = None) -> Recipe:
     """A Recipe with MoR on the selected operand slots and BF16 (``high_precision``) elsewhere.
 
@@ -527,39 +545,12 @@ def mor_recipe(method_cfg: Optional[dict] = None) -> Recipe:
     and subtensor; scale (gam; fp32 for subtensor) gam|e8|fp32; threshold (0.045) for the tensor
     level; subtensor_mode (two_way) three_way|two_way; operands (all six slots) e.g.
     ["fprop.x", "fprop.w"] or roles ["x", "w"]; dequant (fp32) fp32|bf16; gemm (emulated) emulated|kernel
-    for the tensor level (kernel: the GEMMs on the MoR GEMM kernel on CUDA). The run's other method
-    keys (name, recipe, include, exclude, telemetry_every, high_precision) are accepted and, except
-    high_precision, ignored here. A key that the chosen partition does not use is an error, so a
-    config never silently means less than it says.
+    for the tensor level (kernel: the GEMMs on the MoR GEMM kernel on CUDA). The generic method keys
+    are accepted and ignored here; high_precision sets the dtype of the non-MoR operands. A key
+    that the chosen partition does not use is an error, so a config never silently means less
+    than it says.
     """
-    cfg = dict(method_cfg or {})
-    unknown = set(cfg) - MOR_KEYS - _METHOD_KEYS
-    if unknown:
-        raise ValueError(f"method (mor): unknown key(s) {sorted(unknown)}; MoR keys: {sorted(MOR_KEYS)}")
-    partition = _choose("partition", cfg.get("partition", "block"), PARTITIONS + ("subtensor",))
-    sub = partition == "subtensor"
-    unused = {"tensor": {"block", "subtensor_mode"}, "channel": {"block", "subtensor_mode"},
-              "block": {"subtensor_mode"}, "subtensor": {"threshold", "gemm"}}[partition]
-    given = sorted(unused & set(cfg))
-    if given:
-        raise ValueError(f"method (mor): {given} not used with partition {partition!r}")
-    block = _check_block(cfg.get("block", DEFAULT_BLOCK))
-    scale = cfg.get("scale", "fp32" if sub else "gam")
-    dequant = cfg.get("dequant", "fp32")
-    if sub:
-        mode = cfg.get("subtensor_mode", "two_way")
-        quant: OperandQuantizer = SubTensorMoRQuantizer(block, mode, scale, dequant)
-        detail = f"{mode}, {block[0]}x{block[1]} blocks, {scale} scales"
-    else:
-        threshold = cfg.get("threshold", DEFAULT_THRESHOLD)
-        quant = MoRQuantizer(partition, block, scale, threshold, dequant, cfg.get("gemm", "emulated"))
-        where = f"{block[0]}x{block[1]} blocks, " if partition == "block" else ""
-        detail = f"{where}{scale} scales, E4M3 if relative error <= {quant.threshold:g} else BF16"
-    slots = _operand_slots(cfg.get("operands"))
-    gemms = {g: Gemm(*(quant if f"{g}.{op}" in slots else None for op in OPERANDS[g])) for g in GEMMS}
-    return Recipe(f"mor_{partition}", gemms["fprop"], gemms["dgrad"], gemms["wgrad"],
-                  high_precision=cfg.get("high_precision", "bf16"),
-                  description=f"MoR {partition} ({detail}); MoR operands: {', '.join(slots)}")
+    return MOR.recipe_for(method_cfg)
 
 
 def recipe_coverage(recipe: Recipe) -> list[dict]:

@@ -1,4 +1,6 @@
-"""Methods: what a run's ``method`` section does to the model before training.
+"""Methods: the paper methods of this repository (one module or subpackage each, found by
+``lowprec.recipes.registry``: every module here that exports ``METHODS``) and what a run's
+``method`` section does to the model before training (``apply_method``).
 
 A method names a ``recipe`` (``lowprec.recipes.RECIPES``) and may override any GEMM operand of it
 (``fprop``/``dgrad``/``wgrad`` with ``a``/``b`` QuantSpec dicts), choose the layers (``include`` /
@@ -14,10 +16,10 @@ from __future__ import annotations
 
 from torch import nn
 
-from .gemm import FastPlan
-from .linear import DEFAULT_EXCLUDE, convert
-from .recipes import recipe_from_config
-from .telemetry import Telemetry
+from ..gemm import FastPlan
+from ..recipes import recipe_from_config
+from ..telemetry import Telemetry
+
 
 def resolve_precision(requested: str, on_gpu: bool) -> str:
     if requested != "auto":
@@ -26,14 +28,18 @@ def resolve_precision(requested: str, on_gpu: bool) -> str:
 
 
 def apply_method(model: nn.Module, method_cfg: dict, precision: str, seed: int = 0) -> dict:
-    """Prepare ``model`` in place; return a description for provenance, plus the telemetry collector."""
+    """Prepare ``model`` in place; return a description for provenance, plus the telemetry collector
+    (``telemetry``) and the recipe's term of the training loss (``extra_loss``, ``Recipe.extra_loss``),
+    which the trainer takes out before recording the rest."""
+    from ..linear import DEFAULT_EXCLUDE, convert  # lowprec.linear imports this package's MoR fast path
+
     recipe = recipe_from_config(method_cfg)  # validates the method's keys
     every = int(method_cfg.get("telemetry_every", 0) or 0)
     telemetry = Telemetry(every) if every else None
     native_bf16 = recipe.name == "bf16" and not recipe.quantized and precision.startswith("bf16")
     if native_bf16:
         return {"recipe": recipe.name, "numerics": "bf16 autocast (Lightning bf16-mixed)", "layers": [],
-                "telemetry": None}
+                "telemetry": None, "extra_loss": None}
     layers = convert(model, recipe, include=method_cfg.get("include"),
                      exclude=method_cfg.get("exclude", DEFAULT_EXCLUDE), telemetry=telemetry, seed=seed)
     if recipe.quantized:
@@ -43,4 +49,4 @@ def apply_method(model: nn.Module, method_cfg: dict, precision: str, seed: int =
     plan = FastPlan.for_recipe(recipe)
     return {"recipe": recipe.name, "numerics": numerics, "layers": layers, "recipe_spec": recipe.to_dict(),
             "fast_path": (plan.describe() + " (CUDA; telemetry steps emulated)") if plan else "none: emulated",
-            "telemetry": telemetry}
+            "telemetry": telemetry, "extra_loss": recipe.extra_loss}

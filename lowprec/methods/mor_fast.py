@@ -3,7 +3,7 @@ the step that waits for the device.
 
 Per operand (``mor_operand``), in torch ops that Inductor fuses: the E4M3 codes and scales of the
 quantizer's partition (``lowprec.gemm.quantize_fp8``: the emulation's codes and scales bit for bit,
-GAM included), the MoR relative error (``lowprec.mor``'s statistic, summed in fp64) and the choice
+GAM included), the MoR relative error (``lowprec.methods.mor``'s statistic, summed in fp64) and the choice
 ``error <= threshold``, a 0-d bool on the device. Per GEMM (``mor_mm``): the FP8 product of the two
 operands' codes on ``_scaled_mm`` (tensor, row or 128x128-block scales), always, then
 ``bf16_fixup_``, which reads the two choices on the device and, unless both are E4M3, overwrites the
@@ -32,10 +32,10 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .gemm import FP8Operand, operand_mm, scale_kind
+from ..gemm import FP8Operand, operand_mm, scale_kind
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, _relative_error, e4m3_spec
-from .numerics.scaling import apply_blocks
-from .recipes import GEMMS, OPERANDS
+from ..numerics.scaling import apply_blocks
+from ..recipes import GEMMS, OPERANDS
 
 
 def fast_mor_quantizer(q) -> bool:
@@ -134,7 +134,7 @@ def bf16_fixup_(out: torch.Tensor,
     """Unless both operands chose E4M3, ``out = values(a) @ values(b).T`` (``MoROperand.values``,
     fp32 accumulation): on the Triton MoR GEMM's fix-up mode where Triton runs on ``out``'s device
     (the choice read there), else in torch (the host reads the choice)."""
-    from .kernels import mor_gemm as kg
+    from ..kernels import mor_gemm as kg
     a = _from_args(a_codes, a_scale, a_hp, a_kind, a_fp8_t, a_hp_t)
     b = _from_args(b_codes, b_scale, b_hp, b_kind, b_fp8_t, b_hp_t)
     if kg.triton_available(out.device):
@@ -151,7 +151,7 @@ def _(out, *args):
 def _kernel_operand(op: MoROperand, error: torch.Tensor):
     """The Triton MoR GEMM's operand: views in the operand's orientation (the kernel reads any
     strides) and the choice as ``error`` against a threshold of 0 (``_fixup_args``)."""
-    from .kernels import mor_gemm as kg
+    from ..kernels import mor_gemm as kg
     codes, scale = (op.fp8.codes.t(), op.fp8.scale.t()) if op.fp8_t else (op.fp8.codes, op.fp8.scale)
     hp = op.hp.t() if op.hp_t else op.hp
     return kg.MoROperand(hp, codes, scale, _block(op.fp8.kind, codes.shape), error, 0.0)

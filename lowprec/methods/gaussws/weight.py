@@ -1,0 +1,247 @@
+"""The weight transforms of the GaussWS paper's arms: ``GaussWSWeight`` (W_c = bf16(W + noise * Delta),
+cached per optimizer step) and ``STEWeight`` (straight-through RTN MX fake quantization), with the
+MX round-to-nearest they and the post-training export share."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+
+from ...numerics import QuantSpec, fake_quantize
+from . import step_hook
+from .autograd import _CachedWeight, _STEBits
+from .noise import NOISES, RNGS, gaussws_reference
+from .sampler import SAMPLERS, noise_seed
+from .step import B_RANGE, block_pair, grid_shape
+
+RESAMPLES = ("step", "microbatch")
+BACKENDS = ("auto", "torch", "triton")
+
+
+def _triton_module():
+    try:
+        from ...kernels import gaussws_noise as kg
+    except Exception:  # a broken triton install must not break the torch path
+        return None
+    return kg
+
+
+class GaussWSWeight(nn.Module):
+    """Maps a master weight to the weight every GEMM uses: W_c = bf16(W + noise * Delta) in training,
+    bf16(W) in evaluation. One per linear layer; see the module docstring.
+
+    shape: the weight as stored; transposed: True for GPT2 Conv1D weights stored (in, out) (blocks,
+    the b grid and ``bits`` refer to the (out, in) layout either way). out_dtype: None returns W_c's
+    values in the master weight's dtype (QLinear's emulation then keeps an fp32 weight gradient, as
+    in the bf16 recipe); torch.bfloat16 returns the cached bf16 tensor itself (autocast path)."""
+
+    def __init__(self, shape, *, seed: int = 0, transposed: bool = False, noise: str = "rounded_gaussian",
+                 b: int = 6, block=(32, 32), learnable_b: bool = False, b_min: int = 4, b_max: int = 16,
+                 resample: str = "step", sampler: str = "threshold", backend: str = "auto",
+                 rng: str = "generator", out_dtype: Optional[torch.dtype] = None):
+        super().__init__()
+        if noise not in NOISES:
+            raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+        if resample not in RESAMPLES:
+            raise ValueError(f"resample must be one of {RESAMPLES}, got {resample!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if rng not in RNGS:
+            raise ValueError(f"rng must be one of {RNGS}, got {rng!r}")
+        for name, v in (("b", b), ("b_min", b_min), ("b_max", b_max)):
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or (name != "b" and v != int(v)):
+                raise ValueError(f"{name} must be a number (b_min/b_max integers), got {v!r}")
+        lo, hi = B_RANGE
+        if not lo <= b_min <= b_max <= hi:
+            raise ValueError(f"need {lo} <= b_min <= b_max <= {hi}, got b_min={b_min}, b_max={b_max}")
+        if not learnable_b and (not math.isfinite(b) or b != int(b) or not lo <= b <= hi):
+            raise ValueError(f"fixed b must be an integer in {lo}..{hi}, got {b!r}")
+        if learnable_b and not (math.isfinite(b) and b_min <= b <= b_max):
+            raise ValueError(f"b (the learnable b's initial value) must be in [b_min, b_max] = "
+                             f"[{b_min}, {b_max}], got {b!r}")
+        if sampler == "normal" and noise != "rounded_gaussian":
+            raise ValueError("sampler applies to noise='rounded_gaussian' only")
+        if len(shape) != 2:
+            raise ValueError(f"GaussWS works on 2-D weights, got shape {tuple(shape)}")
+        self.shape, self.transposed = tuple(int(s) for s in shape), bool(transposed)
+        self.layer_seed = int(seed)
+        self.noise, self.sampler, self.resample = noise, sampler, resample
+        self.backend, self.rng, self.out_dtype = backend, rng, out_dtype
+        self.block = block_pair(block)  # (out, in) orientation
+        self.b_min, self.b_max = int(b_min), int(b_max)
+        self.learnable_b = bool(learnable_b)
+        out_in = self.shape[::-1] if self.transposed else self.shape
+        self.grid = grid_shape(out_in, self.block)
+        self.b_init = b
+        if self.learnable_b:
+            # flat (row-major over the (out, in) block grid; bits_grid() is the 2-D view): trainers
+            # that exempt parameters with dim < 2 from weight decay then exempt b too
+            self.bits = nn.Parameter(torch.full((self.grid[0] * self.grid[1],), float(b), dtype=torch.float32))
+        else:
+            self.b = int(b)
+        # W_c drawn so far: the counter half of the (layer seed, counter) RNG stream. A host int, not
+        # a buffer: reading a CUDA buffer would sync the device once per layer and step. It travels
+        # with checkpoints as the module's extra state, so a resumed run draws what an uninterrupted
+        # one would have.
+        self.samples = 0
+        self._cache: Optional[dict] = None
+        self.last_backend: Optional[str] = None
+        step_hook.install()
+
+    def get_extra_state(self):
+        return {"samples": int(self.samples)}
+
+    def set_extra_state(self, state) -> None:
+        self.samples = int((state or {}).get("samples", 0))
+
+    def extra_repr(self) -> str:
+        b = (f"learnable b (init {self.b_init}, used in [{self.b_min}, {self.b_max}])" if self.learnable_b
+             else f"b={self.b}")
+        return (f"noise={self.noise}, {b}, block={self.block}, resample={self.resample}, "
+                f"sampler={self.sampler}, backend={self.backend}")
+
+    # -- layout helpers: noise is drawn on the stored layout, blocks refer to (out, in)
+    @property
+    def stored_block(self) -> tuple[int, int]:
+        return self.block[::-1] if self.transposed else self.block
+
+    def bits_grid(self) -> torch.Tensor:
+        """The learnable b as the (out, in) block grid (a view of ``bits``)."""
+        return self.bits.view(self.grid)
+
+    def effective_bits(self) -> torch.Tensor:
+        """The integer b grid used by the forward ((out, in) block grid), differentiable (STE)."""
+        if not self.learnable_b:
+            return torch.full(self.grid, float(self.b))
+        return _STEBits.apply(self.bits_grid(), float(self.b_min), float(self.b_max))
+
+    def invalidate(self) -> None:
+        """Forget the cached W_c: the next training forward draws a new one (needed only when the
+        weight was changed without bumping its version, e.g. through ``.data``)."""
+        self._cache = None
+
+    def _key(self, w: torch.Tensor):
+        key = (step_hook.epoch(), w.data_ptr(), w._version, w.device, w.dtype, tuple(w.shape))
+        if self.learnable_b:
+            key += (self.bits.data_ptr(), self.bits._version)
+        return key
+
+    def _use_triton(self, w: torch.Tensor) -> bool:
+        if self.backend == "torch":
+            return False
+        kernel_ok = self.noise == "rounded_gaussian" and self.sampler == "threshold"
+        kg = _triton_module() if kernel_ok else None
+        usable = kg is not None and kg.triton_available(w.device) and kg.supports_block(self.stored_block)
+        if self.backend == "triton":
+            if not usable:
+                raise RuntimeError(
+                    "backend='triton' needs noise='rounded_gaussian', sampler='threshold', a stored block "
+                    f"with rows divisible by 4 (got {self.stored_block}) and Triton on {w.device}")
+            return True
+        return usable and w.is_cuda
+
+    def _draw(self, w: torch.Tensor, b_int: torch.Tensor):
+        w2d = w.detach()
+        seed = noise_seed(self.layer_seed, self.samples)
+        if self.learnable_b:
+            b_stored = b_int.t() if self.transposed else b_int
+            b_arg = b_stored.to(device=w.device, dtype=torch.int32).contiguous()
+        else:
+            b_arg = self.b
+        keep_unit = self.learnable_b
+        if self._use_triton(w2d):
+            kg = _triton_module()
+            res = kg.gaussws_noise_ex(w2d, b_arg, self.stored_block, seed, return_r=keep_unit,
+                                      return_delta=keep_unit, check_b_values=False)
+            w_c, unit, delta = res.w_c, res.r, res.delta
+            self.last_backend = "triton"
+        else:
+            # b_arg is this module's own (clamped to [b_min, b_max]): reading it would wait for the device
+            w_c, unit, delta = gaussws_reference(w2d, b_arg, self.stored_block, seed=seed, sampler=self.sampler,
+                                                 rng=self.rng, noise=self.noise, check_b_values=False)
+            self.last_backend = "torch"
+        self.samples += 1
+        if not keep_unit:
+            unit = delta = None
+        return w_c, unit, delta
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        if tuple(w.shape) != self.shape:
+            raise ValueError(f"weight shape {tuple(w.shape)} != the transform's {self.shape}")
+        out_dtype = self.out_dtype or w.dtype
+        if not self.training:
+            return w.to(torch.bfloat16).to(out_dtype)
+        b_eff = self.effective_bits() if self.learnable_b else None
+        key = self._key(w)
+        c = self._cache
+        if self.resample == "microbatch" or c is None or c["key"] != key:
+            with torch.no_grad():
+                w_c, unit, delta = self._draw(w, b_eff.detach() if b_eff is not None else None)
+            # draws never bump w's version, so the key taken before the draw is the one to match
+            c = self._cache = {"key": key, "w_c": w_c, "unit": unit, "delta": delta}
+        return _CachedWeight.apply(w, b_eff, c["w_c"], c["unit"], c["delta"], self.stored_block,
+                                   self.transposed, out_dtype)
+
+    @classmethod
+    def factory(cls, **opts):
+        """A ``Recipe.weight_transform``: builds the transform for a QLinear layer."""
+        def make(layer) -> "GaussWSWeight":
+            return cls(tuple(layer.weight.shape), seed=layer.seed, transposed=layer.transposed, **opts)
+        make.__name__ = "gaussws(" + ", ".join(f"{k}={v}" for k, v in sorted(opts.items())) + ")"
+        return make
+
+
+class STEWeight(nn.Module):
+    """Straight-through round-to-nearest MX fake quantization of the weight (1x32 blocks along the
+    input dimension, E8M0 scales; lowprec.numerics QuantSpec(scaling="mx")), in training and eval."""
+
+    def __init__(self, fmt: str, transposed: bool = False):
+        super().__init__()
+        self.fmt = _ste_format(fmt)
+        self.transposed = bool(transposed)
+
+    def extra_repr(self) -> str:
+        return f"fmt={self.fmt}, mx 1x32 along in"
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        q = mx_rtn(w.detach(), self.fmt, transposed=self.transposed)
+        return w + (q - w.detach())
+
+    @classmethod
+    def factory(cls, fmt: str):
+        fmt = _ste_format(fmt)
+
+        def make(layer) -> "STEWeight":
+            return cls(fmt, transposed=layer.transposed)
+        make.__name__ = f"ste_mx({fmt})"
+        return make
+
+
+# ----------------------------------------------------------------------------------------------
+# MX round-to-nearest (STE arms and export)
+
+STE_FORMATS = {"mxfp4": "e2m1", "mxfp6_e3m2": "e3m2", "mxfp6_e2m3": "e2m3", "mxfp8": "e4m3"}
+_MX_ELEMENT_FORMATS = tuple(STE_FORMATS.values())
+# names export_weights / mx_rtn accept -> the MX element format
+EXPORT_FORMATS = {**STE_FORMATS, **{f: f for f in _MX_ELEMENT_FORMATS}}
+
+
+def _ste_format(fmt: str) -> str:
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"MX format must be one of {sorted(EXPORT_FORMATS)}, got {fmt!r}")
+    return EXPORT_FORMATS[fmt]
+
+
+def mx_rtn(w: torch.Tensor, fmt: str, transposed: bool = False) -> torch.Tensor:
+    """W round-to-nearest on the MX grid of `fmt` (1x32 blocks along the input dimension), in W's
+    dtype (exact: these grids fit bf16)."""
+    fmt = _ste_format(fmt)
+    w2d = w.t() if transposed else w
+    q = fake_quantize(w2d.to(torch.float32), QuantSpec(fmt=fmt, scaling="mx"))
+    return (q.t() if transposed else q).to(w.dtype)
+
