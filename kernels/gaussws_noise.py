@@ -49,7 +49,7 @@ import torch
 
 from lowprec.methods.gaussws.sampler import PHILOX_ROUNDS, THRESHOLDS, philox_key
 from lowprec.methods.gaussws.step import block_pair, check_b
-from lowprec.numerics.checks import nonempty
+from lowprec.numerics.checks import nonempty, one_of
 
 from . import _common as _c
 from ._common import _cdiv, _next_pow2
@@ -237,8 +237,7 @@ def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32
                          f"{_MAX_BLOCK_ELEMS} elements (padded); use lowprec.methods.gaussws.gaussws_reference")
     if not 0 <= int(seed) < 2**62:
         raise ValueError(f"seed must be in [0, 2^62), got {seed}")
-    if bf16_cast not in _BF16_CASTS:
-        raise ValueError(f"bf16_cast must be one of {_BF16_CASTS}, got {bf16_cast!r}")
+    one_of("bf16_cast", bf16_cast, _BF16_CASTS)
     if bf16_cast == "native" and interpreter_active():
         raise ValueError("bf16_cast='native' is not available under the Triton interpreter")
     native = bf16_cast == "native" or (bf16_cast == "auto" and not interpreter_active())

@@ -85,8 +85,7 @@ from typing import Optional
 
 import torch
 
-from lowprec.numerics.checks import as_2d
-from lowprec.numerics.checks import block_shape, nonempty, number
+from lowprec.numerics.checks import as_2d, block_shape, nonempty, number, one_of
 
 from . import _common as _c
 from . import int8_fallback_kernels as _kk
@@ -369,8 +368,7 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
     default). Without any of them the configuration is tuned once per shape class on CUDA
     (``tuned_configs()``; LOWPREC_INT8_GEMM_AUTOTUNE=0 turns tuning off)."""
     _require_triton(qa)
-    if fallback not in FALLBACK_IMPLS:
-        raise ValueError(f"fallback must be one of {FALLBACK_IMPLS}, got {fallback!r}")
+    one_of("fallback", fallback, FALLBACK_IMPLS)
     g = _Gemm(qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb)
     c = torch.empty((g.M, g.N), dtype=torch.float32, device=g.dev)
     if g.M == 0 or g.N == 0:

@@ -72,6 +72,7 @@ import numpy as np
 import torch
 
 from lowprec.numerics.checks import block_shape as _check_block
+from lowprec.numerics.checks import one_of
 from lowprec.numerics.scaled_mm import fp8_mm
 
 from . import _common as _c
@@ -445,10 +446,8 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
     M, N, K = _check_pair(a, b)
     if out_dtype not in _OUT_DTYPES:
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
-    if fp8_accum not in FP8_ACCUM:
-        raise ValueError(f"fp8_accum must be one of {FP8_ACCUM}, got {fp8_accum!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    one_of("fp8_accum", fp8_accum, FP8_ACCUM)
+    one_of("backend", backend, BACKENDS)
     dev = a.hp.device
     if info is None:
         info = torch.empty(3, dtype=torch.int32, device=dev)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import torch
 
-from lowprec.numerics.checks import block_shape as _check_block, nonempty
+from lowprec.numerics.checks import block_shape as _check_block, nonempty, one_of
 
 from . import _common as _c
 from ._common import _cdiv, _next_pow2
@@ -216,8 +216,7 @@ def _require_triton(x: torch.Tensor) -> None:
 
 
 def _use_native(x: torch.Tensor, fp8_cast: str) -> bool:
-    if fp8_cast not in _FP8_CASTS:
-        raise ValueError(f"fp8_cast must be one of {_FP8_CASTS}, got {fp8_cast!r}")
+    one_of("fp8_cast", fp8_cast, _FP8_CASTS)
     hw = (not interpreter_active() and x.device.type == "cuda"
           and torch.cuda.get_device_capability(x.device) >= (8, 9))
     if fp8_cast == "native" and not hw:
@@ -250,10 +249,8 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32 or bfloat16, got {x.dtype}")
-    if partition not in PARTITIONS:
-        raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
-    if scale not in SCALE_RULES:
-        raise ValueError(f"scale must be one of {SCALE_RULES}, got {scale!r}")
+    one_of("partition", partition, PARTITIONS)
+    one_of("scale", scale, SCALE_RULES)
     _require_triton(x)
     x2d = x.reshape(1, 1) if x.dim() == 0 else x.reshape(-1, x.shape[-1])
     M, N = x2d.shape

@@ -68,7 +68,7 @@ import torch
 
 from lowprec.kernels import _common as _c
 from lowprec.kernels._common import _cdiv, _in_kind, _next_pow2
-from lowprec.numerics.checks import as_2d, block_shape, nonempty
+from lowprec.numerics.checks import as_2d, block_shape, nonempty, one_of
 from lowprec.numerics.formats import FloatFormat, IntFormat, get_format, to_torch_dtype
 
 if TYPE_CHECKING:  # a type only: lowprec.numerics.scaling calls this module, not the other way round
@@ -345,8 +345,7 @@ def _num_warps(tile_elems: int) -> int:
 
 
 def _use_native_cast(x: torch.Tensor, fp8_cast: str) -> bool:
-    if fp8_cast not in _FP8_CASTS:
-        raise ValueError(f"fp8_cast must be one of {_FP8_CASTS}, got {fp8_cast!r}")
+    one_of("fp8_cast", fp8_cast, _FP8_CASTS)
     if fp8_cast == "emulated" or interpreter_active():
         if fp8_cast == "native":
             raise ValueError("fp8_cast='native' is not available under the Triton interpreter")
@@ -361,8 +360,7 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast)
     nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
-    if scaling not in SCALINGS:
-        raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
+    one_of("scaling", scaling, SCALINGS)
     if block is not None and scaling != "block":
         raise ValueError(f"block is only used with scaling='block', not {scaling!r}")
     if scale is not None and scaling not in ("tensor", "delayed"):

@@ -30,6 +30,7 @@ from torch import nn
 from .gemm import FastPlan, FP8Operand, fast_path_applies, scaled_mm
 from .methods.mor_fast import DecisionCounts, MoROperand, count_gemm
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
+from .numerics.checks import one_of
 from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe
 from .telemetry import Telemetry
 
@@ -159,8 +160,7 @@ class QLinear(nn.Module):
         eagerly)."""
         if self.fast_plan is None:
             return False
-        if FAST_PATH not in _FAST_PATH_CHOICES:
-            raise ValueError(f"LOWPREC_FAST_PATH must be one of {_FAST_PATH_CHOICES}, got {FAST_PATH!r}")
+        one_of("LOWPREC_FAST_PATH", FAST_PATH, _FAST_PATH_CHOICES)
         if FAST_PATH == "off" or (FAST_PATH == "cuda" and not x.is_cuda):
             return False
         return torch.compiler.is_compiling() or not self._measuring()

@@ -82,3 +82,10 @@ def as_2d(x: torch.Tensor) -> torch.Tensor:
     if x.dim() == 0:
         return x.reshape(1, 1)
     return x.reshape(-1, x.shape[-1])
+
+
+def one_of(name: str, value, choices):
+    """``value`` if it is one of ``choices``, else a ValueError naming ``name`` and the choices."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {tuple(choices)}, got {value!r}")
+    return value

@@ -39,6 +39,8 @@ from typing import Optional, Union
 
 import torch
 
+from .checks import one_of
+
 __all__ = [
     "FloatFormat",
     "IntFormat",
@@ -280,8 +282,7 @@ def cast(
     in bf16 and fp16 too.
     """
     f = get_format(fmt)
-    if rounding not in _ROUNDINGS:
-        raise ValueError(f"rounding must be one of {_ROUNDINGS}, got {rounding!r}")
+    one_of("rounding", rounding, _ROUNDINGS)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"cast expects a float32/bfloat16/float16 tensor, got {x.dtype}")
     x32 = x.to(torch.float32)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ...numerics import QuantSpec, fake_quantize
+from ...numerics.checks import one_of
 from . import step_hook
 from .autograd import _CachedWeight, _STEBits
 from .noise import NOISES, RNGS, gaussws_reference
@@ -43,16 +44,11 @@ class GaussWSWeight(nn.Module):
                  resample: str = "step", sampler: str = "threshold", backend: str = "auto",
                  rng: str = "generator", out_dtype: Optional[torch.dtype] = None):
         super().__init__()
-        if noise not in NOISES:
-            raise ValueError(f"noise must be one of {NOISES}, got {noise!r}")
-        if sampler not in SAMPLERS:
-            raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
-        if resample not in RESAMPLES:
-            raise ValueError(f"resample must be one of {RESAMPLES}, got {resample!r}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if rng not in RNGS:
-            raise ValueError(f"rng must be one of {RNGS}, got {rng!r}")
+        one_of("noise", noise, NOISES)
+        one_of("sampler", sampler, SAMPLERS)
+        one_of("resample", resample, RESAMPLES)
+        one_of("backend", backend, BACKENDS)
+        one_of("rng", rng, RNGS)
         for name, v in (("b", b), ("b_min", b_min), ("b_max", b_max)):
             if not isinstance(v, (int, float)) or isinstance(v, bool) or (name != "b" and v != int(v)):
                 raise ValueError(f"{name} must be a number (b_min/b_max integers), got {v!r}")
