@@ -97,3 +97,22 @@ def scaled_mm_calls(count_calls) -> dict:
     """{"n": calls of torch._scaled_mm so far}: the FP8 GEMMs that really ran on the FP8 path."""
     from lowprec.numerics import scaled_mm
     return count_calls(scaled_mm, "_scaled_mm")
+
+
+def autocast_loss(x, g):
+    """loss(model) = sum(model(x) * g) under CPU bf16 autocast: the step a compile test traces."""
+    import torch
+
+    def loss(model):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return (model(x).float() * g).sum()
+    return loss
+
+
+def assert_one_graph(fn, *args) -> None:
+    """Dynamo traces fn(*args) into one graph with no break (the reasons in the message)."""
+    import torch._dynamo as dynamo
+    dynamo.reset()
+    explained = dynamo.explain(fn)(*args)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, \
+        [str(b.reason)[:300] for b in explained.break_reasons]

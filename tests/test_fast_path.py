@@ -194,17 +194,8 @@ def test_compiled_blockwise_layer_has_one_graph(monkeypatch):
     """fp8_blockwise's weight-gradient route (the Triton FP8 loop where Triton runs) is decided
     while tracing without a graph break (Dynamo cannot trace the kernel module's availability
     checks: the answer is a constant of the process)."""
-    import torch._dynamo as dynamo
+    from conftest import assert_one_graph, autocast_loss
     monkeypatch.setattr(lin, "FAST_PATH", "all")
     layer = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
     convert(layer, RECIPES["fp8_blockwise"])
-    x, g = torch.randn(2, 128, 256), torch.randn(2, 128, 256)
-
-    def loss(m):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return (m(x).float() * g).sum()
-
-    dynamo.reset()
-    explained = dynamo.explain(loss)(layer)
-    assert explained.graph_count == 1 and explained.graph_break_count == 0, \
-        [str(b.reason)[:300] for b in explained.break_reasons]
+    assert_one_graph(autocast_loss(torch.randn(2, 128, 256), torch.randn(2, 128, 256)), layer)

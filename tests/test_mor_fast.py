@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import lowprec.linear as lin
+from conftest import assert_one_graph, autocast_loss
 from lowprec import convert
 from lowprec.gemm import FastPlan
 from lowprec.methods.mor import MoRQuantizer, _relative_error, mor_recipe, quantize_e4m3
@@ -153,15 +154,8 @@ def test_compiled_mor_model_has_one_graph_and_trains_like_eager(partition, monke
     recipe_c = mor_recipe({"partition": partition})
     convert(eager, mor_recipe({"partition": partition}))
     convert(comp, recipe_c)
-    x, g = torch.randn(2, 128, 256), torch.randn(2, 128, 256)
-
-    def loss(m):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return (m(x).float() * g).sum()
-
-    dynamo.reset()
-    explained = dynamo.explain(loss)(comp)
-    assert explained.graph_count == 1 and explained.graph_break_count == 0, [str(b.reason)[:300] for b in explained.break_reasons]
+    loss = autocast_loss(torch.randn(2, 128, 256), torch.randn(2, 128, 256))
+    assert_one_graph(loss, comp)
     recipe_c.gemm("fprop")[0].reset_coverage()
     dynamo.reset()
     loss_c = torch.compile(loss)(comp)
