@@ -80,8 +80,8 @@ from ._common import _cdiv
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["MoROperand", "mor_gemm", "bf16_fixup", "block_scaled_fp8_mm", "fp32_threshold", "supported", "scaled_mm_applies", "GemmConfig",
-           "triton_available", "interpreter_active", "FP8_ACCUM", "BACKENDS"]
+__all__ = ["MoROperand", "mor_gemm", "bf16_fixup", "block_scaled_fp8_mm", "fp32_threshold", "supported",
+           "scaled_mm_applies", "GemmConfig", "triton_available", "interpreter_active", "FP8_ACCUM", "BACKENDS"]
 
 FP8_ACCUM = ("precise", "fast")
 _HP_DTYPES = (torch.float32, torch.bfloat16)

@@ -81,6 +81,12 @@ def quantize_fp8(t: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.
     return codes, scale
 
 
+def kind_block(kind: str, shape) -> tuple:
+    """The (rows, cols) scale block of a scale kind over a (rows, cols) operand."""
+    rows, cols = shape
+    return {_TENSOR: (rows, cols), _ROW: (1, cols), "1x128": (1, 128), "128x128": (128, 128)}[kind]
+
+
 # scale kinds whose codes and scales of a tensor's transpose are the transposed codes and scales
 # (one scale, or square blocks): the backward GEMMs reuse them instead of quantizing again
 TRANSPOSABLE = (_TENSOR, "128x128")
@@ -159,12 +165,9 @@ def operand_mm(a: FP8Operand, b: FP8Operand, out_dtype: torch.dtype, fast_accum:
     if route == "scaled_mm":
         return fp8_mm(a.codes, a.scale, a.kind, b.codes, b.scale, b.kind, out_dtype, fast_accum)
     if route == "triton":
-        return block_scaled_fp8_mm(a.codes, a.scale, _BLOCK_OF[a.kind], b.codes, b.scale, _BLOCK_OF[b.kind],
-                                   out_dtype)
+        return block_scaled_fp8_mm(a.codes, a.scale, list(kind_block(a.kind, a.codes.shape)), b.codes, b.scale,
+                                   list(kind_block(b.kind, b.codes.shape)), out_dtype)
     return dequantized_mm(a.codes, a.scale, a.spec, b.codes, b.scale, b.spec).to(out_dtype)
-
-
-_BLOCK_OF = {"1x128": [1, 128], "128x128": [128, 128]}
 
 
 # an opaque node in a compiled graph: Dynamo does not trace the Triton launcher's host logic

@@ -24,8 +24,9 @@ one after another (a 1B model with its AdamW state is ~18 GB: all arms at once d
 baseline is measured first and again last, and the ratios are against the mean of the two (their
 spread is in the provenance as the drift of the run). ``lowp_gemms_per_step`` counts the
 low-precision GEMMs of one profiled step (``aten::_scaled_mm`` calls, the Triton FP8 loop of
-block-scaled pairs and the Triton INT8 GEMM kernels): 0 for an arm with a hardware path (``HARDWARE_ARMS``) means nothing ran on low-precision
-hardware, and the run fails; sub-tensor MoR has no hardware GEMM yet and counts 0.
+block-scaled pairs and the Triton INT8 GEMM kernels): 0 for an arm with a hardware path
+(``HARDWARE_ARMS``) means nothing ran on low-precision hardware, and the run fails; sub-tensor MoR
+has no hardware GEMM yet and counts 0.
 ``--merge`` keeps the rows of other (shape, arm) pairs already in ``--out``; ``--merge-from`` merges the
 CSVs of other runs (a GPU job's output) into ``--out`` without measuring. Each run measures its own
 baseline: a row's ratio is against ``baseline_tokens_per_s`` of its own run (``commit``), and the
@@ -65,8 +66,8 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     "int8_fallback": {"recipe": "int8_fallback", "gemm": "kernel"},
 }
 ARMS = PEERS + tuple(METHODS)
-# arms whose GEMMs run on low-precision hardware on CUDA today (per-channel and sub-tensor MoR are still
-# emulated: 0 is their honest count)
+# arms whose GEMMs run on low-precision hardware on CUDA today (sub-tensor MoR is still emulated: 0 is
+# its honest count)
 HARDWARE_ARMS = {"torchao_tensorwise", "torchao_rowwise", "fp8_tensorwise_current", "fp8_delayed", "fp8_hybrid",
                  "fp8_blockwise", "mor_tensor", "mor_channel", "mor_block", "int8_block", "int8_fallback"}
 FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs_bf16_compiled", "peak_mem_gib",

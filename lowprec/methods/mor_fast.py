@@ -32,7 +32,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..gemm import FP8Operand, operand_mm, scale_kind
+from ..gemm import FP8Operand, kind_block, operand_mm, scale_kind
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, _relative_error, e4m3_spec
 from ..numerics.scaling import apply_blocks
 from ..recipes import GEMMS, OPERANDS
@@ -92,14 +92,8 @@ def mor_operand(q: MoRQuantizer, t: torch.Tensor) -> MoROperand:
     return MoROperand(fp8, _choose_e4m3(err, q.threshold), x2d.t() if hp_t else x2d.contiguous(), False, hp_t)
 
 
-def _block(kind: str, shape) -> tuple:
-    """The (rows, cols) scale block of a kind over a (rows, cols) codes tensor."""
-    rows, cols = shape
-    return {"tensor": (rows, cols), "row": (1, cols), "128x128": (128, 128)}[kind]
-
-
 def _dequantized(f: FP8Operand) -> torch.Tensor:
-    return apply_blocks(f.codes.float(), f.scale, _block(f.kind, f.codes.shape), torch.div)
+    return apply_blocks(f.codes.float(), f.scale, kind_block(f.kind, f.codes.shape), torch.div)
 
 
 def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
@@ -139,8 +133,10 @@ def bf16_fixup_(out: torch.Tensor,
     b = _from_args(b_codes, b_scale, b_hp, b_kind, b_fp8_t, b_hp_t)
     if kg.triton_available(out.device):
         kg.bf16_fixup(_kernel_operand(a, a_error), _kernel_operand(b, b_error), out)
-    elif not bool(torch.logical_and(a_error == 0, b_error == 0)):
-        out.copy_(a._replace(e4m3=a_error == 0).values() @ b._replace(e4m3=b_error == 0).values().t())
+    else:
+        a, b = a._replace(e4m3=a_error == 0), b._replace(e4m3=b_error == 0)
+        if not bool(torch.logical_and(a.e4m3, b.e4m3)):
+            out.copy_(a.values() @ b.values().t())
 
 
 @bf16_fixup_.register_fake
@@ -154,7 +150,7 @@ def _kernel_operand(op: MoROperand, error: torch.Tensor):
     from ..kernels import mor_gemm as kg
     codes, scale = (op.fp8.codes.t(), op.fp8.scale.t()) if op.fp8_t else (op.fp8.codes, op.fp8.scale)
     hp = op.hp.t() if op.hp_t else op.hp
-    return kg.MoROperand(hp, codes, scale, _block(op.fp8.kind, codes.shape), error, 0.0)
+    return kg.MoROperand(hp, codes, scale, kind_block(op.fp8.kind, codes.shape), error, 0.0)
 
 
 # ----------------------------------------------------------------------------------------------
