@@ -84,6 +84,29 @@ if triton is not None:
         return first_m + (pid % per_group) % group_rows, (pid % per_group) // group_rows
 
     @triton.jit
+    def _round_bf16(x):
+        """fp32 -> nearest bf16 (ties to even), kept in fp32; NaN stays NaN: the interpreter's own
+        cast to bf16 truncates."""
+        bits = x.to(tl.int32, bitcast=True)
+        r = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+        return tl.where(x != x, x, r.to(tl.float32, bitcast=True))
+
+    @triton.jit
+    def _e4m3_to_f32(c):
+        """uint8 E4M3 bit patterns -> fp32 values, written out in integer ops (exact; NaN for
+        0x7F/0xFF). The GEMMs decode with it where they need values, not fp8 bits (the MoR GEMM's
+        BF16 loop, and every loop in the interpreter, which has no fp8 type): one of Triton's fp8
+        conversions returned wrong values on an H200 with Triton 3.6 (see lowprec.kernels.mor_quant)."""
+        ci = c.to(tl.int32)
+        e = (ci >> 3) & 0xF
+        m = ci & 0x7
+        normal = ((e + 120) << 23) | (m << 20)                          # 2^(e-7) * (1 + m/8)
+        sub = (m.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)  # m * 2^-9
+        mag = tl.where(e == 0, sub, normal)
+        mag = tl.where((ci & 0x7F) == 0x7F, 0x7FC00000, mag)
+        return (mag | ((ci & 0x80) << 24)).to(tl.float32, bitcast=True)
+
+    @triton.jit
     def _block_grid(n_bcol, G: tl.constexpr, RP: tl.constexpr, K: tl.constexpr, CP: tl.constexpr):
         """A program of a kernel that holds G block-rows x K block-columns as a 4-D tile
         [G, RP, K, CP]: its (pid_r, pid_c), the row and column aranges r [1, RP, 1, 1] and

@@ -7,8 +7,6 @@ API::
     mor_gemm(a, b, out_dtype=torch.float32, fp8_accum="precise", backend="auto", config=None, info=None)
         -> (M, N) tensor
     bf16_fixup(a, b, out, info=None)      # the fix-up mode alone, over an FP8 product made elsewhere
-    block_scaled_fp8_mm(a_codes, a_scales, a_block, b_codes, b_scales, b_block, out_dtype)
-        -> (M, N) tensor: the FP8 loop for two E4M3 operands (block pairs cuBLAS refuses)
     fp32_threshold(threshold) -> float
     supported(block_a, block_b, k=None) -> bool, scaled_mm_applies(a, b) -> kind or None
     triton_available(device=None), interpreter_active()
@@ -80,7 +78,7 @@ from ._common import _cdiv
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["MoROperand", "mor_gemm", "bf16_fixup", "block_scaled_fp8_mm", "fp32_threshold", "supported",
+__all__ = ["MoROperand", "mor_gemm", "bf16_fixup", "fp32_threshold", "supported",
            "scaled_mm_applies", "GemmConfig", "triton_available", "interpreter_active", "FP8_ACCUM", "BACKENDS"]
 
 FP8_ACCUM = ("precise", "fast")
@@ -111,30 +109,9 @@ class GemmConfig(NamedTuple):
 
 
 if triton is not None:
-    from ._common import _grouped_tile
+    from ._common import _e4m3_to_f32, _grouped_tile, _round_bf16
 
     from triton.runtime.errors import OutOfResources as _OutOfResources
-
-    @triton.jit
-    def _round_bf16(x):
-        """fp32 -> nearest bf16 (ties to even), kept in fp32; NaN stays NaN (interpreter only)."""
-        bits = x.to(tl.int32, bitcast=True)
-        r = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-        return tl.where(x != x, x, r.to(tl.float32, bitcast=True))
-
-    @triton.jit
-    def _e4m3_to_f32(c):
-        """uint8 E4M3 bit patterns -> fp32 values, written out in integer ops (exact; NaN for
-        0x7F/0xFF): the BF16 loop does not rely on Triton's fp8 conversions, one of which returned
-        wrong values on an H200 with Triton 3.6 (see lowprec.kernels.mor_quant)."""
-        ci = c.to(tl.int32)
-        e = (ci >> 3) & 0xF
-        m = ci & 0x7
-        normal = ((e + 120) << 23) | (m << 20)                          # 2^(e-7) * (1 + m/8)
-        sub = (m.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)  # m * 2^-9
-        mag = tl.where(e == 0, sub, normal)
-        mag = tl.where((ci & 0x7F) == 0x7F, 0x7FC00000, mag)
-        return (mag | ((ci & 0x80) << 24)).to(tl.float32, bitcast=True)
 
     @triton.jit
     def _codes_value(c, FP8_DOT: tl.constexpr, INTERP: tl.constexpr):
@@ -168,10 +145,10 @@ if triton is not None:
                 c = tl.load(c_ptrs)
             else:
                 c = tl.load(c_ptrs, mask=mask, other=0)
-            return _codes_value(c, True, INTERP)
+            return _codes_value(c.to(tl.uint8, bitcast=True), True, INTERP)
         else:
             # (tl.where, not &: the interpreter turns a mask AND a scalar bool into int32)
-            c = tl.load(c_ptrs, mask=tl.where(e4, mask, False), other=0)
+            c = tl.load(c_ptrs, mask=tl.where(e4, mask, False), other=0).to(tl.uint8, bitcast=True)
             h = tl.load(h_rows + kk[None, :] * s_hk, mask=tl.where(e4, False, mask), other=0.0)
             return tl.where(e4, _codes_value(c, False, INTERP), _hp_value(h, INTERP))
 
@@ -291,7 +268,7 @@ if triton is not None:
             _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow, s_bsc, e4b,
                       A_KSTEP, B_KSTEP, OUT_BF16)
 
-    _JIT_FNS = (_mor_gemm_kernel, _grouped_tile)
+    _JIT_FNS = (_mor_gemm_kernel, _grouped_tile, _e4m3_to_f32, _round_bf16)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -415,11 +392,12 @@ def _check_pair(a: MoROperand, b: MoROperand) -> tuple:
     return M, N, K
 
 
-def bf16_fixup(a: MoROperand, b: MoROperand, out: torch.Tensor, info: Optional[torch.Tensor] = None) -> None:
+def bf16_fixup(a: MoROperand, b: MoROperand, out: torch.Tensor, info: Optional[torch.Tensor] = None,
+               launcher=None) -> None:
     """The fix-up mode on its own, for an FP8 product computed elsewhere (``lowprec.methods.mor_fast``): ``out``
     (M, N, row-major fp32 or bf16) is left as it is when both operands chose E4M3 (decided on the
     device; every program returns at once), else overwritten with the BF16 loop's product. info as
-    in ``mor_gemm`` (3 when both chose E4M3, 2 for the BF16 loop)."""
+    in ``mor_gemm`` (3 when both chose E4M3, 2 for the BF16 loop). launcher: see ``_launch``."""
     M, N, K = _check_pair(a, b)
     if tuple(out.shape) != (M, N) or out.dtype not in _OUT_DTYPES or not out.is_contiguous() \
             or out.device != a.hp.device:
@@ -428,7 +406,7 @@ def bf16_fixup(a: MoROperand, b: MoROperand, out: torch.Tensor, info: Optional[t
     if info is None:
         info = torch.empty(3, dtype=torch.int32, device=out.device)
     if M and N and K:
-        _launch(a, b, out, info, "precise", None, fixup=True)
+        _launch(a, b, out, info, "precise", None, fixup=True, launcher=launcher)
 
 
 def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float32, fp8_accum: str = "precise",
@@ -472,29 +450,15 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
     return out if out.dtype == out_dtype else out.to(out_dtype)
 
 
-def block_scaled_fp8_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block: tuple, b_codes: torch.Tensor,
-                        b_scales: torch.Tensor, b_block: tuple, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """``dequant(A) @ dequant(B).T`` of two E4M3 operands on this kernel's FP8 loop: codes (M, K) and
-    (N, K) (float8_e4m3fn, any strides) with fp32 encode-scale grids over (R, C) blocks. For the
-    block pairs cuBLAS refuses (1x128 x 1x128, DeepSeek-style recipes' weight gradient): each
-    K-step's partial product is scaled by its blocks' 1 / s and added to the fp32 accumulator."""
-    a = _e4m3_operand(a_codes, a_scales, a_block)
-    b = _e4m3_operand(b_codes, b_scales, b_block)
-    return mor_gemm(a, b, out_dtype, backend="triton")
-
-
-def _e4m3_operand(codes: torch.Tensor, scales: torch.Tensor, block: tuple) -> MoROperand:
-    # decided E4M3 (error 0 against threshold 0): the FP8 loop never reads hp, so it is a
-    # zero-stride bf16 placeholder of the codes' shape
-    hp = torch.zeros((), dtype=torch.bfloat16, device=codes.device).expand(codes.shape)
-    return MoROperand(hp, codes, scales, tuple(block), torch.zeros((), dtype=torch.float32, device=codes.device), 0.0)
-
-
 BACKENDS = ("auto", "triton", "scaled_mm")
 
 
 def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor, fp8_accum: str,
-            config: Optional[GemmConfig], fixup: bool) -> None:
+            config: Optional[GemmConfig], fixup: bool, launcher=None) -> None:
+    """launcher: None to launch the kernel here, or ``torch.library.wrap_triton`` inside a
+    ``triton_op`` that a compiled graph traces (the launch then happens in Inductor's code, with
+    the shape's first configuration: the smaller ones tried after a compile out of shared memory
+    need a launch to find out)."""
     M, K = a.hp.shape
     N = b.hp.shape[0]
     a_kstep, b_kstep = a.block[1] < K, b.block[1] < K
@@ -507,15 +471,17 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
         if w % cfg.block_k8 or w % cfg.block_k16:
             raise ValueError(f"config {cfg}: K-steps must divide the block width {w}")
     ah, bh = _hp_arg(a.hp), _hp_arg(b.hp)
-    args = (a.codes.view(torch.uint8), ah, a.scales, a.rel_error, b.codes.view(torch.uint8), bh,
+    args = (_codes_arg(a.codes), ah, a.scales, a.rel_error, _codes_arg(b.codes), bh,
             b.scales, b.rel_error, out, info, M, N, K, fp32_threshold(a.threshold), fp32_threshold(b.threshold),
             *a.codes.stride(), *ah.stride(), *a.scales.stride(), a.block[0], a.block[1],
             *b.codes.stride(), *bh.stride(), *b.scales.stride(), b.block[0], b.block[1])
-    tried = [cfg] if config is not None or key in _CONFIG_CACHE else [cfg, *_fallback_configs(cfg)]
+    traced = launcher is not None
+    tried = [cfg] if traced or config is not None or key in _CONFIG_CACHE else [cfg, *_fallback_configs(cfg)]
+    kernel = launcher(_mor_gemm_kernel) if traced else _mor_gemm_kernel
     for i, c in enumerate(tried):
         even = K % c.block_k8 == 0
         try:
-            _mor_gemm_kernel[(_cdiv(M, c.block_m) * _cdiv(N, c.block_n),)](
+            kernel[(_cdiv(M, c.block_m) * _cdiv(N, c.block_n),)](
                 *args, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
                 BLOCK_K8=c.block_k8, BLOCK_K16=c.block_k16, GROUP_M=_GROUP_M,
                 PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, OUT_BF16=out.dtype == torch.bfloat16,
@@ -524,7 +490,7 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
             if i + 1 == len(tried):
                 raise
             continue
-        if config is None:
+        if config is None and not traced:
             _CONFIG_CACHE[key] = c
         break
 
@@ -577,6 +543,11 @@ def _scaled_mm(a: MoROperand, b: MoROperand, kind: str, out_dtype: torch.dtype, 
     except (RuntimeError, ValueError):
         _SCALED_MM_REFUSED.add((kind, M, N, K))
         return None
+
+
+def _codes_arg(codes: torch.Tensor) -> torch.Tensor:
+    # the interpreter has no fp8: its bits as uint8 there (the kernel reads either as uint8 bits)
+    return codes.view(torch.uint8) if interpreter_active() else codes
 
 
 def _hp_arg(t: torch.Tensor) -> torch.Tensor:

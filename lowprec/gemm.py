@@ -16,8 +16,8 @@ reciprocal of the encode scale instead of dividing by it.
 The pairs of scale kinds with a hardware GEMM are ``FP8_PAIRS``: ``torch._scaled_mm``
 (``lowprec.numerics.scaled_mm``: per-tensor and per-row scales, and 1x128 x 128x128 blocks on CUDA),
 and 1x128 x 1x128 blocks, the weight gradient of DeepSeek-style recipes, which cuBLAS refuses: the
-Triton FP8 loop of ``lowprec.kernels.mor_gemm`` scales each K-step's partial product by its blocks'
-scales (``block_scaled_fp8_mm``). Any other pair, or a shape they refuse (``shape_fits``),
+Triton GEMM of ``lowprec.kernels.block_fp8_gemm`` scales each K-step's FP8 product by its blocks'
+scales (``block_scaled_fp8_mm``; on CUDA a ``triton_op`` that Inductor launches itself). Any other pair, or a shape they refuse (``shape_fits``),
 multiplies the dequantized operands in fp32: the emulation's arithmetic, still exact codes.
 """
 
@@ -145,7 +145,7 @@ def hardware_route(a: "FP8Operand", b: "FP8Operand") -> Optional[str]:
         return None
     if where == "triton":  # any shape: the kernel masks partial tiles
         e4m3 = a.spec.fmt == b.spec.fmt == "e4m3"
-        return "triton" if e4m3 and _triton_runs_on(a.codes.device.type) else None
+        return "triton" if e4m3 and triton_runs_on(a.codes.device.type) else None
     fits = shape_fits(a.codes, b.codes, a.kind, b.kind)
     return "scaled_mm" if fits and (where == "scaled_mm" or a.codes.is_cuda) else None
 
@@ -153,8 +153,8 @@ def hardware_route(a: "FP8Operand", b: "FP8Operand") -> Optional[str]:
 # a constant of the process for Dynamo (it cannot trace the kernel module's availability checks):
 # asked once per device type while tracing, its answer baked into the graph
 @torch.compiler.assume_constant_result
-def _triton_runs_on(device_type: str) -> bool:
-    from .kernels import mor_gemm as kg
+def triton_runs_on(device_type: str) -> bool:
+    from .kernels import block_fp8_gemm as kg
     return kg.triton_available(torch.device(device_type))
 
 
@@ -165,24 +165,37 @@ def operand_mm(a: FP8Operand, b: FP8Operand, out_dtype: torch.dtype, fast_accum:
     if route == "scaled_mm":
         return fp8_mm(a.codes, a.scale, a.kind, b.codes, b.scale, b.kind, out_dtype, fast_accum)
     if route == "triton":
-        return block_scaled_fp8_mm(a.codes, a.scale, list(kind_block(a.kind, a.codes.shape)), b.codes, b.scale,
-                                   list(kind_block(b.kind, b.codes.shape)), out_dtype)
+        op = block_scaled_fp8_mm_cuda if a.codes.is_cuda else block_scaled_fp8_mm
+        return op(a.codes, a.scale, list(kind_block(a.kind, a.codes.shape)), b.codes, b.scale,
+                  list(kind_block(b.kind, b.codes.shape)), out_dtype)
     return dequantized_mm(a.codes, a.scale, a.spec, b.codes, b.scale, b.spec).to(out_dtype)
 
 
-# an opaque node in a compiled graph: Dynamo does not trace the Triton launcher's host logic
+# off CUDA (the Triton interpreter): an opaque node in a compiled graph, as Dynamo cannot trace the
+# Triton launcher's host logic
 @torch.library.custom_op("lowprec::block_scaled_fp8_mm", mutates_args=())
 def block_scaled_fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, block_a: list[int], b8: torch.Tensor,
                         scale_b: torch.Tensor, block_b: list[int], out_dtype: torch.dtype) -> torch.Tensor:
     """``dequant(a) @ dequant(b).T`` of E4M3 codes a8 (M, K) and b8 (N, K) with encode-scale grids
-    over (R, C) blocks, on the Triton FP8 loop (``lowprec.kernels.mor_gemm.block_scaled_fp8_mm``)."""
-    from .kernels import mor_gemm as kg
+    over (R, C) blocks, on the Triton FP8 loop (``lowprec.kernels.block_fp8_gemm``)."""
+    from .kernels import block_fp8_gemm as kg
     return kg.block_scaled_fp8_mm(a8, scale_a, tuple(block_a), b8, scale_b, tuple(block_b), out_dtype)
 
 
 @block_scaled_fp8_mm.register_fake
 def _(a8, scale_a, block_a, b8, scale_b, block_b, out_dtype):
     return a8.new_empty((a8.shape[0], b8.shape[0]), dtype=out_dtype)
+
+
+# on CUDA: a triton_op, whose launch Inductor traces and makes from its own code (an opaque
+# operator's launch costs a Python call per GEMM on the host)
+@torch.library.triton_op("lowprec::block_scaled_fp8_mm_cuda", mutates_args=())
+def block_scaled_fp8_mm_cuda(a8: torch.Tensor, scale_a: torch.Tensor, block_a: list[int], b8: torch.Tensor,
+                             scale_b: torch.Tensor, block_b: list[int], out_dtype: torch.dtype) -> torch.Tensor:
+    """``block_scaled_fp8_mm`` on a CUDA device."""
+    from .kernels import block_fp8_gemm as kg
+    return kg.block_scaled_fp8_mm(a8, scale_a, tuple(block_a), b8, scale_b, tuple(block_b), out_dtype,
+                                  launcher=torch.library.wrap_triton)
 
 
 # ----------------------------------------------------------------------------------------------

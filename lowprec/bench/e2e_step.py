@@ -77,7 +77,9 @@ FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs
 # (the Triton FP8 loop of block-scaled pairs by its operator: the MoR kernel's launches include
 # fix-ups that return at once, which are no GEMM)
 _LOWP_OPS = ("aten::_scaled_mm", "lowprec::block_scaled_fp8_mm")
-_LOWP_KERNELS = ("_gemm_kernel",)  # lowprec.kernels.int8_fallback_kernels, by name prefix
+# by name prefix: lowprec.kernels.int8_fallback_kernels and lowprec.kernels.block_fp8_gemm (a
+# triton_op's launch leaves no operator event, only its kernel's)
+_LOWP_KERNELS = ("_gemm_kernel", "_block_fp8_gemm_kernel")
 
 
 def _parse(argv):

@@ -32,7 +32,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..gemm import FP8Operand, kind_block, operand_mm, scale_kind
+from ..gemm import FP8Operand, triton_runs_on, kind_block, operand_mm, scale_kind
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, _relative_error, e4m3_spec
 from ..numerics.scaling import apply_blocks
 from ..recipes import GEMMS, OPERANDS
@@ -100,7 +100,8 @@ def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: boo
     """``a @ b.T``: the FP8 product, overwritten on the device by the product of the chosen values
     unless both operands chose E4M3 (module docstring). ``fast_accum`` as in ``operand_mm``."""
     out = operand_mm(a.fp8_operand(), b.fp8_operand(), out_dtype, fast_accum=fast_accum)
-    bf16_fixup_(out, *_fixup_args(a), *_fixup_args(b))
+    fixup = bf16_fixup_cuda_ if out.is_cuda and triton_runs_on("cuda") else bf16_fixup_
+    fixup(out, *_fixup_args(a), *_fixup_args(b))
     return out
 
 
@@ -117,8 +118,8 @@ def _from_args(codes, scale, hp, kind, fp8_t, hp_t) -> MoROperand:
     return MoROperand(FP8Operand(codes, scale, None, kind), None, hp, fp8_t, hp_t)
 
 
-# An operator the compiled graph keeps as one opaque node: Inductor neither traces into the Triton
-# launch nor reads the choices, and the output buffer is updated in place.
+# Off CUDA (the CPU, or the Triton interpreter): an operator the compiled graph keeps as one opaque
+# node, which Inductor neither traces into nor reads the choices of; the output is updated in place.
 @torch.library.custom_op("lowprec::mor_bf16_fixup_", mutates_args=("out",))
 def bf16_fixup_(out: torch.Tensor,
                 a_codes: torch.Tensor, a_scale: torch.Tensor, a_hp: torch.Tensor, a_error: torch.Tensor,
@@ -142,6 +143,23 @@ def bf16_fixup_(out: torch.Tensor,
 @bf16_fixup_.register_fake
 def _(out, *args):
     return None
+
+
+# On CUDA: the same as a triton_op, which Inductor traces at compile time down to the kernel launch
+# and launches from its own code. As an opaque operator the launch cost about 300 us of Python per
+# GEMM, and at the 1B shape that made the step wait on the host (profile in results/bench/profiles/).
+@torch.library.triton_op("lowprec::mor_bf16_fixup_cuda_", mutates_args=("out",))
+def bf16_fixup_cuda_(out: torch.Tensor,
+                     a_codes: torch.Tensor, a_scale: torch.Tensor, a_hp: torch.Tensor, a_error: torch.Tensor,
+                     a_kind: str, a_fp8_t: bool, a_hp_t: bool,
+                     b_codes: torch.Tensor, b_scale: torch.Tensor, b_hp: torch.Tensor, b_error: torch.Tensor,
+                     b_kind: str, b_fp8_t: bool, b_hp_t: bool) -> None:
+    """``bf16_fixup_`` on a CUDA device where Triton runs."""
+    from ..kernels import mor_gemm as kg
+    a = _from_args(a_codes, a_scale, a_hp, a_kind, a_fp8_t, a_hp_t)
+    b = _from_args(b_codes, b_scale, b_hp, b_kind, b_fp8_t, b_hp_t)
+    kg.bf16_fixup(_kernel_operand(a, a_error), _kernel_operand(b, b_error), out,
+                  launcher=torch.library.wrap_triton)
 
 
 def _kernel_operand(op: MoROperand, error: torch.Tensor):

@@ -1,0 +1,180 @@
+"""Block-scaled FP8 GEMM (Triton) for the E4M3 operand pairs whose scales change along K on both
+sides: DeepSeek-style recipes' weight gradient (1x128 x 1x128 blocks), which cuBLAS refuses.
+
+API::
+
+    block_scaled_fp8_mm(a_codes, a_scales, a_block, b_codes, b_scales, b_block, out_dtype=torch.float32,
+                        config=None, launcher=None) -> (M, N) tensor
+    BlockConfig(block_m, block_n, block_k, num_warps, num_stages), default_config(M, N, widths)
+    triton_available(device=None), interpreter_active()
+
+``dequant(A) @ dequant(B).T`` of codes A (M, K) and B (N, K) (float8_e4m3fn, any strides; the
+K-contiguous layout the quantization pass writes is the fast one) with fp32 ENCODE-scale grids over
+(R, C) blocks (x ~= code / s). Each K-step's FP8 product starts from zero, is multiplied by the
+outer product of its rows' 1 / s (``div_rn``, as torch's ``1 / s``) and added to the fp32
+accumulator, so the K-step divides every block width narrower than K. This is also the promotion
+interval: the tensor cores' ~14-bit FP8 accumulation never spans more than one K-step.
+
+Why a kernel of its own: the MoR GEMM (``lowprec.kernels.mor_gemm``) carries the same product in its
+FP8 loop, but its per-program decision, predicated BF16 loads and both main loops in one kernel cost
+registers and pipelining; on the H200 at the 1B training shapes it reached about 150 TFLOP/s for
+this pair (``results/bench/profiles/llama_1b_fp8_blockwise_da2be48.txt``). This loop loads the two
+code tiles and two scale vectors per K-step, nothing else.
+
+Interpreter (TRITON_INTERPRET=1 before the first import, or ``_common.reload_for_interpreter``): the
+codes go in as uint8 bits, are decoded to fp32 (``_common._e4m3_to_f32``) and multiplied in fp32;
+a bf16 output is rounded by ``_common._round_bf16`` (the interpreter's cast truncates).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+from lowprec.numerics.checks import block_shape as _check_block
+
+from . import _common as _c
+from ._common import _cdiv
+
+triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
+
+__all__ = ["block_scaled_fp8_mm", "BlockConfig", "default_config", "triton_available", "interpreter_active"]
+
+_OUT_DTYPES = (torch.float32, torch.bfloat16)
+_GROUP_M = 8
+_MIN_BLOCK_K = 32  # FP8 MMA's K on Hopper
+_JIT_FNS: tuple = ()
+
+
+class BlockConfig(NamedTuple):
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+
+if triton is not None:
+    from ._common import _e4m3_to_f32, _grouped_tile, _round_bf16
+
+    @triton.jit
+    def _block_fp8_gemm_kernel(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, M, N, K,
+                               s_am, s_ak, s_bn, s_bk, s_asr, s_asc, s_bsr, s_bsc, a_br, a_bc, b_br, b_bc,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                               GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
+                               INTERP: tl.constexpr):
+        pid = tl.program_id(0)
+        pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        rn = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+        # rows past the end read the last row (their results are not stored): only K is masked
+        rm_ld = tl.minimum(rm, M - 1)
+        rn_ld = tl.minimum(rn, N - 1)
+        rk = tl.arange(0, BLOCK_K)
+        a_ptrs = a_ptr + rm_ld[:, None] * s_am + rk[None, :] * s_ak
+        b_ptrs = b_ptr + rn_ld[:, None] * s_bn + rk[None, :] * s_bk
+        a_s = as_ptr + (rm_ld // a_br) * s_asr
+        b_s = bs_ptr + (rn_ld // b_br) * s_bsr
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            if EVEN_K:
+                a = tl.load(a_ptrs)
+                b = tl.load(b_ptrs)
+            else:
+                k_ok = (k0 + rk < K)[None, :]
+                a = tl.load(a_ptrs, mask=k_ok, other=0)
+                b = tl.load(b_ptrs, mask=k_ok, other=0)
+            if INTERP:
+                p = tl.dot(_e4m3_to_f32(a), tl.trans(_e4m3_to_f32(b)), input_precision="ieee")
+            else:
+                p = tl.dot(a, tl.trans(b))
+            inv_a = tl.math.div_rn(tl.full((BLOCK_M,), 1.0, tl.float32), tl.load(a_s + (k0 // a_bc) * s_asc))
+            inv_b = tl.math.div_rn(tl.full((BLOCK_N,), 1.0, tl.float32), tl.load(b_s + (k0 // b_bc) * s_bsc))
+            acc += p * inv_a[:, None] * inv_b[None, :]
+            a_ptrs += BLOCK_K * s_ak
+            b_ptrs += BLOCK_K * s_bk
+        c_ptrs = c_ptr + rm[:, None] * N + rn[None, :]
+        ok = (rm < M)[:, None] & (rn < N)[None, :]
+        if OUT_BF16:
+            if INTERP:
+                acc = _round_bf16(acc)
+            tl.store(c_ptrs, acc.to(tl.bfloat16), mask=ok)
+        else:
+            tl.store(c_ptrs, acc, mask=ok)
+
+    _JIT_FNS = (_block_fp8_gemm_kernel, _grouped_tile, _e4m3_to_f32, _round_bf16)
+
+
+def interpreter_active() -> bool:
+    """True when the kernel was built for the Triton interpreter (TRITON_INTERPRET=1 at import)."""
+    return bool(_JIT_FNS) and _c.is_interpreted(*_JIT_FNS)
+
+
+def triton_available(device=None) -> bool:
+    return triton is not None and _c.available(interpreter_active(), device)
+
+
+def default_config(M: int, N: int, widths: tuple) -> BlockConfig:
+    """Tiles for an (M, N) output whose K-steps must divide ``widths`` (the block widths narrower
+    than K): a K-step of 128 codes where they allow (the FP8 MMA's natural depth, and the
+    promotion interval cuBLAS uses); 4 stages of 128 x 128 x 128 tiles hold 128 KB of codes."""
+    k = 128
+    for w in widths:
+        while w % k:
+            k //= 2
+    if interpreter_active():
+        return BlockConfig(32, 32, min(k, 32), 4, 1)
+    return BlockConfig(128, 128, k, 8, 4)
+
+
+def _operand(codes: torch.Tensor, scales: torch.Tensor, block, name: str) -> tuple:
+    if codes.dim() != 2 or codes.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"{name}_codes must be a 2-D float8_e4m3fn tensor, got {codes.dtype} {tuple(codes.shape)}")
+    br, bc = _check_block(tuple(block))
+    rows, k = codes.shape
+    want = (_cdiv(rows, br), _cdiv(k, bc))
+    if scales.dtype != torch.float32 or tuple(scales.shape) != want:
+        raise ValueError(f"{name}_scales: an fp32 grid of shape {want} for {(br, bc)} blocks, got "
+                         f"{scales.dtype} {tuple(scales.shape)}")
+    if scales.device != codes.device:
+        raise ValueError(f"{name}: codes on {codes.device}, scales on {scales.device}")
+    return br, bc
+
+
+def block_scaled_fp8_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_codes: torch.Tensor,
+                        b_scales: torch.Tensor, b_block, out_dtype: torch.dtype = torch.float32,
+                        config: Optional[BlockConfig] = None, launcher=None) -> torch.Tensor:
+    """``dequant(A) @ dequant(B).T`` (module docstring). launcher: None to launch here, or
+    ``torch.library.wrap_triton`` inside a ``triton_op`` that a compiled graph traces (Inductor
+    then launches the kernel from its own code)."""
+    a_br, a_bc = _operand(a_codes, a_scales, a_block, "a")
+    b_br, b_bc = _operand(b_codes, b_scales, b_block, "b")
+    (M, K), (N, kb) = a_codes.shape, b_codes.shape
+    if kb != K:
+        raise ValueError(f"reduction dimensions differ: a {tuple(a_codes.shape)}, b {tuple(b_codes.shape)}")
+    if b_codes.device != a_codes.device:
+        raise ValueError(f"a and b on different devices: {a_codes.device} and {b_codes.device}")
+    if out_dtype not in _OUT_DTYPES:
+        raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
+    widths = tuple(w for w in (a_bc, b_bc) if w < K)
+    if any(w % _MIN_BLOCK_K for w in widths):
+        raise ValueError(f"blocks {tuple(a_block)} and {tuple(b_block)}: a block narrower than K must have a "
+                         f"width that is a multiple of {_MIN_BLOCK_K}")
+    _c.require_triton("lowprec.kernels.block_fp8_gemm", "lowprec.gemm.dequantized_mm", _TRITON_IMPORT_ERROR,
+                      _JIT_FNS, a_codes.device)
+    out = torch.empty((M, N), dtype=out_dtype, device=a_codes.device)
+    if not (M and N and K):
+        return out.zero_()
+    cfg = config or default_config(M, N, widths)
+    if any(w % cfg.block_k for w in widths):
+        raise ValueError(f"config {cfg}: the K-step must divide the block widths {widths}")
+    interp = interpreter_active()
+    a8, b8 = (c.view(torch.uint8) if interp else c for c in (a_codes, b_codes))
+    kernel = launcher(_block_fp8_gemm_kernel) if launcher is not None else _block_fp8_gemm_kernel
+    kernel[(_cdiv(M, cfg.block_m) * _cdiv(N, cfg.block_n),)](
+        a8, b8, a_scales, b_scales, out, M, N, K, *a8.stride(), *b8.stride(), *a_scales.stride(),
+        *b_scales.stride(), a_br, a_bc, b_br, b_bc,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=_GROUP_M, EVEN_K=K % cfg.block_k == 0,
+        OUT_BF16=out_dtype == torch.bfloat16, INTERP=interp, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return out
