@@ -78,13 +78,22 @@ if triton is not None:
         b_s = bs_ptr + (rn_ld // b_br) * s_bsr
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
         for k0 in range(0, K, BLOCK_K):
+            # fp8 tiles go from the loads straight into the dot (a conversion between them would
+            # keep the loads out of the asynchronous copy pipeline); a ragged K masks through the
+            # codes' bits, as a masked load's fill must be an integer
             if EVEN_K:
                 a = tl.load(a_ptrs)
                 b = tl.load(b_ptrs)
-            else:
+            elif INTERP:
                 k_ok = (k0 + rk < K)[None, :]
                 a = tl.load(a_ptrs, mask=k_ok, other=0)
                 b = tl.load(b_ptrs, mask=k_ok, other=0)
+            else:
+                k_ok = (k0 + rk < K)[None, :]
+                a = tl.load(a_ptrs.to(tl.pointer_type(tl.uint8), bitcast=True), mask=k_ok, other=0)
+                b = tl.load(b_ptrs.to(tl.pointer_type(tl.uint8), bitcast=True), mask=k_ok, other=0)
+                a = a.to(tl.float8e4nv, bitcast=True)
+                b = b.to(tl.float8e4nv, bitcast=True)
             if INTERP:
                 p = tl.dot(_e4m3_to_f32(a), tl.trans(_e4m3_to_f32(b)), input_precision="ieee")
             else:

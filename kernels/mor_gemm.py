@@ -145,10 +145,10 @@ if triton is not None:
                 c = tl.load(c_ptrs)
             else:
                 c = tl.load(c_ptrs, mask=mask, other=0)
-            return _codes_value(c.to(tl.uint8, bitcast=True), True, INTERP)
+            return _codes_value(c, True, INTERP)
         else:
             # (tl.where, not &: the interpreter turns a mask AND a scalar bool into int32)
-            c = tl.load(c_ptrs, mask=tl.where(e4, mask, False), other=0).to(tl.uint8, bitcast=True)
+            c = tl.load(c_ptrs, mask=tl.where(e4, mask, False), other=0)
             h = tl.load(h_rows + kk[None, :] * s_hk, mask=tl.where(e4, False, mask), other=0.0)
             return tl.where(e4, _codes_value(c, False, INTERP), _hp_value(h, INTERP))
 
@@ -225,6 +225,11 @@ if triton is not None:
                          BLOCK_K16: tl.constexpr, GROUP_M: tl.constexpr, PROMOTE: tl.constexpr,
                          EVEN: tl.constexpr, OUT_BF16: tl.constexpr, FIXUP: tl.constexpr,
                          INTERP: tl.constexpr):
+        if not INTERP:
+            # fp8 codes are read as their bits (uint8 in the interpreter already): the BF16 loop
+            # decodes them, and a masked load's fill must be an integer
+            ac_ptr = ac_ptr.to(tl.pointer_type(tl.uint8), bitcast=True)
+            bc_ptr = bc_ptr.to(tl.pointer_type(tl.uint8), bitcast=True)
         pid = tl.program_id(0)
         pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
