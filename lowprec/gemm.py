@@ -56,10 +56,13 @@ def scale_kind(spec) -> Optional[str]:
 
 # (kind of a, kind of b) pairs with a hardware GEMM, and what runs them: "scaled_mm" (torch._scaled_mm
 # on any device torch has it for), "scaled_mm_cuda" (cuBLAS only; a's 128x128 grid goes as the 1x128
-# scales of its rows), "triton" (``block_scaled_fp8_mm``, E4M3 only)
+# scales of its rows)
 FP8_PAIRS = {(_TENSOR, _TENSOR): "scaled_mm", (_ROW, _ROW): "scaled_mm", (_TENSOR, _ROW): "scaled_mm",
              (_ROW, _TENSOR): "scaled_mm", ("1x128", "128x128"): "scaled_mm_cuda",
-             ("128x128", "128x128"): "scaled_mm_cuda", ("1x128", "1x128"): "triton"}
+             ("128x128", "128x128"): "scaled_mm_cuda", ("1x128", "1x128"): "scaled_mm_cuda"}
+# pairs that the Triton block-scaled GEMM takes where _scaled_mm does not (the interpreter on CPU, a
+# shape cuBLAS refuses), E4M3 only
+TRITON_PAIRS = {("1x128", "1x128")}
 
 
 def quantize_fp8(t: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,6 +137,8 @@ def shape_fits(a: torch.Tensor, b: torch.Tensor, kind_a: str, kind_b: str) -> bo
         # cuBLAS wants the K-blocks of the scales padded to a multiple of 4 (pytorch/pytorch#166752);
         # only unpadded layouts were verified on the H200, so K must hold a multiple of 4 blocks
         return k % 512 == 0 and n % 128 == 0
+    if kind_b == "1x128":
+        return k % 512 == 0
     return True
 
 
@@ -143,11 +148,13 @@ def hardware_route(a: "FP8Operand", b: "FP8Operand") -> Optional[str]:
     where = FP8_PAIRS.get((a.kind, b.kind))
     if where is None or a.spec.fmt == b.spec.fmt == "e5m2":
         return None
-    if where == "triton":  # any shape: the kernel masks partial tiles
-        e4m3 = a.spec.fmt == b.spec.fmt == "e4m3"
-        return "triton" if e4m3 and triton_runs_on(a.codes.device.type) else None
-    fits = shape_fits(a.codes, b.codes, a.kind, b.kind)
-    return "scaled_mm" if fits and (where == "scaled_mm" or a.codes.is_cuda) else None
+    if shape_fits(a.codes, b.codes, a.kind, b.kind) and (where == "scaled_mm" or a.codes.is_cuda):
+        return "scaled_mm"
+    # any shape: the kernel masks partial tiles
+    e4m3 = a.spec.fmt == b.spec.fmt == "e4m3"
+    if (a.kind, b.kind) in TRITON_PAIRS and e4m3 and triton_runs_on(a.codes.device.type):
+        return "triton"
+    return None
 
 
 # a constant of the process for Dynamo (it cannot trace the kernel module's availability checks):

@@ -70,16 +70,16 @@ def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls, count_calls):
     scales, outputs within an SQNR floor, and the FP8 GEMMs really on _scaled_mm or the Triton FP8
     loop."""
     from lowprec.gemm import FastPlan, FP8Operand, quantize_fp8
-    from lowprec.kernels import mor_gemm as kg
+    from lowprec.kernels import block_fp8_gemm as kb
     from lowprec.numerics import quantize
 
-    triton_calls = count_calls(kg, "mor_gemm")
+    triton_calls = count_calls(kb, "block_scaled_fp8_mm")
 
     recipe = FP8_ROWWISE if name == "fp8_rowwise" else RECIPES[name]
     plan = FastPlan.for_recipe(recipe)
     calls = scaled_mm_calls
     torch.manual_seed(0)
-    m, k, n = 384, 512, 512  # K of every GEMM a multiple of 128 (dgrad's blockwise pair needs 512)
+    m, k, n = 512, 512, 512  # K of every GEMM a multiple of 512, as cuBLAS's block-scaled pairs need
     for g, (a, b) in {"fprop": (torch.randn(m, k), torch.randn(n, k)),
                       "dgrad": (torch.randn(m, n) * 1e-4, torch.randn(k, n)),
                       "wgrad": (torch.randn(n, m) * 1e-4, torch.randn(k, m))}.items():
@@ -98,8 +98,8 @@ def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls, count_calls):
         route = gemm_mod.hardware_route(FP8Operand.of(a, spec_a), FP8Operand.of(b, spec_b)) if fp8 else None
         assert (calls["n"] - before == 1) == (route == "scaled_mm"), (g, route)
         assert (triton_calls["n"] - triton_before == 1) == (route == "triton"), (g, route)
-        if name == "fp8_blockwise":  # 1x128 x 128x128 on cuBLAS, the weight gradient's 1x128 pair on Triton
-            assert route == ("triton" if g == "wgrad" else "scaled_mm")
+        if name == "fp8_blockwise":  # 1x128 x 128x128, and the weight gradient's 1x128 pair, on cuBLAS
+            assert route == "scaled_mm"
         # bf16 GEMMs and row/block scaling return bf16; Hopper's FP8 tensor cores accumulate with
         # fewer bits between promotions to fp32 (tensor x tensor: 55.5 dB measured on an H200)
         floor = 45
@@ -217,14 +217,15 @@ def test_compiled_triton_ops_equal_eager(method):
 
     ref = run(eager, eager)
     got = run(comp, torch.compile(comp))
+    # the same codes and kernels; Inductor's fused casts around them may round a bf16 output differently
     for r, o in zip(ref, got):
-        assert sqnr_db(r.double(), o.double()) >= 100
+        assert sqnr_db(r.double(), o.double()) >= 45
     if method["recipe"] == "mor":
         counts = comp[0].mor_counts
         assert int(counts[:, 0].sum()) > 0 and int(counts[:, 1].sum()) == 0  # every operand chose BF16
 
 
-@pytest.mark.parametrize("kind_b", ["128x128"])
+@pytest.mark.parametrize("kind_b", ["128x128", "1x128"])
 def test_blockwise_fp8_mm(kind_b):
     """DeepSeek-style block scales on _scaled_mm (the layouts FP8_PAIRS lists), against the fp32
     GEMM of the same codes."""

@@ -40,10 +40,11 @@ def fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, kind_a: str, b8: torch.Tenso
         inv_a, kind_a = inv_a.repeat_interleave(128, dim=0)[: a8.shape[0]], "1x128"
     if kind_a == "1x128":
         # a's grid (M, K/128) with stride 1 along M ("outer-dim-major"); b's 128x128 grid
-        # transposed to (K/128, N/128) with stride 1 along K/128: the layout that ran on the H200
-        # (torch 2.11) with K/128 a multiple of 4 (``lowprec.gemm.shape_fits``)
+        # transposed to (K/128, N/128) with stride 1 along K/128, or b's 1x128 grid transposed to a
+        # row-major (K/128, N): the layouts that ran on the H200 (torch 2.11) with K/128 a multiple
+        # of 4 (``lowprec.gemm.shape_fits``); cuBLAS refused the 1x128 one in b's 128x128 layout
         inv_a = inv_a.t().contiguous().t()
-        inv_b = inv_b.contiguous().t()
+        inv_b = inv_b.contiguous().t() if kind_b == "128x128" else inv_b.t().contiguous()
         # no fast accumulation here: cuBLAS refuses it with block scales (torch 2.11, H200)
         return _scaled_mm(a8, b8.t(), scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16).to(out_dtype)
     if kind_a == kind_b == _TENSOR:
