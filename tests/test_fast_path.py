@@ -134,6 +134,49 @@ def test_compiled_gaussws_model_has_one_graph_and_trains_like_eager(monkeypatch)
     assert losses[1][2] < losses[1][0]  # the master weights learned through the noised copies
 
 
+@pytest.mark.parametrize("recipe", ["fp8_tensorwise_current", "fp8_blockwise", "mor_block"])
+def test_compiled_layer_quantizes_what_eager_quantizes(recipe, monkeypatch):
+    """Compiled with the blocks' Inductor settings (``PRECISE_CASTS``), a layer rounds an fp32
+    activation to bf16 before quantizing it, as the eager layer does: the forward output is bit for
+    bit the eager one (the backward's GEMMs may sum in another order and round their bf16 outputs
+    differently, so they are held to an SQNR floor)."""
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    cfg = {"recipe": "mor", "partition": "block"} if recipe == "mor_block" else {"recipe": recipe}
+    eager = nn.Sequential(nn.Linear(512, 512))
+    convert(eager, recipe_from_config(cfg))
+    comp = copy.deepcopy(eager)
+    x, g = torch.randn(512, 512), torch.randn(512, 512)  # x fp32, as a residual stream under autocast
+
+    def run(layer, fn):
+        xi = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = fn(xi)
+        y.float().backward(g)
+        return y.detach(), xi.grad, layer[0].weight.grad
+
+    assert eager[0].fast(x.bfloat16())
+    ye, dxe, dwe = run(eager, eager)
+    yc, dxc, dwc = run(comp, torch.compile(comp, options=lin.PRECISE_CASTS))
+    assert torch.equal(ye, yc)
+    assert sqnr_db(dxe.double(), dxc.double()) > 45 and sqnr_db(dwe.double(), dwc.double()) > 45
+
+
+def test_compile_blocks_keeps_precise_casts(monkeypatch):
+    from lowprec.linear import compile_blocks
+    from lowprec.models import build_model
+
+    seen = []
+    monkeypatch.setattr(nn.Module, "compile", lambda self, **kw: seen.append(kw))
+    model = build_model({"family": "llama", "layers": 2, "d_model": 64, "heads": 2, "ffn": 128,
+                         "max_seq_len": 32}, 128)
+    compile_blocks(model, options={"max_autotune": True})
+    assert seen == [{"dynamic": False, "options": {**lin.PRECISE_CASTS, "max_autotune": True}}] * 2
+    with pytest.raises(ValueError, match="options=, not mode="):
+        compile_blocks(model, mode="max-autotune")
+
+
 def test_train_compile_setting():
     from lowprec.config import ConfigError
     from lowprec.train import use_compile
