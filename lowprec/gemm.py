@@ -14,11 +14,13 @@ the GEMM differs from the emulation only in accumulation order and in multiplyin
 reciprocal of the encode scale instead of dividing by it.
 
 The pairs of scale kinds with a hardware GEMM are ``FP8_PAIRS``: ``torch._scaled_mm``
-(``lowprec.numerics.scaled_mm``: per-tensor and per-row scales, and 1x128 x 128x128 blocks on CUDA),
-and 1x128 x 1x128 blocks, the weight gradient of DeepSeek-style recipes, which cuBLAS refuses: the
-Triton GEMM of ``lowprec.kernels.block_fp8_gemm`` scales each K-step's FP8 product by its blocks'
-scales (``block_scaled_fp8_mm``; on CUDA a ``triton_op`` that Inductor launches itself). Any other pair, or a shape they refuse (``shape_fits``),
-multiplies the dequantized operands in fp32: the emulation's arithmetic, still exact codes.
+(``lowprec.numerics.scaled_mm``: per-tensor and per-row scales, and on CUDA 1x128 x 128x128 and
+1x128 x 1x128 blocks, the latter the weight gradient of DeepSeek-style recipes). Where cuBLAS does
+not take that pair (another device, a shape ``shape_fits`` refuses), the Triton GEMM of
+``lowprec.kernels.block_fp8_gemm`` scales each K-step's FP8 product by its blocks' scales
+(``TRITON_PAIRS``, ``block_scaled_fp8_mm``; on CUDA a ``triton_op`` that Inductor launches itself).
+Any other pair, or a shape they refuse, multiplies the dequantized operands in fp32: the
+emulation's arithmetic, still exact codes.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..gemm import FP8Operand, triton_runs_on, kind_block, operand_mm, scale_kind
+from ..gemm import FP8Operand, kind_block, operand_mm, scale_kind, triton_runs_on
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, _relative_error, e4m3_spec
 from ..numerics.scaling import apply_blocks
 from ..recipes import GEMMS, OPERANDS
