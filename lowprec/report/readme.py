@@ -61,12 +61,20 @@ def measured_on(results: Path, measurement: str) -> str:
 
 
 def runs_of_scale(results: Path, scale: str) -> str:
-    """'small runs (H200, 3 seeds)': the scale, where its committed runs trained, and its seeds."""
-    devices = sorted({_gpu(json.loads(p.read_text())) or "CPU"
-                      for p in (results / "runs" / scale).glob("*/*/*/s*/provenance.json")})
-    seeds = len(cfglib.scale_config(scale)["seeds"])
-    where = ", ".join(devices) if devices else "no committed run"
-    return f"`{scale}` runs ({where}, {seeds} seed{'s' * (seeds != 1)})"
+    """'small runs (H200, 3 seeds)': the scale, where its committed runs trained, and how many seeds
+    an arm has committed (a range while a grid is committed in parts, e.g. '3-5 seeds')."""
+    from ..cli import complete_runs
+
+    runs = complete_runs(results, scale)
+    devices = sorted({_gpu(json.loads((d / "provenance.json").read_text())) or "CPU" for d in runs})
+    per_arm: dict[Path, int] = {}
+    for d in runs:
+        per_arm[d.parent] = per_arm.get(d.parent, 0) + 1
+    if not runs:
+        return f"`{scale}` runs (no committed run)"
+    low, high = min(per_arm.values()), max(per_arm.values())
+    seeds = f"{low}" if low == high else f"{low}-{high}"
+    return f"`{scale}` runs ({', '.join(devices)}, {seeds} seed{'s' * (high != 1)})"
 
 
 def number_source(results: Path, paper: str, metric: dict, scale: str) -> str:
