@@ -101,6 +101,18 @@ def _by_seed(runs: pd.DataFrame, model: str, method: str, claim: dict) -> pd.Ser
     return rows.set_index("seed")[column].astype(float).dropna()
 
 
+PRETRAIN, FINETUNE = "train", "finetune"  # the runs of the grid, and the fine-tuning runs that start from them
+
+
+def claim_arms(claim: dict) -> set[tuple[str, str]]:
+    """(PRETRAIN or FINETUNE, method): the arms whose runs the claim's number and preconditions come
+    from: a loss claim's method and baseline, a value claim's ``arms`` and ``finetune_arms`` (none
+    for a number no run gives, such as a GPU measurement). ``metric.models`` narrows the models."""
+    m = claim["metric"]
+    methods = [m["method"], m["baseline"]] if m["kind"] == "loss_gap" else claim.get("arms", [])
+    return {(PRETRAIN, x) for x in methods} | {(FINETUNE, x) for x in claim.get("finetune_arms", [])}
+
+
 def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = STATISTICS[0]) -> dict:
     m, t = claim["metric"], claim["test"]
     if "margin" not in t and "margin_pct" not in t:
