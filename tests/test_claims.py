@@ -217,9 +217,11 @@ def test_train_loss_gap_reads_the_training_loss():
 # --------------------------------------------------------------------------- reasons
 
 def test_reason_applies_to_its_verdict_and_scales_only():
-    claim = {"reasons": [{"verdict": cl.NOT_EXERCISED, "scales": ["small"], "text": "why  it\n  is so"},
-                         {"verdict": cl.NOT_REPRODUCED, "text": "at every scale"}]}
+    claim = {"reasons": [{"verdict": cl.NOT_EXERCISED, "scales": ["small"], "short": "the  scale", "text": "why  it\n  is so"},
+                         {"verdict": cl.NOT_REPRODUCED, "short": "ours", "text": "at every scale"}]}
     assert cl.reason(claim, "small", cl.NOT_EXERCISED) == "why it is so"
+    assert cl.reason(claim, "small", cl.NOT_EXERCISED, short=True) == "the scale"
+    assert cl.reason(claim, "tiny", cl.NOT_EXERCISED, short=True) == ""
     assert cl.reason(claim, "tiny", cl.NOT_EXERCISED) == ""           # written for small only
     assert cl.reason(claim, "tiny", cl.NOT_REPRODUCED) == "at every scale"
     assert cl.reason(claim, "small", cl.INCONCLUSIVE) == ""           # a verdict that changed loses it
@@ -263,6 +265,30 @@ def test_every_committed_verdict_that_needs_a_reason_has_one():
             assert f"- **{row['claim']}** ({row['verdict']}): {text}" in md and text in report, (paper, scale, row["claim"])
             checked += 1
     assert checked >= 10
+
+
+def test_every_verdict_of_the_readme_table_that_is_not_reproduced_has_its_reason():
+    """At its most telling scale (the README's row), a claim that is not reproduced, not exercised or
+    inconclusive carries its hand-written reason: the README's why column shows its few words, and
+    the scale's report its paragraph."""
+    from lowprec import config as cfglib
+    from lowprec.report import readme
+
+    results = cfglib.REPO_ROOT / "results"
+    table = readme.verdict_table(results, ["gaussws", "int8_fallback", "mor"])
+    assert "\n".join(table) in (cfglib.REPO_ROOT / "README.md").read_text()
+    rows = readme.verdict_rows(results, ["gaussws", "int8_fallback", "mor"])
+    needing = [r for r in rows if r["verdict"] in (cl.NOT_REPRODUCED, cl.NOT_EXERCISED, cl.INCONCLUSIVE)]
+    assert needing
+    for r in needing:
+        claim = {c["id"]: c for c in cl.load_claims(r["paper"])}[r["claim"]]
+        text = cl.reason(claim, r["scale"], r["verdict"])
+        assert len(text) >= 80, (f"{r['paper']}/{r['claim']} is {r['verdict']!r} at {r['scale']} without a reason "
+                                 f"in configs/claims/{r['paper']}.yaml")
+        assert r["why"] == cl.reason(claim, r["scale"], r["verdict"], short=True) != "", \
+            f"{r['paper']}/{r['claim']}: regenerate its claims table at {r['scale']}"
+        assert text in Path(cfglib.report_path(str(results), r["scale"])).read_text(), (r["paper"], r["claim"])
+    assert all(r["why"] == "–" for r in rows if r["verdict"] == cl.REPRODUCED)
 
 
 def test_nine_bit_limit_is_decided_per_block_shape(tmp_path):

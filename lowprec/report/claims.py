@@ -280,19 +280,20 @@ def evaluate(paper: str, scale: str, per_run: pd.DataFrame, results: Path, stati
             out["verdict"] = INCONCLUSIVE
         rows.append({"paper": paper, "claim": c["id"], "statement": c["statement"], "source": c["source"],
                      "paper_value": c["paper_value"], "scale": scale, **out,
-                     "reason": reason(c, scale, out["verdict"])})
+                     "why": reason(c, scale, out["verdict"], short=True), "reason": reason(c, scale, out["verdict"])})
     return pd.DataFrame(rows, columns=["paper", "claim", "statement", "source", "paper_value", "scale",
-                                       "ours", "detail", "verdict", "reason"])
+                                       "ours", "detail", "verdict", "why", "reason"])
 
 
-def reason(claim: dict, scale: str, verdict: str) -> str:
-    """The registry's hand-written reason for this verdict at this scale ("" if none): a reason is
-    written for one verdict, so that a verdict that changes loses its reason until one is written."""
+def reason(claim: dict, scale: str, verdict: str, short: bool = False) -> str:
+    """The registry's hand-written reason for this verdict at this scale ("" if none), its paragraph
+    or (``short``) its few words: a reason is written for one verdict, so that a verdict that
+    changes loses its reason until one is written."""
     if verdict == REPRODUCED:
         return ""
     for r in claim.get("reasons", []):
         if r["verdict"] == verdict and scale in r.get("scales", cfglib.SCALES):
-            return " ".join(r["text"].split())
+            return " ".join(r["short" if short else "text"].split())
     return ""
 
 
