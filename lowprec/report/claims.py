@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from .. import config as cfglib
+from ..config import FINETUNE, PRETRAIN
 from ..io import write_text
 from .markdown import markdown_lines
 
@@ -99,9 +100,6 @@ def _by_seed(runs: pd.DataFrame, model: str, method: str, claim: dict) -> pd.Ser
     if column not in rows:  # a runs table without that loss: the claim has no runs to read
         return pd.Series(dtype=float)
     return rows.set_index("seed")[column].astype(float).dropna()
-
-
-PRETRAIN, FINETUNE = "train", "finetune"  # the runs of the grid, and the fine-tuning runs that start from them
 
 
 def claim_arms(claim: dict) -> set[tuple[str, str]]:
