@@ -135,10 +135,9 @@ def results_block(results: Path, scale: str = "tiny") -> str:
                         f"({cfglib.report_path('results', sc)}) (`{sc}`)" for sc in SCALES)
     parts = [BEGIN, "",
              f"**{len(verdicts)} claims: " + ", ".join(f"{n} {v}" for n, v in counts) + ".** "
-             "One row per claim, at the scale that decides it (the `small` GPU runs over the `tiny` CPU ones "
-             "unless only `tiny` decides); *from* says where our number comes from (runs or a benchmark), *why* "
-             "the reason for a verdict (in full in the reports). The loss tables, the figures and every "
-             f"other table are in the reports: {reports}, or "
+             "One row per claim, at the scale that decides it (`small` over `tiny` on a tie); *from* says "
+             "where our number comes from, *why* the reason for a verdict (in full in the reports). Every "
+             f"table and figure is in the reports: {reports}, or "
              "`snakemake --report report.html` (add `--config scale=small`).", "",
              *table, "", END]
     return "\n".join(parts)
