@@ -295,7 +295,7 @@ class Slot:
             return "failed"
         if not self.trained:
             self.trained = True
-            if status(self.task) != "completed":  # a diverged run has no final weights to evaluate
+            if recorded_status(self.task) != "completed":  # a diverged run has no final weights to evaluate
                 self.commands = []
         if self.commands:
             self._next()
@@ -328,7 +328,7 @@ def stop(slots: list[Slot], why: str) -> None:
         _remove(slot.task)
 
 
-def status(task: Task) -> str | None:
+def recorded_status(task: Task) -> str | None:
     """The status its provenance.json records (completed, diverged), None before it is written."""
     prov = task.out / "provenance.json"
     return json.loads(prov.read_text()).get("status") if prov.is_file() else None
@@ -338,7 +338,7 @@ def incomplete(task: Task) -> list[str]:
     """The files a complete run folder holds that this one lacks: the run's, and its evaluations'
     unless the run diverged."""
     files = [*lpc.RUN_FILES, *(f for fs, _ in task.evaluations for f in fs)] \
-        if status(task) == "completed" else list(lpc.RUN_FILES)
+        if recorded_status(task) == "completed" else list(lpc.RUN_FILES)
     return [f for f in files if not (task.out / f).is_file()]
 
 
