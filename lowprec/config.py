@@ -265,6 +265,29 @@ def resolve_finetune_run(scale: str, paper: str, model: str, method: str, seed: 
     return run
 
 
+PRETRAIN, FINETUNE = "train", "finetune"  # the two kinds of run of a grid (grid_runs)
+
+
+def grid_runs(papers, scale: str, results: str = "results", overrides: dict | None = None) -> tuple[dict, dict]:
+    """Every run of the papers' grids at ``scale``: (the PRETRAIN runs of each grid, the FINETUNE
+    runs that start from them), each keyed (paper, model, method, seed as a string) -> resolved config."""
+    runs, finetune = {}, {}
+    for paper in papers:
+        grid = experiment_grid(paper, scale)
+        for model in grid["models"]:
+            for method in grid["methods"]:
+                for seed in grid["seeds"]:
+                    runs[(paper, model, method, str(seed))] = resolve_run(
+                        scale, paper, model, method, seed, results=results, overrides=overrides)
+        ft = finetune_grid(paper, scale)
+        for model in ft["models"] if ft else []:
+            for method in ft["methods"]:
+                for seed in ft["seeds"]:
+                    finetune[(paper, model, method, str(seed))] = resolve_finetune_run(
+                        scale, paper, model, method, seed, results=results, overrides=overrides)
+    return runs, finetune
+
+
 # What every finished run folder holds (lowprec.train writes them; tables and figures read them).
 RUN_FILES = ("metrics.csv", "provenance.json", "config.yaml")
 # the weights a completed run ends with (lowprec.train), which evaluations and fine-tuning read;

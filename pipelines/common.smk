@@ -71,34 +71,9 @@ CLAIMS_STATISTIC = WF.get("claims_statistic", "paired")
 REPORT = lpc.report_path(RESULTS, SCALE)
 
 
-def _runs():
-    runs = {}
-    for paper in PAPERS:
-        grid = lpc.experiment_grid(paper, SCALE)
-        for model in grid["models"]:
-            for method in grid["methods"]:
-                for seed in grid["seeds"]:
-                    runs[(paper, model, method, str(seed))] = lpc.resolve_run(
-                        SCALE, paper, model, method, seed, results=RESULTS, overrides=OVERRIDES)
-    return runs
-
-
-def _finetune_runs():
-    """(paper, model, method, seed) -> config of the fine-tuning runs of papers that have some
-    (a ``finetune`` section: runs that start from the final weights of a pre-training run)."""
-    runs = {}
-    for paper in PAPERS:
-        grid = lpc.finetune_grid(paper, SCALE)
-        for model in grid["models"] if grid else []:
-            for method in grid["methods"]:
-                for seed in grid["seeds"]:
-                    runs[(paper, model, method, str(seed))] = lpc.resolve_finetune_run(
-                        SCALE, paper, model, method, seed, results=RESULTS, overrides=OVERRIDES)
-    return runs
-
-
-RUNS = _runs()
-FT_RUNS = _finetune_runs()
+# (paper, model, method, seed) -> resolved config: the runs of the grids, and the fine-tuning runs
+# (a ``finetune`` section: runs that start from the final weights of a pre-training run)
+RUNS, FT_RUNS = lpc.grid_runs(PAPERS, SCALE, results=RESULTS, overrides=OVERRIDES)
 if not REUSE_RUNS:  # a batch that cannot fit its device stops the workflow here, not by an OOM kill later
     check_memory([*RUNS.values(), *FT_RUNS.values()], WF.get("gpu_memory_gib"))
 # paper -> run folders of its grid (and fine-tuning grid) that are left out: not committed under

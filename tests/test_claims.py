@@ -96,6 +96,9 @@ def test_a_seed_twice_is_named():
 
 def test_workflow_statistic_decides_registry_claims_that_name_none(tmp_path):
     runs = _seed_matched(spread=0.05, gap=0.004).replace({"method": {"m": "mor_tensor"}}).assign(model="nemotron")
+    (tmp_path / "mor" / "small" / "tables").mkdir(parents=True)   # the arm trained in E4M3 (its precondition)
+    pd.DataFrame({"method": ["mor_tensor"], "group": ["all"], "e4m3_pct": [99.0]}).to_csv(
+        tmp_path / "mor" / "small" / "tables" / "e4m3_share.csv", index=False)
     verdict = {s: cl.evaluate("mor", "small", runs, tmp_path, s).set_index("claim").loc["loss_per_tensor", "verdict"]
                for s in ("welch", "paired")}
     assert verdict == {"welch": cl.INCONCLUSIVE, "paired": cl.REPRODUCED}
@@ -214,9 +217,11 @@ def test_train_loss_gap_reads_the_training_loss():
 # --------------------------------------------------------------------------- reasons
 
 def test_reason_applies_to_its_verdict_and_scales_only():
-    claim = {"reasons": [{"verdict": cl.NOT_EXERCISED, "scales": ["small"], "text": "why  it\n  is so"},
-                         {"verdict": cl.NOT_REPRODUCED, "text": "at every scale"}]}
+    claim = {"reasons": [{"verdict": cl.NOT_EXERCISED, "scales": ["small"], "short": "the  scale", "text": "why  it\n  is so"},
+                         {"verdict": cl.NOT_REPRODUCED, "short": "ours", "text": "at every scale"}]}
     assert cl.reason(claim, "small", cl.NOT_EXERCISED) == "why it is so"
+    assert cl.reason(claim, "small", cl.NOT_EXERCISED, short=True) == "the scale"
+    assert cl.reason(claim, "tiny", cl.NOT_EXERCISED, short=True) == ""
     assert cl.reason(claim, "tiny", cl.NOT_EXERCISED) == ""           # written for small only
     assert cl.reason(claim, "tiny", cl.NOT_REPRODUCED) == "at every scale"
     assert cl.reason(claim, "small", cl.INCONCLUSIVE) == ""           # a verdict that changed loses it
@@ -262,6 +267,30 @@ def test_every_committed_verdict_that_needs_a_reason_has_one():
     assert checked >= 10
 
 
+def test_every_verdict_of_the_readme_table_that_is_not_reproduced_has_its_reason():
+    """At its most telling scale (the README's row), a claim that is not reproduced, not exercised or
+    inconclusive carries its hand-written reason: the README's why column shows its few words, and
+    the scale's report its paragraph."""
+    from lowprec import config as cfglib
+    from lowprec.report import readme
+
+    results = cfglib.REPO_ROOT / "results"
+    table = readme.verdict_table(results, ["gaussws", "int8_fallback", "mor"])
+    assert "\n".join(table) in (cfglib.REPO_ROOT / "README.md").read_text()
+    rows = readme.verdict_rows(results, ["gaussws", "int8_fallback", "mor"])
+    needing = [r for r in rows if r["verdict"] in (cl.NOT_REPRODUCED, cl.NOT_EXERCISED, cl.INCONCLUSIVE)]
+    assert needing
+    for r in needing:
+        claim = {c["id"]: c for c in cl.load_claims(r["paper"])}[r["claim"]]
+        text = cl.reason(claim, r["scale"], r["verdict"])
+        assert len(text) >= 80, (f"{r['paper']}/{r['claim']} is {r['verdict']!r} at {r['scale']} without a reason "
+                                 f"in configs/claims/{r['paper']}.yaml")
+        assert r["why"] == cl.reason(claim, r["scale"], r["verdict"], short=True) != "", \
+            f"{r['paper']}/{r['claim']}: regenerate its claims table at {r['scale']}"
+        assert text in Path(cfglib.report_path(str(results), r["scale"])).read_text(), (r["paper"], r["claim"])
+    assert all(r["why"] == "–" for r in rows if r["verdict"] == cl.REPRODUCED)
+
+
 def test_nine_bit_limit_is_decided_per_block_shape(tmp_path):
     d = tmp_path / "gaussws" / "small" / "tables"
     d.mkdir(parents=True)
@@ -280,3 +309,97 @@ def test_nine_bit_limit_is_decided_per_block_shape(tmp_path):
     one = row({"32x32": 10, "1x32": 9})
     assert one["verdict"] == cl.NOT_REPRODUCED and one["ours"] == "32x32: 10 bits; 1x32: 9 bits"
     assert "32x32: not reproduced; 1x32: reproduced" in one["detail"]
+
+
+# --------------------------------------------------------------------------- the registries' preconditions
+
+def test_outlier_claims_need_hot_blocks(tmp_path):
+    """No block above tau x the median: zero hot blocks is trivially 'few', so the sparsity claim is
+    not exercised; with hot blocks the same test decides, either way."""
+    d = tmp_path / "int8_fallback" / "small" / "tables"
+    d.mkdir(parents=True)
+    per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
+
+    def verdicts(share_above_8):
+        pd.DataFrame({"role": ["ffn_down"] * 2, "stat": ["max_over_median", "share_above_8"],
+                      "glu": [12.0, share_above_8], "gpt2": [3.0, 0.0], "glu_over_gpt2": [4.0, math.nan]}
+                     ).to_csv(d / "outlier_contrast.csv", index=False)
+        return cl.evaluate("int8_fallback", "small", per_run, tmp_path).set_index("claim")
+
+    none = verdicts(0.0)
+    for claim in ("glu_sparse_outliers", "glu_larger_outliers"):
+        assert none.loc[claim, "verdict"] == cl.NOT_EXERCISED, claim
+    assert none.loc["glu_sparse_outliers", "detail"].startswith("precondition fails: hot blocks exist")
+    assert "the test alone: reproduced" in none.loc["glu_sparse_outliers", "detail"]
+    few = verdicts(0.01)
+    assert few.loc["glu_sparse_outliers", "verdict"] == cl.REPRODUCED
+    assert few.loc["glu_larger_outliers", "verdict"] == cl.REPRODUCED
+    assert verdicts(0.2).loc["glu_sparse_outliers", "verdict"] == cl.NOT_REPRODUCED
+
+
+def test_mor_loss_claims_need_the_arm_to_train_in_e4m3(tmp_path):
+    """An arm that sent most decisions to BF16 matches BF16's loss whatever FP8 does to training."""
+    d = tmp_path / "mor" / "small" / "tables"
+    d.mkdir(parents=True)
+    runs = _seed_matched(spread=0.05, gap=0.004).replace({"method": {"m": "mor_tensor"}}).assign(model="nemotron")
+
+    def row(pct):
+        pd.DataFrame({"method": ["mor_tensor"], "group": ["all"], "e4m3_pct": [pct]}).to_csv(d / "e4m3_share.csv", index=False)
+        return cl.evaluate("mor", "small", runs, tmp_path).set_index("claim").loc["loss_per_tensor"]
+
+    mostly_bf16 = row(20.0)
+    assert mostly_bf16["verdict"] == cl.NOT_EXERCISED
+    assert "kept most of its decisions in E4M3 (else it trained mostly in BF16" in mostly_bf16["detail"]
+    assert "ours 20%, needs >= 50%" in mostly_bf16["detail"] and "the test alone: reproduced" in mostly_bf16["detail"]
+    assert row(99.2)["verdict"] == cl.REPRODUCED
+    # the table that says so is absent: the claim cannot be checked, never passed
+    (d / "e4m3_share.csv").unlink()
+    assert cl.evaluate("mor", "small", runs, tmp_path).set_index("claim").loc["loss_per_tensor", "verdict"] == cl.NOT_RUN
+
+
+def test_memory_claim_needs_a_cost_to_bound(tmp_path):
+    d = tmp_path / "gaussws" / "small" / "tables"
+    d.mkdir(parents=True)
+    per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
+
+    def verdict(extra):
+        pd.DataFrame({"where": ["analytic", "H200, held between steps"], "method": ["gaussws_b6", "gaussws"],
+                      "extra_bytes_per_param": [2.0, extra]}).to_csv(d / "memory.csv", index=False)
+        return cl.evaluate("gaussws", "small", per_run, tmp_path).set_index("claim").loc["memory", "verdict"]
+
+    assert verdict(0.0) == cl.NOT_EXERCISED      # nothing held: "at most 2 bytes" would pass on nothing
+    assert verdict(1.42) == cl.REPRODUCED
+    assert verdict(2.5) == cl.NOT_REPRODUCED
+
+
+def _quoted_methods(claim: dict, methods) -> set[str]:
+    import re
+
+    queries = [claim["metric"].get("query", "")] + [p["metric"].get("query", "") for p in claim.get("preconditions", [])]
+    return {w for q in queries for w in re.findall(r"'([^']+)'", q or "") if w in methods}
+
+
+def test_every_claim_names_the_arms_its_numbers_come_from():
+    """The arms (claim_arms) are what a run of the grid is counted for (lowprec.packer orders the
+    runs by the claims they decide): every method a claim's tables are read for is among them, each
+    is a method of the experiment, and every value claim read from a table the runs make names its
+    arms (``arms: []`` for a number no run gives)."""
+    from lowprec import config as cfglib
+    from lowprec.report.readme import MEASUREMENT_TABLES
+
+    for paper in ("gaussws", "int8_fallback", "mor"):
+        methods = cfglib.experiment_config(paper)["methods"]
+        for claim in cl.load_claims(paper):
+            arms = cl.claim_arms(claim)
+            assert {m for _, m in arms} <= set(methods), (paper, claim["id"])
+            file = claim["metric"].get("file", "")
+            if file.startswith("/") or (paper, file) in MEASUREMENT_TABLES:
+                continue   # a GPU measurement (its rows name benchmark series, not arms)
+            assert _quoted_methods(claim, methods) <= {m for _, m in arms}, (paper, claim["id"])
+            if claim["metric"]["kind"] == "value":
+                assert "arms" in claim or "finetune_arms" in claim, f"{paper}/{claim['id']} reads {file}: name its arms"
+    loss = {"metric": {"kind": "loss_gap", "method": "m", "baseline": "b"}}
+    assert cl.claim_arms(loss) == {(cl.PRETRAIN, "m"), (cl.PRETRAIN, "b")}
+    value = {"metric": {"kind": "value"}, "finetune_arms": ["x"], "arms": ["b"]}
+    assert cl.claim_arms(value) == {(cl.FINETUNE, "x"), (cl.PRETRAIN, "b")}
+    assert cl.claim_arms({"metric": {"kind": "value", "file": "/x.csv"}}) == set()

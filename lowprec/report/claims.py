@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from .. import config as cfglib
+from ..config import FINETUNE, PRETRAIN
 from ..io import write_text
 from .markdown import markdown_lines
 
@@ -99,6 +100,15 @@ def _by_seed(runs: pd.DataFrame, model: str, method: str, claim: dict) -> pd.Ser
     if column not in rows:  # a runs table without that loss: the claim has no runs to read
         return pd.Series(dtype=float)
     return rows.set_index("seed")[column].astype(float).dropna()
+
+
+def claim_arms(claim: dict) -> set[tuple[str, str]]:
+    """(PRETRAIN or FINETUNE, method): the arms whose runs the claim's number and preconditions come
+    from: a loss claim's method and baseline, a value claim's ``arms`` and ``finetune_arms`` (none
+    for a number no run gives, such as a GPU measurement). ``metric.models`` narrows the models."""
+    m = claim["metric"]
+    methods = [m["method"], m["baseline"]] if m["kind"] == "loss_gap" else claim.get("arms", [])
+    return {(PRETRAIN, x) for x in methods} | {(FINETUNE, x) for x in claim.get("finetune_arms", [])}
 
 
 def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = STATISTICS[0]) -> dict:
@@ -268,19 +278,20 @@ def evaluate(paper: str, scale: str, per_run: pd.DataFrame, results: Path, stati
             out["verdict"] = INCONCLUSIVE
         rows.append({"paper": paper, "claim": c["id"], "statement": c["statement"], "source": c["source"],
                      "paper_value": c["paper_value"], "scale": scale, **out,
-                     "reason": reason(c, scale, out["verdict"])})
+                     "why": reason(c, scale, out["verdict"], short=True), "reason": reason(c, scale, out["verdict"])})
     return pd.DataFrame(rows, columns=["paper", "claim", "statement", "source", "paper_value", "scale",
-                                       "ours", "detail", "verdict", "reason"])
+                                       "ours", "detail", "verdict", "why", "reason"])
 
 
-def reason(claim: dict, scale: str, verdict: str) -> str:
-    """The registry's hand-written reason for this verdict at this scale ("" if none): a reason is
-    written for one verdict, so that a verdict that changes loses its reason until one is written."""
+def reason(claim: dict, scale: str, verdict: str, short: bool = False) -> str:
+    """The registry's hand-written reason for this verdict at this scale ("" if none), its paragraph
+    or (``short``) its few words: a reason is written for one verdict, so that a verdict that
+    changes loses its reason until one is written."""
     if verdict == REPRODUCED:
         return ""
     for r in claim.get("reasons", []):
         if r["verdict"] == verdict and scale in r.get("scales", cfglib.SCALES):
-            return " ".join(r["text"].split())
+            return " ".join(r["short" if short else "text"].split())
     return ""
 
 

@@ -61,12 +61,20 @@ def measured_on(results: Path, measurement: str) -> str:
 
 
 def runs_of_scale(results: Path, scale: str) -> str:
-    """'small runs (H200, 3 seeds)': the scale, where its committed runs trained, and its seeds."""
-    devices = sorted({_gpu(json.loads(p.read_text())) or "CPU"
-                      for p in (results / "runs" / scale).glob("*/*/*/s*/provenance.json")})
-    seeds = len(cfglib.scale_config(scale)["seeds"])
-    where = ", ".join(devices) if devices else "no committed run"
-    return f"`{scale}` runs ({where}, {seeds} seed{'s' * (seeds != 1)})"
+    """'`small` (H200, 3 seeds)': the scale, where its committed runs trained, and how many seeds
+    an arm has committed (a range while a grid is committed in parts, e.g. '3-5 seeds')."""
+    from ..cli import complete_runs
+
+    runs = complete_runs(results, scale)
+    devices = sorted({_gpu(json.loads((d / "provenance.json").read_text())) or "CPU" for d in runs})
+    per_arm: dict[Path, int] = {}
+    for d in runs:
+        per_arm[d.parent] = per_arm.get(d.parent, 0) + 1
+    if not runs:
+        return f"`{scale}` (no committed run)"
+    low, high = min(per_arm.values()), max(per_arm.values())
+    seeds = f"{low}" if low == high else f"{low}-{high}"
+    return f"`{scale}` ({', '.join(devices)}, {seeds} seed{'s' * (high != 1)})"
 
 
 def number_source(results: Path, paper: str, metric: dict, scale: str) -> str:
@@ -79,9 +87,10 @@ def number_source(results: Path, paper: str, metric: dict, scale: str) -> str:
     return runs_of_scale(results, scale)
 
 
-def verdict_table(results: Path, papers: list[str]) -> list[str]:
-    """One row per claim: the paper's number, ours, where ours comes from and the verdict, at the
-    most telling scale (a decided verdict over an inconclusive one, the larger scale on a tie)."""
+def verdict_rows(results: Path, papers: list[str]) -> list[dict]:
+    """One row per claim at its most telling scale (a decided verdict over an inconclusive one, the
+    larger scale on a tie): paper, claim, the paper's number, ours, where ours comes from, the
+    verdict, why (the hand-written reason in a few words, its claims table's) and that scale."""
     rows = []
     for paper in papers:
         tables = {sc: _claims(results, paper, sc) for sc in SCALES}
@@ -103,22 +112,32 @@ def verdict_table(results: Path, papers: list[str]) -> list[str]:
             ran = _RANK.get(best, 1) > 0
             source = number_source(results, paper, registry.get(claim, {}).get("metric", {}), best_scale) \
                 if ran else "–"
-            rows.append([paper, claim, _cell(row["paper_value"]), _cell(row["ours"] if ran else ""), source, best])
-    return markdown_lines(["paper", "claim", "paper's number", "ours", "from", "verdict"], rows)
+            rows.append({"paper": paper, "claim": claim, "paper_value": _cell(row["paper_value"]),
+                         "ours": _cell(row["ours"] if ran else ""), "source": source, "verdict": best,
+                         "scale": best_scale, "why": _cell(row.get("why", ""))})
+    return rows
+
+
+def verdict_table(results: Path, papers: list[str], rows: list[dict] | None = None) -> list[str]:
+    """The rows of ``verdict_rows`` (given, or read) as a markdown table."""
+    return markdown_lines(["paper", "claim", "paper's number", "ours", "from", "verdict", "why"],
+                          ([r["paper"], r["claim"], r["paper_value"], r["ours"], r["source"], r["verdict"], r["why"]]
+                           for r in (verdict_rows(results, papers) if rows is None else rows)))
 
 
 def results_block(results: Path, scale: str = "tiny") -> str:
     papers = [p.stem for p in sorted((cfglib.CONFIG_DIR / "experiments").glob("*.yaml"))]
-    table = verdict_table(results, papers)
-    verdicts = [line.rsplit("|", 2)[1].strip() for line in table[2:]]
+    rows = verdict_rows(results, papers)
+    table = verdict_table(results, papers, rows)
+    verdicts = [r["verdict"] for r in rows]
     counts = sorted(((verdicts.count(v), v) for v in set(verdicts)), key=lambda nv: (-nv[0], nv[1]))
     reports = ", ".join(f"[results/{Path(cfglib.report_path('results', sc)).name}]"
                         f"({cfglib.report_path('results', sc)}) (`{sc}`)" for sc in SCALES)
     parts = [BEGIN, "",
              f"**{len(verdicts)} claims: " + ", ".join(f"{n} {v}" for n, v in counts) + ".** "
-             "One row per claim, at the scale that decides it (the `small` GPU runs over the `tiny` CPU ones "
-             "unless only `tiny` decides); *from* says where our number comes from. The loss tables, the "
-             f"figures and every other table are in the reports: {reports}, or "
+             "One row per claim, at the scale that decides it (`small` over `tiny` on a tie); *from* says "
+             "where our number comes from, *why* the reason for a verdict (in full in the reports). Every "
+             f"table and figure is in the reports: {reports}, or "
              "`snakemake --report report.html` (add `--config scale=small`).", "",
              *table, "", END]
     return "\n".join(parts)

@@ -1,0 +1,597 @@
+"""Train a scale's runs that are not committed on one GPU, several at a time, within a time budget.
+
+For a GPU machine without Snakemake, lent for minutes at a time:
+
+    python -m lowprec.packer data --scale small          # the datasets they read, prepared (needs network)
+    python -m lowprec.packer plan --scale small --jobs 12 --budget 560     # order, estimates, what fits
+    python -m lowprec.packer run  --scale small --jobs 12 --budget 560 --out OUT      # on the GPU
+    python -m lowprec.packer unpack OUT/runs.tar.gz      # back in the checkout: the new run folders
+
+Which runs: those of the grid (``configs/experiments``, fine-tuning runs included) whose folder is
+missing or incomplete (``lowprec.config.run_status``); a folder whose config changed is listed and
+never retrained (``snakemake --config retrain=...`` does that), so no committed run folder is written.
+
+Order: the runs that decide the most claims first. A claim reads the runs of its arms
+(``report.claims.claim_arms``); the claims whose verdict committed at this scale is undecided
+(inconclusive, not run) come before the decided ones, and among them first the one whose missing
+runs cost the fewest estimated seconds; its runs follow seed by seed (a paired test's arms together).
+Runs that no claim reads (the cross-recipe matrix) come last.
+
+Estimates (``lowprec.run_estimates``): the seconds a run takes while ``--jobs`` runs share the
+GPU, from the committed runs' provenance.json; ``--estimate PATTERN=SECONDS`` sets them for runs whose
+name matches (an arm never run at the scale, once a step of it is profiled on the GPU). Every
+process adds ``--startup`` seconds and every evaluation ``--eval-s``.
+
+The job prepares missing datasets, then keeps ``--jobs`` processes busy. A run starts only if its
+estimate, its evaluations and the fine-tuning runs that start from it end within the budget; those
+start as soon as it completes, beside the ``--jobs`` others (its final checkpoint, which they start
+from, does not outlive the machine). The evaluations that read a run's final
+checkpoint (``run_evaluations``) run in its slot right after it, since checkpoints are not committed
+and do not outlive the machine. At the budget less ``--reserve`` seconds a process still running is
+stopped (SIGTERM to its process group, SIGKILL after ``GRACE_S``) and its run folder removed, as is
+the folder of a run that fails: every run folder the job touches ends complete, with its
+evaluations, or absent. ``--out`` receives three files, written when the job ends (stopped from
+outside too, through SIGTERM): ``runs.tar.gz``, the complete run folders it trained without
+checkpoints and logs (``runs/<scale>/<run>/``, as under the results root), ``logs.tar.gz`` and
+``packer_summary.json``. ``unpack`` places the run folders under the results root, refusing a
+member outside ``runs/`` or a run folder that is already complete there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import functools
+import heapq
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import config as lpc
+from .config import FINETUNE, PRETRAIN
+from .io import write_json, write_yaml
+from .run_estimates import Estimator
+
+GRACE_S = 5.0                             # between SIGTERM and SIGKILL
+# MX formats of the GaussWS export evaluation (pipelines/gaussws.smk: GW_EXPORTS)
+GW_EXPORTS = ("none", "mxfp8", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4")
+
+
+class PackerError(RuntimeError):
+    """A problem with the job's input (grid, data, options); the message names it."""
+
+
+@dataclass
+class Task:
+    name: str                  # lowprec.config.run_name: <paper>[_finetune]/<model>/<method>/s<seed>
+    cfg: dict
+    kind: str                  # PRETRAIN or FINETUNE
+    source: str | None = None  # the run a fine-tuning run starts from, while that run is missing too
+    estimate: float | None = None
+    estimated_from: str = ""
+    claims: list[str] = field(default_factory=list)
+    status: str = "pending"
+    wall: float | None = None
+    note: str = ""
+
+    @property
+    def paper(self) -> str:
+        return self.cfg["paper"]
+
+    @property
+    def method(self) -> str:
+        return self.cfg["method"]["name"]
+
+    @property
+    def model(self) -> str:
+        return self.cfg["model"]["name"]
+
+    @property
+    def seed(self) -> int:
+        return int(self.cfg["seed"])
+
+    @property
+    def out(self) -> Path:
+        return Path(self.cfg["output_dir"])
+
+    @functools.cached_property
+    def evaluations(self) -> list[tuple[tuple[str, ...], list[str]]]:
+        return run_evaluations(self)
+
+
+# --------------------------------------------------------------------------- what a run needs
+
+@functools.lru_cache(maxsize=None)
+def _baseline(paper: str) -> str:
+    return lpc.experiment_config(paper).get("baseline", "bf16")
+
+
+def run_evaluations(task: Task) -> list[tuple[tuple[str, ...], list[str]]]:
+    """The per-run files computed from a run's final checkpoint, as the papers' pipelines make them
+    (pipelines/gaussws.smk, int8_fallback.smk): (the files, the module's arguments), in order."""
+    if task.kind != PRETRAIN:
+        return []
+    d = str(task.out)
+    if task.paper == "gaussws":
+        out = [(("export.csv",), ["-m", "lowprec.evaluate", "--run", d, "--export", *GW_EXPORTS,
+                                  "--out", f"{d}/export.csv"])]
+        if task.method == "bf16":
+            out.append((("exactness.csv",), ["-m", "lowprec.report.gaussws", "exactness-run", "--runs", d,
+                                             "--csv", f"{d}/exactness.csv"]))
+        return out
+    if task.paper == "int8_fallback" and task.method == _baseline("int8_fallback"):
+        return [(("outliers.csv", "outlier_ccdf.csv"),
+                 ["-m", "lowprec.report.int8_fallback", "outliers-run", "--runs", d, "--csv", f"{d}/outliers.csv",
+                  "--ccdf", f"{d}/outlier_ccdf.csv"])]
+    return []
+
+
+def phase_commands(task: Task, config_path: Path) -> list[list[str]]:
+    """The commands of a run's slot, one after another: training, then its evaluations."""
+    return [[sys.executable, "-m", "lowprec.train", "--config", str(config_path)],
+            *[[sys.executable, *argv] for _, argv in task.evaluations]]
+
+
+def missing_tasks(scale: str, papers, results: str = "results", only=None) -> tuple[list[Task], list[str], list[str]]:
+    """(the runs to train, the stale runs left alone, the runs that cannot train here and why), in
+    grid order. ``only``: fnmatch patterns on run names."""
+    runs, finetune = lpc.grid_runs(papers, scale, results=results)
+    tasks, stale, blocked = {}, [], []
+    for kind, group in ((PRETRAIN, runs), (FINETUNE, finetune)):
+        for cfg in group.values():
+            name = lpc.run_name(cfg["output_dir"])
+            status, why = lpc.run_status(cfg)
+            if status == "stale":
+                stale.append(f"{name} (config changed: {why})")
+            elif status == "missing" and (not only or any(fnmatch.fnmatchcase(name, p) for p in only)):
+                tasks[name] = Task(name, cfg, kind)
+    for t in [t for t in tasks.values() if t.kind == FINETUNE]:
+        init = t.cfg["train"]["init_from"]
+        source = lpc.run_name(Path(init).parents[1])
+        if source in tasks:
+            t.source = source
+        elif not Path(init).is_file():
+            why = ("is not selected" if lpc.missing_run_files(Path(init).parents[1])
+                   else "is committed without its final checkpoint (retrain it: its fine-tuning follows)")
+            blocked.append(f"{t.name}: its source run {source} {why}")
+            del tasks[t.name]
+    if only and not tasks and not blocked:
+        raise PackerError(f"--only {list(only)}: no run that is not committed matches")
+    return list(tasks.values()), stale, blocked
+
+
+# --------------------------------------------------------------------------- order
+
+def _committed_verdicts(results: str, paper: str, scale: str) -> dict[str, str]:
+    import csv
+
+    path = Path(results) / paper / scale / "tables" / "claims.csv"
+    if not path.is_file():
+        return {}
+    with path.open(newline="") as f:
+        return {r["claim"]: r["verdict"] for r in csv.DictReader(f)}
+
+
+def order(tasks: list[Task], scale: str, results: str = "results") -> list[Task]:
+    """The tasks in the order that decides the most claims first (module doc); sets ``claims``."""
+    from .report.claims import INCONCLUSIVE, NOT_RUN, claim_arms, load_claims
+
+    by_name = {t.name: t for t in tasks}
+    claims = []  # (undecided first, registry position, id, its tasks)
+    for paper in dict.fromkeys(t.paper for t in tasks):
+        verdicts = _committed_verdicts(results, paper, scale)
+        for i, claim in enumerate(load_claims(paper)):
+            arms, models = claim_arms(claim), claim["metric"].get("models")
+            mine = [t for t in tasks if t.paper == paper and (t.kind, t.method) in arms
+                    and (not models or t.model in models)]
+            for t in mine:
+                t.claims.append(f"{paper}/{claim['id']}")
+            needs = {t.name for t in mine} | {t.source for t in mine if t.source}
+            if needs:
+                undecided = verdicts.get(claim["id"], NOT_RUN) in (INCONCLUSIVE, NOT_RUN)
+                claims.append((0 if undecided else 1, i, claim["id"], needs))
+    ordered: list[Task] = []
+    placed: set[str] = set()
+
+    def cost(needs):
+        return sum(by_name[n].estimate or 0.0 for n in needs - placed)
+
+    while True:
+        open_ = [c for c in claims if c[3] - placed]
+        if not open_:
+            break
+        *_, needs = min(open_, key=lambda c: (c[0], cost(c[3]), c[1]))
+        for t in sorted((by_name[n] for n in needs - placed),
+                        key=lambda t: (t.seed, t.kind != PRETRAIN, t.model, t.method)):
+            ordered.append(t)
+            placed.add(t.name)
+    return ordered + [t for t in tasks if t.name not in placed]
+
+
+# --------------------------------------------------------------------------- the job
+
+@dataclass
+class Budget:
+    jobs: int
+    seconds: float
+    reserve: float = 15.0      # for stopping, cleaning up and the summary
+    eval_s: float = 30.0       # each evaluation of a run's final checkpoint
+
+    def own(self, task: Task) -> float:
+        """The seconds a run's slot needs: training and its evaluations."""
+        return (task.estimate or math.inf) + self.eval_s * len(task.evaluations)
+
+
+def need(task: Task, pending: list[Task], budget: Budget) -> float:
+    """A run's slot time, plus the longest fine-tuning run that waits for it."""
+    after = [budget.own(t) for t in pending if t.source == task.name]
+    return budget.own(task) + max(after, default=0.0)
+
+
+def pick(pending: list[Task], done: set[str], remaining: float, budget: Budget, running: int) -> Task | None:
+    """The next run to start with ``running`` processes busy: a fine-tuning run whose source has
+    completed, whatever the number (its checkpoint does not outlive the machine, and the source
+    started only with time for it), else, while fewer than ``budget.jobs`` run, the first in order
+    with no source waiting that ends (with what waits for it) within ``remaining`` seconds."""
+    for t in pending:
+        if t.source in done and budget.own(t) <= remaining:
+            return t
+    if running >= budget.jobs:
+        return None
+    for t in pending:
+        if t.source is None and need(t, pending, budget) <= remaining:
+            return t
+    return None
+
+
+def simulate(tasks: list[Task], budget: Budget) -> list[tuple[Task, float, float]]:
+    """The runs one job starts, by the estimates: (task, start, end) in start order."""
+    pending, done, started = list(tasks), set(), []
+    running: list[tuple[float, int, Task]] = []
+    now, limit = 0.0, budget.seconds - budget.reserve
+    while True:
+        while t := pick(pending, done, limit - now, budget, len(running)):
+            pending.remove(t)
+            end = now + budget.own(t)
+            started.append((t, now, end))
+            heapq.heappush(running, (end, len(started), t))
+        if not running:
+            return started
+        now, _, t = heapq.heappop(running)
+        done.add(t.name)
+
+
+class Slot:
+    """One process at a time for one run: its training, then its evaluations."""
+
+    def __init__(self, task: Task, commands: list[list[str]], log: Path, env: dict | None = None):
+        self.task, self.commands, self.log, self.env = task, list(commands), log, env
+        self.started, self.proc, self.trained = time.monotonic(), None, False
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log.write_text("")
+        self._next()
+
+    def _next(self):
+        argv = self.commands.pop(0)
+        with self.log.open("a") as f:
+            f.write(f"$ {' '.join(argv)}\n")
+            f.flush()
+            self.proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=self.env)
+
+    def poll(self) -> str | None:
+        """None while running; 'done' or 'failed' when the slot is over."""
+        rc = self.proc.poll()
+        if rc is None:
+            return None
+        if rc != 0:
+            return "failed"
+        if not self.trained:
+            self.trained = True
+            if recorded_status(self.task) != "completed":  # a diverged run has no final weights to evaluate
+                self.commands = []
+        if self.commands:
+            self._next()
+            return None
+        return "done"
+
+    def signal(self, sig) -> None:
+        """``sig`` to the process group (compile workers that outlive their parent included)."""
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def stop(slots: list[Slot], why: str) -> None:
+    """Stop every slot's process at once: SIGTERM, and after GRACE_S SIGKILL to what is left of
+    each process group (Lightning answers SIGTERM without exiting); then remove its run folder."""
+    for slot in slots:
+        slot.signal(signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    for slot in slots:
+        try:
+            slot.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        slot.signal(signal.SIGKILL)
+        slot.proc.wait()
+        slot.task.status, slot.task.note = "stopped", why.format(log=slot.log)
+        slot.task.wall = round(time.monotonic() - slot.started, 1)
+        _remove(slot.task)
+
+
+def recorded_status(task: Task) -> str | None:
+    """The status its provenance.json records (completed, diverged), None before it is written."""
+    prov = task.out / "provenance.json"
+    return json.loads(prov.read_text()).get("status") if prov.is_file() else None
+
+
+def incomplete(task: Task) -> list[str]:
+    """The files a complete run folder holds that this one lacks: the run's, and its evaluations'
+    unless the run diverged."""
+    files = [*lpc.RUN_FILES, *(f for fs, _ in task.evaluations for f in fs)] \
+        if recorded_status(task) == "completed" else list(lpc.RUN_FILES)
+    return [f for f in files if not (task.out / f).is_file()]
+
+
+def archive(path: Path, members: dict[str, Path], skip=("checkpoints", "logs", "wandb")) -> None:
+    """A .tar.gz of ``members`` (name in the archive -> file or folder), folders without ``skip``,
+    placed whole (an archive cut short is never there)."""
+    import tarfile
+
+    def keep(info):
+        return None if set(Path(info.name).parts) & set(skip) else info
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for name, src in members.items():
+            tar.add(src, arcname=name, filter=keep)
+    os.replace(tmp, path)
+
+
+def unpack(path: str | Path, results: str = "results") -> list[str]:
+    """Place the run folders of a job's runs.tar.gz under ``results``; the run names placed. Refuses
+    (before placing any) a member that is not a file or folder under runs/<scale>/<paper>/<model>/
+    <method>/s<seed>/, or a run folder that is already complete here (a committed run)."""
+    import tarfile
+
+    with tarfile.open(path, "r:gz") as tar:
+        members = tar.getmembers()
+        runs = set()
+        for m in members:
+            parts = Path(m.name).parts
+            in_run = len(parts) >= 6 and re.fullmatch(r"s\d+", parts[5])
+            if (Path(m.name).is_absolute() or ".." in parts or parts[0] != "runs"
+                    or not ((m.isfile() and len(parts) >= 7 and in_run) or (m.isdir() and (len(parts) < 6 or in_run)))):
+                raise PackerError(f"{path}: member {m.name!r} is not a file of a run folder under runs/")
+            if in_run:
+                runs.add(Path(*parts[:6]))
+        done = [str(r) for r in sorted(runs) if not lpc.missing_run_files(Path(results) / r)]
+        if done:
+            raise PackerError(f"{path}: {len(done)} run folder(s) are complete under {results} already, e.g. "
+                              f"{done[0]}; nothing placed")
+        # the members are checked above; where tarfile has its data filter it checks them too
+        tar.extractall(results, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return [lpc.run_name(r) for r in sorted(runs)]
+
+
+def prepare_data(tasks: list[Task], log_dir: Path) -> None:
+    """Prepare each dataset the tasks read that is not here (a corpus encoded with another
+    preparation's tokenizer after that one), as the workflow's data step does."""
+    specs = {}
+    for t in tasks:
+        d = t.cfg["data"]["dir"]
+        if not (Path(d) / "manifest.json").is_file():
+            specs[d] = {k: v for k, v in t.cfg["data"].items() if k != "dir"}
+    for d, spec in sorted(specs.items(), key=lambda kv: "tokenizer" in kv[1]):
+        log = log_dir / f"data-{Path(d).name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w") as f:
+            rc = subprocess.call([sys.executable, "-m", "lowprec.data", "--spec", json.dumps(spec, sort_keys=True),
+                                  "--out", d], stdout=f, stderr=subprocess.STDOUT)
+        if rc:
+            tail = log.read_text().strip().splitlines()[-1:] or [""]
+            raise PackerError(f"could not prepare {d} ({tail[0]}; log {log}). A machine without network needs the "
+                              "data brought: python -m lowprec.databundle pack --scale <scale> --out data.tar.xz "
+                              "where the data step ran, then unpack it here")
+
+
+def _remove(task: Task) -> None:
+    shutil.rmtree(task.out, ignore_errors=True)
+
+
+def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "results",
+            out: Path | None = None, poll_s: float = 0.5, info: dict | None = None) -> list[Task]:
+    """Train ``tasks`` (in order, estimates set) within the budget (module doc); each task's status
+    ends as done, failed, stopped (at the budget), or not started (with why, ``note``). The summary
+    (``info`` added) goes to packer_summary.json in the log folder and, with the archives, ``out``."""
+    t0 = time.monotonic()
+    limit = t0 + budget.seconds - budget.reserve
+    log_dir = Path(results) / "logs" / "packer" / scale
+    prepare_data(tasks, log_dir)
+    # the CPU cores shared among the processes (a run's torch threads), unless the caller says
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")
+           or str(max(1, (os.cpu_count() or 1) // budget.jobs))}
+    pending, done, slots = list(tasks), set(), []
+    try:
+        while True:
+            for slot in list(slots):
+                state = slot.poll()
+                if state is None:
+                    continue
+                slots.remove(slot)
+                task = slot.task
+                task.wall = round(time.monotonic() - slot.started, 1)
+                missing = incomplete(task)
+                if state == "done" and not missing:
+                    task.status = "done"
+                    done.add(task.name)
+                else:
+                    task.status, task.note = "failed", f"see {slot.log}" + (f" (no {', '.join(missing)})" if missing else "")
+                    _remove(task)
+            now = time.monotonic()
+            while task := pick(pending, done, limit - now, budget, len(slots)):
+                pending.remove(task)
+                path = Path(results) / "configs" / scale / f"{task.name}.yaml"
+                write_yaml(path, task.cfg, if_changed=True)
+                task.status = "running"
+                slots.append(Slot(task, phase_commands(task, path), log_dir / f"{task.name}.log", env))
+            if not slots:
+                break
+            if now >= limit:
+                stop(slots, "at the budget; folder removed ({log})")
+                slots = []
+                break
+            time.sleep(poll_s)
+    finally:  # also when stopped from outside: no process and no partial folder left, the summary written
+        stop(slots, "the job was interrupted; folder removed")
+        left = limit - time.monotonic()
+        for t in pending:
+            t.status = "not started"
+            t.note = (f"waits for {t.source}" if t.source and t.source not in done
+                      else f"needs {need(t, pending, budget):.0f} s, {max(0.0, left):.0f} s were left"
+                      if t.estimate is not None else t.estimated_from)
+        record = {"scale": scale, "jobs": budget.jobs, "budget_s": budget.seconds,
+                  "wall_s": round(time.monotonic() - t0, 1), **(info or {}),
+                  "runs": [{"run": t.name, "status": t.status, "estimate_s": t.estimate, "wall_s": t.wall,
+                            "claims": t.claims, "note": t.note} for t in tasks]}
+        for root in filter(None, (log_dir, out)):
+            write_json(Path(root) / "packer_summary.json", record)
+        if out:
+            archive(Path(out) / "runs.tar.gz", {f"runs/{scale}/{t.name}": t.out for t in tasks if t.status == "done"})
+            archive(Path(out) / "logs.tar.gz", {f"{t.name}.log": log_dir / f"{t.name}.log" for t in tasks
+                                                if (log_dir / f"{t.name}.log").is_file()})
+    return tasks
+
+
+# --------------------------------------------------------------------------- summary and CLI
+
+def jobs_needed(tasks: list[Task], budget: Budget) -> tuple[int, list[Task]]:
+    """How many jobs of this budget the tasks take by the estimates, and those no job can hold."""
+    left, n = [t for t in tasks if t.estimate is not None], 0
+    while left:
+        started = {t.name for t, _, _ in simulate(left, budget)}
+        if not started:
+            break
+        n += 1
+        left = [t for t in left if t.name not in started]
+    return n, left
+
+
+def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked) -> list[str]:
+    from .cli import format_table
+
+    job = simulate(tasks, budget)
+    first = {t.name: (s, e) for t, s, e in job}
+    rows = [[i + 1, t.name, f"{t.estimate:.0f}" if t.estimate is not None else "–", len(t.claims),
+             f"{first[t.name][0]:.0f}-{first[t.name][1]:.0f}" if t.name in first else "–", t.estimated_from]
+            for i, t in enumerate(tasks)]
+    n, never = jobs_needed(tasks, budget)
+    lines = [f"{len(tasks)} run(s) to train; estimates with {budget.jobs} sharing the GPU (time ~ k^"
+             f"{est.exponent:.2f}, fitted on the committed runs)", *format_table(
+                 ["#", "run", "est s", "claims", "job 1 (s)", "estimated from"], rows), "",
+             f"one job of {budget.seconds:.0f} s ({budget.jobs} processes) starts {len(first)} of them "
+             f"({sum(budget.own(t) for t, _, _ in job):.0f} run-seconds); the others take {max(0, n - 1)} more"
+             + (f", besides {len(never)} that no such job holds" if never else "")]
+    limit = budget.seconds - budget.reserve
+    for t in never:  # fewer processes at once: each runs faster (k^a)
+        jobs = next((j for j in range(budget.jobs - 1, 0, -1)
+                     if (est(t, j)[0] or math.inf) + budget.own(t) - (t.estimate or 0.0) <= limit), None)
+        lines.append(f"no job of this budget holds: {t.name} ({budget.own(t):.0f} s)"
+                     + (f"; with --jobs {jobs}: {est(t, jobs)[0]:.0f} s" if jobs else ""))
+    lines += [f"no estimate: {t.name}" for t in tasks if t.estimate is None]
+    lines += [f"stale, not retrained here: {s}" for s in stale] + [f"cannot train here: {b}" for b in blocked]
+    return lines
+
+
+def summary_lines(tasks: list[Task], wall: float) -> list[str]:
+    from .cli import format_table
+
+    rows = [[t.name, t.status, f"{t.estimate:.0f}" if t.estimate is not None else "–",
+             f"{t.wall:.0f}" if t.wall is not None else "–", t.note] for t in tasks]
+    counts = {s: sum(t.status == s for t in tasks) for s in ("done", "failed", "stopped", "not started")}
+    return [*format_table(["run", "status", "est s", "wall s", "note"], rows), "",
+            f"{wall:.0f} s: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
+
+
+def _estimates(values) -> dict[str, float]:
+    out = {}
+    for v in values or []:
+        pattern, sep, seconds = v.rpartition("=")
+        try:
+            out[pattern] = float(seconds)
+        except ValueError:
+            sep = ""
+        if not sep or not pattern:
+            raise PackerError(f"--estimate {v!r}: give PATTERN=SECONDS (a run-name pattern, e.g. 'mor/*/mor_sub_*/*=420')")
+    return out
+
+
+def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
+    if args.jobs < 1 or args.budget <= args.reserve:
+        raise PackerError(f"--jobs {args.jobs} must be at least 1 and --budget {args.budget} above --reserve {args.reserve}")
+    papers = args.papers or lpc.papers()
+    for p in papers:
+        lpc.experiment_config(p)
+    tasks, stale, blocked = missing_tasks(args.scale, papers, args.results, args.only)
+    est = Estimator(args.results, args.scale, _estimates(args.estimate), args.startup)
+    for t in tasks:
+        t.estimate, t.estimated_from = est(t, args.jobs)
+    budget = Budget(args.jobs, args.budget, args.reserve, args.eval_s)
+    return order(tasks, args.scale, args.results), budget, est, stale, blocked
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m lowprec.packer", description=__doc__.split("\n")[0])
+    ap.add_argument("command", choices=["data", "plan", "run", "unpack"])
+    ap.add_argument("archive", nargs="?", help="unpack: a job's runs.tar.gz")
+    ap.add_argument("--scale", default="small")
+    ap.add_argument("--papers", nargs="*", help="default: every experiment")
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--jobs", type=int, default=8, help="runs sharing the GPU at a time")
+    ap.add_argument("--budget", type=float, default=560.0, help="seconds the whole job may take")
+    ap.add_argument("--reserve", type=float, default=15.0, help="seconds kept for stopping, cleaning up, archiving")
+    ap.add_argument("--startup", type=float, default=30.0,
+                    help="seconds a process adds to its run's estimate (imports, compiling the model)")
+    ap.add_argument("--eval-s", type=float, default=30.0, help="seconds allowed for each checkpoint evaluation")
+    ap.add_argument("--only", nargs="*", help="only runs whose names match these patterns (fnmatch)")
+    ap.add_argument("--estimate", nargs="*", help="PATTERN=SECONDS: a run's estimate, instead of the committed runs'")
+    ap.add_argument("--out", help="run: where runs.tar.gz, logs.tar.gz and packer_summary.json go")
+    args = ap.parse_args(argv)
+    # a job stopped from outside (a timeout's SIGTERM) unwinds through run_job's cleanup
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("lowprec.packer: stopped (SIGTERM)"))
+    try:
+        if args.command == "unpack":
+            if not args.archive:
+                raise PackerError("unpack needs the archive: python -m lowprec.packer unpack OUT/runs.tar.gz")
+            placed = unpack(args.archive, args.results)
+            print(f"placed {len(placed)} run folder(s) under {args.results}/" + "".join(f"\n  {n}" for n in placed))
+            return
+        tasks, budget, est, stale, blocked = _prepare(args)
+        if args.command == "data":
+            prepare_data(tasks, Path(args.results) / "logs" / "packer" / args.scale)
+            print("\n".join(sorted({t.cfg["data"]["dir"] for t in tasks})))
+            return
+        if args.command == "plan":
+            print("\n".join(plan_lines(tasks, budget, est, stale, blocked)))
+            return
+        t0 = time.monotonic()
+        print(f"{len(tasks)} run(s) not committed; {args.jobs} at a time within {args.budget:.0f} s", flush=True)
+        run_job(tasks, budget, args.scale, args.results, Path(args.out) if args.out else None,
+                info={"exponent": est.exponent, "stale": stale, "blocked": blocked})
+        print("\n".join(summary_lines(tasks, time.monotonic() - t0)))
+    except (PackerError, lpc.ConfigError) as e:
+        sys.exit(f"lowprec.packer: error: {e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""What a run costs on a GPU shared by several, for lowprec.packer: the seconds a run takes while
+``jobs`` runs share the GPU, from the committed runs' provenance.json.
+
+An arm's runs of the code it was last trained with (the commit of its last run) count. Each one's
+wall_s is put back to one run alone through the number of runs that shared the GPU while it ran (k,
+its mean over the run's time, from the start and finish times of the scale's runs): wall grows as k^a, with a fitted over the arms measured at several k (least squares of log
+wall on log k within each arm, pooled; clamped to [0, 1]; 0.5 without such arms). An arm takes the
+slowest of its runs, and with ``jobs`` runs sharing the GPU takes jobs^a times that alone: an upper
+bound while fewer run. An arm with no run at the scale is estimated from the arms of its model
+measured both at the scale and at ``tiny`` whose settings differ from its own in the fewest keys:
+each one's time times the ratio of the two arms' time per step at ``tiny`` (never below 1 within a
+recipe), and the upper median of those. That ratio is a CPU one: where a GPU profile of a step exists
+(``python -m lowprec.bench.profile_arm --scale small --model M --method X``), an override
+(``PATTERN: seconds`` on run names) replaces it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import statistics
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import config as lpc
+
+if TYPE_CHECKING:
+    from .packer import Task
+
+REFERENCE_SCALE = "tiny"   # committed on CPU for every arm: the ratios between arms
+DEFAULT_EXPONENT = 0.5     # k^a when no arm was measured at several concurrencies
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+class Estimator:
+    """Seconds a run takes with ``jobs`` runs sharing the GPU, from the committed runs (module doc)."""
+
+    def __init__(self, results: str, scale: str, overrides: dict[str, float] | None = None, startup: float = 30.0):
+        self.overrides, self.startup = dict(overrides or {}), startup
+        measured = self._measured(Path(results) / "runs" / scale)
+        self.exponent = self._fit(measured)
+        self.per_step: dict[tuple, float] = {}     # arm -> seconds per step alone, its slowest run
+        self.method: dict[tuple, dict] = {}        # arm -> its method settings
+        for arm, wall, steps, k, method in measured:
+            solo = wall / k ** self.exponent / steps
+            self.per_step[arm] = max(self.per_step.get(arm, 0.0), solo)
+            self.method[arm] = method
+        self.reference = {}                          # arm -> mean seconds per step at REFERENCE_SCALE
+        for arm, wall, steps, _, _ in self._measured(Path(results) / "runs" / REFERENCE_SCALE, concurrency=False):
+            self.reference.setdefault(arm, []).append(wall / steps)
+        self.reference = {a: sum(v) / len(v) for a, v in self.reference.items()}
+
+    @staticmethod
+    def _measured(root: Path, concurrency: bool = True) -> list[tuple]:
+        """(arm (group, model, method), wall_s, steps, k, method settings) of the complete runs under
+        ``root``: of each arm the runs of the code it was last trained with (its last run's commit)."""
+        rows = []
+        for prov in sorted(root.glob("*/*/*/s*/provenance.json")):
+            d = prov.parent
+            if lpc.missing_run_files(d):
+                continue
+            p = json.loads(prov.read_text())
+            if not p.get("wall_s") or not p.get("steps") or p.get("status") != "completed":
+                continue
+            cfg = lpc.load_yaml(d / "config.yaml")
+            span = (_seconds(p["started"]), _seconds(p["finished"])) if p.get("started") and p.get("finished") else None
+            rows.append((tuple(d.parts[-4:-1]), float(p["wall_s"]), int(p["steps"]), span, cfg.get("method") or {},
+                         p.get("git_commit")))
+        spans = [r[3] for r in rows if r[3] and r[3][1] > r[3][0]]
+
+        def shared(span) -> float:  # mean number of runs on the GPU while this one ran (itself included)
+            if not concurrency or not span or span[1] <= span[0]:
+                return 1.0
+            return max(1.0, sum(max(0.0, min(span[1], o[1]) - max(span[0], o[0])) for o in spans) / (span[1] - span[0]))
+
+        last = {}  # arm -> the commit of its last finished run
+        for arm, _, _, span, _, commit in sorted(rows, key=lambda r: r[3][1] if r[3] else 0.0):
+            last[arm] = commit
+        return [(arm, wall, steps, shared(span), method)
+                for arm, wall, steps, span, method, commit in rows if commit == last[arm]]
+
+    @staticmethod
+    def _fit(measured) -> float:
+        """a of wall ~ k^a: least squares of log wall on log k within each arm, pooled."""
+        by_arm: dict[tuple, list] = {}
+        for arm, wall, _, k, _ in measured:
+            by_arm.setdefault(arm, []).append((math.log(k), math.log(wall)))
+        sxx = sxy = 0.0
+        for pts in by_arm.values():
+            mx, my = (sum(v) / len(pts) for v in zip(*pts))
+            sxx += sum((x - mx) ** 2 for x, _ in pts)
+            sxy += sum((x - mx) * (y - my) for x, y in pts)
+        return DEFAULT_EXPONENT if sxx < 0.05 else min(1.0, max(0.0, sxy / sxx))
+
+    def __call__(self, task: Task, jobs: int) -> tuple[float | None, str]:
+        for pattern, seconds in self.overrides.items():
+            if fnmatch.fnmatchcase(task.name, pattern):
+                return float(seconds), f"--estimate {pattern}"
+        arm = tuple(task.name.split("/")[:3])
+        steps, share = task.cfg["train"]["max_steps"], jobs ** self.exponent
+        if arm in self.per_step:
+            return self.startup + self.per_step[arm] * steps * share, "this arm's committed runs"
+        # the arms of the model measured here and at the reference scale, closest settings first
+        mine = _settings(task.cfg["method"])
+        near = sorted((_distance(mine, _settings(self.method[a])), a) for a in self.per_step
+                      if a[1] == arm[1] and a in self.reference and arm in self.reference)
+        if not near:
+            return None, "no committed run to estimate from: give --estimate"
+        guesses = []
+        for distance, a in near:
+            if distance > near[0][0]:
+                break
+            ratio = self.reference[arm] / self.reference[a]
+            if self.method[a].get("recipe") == task.cfg["method"].get("recipe"):
+                ratio = max(1.0, ratio)
+            guesses.append((self.startup + self.per_step[a] * ratio * steps * share,
+                            f"{'/'.join(a)} x {ratio:.2f} ({REFERENCE_SCALE} time per step)"))
+        return statistics.median_high(guesses)
+
+
+def _settings(method: dict) -> dict:
+    """A method's settings that shape its numerics (not its name or how often it logs)."""
+    return {k: v for k, v in method.items() if k not in ("name", "telemetry_every")}
+
+
+def _distance(a: dict, b: dict) -> int:
+    """How many settings two methods differ in."""
+    return sum(a.get(k) != b.get(k) for k in set(a) | set(b))
+
+

@@ -1,0 +1,369 @@
+"""The GPU job packer (lowprec.packer) on CPU: which runs it selects and in what order, its estimates
+from committed runs (checked against numbers worked out in the comments), and a job with stand-in
+processes (concurrency, the budget, stopping and cleanup), then one job that trains real tiny runs."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lowprec import config as lpc
+from lowprec import packer as pk
+from lowprec.io import write_yaml
+from lowprec.run_estimates import Estimator
+
+
+def _commit(cfg, wall=10.0, start=0.0, steps=None, files=(), commit="c2"):
+    """A complete run folder for ``cfg``, as lowprec.train leaves it, that ran from ``start`` for
+    ``wall`` seconds (epoch times)."""
+    out = Path(cfg["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    write_yaml(out / "config.yaml", cfg)
+    (out / "metrics.csv").write_text("step,val_loss\n1,5.0\n")
+    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(t))  # noqa: E731
+    (out / "provenance.json").write_text(json.dumps({
+        "status": "completed", "wall_s": wall, "steps": steps or cfg["train"]["max_steps"],
+        "started": stamp(1_700_000_000 + start), "finished": stamp(1_700_000_000 + start + wall), "git_commit": commit}))
+    for f in files:
+        (out / f).write_text("x\n")
+
+
+def _grid(scale, papers, root):
+    runs, ft = lpc.grid_runs(papers, scale, results=str(root))
+    return runs, ft
+
+
+# --------------------------------------------------------------------------- selection
+
+def test_selects_the_runs_that_are_not_committed(tmp_path):
+    runs, ft = _grid("tiny", ["int8_fallback"], tmp_path)
+    for key, cfg in runs.items():
+        if key[2] != "int8_fallback":                    # every run but the fallback arm's is committed
+            _commit(cfg)
+    stale = runs[("int8_fallback", "gpt2", "int8_block", "0")]
+    write_yaml(Path(stale["output_dir"]) / "config.yaml", {**stale, "train": {**stale["train"], "lr": 0.5}})
+    tasks, stale_runs, blocked = pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path))
+    names = [t.name for t in tasks]
+    assert names == ["int8_fallback/llama2/int8_fallback/s0", "int8_fallback/gpt2/int8_fallback/s0"]
+    assert stale_runs == ["int8_fallback/gpt2/int8_block/s0 (config changed: train.lr: 0.5 -> 0.003)"]
+    # the fine-tuning runs start from the BF16 run's final weights, committed without them
+    assert len(blocked) == len(ft) and blocked[0].startswith(
+        "int8_fallback_finetune/llama2/bf16/s0: its source run int8_fallback/llama2/bf16/s0 is committed without")
+
+    # a missing source trains in the same job, and its fine-tuning runs wait for it
+    bf16 = Path(runs[("int8_fallback", "llama2", "bf16", "0")]["output_dir"])
+    (bf16 / "provenance.json").unlink()
+    tasks, _, blocked = pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path))
+    by = {t.name: t for t in tasks}
+    assert not blocked and by["int8_fallback_finetune/llama2/int8_block/s0"].source == "int8_fallback/llama2/bf16/s0"
+    # unless it is left out
+    tasks, _, blocked = pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path), only=["*_finetune/*"])
+    assert not tasks and all("is not selected" in b for b in blocked)
+    with pytest.raises(pk.PackerError, match=r"--only \['gaussws/\*'\]: no run that is not committed matches"):
+        pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path), only=["gaussws/*"])
+
+
+def test_order_decides_the_most_claims_first(tmp_path):
+    """Undecided claims first, the cheapest first; each claim's runs seed by seed (a paired test's
+    arms together); runs no claim reads last."""
+    tasks, _, _ = pk.missing_tasks("small", ["mor"], str(tmp_path), only=[
+        "mor/*/bf16/s[34]", "mor/*/mor_block/s[34]", "mor/*/mor_block_b64/s[34]", "mor/*/mor_tensor/s3",
+        "mor/*/bf16_cfg2/s3", "mor/*/mor_channel_cfg2/s3", "mor/*/fp8_tensorwise_current/s3"])
+    for t in tasks:
+        t.estimate = 300.0 if t.method.startswith("mor") else 50.0
+    # the verdicts committed at small: config2_on_par and finer_blocks_help inconclusive, the scale
+    # ablations and sub-tensor MoR not run, the rest decided
+    table = tmp_path / "mor" / "small" / "tables" / "claims.csv"
+    table.parent.mkdir(parents=True)
+    table.write_bytes((lpc.REPO_ROOT / "results" / "mor" / "small" / "tables" / "claims.csv").read_bytes())
+    names = [t.name for t in pk.order(tasks, "small", str(tmp_path))]
+    assert names == [
+        # undecided, 100 s: subtensor_two_way_on_par (its BF16 side; the sub-tensor arm is not selected)
+        "mor/nemotron/bf16/s3", "mor/nemotron/bf16/s4",
+        # undecided, 350 s: config2_on_par
+        "mor/nemotron/bf16_cfg2/s3", "mor/nemotron/mor_channel_cfg2/s3",
+        # undecided, 600 s: gam_beats_fp32_amax (mor_block); then finer_blocks_help's 64x64 blocks
+        "mor/nemotron/mor_block/s3", "mor/nemotron/mor_block/s4",
+        "mor/nemotron/mor_block_b64/s3", "mor/nemotron/mor_block_b64/s4",
+        # decided: loss_per_tensor
+        "mor/nemotron/mor_tensor/s3",
+        # no claim reads FP8 current scaling at small
+        "mor/nemotron/fp8_tensorwise_current/s3"]
+    by = {t.name: t for t in tasks}
+    assert by["mor/nemotron/mor_block/s3"].claims[:2] == ["mor/loss_per_block", "mor/errors_mostly_below_2p5"]
+    assert by["mor/nemotron/fp8_tensorwise_current/s3"].claims == []
+
+
+# --------------------------------------------------------------------------- estimates
+
+def test_estimates_from_committed_runs(tmp_path):
+    runs, _ = _grid("small", ["mor"], tmp_path)
+    cfg = lambda m, s: runs[("mor", "nemotron", m, str(s))]  # noqa: E731
+    # bf16 ran alone (k = 1) for 100 s, and again for 200 s beside an FP8 run over the same span
+    # (k = 2): wall ~ k^a with a = log(200/100) / log(2) = 1; alone it takes 100 s
+    _commit(cfg("bf16", 0), wall=100, start=0)
+    _commit(cfg("bf16", 1), wall=200, start=1000)
+    _commit(cfg("fp8_tensorwise_current", 0), wall=200, start=1000)
+    # an earlier version of the code, slower: the arm's runs of the code it last trained with count
+    _commit(cfg("bf16", 2), wall=900, start=-2000, commit="c1")
+    # at tiny: per step, mor_block_e8 takes 3x bf16 and 2x FP8 current scaling
+    tiny, _ = _grid("tiny", ["mor"], tmp_path)
+    for method, wall in (("bf16", 10.0), ("fp8_tensorwise_current", 15.0), ("mor_block_e8", 30.0)):
+        _commit(tiny[("mor", "nemotron", method, "0")], wall=wall, start=5000 * len(method))
+    est = Estimator(str(tmp_path), "small", startup=20.0)   # (the 900-s run alone would make a = 0)
+    assert est.exponent == pytest.approx(1.0)
+    # 4 runs sharing the GPU: 100 s alone x 4^1 + 20 s to start
+    task = pk.Task("mor/nemotron/bf16/s3", cfg("bf16", 3), pk.PRETRAIN)
+    assert est(task, 4) == (pytest.approx(420.0), "this arm's committed runs")
+    # FP8 current scaling measured at k = 2 over 200 s: 100 s alone, the same
+    assert est(pk.Task("mor/nemotron/fp8_tensorwise_current/s1", cfg("fp8_tensorwise_current", 1), pk.PRETRAIN),
+               1)[0] == pytest.approx(120.0)
+    # never run at small: from the arms whose settings differ least (both in three keys: recipe,
+    # partition, scale) times the tiny ratio: bf16 100 x 3 = 300, FP8 100 x 2 = 200; the upper
+    # median is 300 (x 2^1 + 20)
+    seconds, source = est(pk.Task("mor/nemotron/mor_block_e8/s0", cfg("mor_block_e8", 0), pk.PRETRAIN), 2)
+    assert seconds == pytest.approx(620.0) and source == "mor/nemotron/bf16 x 3.00 (tiny time per step)"
+    # nothing to estimate from, and a given estimate
+    assert est(pk.Task("mor/nemotron/mor_tensor/s0", cfg("mor_tensor", 0), pk.PRETRAIN), 2) == (
+        None, "no committed run to estimate from: give --estimate")
+    given = Estimator(str(tmp_path), "small", {"mor/*/mor_tensor/*": 77}, startup=20.0)
+    assert given(pk.Task("mor/nemotron/mor_tensor/s0", cfg("mor_tensor", 0), pk.PRETRAIN), 2) == (
+        77.0, "--estimate mor/*/mor_tensor/*")
+    with pytest.raises(pk.PackerError, match="give PATTERN=SECONDS"):
+        pk._estimates(["mor/*/mor_tensor/*"])
+
+
+def test_evaluations_are_the_pipelines_per_run_files():
+    """The per-run files the packer computes after a run are those committed beside the tiny runs
+    (where every evaluation of the pipelines was made), for every pre-training run of the grid."""
+    runs, ft = _grid("tiny", lpc.papers(), lpc.REPO_ROOT / "results")
+    made = {"export.csv", "exactness.csv", "outliers.csv", "outlier_ccdf.csv"}
+    for kind, group in ((pk.PRETRAIN, runs), (pk.FINETUNE, ft)):
+        for cfg in group.values():
+            task = pk.Task(lpc.run_name(cfg["output_dir"]), cfg, kind)
+            files = {f for fs, _ in pk.run_evaluations(task) for f in fs}
+            assert files == {p.name for p in task.out.iterdir()} & made, task.name
+    gw = pk.Task("gaussws/gpt2/bf16/s0", runs[("gaussws", "gpt2", "bf16", "0")], pk.PRETRAIN)
+    export = pk.run_evaluations(gw)[0][1]
+    assert export[:4] == ["-m", "lowprec.evaluate", "--run", str(gw.out)] and "mxfp6_e3m2" in export
+
+
+# --------------------------------------------------------------------------- the job, with stand-ins
+
+FAKE = r"""
+import json, os, sys, time, subprocess, pathlib, yaml
+cfg = yaml.safe_load(open(sys.argv[1]))
+out = pathlib.Path(cfg["output_dir"]); out.mkdir(parents=True, exist_ok=True)
+log = pathlib.Path(sys.argv[2])
+mode, seconds = sys.argv[3], float(sys.argv[4])
+if mode == "deaf":  # as Lightning, which answers SIGTERM without exiting (its children inherit this)
+    import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # as compile workers are
+with log.open("a") as f:
+    f.write(json.dumps({"run": cfg["run_id"], "start": time.time(), "pid": os.getpid(), "child": child.pid}) + "\n")
+(out / "metrics.csv").write_text("step,val_loss\n")
+(out / "checkpoints").mkdir(exist_ok=True)
+(out / "checkpoints" / "last.ckpt").write_text("weights")
+time.sleep(seconds)
+child.kill()
+if mode == "fail":
+    sys.exit(3)
+(out / "config.yaml").write_text(yaml.safe_dump(cfg))
+(out / "provenance.json").write_text(json.dumps({"status": "completed", "wall_s": seconds}))
+with log.open("a") as f:
+    f.write(json.dumps({"run": cfg["run_id"], "end": time.time()}) + "\n")
+"""
+
+
+@pytest.fixture
+def fake_runs(tmp_path, monkeypatch):
+    """Tiny MoR tasks whose processes stand in for lowprec.train: each sleeps (mode 'ok' or 'fail'
+    and the seconds, per run name) beside a child process, logging its start, pid and end."""
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE)
+    events = tmp_path / "events.jsonl"
+    behaviour = {}
+
+    def commands(task, config_path):
+        mode, seconds = behaviour.get(task.name, ("ok", 0.5))
+        return [[sys.executable, str(script), str(config_path), str(events), mode, str(seconds)]]
+
+    monkeypatch.setattr(pk, "phase_commands", commands)
+    monkeypatch.setattr(pk, "prepare_data", lambda tasks, log_dir: None)   # no process reads it
+    tasks, _, _ = pk.missing_tasks("tiny", ["mor"], str(tmp_path / "results"),
+                                   only=["mor/*/bf16/*", "mor/*/mor_block*/*", "mor/*/mor_tensor/*"])
+    for t in tasks:
+        t.estimate = 1.0
+
+    def lines():
+        return [json.loads(line) for line in events.read_text().splitlines()] if events.is_file() else []
+
+    return tasks, behaviour, lines
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z" if Path(f"/proc/{pid}").exists() else True
+
+
+def _members(path: Path) -> list[str]:
+    import tarfile
+
+    with tarfile.open(path) as tar:
+        return sorted(m.name for m in tar.getmembers() if m.isfile())
+
+
+def test_job_runs_n_at_a_time_and_archives_complete_runs(tmp_path, fake_runs):
+    tasks, behaviour, lines = fake_runs
+    tasks = tasks[:5]
+    behaviour[tasks[4].name] = ("ok", 0.1)
+    tasks[4].estimate = 50.0                    # needs more than the budget leaves: never started
+    out = tmp_path / "out"
+    pk.run_job(tasks, pk.Budget(jobs=2, seconds=12.0, reserve=1.0, eval_s=0.0), "tiny",
+               str(tmp_path / "results"), out=out, poll_s=0.05, info={"note": "test"})
+    assert [t.status for t in tasks] == ["done"] * 4 + ["not started"]
+    assert tasks[4].note.startswith("needs 50 s,") and not tasks[4].out.exists()
+    spans = {}
+    for e in lines():
+        spans.setdefault(e["run"], {}).update(e)
+    assert len(spans) == 4 and all("end" in s for s in spans.values())
+    # never more than 2 at once, and 2 at once at some time
+    assert max(sum(o["start"] <= s["start"] < o["end"] for o in spans.values()) for s in spans.values()) == 2
+    # what comes back: the complete run folders without their checkpoints, which stay here
+    assert _members(out / "runs.tar.gz") == sorted(f"runs/tiny/{t.name}/{f}" for t in tasks[:4]
+                                                   for f in ("config.yaml", "metrics.csv", "provenance.json"))
+    assert all((t.out / "checkpoints" / "last.ckpt").is_file() for t in tasks[:4])
+    assert _members(out / "logs.tar.gz") == sorted(f"{t.name}.log" for t in tasks[:4])
+    summary = json.loads((out / "packer_summary.json").read_text())
+    assert summary["note"] == "test" and [r["status"] for r in summary["runs"]] == [t.status for t in tasks]
+    # placed under another results root; never over a complete run folder
+    other = tmp_path / "checkout" / "results"
+    assert pk.unpack(out / "runs.tar.gz", str(other)) == [t.name for t in sorted(tasks[:4], key=lambda t: t.name)]
+    assert (other / "runs" / "tiny" / tasks[0].name / "provenance.json").is_file()
+    with pytest.raises(pk.PackerError, match="4 run folder\\(s\\) are complete under .* already"):
+        pk.unpack(out / "runs.tar.gz", str(other))
+
+
+def test_unpack_refuses_what_is_no_run_folder(tmp_path):
+    src = tmp_path / "x.txt"
+    src.write_text("x")
+    for name in ("data/x.txt", "runs/tiny/mor/nemotron/bf16/notaseed/x.txt", "runs/tiny/mor/nemotron/bf16/x.txt",
+                 "runs/tiny/../../x.txt"):
+        pk.archive(tmp_path / "bad.tar.gz", {name: src})
+        with pytest.raises(pk.PackerError, match=f"member '{name}' is not a file of a run folder under runs/"):
+            pk.unpack(tmp_path / "bad.tar.gz", str(tmp_path / "results"))
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_run_at_the_budget_is_stopped_and_removed_and_a_failed_one_too(tmp_path, fake_runs, monkeypatch):
+    tasks, behaviour, lines = fake_runs
+    slow, deaf, failing = tasks[:3]
+    behaviour[slow.name] = ("ok", 60.0)        # its estimate (1 s) is wrong: the budget stops it
+    behaviour[deaf.name] = ("deaf", 60.0)      # and this one ignores SIGTERM: SIGKILL after the grace
+    behaviour[failing.name] = ("fail", 0.2)
+    monkeypatch.setattr(pk, "GRACE_S", 1.0)
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    pk.run_job(tasks[:3], pk.Budget(jobs=3, seconds=4.0, reserve=1.5, eval_s=0.0), "tiny",
+               str(tmp_path / "results"), out=out, poll_s=0.05)
+    assert time.monotonic() - t0 < 4.0    # the processes are stopped together, within the reserve
+    assert (slow.status, deaf.status, failing.status) == ("stopped", "stopped", "failed")
+    assert slow.note.startswith("at the budget; folder removed") and "see " in failing.note
+    for t in (slow, deaf, failing):
+        assert not t.out.exists()
+    assert _members(out / "runs.tar.gz") == []
+    for e in lines():
+        if "pid" in e:   # the process and its child are gone (the whole process group)
+            assert not _alive(e["pid"]) and not _alive(e["child"]), e
+
+
+def test_evaluations_run_in_the_slot_and_a_missing_one_fails_the_run(tmp_path, monkeypatch):
+    tasks, _, _ = pk.missing_tasks("tiny", ["gaussws"], str(tmp_path / "results"),
+                                   only=["gaussws/gpt2/bf16/*", "gaussws/gpt2/gaussws_b6/*"])
+    script = tmp_path / "fake.py"
+    script.write_text(FAKE)
+
+    def commands(task, config_path):
+        train = [sys.executable, str(script), str(config_path), str(tmp_path / "ev.jsonl"), "ok", "0.1"]
+        evals = []
+        for files, _ in task.evaluations:   # BF16's evaluations write their files, GaussWS's export none
+            paths = [str(task.out / f) for f in files] if task.method == "bf16" else []
+            evals.append([sys.executable, "-c", f"import pathlib\nfor p in {paths!r}: pathlib.Path(p).write_text('x')"])
+        return [train, *evals]
+
+    monkeypatch.setattr(pk, "phase_commands", commands)
+    monkeypatch.setattr(pk, "prepare_data", lambda tasks, log_dir: None)
+    for t in tasks:
+        t.estimate = 1.0
+    pk.run_job(tasks, pk.Budget(jobs=2, seconds=20.0, reserve=1.0, eval_s=0.5), "tiny", str(tmp_path / "results"),
+               poll_s=0.05)
+    by = {t.method: t for t in tasks}
+    assert by["bf16"].status == "done" and {"export.csv", "exactness.csv"} <= {p.name for p in by["bf16"].out.iterdir()}
+    assert by["gaussws_b6"].status == "failed" and "(no export.csv)" in by["gaussws_b6"].note
+    assert not by["gaussws_b6"].out.exists()
+
+
+def test_data_that_cannot_be_prepared_stops_the_job_before_any_run(tmp_path):
+    cfg = {"paper": "mor", "method": {"name": "bf16"}, "output_dir": str(tmp_path / "runs" / "x"),
+           "data": {"source": "local", "path": str(tmp_path / "no-such-corpus"), "vocab_size": 300,
+                    "val_fraction": 0.1, "dir": str(tmp_path / "data" / "d")}}
+    with pytest.raises(pk.PackerError, match=r"could not prepare .*/data/d .*python -m lowprec.databundle pack"):
+        pk.run_job([pk.Task("mor/m/bf16/s0", cfg, pk.PRETRAIN, estimate=1.0)], pk.Budget(1, 30.0, 1.0),
+                   "tiny", str(tmp_path))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_plan_of_the_small_grid():
+    """GaussWS's committed small runs: the plan lists the runs missing, each estimated from its arm,
+    and says how many runs one job holds."""
+    proc = subprocess.run([sys.executable, "-m", "lowprec.packer", "plan", "--scale", "small", "--papers", "gaussws",
+                           "--jobs", "12", "--budget", "560"], capture_output=True, text=True, cwd=lpc.REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    missing = [t.name for t in pk.missing_tasks("small", ["gaussws"], str(lpc.REPO_ROOT / "results"))[0]]
+    assert missing and lines[0].startswith(f"{len(missing)} run(s) to train; estimates with 12 sharing the GPU")
+    listed = [line.split()[1] for line in lines[3:3 + len(missing)]]
+    assert sorted(listed) == sorted(missing)
+    assert all("this arm's committed runs" in line for line in lines[3:3 + len(missing)])
+    assert f"one job of 560 s (12 processes) starts {len(missing)} of them" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "lowprec.packer", "plan", "--budget", "10"],
+                         capture_output=True, text=True, cwd=lpc.REPO_ROOT)
+    assert bad.returncode != 0 and "--budget 10.0 above --reserve 15.0" in bad.stderr
+
+
+# --------------------------------------------------------------------------- a real job
+
+@pytest.mark.slow
+def test_a_real_job_trains_runs_together(tmp_path):
+    """Two real smoke runs trained at once (their data prepared first); a third whose estimate does
+    not fit is not started; the copies are complete and current."""
+    results, out = tmp_path / "results", tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "lowprec.packer", "run", "--scale", "smoke", "--papers", "mor", "--results", str(results),
+         "--only", "mor/nemotron/bf16*/s0", "mor/nemotron/mor_block/s0", "--jobs", "2", "--budget", "240",
+         "--estimate", "mor/*/mor_block/*=400", "*=60", "--startup", "0", "--out", str(out)],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(lpc.REPO_ROOT)})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((out / "packer_summary.json").read_text())
+    status = {r["run"]: r["status"] for r in summary["runs"]}
+    assert status == {"mor/nemotron/bf16/s0": "done", "mor/nemotron/bf16_cfg2/s0": "done",
+                      "mor/nemotron/mor_block/s0": "not started"}
+    assert "mor/nemotron/mor_block/s0  not started" in proc.stdout
+    # placed in another checkout, the runs are complete and current there
+    other = tmp_path / "checkout" / "results"
+    assert pk.unpack(out / "runs.tar.gz", str(other)) == ["mor/nemotron/bf16/s0", "mor/nemotron/bf16_cfg2/s0"]
+    for root in (results, other):
+        runs, _ = _grid("smoke", ["mor"], root)
+        for method in ("bf16", "bf16_cfg2"):
+            assert lpc.run_status(runs[("mor", "nemotron", method, "0")]) == ("current", ""), (root, method)
+    prov = [json.loads((other / "runs" / "smoke" / "mor" / "nemotron" / m / "s0" / "provenance.json").read_text())
+            for m in ("bf16", "bf16_cfg2")]
+    a, b = (sorted((p["started"], p["finished"]) for p in prov))
+    assert a[1] > b[0]   # they overlapped: trained together
