@@ -30,14 +30,21 @@ def load_yaml(path: str | os.PathLike) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = _parse_yaml(path.read_text())
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from e
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
-    return data
+    return copy.deepcopy(data)  # the caller may change it; the cached parse stays as read
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_yaml(text: str):
+    """Parsed once per distinct file content: resolving a grid reads the same scale, model and
+    experiment files once per run, and the pure-Python parser dominated the workflow's start-up."""
+    return yaml.safe_load(text)
 
 
 def deep_merge(base: dict, override: dict) -> dict:

@@ -10,6 +10,16 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+LONGEST = "test_smoke_dag_end_to_end"  # minutes: the whole smoke workflow
+
+
+def pytest_collection_modifyitems(items):
+    """The longest test first, then the other end-to-end ones, then the rest in file order: under
+    pytest-xdist (pyproject's addopts) the workers share out the short tests while the long ones
+    run, instead of one worker finishing a minutes-long workflow run alone at the end."""
+    items.sort(key=lambda item: (item.name != LONGEST, item.get_closest_marker("slow") is None))
+
+
 def _synthetic_play(seed: int, n_lines: int = 900) -> str:
     """Deterministic English-like text with structure a tiny model can learn quickly."""
     rng = random.Random(seed)

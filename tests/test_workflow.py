@@ -86,8 +86,8 @@ def test_smoke_dag_end_to_end(tmp_path):
     models = {p.parent.parent.name for p in (res / "runs" / "smoke").glob("*/*/*/s0")}
     assert models == {"gpt2", "llama2", "nemotron"}
     # nothing left to do: outputs are complete and consistent
-    assert "Nothing to be done" in _snakemake(["--cores", "1", "--config", "scale=smoke", "-n"], tmp_path).stdout + \
-        _snakemake(["--cores", "1", "--config", "scale=smoke", "-n"], tmp_path).stderr
+    dry = _snakemake(["--cores", "1", "--config", "scale=smoke", "-n"], tmp_path)
+    assert "Nothing to be done" in dry.stdout + dry.stderr
     _snakemake(["--config", "scale=smoke", "--report", "report.html"], tmp_path)
     html = (tmp_path / "report.html").read_text(errors="replace")
     assert "loss_curves.png" in html
