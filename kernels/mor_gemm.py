@@ -255,7 +255,7 @@ if triton is not None:
             if e4a & e4b:
                 tl.store(info_ptr + 2, 3, mask=first)
             else:
-                n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+                n_tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)  # (tl.cdiv: a jit helper, which breaks the interpreter)
                 for t in range(pid, n_tiles, tl.num_programs(0)):
                     rm, rn, m_ok, n_ok, a_srow, b_srow = _tile_rows(t, M, N, s_asr, a_br, s_bsr, b_br,
                                                                     BLOCK_M, BLOCK_N, GROUP_M)
