@@ -337,9 +337,10 @@ def recorded_status(task: Task) -> str | None:
 def incomplete(task: Task) -> list[str]:
     """The files a complete run folder holds that this one lacks: the run's, and its evaluations'
     unless the run diverged."""
-    files = [*lpc.RUN_FILES, *(f for fs, _ in task.evaluations for f in fs)] \
-        if recorded_status(task) == "completed" else list(lpc.RUN_FILES)
-    return [f for f in files if not (task.out / f).is_file()]
+    missing = lpc.missing_run_files(task.out)
+    if recorded_status(task) != "completed":
+        return missing
+    return missing + [f for fs, _ in task.evaluations for f in fs if not (task.out / f).is_file()]
 
 
 def archive(path: Path, members: dict[str, Path], skip=("checkpoints", "logs", "wandb")) -> None:
