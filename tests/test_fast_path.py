@@ -36,12 +36,19 @@ def test_quantize_fp8_codes_and_scales_equal_emulation(spec, dtype):
 
 def test_fast_plan_covers_exactly_the_recipes_it_can_run():
     planned = {name for name, r in RECIPES.items() if FastPlan.for_recipe(r) is not None}
-    assert planned == {"bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise"}
+    assert planned == {"bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise", "int8_block"}
     for partition in ("tensor", "channel", "block"):
         assert FastPlan.for_recipe(recipe_from_config({"recipe": "mor", "partition": partition})).has_mor
-    for cfg in ({"recipe": "mor", "partition": "subtensor"}, {"recipe": "int8_fallback"},
-                {"recipe": "fp8_tensorwise_current", "fprop": {"b": None}}):  # FP8 x BF16: no hardware GEMM
-        assert FastPlan.for_recipe(recipe_from_config(cfg)) is None
+    for rule in ("absmax", "topk", "error", "dynamic", "none"):
+        assert FastPlan.for_recipe(recipe_from_config({"recipe": "int8_fallback", "rule": rule})).int8
+    i8_margin = {"fmt": "int8", "scaling": "block", "block": [32, 32], "margin": 1}
+    for cfg in ({"recipe": "mor", "partition": "subtensor"},
+                {"recipe": "fp8_tensorwise_current", "fprop": {"b": None}},  # FP8 x BF16: no hardware GEMM
+                {"recipe": "int8_block", "fprop": {"a": i8_margin}},  # not as the INT8 fast path quantizes
+                {"recipe": "int8_block", "wgrad": {"b": {"fmt": "int8", "scaling": "block", "block": [32, 64]}}},
+                {"recipe": "int8_block", "fprop": {"a": {"fmt": "e4m3", "scaling": "tensor"},
+                                                   "b": {"fmt": "e4m3", "scaling": "tensor"}}}):  # INT8 and FP8
+        assert FastPlan.for_recipe(recipe_from_config(cfg)) is None, cfg
     gauss = FastPlan.for_recipe(recipe_from_config({"recipe": "gaussws", "b": 6}))
     assert gauss is not None and gauss.all_hp
     stochastic = QuantSpec("e4m3", "tensor", rounding="stochastic")
