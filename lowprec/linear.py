@@ -8,9 +8,11 @@ and multiplies in fp32: the emulation, the reference every method is defined by.
 
 The fast path (``lowprec.gemm.FastPlan``) runs the same recipe as a training path: activations stay
 in their dtype, unquantized operands go to BF16 tensor-core GEMMs, FP8 operands to ``_scaled_mm``,
-with no host sync, so ``torch.compile`` traces the layer whole. It is taken where the recipe allows
-(``FastPlan.for_recipe``), on the devices ``LOWPREC_FAST_PATH`` names (``cuda``, the default; ``all``;
-``off``), and never on a telemetry step, which needs the emulation's values.
+INT8 ones to the Triton INT8 GEMM (``lowprec.methods.int8_fast``), with no host sync, so
+``torch.compile`` traces the layer whole. It is taken where the recipe allows (``FastPlan.for_recipe``),
+on the devices ``LOWPREC_FAST_PATH`` names (``cuda``, the default; ``all``; ``off``), and never on a
+telemetry step, which needs the emulation's values. On both paths stochastic rounding draws from keys
+made on the device from the layer's seed and ``calls`` counter (``lowprec.numerics.rounding_stream``).
 
     from lowprec import convert, RECIPES
     convert(model, RECIPES["fp8_hybrid"])             # two lines, like torchao's convert_to_float8_training
@@ -326,6 +328,11 @@ def compile_blocks(model: nn.Module, **compile_kw) -> nn.Module:
     # static shapes: a run has one training and one evaluation shape, so nothing is lost, and
     # Inductor specializes every kernel to its shape
     compile_kw.setdefault("dynamic", False)
+    import torch._inductor.config as inductor_config
+    if "mode" not in compile_kw and hasattr(inductor_config, "eager_numerics"):  # a mode or options, not both
+        # fp32 divisions correctly rounded, as eager's: Triton's `/` is approximate (div.full), and
+        # quantization's scales (fmax / amax) and dequantized values must be the emulation's
+        compile_kw["options"] = {"eager_numerics.division_rounding": True, **compile_kw.get("options", {})}
     for block in blocks:
         block.compile(**compile_kw)
     return model
