@@ -143,10 +143,13 @@ class FallbackQTensor:
     def gemm_operands(self):
         """(q1 int8, d1, q2 int8, d2, flags int8) for the integer GEMM: DECODE scales (x ~= q * d),
         d2 = 0 outside fallback blocks."""
-        d1 = torch.div(torch.ones_like(self.scale), self.scale)
         d2 = torch.where(self.mask, torch.div(torch.ones_like(self.residual_scale), self.residual_scale),
                          torch.zeros_like(self.residual_scale))
-        return (self.codes.to(torch.int8), d1, self.residual.to(torch.int8), d2, self.mask.to(torch.int8))
+        return (*self.first_operands(), self.residual.to(torch.int8), d2, self.mask.to(torch.int8))
+
+    def first_operands(self):
+        """(q1 int8, d1): the first part as the integer GEMM takes it."""
+        return self.codes.to(torch.int8), torch.div(torch.ones_like(self.scale), self.scale)
 
 
 def _none_set(mask: torch.Tensor) -> bool:

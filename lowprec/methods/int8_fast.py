@@ -20,8 +20,10 @@ on the CPU too, on the Triton interpreter where it is active, else on the kernel
 (``int8_block_gemm_reference``): the kernel's arithmetic, which differs from the fp32 GEMM of the
 values only in the order and rounding of its sums.
 
-Where this differs from the emulation: the INT8 GEMM's accumulation order (on CUDA), and the BF16
-rounding of the GEMM output of a layer under autocast, which the emulation applies too.
+Where this differs from the emulation: on CUDA, the INT8 GEMM's order of sums. In a compiled model
+Inductor may also keep a bf16 intermediate that it fuses (the layer's input, dX on its way back to
+fp32) in fp32 instead of rounding it as eager does; ``torch._inductor.config.emulate_precision_casts``
+keeps eager's roundings, and with it the compiled layer equals the emulation bit for bit on the CPU.
 """
 
 from __future__ import annotations
@@ -109,11 +111,15 @@ def int8_mm(a: FallbackQTensor, b: FallbackQTensor, kernel: bool) -> torch.Tenso
     GEMM of the dequantized values (the emulation's)."""
     if not kernel:
         return a.dequantize() @ b.dequantize().t()
-    qa, da, ra, dra, fa = a.gemm_operands()
-    qb, db, rb, drb, fb = b.gemm_operands()
-    parts_a = (ra, dra, fa) if a.maybe_fallback else (None, None, None)
-    parts_b = (rb, drb, fb) if b.maybe_fallback else (None, None, None)
-    return int8_block_mm(qa, da, *parts_a, list(a.block), qb, db, *parts_b, list(b.block))
+    return int8_block_mm(*_kernel_operands(a), list(a.block), *_kernel_operands(b), list(b.block))
+
+
+def _kernel_operands(f: FallbackQTensor) -> tuple:
+    """(int8 codes, decode scales, second part, its decode scales, flags) as the kernel takes them;
+    the second part None where no block can fall back (known without looking)."""
+    if f.maybe_fallback:
+        return f.gemm_operands()
+    return (*f.first_operands(), None, None, None)
 
 
 @torch.library.custom_op("lowprec::int8_block_mm", mutates_args=())
