@@ -47,8 +47,8 @@ def _lowbias32(x: int) -> int:
 
 def _uniform(key: int, i: int) -> float:
     """Element i of the stream of ``key``, in Python integers (the module docstring's formula)."""
-    k1 = _lowbias32(key ^ 0x9E3779B9)
-    h = _lowbias32(_lowbias32((i & M32) ^ key) ^ k1 ^ (i >> 32))
+    step = (_lowbias32(key ^ 0x9E3779B9) & 0x7FFFFFFF) | 1
+    h = _lowbias32((i * step + key) % 2**32)
     return (h >> 8) / 2**24
 
 
@@ -67,6 +67,17 @@ def test_uniforms_equal_the_reference_hash_and_look_uniform():
     assert abs(torch.corrcoef(torch.stack([flat[:-1], flat[1:]]))[0, 1]) < 0.01
     other = rs.uniforms(rs.part_key(key, 1), (300, 700)).flatten().double()
     assert abs(torch.corrcoef(torch.stack([flat, other]))[0, 1]) < 0.01
+
+
+def test_uniforms_in_numpy_equal_the_torch_ops(monkeypatch):
+    """An eager CPU call hashes in numpy's uint32 arithmetic; compiled code and CUDA run the torch
+    ops: the same bits."""
+    for key in (0, 7, 0xFFFFFFFF, 0x9E3779B9):
+        fast = rs.uniforms(key, (33, 257))
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+        ops = rs.uniforms(key, (33, 257))
+        monkeypatch.undo()
+        assert torch.equal(fast, ops), key
 
 
 def test_keys_differ_by_layer_call_slot_part_and_rank_and_advance_on_training_calls():

@@ -12,19 +12,24 @@ key, and the counter advanced, in one operator); ``operand_key`` mixes in
 the operand's slot (GEMM and operand), ``part_key`` a part index (INT8 fallback rounds its two parts with
 independent draws). ``uniforms(key, (rows, cols))``: element (r, c) of the 2-D operand, in the
 orientation it enters its GEMM, gets the counter i = r * cols + c and the value
-``(h >> 8) / 2^24`` with ``h = mix32(mix32(lo(i) ^ key) ^ mix32(key ^ C) ^ hi(i))``, where
-``mix32`` is Wellons' "lowbias32" integer hash (two multiplies, three xor-shifts, a bijection of
-32-bit words): U[0, 1) with 24-bit resolution, every value exact in fp32.
+``(h >> 8) / 2^24`` with ``h = mix32((i * s + key) mod 2^32)``, ``s`` an odd step drawn from the
+key (``mix32(key ^ C)``, low 31 bits, odd), where ``mix32`` is Wellons' "lowbias32" integer hash
+(two multiplies, three xor-shifts, a bijection of 32-bit words): U[0, 1) with 24-bit resolution,
+every value exact in fp32. Each key walks the hash's input space on its own stride and offset, as a
+counter-based generator does; one hash per element keeps an eager CPU step's cost near torch's
+own generator's (the emulation runs it on every stochastically rounded operand).
 
 The arithmetic stays defined in int64: words are kept in [0, 2^32), and the multipliers are taken
 below 2^31 in magnitude (0x846CA68B as 0x846CA68B - 2^32, the same residue mod 2^32), so no product
-overflows. A kernel computing the same hash in native uint32 arithmetic gets the same bits.
+overflows. Native uint32 arithmetic gets the same bits: an eager CPU call takes numpy's (several
+times faster than int64 tensor ops), and so could a kernel.
 """
 
 from __future__ import annotations
 
 from typing import Union
 
+import numpy as np
 import torch
 
 M32 = 0xFFFFFFFF
@@ -36,12 +41,14 @@ Key = Union[int, torch.Tensor]
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
-    """lowbias32 of int64 tensors holding 32-bit words (a bijection of [0, 2^32))."""
+    """lowbias32 of int64 tensors holding 32-bit words (a bijection of [0, 2^32)); ``x`` is left
+    as it is (the first step makes a new tensor, the rest work in it: eager CPU steps are memory
+    passes)."""
     x = x ^ (x >> 16)
-    x = (x * _C1) & M32
-    x = x ^ (x >> 15)
-    x = (x * _C2) & M32
-    return x ^ (x >> 16)
+    x.mul_(_C1).bitwise_and_(M32)
+    x.bitwise_xor_(x >> 15)
+    x.mul_(_C2).bitwise_and_(M32)
+    return x.bitwise_xor_(x >> 16)
 
 
 def _word(v: Key, device=None) -> torch.Tensor:
@@ -93,12 +100,35 @@ def part_key(key: Key, part: int) -> torch.Tensor:
     return _word(key) if part == 0 else absorb(key, 0x100 + part)
 
 
+MAX_ELEMENTS = 1 << 32  # the counter is one 32-bit word
+
+
 def uniforms(key: Key, shape, device=None) -> torch.Tensor:
     """U[0, 1) fp32 draws for a 2-D operand of ``shape`` (module docstring)."""
     rows, cols = shape
+    if rows * cols > MAX_ELEMENTS:
+        raise ValueError(f"rounding_stream.uniforms: {rows} x {cols} elements; a stream has at most 2^32")
     dev = key.device if isinstance(key, torch.Tensor) and device is None else device
     k0 = _word(key, dev)
-    k1 = mix32(k0 ^ _SECOND_WORD)
-    i = torch.arange(rows * cols, dtype=torch.int64, device=dev).reshape(rows, cols)
-    h = mix32(mix32((i & M32) ^ k0) ^ k1 ^ (i >> 32))
-    return (h >> 8).to(torch.float32) * (2.0 ** -24)
+    step = (mix32(k0 ^ _SECOND_WORD) & 0x7FFFFFFF) | 1  # odd, below 2^31: i * step stays in int64
+    if torch.device(dev or "cpu").type == "cpu" and not torch.compiler.is_compiling():
+        return _uniforms_numpy(int(k0), int(step), rows, cols)  # reading a CPU key costs nothing
+    x = torch.arange(rows * cols, dtype=torch.int64, device=dev).reshape(rows, cols) * step
+    h = mix32(x.add_(k0).bitwise_and_(M32))
+    return h.bitwise_right_shift_(8).to(torch.float32).mul_(2.0 ** -24)
+
+
+def _uniforms_numpy(key: int, step: int, rows: int, cols: int) -> torch.Tensor:
+    """``uniforms`` in numpy's uint32 arithmetic, which wraps modulo 2^32 as the hash wants: the same
+    bits as the torch ops at a fraction of their cost in an eager CPU step (32-bit lanes, in place)."""
+    x = np.arange(rows * cols, dtype=np.uint32)
+    x *= np.uint32(step)
+    x += np.uint32(key)
+    x ^= x >> 16
+    x *= np.uint32(_C1)
+    x ^= x >> 15
+    x *= np.uint32(_C2 & M32)
+    x ^= x >> 16
+    u = (x >> 8).astype(np.float32)
+    u *= np.float32(2.0 ** -24)
+    return torch.from_numpy(u.reshape(rows, cols))
