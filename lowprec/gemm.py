@@ -281,10 +281,12 @@ Operand = Union[torch.Tensor, FP8Operand]  # a high-precision operand, or a quan
 
 class FastPlan:
     """How each GEMM of a recipe runs on the fast path: both operands unquantized ("hp": a GEMM in
-    the recipe's high-precision dtype), both FP8 with scales ``_scaled_mm`` understands ("fp8"), or
-    both tensor-level MoR ("mor": ``lowprec.methods.mor_fast``). ``FastPlan.for_recipe`` is None for a
-    recipe with anything else (other operand quantizers such as sub-tensor MoR or INT8 fallback,
-    INT8 or MX specs, stochastic rounding, delayed scaling): such layers run the emulation."""
+    the recipe's high-precision dtype), both FP8 with scales ``_scaled_mm`` understands ("fp8"),
+    both tensor-level MoR ("mor": ``lowprec.methods.mor_fast``), or both INT8 in blocks, plain or
+    with block fallback ("int8": ``lowprec.methods.int8_fast``, which runs a plan with INT8 GEMMs
+    whole; it mixes them with "hp" GEMMs only). ``FastPlan.for_recipe`` is None for a recipe with
+    anything else (other operand quantizers such as sub-tensor MoR, MX specs, stochastic rounding
+    of FP8, delayed scaling): such layers run the emulation."""
 
     def __init__(self, gemms: dict, high_precision: torch.dtype):
         from .recipes import OPERANDS
@@ -296,6 +298,7 @@ class FastPlan:
                                 if self._specs[target] is not None and self._specs[target] == self._specs[source]
                                 and _transposable(self._specs[target]))
         self.has_mor = any(kind == "mor" for kind, _, _ in gemms.values())
+        self.int8 = any(kind == "int8" for kind, _, _ in gemms.values())
 
     @classmethod
     def for_recipe(cls, recipe) -> Optional["FastPlan"]:
@@ -307,12 +310,15 @@ class FastPlan:
 
     @classmethod
     def _build(cls, recipe) -> Optional["FastPlan"]:
+        from .methods.int8_fast import int8_pair
         from .methods.mor_fast import fast_mor_quantizer
         from .recipes import GEMMS, OperandQuantizer
         gemms = {}
         for g in GEMMS:
             a, b = recipe.gemm(g)
-            if isinstance(a, OperandQuantizer) or isinstance(b, OperandQuantizer):
+            if int8_pair(a, b):
+                gemms[g] = ("int8", a, b)
+            elif isinstance(a, OperandQuantizer) or isinstance(b, OperandQuantizer):
                 if not (fast_mor_quantizer(a) and fast_mor_quantizer(b)):
                     return None
                 gemms[g] = ("mor", a, b)
@@ -322,6 +328,9 @@ class FastPlan:
                 gemms[g] = ("fp8", a, b)
             else:
                 return None
+        kinds = {kind for kind, _, _ in gemms.values()}
+        if "int8" in kinds and kinds - {"int8", "hp"}:
+            return None
         return cls(gemms, {"bf16": torch.bfloat16, "fp32": torch.float32}[recipe.high_precision])
 
     def operand(self, gemm: str, op: str, t: torch.Tensor, source: Optional[Operand] = None) -> Operand:
@@ -336,6 +345,8 @@ class FastPlan:
             return source.t()
         if self.gemms[gemm][0] == "mor":
             return mor_operand(spec, t)
+        if self.gemms[gemm][0] == "int8":  # its quantizers need the layer's call key and buffers
+            raise ValueError("FastPlan.operand: INT8 GEMMs run through lowprec.methods.int8_fast.int8_linear")
         return FP8Operand.of(t, spec)
 
     def mm(self, name: str, a: Operand, b: Operand, out_dtype: torch.dtype) -> torch.Tensor:
@@ -359,6 +370,9 @@ class FastPlan:
         def one(kind, a, b):
             if kind == "hp":
                 return f"{self.high_precision}".replace("torch.", "")
+            if kind == "int8":
+                from .methods.int8_fast import describe
+                return describe(a, b)
             if kind == "mor":
                 return f"MoR {a.partition}/{b.partition} (e4m3 on _scaled_mm, a bf16 choice fixed up on the device)"
             return f"fp8 {a.fmt}/{b.fmt}, {scale_kind(a)}/{scale_kind(b)} scales"

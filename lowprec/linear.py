@@ -8,9 +8,11 @@ and multiplies in fp32: the emulation, the reference every method is defined by.
 
 The fast path (``lowprec.gemm.FastPlan``) runs the same recipe as a training path: activations stay
 in their dtype, unquantized operands go to BF16 tensor-core GEMMs, FP8 operands to ``_scaled_mm``,
-with no host sync, so ``torch.compile`` traces the layer whole. It is taken where the recipe allows
-(``FastPlan.for_recipe``), on the devices ``LOWPREC_FAST_PATH`` names (``cuda``, the default; ``all``;
-``off``), and never on a telemetry step, which needs the emulation's values.
+INT8 ones to the Triton INT8 GEMM (``lowprec.methods.int8_fast``), with no host sync, so
+``torch.compile`` traces the layer whole. It is taken where the recipe allows (``FastPlan.for_recipe``),
+on the devices ``LOWPREC_FAST_PATH`` names (``cuda``, the default; ``all``; ``off``), and never on a
+telemetry step, which needs the emulation's values. On both paths stochastic rounding draws from keys
+made on the device from the layer's seed and ``calls`` counter (``lowprec.numerics.rounding_stream``).
 
     from lowprec import convert, RECIPES
     convert(model, RECIPES["fp8_hybrid"])             # two lines, like torchao's convert_to_float8_training
@@ -28,10 +30,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from .gemm import FastPlan, FP8Operand, fast_path_applies, scaled_mm
+from .methods.int8_fallback_state import FallbackBuffers
+from .methods.int8_fast import int8_linear
 from .methods.mor_fast import DecisionCounts, MoROperand, count_gemm
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
+from .numerics import rounding_stream as _stream
 from .numerics.checks import one_of
-from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe
+from .recipes import GEMMS, OPERANDS, SLOTS, OperandCall, OperandQuantizer, Recipe
 from .telemetry import Telemetry
 
 DEFAULT_EXCLUDE = ("lm_head", "*.lm_head", "score")
@@ -94,10 +99,14 @@ class QLinear(nn.Module):
         self.seed = layer_seed(seed, name)
         # counts forward calls; persistent so stochastic rounding after a resume draws what an
         # uninterrupted run would have drawn
-        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
-        # the host's copy of `calls`, valid while the buffer is the same tensor at the same version:
-        # every operand's seed reads the count, and reading a CUDA buffer waits for the device
-        self._calls_seen: Optional[tuple] = None
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64, device=weight.device))
+        # the seed as a tensor: the random keys are made on the device from it and `calls`
+        # (lowprec.numerics.rounding_stream), and compiled layers share one graph
+        self.register_buffer("seed_key", torch.tensor(self.seed, dtype=torch.int64, device=weight.device),
+                             persistent=False)
+        # whether a GEMM operand may draw random numbers (the keys are made only then)
+        self._random = any(isinstance(s, OperandQuantizer) or getattr(s, "rounding", None) == "stochastic"
+                           for g in GEMMS for s in recipe.gemm(g))
         self.scalers = {(g, op): DelayedScaler.from_spec(spec)
                         for g in GEMMS for op, spec in zip(OPERANDS[g], recipe.gemm(g))
                         if isinstance(spec, QuantSpec) and spec.scaling == "delayed"}
@@ -111,6 +120,8 @@ class QLinear(nn.Module):
                     continue
                 for op, q in zip(OPERANDS[g], recipe.gemm(g)):
                     q.attach_counts((name, g, op), self, DecisionCounts.slot(g, op))
+        for q in self._quantizers():
+            q.attach_layer(self)
         # the transformed weight of this step, set eagerly by `compiled` before a compiled forward:
         # weight transforms keep host-side state (GaussWS's noise counter and cache) that a
         # compiled graph must not trace
@@ -179,51 +190,50 @@ class QLinear(nn.Module):
             if w is None:
                 w = self.weight if self.weight_transform is None else self.weight_transform(self.weight)
             if fast:
-                # the fast plans have no per-call random draws, so `calls` (the seeds' counter) stays
                 counts = getattr(self, "mor_counts", None) if self.training else None
-                return _fast_linear(x, w, self.bias, self.fast_plan, self.transposed, out_dtype, counts)
-            y = _QLinearFn.apply(x.float(), w, self.bias, self)
-        if self.training:  # evaluation passes must not shift the training steps' random draws
-            n = self.call_count()
-            self.calls += 1
-            self._calls_seen = (self._calls_key(), n + 1)
+                int8 = None
+                if self.fast_plan.int8:  # its draws and fallback state: keys and buffers on the device
+                    int8 = (self._next_key(), FallbackBuffers.of(self), self.training)
+                # the other fast plans draw nothing: `calls` stays
+                return _fast_linear(x, w, self.bias, self.fast_plan, self.transposed, out_dtype, counts, int8)
+            y = _QLinearFn.apply(x.float(), w, self.bias, self, self._next_key())
         return y.to(out_dtype)
 
     # ------------------------------------------------------------------ one GEMM
-    def _calls_key(self) -> tuple:
-        # a load_state_dict, fill_ or .to() gives the buffer a new version or storage
-        return (self.calls.data_ptr(), self.calls._version)
-
     def call_count(self) -> int:
-        """Training forward calls so far (the ``calls`` buffer), read from the device only after
-        something other than ``forward`` changed it."""
-        seen = self._calls_seen
-        if seen is None or seen[0] != self._calls_key():
-            seen = self._calls_seen = (self._calls_key(), int(self.calls))
-        return seen[1]
+        """Training forward calls so far (the ``calls`` buffer; a device read on CUDA)."""
+        return int(self.calls)
 
-    def _seed(self, gemm: str, operand: str) -> int:
-        # Each rank rounds its own shard of dY: its stochastic-rounding stream must be its own, or
-        # the ranks' rounding errors are equal and do not average out in the gradient all-reduce.
-        # Rank 0 keeps the single-process stream, so a 1-process run draws what it always drew.
-        r = ranks.rank()
-        tag = f":rank{r}" if r else ""
-        return zlib.crc32(f"{self.seed}:{self.call_count()}:{gemm}:{operand}{tag}".encode())
+    def _next_key(self) -> Optional[torch.Tensor]:
+        """This forward call's random key, made on the device (no host read of the count), and
+        ``calls`` advanced for a training call (evaluation passes must not shift the training
+        steps' draws); None for a recipe that draws nothing (``calls`` advances all the same). Each
+        rank rounds its own shard of dY: its stream must be its own, or the ranks' rounding errors
+        are equal and do not average out in the gradient all-reduce."""
+        if not self._random:
+            if self.training:
+                self.calls += 1
+            return None
+        return _stream.next_call_key_(self.seed_key, self.calls, ranks.rank(), self.training)
 
-    def _operand(self, gemm: str, operand: str, t: torch.Tensor, spec: QuantSpec):
-        """The operand's QTensor under ``spec``."""
+    @staticmethod
+    def _seed(key: torch.Tensor, gemm: str, operand: str) -> torch.Tensor:
+        return _stream.operand_key(key, SLOTS.index((gemm, operand)))
+
+    def _operand(self, gemm: str, operand: str, t: torch.Tensor, spec: QuantSpec, key=None):
+        """The operand's QTensor under ``spec`` (``key``: the call's random key, for stochastic
+        rounding)."""
         amax, scaler = None, self.scalers.get((gemm, operand))
         if scaler is not None:
             current = block_amax(t, tuple(t.shape)).reshape(())  # NaN/Inf ignored, as in every amax
             # training: max over the ranks, then into the history; evaluation reads it only
             amax = scaler.step(current) if self.training else scaler.amax(current)
-        gen = None
+        noise = None
         if spec.rounding == "stochastic":
-            gen = torch.Generator(device=t.device)
-            gen.manual_seed(self._seed(gemm, operand))
-        return quantize(t, spec, generator=gen, amax=amax)
+            noise = _stream.uniforms(self._seed(key, gemm, operand), tuple(t.shape), device=t.device)
+        return quantize(t, spec, noise=noise, amax=amax)
 
-    def _values(self, gemm: str, operand: str, t: torch.Tensor, spec) -> torch.Tensor:
+    def _values(self, gemm: str, operand: str, t: torch.Tensor, spec, key) -> torch.Tensor:
         """The fp32 values the GEMM multiplies for this operand, recording telemetry if asked."""
         tel = self.telemetry
         want = tel is not None and tel.wants(self.name, gemm, operand)
@@ -232,11 +242,11 @@ class QLinear(nn.Module):
             if want:
                 tel.record(self.name, gemm, operand, t, values, None, None)
         elif isinstance(spec, OperandQuantizer):
-            values, stats = spec(t, OperandCall(self, gemm, operand, self._seed(gemm, operand), self.training))
+            values, stats = spec(t, OperandCall(self, gemm, operand, self._seed(key, gemm, operand), self.training))
             if want:
                 tel.record(self.name, gemm, operand, t, values, None, None, **stats, **spec.telemetry_stats(t))
         else:
-            qt = self._operand(gemm, operand, t, spec)
+            qt = self._operand(gemm, operand, t, spec, key)
             values = qt.dequantize().float()
             if want:
                 tel.record(self.name, gemm, operand, t, values, qt.expanded_scale(), spec.fmt)
@@ -245,34 +255,36 @@ class QLinear(nn.Module):
     def _measuring(self) -> bool:
         return self.telemetry is not None and self.telemetry.recording()
 
-    def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """``a @ b.T`` with a: (rows, R) and b: (cols, R), R the reduction dimension."""
+    def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor, key: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``a @ b.T`` with a: (rows, R) and b: (cols, R), R the reduction dimension; ``key``: the
+        random key of the forward call the GEMM belongs to (``_call_key``)."""
         spec_a, spec_b = self.recipe.gemm(name)
         op_a, op_b = OPERANDS[name]
         if isinstance(spec_a, OperandQuantizer) and a.is_cuda and not self._measuring():
-            calls = [OperandCall(self, name, op, self._seed(name, op), self.training) for op in (op_a, op_b)]
+            calls = [OperandCall(self, name, op, self._seed(key, name, op), self.training) for op in (op_a, op_b)]
             y = spec_a.fused_gemm(spec_b, a, b, *calls)
             if y is not None:
                 return y
         if fast_path_applies(a, b, spec_a, spec_b):
-            qta, qtb = self._operand(name, op_a, a, spec_a), self._operand(name, op_b, b, spec_b)
+            qta, qtb = self._operand(name, op_a, a, spec_a, key), self._operand(name, op_b, b, spec_b, key)
             tel = self.telemetry
             for op, t, qt in ((op_a, a, qta), (op_b, b, qtb)):
                 if tel is not None and tel.wants(self.name, name, op):
                     tel.record(self.name, name, op, t, qt.dequantize().float(), qt.expanded_scale(), qt.spec.fmt)
             return scaled_mm(qta, qtb)
-        return self._values(name, op_a, a, spec_a) @ self._values(name, op_b, b, spec_b).t()
+        return self._values(name, op_a, a, spec_a, key) @ self._values(name, op_b, b, spec_b, key).t()
 
 
 class _QLinearFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, layer: QLinear):
+    def forward(ctx, x, weight, bias, layer: QLinear, key):
         w = weight.t() if layer.transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
-        y = layer.gemm("fprop", x2d, w.float())
+        y = layer.gemm("fprop", x2d, w.float(), key)
         if bias is not None:
             y = y + bias.float()
-        ctx.layer = layer
+        # the backward's draws belong to this call: its key, not the counter's value by then
+        ctx.layer, ctx.key = layer, key
         ctx.has_bias = bias is not None
         ctx.save_for_backward(x, weight)
         return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -286,13 +298,13 @@ class _QLinearFn(torch.autograd.Function):
         x2d = x.reshape(-1, x.shape[-1])
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = layer.gemm("dgrad", dy2d, w.t()).reshape(x.shape)
+            dx = layer.gemm("dgrad", dy2d, w.t(), ctx.key).reshape(x.shape)
         if ctx.needs_input_grad[1]:
-            dw = layer.gemm("wgrad", dy2d.t(), x2d.t())
+            dw = layer.gemm("wgrad", dy2d.t(), x2d.t(), ctx.key)
             dw = (dw.t() if layer.transposed else dw).to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.sum(0)
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
 def repeated_blocks(model: nn.Module) -> list[nn.Module]:
@@ -305,11 +317,23 @@ def repeated_blocks(model: nn.Module) -> list[nn.Module]:
     return best
 
 
-# Inductor rounds at a cast to bf16 only where asked: otherwise a fused kernel quantizes an fp32
-# activation that QLinear rounds to bf16 first without that rounding, and the compiled step's FP8
-# codes differ from the eager step's and the emulation's (36.7 dB apart at the forward output of
-# FP8 current scaling, 0 with this on; tests/test_fast_path.py)
-PRECISE_CASTS = {"emulate_precision_casts": True}
+def _eager_numerics() -> dict:
+    """Inductor settings under which compiled quantization is the eager emulation's, bit for bit.
+
+    Inductor rounds at a cast to bf16 only where asked: otherwise a fused kernel quantizes an fp32
+    activation that QLinear rounds to bf16 first without that rounding (36.7 dB apart at the forward
+    output of FP8 current scaling, 0 with it on; tests/test_fast_path.py). Triton's fp32 ``/`` is
+    approximate (div.full), so scales (fmax / amax) and dequantized values need correctly rounded
+    division where the torch version offers it."""
+    import torch._inductor.config as inductor_config
+
+    options = {"emulate_precision_casts": True}
+    if hasattr(inductor_config, "eager_numerics"):
+        options["eager_numerics.division_rounding"] = True
+    return options
+
+
+EAGER_NUMERICS = _eager_numerics()
 
 
 def compile_blocks(model: nn.Module, **compile_kw) -> nn.Module:
@@ -323,10 +347,10 @@ def compile_blocks(model: nn.Module, **compile_kw) -> nn.Module:
     # static shapes: a run has one training and one evaluation shape, so nothing is lost, and
     # Inductor specializes every kernel to its shape
     compile_kw.setdefault("dynamic", False)
-    compile_kw["options"] = {**PRECISE_CASTS, **(compile_kw.get("options") or {})}
+    compile_kw["options"] = {**EAGER_NUMERICS, **(compile_kw.get("options") or {})}
     if "mode" in compile_kw:  # torch.compile takes mode or options, not both
         raise ValueError("compile_blocks: pass Inductor settings as options=, not mode= (the compiled blocks keep "
-                         f"{PRECISE_CASTS})")
+                         f"{EAGER_NUMERICS})")
     for block in blocks:
         block.compile(**compile_kw)
     return model
@@ -360,7 +384,9 @@ class compiled:
 
 
 def _fast_linear(x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype,
-                 counts: Optional[torch.Tensor] = None) -> torch.Tensor:
+                 counts: Optional[torch.Tensor] = None, int8: Optional[tuple] = None) -> torch.Tensor:
+    if plan.int8:  # int8: (call key, the layer's FallbackBuffers or None, training)
+        return int8_linear(x, weight, bias, plan, transposed, out_dtype, *int8)
     if plan.all_hp:  # plain autograd: the GEMMs are autocast's, in the recipe's dtype
         dt = plan.high_precision
         w = weight.t() if transposed else weight

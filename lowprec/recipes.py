@@ -51,17 +51,21 @@ from .numerics import QuantSpec
 
 GEMMS = ("fprop", "dgrad", "wgrad")
 OPERANDS = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}
+# the six (GEMM, operand) slots of a layer in one order, a GEMM's two operands side by side: the
+# index of per-slot state in a layer's buffers and of the slot's random stream
+SLOTS = tuple((g, op) for g in GEMMS for op in OPERANDS[g])
 
 
 @dataclass
 class OperandCall:
     """Where an operand quantizer is being applied: the layer (a ``QLinear``), the GEMM and operand
-    names, a seed for this call's random draws (derived from the run seed, layer, call count, GEMM
-    and operand, so it survives a resume), and whether the layer is training."""
+    names, the key of this call's random draws (``lowprec.numerics.rounding_stream``: a 0-d int64
+    tensor on the layer's device, from the run seed, layer, call count, GEMM and operand, so it
+    survives a resume; an int is taken as a key too), and whether the layer is training."""
     layer: Any
     gemm: str
     operand: str
-    seed: int
+    seed: Any
     training: bool
 
 
@@ -84,6 +88,10 @@ class OperandQuantizer(abc.ABC):
         no such path, and QLinear multiplies the emulated values. Never called on telemetry steps,
         so it need not produce statistics."""
         return None
+
+    def attach_layer(self, layer) -> None:
+        """Called once by each ``QLinear`` built with this quantizer: per-layer state that a compiled
+        step updates goes on the layer as buffers (e.g. INT8 fallback's dynamic level and counts)."""
 
     # Per-layer state that must survive a resume (e.g. a dynamic rule's running level): QLinear
     # saves it in its extra state and hands it back on load. Stateless quantizers keep the no-ops.

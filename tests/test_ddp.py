@@ -110,6 +110,7 @@ _RANK_WORKER = textwrap.dedent("""
 
     from lowprec import RECIPES, convert
     from lowprec.methods.int8_fallback import int8_fallback_recipe
+    from lowprec.numerics import ranks, rounding_stream
 
 
     def input_grad(recipe):
@@ -119,7 +120,8 @@ _RANK_WORKER = textwrap.dedent("""
         convert(layer, recipe, seed=7)
         x = torch.randn(64, 64, generator=torch.Generator().manual_seed(5), requires_grad=True)
         layer(x).backward(torch.randn(64, 32, generator=torch.Generator().manual_seed(6)))
-        return x.grad, layer[0]._seed("dgrad", "dy")
+        key = rounding_stream.call_key(layer[0].seed_key, torch.tensor(0), ranks.rank())  # the first call's
+        return x.grad, int(layer[0]._seed(key, "dgrad", "dy"))
 
 
     def run(rank, world):

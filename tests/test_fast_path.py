@@ -36,12 +36,19 @@ def test_quantize_fp8_codes_and_scales_equal_emulation(spec, dtype):
 
 def test_fast_plan_covers_exactly_the_recipes_it_can_run():
     planned = {name for name, r in RECIPES.items() if FastPlan.for_recipe(r) is not None}
-    assert planned == {"bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise"}
+    assert planned == {"bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise", "int8_block"}
     for partition in ("tensor", "channel", "block"):
         assert FastPlan.for_recipe(recipe_from_config({"recipe": "mor", "partition": partition})).has_mor
-    for cfg in ({"recipe": "mor", "partition": "subtensor"}, {"recipe": "int8_fallback"},
-                {"recipe": "fp8_tensorwise_current", "fprop": {"b": None}}):  # FP8 x BF16: no hardware GEMM
-        assert FastPlan.for_recipe(recipe_from_config(cfg)) is None
+    for rule in ("absmax", "topk", "error", "dynamic", "none"):
+        assert FastPlan.for_recipe(recipe_from_config({"recipe": "int8_fallback", "rule": rule})).int8
+    i8_margin = {"fmt": "int8", "scaling": "block", "block": [32, 32], "margin": 1}
+    for cfg in ({"recipe": "mor", "partition": "subtensor"},
+                {"recipe": "fp8_tensorwise_current", "fprop": {"b": None}},  # FP8 x BF16: no hardware GEMM
+                {"recipe": "int8_block", "fprop": {"a": i8_margin}},  # not as the INT8 fast path quantizes
+                {"recipe": "int8_block", "wgrad": {"b": {"fmt": "int8", "scaling": "block", "block": [32, 64]}}},
+                {"recipe": "int8_block", "fprop": {"a": {"fmt": "e4m3", "scaling": "tensor"},
+                                                   "b": {"fmt": "e4m3", "scaling": "tensor"}}}):  # INT8 and FP8
+        assert FastPlan.for_recipe(recipe_from_config(cfg)) is None, cfg
     gauss = FastPlan.for_recipe(recipe_from_config({"recipe": "gaussws", "b": 6}))
     assert gauss is not None and gauss.all_hp
     stochastic = QuantSpec("e4m3", "tensor", rounding="stochastic")
@@ -136,7 +143,7 @@ def test_compiled_gaussws_model_has_one_graph_and_trains_like_eager(monkeypatch)
 
 @pytest.mark.parametrize("recipe", ["fp8_tensorwise_current", "fp8_blockwise", "mor_block"])
 def test_compiled_layer_quantizes_what_eager_quantizes(recipe, monkeypatch):
-    """Compiled with the blocks' Inductor settings (``PRECISE_CASTS``), a layer rounds an fp32
+    """Compiled with the blocks' Inductor settings (``EAGER_NUMERICS``), a layer rounds an fp32
     activation to bf16 before quantizing it, as the eager layer does: the forward output is bit for
     bit the eager one (the backward's GEMMs may sum in another order and round their bf16 outputs
     differently, so they are held to an SQNR floor)."""
@@ -158,7 +165,7 @@ def test_compiled_layer_quantizes_what_eager_quantizes(recipe, monkeypatch):
 
     assert eager[0].fast(x.bfloat16())
     ye, dxe, dwe = run(eager, eager)
-    yc, dxc, dwc = run(comp, torch.compile(comp, options=lin.PRECISE_CASTS))
+    yc, dxc, dwc = run(comp, torch.compile(comp, options=lin.EAGER_NUMERICS))
     assert torch.equal(ye, yc)
     assert sqnr_db(dxe.double(), dxc.double()) > 45 and sqnr_db(dwe.double(), dwc.double()) > 45
 
@@ -172,7 +179,7 @@ def test_compile_blocks_keeps_precise_casts(monkeypatch):
     model = build_model({"family": "llama", "layers": 2, "d_model": 64, "heads": 2, "ffn": 128,
                          "max_seq_len": 32}, 128)
     compile_blocks(model, options={"max_autotune": True})
-    assert seen == [{"dynamic": False, "options": {**lin.PRECISE_CASTS, "max_autotune": True}}] * 2
+    assert seen == [{"dynamic": False, "options": {**lin.EAGER_NUMERICS, "max_autotune": True}}] * 2
     with pytest.raises(ValueError, match="options=, not mode="):
         compile_blocks(model, mode="max-autotune")
 

@@ -134,10 +134,11 @@ def test_mor_fast_gemm_equals_emulation(partition, threshold, scaled_mm_calls):
 
 
 MOR_FAST = [{"recipe": "mor", "partition": p} for p in ("tensor", "channel", "block")]
+INT8_FAST = [{"recipe": "int8_block"}, {"recipe": "int8_fallback"}, {"recipe": "int8_fallback", "rule": "dynamic"}]
 
 
-@pytest.mark.parametrize("method", [{"recipe": r} for r in FAST_RECIPES] + [{"recipe": "gaussws", "b": 6}] + MOR_FAST,
-                         ids=lambda m: "_".join(str(v) for v in m.values()))
+@pytest.mark.parametrize("method", [{"recipe": r} for r in FAST_RECIPES] + [{"recipe": "gaussws", "b": 6}] + MOR_FAST
+                         + INT8_FAST, ids=lambda m: "_".join(str(v) for v in m.values()))
 def test_compiled_model_has_no_graph_breaks(method):
     """A converted model's blocks compile whole (``lowprec.linear.compiled``), forward and backward,
     into one graph that every block and step reuses."""
@@ -215,10 +216,10 @@ def test_compiled_triton_ops_equal_eager(method):
         y.float().backward(g)
         return y.detach().float(), xi.grad.float(), layer[0].weight.grad.float()
 
-    from lowprec.linear import PRECISE_CASTS
+    from lowprec.linear import EAGER_NUMERICS
 
     ref = run(eager, eager)
-    got = run(comp, torch.compile(comp, options=PRECISE_CASTS))
+    got = run(comp, torch.compile(comp, options=EAGER_NUMERICS))
     # the same codes into the same kernels: the forward bit for bit; the backward's bf16 outputs may
     # round differently where Inductor sums the bias gradient or casts in another order
     assert torch.equal(ref[0], got[0])
@@ -227,6 +228,71 @@ def test_compiled_triton_ops_equal_eager(method):
     if method["recipe"] == "mor":
         counts = comp[0].mor_counts
         assert int(counts[:, 0].sum()) > 0 and int(counts[:, 1].sum()) == 0  # every operand chose BF16
+
+
+@pytest.mark.parametrize("method", INT8_FAST + [{"recipe": "int8_fallback", "rule": "topk", "rho": 0.05,
+                                                   "fallback_operands": ["x", "dy"]}],
+                         ids=lambda m: "_".join(str(v) for v in m.values()))
+def test_compiled_int8_layer_equals_emulation_without_host_sync(method, monkeypatch, count_calls):
+    """The INT8 fast path compiled (lowprec.methods.int8_fast) against the emulation on the same
+    inputs: every GEMM on the Triton INT8 kernel, the same fallback counts and levels (the same
+    codes, scales and masks), outputs and gradients to the kernel's order of sums (SQNR floor), the
+    operands really INT8 (SQNR ceiling against BF16), and a second step without one host wait."""
+    import lowprec.linear as lin
+    from lowprec.kernels import int8_fallback_gemm as kf
+    from lowprec.linear import compile_blocks
+    from lowprec.recipes import recipe_from_config
+
+    if not kf.triton_available("cuda"):
+        pytest.skip("Triton not usable on this CUDA device")
+    class Net(nn.Module):  # one block in a block list, as compile_blocks finds a model's
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(512, 384)])
+
+        def forward(self, x):
+            return self.blocks[0](x)
+
+    torch.manual_seed(0)
+    base = Net().cuda()
+    fast, emu = copy.deepcopy(base), copy.deepcopy(base)
+    convert(fast, recipe_from_config(method))
+    convert(emu, recipe_from_config({**method, "gemm": "emulated"} if method["recipe"] == "int8_fallback" else method))
+    x = torch.randn(4, 64, 512, device="cuda").bfloat16()  # bf16 activations, as a block passes them
+    x[0, 7, :40] *= 60.0  # planted outliers: blocks of X fall back
+    g = torch.randn(4, 64, 384, device="cuda")
+    layer_f, layer_e = fast.blocks[0], emu.blocks[0]
+
+    def step(model):
+        xx = x.clone().requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = model(xx)
+        y.float().backward(g)
+        out = [y.detach().float(), xx.grad.float(), model.blocks[0].weight.grad.clone()]
+        model.zero_grad(set_to_none=True)
+        return out
+
+    calls = count_calls(kf, "int8_fallback_gemm")
+    compile_blocks(fast)
+    got = step(fast)
+    assert calls["n"] == 3  # fprop, dgrad and wgrad on the INT8 kernel
+    monkeypatch.setattr(lin, "FAST_PATH", "off")
+    want = step(emu)
+    assert calls["n"] == 3
+    for a, b in zip(got, want):
+        assert sqnr_db(b, a) > 45  # bf16 outputs and the kernel's order of sums
+    dx64 = g.double() @ layer_e.weight.double()
+    assert sqnr_db(dx64, got[1].double()) < 45  # dY really INT8 (34-44 dB on the CPU; BF16: 53)
+    for n in ("calls", "fallback_counts", "fallback_steps"):  # the same masks on both paths
+        if hasattr(layer_f, n):
+            assert torch.equal(getattr(layer_f, n), getattr(layer_e, n)), n
+    if hasattr(layer_f, "fallback_levels"):  # the EMA's multiply-add may be one FMA in the compiled code
+        torch.testing.assert_close(layer_f.fallback_levels, layer_e.fallback_levels, rtol=1e-6, atol=0)
+    monkeypatch.setattr(lin, "FAST_PATH", "cuda")
+    step(fast)  # the compiled step's first run over (autotuning, caches)
+    with no_host_sync():
+        step(fast)
+    assert calls["n"] == 9 and int(layer_f.calls) == 3
 
 
 @pytest.mark.parametrize("kind_b", ["128x128", "1x128"])
@@ -255,8 +321,8 @@ def test_int8_fallback_fused_gemm_equals_emulation(rule, count_calls):
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(256, 192)).cuda()
     fast, emu = copy.deepcopy(base), copy.deepcopy(base)
-    convert(fast, int8_fallback_recipe({"rule": rule, "tau": 4.0, "gemm": "kernel"}))
-    convert(emu, int8_fallback_recipe({"rule": rule, "tau": 4.0}))  # gemm: emulated, the default
+    convert(fast, int8_fallback_recipe({"rule": rule, "tau": 4.0}))  # gemm: kernel, the default
+    convert(emu, int8_fallback_recipe({"rule": rule, "tau": 4.0, "gemm": "emulated"}))
     x, g = torch.randn(320, 256, device="cuda"), torch.randn(320, 192, device="cuda")
     x[7, :40] *= 60.0  # planted outliers: some blocks of X fall back under the absmax rule
     calls = count_calls(kf, "gemm_fallback_qtensors")

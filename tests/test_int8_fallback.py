@@ -23,7 +23,7 @@ from lowprec.methods.int8_fallback import (
     int8_fallback_recipe,
     select_blocks,
 )
-from lowprec.numerics import QuantSpec, block_amax, fake_quantize, quantize, sqnr_db
+from lowprec.numerics import QuantSpec, block_amax, fake_quantize, quantize, rounding_stream, sqnr_db
 from lowprec.numerics.scaling import expand_blocks
 from lowprec.recipes import OperandCall
 from lowprec.telemetry import Telemetry
@@ -299,11 +299,18 @@ def test_stochastic_rounding_reproducible_from_call_seed():
     b, _ = q(dy, _call(gemm="dgrad", operand="dy", seed=11))
     c, _ = q(dy, _call(gemm="dgrad", operand="dy", seed=12))
     assert torch.equal(a, b) and not torch.equal(a, c)
-    # the first part is the int8_block recipe's stochastic rounding with the same generator seed
+    # the first part is the int8_block recipe's stochastic rounding with the uniforms of the same key
     fq, _ = q.quantize_operand(dy, _call(gemm="dgrad", operand="dy", seed=11))
-    gen = torch.Generator().manual_seed(11)
-    sr = quantize(dy, QuantSpec(fmt="int8", scaling="block", block=(32, 32), rounding="stochastic"), generator=gen)
+    spec = QuantSpec(fmt="int8", scaling="block", block=(32, 32), rounding="stochastic")
+    sr = quantize(dy, spec, noise=rounding_stream.uniforms(11, (64, 64)))
     assert torch.equal(fq.codes, sr.codes)
+    # the residual of the fallback blocks draws its own uniforms (part 1 of the key)
+    r = dy - fq.first_part()
+    blk = fq.mask.repeat_interleave(32, 0).repeat_interleave(32, 1)
+    s2 = expand_blocks(fq.residual_scale, (64, 64), (32, 32))
+    u2 = rounding_stream.uniforms(rounding_stream.part_key(11, 1), (64, 64))
+    want = torch.copysign(torch.floor((r * s2).abs().clamp(max=127) + u2), r).clamp(-127, 127)
+    assert fq.mask.sum() == 2 and torch.equal(fq.residual[blk], want[blk] + 0.0)
     # unbiased: the mean over draws approaches x much closer than one draw's error
     draws = torch.stack([q(dy, _call(gemm="dgrad", operand="dy", seed=s))[0] for s in range(64)])
     one = (draws[0] - dy).abs().mean()

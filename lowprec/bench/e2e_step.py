@@ -62,8 +62,8 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     "mor_block": {"recipe": "mor", "partition": "block"},
     "mor_sub_two_way": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way"},
     "gaussws": {"recipe": "gaussws", "b": 6},
-    "int8_block": {"recipe": "int8_fallback", "rule": "none", "gemm": "kernel"},
-    "int8_fallback": {"recipe": "int8_fallback", "gemm": "kernel"},
+    "int8_block": {"recipe": "int8_block"},  # Jetfire's recipe (gemm: kernel is the INT8 recipes' default)
+    "int8_fallback": {"recipe": "int8_fallback"},
 }
 ARMS = PEERS + tuple(METHODS)
 # arms whose GEMMs run on low-precision hardware on CUDA today (sub-tensor MoR is still emulated: 0 is

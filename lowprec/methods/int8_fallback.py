@@ -47,9 +47,20 @@ fallback ratio would then count divergence as outliers. The rules decide on the 
 (amaxes and errors leave NaN/Inf out), so a NaN block falls back exactly when its finite values
 say so.
 
-Dynamic-rule state (one EMA level per layer/GEMM/operand) lives in the quantizer object, keyed by
-``call.layer.name``; ``state_dict()`` / ``load_state_dict()`` cover all of it and
-``state_for_layer()`` / ``load_state_for_layer()`` one layer's share, for ``QLinear`` extra state.
+Stochastic rounding draws from ``lowprec.numerics.rounding_stream`` with the call's key
+(``OperandCall.seed``): the first part's uniforms are those of the key itself, so with nothing
+falling back the codes are the ``int8_block`` recipe's, and the residual's come from part 1.
+
+Per-layer state lives in the layer's buffers (``lowprec.methods.int8_fallback_state``): the dynamic
+rule's level per GEMM and operand, and the calls, blocks and fallback blocks of every training call
+(``fallback_counts()``; telemetry rows carry a slot's totals as ``n_blocks_total`` and
+``n_fallback_total``). A compiled step and an eager one update the same tensors. ``state_dict()`` /
+``load_state_dict()`` cover every layer's levels and ``state_for_layer()`` / ``load_state_for_layer()``
+one layer's share, for ``QLinear`` extra state; a call from something that is not an attached layer
+keeps its state here, keyed by the layer's name.
+
+The fast path (``lowprec.methods.int8_fast``) runs ``FallbackInt8Quantizer.quantize`` inside a compiled
+graph and multiplies on the Triton INT8 GEMM on CUDA.
 """
 
 from __future__ import annotations
@@ -61,12 +72,14 @@ from typing import Iterable, Optional
 import torch
 
 from ..numerics import block_amax, cast, quantize, scale_from_amax
+from ..numerics import rounding_stream as _stream
 from ..numerics import scaling as _scaling
 from ..numerics.checks import block_shape, nonempty, number
 from ..numerics.scaling import apply_blocks, expand_blocks
 from .int8_fallback_rules import (DEFAULTS, QMAX, RULES, _as_2d, _int8_spec, _positive_quantile,  # noqa: F401
                                   block_int8_error, check_rule_params, select_blocks)
-from ..recipes import GEMMS, OPERANDS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
+from .int8_fallback_state import FallbackBuffers, count_call, set_level_
+from ..recipes import GEMMS, OPERANDS, SLOTS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
 
 __all__ = [
     "RULES",
@@ -130,16 +143,20 @@ class FallbackQTensor:
     def gemm_operands(self):
         """(q1 int8, d1, q2 int8, d2, flags int8) for the integer GEMM: DECODE scales (x ~= q * d),
         d2 = 0 outside fallback blocks."""
-        d1 = torch.div(torch.ones_like(self.scale), self.scale)
         d2 = torch.where(self.mask, torch.div(torch.ones_like(self.residual_scale), self.residual_scale),
                          torch.zeros_like(self.residual_scale))
-        return (self.codes.to(torch.int8), d1, self.residual.to(torch.int8), d2, self.mask.to(torch.int8))
+        return (*self.first_operands(), self.residual.to(torch.int8), d2, self.mask.to(torch.int8))
+
+    def first_operands(self):
+        """(q1 int8, d1): the first part as the integer GEMM takes it."""
+        return self.codes.to(torch.int8), torch.div(torch.ones_like(self.scale), self.scale)
 
 
 def _none_set(mask: torch.Tensor) -> bool:
     """True when no block falls back, asked only where the answer is free: on CUDA it would wait
-    for the device, and the all-zero residual is cheap to carry along instead."""
-    return not mask.is_cuda and not bool(mask.any())
+    for the device, and under torch.compile break the graph; the all-zero residual is cheap to
+    carry along instead (the same values either way)."""
+    return not mask.is_cuda and not torch.compiler.is_compiling() and not bool(mask.any())
 
 
 
@@ -251,25 +268,29 @@ def int8_block_gemm_reference(qa, da, qb, db, block_a, block_b, ra=None, dra=Non
 # On CUDA the fallback slots quantize with lowprec.kernels.int8_fallback_gemm (off, with the other
 # quantize kernels, by LOWPREC_QUANT_KERNELS=0).
 def _fused_kernels(t: torch.Tensor):
-    if not (t.is_cuda and _scaling.USE_KERNELS):
+    # under torch.compile the torch path, which the compiler fuses (it cannot trace the launchers)
+    if not (t.is_cuda and _scaling.USE_KERNELS) or torch.compiler.is_compiling():
         return None
     from ..kernels import int8_fallback_gemm as kf  # Triton: loaded on first use
     return kf if kf.triton_available(t.device) else None
 
 
-def _fused_fallback_quantize(kf, x2d, block, mask, rounding, generator) -> FallbackQTensor:
-    """``fallback_quantize`` in one kernel pass, the same codes and scales; stochastic rounding
-    draws the same uniforms in the same order (first part, then residual) from ``generator``."""
-    noise = None
-    if rounding == "stochastic":
-        noise = tuple(torch.rand(x2d.shape, generator=generator, dtype=torch.float32, device=x2d.device)
-                      for _ in range(2))
+def _fused_fallback_quantize(kf, x2d, block, mask, noise) -> FallbackQTensor:
+    """``fallback_quantize`` in one kernel pass, the same codes and scales (stochastic rounding:
+    ``noise`` = the uniforms of both parts)."""
     q1, s1, q2, s2, flags = kf.quantize_fallback_int8(x2d, block, mask=mask, noise=noise)
     return FallbackQTensor(q1.float(), s1, q2.float(), s2, flags.bool(), tuple(block),
                            maybe_fallback=mask is not None)
 
 
 _check_block = block_shape
+
+
+class _Named:
+    """A layer known by its name only (state loaded before, or without, a QLinear)."""
+
+    def __init__(self, name: str):
+        self.name = name
 
 
 class FallbackInt8Quantizer(OperandQuantizer):
@@ -303,8 +324,9 @@ class FallbackInt8Quantizer(OperandQuantizer):
         if gemm not in ("emulated", "kernel"):
             raise ValueError(f"gemm: must be 'emulated' or 'kernel', got {gemm!r}")
         self.gemm = gemm
-        # (layer name, gemm, operand) -> {"level": 0-d fp32 tensor, "steps": int}
-        self._state: dict = {}
+        # layer name -> the layer holding this quantizer's per-layer state (FallbackBuffers): a
+        # QLinear (attach_layer), or for a call from anything else a FallbackBuffers kept here
+        self._layers: dict = {}
 
     # -- which slots do what
     def falls_back(self, gemm: str, operand: str) -> bool:
@@ -313,50 +335,77 @@ class FallbackInt8Quantizer(OperandQuantizer):
     def rounding(self, operand: str) -> str:
         return "stochastic" if (self.stochastic_gradients and operand == "dy") else "nearest"
 
-    # -- dynamic-rule state
-    @staticmethod
-    def _key(call: OperandCall) -> tuple:
-        return (str(getattr(call.layer, "name", "")), call.gemm, call.operand)
+    # -- per-layer state: the dynamic rule's level and the fallback counts, in the layer's buffers
+    def attach_layer(self, layer) -> None:
+        FallbackBuffers.register(layer)
+        self._layers[str(layer.name)] = layer
 
-    def _dynamic_threshold(self, amax: torch.Tensor, key: tuple, training: bool) -> torch.Tensor:
+    def _buffers(self, layer, device) -> FallbackBuffers:
+        bufs = FallbackBuffers.of(layer)
+        if bufs is None:
+            name = str(getattr(layer, "name", ""))
+            if name not in self._layers:
+                self._layers[name] = FallbackBuffers.new(device)
+            bufs = FallbackBuffers.of(self._layers[name])
+        return bufs
+
+    def _dynamic_threshold(self, amax: torch.Tensor, bufs: FallbackBuffers, slot: int,
+                           training: bool) -> torch.Tensor:
         # all tensor arithmetic, no host sync; an all-zero call has no level (Inf) and must not
-        # enter the EMA
+        # enter the EMA; a slot without a level yet (+inf) takes the call's own
         level_now = _positive_quantile(amax, self.quantile)
-        st = self._state.get(key)
-        prev = level_now if st is None else st["level"].to(amax.device)
+        prev = bufs.levels[slot]
         prev_ok = torch.isfinite(prev)
         level = torch.where(prev_ok, prev, level_now)
         if training:
             blended = self.ema * level + (1.0 - self.ema) * level_now
             new = torch.where(prev_ok, torch.where(torch.isfinite(level_now), blended, level), level_now)
-            self._state[key] = {"level": new.detach().to(torch.float32),
-                                "steps": (0 if st is None else st["steps"]) + 1}
+            set_level_(bufs.levels, bufs.steps, slot, new.detach().to(torch.float32))
         return self.tau * level
 
     def state_dict(self) -> dict:
-        return {f"{n}:{g}.{o}": {"level": v["level"].detach().cpu().clone(), "steps": v["steps"]}
-                for (n, g, o), v in self._state.items()}
+        """Every known layer's levels, keyed "layer:gemm.operand" (slots the rule has moved)."""
+        return {f"{n}:{k}": v for n in self._layers for k, v in self.state_for_layer(n).items()}
 
     def load_state_dict(self, state: dict) -> None:
-        self._state = {}
+        for n in self._layers:
+            self.load_state_for_layer(n, {})
+        by_layer: dict = {}
         for k, v in (state or {}).items():
             name, _, slot = k.rpartition(":")
-            g, _, o = slot.partition(".")
-            self._state[(name, g, o)] = {"level": torch.as_tensor(v["level"], dtype=torch.float32).clone(),
-                                         "steps": int(v["steps"])}
+            by_layer.setdefault(name, {})[slot] = v
+        for name, layer_state in by_layer.items():
+            self.load_state_for_layer(name, layer_state)
 
     def state_for_layer(self, name: str) -> dict:
         """This layer's share of the state, keyed "gemm.operand" (for QLinear.get_extra_state)."""
-        return {f"{g}.{o}": {"level": v["level"].detach().cpu().clone(), "steps": v["steps"]}
-                for (n, g, o), v in self._state.items() if n == name}
+        layer = self._layers.get(name)
+        if layer is None:
+            return {}
+        return {f"{r['gemm']}.{r['operand']}": {"level": r["level"].clone(), "steps": r["steps"]}
+                for r in FallbackBuffers.of(layer).slot_rows() if r["steps"]}
 
     def load_state_for_layer(self, name: str, state: dict) -> None:
-        for k in [k for k in self._state if k[0] == name]:
-            del self._state[k]
-        for slot, v in (state or {}).items():
-            g, _, o = slot.partition(".")
-            self._state[(name, g, o)] = {"level": torch.as_tensor(v["level"], dtype=torch.float32).clone(),
-                                         "steps": int(v["steps"])}
+        bufs = self._buffers(self._layers.get(name, _Named(name)), None)
+        bufs.reset_level()
+        for key, v in (state or {}).items():
+            g, _, o = key.partition(".")
+            i = SLOTS.index((g, o))
+            bufs.levels[i] = torch.as_tensor(v["level"], dtype=torch.float32)
+            bufs.steps[i] = int(v["steps"])
+
+    def fallback_counts(self) -> list[dict]:
+        """Training calls, blocks and fallback blocks per layer, GEMM and operand since the layers
+        were built (or ``reset_counts``): every call, where telemetry samples some; read from the
+        device, so ask on telemetry steps or at the end."""
+        return [{"layer": n, "gemm": r["gemm"], "operand": r["operand"], "calls": r["calls"], "blocks": r["blocks"],
+                 "fallback_blocks": r["fallback_blocks"]}
+                for n, layer in sorted(self._layers.items()) for r in FallbackBuffers.of(layer).slot_rows()
+                if r["calls"]]
+
+    def reset_counts(self) -> None:
+        for layer in self._layers.values():
+            FallbackBuffers.of(layer).counts.zero_()
 
     def to_dict(self) -> dict:
         d = super().to_dict()
@@ -366,17 +415,21 @@ class FallbackInt8Quantizer(OperandQuantizer):
         return d
 
     # -- quantization
-    def quantize_operand(self, t: torch.Tensor, call: OperandCall):
-        """(FallbackQTensor of t's 2-D view, stats). The GPU path feeds the result to
-        ``lowprec.kernels.int8_fallback_gemm.gemm_fallback_qtensors``."""
+    def quantize(self, t: torch.Tensor, call: OperandCall):
+        """(FallbackQTensor of t's 2-D view, fallback threshold): what ``quantize_operand`` gives,
+        without telemetry numbers, in ops that ``torch.compile`` traces whole (the fast path,
+        ``lowprec.methods.int8_fast``). Training calls update the slot's level and counts."""
         t2d = _as_2d(t).to(torch.float32)
         rounding = self.rounding(call.operand)
-        gen = None
-        if rounding == "stochastic":
-            gen = torch.Generator(device=t2d.device)
-            gen.manual_seed(call.seed)
-        mask, thr = None, math.nan
         active = self.falls_back(call.gemm, call.operand)
+        noise = None
+        if rounding == "stochastic":
+            # the two parts draw independent uniforms (fallback_quantize's docstring)
+            noise = tuple(_stream.uniforms(_stream.part_key(call.seed, p), t2d.shape, device=t2d.device)
+                          if p == 0 or active else None for p in range(2))
+        slot = SLOTS.index((call.gemm, call.operand))
+        bufs = self._buffers(call.layer, t2d.device)
+        mask, thr = None, math.nan
         kf = _fused_kernels(t2d) if active else None
         if active:
             # on CUDA the block statistics and the two-part quantization are one Triton pass each
@@ -384,18 +437,31 @@ class FallbackInt8Quantizer(OperandQuantizer):
             # block_int8_error up to fp32 summation order)
             amax, err = kf.block_stats_int8(t2d, self.block) if kf else (block_amax(t2d, self.block), None)
             if self.rule == "dynamic":
-                thr = self._dynamic_threshold(amax, self._key(call), call.training)
+                thr = self._dynamic_threshold(amax, bufs, slot, call.training)
                 mask, thr = select_blocks(t2d, self.block, "dynamic", threshold=thr, amax=amax)
             else:
                 mask, thr = select_blocks(t2d, self.block, self.rule, tau=self.tau, rho=self.rho,
                                           error_threshold=self.error_threshold, amax=amax, error=err)
         if kf:
-            fq = _fused_fallback_quantize(kf, t2d, self.block, mask, rounding, gen)
+            fq = _fused_fallback_quantize(kf, t2d, self.block, mask, noise)
         else:
-            fq = fallback_quantize(t2d, self.block, mask, rounding, generator=gen)
+            fq = fallback_quantize(t2d, self.block, mask, rounding, noise=noise)
+        if call.training:
+            count_call(bufs.counts, slot, fq.mask)
+        return fq, thr
+
+    def quantize_operand(self, t: torch.Tensor, call: OperandCall):
+        """(FallbackQTensor of t's 2-D view, stats): ``quantize`` with the telemetry numbers of the
+        call, and the slot's counts over every training call so far (``fallback_counts``), read
+        only when telemetry records them. The GPU path feeds the result to
+        ``lowprec.kernels.int8_fallback_gemm.gemm_fallback_qtensors``."""
+        fq, thr = self.quantize(t, call)
+        counts = self._buffers(call.layer, fq.codes.device).counts[SLOTS.index((call.gemm, call.operand))]
+        active = self.falls_back(call.gemm, call.operand)
         stats = LazyStats(format="int8", rule=self.rule if active else "none",
                           fallback_ratio=lambda: fq.fallback_ratio, n_blocks=int(fq.mask.numel()),
-                          n_fallback=lambda: fq.mask.sum(), fallback_threshold=thr)
+                          n_fallback=lambda: fq.mask.sum(), fallback_threshold=thr,
+                          n_blocks_total=lambda: counts[1], n_fallback_total=lambda: counts[2])
         return fq, stats
 
     def __call__(self, t: torch.Tensor, call: OperandCall):

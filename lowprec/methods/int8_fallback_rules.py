@@ -29,11 +29,11 @@ DEFAULTS = {
     "fallback_gemms": ("fprop", "wgrad"),
     "fallback_operands": ("x",),
     "stochastic_gradients": True,
-    # "kernel": on CUDA the GEMMs run on the Triton block-scaled INT8 kernel (the speed measurements);
-    # "emulated": fp32 GEMMs of the dequantized values, the same numerics up to accumulation order.
-    # Emulated is the default because the kernel path asks the device, once per GEMM, whether any
-    # block fell back (it skips the extra products otherwise), which stalls the queue of launches.
-    "gemm": "emulated",
+    # "kernel": on CUDA the GEMMs run on the Triton block-scaled INT8 kernel, whose second-part pass
+    # finds the fallback blocks on the device (no host sync per GEMM), eagerly and in compiled steps
+    # (lowprec.methods.int8_fast); "emulated": fp32 GEMMs of the dequantized values, the same numerics
+    # up to accumulation order.
+    "gemm": "kernel",
 }
 
 

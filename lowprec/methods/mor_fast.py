@@ -35,7 +35,7 @@ import torch
 from ..gemm import FP8Operand, kind_block, operand_mm, scale_kind, triton_runs_on
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, _relative_error, e4m3_spec
 from ..numerics.scaling import apply_blocks
-from ..recipes import GEMMS, OPERANDS
+from ..recipes import OPERANDS, SLOTS
 
 
 def fast_mor_quantizer(q) -> bool:
@@ -199,12 +199,10 @@ class DecisionCounts:
     """The fast path's decision counts of one layer: (calls, E4M3 choices) per (GEMM, operand) slot
     in an int64 buffer on the layer's device, read by the quantizers' coverage tables."""
 
-    SLOTS = tuple((g, op) for g in GEMMS for op in OPERANDS[g])  # a GEMM's two operands side by side
-
-    @classmethod
-    def slot(cls, gemm: str, op: str) -> int:
-        return cls.SLOTS.index((gemm, op))
+    @staticmethod
+    def slot(gemm: str, op: str) -> int:
+        return SLOTS.index((gemm, op))
 
     @staticmethod
     def buffer(device: Optional[torch.device] = None) -> torch.Tensor:
-        return torch.zeros(len(DecisionCounts.SLOTS), 2, dtype=torch.int64, device=device)
+        return torch.zeros(len(SLOTS), 2, dtype=torch.int64, device=device)

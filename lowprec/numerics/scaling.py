@@ -184,9 +184,10 @@ def _block_amax(x2d: torch.Tensor, block, nonfinite: bool = False):
     """(block_amax, and with nonfinite=True the nonfinite_blocks grid, else None). On CPU the
     first, unmasked reduction already says which blocks hold a NaN/Inf, so the grid is free."""
     a = x2d.to(torch.float32).abs()
-    if a.is_cuda:
+    if a.is_cuda or torch.compiler.is_compiling():
         bad = ~torch.isfinite(_blocks_view(a, block).amax(dim=(1, 3))) if nonfinite else None
-        # always masked: asking whether any block holds a NaN/Inf would wait for the device
+        # always masked: asking whether any block holds a NaN/Inf would wait for the device (and
+        # break a compiled graph)
         return _blocks_view(a.nan_to_num_(nan=0.0, posinf=0.0), block).amax(dim=(1, 3)), bad
     grid = _blocks_view(a, block).amax(dim=(1, 3))
     bad = ~torch.isfinite(grid)
@@ -498,7 +499,9 @@ def quantize(
     quantize kernels cover take them (one pass instead of several; the same codes and scales).
     An empty x is an error; INT8 blocks holding NaN/Inf get a NaN scale (module docstring)."""
     nonempty(x)
-    if x.is_cuda and USE_KERNELS and _kernel_covers(spec):
+    # under torch.compile the torch ops below, which the compiler fuses (it cannot trace the
+    # kernel's launcher)
+    if x.is_cuda and USE_KERNELS and _kernel_covers(spec) and not torch.compiler.is_compiling():
         return _quantize_kernel(x, spec, generator, noise, amax)
     x2d = as_2d(x).to(torch.float32)
     block = _resolve_block(spec, x2d.shape)

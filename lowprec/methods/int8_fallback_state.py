@@ -1,0 +1,103 @@
+"""A layer's device-side state for INT8 training with block fallback (``lowprec.methods.int8_fallback``):
+the dynamic rule's EMA level and the fallback counts, one row per (GEMM, operand) slot
+(``lowprec.recipes.SLOTS``).
+
+They are buffers of the layer (``FallbackBuffers.register``), so an eager step (the emulation, a
+telemetry step) and a compiled step update the same tensors, and a compiled step updates them in its
+graph: through two operators that mutate their buffer (``set_level_``, ``count_``), which Dynamo keeps
+as nodes in the forward and the backward graph alike. Nothing here reads a device tensor on the host
+except ``FallbackBuffers.slot_rows``, which a checkpoint or a report calls.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import torch
+
+from ..recipes import SLOTS
+
+# the buffers' names on a layer, in FallbackBuffers' field order
+BUFFER_NAMES = ("fallback_levels", "fallback_steps", "fallback_counts")
+# the columns of ``counts``: training calls, blocks quantized, blocks that fell back
+COUNT_COLUMNS = ("calls", "blocks", "fallback_blocks")
+
+
+class FallbackBuffers(NamedTuple):
+    """``levels`` (fp32, one per slot): the dynamic rule's EMA level, +inf while a slot has none
+    (its first call then uses its own level); ``steps`` (int64): the training calls that moved the
+    level; ``counts`` (int64, (slots, 3)): ``COUNT_COLUMNS`` over training calls."""
+    levels: torch.Tensor
+    steps: torch.Tensor
+    counts: torch.Tensor
+
+    @classmethod
+    def new(cls, device=None) -> "FallbackBuffers":
+        n = len(SLOTS)
+        return cls(torch.full((n,), math.inf, dtype=torch.float32, device=device),
+                   torch.zeros(n, dtype=torch.int64, device=device),
+                   torch.zeros(n, len(COUNT_COLUMNS), dtype=torch.int64, device=device))
+
+    @classmethod
+    def register(cls, layer: torch.nn.Module) -> None:
+        """The buffers on ``layer`` (once; on its parameters' device). Not in the state dict: the
+        level travels in the quantizer's extra state (``state_for_layer``), and the counts restart
+        with a run, like MoR's decision counts."""
+        if hasattr(layer, BUFFER_NAMES[0]):
+            return
+        param = next(layer.parameters(), None)
+        for name, t in zip(BUFFER_NAMES, cls.new(None if param is None else param.device)):
+            layer.register_buffer(name, t, persistent=False)
+
+    @classmethod
+    def of(cls, layer) -> Optional["FallbackBuffers"]:
+        """The buffers of ``layer`` (a layer that ``register`` equipped, or a FallbackBuffers), else None."""
+        if isinstance(layer, FallbackBuffers):
+            return layer
+        if all(hasattr(layer, n) for n in BUFFER_NAMES):
+            return cls(*(getattr(layer, n) for n in BUFFER_NAMES))
+        return None
+
+    def reset_level(self) -> None:
+        self.levels.fill_(math.inf)
+        self.steps.zero_()
+
+    def slot_rows(self) -> list[dict]:
+        """Host copies, one dict per slot: gemm, operand, level, steps and the counts."""
+        levels, steps, counts = (t.detach().cpu() for t in self)
+        return [{"gemm": g, "operand": o, "level": levels[i], "steps": int(steps[i]),
+                 **{c: int(counts[i, j]) for j, c in enumerate(COUNT_COLUMNS)}}
+                for i, (g, o) in enumerate(SLOTS)]
+
+
+# Operators that mutate a buffer: Dynamo keeps each as a graph node, forward and backward, where an
+# in-place update of a module buffer inside a backward graph would not be kept.
+@torch.library.custom_op("lowprec::int8_fallback_set_level_", mutates_args=("levels", "steps"))
+def set_level_(levels: torch.Tensor, steps: torch.Tensor, slot: int, level: torch.Tensor) -> None:
+    """levels[slot] = level (a 0-d tensor); steps[slot] += 1."""
+    levels.narrow(0, slot, 1).copy_(level.reshape(1))
+    steps.narrow(0, slot, 1).add_(1)
+
+
+@set_level_.register_fake
+def _(levels, steps, slot, level):
+    return None
+
+
+@torch.library.custom_op("lowprec::int8_fallback_count_", mutates_args=("counts",))
+def count_(counts: torch.Tensor, slot: int, update: torch.Tensor) -> None:
+    """counts[slot] += update (``COUNT_COLUMNS``)."""
+    counts.narrow(0, slot, 1).add_(update.reshape(1, -1))
+
+
+@count_.register_fake
+def _(counts, slot, update):
+    return None
+
+
+def count_call(counts: torch.Tensor, slot: int, mask: torch.Tensor) -> None:
+    """One training call of a slot: its blocks (``mask``'s size) and those that fell back, counted
+    without reading the mask on the host (the update built in traced ops, one operator call)."""
+    fell = mask.sum().to(torch.int64)
+    count_(counts, slot, torch.stack([torch.ones_like(fell), torch.full_like(fell, mask.numel()), fell]))

@@ -1,0 +1,211 @@
+"""The INT8 recipes on the fast path: block INT8 (the ``int8_block`` recipe, Jetfire) and INT8 with
+block fallback (``lowprec.methods.int8_fallback``, every rule), traced whole by ``torch.compile``
+with nothing in the step that waits for the device.
+
+Per GEMM (``int8_linear``, an autograd Function of the three GEMMs), each operand is quantized as
+the emulation quantizes it, by the same functions: ``FallbackInt8Quantizer.quantize`` (block
+statistics, the rule's mask on the device, the two INT8 parts) or ``lowprec.numerics.quantize`` for
+an INT8 block ``QuantSpec``, in torch ops that Inductor fuses. Stochastic rounding draws from
+``lowprec.numerics.rounding_stream`` with keys made on the device from the layer's call counter,
+the same keys the emulation uses, so the codes and scales are the emulation's bit for bit. The
+dynamic rule's level and the fallback counts are the layer's buffers
+(``lowprec.methods.int8_fallback_state``), updated by operators the compiled graph keeps.
+
+The product (``int8_mm``): on CUDA the Triton block-scaled INT8 GEMM
+(``lowprec.kernels.int8_fallback_gemm``: the first parts in its main loop, the second parts in a
+pass over the flagged K-groups, found on the device), as the operator ``lowprec::int8_block_mm``,
+one opaque node of the graph; elsewhere, or with ``gemm: emulated`` in the method, the fp32 GEMM of
+the dequantized values, the emulation's own arithmetic (bit for bit on the CPU). The operator runs
+on the CPU too, on the Triton interpreter where it is active, else on the kernel's torch reference
+(``int8_block_gemm_reference``): the kernel's arithmetic, which differs from the fp32 GEMM of the
+values only in the order and rounding of its sums.
+
+Where this differs from the emulation: on CUDA, the INT8 GEMM's order of sums. In a compiled model
+Inductor may also keep a bf16 intermediate that it fuses (the layer's input, dX on its way back to
+fp32) in fp32 instead of rounding it as eager does; ``torch._inductor.config.emulate_precision_casts``
+keeps eager's roundings, and with it the compiled layer equals the emulation bit for bit on the CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..numerics import quantize
+from ..numerics import rounding_stream as _stream
+from ..recipes import OPERANDS, SLOTS, OperandCall
+from .int8_fallback import FallbackInt8Quantizer, FallbackQTensor, int8_block_gemm_reference
+from .int8_fallback_rules import _int8_spec
+from .int8_fallback_state import FallbackBuffers
+
+# devices whose fast path multiplies on the INT8 GEMM operator (where Triton runs); tests add "cpu"
+# to run the operator's torch reference inside a compiled graph
+KERNEL_DEVICES = ("cuda",)
+
+
+def int8_spec_ok(spec) -> bool:
+    """Whether an operand runs on this fast path: an INT8 fallback quantizer, or an INT8 block
+    QuantSpec exactly as that quantizer quantizes (no margin or power-of-two scales)."""
+    if isinstance(spec, FallbackInt8Quantizer):
+        return True
+    return (getattr(spec, "fmt", None) == "int8" and spec.scaling == "block"
+            and spec == _int8_spec(spec.block, spec.rounding))
+
+
+def int8_pair(a, b) -> bool:
+    """Whether a GEMM's two operands run on this fast path: both INT8 with one K-group (the
+    kernel's rescale is per K-group of both)."""
+    return int8_spec_ok(a) and int8_spec_ok(b) and _block(a)[1] == _block(b)[1]
+
+
+def _block(spec) -> tuple:
+    return tuple(spec.block)
+
+
+def describe(a, b) -> str:
+    """One line for provenance: a GEMM's two INT8 operands and what multiplies them."""
+    def one(s):
+        if isinstance(s, FallbackInt8Quantizer):
+            return f"int8 {s.block[0]}x{s.block[1]} ({s.rule})"
+        return f"int8 {s.block[0]}x{s.block[1]}{' SR' if s.rounding == 'stochastic' else ''}"
+    on = "the Triton INT8 GEMM" if getattr(a, "gemm", "kernel") == "kernel" else "an fp32 GEMM of the values"
+    return f"{one(a)} / {one(b)} on {on}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Operands and the product
+
+
+def int8_operand(spec, t: torch.Tensor, call: OperandCall) -> FallbackQTensor:
+    """The operand ``t`` (2-D, reduction last) quantized as the emulation quantizes it."""
+    if isinstance(spec, FallbackInt8Quantizer):
+        return spec.quantize(t, call)[0]
+    noise = None
+    if spec.rounding == "stochastic":
+        noise = _stream.uniforms(call.seed, tuple(t.shape), device=t.device)
+    q = quantize(t, spec, noise=noise)
+    codes = q.codes.reshape(t.shape)
+    return FallbackQTensor(codes, q.scale, torch.zeros_like(codes), torch.ones_like(q.scale),
+                           torch.zeros_like(q.scale, dtype=torch.bool), tuple(q.block), maybe_fallback=False)
+
+
+def uses_kernel(spec, device: torch.device) -> bool:
+    """Whether a GEMM with an operand of ``spec`` on ``device`` multiplies on the INT8 operator."""
+    if getattr(spec, "gemm", "kernel") != "kernel":  # gemm: emulated (the fallback quantizer's key)
+        return False
+    return device.type in KERNEL_DEVICES and _kernel_runs_on(device.type)
+
+
+# a constant of the process for Dynamo, asked once per device type while tracing
+@torch.compiler.assume_constant_result
+def _kernel_runs_on(device_type: str) -> bool:
+    if device_type == "cpu":  # the operator's torch reference
+        return True
+    from ..kernels import int8_fallback_gemm as kf
+    return kf.triton_available(torch.device(device_type))
+
+
+def int8_mm(a: FallbackQTensor, b: FallbackQTensor, kernel: bool) -> torch.Tensor:
+    """fp32 ``dequant(a) @ dequant(b).T``: on the INT8 GEMM operator (``kernel``), else the fp32
+    GEMM of the dequantized values (the emulation's)."""
+    if not kernel:
+        return a.dequantize() @ b.dequantize().t()
+    return int8_block_mm(*_kernel_operands(a), list(a.block), *_kernel_operands(b), list(b.block))
+
+
+def _kernel_operands(f: FallbackQTensor) -> tuple:
+    """(int8 codes, decode scales, second part, its decode scales, flags) as the kernel takes them;
+    the second part None where no block can fall back (known without looking)."""
+    if f.maybe_fallback:
+        return f.gemm_operands()
+    return (*f.first_operands(), None, None, None)
+
+
+@torch.library.custom_op("lowprec::int8_block_mm", mutates_args=())
+def int8_block_mm(qa: torch.Tensor, da: torch.Tensor, ra: Optional[torch.Tensor], dra: Optional[torch.Tensor],
+                  fa: Optional[torch.Tensor], block_a: list[int], qb: torch.Tensor, db: torch.Tensor,
+                  rb: Optional[torch.Tensor], drb: Optional[torch.Tensor], fb: Optional[torch.Tensor],
+                  block_b: list[int]) -> torch.Tensor:
+    """fp32 ``A @ B.T`` of block-scaled INT8 operands (int8 codes, DECODE scales, optional second
+    parts with their flags; the arguments of ``int8_block_gemm_reference``): the Triton kernel where
+    Triton runs on the device (the interpreter on the CPU), else its torch reference."""
+    from ..kernels import int8_fallback_gemm as kf
+    if kf.triton_available(qa.device):
+        return kf.int8_fallback_gemm(qa, da, qb, db, tuple(block_a), tuple(block_b), ra, dra, fa, rb, drb, fb)
+    if qa.is_cuda:
+        raise RuntimeError("lowprec::int8_block_mm on CUDA needs Triton (lowprec.kernels.int8_fallback_gemm)")
+    return int8_block_gemm_reference(qa, da, qb, db, tuple(block_a), tuple(block_b), ra, dra, fa, rb, drb, fb)
+
+
+@int8_block_mm.register_fake
+def _(qa, da, ra, dra, fa, block_a, qb, db, rb, drb, fb, block_b):
+    return qa.new_empty((qa.shape[0], qb.shape[0]), dtype=torch.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# The layer
+
+
+def int8_linear(x, weight, bias, plan, transposed: bool, out_dtype: torch.dtype, key: torch.Tensor,
+                buffers: Optional[FallbackBuffers], training: bool) -> torch.Tensor:
+    """``y = x W^T + b`` of a QLinear whose plan has INT8 GEMMs (``FastPlan.int8``). ``key``: this
+    call's random key (``rounding_stream.call_key``); ``buffers``: the layer's fallback state, for
+    an INT8 fallback recipe."""
+    bufs = (None, None, None) if buffers is None else tuple(buffers)
+    return _Int8LinearFn.apply(x, weight, bias, plan, transposed, out_dtype, key, *bufs, training)
+
+
+def _gemm(plan, name: str, a: torch.Tensor, b: torch.Tensor, key, buffers, training: bool) -> torch.Tensor:
+    """fp32 ``a @ b.T`` of GEMM ``name`` (reduction last), its operands quantized here."""
+    from ..gemm import hp_mm
+    kind, spec_a, spec_b = plan.gemms[name]
+    if kind == "hp":
+        return hp_mm(a, b, plan.high_precision, torch.float32)
+    ops = []
+    for op, t, spec in zip(OPERANDS[name], (a, b), (spec_a, spec_b)):
+        seed = None if key is None else _stream.operand_key(key, SLOTS.index((name, op)))
+        ops.append(int8_operand(spec, t, OperandCall(buffers, name, op, seed, training)))
+    return int8_mm(*ops, kernel=uses_kernel(spec_a, a.device))
+
+
+class _Int8LinearFn(torch.autograd.Function):
+    """The three GEMMs in the emulation's order (fprop; then dgrad, wgrad), each operand quantized
+    in its GEMM's orientation as the emulation does; outputs and gradients rounded to their
+    tensors' dtypes as the emulation's are."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, plan, transposed, out_dtype, key, levels, steps, counts, training):
+        buffers = None if levels is None else FallbackBuffers(levels, steps, counts)
+        w = weight.t() if transposed else weight  # (N, K)
+        x2d = x.reshape(-1, x.shape[-1])
+        y = _gemm(plan, "fprop", x2d, w, key, buffers, training).reshape(*x.shape[:-1], w.shape[0])
+        if bias is not None:  # after the reshape: Inductor would fold a 2-D GEMM and its bias into
+            y = y + bias.float()  # one addmm on the CPU, whose sums round differently
+        ctx.plan, ctx.transposed, ctx.has_bias, ctx.training = plan, transposed, bias is not None, training
+        # the buffers the backward's quantizers update, as MoR's fast path keeps its counts
+        ctx.levels, ctx.steps, ctx.counts = levels, steps, counts
+        ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
+        ctx.save_for_backward(x2d, weight, key)
+        return y.to(out_dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2d, weight, key = ctx.saved_tensors
+        plan = ctx.plan
+        buffers = None if ctx.levels is None else FallbackBuffers(ctx.levels, ctx.steps, ctx.counts)
+        w = weight.t() if ctx.transposed else weight
+        dy2d = dy.reshape(-1, dy.shape[-1])
+        dx = dw = db = None
+        # as in the forward (QLinear turns autocast off around it): a compiled backward is traced
+        # under the autocast state of the forward's caller, where the fp32 GEMM would run in bf16
+        with torch.autocast(device_type=dy.device.type, enabled=False):
+            if ctx.needs_input_grad[0]:
+                dx = _gemm(plan, "dgrad", dy2d, w.t(), key, buffers, ctx.training)
+                dx = dx.to(ctx.x_dtype).reshape(ctx.x_shape)
+            if ctx.needs_input_grad[1]:
+                dw = _gemm(plan, "wgrad", dy2d.t(), x2d.t(), key, buffers, ctx.training)
+                dw = (dw.t() if ctx.transposed else dw).to(weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2d.float().sum(0)
+        return dx, dw, db, None, None, None, None, None, None, None, None
