@@ -336,11 +336,17 @@ def _eager_numerics() -> dict:
 EAGER_NUMERICS = _eager_numerics()
 
 
-def compile_blocks(model: nn.Module, **compile_kw) -> nn.Module:
+def compile_blocks(model: nn.Module, *, cudagraphs: bool = False, **compile_kw) -> nn.Module:
     """Regional compilation: each transformer block under ``torch.compile`` (in place), the rest
     (embeddings, final norm, LM head) eager. The blocks share one compiled graph, so compiling
     costs about one block's time instead of the whole model's, at the same speed per token; every
-    compiled arm of the benchmarks (BF16, torchao, the suite's) is compiled this way."""
+    compiled arm of the benchmarks (BF16, torchao, the suite's) is compiled this way.
+
+    ``cudagraphs``: Inductor replays each block's kernels as a CUDA graph (its cudagraph trees), so
+    the host launches one graph per block and pass instead of every kernel: for steps whose host
+    time exceeds their GPU time (small models, the many quantization kernels of MoR). A training
+    loop then calls ``torch.compiler.cudagraph_mark_step_begin()`` before each step's forward, as
+    ``compiled`` does; outputs of one step are overwritten by the next."""
     blocks = repeated_blocks(model)
     if not blocks:
         raise ValueError(f"compile_blocks: {type(model).__name__} has no list of repeated blocks to compile")
@@ -348,6 +354,8 @@ def compile_blocks(model: nn.Module, **compile_kw) -> nn.Module:
     # Inductor specializes every kernel to its shape
     compile_kw.setdefault("dynamic", False)
     compile_kw["options"] = {**EAGER_NUMERICS, **(compile_kw.get("options") or {})}
+    if cudagraphs:
+        compile_kw["options"]["triton.cudagraphs"] = True
     if "mode" in compile_kw:  # torch.compile takes mode or options, not both
         raise ValueError("compile_blocks: pass Inductor settings as options=, not mode= (the compiled blocks keep "
                          f"{EAGER_NUMERICS})")
@@ -361,10 +369,13 @@ class compiled:
     before each call the QLinear layers' weight transforms run eagerly (their draws and caches stay
     in Python; the compiled graph takes the transformed weights as inputs, and gradients reach the
     master weights through them). The same model module is called, so its state dict, hooks and
-    optimizer are unchanged; ``compile_kw`` go to ``torch.compile``."""
+    optimizer are unchanged; ``compile_kw`` go to ``torch.compile``. With ``cudagraphs`` each call
+    begins a new step of Inductor's CUDA graphs (``compile_blocks``): call it once per forward whose
+    backward has run, as a training or evaluation loop does."""
 
-    def __init__(self, model: nn.Module, **compile_kw):
-        self.model = compile_blocks(model, **compile_kw)
+    def __init__(self, model: nn.Module, *, cudagraphs: bool = False, **compile_kw):
+        self.model = compile_blocks(model, cudagraphs=cudagraphs, **compile_kw)
+        self.cudagraphs = cudagraphs
         self._transformed = [m for m in model.modules() if isinstance(m, QLinear) and m.weight_transform is not None]
 
     def eager(self, *args, **kwargs):
@@ -374,6 +385,8 @@ class compiled:
             return self.model(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
+        if self.cudagraphs:
+            torch.compiler.cudagraph_mark_step_begin()
         for m in self._transformed:
             m._weight_now = m.weight_transform(m.weight)
         try:

@@ -170,7 +170,7 @@ def test_compiled_layer_quantizes_what_eager_quantizes(recipe, monkeypatch):
     assert sqnr_db(dxe.double(), dxc.double()) > 45 and sqnr_db(dwe.double(), dwc.double()) > 45
 
 
-def test_compile_blocks_keeps_precise_casts(monkeypatch):
+def test_compile_blocks_settings(monkeypatch):
     from lowprec.linear import compile_blocks
     from lowprec.models import build_model
 
@@ -182,6 +182,13 @@ def test_compile_blocks_keeps_precise_casts(monkeypatch):
     assert seen == [{"dynamic": False, "options": {**lin.EAGER_NUMERICS, "max_autotune": True}}] * 2
     with pytest.raises(ValueError, match="options=, not mode="):
         compile_blocks(model, mode="max-autotune")
+    seen.clear()
+    compiled_model = lin.compiled(model, cudagraphs=True)
+    assert seen == [{"dynamic": False, "options": {**lin.EAGER_NUMERICS, "triton.cudagraphs": True}}] * 2
+    steps = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: steps.append(1))
+    compiled_model(torch.randint(0, 128, (1, 8)))
+    assert steps == [1]  # each call begins a new step of the CUDA graphs
 
 
 def test_train_compile_setting():

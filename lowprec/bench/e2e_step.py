@@ -27,6 +27,10 @@ low-precision GEMMs of one profiled step (``aten::_scaled_mm`` calls, the Triton
 block-scaled pairs and the Triton INT8 GEMM kernels): 0 for an arm with a hardware path
 (``HARDWARE_ARMS``) means nothing ran on low-precision hardware, and the run fails; sub-tensor MoR
 has no hardware GEMM yet and counts 0.
+``--cudagraphs`` compiles every compiled arm, the baseline included, with Inductor's CUDA graphs
+(``compile_blocks(cudagraphs=True)``; ``path`` reads ``cudagraphs``): the host launches a graph per
+block instead of each kernel. Replayed kernels leave no operator event, so the count then reads the
+kernels' names (``_LOWP_CUBLAS`` for cuBLAS's).
 ``--merge`` keeps the rows of other (shape, arm) pairs already in ``--out``; ``--merge-from`` merges the
 CSVs of other runs (a GPU job's output) into ``--out`` without measuring. Each run measures its own
 baseline: a row's ratio is against ``baseline_tokens_per_s`` of its own run (``commit``), and the
@@ -35,6 +39,7 @@ provenance lists every run that contributed, with its device.
 
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 import time
@@ -80,6 +85,9 @@ _LOWP_OPS = ("aten::_scaled_mm", "lowprec::block_scaled_fp8_mm")
 # by name prefix: lowprec.kernels.int8_fallback_kernels and lowprec.kernels.block_fp8_gemm (a
 # triton_op's launch leaves no operator event, only its kernel's)
 _LOWP_KERNELS = ("_gemm_kernel", "_block_fp8_gemm_kernel")
+# cuBLAS's FP8 GEMM kernels on Hopper (cuBLAS 13: nvjet_sm90_qq..., both operands FP8), for steps
+# replayed as CUDA graphs; Inductor's own kernels (triton_*) may name _scaled_mm among fused ops
+_LOWP_CUBLAS = re.compile(r"^nvjet_sm\d+_qq|e4m3|f8f8", re.IGNORECASE)
 
 
 def _parse(argv):
@@ -90,6 +98,8 @@ def _parse(argv):
     p.add_argument("--steps", type=int, default=5, help="optimizer steps per timed repeat")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per arm (compilation happens here)")
+    p.add_argument("--cudagraphs", action="store_true",
+                   help="compiled arms (the baseline too) replay their blocks as CUDA graphs")
     p.add_argument("--merge", action="store_true", help="keep the rows of other (shape, arm) pairs in --out")
     p.add_argument("--merge-from", nargs="+", default=None, metavar="CSV",
                    help="merge these outputs of other runs into --out (newer rows win) and exit; nothing is measured")
@@ -107,10 +117,10 @@ def _torchao_convert(model, recipe: str):
                                module_filter_fn=lambda mod, fqn: "lm_head" not in fqn)
 
 
-def build_arm(arm: str, shape: dict):
-    """(callable model, its module, path) for one arm: path is 'compiled' or 'eager'."""
+def build_arm(arm: str, shape: dict, cudagraphs: bool = False):
+    """(callable model, its module, path) for one arm: path is 'compiled', 'cudagraphs' or 'eager'."""
     from ..gemm import FastPlan
-    from ..linear import compile_blocks, compiled, convert
+    from ..linear import compiled, convert
     from ..recipes import recipe_from_config
     from .train_step import build_model
 
@@ -118,21 +128,21 @@ def build_arm(arm: str, shape: dict):
     model.train()
     if arm == "bf16_eager":
         return model, model, "eager"
-    if arm == BASELINE:
-        return compile_blocks(model), model, "compiled"
+    path = "cudagraphs" if cudagraphs else "compiled"
     if arm.startswith("torchao_"):
         _torchao_convert(model, arm.split("_", 1)[1])
-        return compile_blocks(model), model, "compiled"
-    recipe = recipe_from_config(METHODS[arm])
-    convert(model, recipe)
-    if FastPlan.for_recipe(recipe) is not None:
-        return compiled(model), model, "compiled"
-    return model, model, "eager"
+    elif arm != BASELINE:
+        recipe = recipe_from_config(METHODS[arm])
+        convert(model, recipe)
+        if FastPlan.for_recipe(recipe) is None:
+            return model, model, "eager"
+    return compiled(model, cudagraphs=cudagraphs), model, path
 
 
-def lowp_gemms(fn, opt, batches, table: Path | None = None) -> int:
+def lowp_gemms(fn, opt, batches, table: Path | None = None, by_kernel: bool = False) -> int:
     """Low-precision GEMMs in one profiled step; with ``table``, the step's operators and kernels by
-    CUDA time are written there (what a speed-up has to come from)."""
+    CUDA time are written there (what a speed-up has to come from). ``by_kernel``: counted by kernel
+    name alone (a step replayed as CUDA graphs has no operator events)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
@@ -143,8 +153,11 @@ def lowp_gemms(fn, opt, batches, table: Path | None = None) -> int:
         table.write_text(prof.key_averages().table(sort_by="cuda_time_total", row_limit=60, max_name_column_width=90))
     n = 0
     for e in prof.events():
-        if e.name in _LOWP_OPS or (e.device_type == torch.autograd.DeviceType.CUDA
-                                   and e.name.startswith(_LOWP_KERNELS)):
+        on_gpu = e.device_type == torch.autograd.DeviceType.CUDA
+        if by_kernel:
+            n += on_gpu and (e.name.startswith(_LOWP_KERNELS)
+                             or (not e.name.startswith("triton_") and bool(_LOWP_CUBLAS.search(e.name))))
+        elif e.name in _LOWP_OPS or (on_gpu and e.name.startswith(_LOWP_KERNELS)):
             n += 1
     return n
 
@@ -166,7 +179,7 @@ def measure(arm: str, shape_name: str, args) -> dict:
     shape = SHAPES[shape_name]
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    fn, model, path = build_arm(arm, shape)
+    fn, model, path = build_arm(arm, shape, args.cudagraphs)
     opt = optimizer(model)
     batches = random_batches(shape["batch"], shape["seq"])
     t0 = time.perf_counter()
@@ -175,7 +188,7 @@ def measure(arm: str, shape_name: str, args) -> dict:
     torch.cuda.synchronize()
     warm_s = time.perf_counter() - t0
     table = Path(args.profile_dir) / f"{shape_name}_{arm}.txt" if args.profile_dir else None
-    n_lowp = lowp_gemms(fn, opt, batches, table)
+    n_lowp = lowp_gemms(fn, opt, batches, table, by_kernel=path == "cudagraphs")
     if arm in HARDWARE_ARMS and n_lowp == 0:
         fail(PROG, f"arm {arm} ({shape_name}): no low-precision GEMM ran in a profiled step; the measurement "
                    "would be of BF16 or emulated GEMMs")
