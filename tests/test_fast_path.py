@@ -189,6 +189,10 @@ def test_compile_blocks_settings(monkeypatch):
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: steps.append(1))
     compiled_model(torch.randint(0, 128, (1, 8)))
     assert steps == [1]  # each call begins a new step of the CUDA graphs
+    from lowprec.recipes import recipe_from_config
+    convert(model, recipe_from_config({"recipe": "gaussws", "b": 6}))
+    with pytest.raises(ValueError, match="cudagraphs=True with weight transforms"):
+        lin.compiled(model, cudagraphs=True)
 
 
 def test_train_compile_setting():

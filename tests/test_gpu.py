@@ -312,12 +312,16 @@ def test_blockwise_fp8_mm(kind_b):
 
 
 @pytest.mark.parametrize("rule", ["absmax", "none"])
-def test_int8_fallback_fused_gemm_equals_emulation(rule, count_calls):
+def test_int8_fallback_fused_gemm_equals_emulation(rule, count_calls, monkeypatch):
+    """The emulation's route to the INT8 kernel (the operand quantizer's GEMM hook, taken where the
+    fast path is off, as on telemetry steps) against the emulated GEMM."""
+    import lowprec.linear as lin
     from lowprec.methods.int8_fallback import int8_fallback_recipe
     from lowprec.kernels import int8_fallback_gemm as kf
 
     if not kf.triton_available("cuda"):
         pytest.skip("Triton not usable on this CUDA device")
+    monkeypatch.setattr(lin, "FAST_PATH", "off")  # on, the layer takes lowprec.methods.int8_fast
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(256, 192)).cuda()
     fast, emu = copy.deepcopy(base), copy.deepcopy(base)

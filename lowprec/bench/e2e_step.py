@@ -29,7 +29,8 @@ block-scaled pairs and the Triton INT8 GEMM kernels): 0 for an arm with a hardwa
 has no hardware GEMM yet and counts 0.
 ``--cudagraphs`` compiles every compiled arm, the baseline included, with Inductor's CUDA graphs
 (``compile_blocks(cudagraphs=True)``; ``path`` reads ``cudagraphs``): the host launches a graph per
-block instead of each kernel. Replayed kernels leave no operator event, so the count then reads the
+block instead of each kernel; arms with weight transforms (GaussWS) stay without graphs. Replayed
+kernels leave no operator event, so the count then reads the
 kernels' names (``_LOWP_CUBLAS`` for cuBLAS's).
 ``--merge`` keeps the rows of other (shape, arm) pairs already in ``--out``; ``--merge-from`` merges the
 CSVs of other runs (a GPU job's output) into ``--out`` without measuring. Each run measures its own
@@ -120,7 +121,7 @@ def _torchao_convert(model, recipe: str):
 def build_arm(arm: str, shape: dict, cudagraphs: bool = False):
     """(callable model, its module, path) for one arm: path is 'compiled', 'cudagraphs' or 'eager'."""
     from ..gemm import FastPlan
-    from ..linear import compiled, convert
+    from ..linear import compiled, convert, transformed_layers
     from ..recipes import recipe_from_config
     from .train_step import build_model
 
@@ -128,7 +129,6 @@ def build_arm(arm: str, shape: dict, cudagraphs: bool = False):
     model.train()
     if arm == "bf16_eager":
         return model, model, "eager"
-    path = "cudagraphs" if cudagraphs else "compiled"
     if arm.startswith("torchao_"):
         _torchao_convert(model, arm.split("_", 1)[1])
     elif arm != BASELINE:
@@ -136,7 +136,8 @@ def build_arm(arm: str, shape: dict, cudagraphs: bool = False):
         convert(model, recipe)
         if FastPlan.for_recipe(recipe) is None:
             return model, model, "eager"
-    return compiled(model, cudagraphs=cudagraphs), model, path
+    cudagraphs = cudagraphs and not transformed_layers(model)  # GaussWS: compiled.__init__ says why
+    return compiled(model, cudagraphs=cudagraphs), model, "cudagraphs" if cudagraphs else "compiled"
 
 
 def lowp_gemms(fn, opt, batches, table: Path | None = None, by_kernel: bool = False) -> int:
