@@ -154,16 +154,21 @@ def _pair(config, transposed=False, layers=2):
     return fast, emu
 
 
-@pytest.mark.parametrize("name", CONFIGS)
-def test_fast_layer_equals_the_emulation_bit_for_bit(name, monkeypatch):
-    fast, emu = _pair(CONFIGS[name])
-    assert fast[0].fast_plan.int8 and all(k == "int8" for k, _, _ in fast[0].fast_plan.gemms.values())
+def _assert_fast_steps_equal_emulation(fast, emu, monkeypatch):
+    """Two training steps of each, the fast layer's outputs and gradients bit for bit the emulation's."""
     monkeypatch.setattr(lin, "FAST_PATH", "all")
     got = _steps(fast)
     monkeypatch.setattr(lin, "FAST_PATH", "off")
     want = _steps(emu)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_fast_layer_equals_the_emulation_bit_for_bit(name, monkeypatch):
+    fast, emu = _pair(CONFIGS[name])
+    assert fast[0].fast_plan.int8 and all(k == "int8" for k, _, _ in fast[0].fast_plan.gemms.values())
+    _assert_fast_steps_equal_emulation(fast, emu, monkeypatch)
     assert _state(fast) == _state(emu) and _state(fast)["0"][0] == 2  # two training calls, no evaluation one
     if name != "int8_block":
         counts = fast[0].recipe.fprop.a.fallback_counts()
@@ -182,12 +187,7 @@ def test_fast_conv1d_layer_equals_the_emulation(monkeypatch):
     """A transposed weight (GPT2's Conv1D): the weight gradient comes back transposed."""
     fast, emu = _pair(CONFIGS["dynamic"], transposed=True)
     assert fast[0].transposed
-    monkeypatch.setattr(lin, "FAST_PATH", "all")
-    got = _steps(fast)
-    monkeypatch.setattr(lin, "FAST_PATH", "off")
-    want = _steps(emu)
-    for a, b in zip(got, want):
-        assert torch.equal(a, b)
+    _assert_fast_steps_equal_emulation(fast, emu, monkeypatch)
 
 
 def test_telemetry_rows_carry_the_slot_totals(monkeypatch):
