@@ -1,3 +1,4 @@
+import importlib
 import os
 import random
 from pathlib import Path
@@ -8,6 +9,37 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Keep torch's CPU thread pool small and tests deterministic on 2-core machines.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def kernel_modules(*names: str) -> list:
+    """The Triton kernel modules ``names`` (full names, dependencies first) for a kernel test file,
+    called before the file imports anything of lowprec: compiled where CUDA is, else built for the
+    Triton interpreter on the CPU (TRITON_INTERPRET is read when a kernel is decorated, so it is set
+    first, and modules imported earlier without it are rebuilt). Skips the file when Triton is
+    missing or can run nowhere."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    pytest.importorskip("triton")
+    from lowprec.kernels._common import reload_for_interpreter
+
+    reload_for_interpreter(*names)
+    mods = [importlib.import_module(n) for n in names]
+    if not kernel_devices(mods[0]):
+        pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
+    return mods
+
+
+def kernel_devices(mod) -> list:
+    """Where a kernel module's kernels run: the CPU if built for the interpreter, CUDA if present."""
+    import torch
+
+    return (["cpu"] if mod.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])
+
+
+# the interpreter's numpy warnings (overflow in casts the kernels mean) in kernel test files
+INTERPRETER_WARNINGS = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
 
 
 LONGEST = "test_smoke_dag_end_to_end"  # minutes: the whole smoke workflow

@@ -9,31 +9,21 @@ scales' reciprocals: SQNR >= 120 dB in the interpreter, 60 dB on CUDA (FP8 MMA a
 a K-step).
 """
 
-import importlib
-import os
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noqa: E402
 
-pytest.importorskip("triton")
+kb, kg = kernel_modules("lowprec.kernels.block_fp8_gemm", "lowprec.kernels.mor_gemm")
 
 from lowprec import gemm  # noqa: E402
-from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 from lowprec.numerics import QuantSpec, sqnr_db  # noqa: E402
 from lowprec.numerics.scaling import expand_blocks  # noqa: E402
 
-reload_for_interpreter("lowprec.kernels.block_fp8_gemm", "lowprec.kernels.mor_gemm")
-kb = importlib.import_module("lowprec.kernels.block_fp8_gemm")
-kg = importlib.import_module("lowprec.kernels.mor_gemm")
+DEVICE = kernel_devices(kb)[0]
 
-DEVICE = "cpu" if kb.interpreter_active() else ("cuda" if torch.cuda.is_available() else None)
-if DEVICE is None:
-    pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
-
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+pytestmark = INTERPRETER_WARNINGS
 
 FLOOR_DB = 120.0 if DEVICE == "cpu" else 60.0
 SPEC = QuantSpec("e4m3", "block", block=(1, 128))

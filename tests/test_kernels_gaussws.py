@@ -10,7 +10,6 @@ The contract: kernel(W, seed) == gaussws_reference(W, bits=<the kernel's Philox 
 words are lowprec.methods.gaussws.philox_bits(shape, seed), Philox4x32-10 as in tl.randint4x.
 """
 
-import importlib
 import os
 import subprocess
 import sys
@@ -19,23 +18,15 @@ import textwrap
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noqa: E402
 
-pytest.importorskip("triton")
+[kg] = kernel_modules("lowprec.kernels.gaussws_noise")
 
 from lowprec.methods import gaussws as gw  # noqa: E402
-from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 
-_MOD = "lowprec.kernels.gaussws_noise"
-reload_for_interpreter(_MOD)
-kg = importlib.import_module(_MOD)
+DEVICES = kernel_devices(kg)
 
-DEVICES = (["cpu"] if kg.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])
-if not DEVICES:
-    pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
-
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+pytestmark = INTERPRETER_WARNINGS
 
 SEED = 0x1234_5678_9ABC  # > 32 bits: both Philox key halves are used
 

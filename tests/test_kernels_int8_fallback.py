@@ -11,39 +11,30 @@ after it (_common, quantize, int8_fallback_kernels, then the host side int8_fall
 
 import importlib
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from conftest import INTERPRETER_WARNINGS, assert_equal_or_both_nan, kernel_devices, kernel_modules  # noqa: E402
 
-pytest.importorskip("triton")
+_KQ, _KK, _KF = ("lowprec.kernels.quantize", "lowprec.kernels.int8_fallback_kernels",
+                 "lowprec.kernels.int8_fallback_gemm")
+_, _, kf = kernel_modules(_KQ, _KK, _KF)
+kt = importlib.import_module("lowprec.kernels.int8_fallback_tuning")
 
-from conftest import assert_equal_or_both_nan  # noqa: E402
 from lowprec.methods.int8_fallback import (  # noqa: E402
     block_int8_error,
     fallback_quantize,
     int8_block_gemm_reference,
     select_blocks,
 )
-from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 from lowprec.numerics import block_amax  # noqa: E402
 
-_KQ, _KK, _KF = ("lowprec.kernels.quantize", "lowprec.kernels.int8_fallback_kernels",
-                 "lowprec.kernels.int8_fallback_gemm")
-reload_for_interpreter(_KQ, _KK, _KF)
-kf = importlib.import_module(_KF)
-kt = importlib.import_module("lowprec.kernels.int8_fallback_tuning")
+DEVICES = kernel_devices(kf)
 
-DEVICES = (["cpu"] if kf.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])
-if not DEVICES:
-    pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
-
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+pytestmark = INTERPRETER_WARNINGS
 
 
 @pytest.fixture(params=DEVICES)

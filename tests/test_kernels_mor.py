@@ -7,30 +7,20 @@ it calls) is first imported; if another test imported them without, they are rel
 as test_kernels_quantize.py).
 """
 
-import importlib
 import math
-import os
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noqa: E402
 
-pytest.importorskip("triton")
+[km] = kernel_modules("lowprec.kernels.mor_quant")
 
 from lowprec.methods import mor  # noqa: E402
-from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 
-_MOD = "lowprec.kernels.mor_quant"
-reload_for_interpreter(_MOD)
-km = importlib.import_module(_MOD)
+DEVICE = kernel_devices(km)[0]
 
-DEVICE = "cpu" if km.interpreter_active() else ("cuda" if torch.cuda.is_available() else None)
-if DEVICE is None:
-    pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
-
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+pytestmark = INTERPRETER_WARNINGS
 
 ERR_RTOL = 1e-5
 

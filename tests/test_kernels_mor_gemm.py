@@ -10,32 +10,22 @@ float64 GEMM only by fp32 accumulation and the scale factors' roundings: SQNR >=
 interpreter; 60 dB on CUDA, where FP8 tensor cores accumulate with fewer bits within a K-step.
 """
 
-import importlib
-import os
 
 import numpy as np
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noqa: E402
 
-pytest.importorskip("triton")
+km, kg = kernel_modules("lowprec.kernels.mor_quant", "lowprec.kernels.mor_gemm")
 
 from lowprec.methods import mor  # noqa: E402
-from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 from lowprec.numerics import sqnr_db  # noqa: E402
 from lowprec.recipes import OperandCall  # noqa: E402
 
-reload_for_interpreter("lowprec.kernels.mor_quant", "lowprec.kernels.mor_gemm")
-km = importlib.import_module("lowprec.kernels.mor_quant")
-kg = importlib.import_module("lowprec.kernels.mor_gemm")
+DEVICE = kernel_devices(kg)[0]
 
-DEVICE = "cpu" if kg.interpreter_active() else ("cuda" if torch.cuda.is_available() else None)
-if DEVICE is None:
-    pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
-
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+pytestmark = INTERPRETER_WARNINGS
 
 FLOOR_DB = 120.0 if DEVICE == "cpu" else 60.0
 BLOCK = (32, 32)

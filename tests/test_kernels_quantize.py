@@ -12,20 +12,16 @@ triton itself was imported earlier does not matter here: the kernels avoid trito
 import importlib
 import importlib.util
 import math
-import os
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from conftest import INTERPRETER_WARNINGS, assert_equal_or_both_nan, kernel_devices, kernel_modules  # noqa: E402
 
-pytest.importorskip("triton")
+[kq] = kernel_modules("lowprec.kernels.quantize")
 
-from conftest import assert_equal_or_both_nan  # noqa: E402
-from lowprec.kernels._common import reload_for_interpreter  # noqa: E402
 from lowprec.numerics import (  # noqa: E402
     QuantSpec,
     compute_scale,
@@ -35,17 +31,11 @@ from lowprec.numerics import (  # noqa: E402
     to_torch_dtype,
 )
 
-_MOD = "lowprec.kernels.quantize"
-reload_for_interpreter(_MOD)
-kq = importlib.import_module(_MOD)
-
-DEVICES = (["cpu"] if kq.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])
-if not DEVICES:
-    pytest.skip("Triton kernels need CUDA or TRITON_INTERPRET=1", allow_module_level=True)
+DEVICES = kernel_devices(kq)
 
 # The interpreter evaluates kernels with numpy, which warns about IEEE events the kernels rely on
 # (fmax / tiny amax overflowing before the clamp, signalling-NaN inputs).
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
+pytestmark = INTERPRETER_WARNINGS
 
 FORMATS = ("e4m3", "e5m2", "int8")
 DTYPES = (torch.float32, torch.bfloat16)
