@@ -231,18 +231,18 @@ def test_end_to_end_claim_reads_the_committed_file_or_says_it_is_absent(tmp_path
     claim = _claim("end_to_end_speedup")
     out = cl._value(claim, tmp_path / "paper", tmp_path)
     assert out["verdict"] == cl.NOT_RUN and "not measured" in out["detail"] and "e2e_h200.csv" in out["detail"]
-    f = tmp_path / "results" / "int8_fallback" / "e2e_h200.csv"
+    f = tmp_path / "results" / "bench" / "e2e_h200.csv"  # lowprec.bench.e2e_step's output
     f.parent.mkdir(parents=True)
-    pd.DataFrame({"model": ["llama2"] * 3, "recipe": ["int8_fallback", "int8_fallback", "int8_block"],
-                  "batch": [8, 16, 16], "tokens_per_s": [1.2, 1.3, 1.5], "bf16_tokens_per_s": [1.0] * 3,
-                  "speedup": [1.2, 1.3, 1.5]}).to_csv(f, index=False)
+    pd.DataFrame({"shape": ["llama_100m", "llama_1b", "llama_1b"], "arm": ["int8_fallback", "int8_fallback", "int8_block"],
+                  "path": ["compiled"] * 3, "tokens_per_s": [1.2, 1.3, 1.5],
+                  "ratio_vs_bf16_compiled": [1.2, 1.3, 1.5]}).to_csv(f, index=False)
     out = cl._value(claim, tmp_path / "paper", tmp_path)
     assert out["ours"] == "1.3x" and out["verdict"] == cl.NOT_REPRODUCED  # the best fallback row, not int8_block's
     f.write_text("")
     assert cl._value(claim, tmp_path / "paper", tmp_path)["verdict"] == cl.NOT_RUN
-    pd.DataFrame({"model": ["m"], "recipe": ["int8_fallback"]}).to_csv(f, index=False)
+    pd.DataFrame({"shape": ["s"], "arm": ["int8_fallback"]}).to_csv(f, index=False)
     out = cl._value(claim, tmp_path / "paper", tmp_path)
-    assert out["verdict"] == cl.NOT_RUN and "no column 'speedup'" in out["detail"]
+    assert out["verdict"] == cl.NOT_RUN and "no column 'ratio_vs_bf16_compiled'" in out["detail"]
 
 
 def _outlier_contrast(path, glu_hot_share, glu_max=12.0):
