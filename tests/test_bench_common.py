@@ -59,3 +59,20 @@ def test_e2e_merge_from_keeps_each_rows_run_and_baseline(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         e2e.main(["--out", str(out), "--merge-from", str(tmp_path / "missing.csv")])
     assert e.value.code == 2 and "missing.csv does not exist" in capsys.readouterr().err
+
+
+def test_e2e_counts_low_precision_gemms_by_operator_or_by_kernel():
+    """Names from H200 profiles: a step replayed as CUDA graphs has kernels only, and Inductor's
+    fused kernels may carry _scaled_mm in their names without being GEMMs."""
+    from lowprec.bench.e2e_step import count_lowp
+
+    eager = [("aten::_scaled_mm", False), ("nvjet_sm90_qqtst_128x160_128x5_1x2_h_bz_coopA_algo2_TNT", True),
+             ("_block_fp8_gemm_kernel", True), ("_gemm_kernel", True),
+             ("aten::mm", False), ("nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN", True)]
+    # cuBLAS's FP8 GEMM by its operator, the Triton GEMMs by their kernels (a triton_op leaves no operator)
+    assert count_lowp(eager) == 3
+    graphed = [("nvjet_sm90_qqtst_128x160_128x5_1x2_h_bz_coopA_algo2_TNT", True), ("_gemm_kernel", True),
+               ("triton_poi_fused__scaled_mm__to_copy_abs_e4m3_clamp_0", True),
+               ("nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN", True), ("aten::_scaled_mm", False)]
+    assert count_lowp(graphed, by_kernel=True) == 2
+    assert count_lowp([("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", True)], by_kernel=True) == 0  # BF16

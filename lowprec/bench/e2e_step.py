@@ -30,8 +30,8 @@ has no hardware GEMM yet and counts 0.
 ``--cudagraphs`` compiles every compiled arm, the baseline included, with Inductor's CUDA graphs
 (``compile_blocks(cudagraphs=True)``; ``path`` reads ``cudagraphs``): the host launches a graph per
 block instead of each kernel; arms with weight transforms (GaussWS) stay without graphs. Replayed
-kernels leave no operator event, so the count then reads the
-kernels' names (``_LOWP_CUBLAS`` for cuBLAS's).
+kernels leave no operator event, so the count then reads the kernels' names (``_LOWP_CUBLAS`` for
+cuBLAS's).
 ``--merge`` keeps the rows of other (shape, arm) pairs already in ``--out``; ``--merge-from`` merges the
 CSVs of other runs (a GPU job's output) into ``--out`` without measuring. Each run measures its own
 baseline: a row's ratio is against ``baseline_tokens_per_s`` of its own run (``commit``), and the
@@ -152,14 +152,19 @@ def lowp_gemms(fn, opt, batches, table: Path | None = None, by_kernel: bool = Fa
     if table is not None:
         table.parent.mkdir(parents=True, exist_ok=True)
         table.write_text(prof.key_averages().table(sort_by="cuda_time_total", row_limit=60, max_name_column_width=90))
+    return count_lowp(((e.name, e.device_type == torch.autograd.DeviceType.CUDA) for e in prof.events()), by_kernel)
+
+
+def count_lowp(events, by_kernel: bool = False) -> int:
+    """Low-precision GEMMs among a profiled step's ``(name, on the GPU)`` events: their operators and
+    the Triton GEMM kernels, or with ``by_kernel`` the GPU kernels alone, cuBLAS's by name."""
     n = 0
-    for e in prof.events():
-        on_gpu = e.device_type == torch.autograd.DeviceType.CUDA
+    for name, on_gpu in events:
         if by_kernel:
-            n += on_gpu and (e.name.startswith(_LOWP_KERNELS)
-                             or (not e.name.startswith("triton_") and bool(_LOWP_CUBLAS.search(e.name))))
-        elif e.name in _LOWP_OPS or (on_gpu and e.name.startswith(_LOWP_KERNELS)):
-            n += 1
+            n += on_gpu and (name.startswith(_LOWP_KERNELS)
+                             or (not name.startswith("triton_") and bool(_LOWP_CUBLAS.search(name))))
+        else:
+            n += name in _LOWP_OPS or (on_gpu and name.startswith(_LOWP_KERNELS))
     return n
 
 
