@@ -36,7 +36,7 @@ from .methods.mor_fast import DecisionCounts, MoROperand, count_gemm
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
 from .numerics import rounding_stream as _stream
 from .numerics.checks import one_of
-from .recipes import GEMMS, OPERANDS, SLOTS, OperandCall, OperandQuantizer, Recipe
+from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe, slot_key
 from .telemetry import Telemetry
 
 DEFAULT_EXCLUDE = ("lm_head", "*.lm_head", "score")
@@ -216,10 +216,6 @@ class QLinear(nn.Module):
             return None
         return _stream.next_call_key_(self.seed_key, self.calls, ranks.rank(), self.training)
 
-    @staticmethod
-    def _seed(key: torch.Tensor, gemm: str, operand: str) -> torch.Tensor:
-        return _stream.operand_key(key, SLOTS.index((gemm, operand)))
-
     def _operand(self, gemm: str, operand: str, t: torch.Tensor, spec: QuantSpec, key=None):
         """The operand's QTensor under ``spec`` (``key``: the call's random key, for stochastic
         rounding)."""
@@ -230,7 +226,7 @@ class QLinear(nn.Module):
             amax = scaler.step(current) if self.training else scaler.amax(current)
         noise = None
         if spec.rounding == "stochastic":
-            noise = _stream.uniforms(self._seed(key, gemm, operand), tuple(t.shape), device=t.device)
+            noise = _stream.uniforms(slot_key(key, gemm, operand), tuple(t.shape), device=t.device)
         return quantize(t, spec, noise=noise, amax=amax)
 
     def _values(self, gemm: str, operand: str, t: torch.Tensor, spec, key) -> torch.Tensor:
@@ -242,7 +238,7 @@ class QLinear(nn.Module):
             if want:
                 tel.record(self.name, gemm, operand, t, values, None, None)
         elif isinstance(spec, OperandQuantizer):
-            values, stats = spec(t, OperandCall(self, gemm, operand, self._seed(key, gemm, operand), self.training))
+            values, stats = spec(t, OperandCall(self, gemm, operand, slot_key(key, gemm, operand), self.training))
             if want:
                 tel.record(self.name, gemm, operand, t, values, None, None, **stats, **spec.telemetry_stats(t))
         else:
@@ -257,11 +253,11 @@ class QLinear(nn.Module):
 
     def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor, key: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``a @ b.T`` with a: (rows, R) and b: (cols, R), R the reduction dimension; ``key``: the
-        random key of the forward call the GEMM belongs to (``_call_key``)."""
+        random key of the forward call the GEMM belongs to (``_next_key``)."""
         spec_a, spec_b = self.recipe.gemm(name)
         op_a, op_b = OPERANDS[name]
         if isinstance(spec_a, OperandQuantizer) and a.is_cuda and not self._measuring():
-            calls = [OperandCall(self, name, op, self._seed(key, name, op), self.training) for op in (op_a, op_b)]
+            calls = [OperandCall(self, name, op, slot_key(key, name, op), self.training) for op in (op_a, op_b)]
             y = spec_a.fused_gemm(spec_b, a, b, *calls)
             if y is not None:
                 return y

@@ -48,12 +48,19 @@ from typing import Any, Callable, NamedTuple, Optional, Union
 import torch
 
 from .numerics import QuantSpec
+from .numerics import rounding_stream as _stream
 
 GEMMS = ("fprop", "dgrad", "wgrad")
 OPERANDS = {"fprop": ("x", "w"), "dgrad": ("dy", "w"), "wgrad": ("dy", "x")}
 # the six (GEMM, operand) slots of a layer in one order, a GEMM's two operands side by side: the
 # index of per-slot state in a layer's buffers and of the slot's random stream
 SLOTS = tuple((g, op) for g in GEMMS for op in OPERANDS[g])
+
+
+def slot_key(call_key: Optional[Any], gemm: str, operand: str):
+    """The random key of one operand of a forward call's GEMMs, from the call's key
+    (``rounding_stream.operand_key`` of the slot); None for a call that draws nothing."""
+    return None if call_key is None else _stream.operand_key(call_key, SLOTS.index((gemm, operand)))
 
 
 @dataclass

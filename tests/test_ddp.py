@@ -111,6 +111,7 @@ _RANK_WORKER = textwrap.dedent("""
     from lowprec import RECIPES, convert
     from lowprec.methods.int8_fallback import int8_fallback_recipe
     from lowprec.numerics import ranks, rounding_stream
+    from lowprec.recipes import slot_key
 
 
     def input_grad(recipe):
@@ -121,7 +122,7 @@ _RANK_WORKER = textwrap.dedent("""
         x = torch.randn(64, 64, generator=torch.Generator().manual_seed(5), requires_grad=True)
         layer(x).backward(torch.randn(64, 32, generator=torch.Generator().manual_seed(6)))
         key = rounding_stream.call_key(layer[0].seed_key, torch.tensor(0), ranks.rank())  # the first call's
-        return x.grad, int(layer[0]._seed(key, "dgrad", "dy"))
+        return x.grad, int(slot_key(key, "dgrad", "dy"))
 
 
     def run(rank, world):

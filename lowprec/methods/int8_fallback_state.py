@@ -4,8 +4,9 @@ the dynamic rule's EMA level and the fallback counts, one row per (GEMM, operand
 
 They are buffers of the layer (``FallbackBuffers.register``), so an eager step (the emulation, a
 telemetry step) and a compiled step update the same tensors, and a compiled step updates them in its
-graph: through two operators that mutate their buffer (``set_level_``, ``count_``), which Dynamo keeps
-as nodes in the forward and the backward graph alike. Nothing here reads a device tensor on the host
+graph: through operators that mutate their buffer (``set_level_`` here; for the counts
+``add_rows_`` of ``lowprec.methods.layer_buffers``), which Dynamo keeps as nodes in the forward and
+the backward graph alike. Nothing here reads a device tensor on the host
 except ``FallbackBuffers.slot_rows``, which a checkpoint or a report calls.
 """
 
@@ -17,6 +18,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from ..recipes import SLOTS
+from .layer_buffers import add_rows_
 
 # the buffers' names on a layer, in FallbackBuffers' field order
 BUFFER_NAMES = ("fallback_levels", "fallback_steps", "fallback_counts")
@@ -71,7 +73,7 @@ class FallbackBuffers(NamedTuple):
                 for i, (g, o) in enumerate(SLOTS)]
 
 
-# Operators that mutate a buffer: Dynamo keeps each as a graph node, forward and backward, where an
+# An operator that mutates its buffers: Dynamo keeps it as a graph node, forward and backward, where an
 # in-place update of a module buffer inside a backward graph would not be kept.
 @torch.library.custom_op("lowprec::int8_fallback_set_level_", mutates_args=("levels", "steps"))
 def set_level_(levels: torch.Tensor, steps: torch.Tensor, slot: int, level: torch.Tensor) -> None:
@@ -85,19 +87,9 @@ def _(levels, steps, slot, level):
     return None
 
 
-@torch.library.custom_op("lowprec::int8_fallback_count_", mutates_args=("counts",))
-def count_(counts: torch.Tensor, slot: int, update: torch.Tensor) -> None:
-    """counts[slot] += update (``COUNT_COLUMNS``)."""
-    counts.narrow(0, slot, 1).add_(update.reshape(1, -1))
-
-
-@count_.register_fake
-def _(counts, slot, update):
-    return None
-
-
 def count_call(counts: torch.Tensor, slot: int, mask: torch.Tensor) -> None:
     """One training call of a slot: its blocks (``mask``'s size) and those that fell back, counted
     without reading the mask on the host (the update built in traced ops, one operator call)."""
     fell = mask.sum().to(torch.int64)
-    count_(counts, slot, torch.stack([torch.ones_like(fell), torch.full_like(fell, mask.numel()), fell]))
+    row = torch.stack([torch.ones_like(fell), torch.full_like(fell, mask.numel()), fell])
+    add_rows_(counts, slot, row.reshape(1, -1))

@@ -34,7 +34,7 @@ import torch
 
 from ..numerics import quantize
 from ..numerics import rounding_stream as _stream
-from ..recipes import OPERANDS, SLOTS, OperandCall
+from ..recipes import OPERANDS, OperandCall, slot_key
 from .int8_fallback import FallbackInt8Quantizer, FallbackQTensor, int8_block_gemm_reference
 from .int8_fallback_rules import _int8_spec
 from .int8_fallback_state import FallbackBuffers
@@ -166,8 +166,7 @@ def _gemm(plan, name: str, a: torch.Tensor, b: torch.Tensor, key, buffers, train
         return hp_mm(a, b, plan.high_precision, torch.float32)
     ops = []
     for op, t, spec in zip(OPERANDS[name], (a, b), (spec_a, spec_b)):
-        seed = None if key is None else _stream.operand_key(key, SLOTS.index((name, op)))
-        ops.append(int8_operand(spec, t, OperandCall(buffers, name, op, seed, training)))
+        ops.append(int8_operand(spec, t, OperandCall(buffers, name, op, slot_key(key, name, op), training)))
     return int8_mm(*ops, kernel=uses_kernel(spec_a, a.device))
 
 

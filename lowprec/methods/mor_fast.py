@@ -22,8 +22,8 @@ the same scales (per-tensor and 128x128 blocks) reuses that operand's codes, sca
 whose error differs from the transpose's own only in fp64 summation order.
 
 Decisions are counted for the coverage table (``MoRQuantizer.coverage``) in a per-layer buffer
-(``DecisionCounts``) by ``count_decisions_``, an operator that mutates the buffer and so stays in
-the compiled graph, forward and backward.
+(``DecisionCounts``) by ``lowprec.methods.layer_buffers.add_rows_``, an operator that mutates the
+buffer and so stays in the compiled graph, forward and backward.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ..gemm import FP8Operand, kind_block, operand_mm, scale_kind, triton_runs_o
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, _relative_error, e4m3_spec
 from ..numerics.scaling import apply_blocks
 from ..recipes import OPERANDS, SLOTS
+from .layer_buffers import add_rows_
 
 
 def fast_mor_quantizer(q) -> bool:
@@ -176,23 +177,11 @@ def _kernel_operand(op: MoROperand, error: torch.Tensor):
 
 
 def count_gemm(counts: torch.Tensor, gemm: str, a: MoROperand, b: MoROperand) -> None:
-    """Adds one call and each operand's choice to the GEMM's two slots of a layer's counts: the
-    update is built in traced ops (Inductor fuses it), the buffer written by one operator call."""
+    """Adds one call and each operand's choice to the GEMM's two slots of a layer's counts (side by
+    side in ``SLOTS``: one (2, 2) block of (calls, E4M3 choices) rows), without a host read."""
     slot = DecisionCounts.slot(gemm, OPERANDS[gemm][0])
     e4m3 = torch.stack([a.e4m3, b.e4m3]).to(counts.dtype)
-    count_decisions_(counts, slot, torch.stack([torch.ones_like(e4m3), e4m3], dim=1))
-
-
-# An operator that mutates the buffer keeps the update in the compiled graph, forward and backward
-@torch.library.custom_op("lowprec::count_decisions_", mutates_args=("counts",))
-def count_decisions_(counts: torch.Tensor, slot: int, update: torch.Tensor) -> None:
-    """counts[slot:slot + 2] += update, a (2, 2) block of (calls, E4M3 choices) rows."""
-    counts.narrow(0, slot, 2).add_(update)
-
-
-@count_decisions_.register_fake
-def _(counts, slot, update):
-    return None
+    add_rows_(counts, slot, torch.stack([torch.ones_like(e4m3), e4m3], dim=1))
 
 
 class DecisionCounts:

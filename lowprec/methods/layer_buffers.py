@@ -1,0 +1,20 @@
+"""An operator that adds to rows of a layer's buffer inside a compiled graph: the fast paths' counts
+(MoR's decisions, INT8 fallback's blocks) live in layer buffers, and Dynamo keeps an operator that
+mutates its argument as a node of the forward and of the backward graph alike, where an in-place
+update of a module buffer inside a backward graph would not be kept. The update itself is built in
+traced ops, which Inductor fuses; the buffer is written by one operator call."""
+
+from __future__ import annotations
+
+import torch
+
+
+@torch.library.custom_op("lowprec::add_rows_", mutates_args=("buffer",))
+def add_rows_(buffer: torch.Tensor, row: int, update: torch.Tensor) -> None:
+    """buffer[row:row + len(update)] += update."""
+    buffer.narrow(0, row, update.shape[0]).add_(update)
+
+
+@add_rows_.register_fake
+def _(buffer, row, update):
+    return None
