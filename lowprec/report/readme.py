@@ -60,12 +60,14 @@ def measured_on(results: Path, measurement: str) -> str:
     return f"{gpu or 'GPU'} benchmark"
 
 
-def runs_of_scale(results: Path, scale: str) -> str:
-    """'`small` (H200, 3 seeds)': the scale, where its committed runs trained, and how many seeds
-    an arm has committed (a range while a grid is committed in parts, e.g. '3-5 seeds')."""
+def runs_of_scale(results: Path, scale: str, paper: str | None = None) -> str:
+    """'`small` (H200, 3 seeds)': the scale, where its committed runs (``paper``'s pre-training runs,
+    or every experiment's) trained, and how many seeds an arm has committed (a range while a grid is
+    committed in parts, e.g. '3-5 seeds'). A paper's count leaves out the one-seed cross-recipe
+    matrix, which no claim reads."""
     from ..cli import complete_runs
 
-    runs = complete_runs(results, scale)
+    runs = [d for d in complete_runs(results, scale) if paper is None or d.parents[2].name == paper]
     devices = sorted({_gpu(json.loads((d / "provenance.json").read_text())) or "CPU" for d in runs})
     per_arm: dict[Path, int] = {}
     for d in runs:
@@ -84,7 +86,7 @@ def number_source(results: Path, paper: str, metric: dict, scale: str) -> str:
     measurement = file.lstrip("/") if file.startswith("/") else MEASUREMENT_TABLES.get((paper, file))
     if measurement:
         return f"{measured_on(results, measurement)} ([{Path(measurement).name}](results/{measurement}))"
-    return runs_of_scale(results, scale)
+    return runs_of_scale(results, scale, paper)
 
 
 def verdict_rows(results: Path, papers: list[str]) -> list[dict]:
