@@ -32,7 +32,7 @@ from torch import nn
 from .gemm import FastPlan, FP8Operand, fast_path_applies, scaled_mm
 from .methods.int8_fallback_state import FallbackBuffers
 from .methods.int8_fast import int8_linear
-from .methods.mor_fast import DecisionCounts, MoROperand, count_gemm
+from .methods.mor_fast import MoROperand, count_gemm
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
 from .numerics import rounding_stream as _stream
 from .numerics.checks import one_of
@@ -112,14 +112,6 @@ class QLinear(nn.Module):
                         if isinstance(spec, QuantSpec) and spec.scaling == "delayed"}
         self.weight_transform = recipe.weight_transform(self) if recipe.weight_transform else None
         self.fast_plan = FastPlan.for_recipe(recipe)
-        if self.fast_plan is not None and self.fast_plan.has_mor:
-            # the fast path's MoR decisions, counted on the device for the coverage table
-            self.register_buffer("mor_counts", DecisionCounts.buffer(weight.device), persistent=False)
-            for g in GEMMS:
-                if self.fast_plan.gemms[g][0] != "mor":  # a GEMM the recipe leaves in high precision
-                    continue
-                for op, q in zip(OPERANDS[g], recipe.gemm(g)):
-                    q.attach_counts((name, g, op), self, DecisionCounts.slot(g, op))
         for q in self._quantizers():
             q.attach_layer(self)
         # the transformed weight of this step, set eagerly by `compiled` before a compiled forward:
@@ -358,6 +350,16 @@ def compile_blocks(model: nn.Module, *, cudagraphs: bool = False, **compile_kw) 
     for block in blocks:
         block.compile(**compile_kw)
     return model
+
+
+def not_compilable(model: nn.Module) -> Optional[str]:
+    """Why a converted model's blocks cannot compile whole, or None: delayed scaling keeps its amax
+    history as a tensor that grows on the host each call, which a graph cannot carry (every call
+    would break it and recompile, until Dynamo gives up and runs the block eagerly)."""
+    delayed = [m.name for m in model.modules() if isinstance(m, QLinear) and m.scalers]
+    if delayed:
+        return f"delayed scaling's amax history (layers {', '.join(delayed[:2])}{', ...' if len(delayed) > 2 else ''})"
+    return None
 
 
 def transformed_layers(model: nn.Module) -> list:

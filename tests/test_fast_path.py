@@ -206,6 +206,16 @@ def test_train_compile_setting():
     assert use_compile({"compile": True}, {"accelerator": "cpu", "strategy": "auto"})
     with pytest.raises(ConfigError, match="train.compile"):
         use_compile({"compile": True}, {"accelerator": "gpu", "strategy": "fsdp"})
+    # a model whose layers do not compile: auto trains it eagerly, true is an error that says why
+    model = nn.Sequential(nn.Linear(64, 64))
+    convert(model, RECIPES["fp8_delayed"])
+    why = lin.not_compilable(model)
+    assert "delayed scaling" in why and "0" in why
+    assert not use_compile({}, gpu, why)
+    with pytest.raises(ConfigError, match="delayed scaling"):
+        use_compile({"compile": True}, gpu, why)
+    convert(plain := nn.Sequential(nn.Linear(64, 64)), RECIPES["fp8_hybrid"])
+    assert lin.not_compilable(plain) is None and use_compile({}, gpu, lin.not_compilable(plain))
 
 
 @pytest.mark.parametrize("spec", [QuantSpec("e4m3", "tensor"), QuantSpec("e5m2", "tensor", margin=1),

@@ -25,7 +25,7 @@ from lowprec.methods.mor import (
     relative_error_by_partition,
     subtensor_mor,
 )
-from lowprec.numerics import block_amax, cast, gam_block_scales, gam_block_scales_bitwise, relative_error
+from lowprec.numerics import block_amax, cast, gam_block_scales, gam_block_scales_bitwise, relative_error, sqnr_db
 from lowprec.recipes import OperandCall
 from lowprec.telemetry import Telemetry
 
@@ -363,3 +363,38 @@ def test_restricted_operands_keep_other_slots_bf16_in_telemetry():
     fmt = {(r.gemm, r.operand): r.format for r in df.itertuples()}
     assert fmt[("fprop", "x")] == fmt[("fprop", "w")] == "e4m3"
     assert {fmt[k] for k in fmt if k[0] != "fprop"} == {"hp"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cfg", [{"partition": "block", "block": [64, 64]},
+                                 {"partition": "subtensor", "subtensor_mode": "three_way"}],
+                         ids=["block64", "subtensor"])
+def test_emulated_mor_compiles_whole_and_counts_inside_the_graph(cfg):
+    """MoR off the fast path (64x64 blocks, sub-tensor MoR) compiles into one graph too: its decision
+    counts are a layer buffer that the graph updates (a Python-side count broke the graph in every
+    layer and recompiled per shape until Dynamo's limit), so the compiled step trains like the eager
+    one and counts the same calls and blocks."""
+    import copy
+
+    import torch._dynamo as dynamo
+    from conftest import assert_one_graph, autocast_loss
+
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
+    eager, comp = copy.deepcopy(base), copy.deepcopy(base)
+    recipe_e, recipe_c = mor_recipe(cfg), mor_recipe(cfg)
+    convert(eager, recipe_e)
+    convert(comp, recipe_c)
+    loss = autocast_loss(torch.randn(2, 128, 256), torch.randn(2, 128, 256))
+    assert_one_graph(loss, comp)
+    recipe_c.gemm("fprop")[0].reset_coverage()
+    assert recipe_c.gemm("fprop")[0].coverage() == []
+    dynamo.reset()
+    torch.compile(loss)(comp).backward()
+    loss(eager).backward()
+    for a, b in zip(comp.parameters(), eager.parameters()):
+        assert sqnr_db(b.grad, a.grad) > 25
+    columns = ("layer", "gemm", "operand", "calls", "blocks")
+    cov_c, cov_e = ([tuple(r.get(c) for c in columns) for r in recipe_coverage(r_)] for r_ in (recipe_c, recipe_e))
+    # two layers of three GEMMs of two operands, less the first layer's dgrad (its input needs no gradient)
+    assert cov_c == cov_e and len(cov_c) == 10 and all(r[3] == 1 for r in cov_c)

@@ -11,8 +11,12 @@ import torch
 
 @torch.library.custom_op("lowprec::add_rows_", mutates_args=("buffer",))
 def add_rows_(buffer: torch.Tensor, row: int, update: torch.Tensor) -> None:
-    """buffer[row:row + len(update)] += update."""
-    buffer.narrow(0, row, update.shape[0]).add_(update)
+    """buffer[row:row + len(update), :update.shape[1]] += update (a 2-D update adds to the first
+    columns of a 2-D buffer)."""
+    rows = buffer.narrow(0, row, update.shape[0])
+    if update.dim() == 2:
+        rows = rows.narrow(1, 0, update.shape[1])
+    rows.add_(update)
 
 
 @add_rows_.register_fake

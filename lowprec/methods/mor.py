@@ -46,7 +46,6 @@ error under every partition (``telemetry_stats``), the numbers of the paper's he
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from typing import NamedTuple, Optional
@@ -68,7 +67,8 @@ from ..numerics.scaling import (
     scale_from_amax,
 )
 from .mor_rules import DEFAULT_THRESHOLD, check_threshold, decide
-from ..recipes import GEMMS, OPERANDS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
+from ..recipes import GEMMS, OPERANDS, SLOTS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
+from .layer_buffers import add_rows_
 
 __all__ = [
     "E4M3_MAX", "E5M2_MAX", "E4M3_DYNAMIC_RANGE", "E5M2_DYNAMIC_RANGE", "SUBTENSOR_E4M3_RANGE",
@@ -322,38 +322,75 @@ def subtensor_mor(x: torch.Tensor, block=DEFAULT_BLOCK, mode: str = "two_way", s
 # Operand quantizers
 
 
+# The columns of a layer's MoR decision counts (the ``mor_counts`` buffer, one row per slot of
+# ``lowprec.recipes.SLOTS``): training calls, calls whose operand went to E4M3 whole, and sub-tensor
+# MoR's blocks by format. A quantizer keeps a prefix of them (``_Coverage.columns``).
+COUNT_COLUMNS = ("calls", "e4m3", "blocks", "e4m3_blocks", "e5m2_blocks", "bf16_blocks")
+
+
+def counts_buffer(device=None) -> torch.Tensor:
+    """A layer's zeroed decision counts: (len(SLOTS), len(COUNT_COLUMNS)) int64."""
+    return torch.zeros(len(SLOTS), len(COUNT_COLUMNS), dtype=torch.int64, device=device)
+
+
 class _Coverage:
-    """Counts decisions per (layer, gemm, operand) over training calls, for the paper's headline
-    "share of tensors in FP8", which telemetry (sampled every N steps) only estimates. Not saved
-    in checkpoints: a resumed run counts from the resume on."""
+    """Counts decisions per (layer, GEMM, operand) over training calls, for the paper's headline
+    "share of tensors in FP8", which telemetry (sampled every N steps) only estimates.
+
+    The counts live in a buffer of each layer (``mor_counts``, registered by ``attach_layer``) and
+    grow through ``add_rows_``, an operator that mutates its buffer: the emulation, the fast path
+    (``lowprec.methods.mor_fast.count_gemm``) and a compiled step of either count into the same
+    tensor, inside the graph and without waiting for the device. Not saved in checkpoints: a
+    resumed run counts from the resume on."""
+
+    columns = COUNT_COLUMNS[:2]
+
+    def attach_layer(self, layer) -> None:
+        if not hasattr(layer, "mor_counts"):
+            layer.register_buffer("mor_counts", counts_buffer(layer.weight.device), persistent=False)
+        slots = [SLOTS.index((g, op)) for g in GEMMS for op, q in zip(OPERANDS[g], layer.recipe.gemm(g)) if q is self]
+        self._layers[str(layer.name)] = (layer, slots)
+
+    def _buffer(self, layer, device) -> torch.Tensor:
+        counts = getattr(layer, "mor_counts", None)
+        if counts is not None:
+            return counts
+        # a call from outside a QLinear (a quantizer used on its own): counts of its own, by layer name
+        name = str(getattr(layer, "name", ""))
+        if name not in self._layers:
+            self._layers[name] = (counts_buffer(device), None)
+        return self._layers[name][0]
 
     def _count(self, call: OperandCall, **counts) -> None:
+        """Adds one training call's ``columns`` (ints or 0-d device tensors) to its slot's row."""
         if not call.training:
             return
-        key = (getattr(call.layer, "name", ""), call.gemm, call.operand)
-        row = self._counts.setdefault(key, {})
-        for k, v in counts.items():
-            row[k] = row.get(k, 0) + v
+        values = [counts[c] for c in self.columns]
+        like = next(v for v in values if isinstance(v, torch.Tensor))
+        row = torch.stack([v.to(torch.int64) if isinstance(v, torch.Tensor) else torch.full_like(like, v, dtype=torch.int64)
+                           for v in values])
+        add_rows_(self._buffer(call.layer, like.device), SLOTS.index((call.gemm, call.operand)), row.reshape(1, -1))
 
-    def attach_counts(self, key: tuple, layer, slot: int) -> None:
-        """Also count ``layer.mor_counts[slot]`` (the fast path's device-side (calls, E4M3) counts,
-        ``lowprec.methods.mor_fast.DecisionCounts``) under ``key`` = (layer name, GEMM, operand)."""
-        self.__dict__.setdefault("_attached", {})[key] = (layer, slot)
+    def _rows(self):
+        for name, (holder, slots) in self._layers.items():
+            counts = holder.mor_counts if isinstance(holder, torch.nn.Module) else holder
+            yield name, counts, range(len(SLOTS)) if slots is None else slots
 
     def coverage(self) -> list[dict]:
-        # counts may be device tensors (summed without waiting for the device); ints when read
-        rows = {key: {k: int(v) for k, v in c.items()} for key, c in self._counts.items()}
-        for key, (layer, slot) in self.__dict__.get("_attached", {}).items():
-            calls, e4m3 = (int(v) for v in layer.mor_counts[slot])
-            if calls:
-                row = rows.setdefault(key, {})
-                row["calls"], row["e4m3"] = row.get("calls", 0) + calls, row.get("e4m3", 0) + e4m3
-        return [{"layer": layer, "gemm": gemm, "operand": op, **c} for (layer, gemm, op), c in sorted(rows.items())]
+        """One row per (layer, GEMM, operand) that counted a training call: layer, gemm, operand and
+        ``columns`` (read on the host)."""
+        rows = []
+        for name, counts, slots in self._rows():
+            host = counts.detach().cpu()
+            for i in slots:
+                if host[i, 0]:
+                    rows.append({"layer": name, "gemm": SLOTS[i][0], "operand": SLOTS[i][1],
+                                 **{c: int(host[i, j]) for j, c in enumerate(self.columns)}})
+        return sorted(rows, key=lambda r: (r["layer"], r["gemm"], r["operand"]))
 
     def reset_coverage(self) -> None:
-        self._counts.clear()
-        for layer, _ in self.__dict__.get("_attached", {}).values():
-            layer.mor_counts.zero_()
+        for _, counts, slots in self._rows():
+            counts[list(slots)] = 0
 
 
 class _ErrorByPartition:
@@ -382,7 +419,7 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         # "kernel": the GEMMs on lowprec.kernels.mor_gemm on CUDA (fused_gemm); opt-in, like the
         # INT8-fallback kernel, until its GPU measurement is committed
         self.gemm = _choose("gemm", gemm, GEMM_PATHS)
-        self._counts: dict = {}
+        self._layers: dict = {}  # layer name -> (the layer, its slots) or (counts, None): _Coverage
 
     def __call__(self, t: torch.Tensor, call: OperandCall):
         values, e4, err, _ = _mor_on_device(t, self.partition, self.block, self.scale, self.threshold,
@@ -442,13 +479,14 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
     "e4m3" only when every block is E4M3, else "bf16" (mixed blocks are upcast)."""
 
     name = "mor_subtensor"
+    columns = COUNT_COLUMNS
 
     def __init__(self, block=DEFAULT_BLOCK, mode: str = "two_way", scale: str = "fp32", dequant: str = "fp32"):
         self.block = _check_block(block)
         self.mode = _choose("subtensor_mode", mode, SUBTENSOR_MODES)
         self.scale = _choose("scale", scale, SCALE_RULES)
         self.dequant = _choose("dequant", dequant, DEQUANT)
-        self._counts: dict = {}
+        self._layers: dict = {}  # as MoRQuantizer's
 
     def __call__(self, t: torch.Tensor, call: OperandCall):
         x2d = _as_2d(t).to(torch.float32)
@@ -463,8 +501,14 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
             finite_dr = r.dynamic_range[torch.isfinite(r.dynamic_range)]
             return float(finite_dr.max()) if finite_dr.numel() else math.nan
 
-        all_shares = functools.cache(r.shares)   # one computation for the three share entries
-        shares = {f"{name}_share": (lambda name=name: all_shares()[f"{name}_share"]) for name in _CHOICE_NAMES}
+        memo: dict = {}   # one computation for the three share entries (read on telemetry steps)
+
+        def share(name):
+            if not memo:
+                memo.update(r.shares())
+            return memo[f"{name}_share"]
+
+        shares = {f"{name}_share": (lambda name=name: share(name)) for name in _CHOICE_NAMES}
         stats = LazyStats(format=lambda: r.gemm_format, mor_rel_error=lambda: _relative_error(x2d, r.values),
                           **shares, partition="subtensor", subtensor_mode=self.mode,
                           max_block_dynamic_range=max_block_dynamic_range)

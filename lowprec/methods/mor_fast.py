@@ -21,14 +21,14 @@ GEMMs' accumulation order, and a backward GEMM whose operand is the transpose of
 the same scales (per-tensor and 128x128 blocks) reuses that operand's codes, scales and decision,
 whose error differs from the transpose's own only in fp64 summation order.
 
-Decisions are counted for the coverage table (``MoRQuantizer.coverage``) in a per-layer buffer
-(``DecisionCounts``) by ``lowprec.methods.layer_buffers.add_rows_``, an operator that mutates the
-buffer and so stays in the compiled graph, forward and backward.
+Decisions are counted for the coverage table (``MoRQuantizer.coverage``) in the layer's buffer
+(``mor_counts``, the emulation's too) by ``lowprec.methods.layer_buffers.add_rows_``, an operator
+that mutates the buffer and so stays in the compiled graph, forward and backward.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 
@@ -177,21 +177,9 @@ def _kernel_operand(op: MoROperand, error: torch.Tensor):
 
 
 def count_gemm(counts: torch.Tensor, gemm: str, a: MoROperand, b: MoROperand) -> None:
-    """Adds one call and each operand's choice to the GEMM's two slots of a layer's counts (side by
-    side in ``SLOTS``: one (2, 2) block of (calls, E4M3 choices) rows), without a host read."""
-    slot = DecisionCounts.slot(gemm, OPERANDS[gemm][0])
+    """Adds one call and each operand's choice to the GEMM's two slots of a layer's decision counts
+    (``lowprec.methods.mor.COUNT_COLUMNS``; the two slots side by side in ``SLOTS``: one (2, 2) block
+    of (calls, E4M3 choices) rows), without a host read."""
+    slot = SLOTS.index((gemm, OPERANDS[gemm][0]))
     e4m3 = torch.stack([a.e4m3, b.e4m3]).to(counts.dtype)
     add_rows_(counts, slot, torch.stack([torch.ones_like(e4m3), e4m3], dim=1))
-
-
-class DecisionCounts:
-    """The fast path's decision counts of one layer: (calls, E4M3 choices) per (GEMM, operand) slot
-    in an int64 buffer on the layer's device, read by the quantizers' coverage tables."""
-
-    @staticmethod
-    def slot(gemm: str, op: str) -> int:
-        return SLOTS.index((gemm, op))
-
-    @staticmethod
-    def buffer(device: Optional[torch.device] = None) -> torch.Tensor:
-        return torch.zeros(len(SLOTS), 2, dtype=torch.int64, device=device)

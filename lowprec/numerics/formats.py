@@ -317,7 +317,9 @@ def _cast_native(x32: torch.Tensor, f: FloatFormat) -> torch.Tensor:
     keeps every torch version's disagreeing overflow rules out of play."""
     dtype = _native_float_dtype(f)
     codes = x32.clamp(-f.max_normal, f.max_normal).to(dtype)
-    if dtype.itemsize == 1:
+    # compiled, the plain conversion: Inductor fuses it, and a table filled while tracing would fail
+    # the traced graph's guard at the next call (a recompilation)
+    if dtype.itemsize == 1 and not torch.compiler.is_compiling():
         table = _decode_table(dtype, codes.device)
         return torch.take(table, codes.view(torch.uint8).long()).reshape(x32.shape)
     return codes.to(torch.float32)
