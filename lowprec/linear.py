@@ -34,6 +34,7 @@ from .methods.int8_fallback_state import FallbackBuffers
 from .methods.int8_fast import int8_linear
 from .methods.mor_fast import MoROperand, count_gemm
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
+from .numerics.scaling import load_history, ordered_history
 from .numerics import rounding_stream as _stream
 from .numerics.checks import one_of
 from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe, slot_key
@@ -110,6 +111,13 @@ class QLinear(nn.Module):
         self.scalers = {(g, op): DelayedScaler.from_spec(spec)
                         for g in GEMMS for op, spec in zip(OPERANDS[g], recipe.gemm(g))
                         if isinstance(spec, QuantSpec) and spec.scaling == "delayed"}
+        # each delayed scaler's history is two buffers of the layer (they move with it, and a compiled
+        # step updates them in its graph; `_apply` keeps the scaler's own state pointing at them);
+        # checkpoints carry them as extra state, oldest first
+        for (g, op), scaler in self.scalers.items():
+            for part, t in zip(("ring", "count"), scaler.new_state(weight.device)):
+                self.register_buffer(f"amax_{part}_{g}_{op}", t, persistent=False)
+            scaler.state = self._history(g, op)
         self.weight_transform = recipe.weight_transform(self) if recipe.weight_transform else None
         self.fast_plan = FastPlan.for_recipe(recipe)
         for q in self._quantizers():
@@ -142,17 +150,26 @@ class QLinear(nn.Module):
     # delayed-scaling histories and quantizer state (OperandQuantizer.state_for_layer, e.g. the
     # dynamic fallback rule's EMA level) travel with checkpoints, so a resumed run continues exactly
     # where the killed one was
+    def _apply(self, fn, *args, **kwargs):
+        out = super()._apply(fn, *args, **kwargs)
+        for (g, op), scaler in self.scalers.items():  # the moved buffers
+            scaler.state = self._history(g, op)
+        return out
+
+    def _history(self, gemm: str, operand: str) -> tuple:
+        """(ring, count): the delayed scaler's state of an operand slot (``DelayedScaler``)."""
+        return getattr(self, f"amax_ring_{gemm}_{operand}"), getattr(self, f"amax_count_{gemm}_{operand}")
+
     def get_extra_state(self):
-        state = {f"{g}.{op}": s.history.clone() for (g, op), s in self.scalers.items()}
+        state = {f"{g}.{op}": ordered_history(*self._history(g, op)) for g, op in self.scalers}
         quantizers = [q.state_for_layer(self.name) for q in self._quantizers()]
         if any(quantizers):
             state["quantizers"] = quantizers
         return state
 
     def set_extra_state(self, state):
-        for (g, op), s in self.scalers.items():
-            h = (state or {}).get(f"{g}.{op}")
-            s._history = None if h is None or h.numel() == 0 else h.clone()
+        for g, op in self.scalers:
+            load_history(*self._history(g, op), (state or {}).get(f"{g}.{op}"))
         saved = (state or {}).get("quantizers") or []
         for i, q in enumerate(self._quantizers()):
             q.load_state_for_layer(self.name, saved[i] if i < len(saved) else {})
@@ -215,7 +232,8 @@ class QLinear(nn.Module):
         if scaler is not None:
             current = block_amax(t, tuple(t.shape)).reshape(())  # NaN/Inf ignored, as in every amax
             # training: max over the ranks, then into the history; evaluation reads it only
-            amax = scaler.step(current) if self.training else scaler.amax(current)
+            state = self._history(gemm, operand)
+            amax = scaler.step(current, state) if self.training else scaler.amax(current, state)
         noise = None
         if spec.rounding == "stochastic":
             noise = _stream.uniforms(slot_key(key, gemm, operand), tuple(t.shape), device=t.device)
@@ -350,16 +368,6 @@ def compile_blocks(model: nn.Module, *, cudagraphs: bool = False, **compile_kw) 
     for block in blocks:
         block.compile(**compile_kw)
     return model
-
-
-def not_compilable(model: nn.Module) -> Optional[str]:
-    """Why a converted model's blocks cannot compile whole, or None: delayed scaling keeps its amax
-    history as a tensor that grows on the host each call, which a graph cannot carry (every call
-    would break it and recompile, until Dynamo gives up and runs the block eagerly)."""
-    delayed = [m.name for m in model.modules() if isinstance(m, QLinear) and m.scalers]
-    if delayed:
-        return f"delayed scaling's amax history (layers {', '.join(delayed[:2])}{', ...' if len(delayed) > 2 else ''})"
-    return None
 
 
 def transformed_layers(model: nn.Module) -> list:

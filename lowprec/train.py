@@ -369,17 +369,13 @@ def lightning_strategy(name: str, model: torch.nn.Module):
     return FSDPStrategy(auto_wrap_policy=blocks or None)
 
 
-def use_compile(t: dict, place: dict, why_not: str | None = None) -> bool:
-    """train.compile resolved: auto compiles on the GPU, but not FSDP's per-block wrapping nor a
-    model whose layers do not compile (``why_not``: ``lowprec.linear.not_compilable``'s reason)."""
+def use_compile(t: dict, place: dict) -> bool:
+    """train.compile resolved: auto compiles on the GPU (but not FSDP's per-block wrapping)."""
     want = t.get("compile", "auto")
     if want == "auto":
-        return place["accelerator"] == "gpu" and place["strategy"] != "fsdp" and why_not is None
+        return place["accelerator"] == "gpu" and place["strategy"] != "fsdp"
     if want and place["strategy"] == "fsdp":
         raise cfglib.ConfigError("train.compile: true is not supported with train.strategy fsdp; use ddp or compile: false")
-    if want and why_not:
-        raise cfglib.ConfigError(f"train.compile: true, but the method's layers do not compile: {why_not}; "
-                                 "use compile: auto (eager where they do not) or false")
     return bool(want)
 
 
@@ -399,8 +395,8 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     precision = resolve_precision(t.get("precision", "auto"), place["accelerator"] == "gpu")
     L.seed_everything(cfg["seed"], workers=True, verbose=False)
     module = LitLM(cfg, data.vocab_size, precision)
-    from .linear import compiled, not_compilable
-    if use_compile(t, place, not_compilable(module.model)):
+    if use_compile(t, place):
+        from .linear import compiled
         module.compiled = compiled(module.model)
     n_parameters = count_parameters(module.model)  # before FSDP shards them
 

@@ -206,16 +206,36 @@ def test_train_compile_setting():
     assert use_compile({"compile": True}, {"accelerator": "cpu", "strategy": "auto"})
     with pytest.raises(ConfigError, match="train.compile"):
         use_compile({"compile": True}, {"accelerator": "gpu", "strategy": "fsdp"})
-    # a model whose layers do not compile: auto trains it eagerly, true is an error that says why
-    model = nn.Sequential(nn.Linear(64, 64))
-    convert(model, RECIPES["fp8_delayed"])
-    why = lin.not_compilable(model)
-    assert "delayed scaling" in why and "0" in why
-    assert not use_compile({}, gpu, why)
-    with pytest.raises(ConfigError, match="delayed scaling"):
-        use_compile({"compile": True}, gpu, why)
-    convert(plain := nn.Sequential(nn.Linear(64, 64)), RECIPES["fp8_hybrid"])
-    assert lin.not_compilable(plain) is None and use_compile({}, gpu, lin.not_compilable(plain))
+
+
+@pytest.mark.slow
+def test_compiled_delayed_scaling_trains_like_eager():
+    """Delayed scaling's history is a ring of the layer's buffers that one operator reads and
+    records (X's and W's amaxes in the forward, dY's in the backward): step by step a compiled layer
+    records the amaxes the eager one records and computes its gradients bit for bit."""
+    from lowprec.numerics.scaling import ordered_history
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(64, 64))
+    comp = copy.deepcopy(eager)
+    convert(eager, RECIPES["fp8_delayed"])
+    convert(comp, RECIPES["fp8_delayed"])
+    g = torch.randn(32, 64)
+
+    def loss(model, x):
+        return (model(x) * g).sum()
+
+    loss_c = torch.compile(loss, options=lin.EAGER_NUMERICS, fullgraph=True)  # no break: one graph
+    for scale in (1.0, 4.0, 2.0):  # a growing, then a shrinking amax: the history sets the scales
+        x = scale * torch.randn(32, 64)
+        loss(eager, x).backward()
+        loss_c(comp, x).backward()
+        assert torch.equal(comp[0].weight.grad, eager[0].weight.grad)
+    for key in eager[0].scalers:
+        assert torch.equal(ordered_history(*comp[0]._history(*key)), ordered_history(*eager[0]._history(*key))), key
+    assert ordered_history(*comp[0]._history("fprop", "x")).numel() == 3
+    assert comp[0].scalers[("fprop", "x")].history.numel() == 3  # the scaler's own state is the layer's
 
 
 @pytest.mark.parametrize("spec", [QuantSpec("e4m3", "tensor"), QuantSpec("e5m2", "tensor", margin=1),

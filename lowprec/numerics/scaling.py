@@ -360,6 +360,14 @@ class DelayedScaler:
     0, "no information", so it cannot pin the scale for history_len steps; an all-zero history
     gives scale 1 like any zero amax.
 
+    The history is a ring of history_len fp32 slots and a count of the amaxes recorded (call i
+    writes slot i % history_len; slots not yet written hold 0, which no amax's max is below):
+    fixed shapes, so a compiled graph carries them. A layer keeps the two tensors as its buffers
+    and passes them as ``state``; without one the scaler uses its own. `step` reads and records in
+    one operator (``delayed_step_``): traced inside an autograd.Function, separate reads of tensors
+    that an operator then mutates were ordered inconsistently (the count read after the record, the
+    ring before it).
+
     Several processes (torch.distributed initialized, world size > 1): `step` and `update` take
     the max of this step's amax over all ranks before it enters the history (Transformer Engine
     reduces its amaxes the same way), so every rank keeps the same history and quantizes with the
@@ -379,54 +387,100 @@ class DelayedScaler:
         self.fmax = get_format(fmt).fmax
         self.margin = margin
         self.pow2 = pow2
-        self._history: Optional[torch.Tensor] = None
+        self.state = self.new_state()
 
     @classmethod
     def from_spec(cls, spec: QuantSpec) -> "DelayedScaler":
         return cls(spec.history_len, spec.reduction, spec.fmt, spec.margin, spec.pow2)
 
+    def new_state(self, device=None) -> tuple:
+        """(ring, count): an empty history."""
+        return (torch.zeros(self.history_len, dtype=torch.float32, device=device),
+                torch.zeros((), dtype=torch.int64, device=device))
+
     @property
     def history(self) -> torch.Tensor:
-        """Recorded amaxes, oldest first (at most history_len)."""
-        return self._history if self._history is not None else torch.zeros(0)
+        """Recorded amaxes of the scaler's own state, oldest first (at most history_len)."""
+        return ordered_history(*self.state)
 
-    def amax(self, current=None) -> torch.Tensor:
-        if self._history is None or self._history.numel() == 0:
-            if current is None:
+    def amax(self, current=None, state: Optional[tuple] = None) -> torch.Tensor:
+        ring, count = self._state(state, current)
+        if current is None:
+            if int(count) == 0:
                 raise ValueError("empty amax history: pass the current amax on the first call")
-            return _fp32(current)
-        if self.reduction == "max":
-            return self._history.max()
-        return self._history[-1]
+            current = ring.new_zeros(())
+        return _history_amax(ring, count, _fp32(current).to(ring.device).reshape(()), self.reduction == "max")
 
-    def scale(self, current=None) -> torch.Tensor:
-        return scale_from_amax(self.amax(current), self.fmax, self.margin, self.pow2)
+    def scale(self, current=None, state: Optional[tuple] = None) -> torch.Tensor:
+        return scale_from_amax(self.amax(current, state), self.fmax, self.margin, self.pow2)
 
-    def step(self, current) -> torch.Tensor:
+    def step(self, current, state: Optional[tuple] = None) -> torch.Tensor:
         """One training call: this call's amax is reduced over the ranks, the amax to quantize
         with is taken from the history before this call (on the first call: the reduced current
         amax), and then the reduced amax is recorded: one all_reduce per call (none in a single
         process)."""
-        cur = self._reduced(current)
-        amax = self.amax(cur)
-        self._record(cur)
-        return amax
+        ring, count = self._state(state, current)
+        return delayed_step_(ring, count, self._reduced(current, ring), self.reduction == "max")
 
-    def update(self, amax) -> None:
+    def update(self, amax, state: Optional[tuple] = None) -> None:
         """Record this step's amax (max over the ranks) without using the history."""
-        self._record(self._reduced(amax))
+        ring, count = self._state(state, amax)
+        delayed_step_(ring, count, self._reduced(amax, ring), True)
 
-    def _reduced(self, amax) -> torch.Tensor:
-        a = _fp32(amax).detach().reshape(1)
-        if self._history is not None:
-            a = a.to(self._history.device)
+    def _state(self, state: Optional[tuple], current) -> tuple:
+        if state is not None:
+            return state
+        # the scaler's own state follows the amaxes' device (a layer's buffers are on its device)
+        if isinstance(current, torch.Tensor) and current.device != self.state[0].device:
+            self.state = tuple(t.to(current.device) for t in self.state)
+        return self.state
+
+    @staticmethod
+    def _reduced(amax, ring: torch.Tensor) -> torch.Tensor:
+        a = _fp32(amax).detach().reshape(()).to(ring.device)
         # before the reduction: a max over a NaN and a number is not the same on every backend
         a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
         return max_over_ranks(a)
 
-    def _record(self, a: torch.Tensor) -> None:
-        h = a if self._history is None else torch.cat([self._history, a])
-        self._history = h[-self.history_len:]
+
+def _history_amax(ring: torch.Tensor, count: torch.Tensor, current: torch.Tensor, use_max: bool) -> torch.Tensor:
+    """The amax a delayed scaler quantizes with: the history's max or its latest entry, ``current``
+    while the history is empty."""
+    past = ring.max() if use_max else ring[(count - 1).remainder(ring.numel())]
+    return torch.where(count > 0, past, current)
+
+
+def ordered_history(ring: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """A delayed scaler's recorded amaxes, oldest first (read on the host: checkpoints, tests)."""
+    n, size = int(count), ring.numel()
+    if n <= size:
+        return ring[:n].clone()
+    return torch.roll(ring, -(n % size)).clone()
+
+
+def load_history(ring: torch.Tensor, count: torch.Tensor, history: Optional[torch.Tensor]) -> None:
+    """Fill a scaler's state in place from recorded amaxes, oldest first (``ordered_history``'s)."""
+    ring.zero_()
+    h = torch.zeros(0) if history is None else history.reshape(-1)[-ring.numel():]
+    ring[:h.numel()] = h.to(ring)
+    count.fill_(h.numel())
+
+
+# An operator that mutates its arguments: Dynamo keeps it as a node of the forward and of the
+# backward graph (the gradients' amaxes are recorded in the backward), where an in-place update of
+# a layer's buffer inside a backward graph would not be kept.
+@torch.library.custom_op("lowprec::delayed_step_", mutates_args=("ring", "count"))
+def delayed_step_(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, use_max: bool) -> torch.Tensor:
+    """The amax to quantize with (``_history_amax``), then ring[count % len(ring)] = amax, count += 1."""
+    out = _history_amax(ring, count, amax, use_max)
+    ring.index_copy_(0, count.remainder(ring.numel()).reshape(1), amax.reshape(1).to(ring.dtype))
+    count.add_(1)
+    return out
+
+
+@delayed_step_.register_fake
+def _(ring, count, amax, use_max):
+    return torch.empty_like(amax)
 
 
 # ----------------------------------------------------------------------------------------------
