@@ -147,9 +147,6 @@ class QLinear(nn.Module):
                     found.setdefault(id(spec), spec)
         return list(found.values())
 
-    # delayed-scaling histories and quantizer state (OperandQuantizer.state_for_layer, e.g. the
-    # dynamic fallback rule's EMA level) travel with checkpoints, so a resumed run continues exactly
-    # where the killed one was
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         for (g, op), scaler in self.scalers.items():  # the moved buffers
@@ -160,6 +157,9 @@ class QLinear(nn.Module):
         """(ring, count): the delayed scaler's state of an operand slot (``DelayedScaler``)."""
         return getattr(self, f"amax_ring_{gemm}_{operand}"), getattr(self, f"amax_count_{gemm}_{operand}")
 
+    # delayed-scaling histories and quantizer state (OperandQuantizer.state_for_layer, e.g. the
+    # dynamic fallback rule's EMA level) travel with checkpoints, so a resumed run continues exactly
+    # where the killed one was
     def get_extra_state(self):
         state = {f"{g}.{op}": ordered_history(*self._history(g, op)) for g, op in self.scalers}
         quantizers = [q.state_for_layer(self.name) for q in self._quantizers()]
