@@ -16,13 +16,25 @@ class Telemetry:
         if every < 0:
             raise ValueError(f"telemetry every must be >= 0, got {every}")
         self.every = every
-        self.step = 0
+        self.step = 0  # through the setter below
         self.rows: list[dict] = []
         self._seen: set = set()
 
+    @property
+    def step(self) -> int:
+        return self._step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        # Compiled graphs read only the boolean: reading the step itself there would guard the graph
+        # on its value and recompile it at every optimizer step (until Dynamo's recompile limit sends
+        # the layers back to eager).
+        self._step = value
+        self._recording = bool(self.every) and value % self.every == 0
+
     def recording(self) -> bool:
         """Whether this step is a recording step (a layer may then skip fused hardware paths)."""
-        return bool(self.every) and self.step % self.every == 0
+        return self._recording
 
     def wants(self, layer: str, gemm: str, operand: str) -> bool:
         if not self.recording():

@@ -202,6 +202,25 @@ def test_telemetry_records_every_operand_only_when_on():
     assert not off.wants("l", "fprop", "x")
 
 
+def test_compiled_layer_is_not_recompiled_as_the_step_advances():
+    """Between telemetry steps a compiled layer reads whether the step records, never the step: a
+    guard on the step's value recompiled every layer at every optimizer step until Dynamo's limit
+    sent it back to eager (sub-tensor MoR on the GPU spent its whole job there)."""
+    import torch._dynamo as dynamo
+
+    tel = Telemetry(every=4)
+    layer = nn.Sequential(nn.Linear(64, 32))
+    convert(layer, RECIPES["fp8_hybrid"], telemetry=tel)
+    step = torch.compile(lambda x: layer(x).sum())
+    dynamo.reset()
+    tel.step = 1
+    step(torch.randn(16, 64)).backward()
+    with dynamo.config.patch(error_on_recompile=True):
+        for tel.step in (2, 3, 5, 6):
+            step(torch.randn(16, 64)).backward()
+    assert tel.rows == []
+
+
 def test_recipe_overrides_from_config():
     r = recipe_from_config({"recipe": "fp8_hybrid", "wgrad": {"a": None}})
     assert r.wgrad.a is None and r.wgrad.b == RECIPES["fp8_hybrid"].wgrad.b and r.fprop == RECIPES["fp8_hybrid"].fprop
