@@ -1,11 +1,12 @@
 """Profile a few training steps of one arm (torch.profiler), to explain an overhead:
 
     python -m lowprec.bench.profile_arm --arm gaussws --steps 3
-    python -m lowprec.bench.profile_arm --scale small --model nemotron --method mor_block
+    python -m lowprec.bench.profile_arm --scale small --model nemotron --method mor_block [--compile]
 
 ``--arm`` takes an arm of the GaussWS overhead benchmark on its ~100M model; ``--method`` takes a
 method of any experiment (``configs/experiments``) on a model at a scale, built and batched the way
-``lowprec.train`` builds it (bf16 autocast around the forward, emulated GEMMs inside QLinear).
+``lowprec.train`` builds it (bf16 autocast around the forward, emulated GEMMs inside QLinear;
+``--compile``: its blocks compiled, as ``train.compile`` trains them on the GPU).
 Prints the step time alone, the host syncs of one step (with where they happen), and the operators
 with the most CPU and CUDA time.
 """
@@ -39,6 +40,9 @@ def _method_model(args):
     method["telemetry_every"] = 0  # the steps between telemetry steps
     apply_method(model, method, "bf16-mixed")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    if args.compile:
+        from ..linear import compiled
+        model = compiled(model)
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen)
     return model, opt, [(x, torch.roll(x, -1, 1))]
@@ -89,6 +93,7 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", default="small")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=25)
+    ap.add_argument("--compile", action="store_true", help="--method: compile the blocks (train.compile)")
     args = ap.parse_args(argv)
     import torch
 
