@@ -106,7 +106,7 @@ class QLinear(nn.Module):
         self.register_buffer("seed_key", torch.tensor(self.seed, dtype=torch.int64, device=weight.device),
                              persistent=False)
         # whether a GEMM operand may draw random numbers (the keys are made only then)
-        self._random = any(isinstance(s, OperandQuantizer) or getattr(s, "rounding", None) == "stochastic"
+        self._random = any(s.draws if isinstance(s, OperandQuantizer) else getattr(s, "rounding", None) == "stochastic"
                            for g in GEMMS for s in recipe.gemm(g))
         self.scalers = {(g, op): DelayedScaler.from_spec(spec)
                         for g in GEMMS for op, spec in zip(OPERANDS[g], recipe.gemm(g))

@@ -82,6 +82,9 @@ class OperandQuantizer(abc.ABC):
     numbers for telemetry (e.g. {"format": "e4m3", "fallback_ratio": 0.02})."""
 
     name = "custom"
+    # whether ``__call__`` reads ``call.seed``: QLinear makes a random key per forward call only for
+    # recipes that draw (the key's operator costs host time at every call of a compiled step)
+    draws = True
 
     @abc.abstractmethod
     def __call__(self, t: torch.Tensor, call: OperandCall) -> tuple[torch.Tensor, dict]:

@@ -221,6 +221,29 @@ def test_compiled_layer_is_not_recompiled_as_the_step_advances():
     assert tel.rows == []
 
 
+@pytest.mark.parametrize("recipe, draws", [({"recipe": "mor", "partition": "block", "block": [64, 64]}, False),
+                                           ({"recipe": "mor", "partition": "subtensor"}, False),
+                                           ({"recipe": "int8_fallback"}, True),
+                                           ({"recipe": "fp8_hybrid"}, False),
+                                           ({"recipe": "bf16", "wgrad": {"a": {"fmt": "e5m2", "rounding": "stochastic"}}}, True)],
+                         ids=["mor_block64", "mor_subtensor", "int8_fallback", "fp8_hybrid", "stochastic"])
+def test_layers_make_random_keys_only_for_recipes_that_draw(recipe, draws, monkeypatch):
+    """A forward call makes its random key (an operator with a host cost in every compiled call)
+    only where an operand draws from it; the call counter advances either way (a resumed run's
+    draws depend on it)."""
+    import lowprec.linear as linear
+
+    made = []
+    real = linear._stream.next_call_key_
+    monkeypatch.setattr(linear._stream, "next_call_key_", lambda *a: made.append(1) or real(*a))
+    layer = nn.Sequential(nn.Linear(128, 128))
+    convert(layer, recipe_from_config(recipe))
+    for _ in range(2):
+        layer(torch.randn(128, 128)).sum().backward()
+    assert len(made) == (2 if draws else 0)
+    assert int(layer[0].calls) == 2
+
+
 def test_recipe_overrides_from_config():
     r = recipe_from_config({"recipe": "fp8_hybrid", "wgrad": {"a": None}})
     assert r.wgrad.a is None and r.wgrad.b == RECIPES["fp8_hybrid"].wgrad.b and r.fprop == RECIPES["fp8_hybrid"].fprop

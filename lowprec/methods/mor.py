@@ -408,6 +408,7 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
     most ``threshold``, else BF16. Stateless apart from the coverage counters; deterministic."""
 
     name = "mor"
+    draws = False
 
     def __init__(self, partition: str = "block", block=DEFAULT_BLOCK, scale: str = "gam",
                  threshold: float = DEFAULT_THRESHOLD, dequant: str = "fp32", gemm: str = "emulated"):
@@ -480,6 +481,7 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
 
     name = "mor_subtensor"
     columns = COUNT_COLUMNS
+    draws = False
 
     def __init__(self, block=DEFAULT_BLOCK, mode: str = "two_way", scale: str = "fp32", dequant: str = "fp32"):
         self.block = _check_block(block)

@@ -7,8 +7,8 @@ generator. Here everything is integer tensor arithmetic, so an emulated step, a 
 the CPU all draw the same bits for the same key, and nothing waits for the device.
 
 Keys are 0-d int64 tensors holding a 32-bit word. ``call_key`` mixes a layer's key (from the run
-seed and the layer's name) with its call counter and the process's rank (``next_call_key_``: the
-key, and the counter advanced, in one operator); ``operand_key`` mixes in
+seed and the layer's name) with its call counter and the process's rank (``next_call_key_`` makes
+it and advances the counter); ``operand_key`` mixes in
 the operand's slot (GEMM and operand), ``part_key`` a part index (INT8 fallback rounds its two parts with
 independent draws). ``uniforms(key, (rows, cols))``: element (r, c) of the 2-D operand, in the
 orientation it enters its GEMM, gets the counter i = r * cols + c and the value
@@ -73,21 +73,28 @@ def call_key(layer_key: torch.Tensor, count: torch.Tensor, rank: int = 0) -> tor
     return absorb(k, rank)
 
 
-# One operator makes a call's key and advances the counter: the compiled graph keeps it as a node
-# whose output the backward saves. Written as traced ops, the key would be recomputed in the
-# backward from the counter, which by then holds the next call's count.
-@torch.library.custom_op("lowprec::next_call_key_", mutates_args=("count",))
-def next_call_key_(layer_key: torch.Tensor, count: torch.Tensor, rank: int, advance: bool) -> torch.Tensor:
-    """``call_key`` of the counter's value; then the counter + 1 if ``advance`` (a training call)."""
-    key = call_key(layer_key, count, rank)
+# One operator reads the counter and advances it; the key is made from what it returned in traced
+# ops, which Inductor fuses into one kernel. Reading the counter in traced ops instead would let the
+# compiled graph recompute the key in the backward from the counter buffer, which by then holds the
+# next call's count; and the whole key inside the operator cost about fifty eager kernel launches per
+# forward call (the host time of a compiled step of a small model).
+@torch.library.custom_op("lowprec::take_count_", mutates_args=("count",))
+def take_count_(count: torch.Tensor, advance: bool) -> torch.Tensor:
+    """A copy of the counter's value; then the counter + 1 if ``advance`` (a training call)."""
+    value = count.clone()
     if advance:
         count.add_(1)
-    return key
+    return value
 
 
-@next_call_key_.register_fake
-def _(layer_key, count, rank, advance):
-    return torch.empty((), dtype=torch.int64, device=count.device)
+@take_count_.register_fake
+def _(count, advance):
+    return torch.empty_like(count)
+
+
+def next_call_key_(layer_key: torch.Tensor, count: torch.Tensor, rank: int, advance: bool) -> torch.Tensor:
+    """``call_key`` of the counter's value; the counter + 1 if ``advance``."""
+    return call_key(layer_key, take_count_(count, advance), rank)
 
 
 def operand_key(key: torch.Tensor, slot: int) -> torch.Tensor:
