@@ -336,6 +336,8 @@ def _eager_numerics() -> dict:
     options = {"emulate_precision_casts": True}
     if hasattr(inductor_config, "eager_numerics"):
         options["eager_numerics.division_rounding"] = True
+    elif hasattr(inductor_config, "emulate_divison_rounding"):  # the spelling of torch 2.10-2.11
+        options["emulate_divison_rounding"] = True
     return options
 
 
