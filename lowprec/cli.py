@@ -265,7 +265,7 @@ it to results/configs/<scale>/<paper>/<model>/<method>/s<seed>.yaml for every ru
 
 The run writes to its output_dir (results/runs/<scale>/<paper>/<model>/<method>/s<seed>/):
   metrics.csv       one row per logged step (losses, lr, tokens, tokens/s, peak memory)
-  telemetry.csv     numerics per layer, GEMM and operand, every method.telemetry_every steps
+  telemetry.csv.gz  numerics per layer, GEMM and operand, every method.telemetry_every steps
   config.yaml       the resolved config
   provenance.json   commit, versions, device, times, status (written last)
   checkpoints/      last.ckpt: a killed run started again with the same config resumes from it

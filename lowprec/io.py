@@ -36,6 +36,15 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
+def write_gzip_text(path: str | os.PathLike, text: str) -> None:
+    """``text`` gzip-compressed, with no time in the header: the same text gives the same bytes (a
+    rerun does not show as a change in git)."""
+    import gzip
+
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
+
+
 def write_text_if_changed(path: str | os.PathLike, text: str) -> bool:
     """Write ``text`` unless the file holds exactly that already, whose time then stays as it is (a
     rule that reads the file does not run again for an unchanged one); True if it wrote."""

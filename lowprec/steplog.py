@@ -1,6 +1,6 @@
 """What a training run logs as it trains (``lowprec.train``): ``metrics.csv`` (one row per logged
 step, appended and synced while the run trains, one row per step at the end), the progress lines,
-and the telemetry log segments with their merge into ``telemetry.csv``."""
+and the telemetry log segments with their merge into the run's ``telemetry.csv.gz``."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Writes into the run's ``output_dir`` (rank zero only, under DDP/FSDP):
   metrics.csv       one row per logged step (train_loss, val_loss, lr, tokens, tokens_per_s, ...);
                     while the run trains, one line per logged row, appended and synced as it is logged
-  telemetry.csv     per layer/GEMM/operand numerics every ``method.telemetry_every`` steps (if on)
+  telemetry.csv.gz  per layer/GEMM/operand numerics every ``method.telemetry_every`` steps (if on)
   config.yaml       the resolved config
   provenance.json   code and library versions, device, times, tokens seen, status (written last)
   checkpoints/      last.ckpt, from which a killed run resumes (see ``lowprec.checkpoint``)
@@ -52,6 +52,7 @@ from .data import DataError, TokenData  # noqa: E402
 from .io import write_json, write_text, write_yaml  # noqa: E402
 from .methods import apply_method, resolve_precision  # noqa: E402
 from .models import build_model, causal_lm_loss, count_parameters  # noqa: E402
+from .telemetry import LEGACY_TELEMETRY_FILE, TELEMETRY_FILE, write_telemetry  # noqa: E402
 from .steplog import (MetricsFile, StepLogger, TelemetryWriter, merge_telemetry, metrics_frame,  # noqa: E402
                       peak_memory_mb)
 
@@ -330,7 +331,7 @@ class PrepareRunFolder(Callback):
             return
         import shutil
 
-        for f in ("metrics.csv", "provenance.json", "telemetry.csv"):  # stale results must not outlive a rerun
+        for f in ("metrics.csv", "provenance.json", TELEMETRY_FILE, LEGACY_TELEMETRY_FILE):  # stale results must not outlive a rerun
             (self.out / f).unlink(missing_ok=True)
         ckpt_dir = self.out / "checkpoints"
         if self.fresh and ckpt_dir.is_dir():
@@ -477,7 +478,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     write_text(out / "metrics.csv", metrics.to_csv(index=False))
     telemetry = merge_telemetry(log_dir)
     if telemetry is not None:
-        write_text(out / "telemetry.csv", telemetry.to_csv(index=False))
+        write_telemetry(out, telemetry)
     write_yaml(out / "config.yaml", cfg)
     val = metrics["val_loss"].dropna() if "val_loss" in metrics else []
     record = {

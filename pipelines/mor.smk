@@ -48,7 +48,7 @@ if "mor" in PAPERS:
 
     rule mor_telemetry:
         input:
-            # provenance.json is written last, after telemetry.csv
+            # provenance.json is written last, after telemetry.csv.gz
             [f"{d}/provenance.json" for d in mor_runs(telemetry_only=True)],
         output:
             **MR_TELEMETRY_OUT.rule,

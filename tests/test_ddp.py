@@ -25,6 +25,7 @@ import pytest
 from conftest import smoke_run_config
 from lowprec import train
 from lowprec.io import write_yaml
+from lowprec.telemetry import read_telemetry
 
 REPO = Path(__file__).resolve().parents[1]
 TOL = 2e-4
@@ -81,7 +82,7 @@ def test_ddp_two_processes_match_one(prepared_data, tmp_path):
 def test_ddp_quantized_recipe_with_telemetry(prepared_data, tmp_path):
     one, two = _pair("baselines", "gpt2", "int8_rowwise", prepared_data, tmp_path, telemetry_every=2)
     _assert_same_losses(one, two)
-    t1, t2 = pd.read_csv(one / "telemetry.csv"), pd.read_csv(two / "telemetry.csv")
+    t1, t2 = read_telemetry(one), read_telemetry(two)
     key = ["step", "layer", "gemm", "operand"]
     assert len(t2) and not t2.duplicated(key).any()  # rank zero's rows only, once each
     assert t2[key].values.tolist() == t1[key].values.tolist()

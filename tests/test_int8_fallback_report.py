@@ -17,6 +17,7 @@ from lowprec.report import claims as cl
 from lowprec.report import int8_fallback as rep
 from lowprec.report import int8_throughput as tput
 from lowprec.report.runs import load_runs
+from lowprec.telemetry import write_telemetry
 
 
 # --------------------------------------------------------------------------- outliers
@@ -121,7 +122,7 @@ def _run(root, model, family, method, loss, recipe=None, extra=None, telemetry=N
                                                    "mean_tokens_per_s": 10.0, "method": {"numerics": recipe}}))
     pd.DataFrame({"step": [1], "tokens": [100], "val_loss": [loss], "train_loss": [loss]}).to_csv(d / "metrics.csv", index=False)
     if telemetry is not None:
-        telemetry.to_csv(d / "telemetry.csv", index=False)
+        write_telemetry(d, telemetry)
     return str(d)
 
 

@@ -12,6 +12,7 @@ from torch import nn
 from lowprec import convert, train
 from lowprec.methods.int8_fallback import FallbackInt8Quantizer, int8_fallback_recipe
 from lowprec.linear import QLinear
+from lowprec.telemetry import read_telemetry
 from conftest import smoke_run_config
 from test_train import Crash, CrashAt, _losses
 
@@ -79,8 +80,8 @@ def test_dynamic_rule_run_resumes_onto_the_uninterrupted_run(prepared_data, tmp_
     assert rec["resumed_from"] is not None and rec["steps"] == 8
     sub = "runs/smoke/int8_fallback/llama2/int8_fallback_dynamic/s0"
     pd.testing.assert_series_equal(_losses(tmp_path / "ref" / sub), _losses(tmp_path / "killed" / sub), rtol=1e-6, atol=0)
-    ref = pd.read_csv(tmp_path / "ref" / sub / "telemetry.csv")
-    got = pd.read_csv(tmp_path / "killed" / sub / "telemetry.csv")
+    ref = read_telemetry(tmp_path / "ref" / sub)
+    got = read_telemetry(tmp_path / "killed" / sub)
     key = ["step", "layer", "gemm", "operand"]
     merged = ref.merge(got, on=key, suffixes=("_ref", "_got"))
     assert len(merged) == len(ref) == len(got)

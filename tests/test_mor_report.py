@@ -18,7 +18,7 @@ from lowprec import convert
 from lowprec.methods.mor import ALL_OPERAND_SLOTS, _ratio_terms, mor_recipe, mor_relative_error, mor_tensor
 from lowprec.report import claims as cl
 from lowprec.report import mor as rep
-from lowprec.telemetry import Telemetry
+from lowprec.telemetry import Telemetry, write_telemetry
 
 
 def _wide(shape, seed, octaves=20):
@@ -114,7 +114,7 @@ def _run(root, method, cfg, val, train=None, lr=3e-4, ratio=0.1, seed=0, telemet
     tl = np.where(steps > 48, train if train is not None else val, 9.0)
     pd.DataFrame({"step": steps, "train_loss": tl, "val_loss": np.nan}).to_csv(d / "metrics.csv", index=False)
     if telemetry is not None:
-        telemetry.to_csv(d / "telemetry.csv", index=False)
+        write_telemetry(d, telemetry)
     return str(d)
 
 
@@ -230,7 +230,7 @@ def test_error_summary_and_figures(runs, tmp_path):
 def test_bad_telemetry_is_named(tmp_path):
     bad = _telemetry().drop(columns=["format"])
     d = _run(tmp_path, "mor_x", {"recipe": "mor"}, 2.0, telemetry=bad)
-    with pytest.raises(ValueError, match="telemetry.csv: no 'format' column"):
+    with pytest.raises(ValueError, match="telemetry.csv.gz: no 'format' column"):
         rep.decisions(rep.load_runs([d])[0])
     t = _telemetry()
     t.loc[0, "operand"] = "dx"

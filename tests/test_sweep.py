@@ -11,6 +11,7 @@ import yaml
 from lowprec import config as lpc
 from lowprec.io import write_yaml
 from lowprec.sweep import SweepError, chosen, load_sweep, point_shape, run, sweep_runs, write_table
+from lowprec.telemetry import write_telemetry
 
 LAYER = "model.layers.0.mlp.down_proj"
 
@@ -38,7 +39,7 @@ def _write_run(cfg, val: dict, telemetry: list[dict] | None = None, tok_s=1000.0
     (out / "provenance.json").write_text(json.dumps({"status": "completed", "mean_tokens_per_s": tok_s,
                                                      "final_val_loss": val[max(val)], "git_commit": "abc"}))
     if telemetry:
-        pd.DataFrame(telemetry).to_csv(out / "telemetry.csv", index=False)
+        write_telemetry(out, pd.DataFrame(telemetry))
 
 
 def _fallback_rows(fallbacks):  # step -> blocks falling back, of 100

@@ -6,6 +6,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from lowprec import train
+from lowprec.telemetry import read_telemetry
 from conftest import smoke_run_config
 
 
@@ -127,9 +128,9 @@ def test_resume_with_stateful_recipe_and_telemetry(prepared_data, tmp_path, meth
     ref_dir = tmp_path / f"ref/runs/smoke/baselines/gpt2/{method}/s0"
     out = tmp_path / f"killed/runs/smoke/baselines/gpt2/{method}/s0"
     pd.testing.assert_series_equal(_losses(ref_dir), _losses(out), rtol=1e-6, atol=0)
-    tel = pd.read_csv(out / "telemetry.csv")
+    tel = read_telemetry(out)
     assert sorted(tel["step"].unique()) == [0, 2, 4, 6]
     assert len(tel) == 4 * 4 * 6  # steps x layers x (gemm, operand)
     assert not tel.duplicated(["step", "layer", "gemm", "operand"]).any()
-    ref_tel = pd.read_csv(ref_dir / "telemetry.csv")
+    ref_tel = read_telemetry(ref_dir)
     pd.testing.assert_frame_equal(tel.reset_index(drop=True), ref_tel.reset_index(drop=True), rtol=1e-5)

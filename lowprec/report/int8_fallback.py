@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import write_text
+from ..telemetry import TELEMETRY_FILE, read_telemetry
 from .figures import MAX_HEIGHT, MIN_FONT, WIDTH, legend_below, pyplot, save_figure, suptitle
 from .runs import final_losses, load_runs
 from .markdown import markdown_table
@@ -258,10 +259,10 @@ def fallback_telemetry(runs) -> pd.DataFrame:
         cfg = r.config
         if cfg["method"].get("recipe") != "int8_fallback":
             continue
-        path = Path(r.dir) / "telemetry.csv"
-        if not path.is_file():
+        path = Path(r.dir) / TELEMETRY_FILE
+        tel = read_telemetry(r.dir)
+        if tel is None:
             raise FileNotFoundError(f"{path}: no telemetry; set telemetry_every for method {r.method!r}")
-        tel = pd.read_csv(path)
         missing = [c for c in cols if c not in tel]
         if missing:
             raise ValueError(f"{path}: telemetry without column(s) {missing}")

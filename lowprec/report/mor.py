@@ -8,7 +8,7 @@
 
 Everything is read from run folders: ``config.yaml`` says what an arm is (its MoR settings come from
 the recipe the method config builds, so defaults live in ``lowprec.methods.mor`` only), ``metrics.csv`` and
-``provenance.json`` give the losses, and ``telemetry.csv`` (MoR arms) holds one row per layer, GEMM
+``provenance.json`` give the losses, and ``telemetry.csv.gz`` (MoR arms) holds one row per layer, GEMM
 operand and logged step: the format chosen (``format``, e4m3 | bf16), the relative E4M3 error under
 the arm's partition (``mor_rel_error``) and under every partition (``rel_error_<partition>``), and
 for sub-tensor MoR the share of blocks per format.
@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..io import write_text
 from ..linear import matches
+from ..telemetry import TELEMETRY_FILE, read_telemetry
 from .figures import MAX_HEIGHT, MIN_FONT, WIDTH, figure_size, pyplot, save_figure, suptitle
 from .runs import TRAIN_WINDOW, load_runs, train_loss
 from .markdown import markdown_table
@@ -133,10 +134,10 @@ def _layer_index(name: str) -> int:
 def decisions(run) -> pd.DataFrame | None:
     """The run's MoR telemetry rows (one per layer, GEMM operand and logged step) with the tensor's
     label, layer type and role, or None if the run recorded none."""
-    path = run.dir / "telemetry.csv"
-    if not path.is_file() or path.stat().st_size == 0:
+    path = run.dir / TELEMETRY_FILE
+    df = read_telemetry(run.dir)
+    if df is None:
         return None
-    df = pd.read_csv(path)
     if "format" not in df:
         raise ValueError(f"{path}: no 'format' column; not a telemetry file")
     df = df[df["format"].isin(FORMATS)].copy()
