@@ -137,27 +137,34 @@ MOR_FAST = [{"recipe": "mor", "partition": p} for p in ("tensor", "channel", "bl
 INT8_FAST = [{"recipe": "int8_block"}, {"recipe": "int8_fallback"}, {"recipe": "int8_fallback", "rule": "dynamic"}]
 
 
+# recipes off the fast path, which compile as the emulation
+EMULATED = [{"recipe": "fp8_delayed"}, {"recipe": "mor", "partition": "block", "block": [64, 64]},
+            {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "three_way"}]
+
+
 @pytest.mark.parametrize("method", [{"recipe": r} for r in FAST_RECIPES] + [{"recipe": "gaussws", "b": 6}] + MOR_FAST
-                         + INT8_FAST, ids=lambda m: "_".join(str(v) for v in m.values()))
+                         + INT8_FAST + EMULATED, ids=lambda m: "_".join(str(v) for v in m.values()))
 def test_compiled_model_has_no_graph_breaks(method):
     """A converted model's blocks compile whole (``lowprec.linear.compiled``), forward and backward,
-    into one graph that every block and step reuses."""
+    into one graph that every block and step between telemetry steps reuses."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
     from lowprec.linear import compiled
     from lowprec.models import build_model, causal_lm_loss
     from lowprec.recipes import recipe_from_config
+    from lowprec.telemetry import Telemetry
 
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
     model = build_model({"family": "llama", "layers": 2, "d_model": 256, "heads": 4, "ffn": 512,
                          "max_seq_len": 128}, 512).cuda()
-    convert(model, recipe_from_config(method))
+    tel = Telemetry(every=10)
+    convert(model, recipe_from_config(method), telemetry=tel)
     fn = compiled(model)
     x = torch.randint(0, 512, (4, 128), device="cuda")
-    for _ in range(2):  # new transformed weights each step: no recompilation
+    for tel.step in (1, 2, 3):  # new transformed weights and a new step each time: no recompilation
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = causal_lm_loss(fn, x, torch.roll(x, -1, 1))
         loss.backward()

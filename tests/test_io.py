@@ -38,3 +38,26 @@ def test_light_modules_do_not_import_torch():
     code = "import sys, lowprec.io, lowprec.report.tables; print('torch' in sys.modules)"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "False"
+
+
+def test_telemetry_file_is_gzip_with_the_same_bytes_for_the_same_rows(tmp_path):
+    """A run's telemetry is committed compressed; a rerun with the same rows writes the same bytes
+    (no time in the gzip header), and a run that recorded none reads as None."""
+    import gzip
+    import time
+
+    import pandas as pd
+
+    from lowprec.telemetry import TELEMETRY_FILE, read_telemetry, write_telemetry
+
+    rows = pd.DataFrame({"step": [0, 0, 20], "layer": ["a", "b", "a"], "gemm": ["fprop"] * 3,
+                         "operand": ["x"] * 3, "sqnr_db": [31.25, float("nan"), 29.5]})
+    assert read_telemetry(tmp_path) is None
+    write_telemetry(tmp_path, rows)
+    first = (tmp_path / TELEMETRY_FILE).read_bytes()
+    assert gzip.decompress(first).decode() == rows.to_csv(index=False)
+    time.sleep(1.1)
+    write_telemetry(tmp_path, rows)
+    assert (tmp_path / TELEMETRY_FILE).read_bytes() == first
+    pd.testing.assert_frame_equal(read_telemetry(tmp_path), rows)
+    assert [p.name for p in tmp_path.iterdir()] == [TELEMETRY_FILE]
