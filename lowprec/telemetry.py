@@ -31,6 +31,10 @@ def read_telemetry(run_dir: str | os.PathLike):
 
     path = Path(run_dir) / TELEMETRY_FILE
     if not path.is_file():
+        legacy = Path(run_dir) / LEGACY_TELEMETRY_FILE
+        if legacy.is_file():  # a run folder of an older version: its telemetry must not be skipped unseen
+            raise FileNotFoundError(f"{legacy}: telemetry of an older version, uncompressed; compress it to "
+                                    f"{TELEMETRY_FILE} (gzip -n {legacy})")
         return None
     try:
         return pd.read_csv(path)

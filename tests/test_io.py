@@ -61,3 +61,6 @@ def test_telemetry_file_is_gzip_with_the_same_bytes_for_the_same_rows(tmp_path):
     assert (tmp_path / TELEMETRY_FILE).read_bytes() == first
     pd.testing.assert_frame_equal(read_telemetry(tmp_path), rows)
     assert [p.name for p in tmp_path.iterdir()] == [TELEMETRY_FILE]
+    (tmp_path / TELEMETRY_FILE).rename(tmp_path / "telemetry.csv")
+    with pytest.raises(FileNotFoundError, match="telemetry.csv: telemetry of an older version"):
+        read_telemetry(tmp_path)
