@@ -1,7 +1,8 @@
 """Per-layer, per-GEMM, per-operand numerics telemetry, recorded every ``every`` optimizer steps.
 
 Quantized layers call ``Telemetry.wants(layer, gemm, operand)`` before doing any measuring work, so
-telemetry that is off (``every=0``) or between recording steps costs one integer comparison.
+telemetry that is off (``every=0``) or between recording steps costs one boolean read.
+A run's rows end in its ``telemetry.csv.gz`` (``write_telemetry`` / ``read_telemetry``).
 """
 
 from __future__ import annotations

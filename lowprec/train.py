@@ -52,9 +52,9 @@ from .data import DataError, TokenData  # noqa: E402
 from .io import write_json, write_text, write_yaml  # noqa: E402
 from .methods import apply_method, resolve_precision  # noqa: E402
 from .models import build_model, causal_lm_loss, count_parameters  # noqa: E402
-from .telemetry import LEGACY_TELEMETRY_FILE, TELEMETRY_FILE, write_telemetry  # noqa: E402
 from .steplog import (MetricsFile, StepLogger, TelemetryWriter, merge_telemetry, metrics_frame,  # noqa: E402
                       peak_memory_mb)
+from .telemetry import LEGACY_TELEMETRY_FILE, TELEMETRY_FILE, write_telemetry  # noqa: E402
 
 STATUS_COMPLETED, STATUS_DIVERGED = "completed", "diverged"
 # Mistakes in what the user gave (config, data, checkpoints): one line on stderr, no traceback
@@ -331,7 +331,8 @@ class PrepareRunFolder(Callback):
             return
         import shutil
 
-        for f in ("metrics.csv", "provenance.json", TELEMETRY_FILE, LEGACY_TELEMETRY_FILE):  # stale results must not outlive a rerun
+        # stale results must not outlive a rerun
+        for f in ("metrics.csv", "provenance.json", TELEMETRY_FILE, LEGACY_TELEMETRY_FILE):
             (self.out / f).unlink(missing_ok=True)
         ckpt_dir = self.out / "checkpoints"
         if self.fresh and ckpt_dir.is_dir():

@@ -225,7 +225,8 @@ def test_compiled_layer_is_not_recompiled_as_the_step_advances():
                                            ({"recipe": "mor", "partition": "subtensor"}, False),
                                            ({"recipe": "int8_fallback"}, True),
                                            ({"recipe": "fp8_hybrid"}, False),
-                                           ({"recipe": "bf16", "wgrad": {"a": {"fmt": "e5m2", "rounding": "stochastic"}}}, True)],
+                                           ({"recipe": "bf16",
+                                             "wgrad": {"a": {"fmt": "e5m2", "rounding": "stochastic"}}}, True)],
                          ids=["mor_block64", "mor_subtensor", "int8_fallback", "fp8_hybrid", "stochastic"])
 def test_layers_make_random_keys_only_for_recipes_that_draw(recipe, draws, monkeypatch):
     """A forward call makes its random key (an operator with a host cost in every compiled call)
