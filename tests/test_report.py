@@ -54,3 +54,22 @@ def test_verdict_table_says_where_each_number_comes_from():
             elif claim["id"] in small and small[claim["id"]]["verdict"] in ("reproduced", "not reproduced"):
                 assert re.fullmatch(r"`small` \(H200, \d+(-\d+)? seeds?\)", source) or "benchmark" in source, source
                 assert ours == (small[claim["id"]]["ours"] or "–")
+
+
+def test_verdict_row_takes_a_decided_verdict_else_the_larger_scale(tmp_path):
+    """A decided verdict at `tiny` outranks an undecided one at `small`; between undecided ones the
+    larger scale is shown (a phenomenon absent at `tiny`, present but too weak to decide at `small`)."""
+    import pandas as pd
+
+    verdicts = {"tiny": {"decided_small": "not exercised", "decided_tiny": "reproduced",
+                         "undecided": "not exercised", "both": "reproduced"},
+                "small": {"decided_small": "not reproduced", "decided_tiny": "inconclusive",
+                          "undecided": "inconclusive", "both": "not reproduced"}}
+    for scale, by_claim in verdicts.items():
+        d = tmp_path / "mor" / scale / "tables"
+        d.mkdir(parents=True)
+        pd.DataFrame([{"claim": c, "paper_value": "1", "ours": f"{scale} {c}", "verdict": v, "why": ""}
+                      for c, v in by_claim.items()]).to_csv(d / "claims.csv", index=False)
+    rows = {r["claim"]: (r["scale"], r["verdict"]) for r in readme.verdict_rows(tmp_path, ["mor"])}
+    assert rows == {"decided_small": ("small", "not reproduced"), "decided_tiny": ("tiny", "reproduced"),
+                    "undecided": ("small", "inconclusive"), "both": ("small", "not reproduced")}

@@ -18,8 +18,9 @@ BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
 SCALES = ("tiny", "small")  # the default (CPU) scale and the committed GPU reference
-# verdicts at a scale where a claim is meaningful outrank those where it is not run or inconclusive
-_RANK = {"reproduced": 3, "not reproduced": 3, "not exercised": 2, "inconclusive": 1, "not run at this scale": 0}
+# a decided verdict outranks an undecided one at any scale; between undecided ones the larger scale tells
+# more (a phenomenon absent at `tiny` may be present, if too weak to decide, at `small`)
+_RANK = {"reproduced": 2, "not reproduced": 2, "not exercised": 1, "inconclusive": 1, "not run at this scale": 0}
 # Tables of a scale that carry a committed GPU measurement, not numbers of the scale's runs (the
 # workflow reads them in pipelines/gaussws.smk, GW_GPU, and pipelines/int8_fallback.smk, I8_GEMM):
 # a claim that reads such a table reports that measurement.
@@ -90,7 +91,7 @@ def number_source(results: Path, paper: str, metric: dict, scale: str) -> str:
 
 
 def verdict_rows(results: Path, papers: list[str]) -> list[dict]:
-    """One row per claim at its most telling scale (a decided verdict over an inconclusive one, the
+    """One row per claim at its most telling scale (a decided verdict over an undecided one, the
     larger scale on a tie): paper, claim, the paper's number, ours, where ours comes from, the
     verdict, why (the hand-written reason in a few words, its claims table's) and that scale."""
     rows = []
@@ -137,7 +138,7 @@ def results_block(results: Path, scale: str = "tiny") -> str:
                         f"({cfglib.report_path('results', sc)}) (`{sc}`)" for sc in SCALES)
     parts = [BEGIN, "",
              f"**{len(verdicts)} claims: " + ", ".join(f"{n} {v}" for n, v in counts) + ".** "
-             "One row per claim, at the scale that decides it (`small` over `tiny` on a tie); *from* says "
+             "One row per claim, at the scale that decides it (a decided verdict first, else the larger scale); *from* says "
              "where our number comes from, *why* the reason for a verdict (in full in the reports). Every "
              f"table and figure is in the reports: {reports}, or "
              "`snakemake --report report.html` (add `--config scale=small`).", "",
