@@ -22,6 +22,12 @@ def claims_registry(paper):
     return path if Path(path).exists() else None
 
 
+def claim_measurements(paper):
+    """The committed GPU measurements the paper's claims read (a new one redecides them)."""
+    from lowprec.report.claims import committed_measurements
+    return [str(p) for p in committed_measurements(paper)]
+
+
 def paper_outputs(paper):
     base = f"{RESULTS}/{paper}/{SCALE}"
     claims = [f"{base}/tables/claims.csv", f"{base}/tables/claims.md"] if claims_registry(paper) else []
@@ -34,6 +40,7 @@ rule claims:
         runs=lambda w: paper_run_files(w.paper),
         extra=lambda w: PAPER_EXTRA_OUTPUTS.get(w.paper, []),
         registry=lambda w: [claims_registry(w.paper)] if claims_registry(w.paper) else [],
+        measurements=lambda w: claim_measurements(w.paper),
     output:
         csv=report(update(f"{RESULTS}/{{paper}}/{SCALE}/tables/claims.csv"), category="{paper}",
                    subcategory="claims", caption="report/claims.rst"),

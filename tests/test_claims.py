@@ -403,3 +403,19 @@ def test_every_claim_names_the_arms_its_numbers_come_from():
     value = {"metric": {"kind": "value"}, "finetune_arms": ["x"], "arms": ["b"]}
     assert cl.claim_arms(value) == {(cl.FINETUNE, "x"), (cl.PRETRAIN, "b")}
     assert cl.claim_arms({"metric": {"kind": "value", "file": "/x.csv"}}) == set()
+
+
+def test_claims_tables_depend_on_the_committed_measurements_they_read():
+    """A claims table is an output of the measurements its claims read ("/x.csv" metrics, the
+    preconditions' too): the workflow lists exactly the existing ones as its inputs."""
+    from lowprec import config as cfglib
+
+    results = cfglib.REPO_ROOT / "results"
+    for paper in ("gaussws", "int8_fallback", "mor"):
+        named = {results / m["file"].lstrip("/") for c in cl.load_claims(paper)
+                 for m in [c["metric"], *(p["metric"] for p in c.get("preconditions", []))]
+                 if str(m.get("file", "")).startswith("/")}
+        assert named, paper
+        assert cl.committed_measurements(paper) == sorted(p for p in named if p.is_file())
+    assert results / "bench" / "e2e_h200.csv" in cl.committed_measurements("int8_fallback")
+    assert "claim_measurements(w.paper)" in (cfglib.REPO_ROOT / "pipelines" / "report.smk").read_text()

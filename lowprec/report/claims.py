@@ -161,6 +161,16 @@ def _loss_gap(claim: dict, per_run: pd.DataFrame, scale: str, statistic: str = S
     return {"ours": "; ".join(gaps) or "–", "detail": "; ".join(pvals), "verdict": _combine(verdicts)}
 
 
+def committed_measurements(paper: str) -> list[Path]:
+    """The committed GPU measurements (metric files "/x.csv") that ``paper``'s claims and their
+    preconditions read and that exist: inputs of its claims table, so that a new measurement
+    redecides them."""
+    metrics = [m for c in load_claims(paper) for m in [c["metric"], *(p["metric"] for p in c.get("preconditions", []))]]
+    paths = {cfglib.REPO_ROOT / "results" / m["file"].lstrip("/") for m in metrics
+             if str(m.get("file", "")).startswith("/")}
+    return sorted(p for p in paths if p.is_file())
+
+
 def _read_rows(m: dict, paper_dir: Path) -> tuple[pd.DataFrame | None, str]:
     """A value metric's rows (the file's, after the query), or None and why they cannot be read."""
     # "/x.csv": a committed reference result (GPU measurements) under the repository's results/
