@@ -44,10 +44,11 @@ _ROW, _TENSOR = "row", "tensor"
 
 def scale_kind(spec) -> Optional[str]:
     """How ``_scaled_mm`` sees an operand's scales, or None where the fast path cannot quantize it
-    (not FP8, stochastic rounding, delayed scaling's history, MX / GAM scales, no saturation)."""
+    (not FP8, stochastic rounding, MX / GAM scales, no saturation). Delayed scaling is a tensor
+    scale from the amax its layer's history gives (``quantize_fp8``'s ``amax``)."""
     if not (isinstance(spec, QuantSpec) and spec.fmt in _FP8 and spec.rounding == "nearest" and spec.saturate):
         return None
-    if spec.scaling == "tensor":
+    if spec.scaling in ("tensor", "delayed"):
         return _TENSOR
     if spec.scaling == "channel" and spec.axis == -1:
         return _ROW
@@ -67,16 +68,24 @@ FP8_PAIRS = {(_TENSOR, _TENSOR): "scaled_mm", (_ROW, _ROW): "scaled_mm", (_TENSO
 TRITON_PAIRS = {("1x128", "1x128")}
 
 
-def quantize_fp8(t: torch.Tensor, spec: QuantSpec) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_fp8(t: torch.Tensor, spec: QuantSpec, amax: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes, scale grid) of a 2-D operand (reduction dimension last) under an FP8 ``spec`` that
     ``scale_kind`` accepts, or GAM scaling (MoR): codes in the torch float8 dtype, row-major; the
     encode-scale grid as in ``QTensor.scale``. NaN and +-Inf are left out of every amax (as in
-    ``block_amax``); NaN stays NaN in the codes and +-Inf saturates to +-fmax."""
+    ``block_amax``); NaN stays NaN in the codes and +-Inf saturates to +-fmax. Delayed scaling takes
+    the ``amax`` its history gives (``DelayedScaler.step``), not the tensor's own."""
     fmt = spec.format
     x = t.float()
     block = _resolve_block(spec, tuple(x.shape))
-    mag = torch.where(torch.isfinite(x), x.abs(), torch.zeros((), dtype=x.dtype, device=x.device))
-    amax = _blocks_view(mag, block).amax(dim=(1, 3))
+    if spec.scaling == "delayed":
+        if amax is None:
+            raise ValueError("quantize_fp8: delayed scaling needs the amax of its history (amax=)")
+        amax = amax.float().reshape(1, 1)
+    elif amax is not None:
+        raise ValueError(f"quantize_fp8: amax= is for delayed scaling, not {spec.scaling!r}")
+    else:
+        mag = torch.where(torch.isfinite(x), x.abs(), torch.zeros((), dtype=x.dtype, device=x.device))
+        amax = _blocks_view(mag, block).amax(dim=(1, 3))
     if spec.scaling == "gam":
         scale = gam_block_scales(amax, amax.max(), fmt.fmax)
     else:
@@ -106,9 +115,11 @@ class FP8Operand(NamedTuple):
     kind: str
 
     @classmethod
-    def of(cls, t: torch.Tensor, spec: QuantSpec, kind: Optional[str] = None) -> "FP8Operand":
-        """``t`` quantized under ``spec``; ``kind`` for a GAM spec (``scale_kind`` of others)."""
-        return cls(*quantize_fp8(t, spec), spec, kind or scale_kind(spec))
+    def of(cls, t: torch.Tensor, spec: QuantSpec, kind: Optional[str] = None,
+           amax: Optional[torch.Tensor] = None) -> "FP8Operand":
+        """``t`` quantized under ``spec``; ``kind`` for a GAM spec (``scale_kind`` of others);
+        ``amax``: a delayed scaler's."""
+        return cls(*quantize_fp8(t, spec, amax), spec, kind or scale_kind(spec))
 
     def t(self) -> "FP8Operand":
         """The operand of the transposed tensor (a kind of ``TRANSPOSABLE``): the same codes and
@@ -286,17 +297,22 @@ class FastPlan:
     with block fallback ("int8": ``lowprec.methods.int8_fast``, which runs a plan with INT8 GEMMs
     whole; it mixes them with "hp" GEMMs only). ``FastPlan.for_recipe`` is None for a recipe with
     anything else (other operand quantizers such as sub-tensor MoR, MX specs, stochastic rounding
-    of FP8, delayed scaling): such layers run the emulation."""
+    of FP8): such layers run the emulation. Delayed scaling's slots (``delayed``) take their amax
+    from the layer's history, which the layer passes to ``operand``."""
 
     def __init__(self, gemms: dict, high_precision: torch.dtype):
         from .recipes import OPERANDS
         self.gemms, self.high_precision = gemms, high_precision
         self.all_hp = all(kind == "hp" for kind, _, _ in gemms.values())
         self._specs = {(g, op): spec for g, (kind, *specs) in gemms.items() for op, spec in zip(OPERANDS[g], specs)}
-        # (GEMM, operand) pairs whose quantized operand is the transpose of an earlier one's
+        # operand slots scaled from their layer's amax history (``operand``'s ``amax``)
+        self.delayed = frozenset(k for k, spec in self._specs.items()
+                                 if isinstance(spec, QuantSpec) and spec.scaling == "delayed")
+        # (GEMM, operand) pairs whose quantized operand is the transpose of an earlier one's; not a
+        # delayed slot: each records its own history, as the emulation's does
         self.reused = frozenset(target for target, source in _SOURCES.items()
                                 if self._specs[target] is not None and self._specs[target] == self._specs[source]
-                                and _transposable(self._specs[target]))
+                                and _transposable(self._specs[target]) and target not in self.delayed)
         self.has_mor = any(kind == "mor" for kind, _, _ in gemms.values())
         self.int8 = any(kind == "int8" for kind, _, _ in gemms.values())
 
@@ -333,10 +349,12 @@ class FastPlan:
             return None
         return cls(gemms, {"bf16": torch.bfloat16, "fp32": torch.float32}[recipe.high_precision])
 
-    def operand(self, gemm: str, op: str, t: torch.Tensor, source: Optional[Operand] = None) -> Operand:
+    def operand(self, gemm: str, op: str, t: torch.Tensor, source: Optional[Operand] = None,
+                amax: Optional[torch.Tensor] = None) -> Operand:
         """Operand ``op`` of GEMM ``gemm`` from its tensor ``t`` (reduction last): ``t`` itself for a
         high-precision GEMM, else its FP8Operand; ``source``, the operand an earlier GEMM made of
-        ``t``'s transpose, is transposed instead of quantizing ``t`` where ``reused`` allows."""
+        ``t``'s transpose, is transposed instead of quantizing ``t`` where ``reused`` allows;
+        ``amax``: the slot's delayed scaler's, for a slot of ``delayed``."""
         from .methods.mor_fast import MoROperand, mor_operand
         spec = self._specs[(gemm, op)]
         if spec is None:
@@ -347,7 +365,7 @@ class FastPlan:
             return mor_operand(spec, t)
         if self.gemms[gemm][0] == "int8":  # its quantizers need the layer's call key and buffers
             raise ValueError("FastPlan.operand: INT8 GEMMs run through lowprec.methods.int8_fast.int8_linear")
-        return FP8Operand.of(t, spec)
+        return FP8Operand.of(t, spec, amax=amax)
 
     def mm(self, name: str, a: Operand, b: Operand, out_dtype: torch.dtype) -> torch.Tensor:
         """``a @ b.T`` of GEMM ``name`` from its two operands (``operand``), in ``out_dtype``."""
@@ -375,7 +393,8 @@ class FastPlan:
                 return describe(a, b)
             if kind == "mor":
                 return f"MoR {a.partition}/{b.partition} (e4m3 on _scaled_mm, a bf16 choice fixed up on the device)"
-            return f"fp8 {a.fmt}/{b.fmt}, {scale_kind(a)}/{scale_kind(b)} scales"
+            kinds = "/".join(f"delayed {scale_kind(s)}" if s.scaling == "delayed" else scale_kind(s) for s in (a, b))
+            return f"fp8 {a.fmt}/{b.fmt}, {kinds} scales"
         return ", ".join(f"{g}: {one(*v)}" for g, v in self.gemms.items())
 
     def fp8_gemms(self) -> int:

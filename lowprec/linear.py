@@ -204,7 +204,8 @@ class QLinear(nn.Module):
                 if self.fast_plan.int8:  # its draws and fallback state: keys and buffers on the device
                     int8 = (self._next_key(), FallbackBuffers.of(self), self.training)
                 # the other fast plans draw nothing: `calls` stays
-                return _fast_linear(x, w, self.bias, self.fast_plan, self.transposed, out_dtype, counts, int8)
+                return _fast_linear(x, w, self.bias, self.fast_plan, self.transposed, out_dtype, counts, int8,
+                                    self if self.scalers else None)
             y = _QLinearFn.apply(x.float(), w, self.bias, self, self._next_key())
         return y.to(out_dtype)
 
@@ -225,15 +226,21 @@ class QLinear(nn.Module):
             return None
         return _stream.next_call_key_(self.seed_key, self.calls, ranks.rank(), self.training)
 
+    def delayed_amax(self, gemm: str, operand: str, t: torch.Tensor) -> Optional[torch.Tensor]:
+        """The amax a delayed-scaling slot quantizes ``t`` with, from its history (a training call
+        records ``t``'s amax, reduced over the ranks; evaluation reads the history only); None for
+        a slot without delayed scaling."""
+        scaler = self.scalers.get((gemm, operand))
+        if scaler is None:
+            return None
+        current = block_amax(t, tuple(t.shape)).reshape(())  # NaN/Inf ignored, as in every amax
+        state = self._history(gemm, operand)
+        return scaler.step(current, state) if self.training else scaler.amax(current, state)
+
     def _operand(self, gemm: str, operand: str, t: torch.Tensor, spec: QuantSpec, key=None):
         """The operand's QTensor under ``spec`` (``key``: the call's random key, for stochastic
         rounding)."""
-        amax, scaler = None, self.scalers.get((gemm, operand))
-        if scaler is not None:
-            current = block_amax(t, tuple(t.shape)).reshape(())  # NaN/Inf ignored, as in every amax
-            # training: max over the ranks, then into the history; evaluation reads it only
-            state = self._history(gemm, operand)
-            amax = scaler.step(current, state) if self.training else scaler.amax(current, state)
+        amax = self.delayed_amax(gemm, operand, t)
         noise = None
         if spec.rounding == "stochastic":
             noise = _stream.uniforms(slot_key(key, gemm, operand), tuple(t.shape), device=t.device)
@@ -416,14 +423,17 @@ class compiled:
 
 
 def _fast_linear(x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype,
-                 counts: Optional[torch.Tensor] = None, int8: Optional[tuple] = None) -> torch.Tensor:
+                 counts: Optional[torch.Tensor] = None, int8: Optional[tuple] = None,
+                 layer: Optional[QLinear] = None) -> torch.Tensor:
+    """The layer's three GEMMs on ``plan``; ``layer``: the QLinear whose delayed scalers' histories
+    the delayed slots read and record (``QLinear.delayed_amax``)."""
     if plan.int8:  # int8: (call key, the layer's FallbackBuffers or None, training)
         return int8_linear(x, weight, bias, plan, transposed, out_dtype, *int8)
     if plan.all_hp:  # plain autograd: the GEMMs are autocast's, in the recipe's dtype
         dt = plan.high_precision
         w = weight.t() if transposed else weight
         return F.linear(x.to(dt), w.to(dt), None if bias is None else bias.to(dt)).to(out_dtype)
-    return _FastLinearFn.apply(x, weight, bias, plan, transposed, out_dtype, counts)
+    return _FastLinearFn.apply(x, weight, bias, plan, transposed, out_dtype, counts, layer)
 
 
 class _FastLinearFn(torch.autograd.Function):
@@ -432,18 +442,20 @@ class _FastLinearFn(torch.autograd.Function):
     per scale layout: where the backward GEMMs' operands are transposes with the same scales
     (``FastPlan.reused``), their codes (and MoR decisions) are transposed copies of the forward's,
     and the forward keeps the quantized activation for the weight gradient instead of the
-    high-precision one. ``counts``: the layer's MoR decision counts (training calls only)."""
+    high-precision one. ``counts``: the layer's MoR decision counts (training calls only);
+    ``layer``: the QLinear of delayed-scaling slots (``_fast_linear``)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype, counts):
+    def forward(ctx, x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype, counts, layer):
         w = weight.t() if transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
-        qx, qw = plan.operand("fprop", "x", x2d), plan.operand("fprop", "w", w)
+        qx = plan.operand("fprop", "x", x2d, amax=_delayed_amax(layer, "fprop", "x", x2d))
+        qw = plan.operand("fprop", "w", w, amax=_delayed_amax(layer, "fprop", "w", w))
         _count(counts, "fprop", qx, qw)
         y = plan.mm("fprop", qx, qw, out_dtype)
         if bias is not None:
             y = y + bias.to(out_dtype)
-        ctx.plan, ctx.transposed, ctx.has_bias, ctx.counts = plan, transposed, bias is not None, counts
+        ctx.plan, ctx.transposed, ctx.has_bias, ctx.counts, ctx.layer = plan, transposed, bias is not None, counts, layer
         ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
         x_keep = qx if ("wgrad", "x") in plan.reused else x2d
         w_keep = qw if ("dgrad", "w") in plan.reused else w
@@ -459,19 +471,25 @@ class _FastLinearFn(torch.autograd.Function):
         dy2d = dy.reshape(-1, dy.shape[-1])
         dx = dw = db = qdy = None
         if ctx.needs_input_grad[0]:
-            qdy = plan.operand("dgrad", "dy", dy2d)
-            qw = plan.operand("dgrad", "w", _transpose_of(w_keep), source=w_keep)
+            qdy = plan.operand("dgrad", "dy", dy2d, amax=_delayed_amax(ctx.layer, "dgrad", "dy", dy2d))
+            wt = _transpose_of(w_keep)
+            qw = plan.operand("dgrad", "w", wt, source=w_keep, amax=_delayed_amax(ctx.layer, "dgrad", "w", wt))
             _count(ctx.counts, "dgrad", qdy, qw)
             dx = plan.mm("dgrad", qdy, qw, ctx.x_dtype).reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
-            a = plan.operand("wgrad", "dy", dy2d.t(), source=qdy)  # a view; unused where qdy is reused
-            b = plan.operand("wgrad", "x", _transpose_of(x_keep), source=x_keep)
+            dyt, xt = dy2d.t(), _transpose_of(x_keep)  # views; unused where an operand is reused
+            a = plan.operand("wgrad", "dy", dyt, source=qdy, amax=_delayed_amax(ctx.layer, "wgrad", "dy", dyt))
+            b = plan.operand("wgrad", "x", xt, source=x_keep, amax=_delayed_amax(ctx.layer, "wgrad", "x", xt))
             _count(ctx.counts, "wgrad", a, b)
             dw = plan.mm("wgrad", a, b, torch.float32)
             dw = (dw.t() if ctx.transposed else dw).to(ctx.w_dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.float().sum(0)
-        return dx, dw, db, None, None, None, None
+        return dx, dw, db, None, None, None, None, None
+
+
+def _delayed_amax(layer: Optional[QLinear], gemm: str, operand: str, t) -> Optional[torch.Tensor]:
+    return None if layer is None else layer.delayed_amax(gemm, operand, t)
 
 
 def _is_quantized(op) -> bool:

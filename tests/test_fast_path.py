@@ -20,6 +20,26 @@ SPECS = [QuantSpec("e4m3", "tensor"), QuantSpec("e5m2", "tensor"), QuantSpec("e4
          QuantSpec("e4m3", "block", block=(1, 128), pow2=True)]
 
 
+@pytest.mark.parametrize("spec", [QuantSpec("e4m3", "delayed"), QuantSpec("e5m2", "delayed", margin=1),
+                                  QuantSpec("e4m3", "delayed", pow2=True)], ids=lambda s: f"{s.fmt}-m{s.margin}-p{int(s.pow2)}")
+def test_quantize_fp8_with_a_delayed_amax_equals_emulation(spec):
+    """Delayed scaling quantizes with the amax its history gives, which may lie below the tensor's
+    own (values beyond it saturate) or above it."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 96) * 3
+    x[1, 2], x[3, 4] = float("nan"), float("inf")
+    for amax in (torch.tensor(0.5), torch.tensor(40.0), torch.tensor(0.0)):
+        codes, scale = quantize_fp8(x, spec, amax)
+        ref = quantize(x, spec, amax=amax)
+        assert torch.equal(scale, ref.scale)
+        assert torch.equal(codes.float().nan_to_num(1234.0), ref.codes.nan_to_num(1234.0))
+    assert codes.float().abs().nan_to_num(0).max() > 0
+    with pytest.raises(ValueError, match="delayed scaling needs"):
+        quantize_fp8(x, spec)
+    with pytest.raises(ValueError, match="amax= is for delayed scaling"):
+        quantize_fp8(x, QuantSpec("e4m3", "tensor"), torch.tensor(1.0))
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s.fmt}-{s.scaling}-{s.block}-m{s.margin}-p{int(s.pow2)}")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_quantize_fp8_codes_and_scales_equal_emulation(spec, dtype):
@@ -36,7 +56,9 @@ def test_quantize_fp8_codes_and_scales_equal_emulation(spec, dtype):
 
 def test_fast_plan_covers_exactly_the_recipes_it_can_run():
     planned = {name for name, r in RECIPES.items() if FastPlan.for_recipe(r) is not None}
-    assert planned == {"bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise", "int8_block"}
+    assert planned == {"bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_delayed", "fp8_blockwise", "int8_block"}
+    delayed = FastPlan.for_recipe(RECIPES["fp8_delayed"])
+    assert len(delayed.delayed) == 6 and not delayed.reused  # each slot records its own history
     for partition in ("tensor", "channel", "block"):
         assert FastPlan.for_recipe(recipe_from_config({"recipe": "mor", "partition": partition})).has_mor
     for rule in ("absmax", "topk", "error", "dynamic", "none"):
@@ -63,7 +85,7 @@ def _train_once(layer, x, g):
     return y.detach().float(), x.grad.float(), layer[0].weight.grad.float(), layer[0].bias.grad.float()
 
 
-@pytest.mark.parametrize("name", ["bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_blockwise"])
+@pytest.mark.parametrize("name", ["bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_delayed", "fp8_blockwise"])
 def test_fast_layer_trains_like_the_emulation(name, monkeypatch, scaled_mm_calls):
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(256, 384))
@@ -75,10 +97,11 @@ def test_fast_layer_trains_like_the_emulation(name, monkeypatch, scaled_mm_calls
     monkeypatch.setattr(lin, "FAST_PATH", "all")
     got = _train_once(fast, x, g)
     # tensor-wise FP8 runs all three GEMMs on _scaled_mm; blockwise scales are CUDA-only (fp32 fallback)
-    assert calls["n"] == {"fp8_tensorwise_current": 3, "fp8_hybrid": 3}.get(name, 0)
+    tensorwise = {"fp8_tensorwise_current": 3, "fp8_hybrid": 3, "fp8_delayed": 3}
+    assert calls["n"] == tensorwise.get(name, 0)
     monkeypatch.setattr(lin, "FAST_PATH", "off")
     want = _train_once(emu, x, g)
-    assert calls["n"] == {"fp8_tensorwise_current": 3, "fp8_hybrid": 3}.get(name, 0)  # emulation: none
+    assert calls["n"] == tensorwise.get(name, 0)  # emulation: none
     # the output is bf16 on both paths; gradients differ by the bf16 rounding of the fast GEMMs' outputs
     for a, b in zip(got, want):
         assert sqnr_db(b, a) > 35
@@ -238,6 +261,71 @@ def test_compiled_delayed_scaling_trains_like_eager():
     assert comp[0].scalers[("fprop", "x")].history.numel() == 3  # the scaler's own state is the layer's
 
 
+def _delayed_steps(monkeypatch, paths: list, on_step) -> dict:
+    """Three training steps of fp8_delayed layers (one per path: "off", "all" or "compiled"), with an
+    amax that grows, then shrinks (the history, not the tensor, sets the scale); ``on_step(models)``
+    after each."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(64, 96))
+    models = {p: copy.deepcopy(base) for p in paths}
+    for m in models.values():
+        convert(m, RECIPES["fp8_delayed"])
+    g = torch.randn(32, 96)
+    loss = autocast_loss_fn(g)
+    loss_c = torch.compile(loss, options=lin.EAGER_NUMERICS, fullgraph=True)
+    for scale in (1.0, 8.0, 0.5):
+        x = (scale * torch.randn(32, 64)).requires_grad_()  # dgrad's slots too
+        for p, m in models.items():
+            monkeypatch.setattr(lin, "FAST_PATH", "off" if p == "off" else "all")
+            (loss_c if p == "compiled" else loss)(m, x).backward()
+        on_step(models)
+    return models
+
+
+def _histories(model) -> dict:
+    from lowprec.numerics.scaling import ordered_history
+    return {key: ordered_history(*model[0]._history(*key)) for key in model[0].scalers}
+
+
+def test_fast_delayed_scaling_records_the_emulations_histories(monkeypatch, scaled_mm_calls):
+    """Step by step the fast path records every slot's amax history bit for bit as the emulation
+    does, and runs its three GEMMs on _scaled_mm; evaluation reads the histories only."""
+    def check(models):
+        check.calls, before = scaled_mm_calls["n"], check.calls
+        assert check.calls - before == 3
+        assert sqnr_db(models["off"][0].weight.grad, models["all"][0].weight.grad) > 35
+        want, got = _histories(models["off"]), _histories(models["all"])
+        assert want.keys() == got.keys() and len(want) == 6
+        for key in want:
+            assert torch.equal(got[key], want[key]), key
+    check.calls = 0
+    fast = _delayed_steps(monkeypatch, ["off", "all"], check)["all"]
+    assert _histories(fast)[("wgrad", "x")].numel() == 3
+    with torch.no_grad():
+        fast.eval()
+        fast(torch.randn(8, 64))
+    assert _histories(fast)[("fprop", "x")].numel() == 3
+
+
+@pytest.mark.slow
+def test_compiled_fast_delayed_scaling_equals_eager(monkeypatch):
+    """The compiled fast path (one graph: the history operators in its forward and backward) steps
+    as the eager fast path does, bit for bit: gradients and histories."""
+    def check(models):
+        assert torch.equal(models["compiled"][0].weight.grad, models["all"][0].weight.grad)
+        want, got = _histories(models["all"]), _histories(models["compiled"])
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    _delayed_steps(monkeypatch, ["all", "compiled"], check)
+
+
+def autocast_loss_fn(g):
+    def loss(model, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return (model(x).float() * g).sum()
+    return loss
+
+
 @pytest.mark.parametrize("spec", [QuantSpec("e4m3", "tensor"), QuantSpec("e5m2", "tensor", margin=1),
                                   QuantSpec("e4m3", "block", block=(128, 128))], ids=lambda s: f"{s.fmt}-{s.block}")
 def test_transposed_operand_equals_quantizing_the_transpose(spec):
@@ -262,9 +350,10 @@ def test_each_tensor_is_quantized_once_per_scale_layout(monkeypatch):
     assert FastPlan.for_recipe(RECIPES["fp8_blockwise"]).reused == {("dgrad", "w")}
     seen = []
     real = gemm_mod.quantize_fp8
-    monkeypatch.setattr(gemm_mod, "quantize_fp8", lambda t, spec: seen.append(tuple(t.shape)) or real(t, spec))
+    monkeypatch.setattr(gemm_mod, "quantize_fp8", lambda t, spec, amax=None: seen.append(tuple(t.shape)) or real(t, spec, amax))
     monkeypatch.setattr(lin, "FAST_PATH", "all")
-    for name, n in (("fp8_tensorwise_current", 3), ("fp8_blockwise", 5)):
+    # delayed scaling: every slot quantizes its own tensor (each records its own amax history)
+    for name, n in (("fp8_tensorwise_current", 3), ("fp8_blockwise", 5), ("fp8_delayed", 6)):
         seen.clear()
         layer = nn.Sequential(nn.Linear(256, 384))
         convert(layer, RECIPES[name])
