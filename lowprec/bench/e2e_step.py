@@ -16,8 +16,9 @@ Arms (``--arms``):
   <recipe or method>      the suite's recipes and methods (fp8_tensorwise_current, fp8_delayed, fp8_hybrid,
                           fp8_blockwise, mor_tensor, mor_channel, mor_block, mor_sub_two_way, gaussws,
                           int8_block, int8_fallback) through lowprec.convert, compiled with
-                          lowprec.linear.compiled where the recipe has a fast path (``FastPlan``), else
-                          eager (the emulation; the CSV's ``path`` column says which)
+                          lowprec.linear.compiled as training compiles them on the GPU (train.compile:
+                          auto): on the fast path where the recipe has one (``FastPlan``), else the
+                          emulation compiled (``path`` reads ``compiled emulation``, never with CUDA graphs)
 
 Every arm's step is forward, loss, backward and a fused AdamW step, quantization included. Arms run
 one after another (a 1B model with its AdamW state is ~18 GB: all arms at once do not fit); the
@@ -119,7 +120,8 @@ def _torchao_convert(model, recipe: str):
 
 
 def build_arm(arm: str, shape: dict, cudagraphs: bool = False):
-    """(callable model, its module, path) for one arm: path is 'compiled', 'cudagraphs' or 'eager'."""
+    """(callable model, its module, path) for one arm: path is 'compiled', 'cudagraphs', 'compiled
+    emulation' (a recipe without a fast plan, compiled as training compiles it) or 'eager'."""
     from ..gemm import FastPlan
     from ..linear import compiled, convert, transformed_layers
     from ..recipes import recipe_from_config
@@ -135,7 +137,7 @@ def build_arm(arm: str, shape: dict, cudagraphs: bool = False):
         recipe = recipe_from_config(METHODS[arm])
         convert(model, recipe)
         if FastPlan.for_recipe(recipe) is None:
-            return model, model, "eager"
+            return compiled(model), model, "compiled emulation"
     cudagraphs = cudagraphs and not transformed_layers(model)  # GaussWS: compiled.__init__ says why
     return compiled(model, cudagraphs=cudagraphs), model, "cudagraphs" if cudagraphs else "compiled"
 
