@@ -8,9 +8,10 @@ an FP8 product to cuBLAS (``lowprec.kernels.mor_gemm``). Operands are row-major 
     row x row            scale_a (M, 1), scale_b (1, N)                   bf16 output
     1x128 x 128x128      scale_a (M, K/128), scale_b (K/128, N/128),       bf16 output, CUDA only,
                          strides below; K a multiple of 512
+    1x128 x 1x128        scale_a (M, K/128), scale_b (K/128, N) row-major  the same
 (a tensor scale pairs with a row scale by broadcasting it to a vector; a 128x128 grid on the left
-goes as the 1x128 scales of its rows). 1x128 x 1x128, the weight gradient of DeepSeek-style
-recipes, was refused on the H200 with torch 2.11 in every layout tried.
+goes as the 1x128 scales of its rows). 1x128 x 1x128 is the weight gradient of DeepSeek-style
+recipes.
 """
 
 from __future__ import annotations
