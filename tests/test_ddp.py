@@ -126,8 +126,11 @@ _RANK_WORKER = textwrap.dedent("""
         return x.grad, int(slot_key(key, "dgrad", "dy"))
 
 
-    def run(rank, world):
+    def delayed(rank, fast_path):
         # delayed scaling: the same weights, each rank its own (differently sized) data
+        import lowprec.linear as lin
+
+        lin.FAST_PATH = fast_path
         torch.manual_seed(0)
         net = nn.Sequential(nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 32))
         convert(net, RECIPES["fp8_delayed"])
@@ -135,10 +138,15 @@ _RANK_WORKER = textwrap.dedent("""
         xs = [torch.randn(16, 64, generator=g) * (1 + 3 * rank) * (step + 1) for step in range(3)]
         for x in xs:
             net(x.clone().requires_grad_()).square().mean().backward()
-        hist = {f"{i}:{gm}.{op}": s.history.clone() for i in (0, 2) for (gm, op), s in net[i].scalers.items()}
+        lin.FAST_PATH = "cuda"
+        return {f"{i}:{gm}.{op}": s.history.clone() for i in (0, 2) for (gm, op), s in net[i].scalers.items()}, xs
+
+
+    def run(rank, world):
+        hist, xs = delayed(rank, "off")
         sr = {name: [input_grad(r) for _ in range(2)]
               for name, r in (("int8_block", RECIPES["int8_block"]), ("int8_fallback", int8_fallback_recipe({})))}
-        return {"hist": hist, "xs": xs, "sr": sr}
+        return {"hist": hist, "hist_fast": delayed(rank, "all")[0], "xs": xs, "sr": sr}
 
 
     if __name__ == "__main__":
@@ -172,7 +180,7 @@ def _rank_results(tmp_path):
 def test_ranks_agree_on_amax_histories_and_differ_in_rounding_noise(tmp_path):
     """Two gloo processes. Delayed scaling: ranks fed different data end with the same amax
     histories, each step's entry the max over the ranks (here rank 1's, whose data is larger), not
-    what either rank saw alone. Stochastic rounding: on the same input each rank draws its own
+    what either rank saw alone, on the emulation and on the fast path alike. Stochastic rounding: on the same input each rank draws its own
     noise (different input gradients), reproducibly, and rank 0 draws what a single process does."""
     import torch
 
@@ -181,6 +189,12 @@ def test_ranks_agree_on_amax_histories_and_differ_in_rounding_noise(tmp_path):
     assert set(h0) == set(h1) and len(h0) == 12  # 2 layers x 6 operand slots
     for k in h0:
         assert h0[k].numel() == 3 and torch.equal(h0[k], h1[k]), k
+        # the fast path: the ranks agree too; where the tensor is the same on both paths (the first
+        # layer's input, the weights) it records the emulation's amaxes (other tensors come out of
+        # the previous GEMM, whose rounding differs between the paths)
+        assert torch.equal(two[0]["hist_fast"][k], two[1]["hist_fast"][k]), k
+        if k in ("0:fprop.x", "0:wgrad.x") or k.endswith(".w"):
+            assert torch.equal(two[0]["hist_fast"][k], h0[k]), k
     want = torch.stack([torch.maximum(a.abs().max(), b.abs().max()) for a, b in zip(two[0]["xs"], two[1]["xs"])])
     assert torch.equal(h0["0:fprop.x"], want) and torch.equal(want, torch.stack([b.abs().max() for b in two[1]["xs"]]))
     # a process on its own records its own amaxes, smaller here
