@@ -68,7 +68,8 @@ FP8_PAIRS = {(_TENSOR, _TENSOR): "scaled_mm", (_ROW, _ROW): "scaled_mm", (_TENSO
 TRITON_PAIRS = {("1x128", "1x128")}
 
 
-def quantize_fp8(t: torch.Tensor, spec: QuantSpec, amax: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_fp8(t: torch.Tensor, spec: QuantSpec,
+                 amax: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes, scale grid) of a 2-D operand (reduction dimension last) under an FP8 ``spec`` that
     ``scale_kind`` accepts, or GAM scaling (MoR): codes in the torch float8 dtype, row-major; the
     encode-scale grid as in ``QTensor.scale``. NaN and +-Inf are left out of every amax (as in

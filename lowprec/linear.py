@@ -455,7 +455,8 @@ class _FastLinearFn(torch.autograd.Function):
         y = plan.mm("fprop", qx, qw, out_dtype)
         if bias is not None:
             y = y + bias.to(out_dtype)
-        ctx.plan, ctx.transposed, ctx.has_bias, ctx.counts, ctx.layer = plan, transposed, bias is not None, counts, layer
+        ctx.plan, ctx.transposed, ctx.has_bias = plan, transposed, bias is not None
+        ctx.counts, ctx.layer = counts, layer
         ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
         x_keep = qx if ("wgrad", "x") in plan.reused else x2d
         w_keep = qw if ("dgrad", "w") in plan.reused else w

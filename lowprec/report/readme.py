@@ -138,8 +138,9 @@ def results_block(results: Path, scale: str = "tiny") -> str:
                         f"({cfglib.report_path('results', sc)}) (`{sc}`)" for sc in SCALES)
     parts = [BEGIN, "",
              f"**{len(verdicts)} claims: " + ", ".join(f"{n} {v}" for n, v in counts) + ".** "
-             "One row per claim, at the scale that decides it (a decided verdict first, else the larger scale); *from* says "
-             "where our number comes from, *why* the reason for a verdict (in full in the reports). Every "
+             "One row per claim, at the scale that decides it (a decided verdict first, else the larger "
+             "scale); *from* says where our number comes from, *why* the reason for a verdict (in full in "
+             "the reports). Every "
              f"table and figure is in the reports: {reports}, or "
              "`snakemake --report report.html` (add `--config scale=small`).", "",
              *table, "", END]
