@@ -227,6 +227,28 @@ def test_compiled_mor_layers_never_wait_for_the_device(partition):
     assert int(counts[:, 0].sum()) == 2 * 2 * 2
 
 
+@pytest.mark.parametrize("spec", [QuantSpec("e4m3", "tensor"), QuantSpec("e4m3", "channel", axis=-1),
+                                  QuantSpec("e4m3", "block", block=(1, 128)), QuantSpec("e4m3", "block", block=(128, 128))],
+                         ids=lambda s: f"{s.scaling}-{s.block}")
+def test_compiled_quantization_of_an_autocast_input_equals_eager(spec):
+    """Under autocast a layer's fp32 input is rounded to bf16 inside the compiled graph, right before
+    the amax reduction that scales it: the compiled codes and scales must be eager's (Inductor must
+    reduce over the rounded values, as ``EAGER_NUMERICS`` asks)."""
+    from lowprec.gemm import quantize_fp8
+    from lowprec.linear import EAGER_NUMERICS
+
+    torch.manual_seed(0)
+    x = torch.randn(256, 512, device="cuda") * torch.logspace(-2, 2, 512, device="cuda")
+
+    def quantize(t):
+        return quantize_fp8(t.to(torch.bfloat16), spec)
+
+    want = quantize(x)
+    got = torch.compile(quantize, options=EAGER_NUMERICS)(x)
+    assert torch.equal(got[1], want[1]), "scales"
+    assert torch.equal(got[0].float(), want[0].float()), "codes"
+
+
 @pytest.mark.parametrize("method", [{"recipe": "fp8_blockwise"},
                                     {"recipe": "mor", "partition": "tensor", "threshold": 0.0},
                                     {"recipe": "mor", "partition": "block", "threshold": 0.0}],
