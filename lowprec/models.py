@@ -62,6 +62,28 @@ def max_seq_len(model_cfg: dict) -> int:
     return int(model_cfg.get("max_seq_len", DEFAULT_MAX_SEQ_LEN))
 
 
+# transformers' own SDPA attention under a name of our own. Our models are never given a mask
+# (training and evaluation read whole windows: no padding, no packed sequences), and transformers
+# (4.53 on) builds no mask for an attention that has no mask function; above all it then skips its
+# packed-sequence check, which reads a device tensor on the host at every forward: one host sync
+# per training step on the GPU. Under "sdpa" the mask built for our inputs is None too, so the
+# attention call, and every number, is the same.
+CAUSAL_SDPA = "lowprec_causal_sdpa"
+
+
+def _use_causal_sdpa(model: nn.Module) -> None:
+    try:
+        from transformers import AttentionInterface, masking_utils
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    except ImportError:  # a transformers before 4.53 makes its masks in the model: keep its sdpa
+        return
+    if (model.config._attn_implementation != "sdpa" or not hasattr(model, "set_attn_implementation")
+            or not hasattr(masking_utils, "ALL_MASK_ATTENTION_FUNCTIONS")):
+        return  # another attention (a checkpoint's own choice), or no way to switch it
+    AttentionInterface.register(CAUSAL_SDPA, sdpa_attention_forward)
+    model.set_attn_implementation(CAUSAL_SDPA)
+
+
 def _model_class(fam: str):
     import transformers
     return {"gpt2": transformers.GPT2LMHeadModel, "llama": transformers.LlamaForCausalLM,
@@ -86,6 +108,7 @@ def build_model(model_cfg: dict, vocab_size: int) -> nn.Module:
                              f"the dataset has {vocab_size}")
     else:
         model = _model_class(fam)(hf_config(model_cfg, vocab_size))
+    _use_causal_sdpa(model)
     limit = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
     model.register_forward_pre_hook(functools.partial(_check_sequence_length, model_cfg.get("name", fam), limit),
                                     with_kwargs=True)

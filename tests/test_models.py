@@ -90,3 +90,42 @@ def test_parameter_count_from_the_shape_equals_the_built_model(name, tie):
     if tie is not None:
         cfg["tie_embeddings"] = tie
     assert shape_parameter_count(cfg, 300) == count_parameters(build_model(cfg, vocab_size=300))
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "nemotron"])
+def test_training_forward_reads_nothing_on_the_host_and_equals_sdpa(family, monkeypatch):
+    """The models attend with transformers' SDPA under a name that has no mask function, so
+    transformers builds no mask and skips its packed-sequence check (a host read of a device tensor
+    at every forward, a sync per step on the GPU); the loss and every gradient are sdpa's, bit for bit."""
+    import copy
+
+    from lowprec.models import CAUSAL_SDPA
+
+    cfg = {"name": "m", "family": family, "layers": 2, "d_model": 64, "heads": 4,
+           "kv_heads": 4 if family == "gpt2" else 2, "ffn": 128, "max_seq_len": 64}
+    torch.manual_seed(0)
+    ours = build_model(cfg, 256)
+    assert ours.config._attn_implementation == CAUSAL_SDPA
+    theirs = copy.deepcopy(ours)
+    theirs.set_attn_implementation("sdpa")
+    x, y = torch.randint(0, 256, (2, 32)), torch.randint(0, 256, (2, 32))
+    reads = []
+    for name in ("__bool__", "item", "tolist"):
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _real=real, _name=name, **k: reads.append(_name) or _real(t, *a, **k))
+    loss = causal_lm_loss(ours, x, y)
+    assert reads == []
+    monkeypatch.undo()
+    loss.backward()
+    want = causal_lm_loss(theirs, x, y)
+    want.backward()
+    assert torch.equal(loss, want)
+    for p, q in zip(ours.parameters(), theirs.parameters()):
+        assert torch.equal(p.grad, q.grad)
+    reads.clear()
+    for name in ("__bool__",):  # the default would have read one: the check works
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _real=real, **k: reads.append(1) or _real(t, *a, **k))
+    causal_lm_loss(theirs, x, y)
+    monkeypatch.undo()
+    assert reads
