@@ -591,6 +591,31 @@ def test_emulated_training_step_never_waits_for_the_device(method):
     assert int(model[0].calls) == 2 and model[0].call_count() == 2
 
 
+@pytest.mark.parametrize("family", ["gpt2", "llama", "nemotron"])
+def test_compiled_model_forward_and_backward_never_wait_for_the_device(family):
+    """A converted transformers model, its blocks compiled as training compiles them: forward, loss and
+    backward queue without a host sync (transformers' packed-sequence check, a host read at every
+    forward, is skipped: ``lowprec.models.CAUSAL_SDPA``)."""
+    from lowprec.linear import compiled
+    from lowprec.models import build_model, causal_lm_loss
+
+    cfg = {"name": "m", "family": family, "layers": 2, "d_model": 256, "heads": 4, "ffn": 512, "max_seq_len": 256}
+    torch.manual_seed(0)
+    model = build_model(cfg, 512).cuda()
+    convert(model, RECIPES["fp8_tensorwise_current"])
+    fn = compiled(model)
+    x, y = (torch.randint(0, 512, (4, 256), device="cuda") for _ in range(2))
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = causal_lm_loss(fn, x, y)
+        loss.backward()
+
+    step()  # compiles
+    with no_host_sync():
+        step()
+
+
 def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     """The tuner times every candidate of a new shape class once, records them, keeps the fastest,
     and its configurations equal the torch reference bit for bit without FMA contraction."""
