@@ -110,10 +110,15 @@ def test_config_change_starts_fresh_instead_of_resuming(prepared_data, tmp_path)
     assert rec["resumed_from"] is None and rec["steps"] == 8
 
 
-@pytest.mark.parametrize("method", ["int8_block", "fp8_delayed"])
-def test_resume_with_stateful_recipe_and_telemetry(prepared_data, tmp_path, method):
+@pytest.mark.parametrize("method,fast_path", [("int8_block", "cuda"), ("fp8_delayed", "cuda"), ("fp8_delayed", "all")])
+def test_resume_with_stateful_recipe_and_telemetry(prepared_data, tmp_path, method, fast_path, monkeypatch):
     """Stochastic-rounding draws and delayed-scaling histories travel with the checkpoint, so a
-    killed quantized run resumes onto the uninterrupted run's losses; telemetry rows are merged."""
+    killed quantized run resumes onto the uninterrupted run's losses; telemetry rows are merged.
+    With the fast path on (``all``), delayed scaling's steps alternate between it and the emulation
+    (telemetry steps), both recording into the same histories."""
+    import lowprec.linear as lin
+
+    monkeypatch.setattr(lin, "FAST_PATH", fast_path)
     kw = dict(max_steps=8, ckpt_every=4, log_every=1, val_every=4)
     runs = {}
     for tag in ("ref", "killed"):
