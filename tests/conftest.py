@@ -142,12 +142,13 @@ def scaled_mm_calls(count_calls) -> dict:
 
 
 def autocast_loss(x, g):
-    """loss(model) = sum(model(x) * g) under CPU bf16 autocast: the step a compile test traces."""
+    """loss(model) = sum(model(x) * g) under CPU bf16 autocast: the step a compile test traces
+    (``loss(model, inputs)`` takes another input than ``x``, e.g. one per step)."""
     import torch
 
-    def loss(model):
+    def loss(model, inputs=None):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            return (model(x).float() * g).sum()
+            return (model(x if inputs is None else inputs).float() * g).sum()
     return loss
 
 

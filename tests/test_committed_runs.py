@@ -142,8 +142,9 @@ def test_small_plans_exactly_the_runs_that_are_not_committed(tmp_path):
     papers = ["gaussws", "int8_fallback", "mor"]
     # the whole small grid is committed: take two runs (one with evaluations) out of the copy
     removed = {"mor/nemotron/mor_sub_three_way/s4", "gaussws/gpt2/gaussws_b6/s3"}
+    grid = _grid("small", papers)
     for name in removed:
-        shutil.rmtree(root / _grid("small", papers)[name])
+        shutil.rmtree(root / grid[name])
     missing = _uncommitted(root, "small", papers)
     assert missing == removed
     jobs = _plan(root, "scale=small", f"papers=[{','.join(papers)}]")

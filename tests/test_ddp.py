@@ -130,7 +130,7 @@ _RANK_WORKER = textwrap.dedent("""
         # delayed scaling: the same weights, each rank its own (differently sized) data
         import lowprec.linear as lin
 
-        lin.FAST_PATH = fast_path
+        before, lin.FAST_PATH = lin.FAST_PATH, fast_path
         torch.manual_seed(0)
         net = nn.Sequential(nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 32))
         convert(net, RECIPES["fp8_delayed"])
@@ -138,7 +138,7 @@ _RANK_WORKER = textwrap.dedent("""
         xs = [torch.randn(16, 64, generator=g) * (1 + 3 * rank) * (step + 1) for step in range(3)]
         for x in xs:
             net(x.clone().requires_grad_()).square().mean().backward()
-        lin.FAST_PATH = "cuda"
+        lin.FAST_PATH = before
         return {f"{i}:{gm}.{op}": s.history.clone() for i in (0, 2) for (gm, op), s in net[i].scalers.items()}, xs
 
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import lowprec.linear as lin
+from conftest import autocast_loss
 from lowprec import RECIPES, convert
 from lowprec.gemm import FastPlan, quantize_fp8
 from lowprec.numerics import QuantSpec, quantize, sqnr_db
@@ -272,7 +273,7 @@ def _delayed_steps(monkeypatch, paths: list, on_step) -> dict:
     for m in models.values():
         convert(m, RECIPES["fp8_delayed"])
     g = torch.randn(32, 96)
-    loss = autocast_loss_fn(g)
+    loss = autocast_loss(None, g)
     loss_c = torch.compile(loss, options=lin.EAGER_NUMERICS, fullgraph=True)
     for scale in (1.0, 8.0, 0.5):
         x = (scale * torch.randn(32, 64)).requires_grad_()  # dgrad's slots too
@@ -317,13 +318,6 @@ def test_compiled_fast_delayed_scaling_equals_eager(monkeypatch):
         want, got = _histories(models["all"]), _histories(models["compiled"])
         assert all(torch.equal(got[k], want[k]) for k in want)
     _delayed_steps(monkeypatch, ["all", "compiled"], check)
-
-
-def autocast_loss_fn(g):
-    def loss(model, x):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return (model(x).float() * g).sum()
-    return loss
 
 
 @pytest.mark.parametrize("spec", [QuantSpec("e4m3", "tensor"), QuantSpec("e5m2", "tensor", margin=1),
@@ -374,7 +368,7 @@ def test_compiled_blockwise_layer_has_one_graph(monkeypatch):
     """fp8_blockwise's weight-gradient route (the Triton FP8 loop where Triton runs) is decided
     while tracing without a graph break (Dynamo cannot trace the kernel module's availability
     checks: the answer is a constant of the process)."""
-    from conftest import assert_one_graph, autocast_loss
+    from conftest import assert_one_graph
     monkeypatch.setattr(lin, "FAST_PATH", "all")
     layer = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
     convert(layer, RECIPES["fp8_blockwise"])
