@@ -37,6 +37,7 @@ from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
 from .numerics.scaling import load_history, ordered_history
 from .numerics import rounding_stream as _stream
 from .numerics.checks import one_of
+from .numerics.formats import round_cast
 from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe, slot_key
 from .telemetry import Telemetry
 
@@ -190,7 +191,7 @@ class QLinear(nn.Module):
             # the input in the autocast dtype, as torch.nn.Linear and torchao's Float8Linear take it:
             # an fp32 activation (after a norm kept in fp32) is rounded to bf16 before quantization
             out_dtype = torch.get_autocast_dtype(x.device.type)
-            x = x.to(out_dtype)
+            x = round_cast(x, out_dtype)
         else:
             out_dtype = x.dtype
         fast = self.fast(x)
@@ -251,7 +252,7 @@ class QLinear(nn.Module):
         tel = self.telemetry
         want = tel is not None and tel.wants(self.name, gemm, operand)
         if spec is None:
-            values = t.to(_HP_DTYPES[self.recipe.high_precision]).float()
+            values = round_cast(t, _HP_DTYPES[self.recipe.high_precision]).float()
             if want:
                 tel.record(self.name, gemm, operand, t, values, None, None)
         elif isinstance(spec, OperandQuantizer):

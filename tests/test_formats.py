@@ -294,3 +294,41 @@ def test_native_fast_path_equals_the_arithmetic_rounding(name):
     b = _cast_float(x, fmt, "nearest", True, None, None)
     same = (a.view(torch.int32) == b.view(torch.int32)) | (torch.isnan(a) & torch.isnan(b))
     assert bool(same.all())
+
+
+def test_bf16_rounding_on_the_bits_equals_ml_dtypes():
+    """The compiled path's fp32 -> bf16 rounding (``round_bits_to_bf16``) against ml_dtypes on random
+    bit patterns (every exponent, NaNs and subnormals among them), ties and the overflow edge."""
+    from lowprec.numerics.formats import round_bits_to_bf16
+
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 2**32, size=2_000_000, dtype=np.uint64).astype(np.uint32)
+    edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.3895e38, 3.3961e38, -3.4028235e38, 1e-45, -1e-40,
+                      1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-9, -(1 + 3 * 2**-9)], dtype=np.float32)
+    x = np.concatenate([bits.view(np.float32), edges])
+    want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    got = round_bits_to_bf16(torch.from_numpy(x)).numpy()
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert not np.array_equal(got[~nan], x[~nan])  # it rounded
+
+
+def test_compiled_round_cast_keeps_the_rounding_before_a_reduction():
+    """Compiled, the amax and FP8 codes of a rounded fp32 activation are eager's (the scale of an
+    unrounded amax differs by up to one bf16 step)."""
+    from lowprec.gemm import quantize_fp8
+    from lowprec.numerics import QuantSpec
+    from lowprec.numerics.formats import round_cast
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 256) * torch.logspace(-2, 2, 256)
+    spec = QuantSpec("e4m3", "block", block=(1, 128))
+
+    def quantize(t):
+        return quantize_fp8(round_cast(t, torch.bfloat16), spec)
+
+    want = quantize(x)
+    got = torch.compile(quantize, fullgraph=True)(x)
+    assert torch.equal(got[1], want[1]) and torch.equal(got[0].float(), want[0].float())
+    assert not torch.equal(want[1], quantize_fp8(x, spec)[1])  # the rounding mattered here

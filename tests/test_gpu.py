@@ -232,16 +232,18 @@ def test_compiled_mor_layers_never_wait_for_the_device(partition):
                          ids=lambda s: f"{s.scaling}-{s.block}")
 def test_compiled_quantization_of_an_autocast_input_equals_eager(spec):
     """Under autocast a layer's fp32 input is rounded to bf16 inside the compiled graph, right before
-    the amax reduction that scales it: the compiled codes and scales must be eager's (Inductor must
-    reduce over the rounded values, as ``EAGER_NUMERICS`` asks)."""
+    the amax reduction that scales it: the compiled codes and scales must be eager's. A plain
+    ``.to(bfloat16)`` fails here on torch 2.11 even with ``EAGER_NUMERICS`` (Inductor reduces over the
+    unrounded values); the layer's ``round_cast`` keeps the rounding."""
     from lowprec.gemm import quantize_fp8
     from lowprec.linear import EAGER_NUMERICS
+    from lowprec.numerics.formats import round_cast
 
     torch.manual_seed(0)
     x = torch.randn(256, 512, device="cuda") * torch.logspace(-2, 2, 512, device="cuda")
 
     def quantize(t):
-        return quantize_fp8(t.to(torch.bfloat16), spec)
+        return quantize_fp8(round_cast(t, torch.bfloat16), spec)
 
     want = quantize(x)
     got = torch.compile(quantize, options=EAGER_NUMERICS)(x)

@@ -50,6 +50,7 @@ __all__ = [
     "cast",
     "to_torch_dtype",
     "to_native",
+    "round_cast",
     "pow2",
     "ilog2",
 ]
@@ -323,6 +324,29 @@ def _cast_native(x32: torch.Tensor, f: FloatFormat) -> torch.Tensor:
         table = _decode_table(dtype, codes.device)
         return torch.take(table, codes.view(torch.uint8).long()).reshape(x32.shape)
     return codes.to(torch.float32)
+
+
+def round_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x.to(dtype)``, where a compiled graph keeps the fp32 -> bf16 rounding.
+
+    Inductor fuses the cast into its consumers and on the GPU (torch 2.11, Triton) reduces an amax
+    over the unrounded fp32 values even with ``emulate_precision_casts`` on: the compiled scales of an
+    fp32 activation that the layer rounds to bf16 differed from eager's by up to one bf16 step
+    (tests/test_gpu.py). Compiled, the rounding is done on the bits (round to nearest, ties to even),
+    which no graph pass can drop; eager, torch's own cast, equal to it bit for bit."""
+    if not (torch.compiler.is_compiling() and x.dtype == torch.float32 and dtype == torch.bfloat16):
+        return x.to(dtype)
+    return round_bits_to_bf16(x).to(dtype)
+
+
+def round_bits_to_bf16(x: torch.Tensor) -> torch.Tensor:
+    """fp32 ``x`` rounded to its nearest bf16 value (ties to even) in integer arithmetic, as fp32;
+    NaN stays NaN (its bits would round to Inf), +-Inf and overflow past bf16's max become +-Inf as
+    in torch's cast."""
+    bits = x.contiguous().view(torch.int32)
+    kept_lsb = (bits >> 16) & 1
+    rounded = ((bits + (0x7FFF + kept_lsb)) & -0x10000).view(torch.float32)
+    return torch.where(torch.isnan(x), x, rounded)
 
 
 def to_torch_dtype(fmt: Union[str, Format]) -> Optional[torch.dtype]:
