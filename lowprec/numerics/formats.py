@@ -336,7 +336,10 @@ def round_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     which no graph pass can drop; eager, torch's own cast, equal to it bit for bit."""
     if not (torch.compiler.is_compiling() and x.dtype == torch.float32 and dtype == torch.bfloat16):
         return x.to(dtype)
-    return round_bits_to_bf16(x).to(dtype)
+    # the bits carry no gradient: the rounded value enters as a constant offset, so the gradient is
+    # the cast's own (identity); x + (r - x) is r exactly (r - x is exact, r representable)
+    offset = (round_bits_to_bf16(x.detach()) - x.detach())
+    return torch.where(torch.isfinite(x), x + offset, x).to(dtype)
 
 
 def round_bits_to_bf16(x: torch.Tensor) -> torch.Tensor:
