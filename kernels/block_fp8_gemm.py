@@ -1,16 +1,19 @@
-"""Block-scaled FP8 GEMM (Triton) for the E4M3 operand pairs whose scales change along K on both
-sides: DeepSeek-style recipes' weight gradient (1x128 x 1x128 blocks), which cuBLAS refuses.
+"""Block-scaled GEMM (Triton) for operand pairs whose scales change along K on both sides:
+DeepSeek-style recipes' weight gradient (1x128 x 1x128 E4M3 blocks), which cuBLAS refuses, and
+sub-tensor MoR's block-mixed operands (``lowprec.methods.mor_subtensor_fast``: each 128x128 block
+E4M3, E5M2 or BF16, held as BF16 values on its code grid, a BF16 block with scale 1).
 
 API::
 
-    block_scaled_fp8_mm(a_codes, a_scales, a_block, b_codes, b_scales, b_block, out_dtype=torch.float32,
-                        config=None, launcher=None) -> (M, N) tensor
-    BlockConfig(block_m, block_n, block_k, num_warps, num_stages), default_config(M, N, widths)
+    block_scaled_mm(a_codes, a_scales, a_block, b_codes, b_scales, b_block, out_dtype=torch.float32,
+                    config=None, launcher=None) -> (M, N) tensor
+    BlockConfig(block_m, block_n, block_k, num_warps, num_stages), default_config(M, N, widths, dtype)
     triton_available(device=None), interpreter_active()
 
-``dequant(A) @ dequant(B).T`` of codes A (M, K) and B (N, K) (float8_e4m3fn, any strides; the
-K-contiguous layout the quantization pass writes is the fast one) with fp32 ENCODE-scale grids over
-(R, C) blocks (x ~= code / s). Each K-step's FP8 product starts from zero, is multiplied by the
+``dequant(A) @ dequant(B).T`` of codes A (M, K) and B (N, K) (both float8_e4m3fn, or both bfloat16;
+any strides; the K-contiguous layout the quantization pass writes is the fast one) with fp32
+ENCODE-scale grids over (R, C) blocks (x ~= code / s). FP8 codes multiply on FP8 tensor cores, BF16
+ones on BF16 tensor cores (every product exact in fp32 either way). Each K-step's FP8 product starts from zero, is multiplied by the
 outer product of its rows' 1 / s (``div_rn``, as torch's ``1 / s``) and added to the fp32
 accumulator, so the K-step divides every block width narrower than K. This is also the promotion
 interval: the tensor cores' ~14-bit FP8 accumulation never spans more than one K-step.
@@ -21,9 +24,10 @@ registers and pipelining; on the H200 at the 1B training shapes it reached about
 this pair (``results/bench/profiles/llama_1b_fp8_blockwise_da2be48.txt``). This loop loads the two
 code tiles and two scale vectors per K-step, nothing else.
 
-Interpreter (TRITON_INTERPRET=1 before the first import, or ``_common.reload_for_interpreter``): the
-codes go in as uint8 bits, are decoded to fp32 (``_common._e4m3_to_f32``) and multiplied in fp32;
-a bf16 output is rounded by ``_common._round_bf16`` (the interpreter's cast truncates).
+Interpreter (TRITON_INTERPRET=1 before the first import, or ``_common.reload_for_interpreter``): E4M3
+codes go in as uint8 bits and are decoded to fp32 (``_common._e4m3_to_f32``), BF16 ones widened to
+fp32 on the host (exact; numpy has no bf16), and multiplied in fp32; a bf16 output is rounded by
+``_common._round_bf16`` (the interpreter's cast truncates).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from ._common import _cdiv
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["block_scaled_fp8_mm", "BlockConfig", "default_config", "triton_available", "interpreter_active"]
+__all__ = ["block_scaled_mm", "BlockConfig", "default_config", "triton_available", "interpreter_active"]
 
 _OUT_DTYPES = (torch.float32, torch.bfloat16)
 _GROUP_M = 8
@@ -59,11 +63,11 @@ if triton is not None:
     from ._common import _e4m3_to_f32, _grouped_tile, _round_bf16
 
     @triton.jit
-    def _block_fp8_gemm_kernel(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, M, N, K,
+    def _block_scaled_gemm_kernel(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, M, N, K,
                                s_am, s_ak, s_bn, s_bk, s_asr, s_asc, s_bsr, s_bsc, a_br, a_bc, b_br, b_bc,
                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
-                               INTERP: tl.constexpr):
+                               BF16_IN: tl.constexpr, INTERP: tl.constexpr):
         pid = tl.program_id(0)
         pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -84,7 +88,7 @@ if triton is not None:
             if EVEN_K:
                 a = tl.load(a_ptrs)
                 b = tl.load(b_ptrs)
-            elif INTERP:
+            elif BF16_IN or INTERP:
                 k_ok = (k0 + rk < K)[None, :]
                 a = tl.load(a_ptrs, mask=k_ok, other=0)
                 b = tl.load(b_ptrs, mask=k_ok, other=0)
@@ -94,7 +98,9 @@ if triton is not None:
                 b = tl.load(b_ptrs.to(tl.pointer_type(tl.uint8), bitcast=True), mask=k_ok, other=0)
                 a = a.to(tl.float8e4nv, bitcast=True)
                 b = b.to(tl.float8e4nv, bitcast=True)
-            if INTERP:
+            if INTERP and BF16_IN:  # fp32 on the host already
+                p = tl.dot(a, tl.trans(b), input_precision="ieee")
+            elif INTERP:
                 p = tl.dot(_e4m3_to_f32(a), tl.trans(_e4m3_to_f32(b)), input_precision="ieee")
             else:
                 p = tl.dot(a, tl.trans(b))
@@ -112,7 +118,7 @@ if triton is not None:
         else:
             tl.store(c_ptrs, acc, mask=ok)
 
-    _JIT_FNS = (_block_fp8_gemm_kernel, _grouped_tile, _e4m3_to_f32, _round_bf16)
+    _JIT_FNS = (_block_scaled_gemm_kernel, _grouped_tile, _e4m3_to_f32, _round_bf16)
 
 
 def interpreter_active() -> bool:
@@ -124,11 +130,12 @@ def triton_available(device=None) -> bool:
     return triton is not None and _c.available(interpreter_active(), device)
 
 
-def default_config(M: int, N: int, widths: tuple) -> BlockConfig:
+def default_config(M: int, N: int, widths: tuple, dtype: torch.dtype = torch.float8_e4m3fn) -> BlockConfig:
     """Tiles for an (M, N) output whose K-steps must divide ``widths`` (the block widths narrower
-    than K): a K-step of 128 codes where they allow (the FP8 MMA's natural depth, and the
-    promotion interval cuBLAS uses); 4 stages of 128 x 128 x 128 tiles hold 128 KB of codes."""
-    k = 128
+    than K): a K-step of 128 FP8 codes where they allow (the FP8 MMA's natural depth, and the
+    promotion interval cuBLAS uses; 4 stages of 128 x 128 x 128 tiles hold 128 KB), 64 BF16 values
+    (the same bytes per stage)."""
+    k = 128 if dtype.itemsize == 1 else 64
     for w in widths:
         while w % k:
             k //= 2
@@ -137,9 +144,13 @@ def default_config(M: int, N: int, widths: tuple) -> BlockConfig:
     return BlockConfig(128, 128, k, 8, 4)
 
 
+_IN_DTYPES = (torch.float8_e4m3fn, torch.bfloat16)
+
+
 def _operand(codes: torch.Tensor, scales: torch.Tensor, block, name: str) -> tuple:
-    if codes.dim() != 2 or codes.dtype != torch.float8_e4m3fn:
-        raise ValueError(f"{name}_codes must be a 2-D float8_e4m3fn tensor, got {codes.dtype} {tuple(codes.shape)}")
+    if codes.dim() != 2 or codes.dtype not in _IN_DTYPES:
+        raise ValueError(f"{name}_codes must be a 2-D float8_e4m3fn or bfloat16 tensor, got {codes.dtype} "
+                         f"{tuple(codes.shape)}")
     br, bc = _check_block(tuple(block))
     rows, k = codes.shape
     want = (_cdiv(rows, br), _cdiv(k, bc))
@@ -151,7 +162,7 @@ def _operand(codes: torch.Tensor, scales: torch.Tensor, block, name: str) -> tup
     return br, bc
 
 
-def block_scaled_fp8_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_codes: torch.Tensor,
+def block_scaled_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_codes: torch.Tensor,
                         b_scales: torch.Tensor, b_block, out_dtype: torch.dtype = torch.float32,
                         config: Optional[BlockConfig] = None, launcher=None) -> torch.Tensor:
     """``dequant(A) @ dequant(B).T`` (module docstring). launcher: None to launch here, or
@@ -164,6 +175,8 @@ def block_scaled_fp8_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, 
         raise ValueError(f"reduction dimensions differ: a {tuple(a_codes.shape)}, b {tuple(b_codes.shape)}")
     if b_codes.device != a_codes.device:
         raise ValueError(f"a and b on different devices: {a_codes.device} and {b_codes.device}")
+    if b_codes.dtype != a_codes.dtype:
+        raise ValueError(f"a and b of different dtypes: {a_codes.dtype} and {b_codes.dtype}")
     if out_dtype not in _OUT_DTYPES:
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
     widths = tuple(w for w in (a_bc, b_bc) if w < K)
@@ -175,15 +188,15 @@ def block_scaled_fp8_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, 
     out = torch.empty((M, N), dtype=out_dtype, device=a_codes.device)
     if not (M and N and K):
         return out.zero_()
-    cfg = config or default_config(M, N, widths)
+    cfg = config or default_config(M, N, widths, a_codes.dtype)
     if any(w % cfg.block_k for w in widths):
         raise ValueError(f"config {cfg}: the K-step must divide the block widths {widths}")
-    interp = interpreter_active()
-    a8, b8 = (c.view(torch.uint8) if interp else c for c in (a_codes, b_codes))
-    kernel = launcher(_block_fp8_gemm_kernel) if launcher is not None else _block_fp8_gemm_kernel
+    interp, bf16 = interpreter_active(), a_codes.dtype == torch.bfloat16
+    a8, b8 = ((c.float() if bf16 else c.view(torch.uint8)) if interp else c for c in (a_codes, b_codes))
+    kernel = launcher(_block_scaled_gemm_kernel) if launcher is not None else _block_scaled_gemm_kernel
     kernel[(_cdiv(M, cfg.block_m) * _cdiv(N, cfg.block_n),)](
         a8, b8, a_scales, b_scales, out, M, N, K, *a8.stride(), *b8.stride(), *a_scales.stride(),
         *b_scales.stride(), a_br, a_bc, b_br, b_bc,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=_GROUP_M, EVEN_K=K % cfg.block_k == 0,
-        OUT_BF16=out_dtype == torch.bfloat16, INTERP=interp, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        OUT_BF16=out_dtype == torch.bfloat16, BF16_IN=bf16, INTERP=interp, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

@@ -18,7 +18,8 @@ The pairs of scale kinds with a hardware GEMM are ``FP8_PAIRS``: ``torch._scaled
 1x128 x 1x128 blocks, the latter the weight gradient of DeepSeek-style recipes). Where cuBLAS does
 not take that pair (another device, a shape ``shape_fits`` refuses), the Triton GEMM of
 ``lowprec.kernels.block_fp8_gemm`` scales each K-step's FP8 product by its blocks' scales
-(``TRITON_PAIRS``, ``block_scaled_fp8_mm``; on CUDA a ``triton_op`` that Inductor launches itself).
+(``TRITON_PAIRS``, ``block_scaled_mm``, which sub-tensor MoR's GEMMs use too; on CUDA a ``triton_op``
+that Inductor launches itself).
 Any other pair, or a shape they refuse, multiplies the dequantized operands in fp32: the
 emulation's arithmetic, still exact codes.
 """
@@ -186,7 +187,7 @@ def operand_mm(a: FP8Operand, b: FP8Operand, out_dtype: torch.dtype, fast_accum:
     if route == "scaled_mm":
         return fp8_mm(a.codes, a.scale, a.kind, b.codes, b.scale, b.kind, out_dtype, fast_accum)
     if route == "triton":
-        op = block_scaled_fp8_mm_cuda if a.codes.is_cuda else block_scaled_fp8_mm
+        op = block_scaled_mm_cuda if a.codes.is_cuda else block_scaled_mm
         return op(a.codes, a.scale, list(kind_block(a.kind, a.codes.shape)), b.codes, b.scale,
                   list(kind_block(b.kind, b.codes.shape)), out_dtype)
     return dequantized_mm(a.codes, a.scale, a.spec, b.codes, b.scale, b.spec).to(out_dtype)
@@ -194,29 +195,30 @@ def operand_mm(a: FP8Operand, b: FP8Operand, out_dtype: torch.dtype, fast_accum:
 
 # off CUDA (the Triton interpreter): an opaque node in a compiled graph, as Dynamo cannot trace the
 # Triton launcher's host logic
-@torch.library.custom_op("lowprec::block_scaled_fp8_mm", mutates_args=())
-def block_scaled_fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, block_a: list[int], b8: torch.Tensor,
-                        scale_b: torch.Tensor, block_b: list[int], out_dtype: torch.dtype) -> torch.Tensor:
-    """``dequant(a) @ dequant(b).T`` of E4M3 codes a8 (M, K) and b8 (N, K) with encode-scale grids
-    over (R, C) blocks, on the Triton FP8 loop (``lowprec.kernels.block_fp8_gemm``)."""
+@torch.library.custom_op("lowprec::block_scaled_mm", mutates_args=())
+def block_scaled_mm(a: torch.Tensor, scale_a: torch.Tensor, block_a: list[int], b: torch.Tensor,
+                    scale_b: torch.Tensor, block_b: list[int], out_dtype: torch.dtype) -> torch.Tensor:
+    """``dequant(a) @ dequant(b).T`` of codes a (M, K) and b (N, K), both E4M3 or both BF16 values
+    on a code grid (sub-tensor MoR), with encode-scale grids over (R, C) blocks, on the Triton
+    block-scaled GEMM (``lowprec.kernels.block_fp8_gemm``)."""
     from .kernels import block_fp8_gemm as kg
-    return kg.block_scaled_fp8_mm(a8, scale_a, tuple(block_a), b8, scale_b, tuple(block_b), out_dtype)
+    return kg.block_scaled_mm(a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), out_dtype)
 
 
-@block_scaled_fp8_mm.register_fake
-def _(a8, scale_a, block_a, b8, scale_b, block_b, out_dtype):
-    return a8.new_empty((a8.shape[0], b8.shape[0]), dtype=out_dtype)
+@block_scaled_mm.register_fake
+def _(a, scale_a, block_a, b, scale_b, block_b, out_dtype):
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
 
 
 # on CUDA: a triton_op, whose launch Inductor traces and makes from its own code (an opaque
 # operator's launch costs a Python call per GEMM on the host)
-@torch.library.triton_op("lowprec::block_scaled_fp8_mm_cuda", mutates_args=())
-def block_scaled_fp8_mm_cuda(a8: torch.Tensor, scale_a: torch.Tensor, block_a: list[int], b8: torch.Tensor,
-                             scale_b: torch.Tensor, block_b: list[int], out_dtype: torch.dtype) -> torch.Tensor:
-    """``block_scaled_fp8_mm`` on a CUDA device."""
+@torch.library.triton_op("lowprec::block_scaled_mm_cuda", mutates_args=())
+def block_scaled_mm_cuda(a: torch.Tensor, scale_a: torch.Tensor, block_a: list[int], b: torch.Tensor,
+                         scale_b: torch.Tensor, block_b: list[int], out_dtype: torch.dtype) -> torch.Tensor:
+    """``block_scaled_mm`` on a CUDA device."""
     from .kernels import block_fp8_gemm as kg
-    return kg.block_scaled_fp8_mm(a8, scale_a, tuple(block_a), b8, scale_b, tuple(block_b), out_dtype,
-                                  launcher=torch.library.wrap_triton)
+    return kg.block_scaled_mm(a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), out_dtype,
+                              launcher=torch.library.wrap_triton)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,11 +296,11 @@ Operand = Union[torch.Tensor, FP8Operand]  # a high-precision operand, or a quan
 class FastPlan:
     """How each GEMM of a recipe runs on the fast path: both operands unquantized ("hp": a GEMM in
     the recipe's high-precision dtype), both FP8 with scales ``_scaled_mm`` understands ("fp8"),
-    both tensor-level MoR ("mor": ``lowprec.methods.mor_fast``), or both INT8 in blocks, plain or
-    with block fallback ("int8": ``lowprec.methods.int8_fast``, which runs a plan with INT8 GEMMs
-    whole; it mixes them with "hp" GEMMs only). ``FastPlan.for_recipe`` is None for a recipe with
-    anything else (other operand quantizers such as sub-tensor MoR, MX specs, stochastic rounding
-    of FP8): such layers run the emulation. Delayed scaling's slots (``delayed``) take their amax
+    both tensor-level MoR ("mor": ``lowprec.methods.mor_fast``), both sub-tensor MoR ("mor_sub":
+    ``lowprec.methods.mor_subtensor_fast``), or both INT8 in blocks, plain or with block fallback
+    ("int8": ``lowprec.methods.int8_fast``, which runs a plan with INT8 GEMMs whole; it mixes them
+    with "hp" GEMMs only). ``FastPlan.for_recipe`` is None for a recipe with anything else (other
+    operand quantizers, MX specs, stochastic rounding of FP8): such layers run the emulation. Delayed scaling's slots (``delayed``) take their amax
     from the layer's history, which the layer passes to ``operand``."""
 
     def __init__(self, gemms: dict, high_precision: torch.dtype):
@@ -329,6 +331,7 @@ class FastPlan:
     def _build(cls, recipe) -> Optional["FastPlan"]:
         from .methods.int8_fast import int8_pair
         from .methods.mor_fast import fast_mor_quantizer
+        from .methods.mor_subtensor_fast import fast_subtensor_quantizer
         from .recipes import GEMMS, OperandQuantizer
         gemms = {}
         for g in GEMMS:
@@ -336,9 +339,12 @@ class FastPlan:
             if int8_pair(a, b):
                 gemms[g] = ("int8", a, b)
             elif isinstance(a, OperandQuantizer) or isinstance(b, OperandQuantizer):
-                if not (fast_mor_quantizer(a) and fast_mor_quantizer(b)):
+                if fast_mor_quantizer(a) and fast_mor_quantizer(b):
+                    gemms[g] = ("mor", a, b)
+                elif fast_subtensor_quantizer(a) and fast_subtensor_quantizer(b):
+                    gemms[g] = ("mor_sub", a, b)
+                else:
                     return None
-                gemms[g] = ("mor", a, b)
             elif a is None and b is None:
                 gemms[g] = ("hp", None, None)
             elif scale_kind(a) is not None and scale_kind(b) is not None:
@@ -357,13 +363,16 @@ class FastPlan:
         ``t``'s transpose, is transposed instead of quantizing ``t`` where ``reused`` allows;
         ``amax``: the slot's delayed scaler's, for a slot of ``delayed``."""
         from .methods.mor_fast import MoROperand, mor_operand
+        from .methods.mor_subtensor_fast import SubTensorOperand, subtensor_operand
         spec = self._specs[(gemm, op)]
         if spec is None:
             return t
-        if (gemm, op) in self.reused and isinstance(source, (FP8Operand, MoROperand)):
+        if (gemm, op) in self.reused and isinstance(source, (FP8Operand, MoROperand, SubTensorOperand)):
             return source.t()
         if self.gemms[gemm][0] == "mor":
             return mor_operand(spec, t)
+        if self.gemms[gemm][0] == "mor_sub":
+            return subtensor_operand(spec, t)
         if self.gemms[gemm][0] == "int8":  # its quantizers need the layer's call key and buffers
             raise ValueError("FastPlan.operand: INT8 GEMMs run through lowprec.methods.int8_fast.int8_linear")
         return FP8Operand.of(t, spec, amax=amax)
@@ -376,6 +385,9 @@ class FastPlan:
         if kind == "mor":
             from .methods.mor_fast import mor_mm
             return mor_mm(a, b, out_dtype, fast_accum=name in FAST_ACCUM)
+        if kind == "mor_sub":
+            from .methods.mor_subtensor_fast import subtensor_mm
+            return subtensor_mm(a, b, out_dtype)
         return operand_mm(a, b, out_dtype, fast_accum=name in FAST_ACCUM)
 
     def gemm(self, name: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
@@ -394,6 +406,8 @@ class FastPlan:
                 return describe(a, b)
             if kind == "mor":
                 return f"MoR {a.partition}/{b.partition} (e4m3 on _scaled_mm, a bf16 choice fixed up on the device)"
+            if kind == "mor_sub":
+                return f"MoR sub-tensor {a.mode} (block codes as bf16, block-scaled Triton GEMM)"
             kinds = "/".join(f"delayed {scale_kind(s)}" if s.scaling == "delayed" else scale_kind(s) for s in (a, b))
             return f"fp8 {a.fmt}/{b.fmt}, {kinds} scales"
         return ", ".join(f"{g}: {one(*v)}" for g, v in self.gemms.items())
@@ -409,4 +423,5 @@ def _transposable(spec) -> bool:
     if isinstance(spec, QuantSpec):
         return scale_kind(spec) in TRANSPOSABLE
     from .methods.mor_fast import fast_mor_quantizer
-    return fast_mor_quantizer(spec) and spec.partition in ("tensor", "block")
+    from .methods.mor_subtensor_fast import fast_subtensor_quantizer
+    return (fast_mor_quantizer(spec) and spec.partition in ("tensor", "block")) or fast_subtensor_quantizer(spec)

@@ -33,6 +33,7 @@ from .gemm import FastPlan, FP8Operand, fast_path_applies, scaled_mm
 from .methods.int8_fallback_state import FallbackBuffers
 from .methods.int8_fast import int8_linear
 from .methods.mor_fast import MoROperand, count_gemm
+from .methods.mor_subtensor_fast import SubTensorOperand, count_subtensor_gemm
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
 from .numerics.scaling import load_history, ordered_history
 from .numerics import rounding_stream as _stream
@@ -495,7 +496,7 @@ def _delayed_amax(layer: Optional[QLinear], gemm: str, operand: str, t) -> Optio
 
 
 def _is_quantized(op) -> bool:
-    return isinstance(op, (FP8Operand, MoROperand))
+    return isinstance(op, (FP8Operand, MoROperand, SubTensorOperand))
 
 
 def _transpose_of(kept):
@@ -507,24 +508,32 @@ def _transpose_of(kept):
 def _count(counts, gemm: str, a, b) -> None:
     if counts is not None and isinstance(a, MoROperand):  # a "mor" GEMM: both operands decided
         count_gemm(counts, gemm, a, b)
+    elif counts is not None and isinstance(a, SubTensorOperand):
+        count_subtensor_gemm(counts, gemm, a, b)
 
 
 # an operand kept for the backward travels through save_for_backward as four tensors (or Nones)
 def _meta(op):
     if isinstance(op, MoROperand):
         return ("mor", op.fp8.spec, op.fp8.kind, op.fp8_t, op.hp_t)
+    if isinstance(op, SubTensorOperand):
+        return ("mor_sub", op.block)
     return ("fp8", op.spec, op.kind) if isinstance(op, FP8Operand) else None
 
 
 def _tensors(op) -> tuple:
     if isinstance(op, MoROperand):
         return op.fp8.codes, op.fp8.scale, op.e4m3, op.hp
+    if isinstance(op, SubTensorOperand):
+        return op.values, op.scale, op.choice, None
     return (op.codes, op.scale, None, None) if isinstance(op, FP8Operand) else (op, None, None, None)
 
 
 def _unpack(saved, meta):
     if meta is None:
         return saved[0]
+    if meta[0] == "mor_sub":
+        return SubTensorOperand(saved[0], saved[1], saved[2], meta[1])
     fp8 = FP8Operand(saved[0], saved[1], meta[1], meta[2])
     return MoROperand(fp8, saved[2], saved[3], meta[3], meta[4]) if meta[0] == "mor" else fp8
 

@@ -67,7 +67,7 @@ def test_e2e_counts_low_precision_gemms_by_operator_or_by_kernel():
     from lowprec.bench.e2e_step import count_lowp
 
     eager = [("aten::_scaled_mm", False), ("nvjet_sm90_qqtst_128x160_128x5_1x2_h_bz_coopA_algo2_TNT", True),
-             ("_block_fp8_gemm_kernel", True), ("_gemm_kernel", True),
+             ("_block_scaled_gemm_kernel", True), ("_gemm_kernel", True),
              ("aten::mm", False), ("nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN", True)]
     # cuBLAS's FP8 GEMM by its operator, the Triton GEMMs by their kernels (a triton_op leaves no operator)
     assert count_lowp(eager) == 3

@@ -65,7 +65,9 @@ def test_fast_plan_covers_exactly_the_recipes_it_can_run():
     for rule in ("absmax", "topk", "error", "dynamic", "none"):
         assert FastPlan.for_recipe(recipe_from_config({"recipe": "int8_fallback", "rule": rule})).int8
     i8_margin = {"fmt": "int8", "scaling": "block", "block": [32, 32], "margin": 1}
-    for cfg in ({"recipe": "mor", "partition": "subtensor"},
+    assert {kind for kind, _, _ in FastPlan.for_recipe(recipe_from_config({"recipe": "mor", "partition": "subtensor"}))
+            .gemms.values()} == {"mor_sub"}
+    for cfg in ({"recipe": "mor", "partition": "subtensor", "dequant": "bf16"},
                 {"recipe": "fp8_tensorwise_current", "fprop": {"b": None}},  # FP8 x BF16: no hardware GEMM
                 {"recipe": "int8_block", "fprop": {"a": i8_margin}},  # not as the INT8 fast path quantizes
                 {"recipe": "int8_block", "wgrad": {"b": {"fmt": "int8", "scaling": "block", "block": [32, 64]}}},

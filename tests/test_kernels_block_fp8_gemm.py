@@ -46,7 +46,7 @@ def test_equals_float64_gemm_of_the_codes_through_operand_mm(shape, count_calls)
     a, b = _data((m, k), 21), _data((n, k), 22)
     qa, qb = gemm.FP8Operand.of(a, SPEC), gemm.FP8Operand.of(b.t().contiguous().t(), SPEC)  # b from a view
     assert gemm.hardware_route(qa, qb) == "triton"
-    calls = count_calls(kb, "block_scaled_fp8_mm")
+    calls = count_calls(kb, "block_scaled_mm")
     out = gemm.operand_mm(qa, qb, torch.float32)
     assert calls["n"] == 1
     assert sqnr_db(_values(qa) @ _values(qb).t(), out.double().cpu()) >= FLOOR_DB
@@ -56,7 +56,7 @@ def test_equals_float64_gemm_of_the_codes_through_operand_mm(shape, count_calls)
 @pytest.mark.skipif(DEVICE != "cpu", reason="tile order is the interpreter's; the GPU test holds an SQNR floor")
 def test_bit_identical_to_the_mor_gemm_fp8_loop():
     a, b = gemm.FP8Operand.of(_data((48, 256), 1), SPEC), gemm.FP8Operand.of(_data((40, 256), 2), SPEC)
-    out = kb.block_scaled_fp8_mm(a.codes, a.scale, (1, 128), b.codes, b.scale, (1, 128))
+    out = kb.block_scaled_mm(a.codes, a.scale, (1, 128), b.codes, b.scale, (1, 128))
 
     def mor(q):  # an operand that chose E4M3 (error 0 against threshold 0)
         return kg.MoROperand(q.codes.float(), q.codes, q.scale, (1, 128), torch.zeros(()), 0.0)
@@ -70,10 +70,10 @@ def test_bf16_output_and_nan_codes():
     a, b = gemm.FP8Operand.of(_data((32, 128), 3), SPEC), gemm.FP8Operand.of(_data((32, 128), 4), SPEC)
     codes = a.codes.clone()
     codes[5, 7] = float("nan")
-    out = kb.block_scaled_fp8_mm(codes, a.scale, (1, 128), b.codes, b.scale, (1, 128), torch.bfloat16)
+    out = kb.block_scaled_mm(codes, a.scale, (1, 128), b.codes, b.scale, (1, 128), torch.bfloat16)
     assert out.dtype == torch.bfloat16
     assert out[5].isnan().all() and not out[torch.arange(32) != 5].isnan().any()
-    ref = kb.block_scaled_fp8_mm(a.codes, a.scale, (1, 128), b.codes, b.scale, (1, 128))
+    ref = kb.block_scaled_mm(a.codes, a.scale, (1, 128), b.codes, b.scale, (1, 128))
     keep = torch.arange(32) != 5
     assert torch.equal(out[keep], ref[keep].to(torch.bfloat16))
 
@@ -81,20 +81,50 @@ def test_bf16_output_and_nan_codes():
 def test_empty_reduction_gives_zeros():
     a8 = torch.empty((4, 0), dtype=torch.float8_e4m3fn, device=DEVICE)
     s = torch.empty((4, 0), dtype=torch.float32, device=DEVICE)
-    out = kb.block_scaled_fp8_mm(a8, s, (1, 128), a8, s, (1, 128))
+    out = kb.block_scaled_mm(a8, s, (1, 128), a8, s, (1, 128))
     assert out.shape == (4, 4) and not out.any()
 
 
 def test_bad_operands_name_the_problem():
     q = gemm.FP8Operand.of(_data((32, 256), 5), SPEC)
     with pytest.raises(ValueError, match="a_codes must be a 2-D float8_e4m3fn"):
-        kb.block_scaled_fp8_mm(q.codes.float(), q.scale, (1, 128), q.codes, q.scale, (1, 128))
+        kb.block_scaled_mm(q.codes.float(), q.scale, (1, 128), q.codes, q.scale, (1, 128))
     with pytest.raises(ValueError, match=r"b_scales: an fp32 grid of shape \(32, 2\)"):
-        kb.block_scaled_fp8_mm(q.codes, q.scale, (1, 128), q.codes, q.scale[:, :1], (1, 128))
+        kb.block_scaled_mm(q.codes, q.scale, (1, 128), q.codes, q.scale[:, :1], (1, 128))
     with pytest.raises(ValueError, match="reduction dimensions differ"):
-        kb.block_scaled_fp8_mm(q.codes, q.scale, (1, 128), q.codes[:, :128], q.scale[:, :1], (1, 128))
+        kb.block_scaled_mm(q.codes, q.scale, (1, 128), q.codes[:, :128], q.scale[:, :1], (1, 128))
     with pytest.raises(ValueError, match="multiple of 32"):
-        kb.block_scaled_fp8_mm(q.codes, q.scale.repeat_interleave(8, 1)[:, :16], (1, 16), q.codes, q.scale,
+        kb.block_scaled_mm(q.codes, q.scale.repeat_interleave(8, 1)[:, :16], (1, 16), q.codes, q.scale,
                                (1, 128))
     with pytest.raises(TypeError, match="out_dtype"):
-        kb.block_scaled_fp8_mm(q.codes, q.scale, (1, 128), q.codes, q.scale, (1, 128), torch.float16)
+        kb.block_scaled_mm(q.codes, q.scale, (1, 128), q.codes, q.scale, (1, 128), torch.float16)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_bf16_code_grid_operands_equal_float64_through_subtensor_mm(transposed, count_calls):
+    """Sub-tensor MoR's operands (BF16 values on each block's code grid, E4M3, E5M2 and BF16 blocks
+    mixed, NaN in a BF16 block) on the kernel's BF16 loop, against a float64 GEMM of the emulation's
+    own values; the backward's transposed views read in place."""
+    from lowprec.methods.mor import SubTensorMoRQuantizer, subtensor_mor
+    from lowprec.methods.mor_subtensor_fast import subtensor_mm, subtensor_operand
+
+    q = SubTensorMoRQuantizer(block=(32, 32), mode="three_way")
+    a, b = _data((64, 96), 31), _data((96, 96), 32)
+    b[:32, :32] *= torch.logspace(-9, 0, 32, device=DEVICE)  # one block past E4M3's range
+    b[40, 70] = float("nan")
+    qa, qb = subtensor_operand(q, a), subtensor_operand(q, b)
+    if transposed:  # b.T's operand from b's: views (the backward's reuse)
+        qb = qb.t()
+        b = b.t()
+    assert {int(c) for c in qb.choice.unique()} >= {0, 2}
+    calls = count_calls(kb, "block_scaled_mm")
+    out = subtensor_mm(qa, qb, torch.float32)
+    assert calls["n"] == 1
+    va = subtensor_mor(a.cpu(), (32, 32), "three_way").values.double()
+    vb = subtensor_mor(b.cpu(), (32, 32), "three_way").values.double()
+    want = va @ vb.t()
+    finite = want.isfinite()
+    assert torch.equal(out.cpu().isfinite(), finite) and not bool(finite.all())  # the NaN's row or column
+    assert sqnr_db(want[finite], out.double().cpu()[finite]) >= FLOOR_DB
+    exact = (a.double().cpu() @ b.double().cpu().t())[finite]
+    assert sqnr_db(exact, out.double().cpu()[finite]) < 60  # quantized

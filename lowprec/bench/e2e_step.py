@@ -83,10 +83,10 @@ FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs
 # kernels counted as low-precision GEMMs in the profiled step
 # (the Triton FP8 loop of block-scaled pairs by its operator: the MoR kernel's launches include
 # fix-ups that return at once, which are no GEMM)
-_LOWP_OPS = ("aten::_scaled_mm", "lowprec::block_scaled_fp8_mm")
+_LOWP_OPS = ("aten::_scaled_mm", "lowprec::block_scaled_mm")
 # by name prefix: lowprec.kernels.int8_fallback_kernels and lowprec.kernels.block_fp8_gemm (a
 # triton_op's launch leaves no operator event, only its kernel's)
-_LOWP_KERNELS = ("_gemm_kernel", "_block_fp8_gemm_kernel")
+_LOWP_KERNELS = ("_gemm_kernel", "_block_scaled_gemm_kernel")
 # cuBLAS's FP8 GEMM kernels on Hopper (cuBLAS 13: nvjet_sm90_qq..., both operands FP8), for steps
 # replayed as CUDA graphs; Inductor's own kernels (triton_*) may name _scaled_mm among fused ops
 _LOWP_CUBLAS = re.compile(r"^nvjet_sm\d+_qq|e4m3|f8f8", re.IGNORECASE)

@@ -75,7 +75,7 @@ __all__ = [
     "DEFAULT_THRESHOLD", "DEFAULT_BLOCK", "PARTITIONS", "SCALE_RULES", "SUBTENSOR_MODES",
     "ALL_OPERAND_SLOTS", "MOR_KEYS", "MOR", "METHODS",
     "e4m3_spec", "quantize_e4m3", "mor_relative_error", "decide", "mor_tensor", "MoRResult",
-    "subtensor_mor", "SubTensorResult", "relative_error_by_partition",
+    "subtensor_mor", "SubTensorResult", "subtensor_parts", "SubTensorParts", "relative_error_by_partition",
     "MoRQuantizer", "SubTensorMoRQuantizer", "mor_recipe", "recipe_coverage",
 ]
 
@@ -291,31 +291,48 @@ def subtensor_mor(x: torch.Tensor, block=DEFAULT_BLOCK, mode: str = "two_way", s
     """Sub-tensor MoR on x's 2-D view (see the module docstring for the rule). Ties between the
     E4M3 and E5M2 errors go to E4M3, the format that gives the faster GEMM; a block holding NaN or
     +-Inf goes to BF16."""
+    _choose("dequant", dequant, DEQUANT)
+    x2d = _as_2d(nonempty(x)).to(torch.float32)
+    p = subtensor_parts(x2d, block, mode, scale)
+    per_elem = expand_blocks(p.choice, tuple(x2d.shape), p.block)
+    e4, e5 = (apply_blocks(p.codes[f], p.scales[f], p.block, torch.div) for f in ("e4m3", "e5m2"))
+    if dequant == "bf16":
+        e4, e5 = _bf16(e4), _bf16(e5)
+    values = torch.where(per_elem == E4M3, e4, torch.where(per_elem == E5M2, e5, _bf16(x2d)))
+    return SubTensorResult(values, p.choice, p.dynamic_range, p.errors["e4m3"], p.errors["e5m2"], p.scales)
+
+
+class SubTensorParts(NamedTuple):
+    block: tuple
+    choice: torch.Tensor          # int8 grid: 0 E4M3, 1 E5M2, 2 BF16
+    dynamic_range: torch.Tensor   # fp32 grid
+    codes: dict                   # {"e4m3": fp32 values on the format's grid (x * scale, rounded), "e5m2": ...}
+    scales: dict                  # {"e4m3": grid, "e5m2": grid} encode scales
+    errors: dict                  # {"e4m3": fp64 grid of per-block sums of relative errors, "e5m2": ...}
+
+
+def subtensor_parts(x2d: torch.Tensor, block=DEFAULT_BLOCK, mode: str = "two_way",
+                    scale: str = "fp32") -> SubTensorParts:
+    """The sub-tensor rule on an fp32 2-D tensor: both formats' codes, scales and block errors, and
+    each block's choice; what ``subtensor_mor`` dequantizes and the fast path
+    (``lowprec.methods.mor_subtensor_fast``) multiplies as codes."""
     _choose("mode", mode, SUBTENSOR_MODES)
     _choose("scale", scale, SCALE_RULES)
-    _choose("dequant", dequant, DEQUANT)
     block = _check_block(block)
-    x2d = _as_2d(nonempty(x)).to(torch.float32)
     amax, _, dr = block_dynamic_range(x2d, block)
-    deq, errs, scales = {}, {}, {}
+    codes, errs, scales = {}, {}, {}
     for fmt, fmax in (("e4m3", E4M3_MAX), ("e5m2", E5M2_MAX)):
         s = _subtensor_scales(amax, fmax, scale)
-        codes = cast(apply_blocks(x2d, s, block, torch.mul), fmt)
-        d = apply_blocks(codes, s, block, torch.div)
-        terms, _ = _ratio_terms(x2d, d)
-        deq[fmt], errs[fmt], scales[fmt] = d, _block_sum(terms, block), s
+        q = cast(apply_blocks(x2d, s, block, torch.mul), fmt)
+        terms, _ = _ratio_terms(x2d, apply_blocks(q, s, block, torch.div))
+        codes[fmt], errs[fmt], scales[fmt] = q, _block_sum(terms, block), s
     fits_e4 = dr <= SUBTENSOR_E4M3_RANGE
     fits_e5 = dr <= E5M2_DYNAMIC_RANGE
     e4_no_worse = errs["e4m3"] <= errs["e5m2"]
     wide = torch.full_like(amax, E5M2 if mode == "three_way" else BF16, dtype=torch.int8)
     choice = torch.where(fits_e4 | (fits_e5 & e4_no_worse), torch.full_like(wide, E4M3),
                          torch.where(fits_e5, wide, torch.full_like(wide, BF16)))
-    per_elem = expand_blocks(choice, tuple(x2d.shape), block)
-    e4, e5 = deq["e4m3"], deq["e5m2"]
-    if dequant == "bf16":
-        e4, e5 = _bf16(e4), _bf16(e5)
-    values = torch.where(per_elem == E4M3, e4, torch.where(per_elem == E5M2, e5, _bf16(x2d)))
-    return SubTensorResult(values, choice, dr, errs["e4m3"], errs["e5m2"], scales)
+    return SubTensorParts(block, choice, dr, codes, scales, errs)
 
 
 # ----------------------------------------------------------------------------------------------

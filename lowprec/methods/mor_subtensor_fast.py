@@ -1,0 +1,100 @@
+"""Sub-tensor MoR on the fast path: every 128x128 block E4M3, E5M2 or BF16, one GEMM per product, and
+nothing in the step that waits for the device.
+
+Per operand (``subtensor_operand``), in torch ops that Inductor fuses: the emulation's own rule
+(``lowprec.methods.mor.subtensor_parts``: both formats' codes and block errors, each block's choice),
+then one BF16 tensor that holds each block's codes as values (E4M3 and E5M2 codes are exact in BF16)
+or, for a BF16 block, the tensor rounded to BF16, and one scale grid with each block's encode scale
+(1 for a BF16 block). Per GEMM (``subtensor_mm``): the Triton block-scaled GEMM
+(``lowprec.kernels.block_fp8_gemm``) on BF16 tensor cores, each K-step's product multiplied by the
+outer product of its blocks' 1 / s before it joins the fp32 accumulator. The choice is data, not a
+branch: a block-mixed operand costs what an all-E4M3 one costs.
+
+Where this differs from the emulation (``SubTensorMoRQuantizer.__call__``, fp32 GEMMs of the
+dequantized values): accumulation order and multiplying by 1 / s instead of dividing by s (every
+product of two values is exact in fp32 either way), and a backward GEMM whose operand is the
+transpose of a forward one (square blocks) reuses that operand's codes, scales and choices, whose
+block errors differ from the transpose's own only in fp64 summation order.
+
+Not yet measured against the alternative of FP8 GEMMs for the E4M3 blocks with a BF16 correction
+for the rest: the BF16 tensor-core rate caps this GEMM at BF16's speed, where an operand whose blocks
+all chose E4M3 (nearly every one at ``small``) could run at FP8's.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ..gemm import block_scaled_mm, block_scaled_mm_cuda, triton_runs_on
+from ..numerics.scaling import as_2d, expand_blocks
+from ..recipes import OPERANDS, SLOTS
+from .layer_buffers import add_rows_
+from .mor import BF16, E4M3, E5M2, SubTensorMoRQuantizer, subtensor_parts
+
+# the Triton GEMM's K-step must divide a block's width (its FP8 MMA depth is 32)
+_WIDTH_STEP = 32
+
+
+def fast_subtensor_quantizer(q) -> bool:
+    """Whether an operand quantizer runs on this fast path: sub-tensor MoR whose values are the
+    exact dequantized codes (``dequant="fp32"``) over square blocks (their transposes are the
+    transposed blocks) whose side the GEMM's K-step divides."""
+    if type(q) is not SubTensorMoRQuantizer or q.dequant != "fp32":
+        return False
+    rows, cols = q.block
+    return rows == cols and cols % _WIDTH_STEP == 0
+
+
+class SubTensorOperand(NamedTuple):
+    """An operand after the sub-tensor decision: (rows, K) BF16 values on each block's code grid (a
+    BF16 block: the tensor rounded to BF16), the fp32 encode-scale grid (1 for a BF16 block), the
+    int8 choice grid (``mor.E4M3``, ``E5M2``, ``BF16``) and the (R, C) block."""
+    values: torch.Tensor
+    scale: torch.Tensor
+    choice: torch.Tensor
+    block: tuple
+
+    def t(self) -> "SubTensorOperand":
+        """The transposed tensor's operand (square blocks): views, which the GEMM reads in place."""
+        return SubTensorOperand(self.values.t(), self.scale.t(), self.choice.t(), self.block[::-1])
+
+    def dequantized(self) -> torch.Tensor:
+        """The fp32 values the emulation multiplies (``SubTensorResult.values``)."""
+        return self.values.float() / expand_blocks(self.scale, tuple(self.values.shape), self.block)
+
+
+def subtensor_operand(q: SubTensorMoRQuantizer, t: torch.Tensor) -> SubTensorOperand:
+    """Codes, scales and choices of one 2-D operand (reduction last) under ``q``'s rule."""
+    x2d = as_2d(t).float()
+    p = subtensor_parts(x2d, q.block, q.mode, q.scale)
+    per_elem = expand_blocks(p.choice, tuple(x2d.shape), p.block)
+    values = torch.where(per_elem == E4M3, p.codes["e4m3"],
+                         torch.where(per_elem == E5M2, p.codes["e5m2"], x2d)).to(torch.bfloat16)
+    one = torch.ones_like(p.scales["e4m3"])
+    scale = torch.where(p.choice == E4M3, p.scales["e4m3"], torch.where(p.choice == E5M2, p.scales["e5m2"], one))
+    return SubTensorOperand(values, scale, p.choice, p.block)
+
+
+def subtensor_mm(a: SubTensorOperand, b: SubTensorOperand, out_dtype: torch.dtype) -> torch.Tensor:
+    """``a @ b.T`` of two operands: the block-scaled Triton GEMM where Triton runs, else the fp32 GEMM
+    of the dequantized values (the emulation's arithmetic)."""
+    if triton_runs_on(a.values.device.type):
+        op = block_scaled_mm_cuda if a.values.is_cuda else block_scaled_mm
+        return op(a.values, a.scale, list(a.block), b.values, b.scale, list(b.block), out_dtype)
+    return (a.dequantized() @ b.dequantized().t()).to(out_dtype)
+
+
+def count_subtensor_gemm(counts: torch.Tensor, gemm: str, a: SubTensorOperand, b: SubTensorOperand) -> None:
+    """Adds one call and each operand's blocks by format to the GEMM's two slots of a layer's decision
+    counts (all of ``lowprec.methods.mor.COUNT_COLUMNS``, as the emulation counts them), without a
+    host read."""
+    slot = SLOTS.index((gemm, OPERANDS[gemm][0]))
+    add_rows_(counts, slot, torch.stack([_count_row(a.choice), _count_row(b.choice)]).to(counts.dtype))
+
+
+def _count_row(choice: torch.Tensor) -> torch.Tensor:
+    by_format = [(choice == code).sum() for code in (E4M3, E5M2, BF16)]
+    blocks = torch.full_like(by_format[0], choice.numel())
+    return torch.stack([torch.ones_like(blocks), (by_format[0] == blocks).to(blocks.dtype), blocks, *by_format])
