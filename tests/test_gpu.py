@@ -165,13 +165,14 @@ MOR_FAST = [{"recipe": "mor", "partition": p} for p in ("tensor", "channel", "bl
 INT8_FAST = [{"recipe": "int8_block"}, {"recipe": "int8_fallback"}, {"recipe": "int8_fallback", "rule": "dynamic"}]
 
 
+SUBTENSOR_FAST = [{"recipe": "mor", "partition": "subtensor", "subtensor_mode": m} for m in ("two_way", "three_way")]
 # recipes off the fast path, which compile as the emulation
 EMULATED = [{"recipe": "mor", "partition": "block", "block": [64, 64]},
-            {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "three_way"}]
+            {"recipe": "mor", "partition": "subtensor", "dequant": "bf16"}]
 
 
 @pytest.mark.parametrize("method", [{"recipe": r} for r in FAST_RECIPES + ["fp8_delayed"]] + [{"recipe": "gaussws", "b": 6}] + MOR_FAST
-                         + INT8_FAST + EMULATED, ids=lambda m: "_".join(str(v) for v in m.values()))
+                         + SUBTENSOR_FAST + INT8_FAST + EMULATED, ids=lambda m: "_".join(str(v) for v in m.values()))
 def test_compiled_model_has_no_graph_breaks(method):
     """A converted model's blocks compile whole (``lowprec.linear.compiled``), forward and backward,
     into one graph that every block and step between telemetry steps reuses."""

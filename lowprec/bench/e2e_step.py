@@ -26,8 +26,8 @@ baseline is measured first and again last, and the ratios are against the mean o
 spread is in the provenance as the drift of the run). ``lowp_gemms_per_step`` counts the
 low-precision GEMMs of one profiled step (``aten::_scaled_mm`` calls, the Triton FP8 loop of
 block-scaled pairs and the Triton INT8 GEMM kernels): 0 for an arm with a hardware path
-(``HARDWARE_ARMS``) means nothing ran on low-precision hardware, and the run fails; sub-tensor MoR
-has no hardware GEMM yet and counts 0.
+(``HARDWARE_ARMS``) means nothing ran on low-precision hardware, and the run fails (sub-tensor
+MoR's block-scaled GEMM counts: its codes multiply on BF16 tensor cores).
 ``--cudagraphs`` compiles every compiled arm, the baseline included, with Inductor's CUDA graphs
 (``compile_blocks(cudagraphs=True)``; ``path`` reads ``cudagraphs``): the host launches a graph per
 block instead of each kernel; arms with weight transforms (GaussWS) stay without graphs. Replayed
@@ -73,10 +73,10 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     "int8_fallback": {"recipe": "int8_fallback"},
 }
 ARMS = PEERS + tuple(METHODS)
-# arms whose GEMMs run on low-precision hardware on CUDA today (sub-tensor MoR is still emulated: 0 is
-# its honest count)
+# arms whose GEMMs run on low-precision codes on CUDA
 HARDWARE_ARMS = {"torchao_tensorwise", "torchao_rowwise", "fp8_tensorwise_current", "fp8_delayed", "fp8_hybrid",
-                 "fp8_blockwise", "mor_tensor", "mor_channel", "mor_block", "int8_block", "int8_fallback"}
+                 "fp8_blockwise", "mor_tensor", "mor_channel", "mor_block", "mor_sub_two_way", "int8_block",
+                 "int8_fallback"}
 FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs_bf16_compiled", "peak_mem_gib",
           "lowp_gemms_per_step", "step_ms", "batch", "seq", "n_params", "steps", "repeats", "baseline_tokens_per_s",
           "commit"]
