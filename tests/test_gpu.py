@@ -658,3 +658,42 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     for cfg in {cands[0], chosen, *[c for c in cands if c.tma][:1]}:  # pointer and descriptor loads
         y = kf.int8_fallback_gemm(qa, da, qb, db, blk, blk, config=replace(cfg, fp_fusion=False))
         assert torch.equal(y, want), cfg.label()
+
+
+def test_triton_hardware_fp8_cast_and_decode_reproducer():
+    """The minimal form of what ``lowprec.kernels.mor_quant`` turned off (``fp8_cast="auto"`` takes the
+    written-out encoder): Triton's hardware RNE cast fp32 -> E4M3 and the decode of its result back
+    to fp32, in registers (as the MoR quantizer used them) and from the stored bits, against torch's
+    casts, on every E4M3 value, the midpoints between neighbours (ties to even) and random values."""
+    triton = pytest.importorskip("triton")
+    import triton.language as tl
+
+    @triton.jit
+    def roundtrip(y_ptr, code_ptr, value_ptr, decoded_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        ok = offs < n
+        y = tl.load(y_ptr + offs, mask=ok, other=0.0)
+        c = y.to(tl.float8e4nv, fp_downcast_rounding="rtne")
+        tl.store(code_ptr + offs, c.to(tl.uint8, bitcast=True), mask=ok)
+        tl.store(value_ptr + offs, c.to(tl.float32), mask=ok)  # decoded in registers
+        bits = tl.load(code_ptr + offs, mask=ok, other=0)      # same program: its own stores
+        tl.store(decoded_ptr + offs, bits.to(tl.float8e4nv, bitcast=True).to(tl.float32), mask=ok)
+
+    grid = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    grid = grid[grid.isfinite()].sort().values.unique()
+    mids = (grid[1:] + grid[:-1]) / 2
+    g = torch.Generator().manual_seed(0)
+    rand = (torch.rand(1 << 16, generator=g) * 2 - 1) * torch.logspace(-4, 2.65, 1 << 16)
+    y = torch.cat([grid, mids, rand]).cuda()
+    n = y.numel()
+    code = torch.empty(n, dtype=torch.uint8, device="cuda")
+    value, decoded = torch.empty_like(y), torch.empty_like(y)
+    roundtrip[(triton.cdiv(n, 1024),)](y, code, value, decoded, n, BLOCK=1024)
+    want = y.to(torch.float8_e4m3fn)
+    bad_codes = int((code != want.view(torch.uint8)).sum())
+    bad_values = int((value != want.float()).sum())
+    bad_decoded = int((decoded != want.float()).sum())
+    assert (bad_codes, bad_values, bad_decoded) == (0, 0, 0), (
+        f"of {n}: {bad_codes} codes, {bad_values} values decoded in registers, {bad_decoded} decoded from "
+        f"the stored bits differ from torch's; first bad value: y={y[value != want.float()][:3].tolist()} "
+        f"got {value[value != want.float()][:3].tolist()} want {want.float()[value != want.float()][:3].tolist()}")
