@@ -159,3 +159,61 @@ def assert_one_graph(fn, *args) -> None:
     explained = dynamo.explain(fn)(*args)
     assert explained.graph_count == 1 and explained.graph_break_count == 0, \
         [str(b.reason)[:300] for b in explained.break_reasons]
+
+
+def compiled_and_eager_mor_models(method: dict):
+    """Two copies of a two-layer model converted under ``mor_recipe(method)``: the compiled one traced
+    as one graph (asserted), its coverage reset, then one autocast step of each on the same data.
+    Returns (compiled model, eager model, the compiled model's recipe) for their gradients and the
+    decision counts the compiled graph made."""
+    import copy
+
+    import torch
+    import torch._dynamo as dynamo
+    from torch import nn
+
+    from lowprec import convert
+    from lowprec.methods.mor import mor_recipe
+
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
+    eager, comp = copy.deepcopy(base), copy.deepcopy(base)
+    recipe_c = mor_recipe(dict(method))
+    convert(eager, mor_recipe(dict(method)))
+    convert(comp, recipe_c)
+    loss = autocast_loss(torch.randn(2, 128, 256), torch.randn(2, 128, 256))
+    assert_one_graph(loss, comp)
+    recipe_c.gemm("fprop")[0].reset_coverage()
+    dynamo.reset()
+    torch.compile(loss)(comp).backward()
+    loss(eager).backward()
+    return comp, eager, recipe_c
+
+
+def fast_and_emulated_mor_steps(base, method: dict, x, g, monkeypatch):
+    """One autocast step of two copies of ``base`` converted under ``mor_recipe(method)``, one on the
+    fast path and one on the emulation, from input ``x`` and output gradient ``g``. Returns their
+    (output, input gradient, parameter gradients...) lists and their recipes (fast, emulated)."""
+    import copy
+
+    import torch
+
+    import lowprec.linear as lin
+    from lowprec import convert
+    from lowprec.methods.mor import mor_recipe
+
+    def step(model):
+        xi = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = model(xi)
+        y.float().backward(g)
+        return [y.detach().float(), xi.grad.float()] + [p.grad.float() for p in model.parameters()]
+
+    runs = []
+    for fast_path in ("all", "off"):
+        model, recipe = copy.deepcopy(base), mor_recipe(dict(method))
+        convert(model, recipe)
+        monkeypatch.setattr(lin, "FAST_PATH", fast_path)
+        runs.append((step(model), recipe))
+    (got, rf), (want, re) = runs
+    return got, want, rf, re

@@ -3,14 +3,13 @@ decisions against the emulation's (lowprec.methods.mor, itself checked against i
 its GEMMs against the emulation's on both branches, the decision counts of the coverage table,
 and the compiled model."""
 
-import copy
 
 import pytest
 import torch
 from torch import nn
 
 import lowprec.linear as lin
-from conftest import assert_one_graph, autocast_loss
+from conftest import compiled_and_eager_mor_models, fast_and_emulated_mor_steps
 from lowprec import convert
 from lowprec.gemm import FastPlan
 from lowprec.methods.mor import COUNT_COLUMNS, MoRQuantizer, _relative_error, mor_recipe, quantize_e4m3
@@ -104,29 +103,14 @@ def test_gemm_of_mixed_choices_multiplies_each_operands_choice():
     assert sqnr_db(a.double().t() @ b.double(), out.double()) < 60    # a was quantized
 
 
-def _train(model, x, g):
-    x = x.clone().requires_grad_()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = model(x)
-    y.float().backward(g)
-    return [y.detach().float(), x.grad.float()] + [p.grad.float() for p in model.parameters()]
-
-
 @pytest.mark.parametrize("partition", PARTITIONS)
 def test_fast_layer_trains_like_the_emulation_and_counts_its_decisions(partition, monkeypatch):
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(256, 384), nn.GELU(), nn.Linear(384, 256))
     with torch.no_grad():  # layer 0's input has small columns: per-tensor MoR picks BF16 for it
         base[0].weight.mul_(torch.logspace(-3, 1, 256))
-    fast, emu = copy.deepcopy(base), copy.deepcopy(base)
-    rf, re = mor_recipe({"partition": partition}), mor_recipe({"partition": partition})
-    convert(fast, rf)
-    convert(emu, re)
     x, g = _data(2 * 128, 256, seed=3).float().reshape(2, 128, 256), torch.randn(2, 128, 256)
-    monkeypatch.setattr(lin, "FAST_PATH", "all")
-    got = _train(fast, x, g)
-    monkeypatch.setattr(lin, "FAST_PATH", "off")
-    want = _train(emu, x, g)
+    got, want, rf, re = fast_and_emulated_mor_steps(base, {"partition": partition}, x, g, monkeypatch)
     for a, b in zip(got, want):
         assert sqnr_db(b, a) > 30
     q_fast, q_emu = rf.gemm("fprop")[0], re.gemm("fprop")[0]
@@ -146,21 +130,8 @@ def test_fast_layer_trains_like_the_emulation_and_counts_its_decisions(partition
 # one scale (the GPU test compiles all three)
 @pytest.mark.parametrize("partition", ["channel", "block"])
 def test_compiled_mor_model_has_one_graph_and_trains_like_eager(partition, monkeypatch):
-    import torch._dynamo as dynamo
     monkeypatch.setattr(lin, "FAST_PATH", "all")
-    torch.manual_seed(0)
-    base = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
-    eager, comp = copy.deepcopy(base), copy.deepcopy(base)
-    recipe_c = mor_recipe({"partition": partition})
-    convert(eager, mor_recipe({"partition": partition}))
-    convert(comp, recipe_c)
-    loss = autocast_loss(torch.randn(2, 128, 256), torch.randn(2, 128, 256))
-    assert_one_graph(loss, comp)
-    recipe_c.gemm("fprop")[0].reset_coverage()
-    dynamo.reset()
-    loss_c = torch.compile(loss)(comp)
-    loss_c.backward()
-    loss(eager).backward()
+    comp, eager, recipe_c = compiled_and_eager_mor_models({"partition": partition})
     # Inductor rounds the bf16 activations' producers (GELU and its backward) differently from eager,
     # so some E4M3 codes differ by one step: gradients agree to E4M3's own noise level (~30 dB)
     for a, b in zip(comp.parameters(), eager.parameters()):

@@ -3,15 +3,13 @@ choices against the emulation's (lowprec.methods.mor, itself checked against ind
 the plan that runs it, a layer trained on it against the emulation, its block counts, and the
 compiled model. The Triton GEMM it multiplies on: tests/test_kernels_block_fp8_gemm.py."""
 
-import copy
 
 import pytest
 import torch
 from torch import nn
 
 import lowprec.linear as lin
-from conftest import assert_one_graph, autocast_loss
-from lowprec import convert
+from conftest import compiled_and_eager_mor_models, fast_and_emulated_mor_steps
 from lowprec.gemm import FastPlan
 from lowprec.methods.mor import BF16, E4M3, E5M2, SubTensorMoRQuantizer, mor_recipe, subtensor_mor
 from lowprec.methods.mor_subtensor_fast import fast_subtensor_quantizer, subtensor_mm, subtensor_operand
@@ -69,27 +67,13 @@ def test_gemm_multiplies_the_emulations_values():
     assert sqnr_db(a.double() @ b.double().t(), out.double()) < 60  # really quantized
 
 
-def _train(model, x, g):
-    x = x.clone().requires_grad_()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        y = model(x)
-    y.float().backward(g)
-    return [y.detach().float(), x.grad.float()] + [p.grad.float() for p in model.parameters()]
-
-
 @pytest.mark.parametrize("mode", ["two_way", "three_way"])
 def test_fast_layer_trains_like_the_emulation_and_counts_its_blocks(mode, monkeypatch):
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(384, 256), nn.GELU(), nn.Linear(256, 384))
-    fast, emu = copy.deepcopy(base), copy.deepcopy(base)
-    rf, re = (mor_recipe({"partition": "subtensor", "subtensor_mode": mode}) for _ in range(2))
-    convert(fast, rf)
-    convert(emu, re)
     x, g = _data(256, 384, seed=3).float().reshape(2, 128, 384), torch.randn(2, 128, 384)
-    monkeypatch.setattr(lin, "FAST_PATH", "all")
-    got = _train(fast, x, g)
-    monkeypatch.setattr(lin, "FAST_PATH", "off")
-    want = _train(emu, x, g)
+    got, want, rf, re = fast_and_emulated_mor_steps(base, {"partition": "subtensor", "subtensor_mode": mode}, x, g,
+                                                    monkeypatch)
     # the first layer's bf16 output rounds in another order (its GEMM's), so some of the second
     # layer's codes differ by a step, an E5M2 step in three-way (the GELU output's near-zero values
     # send its blocks there): agreement at the codes' own noise level
@@ -104,22 +88,9 @@ def test_fast_layer_trains_like_the_emulation_and_counts_its_blocks(mode, monkey
 
 
 @pytest.mark.slow
-def test_compiled_subtensor_model_has_one_graph_and_equals_eager(monkeypatch):
-    import torch._dynamo as dynamo
+def test_compiled_subtensor_model_has_one_graph_and_trains_like_eager(monkeypatch):
     monkeypatch.setattr(lin, "FAST_PATH", "all")
-    torch.manual_seed(0)
-    base = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
-    eager, comp = copy.deepcopy(base), copy.deepcopy(base)
-    recipe_c = mor_recipe({"partition": "subtensor"})
-    convert(eager, mor_recipe({"partition": "subtensor"}))
-    convert(comp, recipe_c)
-    loss = autocast_loss(torch.randn(2, 128, 256), torch.randn(2, 128, 256))
-    assert_one_graph(loss, comp)
-    recipe_c.gemm("fprop")[0].reset_coverage()
-    dynamo.reset()
-    loss_c = torch.compile(loss)(comp)
-    loss_c.backward()
-    loss(eager).backward()
+    comp, eager, recipe_c = compiled_and_eager_mor_models({"partition": "subtensor"})
     # Inductor rounds the bf16 activations' producers (GELU and its backward) differently from eager
     for a, b in zip(comp.parameters(), eager.parameters()):
         assert sqnr_db(b.grad, a.grad) > 25
