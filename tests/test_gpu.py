@@ -108,6 +108,43 @@ def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls, count_calls):
             assert sqnr_db(a.float() @ b.float().t(), out) < 40
 
 
+@pytest.mark.parametrize("mode", ["two_way", "three_way"])
+def test_subtensor_fast_path_equals_emulation(mode, count_calls):
+    """Sub-tensor MoR's three GEMMs on the H200: each operand's values, scales and choices the
+    emulation's bit for bit (the same rule on the same device), every GEMM on the Triton
+    block-scaled kernel within an SQNR floor of the float64 GEMM of the emulation's values, and
+    blocks of more than one format among the operands."""
+    from lowprec.gemm import FastPlan
+    from lowprec.kernels import block_fp8_gemm as kb
+    from lowprec.methods.mor import subtensor_mor
+    from lowprec.recipes import OPERANDS, recipe_from_config
+
+    triton_calls = count_calls(kb, "block_scaled_mm")
+    recipe = recipe_from_config({"recipe": "mor", "partition": "subtensor", "subtensor_mode": mode})
+    plan = FastPlan.for_recipe(recipe)
+    torch.manual_seed(0)
+    m, k, n = 512, 768, 384
+    wide = torch.logspace(-7, 0, 128, device="cuda")  # a block of seven decades: not all E4M3
+    formats = set()
+    for g, (a, b) in {"fprop": (torch.randn(m, k), torch.randn(n, k)),
+                      "dgrad": (torch.randn(m, n) * 1e-4, torch.randn(k, n)),
+                      "wgrad": (torch.randn(n, m) * 1e-4, torch.randn(k, m))}.items():
+        a, b = a.cuda().bfloat16(), b.cuda()
+        a[:128, :128] *= wide.bfloat16()
+        ops = [plan.operand(g, op, t) for op, t in zip(OPERANDS[g], (a, b))]
+        refs = [subtensor_mor(t.float(), (128, 128), mode) for t in (a, b)]
+        for op, ref in zip(ops, refs):
+            assert torch.equal(op.choice, ref.choice)
+            assert torch.equal(op.dequantized().nan_to_num(), ref.values.nan_to_num())
+            formats |= {int(c) for c in op.choice.unique()}
+        before = triton_calls["n"]
+        out = plan.mm(g, *ops, torch.float32)
+        assert triton_calls["n"] - before == 1, g
+        assert sqnr_db(refs[0].values.double() @ refs[1].values.double().t(), out.double()) > 60
+        assert sqnr_db(a.double() @ b.double().t(), out.double()) < 45  # really quantized
+    assert len(formats) > 1
+
+
 def test_fast_delayed_scaling_equals_emulation(monkeypatch, scaled_mm_calls):
     """Delayed scaling on the fast path on the H200: over steps whose amax grows, then shrinks, every
     slot's history is the emulation's bit for bit, the three GEMMs run on _scaled_mm, and the
@@ -254,7 +291,8 @@ def test_compiled_quantization_of_an_autocast_input_equals_eager(spec):
 
 @pytest.mark.parametrize("method", [{"recipe": "fp8_blockwise"},
                                     {"recipe": "mor", "partition": "tensor", "threshold": 0.0},
-                                    {"recipe": "mor", "partition": "block", "threshold": 0.0}],
+                                    {"recipe": "mor", "partition": "block", "threshold": 0.0},
+                                    {"recipe": "mor", "partition": "subtensor"}],
                          ids=lambda m: "_".join(str(v) for v in m.values()))
 def test_compiled_triton_ops_equal_eager(method):
     """The Triton kernels that Inductor launches itself (``triton_op``: blockwise FP8's weight
@@ -294,7 +332,7 @@ def test_compiled_triton_ops_equal_eager(method):
         f"compiled at {sqnr_db(exact, got[0].double()):.2f} dB")
     for r, o in zip(ref[1:], got[1:]):
         assert sqnr_db(r.double(), o.double()) >= 45
-    if method["recipe"] == "mor":
+    if "threshold" in method:
         counts = comp[0].mor_counts
         assert int(counts[:, 0].sum()) > 0 and int(counts[:, 1].sum()) == 0  # every operand chose BF16
 
