@@ -13,10 +13,11 @@ API::
 ``dequant(A) @ dequant(B).T`` of codes A (M, K) and B (N, K) (both float8_e4m3fn, or both bfloat16;
 any strides; the K-contiguous layout the quantization pass writes is the fast one) with fp32
 ENCODE-scale grids over (R, C) blocks (x ~= code / s). FP8 codes multiply on FP8 tensor cores, BF16
-ones on BF16 tensor cores (every product exact in fp32 either way). Each K-step's FP8 product starts from zero, is multiplied by the
-outer product of its rows' 1 / s (``div_rn``, as torch's ``1 / s``) and added to the fp32
-accumulator, so the K-step divides every block width narrower than K. This is also the promotion
-interval: the tensor cores' ~14-bit FP8 accumulation never spans more than one K-step.
+ones on BF16 tensor cores (every product exact in fp32 either way). Each K-step's product starts
+from zero, is multiplied by the outer product of its rows' 1 / s (``div_rn``, as torch's ``1 / s``)
+and added to the fp32 accumulator, so the K-step divides every block width narrower than K. This is
+also the promotion interval: the tensor cores' ~14-bit FP8 accumulation never spans more than one
+K-step.
 
 Why a kernel of its own: the MoR GEMM (``lowprec.kernels.mor_gemm``) carries the same product in its
 FP8 loop, but its per-program decision, predicated BF16 loads and both main loops in one kernel cost
@@ -64,10 +65,10 @@ if triton is not None:
 
     @triton.jit
     def _block_scaled_gemm_kernel(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, M, N, K,
-                               s_am, s_ak, s_bn, s_bk, s_asr, s_asc, s_bsr, s_bsc, a_br, a_bc, b_br, b_bc,
-                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                               GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
-                               BF16_IN: tl.constexpr, INTERP: tl.constexpr):
+                                  s_am, s_ak, s_bn, s_bk, s_asr, s_asc, s_bsr, s_bsc, a_br, a_bc, b_br, b_bc,
+                                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                  GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
+                                  BF16_IN: tl.constexpr, INTERP: tl.constexpr):
         pid = tl.program_id(0)
         pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -82,9 +83,9 @@ if triton is not None:
         b_s = bs_ptr + (rn_ld // b_br) * s_bsr
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
         for k0 in range(0, K, BLOCK_K):
-            # fp8 tiles go from the loads straight into the dot (a conversion between them would
-            # keep the loads out of the asynchronous copy pipeline); a ragged K masks through the
-            # codes' bits, as a masked load's fill must be an integer
+            # tiles go from the loads straight into the dot (a conversion between them would keep
+            # the loads out of the asynchronous copy pipeline); a ragged K masks FP8 codes through
+            # their bits, as a masked load's fill must be an integer
             if EVEN_K:
                 a = tl.load(a_ptrs)
                 b = tl.load(b_ptrs)
@@ -163,8 +164,8 @@ def _operand(codes: torch.Tensor, scales: torch.Tensor, block, name: str) -> tup
 
 
 def block_scaled_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_codes: torch.Tensor,
-                        b_scales: torch.Tensor, b_block, out_dtype: torch.dtype = torch.float32,
-                        config: Optional[BlockConfig] = None, launcher=None) -> torch.Tensor:
+                    b_scales: torch.Tensor, b_block, out_dtype: torch.dtype = torch.float32,
+                    config: Optional[BlockConfig] = None, launcher=None) -> torch.Tensor:
     """``dequant(A) @ dequant(B).T`` (module docstring). launcher: None to launch here, or
     ``torch.library.wrap_triton`` inside a ``triton_op`` that a compiled graph traces (Inductor
     then launches the kernel from its own code)."""
@@ -198,5 +199,6 @@ def block_scaled_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_co
         a8, b8, a_scales, b_scales, out, M, N, K, *a8.stride(), *b8.stride(), *a_scales.stride(),
         *b_scales.stride(), a_br, a_bc, b_br, b_bc,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=_GROUP_M, EVEN_K=K % cfg.block_k == 0,
-        OUT_BF16=out_dtype == torch.bfloat16, BF16_IN=bf16, INTERP=interp, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        OUT_BF16=out_dtype == torch.bfloat16, BF16_IN=bf16, INTERP=interp, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)
     return out

@@ -300,8 +300,9 @@ class FastPlan:
     ``lowprec.methods.mor_subtensor_fast``), or both INT8 in blocks, plain or with block fallback
     ("int8": ``lowprec.methods.int8_fast``, which runs a plan with INT8 GEMMs whole; it mixes them
     with "hp" GEMMs only). ``FastPlan.for_recipe`` is None for a recipe with anything else (other
-    operand quantizers, MX specs, stochastic rounding of FP8): such layers run the emulation. Delayed scaling's slots (``delayed``) take their amax
-    from the layer's history, which the layer passes to ``operand``."""
+    operand quantizers, MX specs, stochastic rounding of FP8): such layers run the emulation.
+    Delayed scaling's slots (``delayed``) take their amax from the layer's history, which the layer
+    passes to ``operand``."""
 
     def __init__(self, gemms: dict, high_precision: torch.dtype):
         from .recipes import OPERANDS

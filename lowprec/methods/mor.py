@@ -37,8 +37,9 @@ values (emulation) and the stats say the GEMM runs in BF16 unless every block is
 GEMMs: on CUDA, a GEMM whose two operands are tensor-level MoR runs on hardware through
 ``MoRQuantizer.fused_gemm`` (``lowprec.kernels.mor_gemm``): the same codes and decisions as the
 emulation, the decision read by the kernel on the device, FP8 tensor cores when both operands chose
-E4M3 and BF16 ones otherwise. Sub-tensor MoR's GEMMs multiply the values (fp32 GEMMs) in the emulation; on the
-fast path (``lowprec.methods.mor_subtensor_fast``) each block's codes on the block-scaled Triton GEMM.
+E4M3 and BF16 ones otherwise. Sub-tensor MoR's GEMMs multiply the values (fp32 GEMMs) in the
+emulation, and each block's codes on the block-scaled Triton GEMM on the fast path
+(``lowprec.methods.mor_subtensor_fast``).
 
 ``mor_recipe(method_cfg)`` builds a ``Recipe`` whose selected operand slots use one MoR quantizer
 and whose other slots stay BF16. On telemetry steps both quantizers also report the operand's E4M3
