@@ -135,11 +135,15 @@ def dequantized_mm(a8: torch.Tensor, scale_a: torch.Tensor, spec_a: QuantSpec, b
                    scale_b: torch.Tensor, spec_b: QuantSpec) -> torch.Tensor:
     """fp32 ``dequant(a) @ dequant(b).T``: the fallback for pairs and shapes ``_scaled_mm`` refuses."""
     def values(codes, scale, spec):
-        # the expanded scale grid, not apply_blocks' blocked view: Inductor (torch 2.13) fails to
-        # fuse the blocked view of this operand's transposed layout
-        block = _resolve_block(spec, tuple(codes.shape))
-        return codes.float() / expand_blocks(scale, tuple(codes.shape), block)
+        return dequantized(codes, scale, _resolve_block(spec, tuple(codes.shape)))
     return values(a8, scale_a, spec_a) @ values(b8, scale_b, spec_b).t()
+
+
+def dequantized(codes: torch.Tensor, scale: torch.Tensor, block) -> torch.Tensor:
+    """fp32 codes / scale of an operand with an encode-scale grid over (R, C) blocks. The expanded
+    grid, not apply_blocks' blocked view: Inductor (torch 2.13) fails to fuse the blocked view of a
+    transposed layout."""
+    return codes.float() / expand_blocks(scale, tuple(codes.shape), block)
 
 
 def shape_fits(a: torch.Tensor, b: torch.Tensor, kind_a: str, kind_b: str) -> bool:
@@ -363,12 +367,12 @@ class FastPlan:
         high-precision GEMM, else its FP8Operand; ``source``, the operand an earlier GEMM made of
         ``t``'s transpose, is transposed instead of quantizing ``t`` where ``reused`` allows;
         ``amax``: the slot's delayed scaler's, for a slot of ``delayed``."""
-        from .methods.mor_fast import MoROperand, mor_operand
-        from .methods.mor_subtensor_fast import SubTensorOperand, subtensor_operand
+        from .methods.mor_fast import mor_operand
+        from .methods.mor_subtensor_fast import subtensor_operand
         spec = self._specs[(gemm, op)]
         if spec is None:
             return t
-        if (gemm, op) in self.reused and isinstance(source, (FP8Operand, MoROperand, SubTensorOperand)):
+        if (gemm, op) in self.reused and is_quantized(source):
             return source.t()
         if self.gemms[gemm][0] == "mor":
             return mor_operand(spec, t)
@@ -416,6 +420,13 @@ class FastPlan:
     def fp8_gemms(self) -> int:
         """GEMMs per layer and training step that run on FP8 operands (MoR's: at most)."""
         return sum(kind in ("fp8", "mor") for kind, _, _ in self.gemms.values())
+
+
+def is_quantized(op) -> bool:
+    """Whether a fast-path operand is quantized (FP8, tensor-level or sub-tensor MoR), not a tensor."""
+    from .methods.mor_fast import MoROperand
+    from .methods.mor_subtensor_fast import SubTensorOperand
+    return isinstance(op, (FP8Operand, MoROperand, SubTensorOperand))
 
 
 def _transposable(spec) -> bool:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .gemm import FastPlan, FP8Operand, fast_path_applies, scaled_mm
+from .gemm import FastPlan, FP8Operand, fast_path_applies, is_quantized, scaled_mm
 from .methods.int8_fallback_state import FallbackBuffers
 from .methods.int8_fast import int8_linear
 from .methods.mor_fast import MoROperand, count_gemm
@@ -495,14 +495,10 @@ def _delayed_amax(layer: Optional[QLinear], gemm: str, operand: str, t) -> Optio
     return None if layer is None else layer.delayed_amax(gemm, operand, t)
 
 
-def _is_quantized(op) -> bool:
-    return isinstance(op, (FP8Operand, MoROperand, SubTensorOperand))
-
-
 def _transpose_of(kept):
     """The high-precision transpose of a kept operand, or None for a quantized one (its transpose
     comes from ``FastPlan.operand``'s source)."""
-    return None if _is_quantized(kept) else kept.t()
+    return None if is_quantized(kept) else kept.t()
 
 
 def _count(counts, gemm: str, a, b) -> None:

@@ -180,8 +180,9 @@ def _rank_results(tmp_path):
 def test_ranks_agree_on_amax_histories_and_differ_in_rounding_noise(tmp_path):
     """Two gloo processes. Delayed scaling: ranks fed different data end with the same amax
     histories, each step's entry the max over the ranks (here rank 1's, whose data is larger), not
-    what either rank saw alone, on the emulation and on the fast path alike. Stochastic rounding: on the same input each rank draws its own
-    noise (different input gradients), reproducibly, and rank 0 draws what a single process does."""
+    what either rank saw alone, on the emulation and on the fast path alike. Stochastic rounding: on
+    the same input each rank draws its own noise (different input gradients), reproducibly, and rank
+    0 draws what a single process does."""
     import torch
 
     two, one = _rank_results(tmp_path)

@@ -347,6 +347,14 @@ def subtensor_parts(x2d: torch.Tensor, block=DEFAULT_BLOCK, mode: str = "two_way
 COUNT_COLUMNS = ("calls", "e4m3", "blocks", "e4m3_blocks", "e5m2_blocks", "bf16_blocks")
 
 
+def block_counts(choice: torch.Tensor) -> dict:
+    """Sub-tensor MoR's counts of one operand's choice grid (``COUNT_COLUMNS`` after ``calls``), as
+    0-d int64 device tensors: whether every block chose E4M3, the blocks, and the blocks per format."""
+    by_format = {f"{name}_blocks": (choice == code).sum() for code, name in enumerate(_CHOICE_NAMES)}
+    blocks = torch.full_like(by_format["e4m3_blocks"], choice.numel())
+    return {"e4m3": (by_format["e4m3_blocks"] == blocks).to(blocks.dtype), "blocks": blocks, **by_format}
+
+
 def counts_buffer(device=None) -> torch.Tensor:
     """A layer's zeroed decision counts: (len(SLOTS), len(COUNT_COLUMNS)) int64."""
     return torch.zeros(len(SLOTS), len(COUNT_COLUMNS), dtype=torch.int64, device=device)
@@ -514,9 +522,7 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         r = subtensor_mor(x2d, self.block, self.mode, self.scale, self.dequant)
         # counts stay device tensors and stats are read lazily, as for tensor-level MoR: a training
         # step never waits for the device
-        blocks = {f"{name}_blocks": (r.choice == code).sum() for code, name in enumerate(_CHOICE_NAMES)}
-        self._count(call, calls=1, e4m3=(r.choice == E4M3).all().to(torch.int64), blocks=r.choice.numel(),
-                    **blocks)
+        self._count(call, calls=1, **block_counts(r.choice))
 
         def max_block_dynamic_range():
             finite_dr = r.dynamic_range[torch.isfinite(r.dynamic_range)]

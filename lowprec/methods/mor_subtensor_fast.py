@@ -27,11 +27,11 @@ from typing import NamedTuple
 
 import torch
 
-from ..gemm import block_scaled_mm, block_scaled_mm_cuda, triton_runs_on
+from ..gemm import block_scaled_mm, block_scaled_mm_cuda, dequantized, triton_runs_on
 from ..numerics.scaling import as_2d, expand_blocks
 from ..recipes import OPERANDS, SLOTS
 from .layer_buffers import add_rows_
-from .mor import BF16, E4M3, E5M2, SubTensorMoRQuantizer, subtensor_parts
+from .mor import COUNT_COLUMNS, E4M3, E5M2, SubTensorMoRQuantizer, block_counts, subtensor_parts
 
 # the Triton GEMM's K-step must divide a block's width (its FP8 MMA depth is 32)
 _WIDTH_STEP = 32
@@ -62,7 +62,7 @@ class SubTensorOperand(NamedTuple):
 
     def dequantized(self) -> torch.Tensor:
         """The fp32 values the emulation multiplies (``SubTensorResult.values``)."""
-        return self.values.float() / expand_blocks(self.scale, tuple(self.values.shape), self.block)
+        return dequantized(self.values, self.scale, self.block)
 
 
 def subtensor_operand(q: SubTensorMoRQuantizer, t: torch.Tensor) -> SubTensorOperand:
@@ -91,10 +91,8 @@ def count_subtensor_gemm(counts: torch.Tensor, gemm: str, a: SubTensorOperand, b
     counts (all of ``lowprec.methods.mor.COUNT_COLUMNS``, as the emulation counts them), without a
     host read."""
     slot = SLOTS.index((gemm, OPERANDS[gemm][0]))
-    add_rows_(counts, slot, torch.stack([_count_row(a.choice), _count_row(b.choice)]).to(counts.dtype))
-
-
-def _count_row(choice: torch.Tensor) -> torch.Tensor:
-    by_format = [(choice == code).sum() for code in (E4M3, E5M2, BF16)]
-    blocks = torch.full_like(by_format[0], choice.numel())
-    return torch.stack([torch.ones_like(blocks), (by_format[0] == blocks).to(blocks.dtype), blocks, *by_format])
+    rows = []
+    for op in (a, b):
+        per_column = {"calls": 1, **block_counts(op.choice)}
+        rows.append(torch.stack([torch.as_tensor(per_column[c], device=op.choice.device) for c in COUNT_COLUMNS]))
+    add_rows_(counts, slot, torch.stack(rows).to(counts.dtype))
