@@ -100,16 +100,20 @@ def default_config(gk: int, M: int = 1 << 12, N: int = 1 << 12) -> GemmConfig:
 def candidate_configs(gk: int, tma: bool = True) -> list:
     """The configurations tuning tries for K-group gk on Hopper-class GPUs (H100/H200): 128-256
     tiles with 8 warps and 64-128 tiles with 4, 3-4 stages, about 128 bytes of K per iteration
-    (also 64 / 256 bytes for small groups), tensor-descriptor loads for two tiles."""
+    (also half and twice that), each tile with pointer loads and, where the operands allow,
+    tensor-descriptor (TMA) loads; and the warp-specialized loop on descriptor loads for the two
+    tiles that fit two programs per SM. Which wins depends on the shape (measured on the H200:
+    results/bench/int8_gemm_h200_tune.csv)."""
     kg = _default_k_groups(gk)
-    out = []
-    for bm, bn, w, st in ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3),
-                          (128, 64, 4, 4), (64, 128, 4, 4)):
-        out.append(GemmConfig(bm, bn, kg, w, st))
+    tiles = ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4))
+    out = [GemmConfig(bm, bn, kg, w, st) for bm, bn, w, st in tiles]
+    out += [GemmConfig(128, 128, kg * 2, 8, 3), GemmConfig(128, 64, kg * 2, 4, 3)]
     if gk <= 64:
-        out += [GemmConfig(128, 128, kg // 2, 8, 4), GemmConfig(128, 128, kg * 2, 8, 3)]
+        out.append(GemmConfig(128, 128, kg // 2, 8, 4))
     if tma:
-        out += [GemmConfig(128, 128, kg, 8, 3, tma=True), GemmConfig(128, 256, kg, 8, 3, tma=True)]
+        out += [replace(c, tma=True) for c in out]
+        out += [GemmConfig(128, 64, kg, 4, 4, tma=True, warp_specialize=True),
+                GemmConfig(128, 128, kg, 8, 3, tma=True, warp_specialize=True)]
     fitted = []
     for cfg in out:
         while smem_bytes(cfg, gk) > SMEM_BUDGET and cfg.num_stages > 2:
