@@ -100,20 +100,19 @@ def default_config(gk: int, M: int = 1 << 12, N: int = 1 << 12) -> GemmConfig:
 def candidate_configs(gk: int, tma: bool = True) -> list:
     """The configurations tuning tries for K-group gk on Hopper-class GPUs (H100/H200): 128-256
     tiles with 8 warps and 64-128 tiles with 4, 3-4 stages, about 128 bytes of K per iteration
-    (also half and twice that), each tile with pointer loads and, where the operands allow,
-    tensor-descriptor (TMA) loads; and the warp-specialized loop on descriptor loads for the two
-    tiles that fit two programs per SM. Which wins depends on the shape (measured on the H200:
-    results/bench/int8_gemm_h200_tune.csv)."""
+    (twice that for the 4-warp tile; half that too for small groups), each with pointer loads and,
+    where the operands allow, tensor-descriptor (TMA) loads. Which wins depends on the shape
+    (measured on the H200: results/bench/int8_gemm_h200_tune.csv). Not among them: the
+    warp-specialized loop, which Triton 3.6 fails to compile for this kernel on Hopper
+    (NVGPUWarpSpecialization: "operation destroyed but still has uses")."""
     kg = _default_k_groups(gk)
     tiles = ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4))
     out = [GemmConfig(bm, bn, kg, w, st) for bm, bn, w, st in tiles]
-    out += [GemmConfig(128, 128, kg * 2, 8, 3), GemmConfig(128, 64, kg * 2, 4, 3)]
+    out.append(GemmConfig(128, 64, kg * 2, 4, 3))
     if gk <= 64:
-        out.append(GemmConfig(128, 128, kg // 2, 8, 4))
+        out += [GemmConfig(128, 128, kg // 2, 8, 4), GemmConfig(128, 128, kg * 2, 8, 3)]
     if tma:
         out += [replace(c, tma=True) for c in out]
-        out += [GemmConfig(128, 64, kg, 4, 4, tma=True, warp_specialize=True),
-                GemmConfig(128, 128, kg, 8, 3, tma=True, warp_specialize=True)]
     fitted = []
     for cfg in out:
         while smem_bytes(cfg, gk) > SMEM_BUDGET and cfg.num_stages > 2:
