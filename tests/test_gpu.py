@@ -3,6 +3,7 @@ training through Lightning on the GPU."""
 
 import contextlib
 import copy
+import math
 
 import pytest
 import torch
@@ -321,15 +322,17 @@ def test_compiled_triton_ops_equal_eager(method):
     got = run(comp, torch.compile(comp, options=EAGER_NUMERICS))
     # the same codes into the same kernels: the forward bit for bit, except that cuBLAS's blockwise-
     # scaled GEMM accumulates in another order for the compiled graph's operands (measured: 1 of 98304
-    # outputs one bf16 step apart, at equal SQNR); the backward's bf16 outputs may round differently
-    # where Inductor sums the bias gradient or casts in another order
+    # outputs apart, at equal SQNR; near a cancellation that is several bf16 steps of the output
+    # itself, so the bound is one bf16 step at the output's largest magnitude); the backward's bf16
+    # outputs may round differently where Inductor sums the bias gradient or casts in another order
     exact = (x.bfloat16().double() @ base[0].weight.double().t() + base[0].bias.double())
-    steps = (ref[0].bfloat16().view(torch.int16).int() - got[0].bfloat16().view(torch.int16).int()).abs()
-    apart, allowed = int((steps > 0).sum()), (ref[0].numel() // 1000 if method["recipe"] == "fp8_blockwise" else 0)
-    assert int(steps.max()) <= (1 if allowed else 0) and apart <= allowed, (
-        f"forward: {apart} of {ref[0].numel()} outputs differ, by up to {int(steps.max())} bf16 steps; against "
-        f"the float64 GEMM of the unquantized operands eager is at {sqnr_db(exact, ref[0].double()):.2f} dB, "
-        f"compiled at {sqnr_db(exact, got[0].double()):.2f} dB")
+    diff = (ref[0] - got[0]).abs()
+    apart, allowed = int((diff > 0).sum()), (ref[0].numel() // 1000 if method["recipe"] == "fp8_blockwise" else 0)
+    bound = 2.0 ** (math.floor(math.log2(float(ref[0].abs().max()))) - 7) if allowed else 0.0
+    assert float(diff.max()) <= bound and apart <= allowed, (
+        f"forward: {apart} of {ref[0].numel()} outputs differ, by up to {float(diff.max()):.3g} (allowed "
+        f"{bound:.3g}); against the float64 GEMM of the unquantized operands eager is at "
+        f"{sqnr_db(exact, ref[0].double()):.2f} dB, compiled at {sqnr_db(exact, got[0].double()):.2f} dB")
     for r, o in zip(ref[1:], got[1:]):
         assert sqnr_db(r.double(), o.double()) >= 45
     if "threshold" in method:

@@ -88,6 +88,21 @@ def parse_int_list(prog: str, flag: str, text: str, allowed=None) -> list:
     return values
 
 
+def parse_shapes(prog: str, flag: str, text: str) -> list:
+    """The comma-separated M x N x K GEMM shapes of option `flag` as (M, N, K) tuples; exit 2 for an
+    item that is not MxNxK of positive integers."""
+    out = []
+    for item in parse_list(prog, flag, text, str.strip):
+        try:
+            m, n, k = (int(v) for v in item.lower().split("x"))
+        except ValueError:
+            fail(prog, f"{flag}: {item!r} is not MxNxK")
+        if min(m, n, k) < 1:
+            fail(prog, f"{flag}: {item!r} has an empty dimension")
+        out.append((m, n, k))
+    return out
+
+
 def parse_names(prog: str, flag: str, text: str, known) -> list:
     """parse_list of names, each one of `known`; exit 2 naming the unknown ones."""
     names = parse_list(prog, flag, text, str.strip)

@@ -49,8 +49,8 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
-                                  parse_int_list, parse_list, parse_names, require_cuda_triton, write_provenance,
-                                  write_rows)
+                                  parse_int_list, parse_list, parse_names, parse_shapes, require_cuda_triton,
+                                  write_provenance, write_rows)
 from lowprec.bench.int8_gemm_runner import FIELDS, Bench
 from lowprec.bench.int8_gemm_sweeps import (ablation_sweep, check_sweep, quantize_sweep, shapes_sweep,
                                             square_sweeps, ws_sweep)
@@ -108,19 +108,6 @@ def _provenance(timer: str) -> dict:
                    "int_mm": "torch._int_mm(a_int8, b_int8.t()) (B column-major), int32 out, no scales"},
         paper_reference="arXiv 2503.08040 figure (b): throughput vs group size K on RTX 4090, dims 2048/4096/8192",
     )
-
-
-def _shape_list(text):
-    out = []
-    for item in parse_list(PROG, "--shapes", text, str):
-        try:
-            m, n, k = (int(v) for v in item.lower().split("x"))
-        except ValueError:
-            fail(PROG, f"--shapes: {item!r} is not MxNxK")
-        if min(m, n, k) < 1:
-            fail(PROG, f"--shapes: {item!r} has an empty dimension")
-        out.append((m, n, k))
-    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -188,7 +175,7 @@ def main(argv=None, _device: str = "cuda") -> int:
     ablation_groups = parse_int_list(PROG, "--ablation-groups", args.ablation_groups)
     patterns = parse_names(PROG, "--patterns", args.patterns, ("random", "rows"))
     impls = parse_names(PROG, "--impls", args.impls, ("sparse", "fused"))
-    shapes = _shape_list(args.shapes) if "shapes" in sweeps else []
+    shapes = parse_shapes(PROG, "--shapes", args.shapes) if "shapes" in sweeps else []
     if not impls:
         fail(PROG, "--impls: give at least one of sparse,fused")
     if any(not 0.0 <= r <= 1.0 for r in ratios) or not 0.0 <= args.shape_ratio <= 1.0:

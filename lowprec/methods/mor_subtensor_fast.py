@@ -93,6 +93,7 @@ def count_subtensor_gemm(counts: torch.Tensor, gemm: str, a: SubTensorOperand, b
     slot = SLOTS.index((gemm, OPERANDS[gemm][0]))
     rows = []
     for op in (a, b):
-        per_column = {"calls": 1, **block_counts(op.choice)}
-        rows.append(torch.stack([torch.as_tensor(per_column[c], device=op.choice.device) for c in COUNT_COLUMNS]))
+        per_column = block_counts(op.choice)
+        per_column["calls"] = torch.ones_like(per_column["blocks"])  # made on the device: no host copy
+        rows.append(torch.stack([per_column[c] for c in COUNT_COLUMNS]))
     add_rows_(counts, slot, torch.stack(rows).to(counts.dtype))
