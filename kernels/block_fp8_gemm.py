@@ -14,8 +14,8 @@ API::
 any strides; the K-contiguous layout the quantization pass writes is the fast one) with fp32
 ENCODE-scale grids over (R, C) blocks (x ~= code / s). FP8 codes multiply on FP8 tensor cores, BF16
 ones on BF16 tensor cores (every product exact in fp32 either way). Each K-step's product starts
-from zero, is multiplied by the outer product of its rows' 1 / s (``div_rn``, as torch's ``1 / s``)
-and added to the fp32 accumulator, so the K-step divides every block width narrower than K. This is
+from zero, is multiplied by the outer product of its rows' 1 / s (torch's ``1 / s``, correctly
+rounded, computed once per grid) and added to the fp32 accumulator, so the K-step divides every block width narrower than K. This is
 also the promotion interval: the tensor cores' ~14-bit FP8 accumulation never spans more than one
 K-step.
 
@@ -68,7 +68,11 @@ if triton is not None:
                                   s_am, s_ak, s_bn, s_bk, s_asr, s_asc, s_bsr, s_bsc, a_br, a_bc, b_br, b_bc,
                                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                   GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
-                                  BF16_IN: tl.constexpr, INTERP: tl.constexpr):
+                                  BF16_IN: tl.constexpr, INTERP: tl.constexpr, A_UNIFORM: tl.constexpr,
+                                  B_UNIFORM: tl.constexpr):
+        """as_ptr, bs_ptr: DECODE scales (1 / s). A_UNIFORM / B_UNIFORM: a tile's rows lie in one
+        block-row (the block height a multiple of the tile's), so a K-step has one scale, not a
+        vector of them."""
         pid = tl.program_id(0)
         pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -79,8 +83,14 @@ if triton is not None:
         rk = tl.arange(0, BLOCK_K)
         a_ptrs = a_ptr + rm_ld[:, None] * s_am + rk[None, :] * s_ak
         b_ptrs = b_ptr + rn_ld[:, None] * s_bn + rk[None, :] * s_bk
-        a_s = as_ptr + (rm_ld // a_br) * s_asr
-        b_s = bs_ptr + (rn_ld // b_br) * s_bsr
+        if A_UNIFORM:
+            a_s = as_ptr + ((pid_m * BLOCK_M) // a_br).to(tl.int64) * s_asr
+        else:
+            a_s = as_ptr + (rm_ld // a_br) * s_asr
+        if B_UNIFORM:
+            b_s = bs_ptr + ((pid_n * BLOCK_N) // b_br).to(tl.int64) * s_bsr
+        else:
+            b_s = bs_ptr + (rn_ld // b_br) * s_bsr
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
         for k0 in range(0, K, BLOCK_K):
             # tiles go from the loads straight into the dot (a conversion between them would keep
@@ -105,9 +115,13 @@ if triton is not None:
                 p = tl.dot(_e4m3_to_f32(a), tl.trans(_e4m3_to_f32(b)), input_precision="ieee")
             else:
                 p = tl.dot(a, tl.trans(b))
-            inv_a = tl.math.div_rn(tl.full((BLOCK_M,), 1.0, tl.float32), tl.load(a_s + (k0 // a_bc) * s_asc))
-            inv_b = tl.math.div_rn(tl.full((BLOCK_N,), 1.0, tl.float32), tl.load(b_s + (k0 // b_bc) * s_bsc))
-            acc += p * inv_a[:, None] * inv_b[None, :]
+            inv_a = tl.load(a_s + (k0 // a_bc) * s_asc)
+            inv_b = tl.load(b_s + (k0 // b_bc) * s_bsc)
+            if not A_UNIFORM:
+                inv_a = inv_a[:, None]
+            if not B_UNIFORM:
+                inv_b = inv_b[None, :]
+            acc += p * inv_a * inv_b
             a_ptrs += BLOCK_K * s_ak
             b_ptrs += BLOCK_K * s_bk
         c_ptrs = c_ptr + rm[:, None] * N + rn[None, :]
@@ -134,15 +148,17 @@ def triton_available(device=None) -> bool:
 def default_config(M: int, N: int, widths: tuple, dtype: torch.dtype = torch.float8_e4m3fn) -> BlockConfig:
     """Tiles for an (M, N) output whose K-steps must divide ``widths`` (the block widths narrower
     than K): a K-step of 128 FP8 codes where they allow (the FP8 MMA's natural depth, and the
-    promotion interval cuBLAS uses; 4 stages of 128 x 128 x 128 tiles hold 128 KB), 64 BF16 values
-    (the same bytes per stage)."""
-    k = 128 if dtype.itemsize == 1 else 64
+    promotion interval cuBLAS uses; 4 stages of 128 x 128 x 128 tiles hold 128 KB); as many BF16
+    values in 3 stages (192 KB): per K-step the rescale costs as much as a 64-deep BF16 MMA, so the
+    deeper step halves its share (measured on the H200: 185 against 106 TFLOP/s at 2048 x 2048 x
+    16384, block_scaled_gemm_h200.csv)."""
+    k = 128
     for w in widths:
         while w % k:
             k //= 2
     if interpreter_active():
         return BlockConfig(32, 32, min(k, 32), 4, 1)
-    return BlockConfig(128, 128, k, 8, 4)
+    return BlockConfig(128, 128, k, 8, 4 if dtype.itemsize == 1 else 3)
 
 
 _IN_DTYPES = (torch.float8_e4m3fn, torch.bfloat16)
@@ -194,11 +210,16 @@ def block_scaled_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_co
         raise ValueError(f"config {cfg}: the K-step must divide the block widths {widths}")
     interp, bf16 = interpreter_active(), a_codes.dtype == torch.bfloat16
     a8, b8 = ((c.float() if bf16 else c.view(torch.uint8)) if interp else c for c in (a_codes, b_codes))
+    # decode scales once per grid, not per K-step in every program: torch's 1 / s is correctly
+    # rounded (div_rn), and a division per scale in the loop held the kernel at a fraction of the
+    # tensor cores' rate (block_scaled_gemm_h200.csv)
+    a_dec, b_dec = 1.0 / a_scales, 1.0 / b_scales
     kernel = launcher(_block_scaled_gemm_kernel) if launcher is not None else _block_scaled_gemm_kernel
     kernel[(_cdiv(M, cfg.block_m) * _cdiv(N, cfg.block_n),)](
-        a8, b8, a_scales, b_scales, out, M, N, K, *a8.stride(), *b8.stride(), *a_scales.stride(),
-        *b_scales.stride(), a_br, a_bc, b_br, b_bc,
+        a8, b8, a_dec, b_dec, out, M, N, K, *a8.stride(), *b8.stride(), *a_dec.stride(),
+        *b_dec.stride(), a_br, a_bc, b_br, b_bc,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=_GROUP_M, EVEN_K=K % cfg.block_k == 0,
-        OUT_BF16=out_dtype == torch.bfloat16, BF16_IN=bf16, INTERP=interp, num_warps=cfg.num_warps,
+        OUT_BF16=out_dtype == torch.bfloat16, BF16_IN=bf16, INTERP=interp,
+        A_UNIFORM=a_br % cfg.block_m == 0, B_UNIFORM=b_br % cfg.block_n == 0, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages)
     return out

@@ -636,7 +636,9 @@ def test_emulated_training_step_never_waits_for_the_device(method):
     step()  # compiles the kernels and reads the call count once
     with no_host_sync():
         step()
-    assert int(model[0].calls) == 2 and model[0].call_count() == 2
+    # the count advances where keys are drawn: every emulated call, and the INT8 fast path's
+    drawn = 2 if not model[0].fast(x) or model[0].fast_plan.int8 else 0
+    assert int(model[0].calls) == drawn and model[0].call_count() == drawn
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama", "nemotron"])
