@@ -336,10 +336,22 @@ def round_cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     which no graph pass can drop; eager, torch's own cast, equal to it bit for bit."""
     if not (torch.compiler.is_compiling() and x.dtype == torch.float32 and dtype == torch.bfloat16):
         return x.to(dtype)
-    # the bits carry no gradient: the rounded value enters as a constant offset, so the gradient is
-    # the cast's own (identity); x + (r - x) is r exactly (r - x is exact, r representable)
-    offset = (round_bits_to_bf16(x.detach()) - x.detach())
-    return torch.where(torch.isfinite(x), x + offset, x).to(dtype)
+    return _BitsRoundedBf16.apply(x)
+
+
+class _BitsRoundedBf16(torch.autograd.Function):
+    """fp32 -> bf16 rounded on the bits, with the cast's own gradient (the incoming one, widened).
+    A function of its own rather than ``x + detached(rounded - x)``: that form's backward kept a mask
+    of the finite values and made extra passes over every rounded activation; this one saves nothing
+    and its backward is a cast."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return round_bits_to_bf16(x).to(torch.bfloat16)  # exact: the value is a bf16 already
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(torch.float32)
 
 
 def round_bits_to_bf16(x: torch.Tensor) -> torch.Tensor:
