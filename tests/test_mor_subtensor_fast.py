@@ -87,6 +87,30 @@ def test_fast_layer_trains_like_the_emulation_and_counts_its_blocks(mode, monkey
     assert sum(r[wide] for r in cov_fast) > 0 and sum(r["e4m3_blocks"] for r in cov_fast) > 0
 
 
+def test_every_gemm_of_a_step_gets_k_contiguous_operands(monkeypatch):
+    """The backward's operands are transposes (reused or quantized from a transposed view); the
+    kernel gets them K-contiguous, the layout it multiplies at full rate (the Triton route stood in
+    for by the fp32 product, which the kernel equals to summation order)."""
+    import lowprec.methods.mor_subtensor_fast as msf
+    from lowprec.gemm import dequantized
+
+    seen = []
+
+    def kernel(a, sa, blk_a, b, sb, blk_b, out_dtype):
+        seen.append((a.stride(1), b.stride(1)))
+        return (dequantized(a, sa, tuple(blk_a)) @ dequantized(b, sb, tuple(blk_b)).t()).to(out_dtype)
+
+    monkeypatch.setattr(msf, "triton_runs_on", lambda device_type: True)
+    monkeypatch.setattr(msf, "block_scaled_mm", kernel)
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(256, 128))
+    got, want, _, _ = fast_and_emulated_mor_steps(base, {"partition": "subtensor"}, _data(128, 256, seed=4).float(),
+                                                  torch.randn(128, 128), monkeypatch)
+    assert len(seen) == 3 and all(s == (1, 1) for s in seen), seen
+    for a, b in zip(got, want):
+        assert sqnr_db(b, a) > 30
+
+
 @pytest.mark.slow
 def test_compiled_subtensor_model_has_one_graph_and_trains_like_eager(monkeypatch):
     monkeypatch.setattr(lin, "FAST_PATH", "all")
