@@ -6,7 +6,7 @@ E4M3, E5M2 or BF16, held as BF16 values on its code grid, a BF16 block with scal
 API::
 
     block_scaled_mm(a_codes, a_scales, a_block, b_codes, b_scales, b_block, out_dtype=torch.float32,
-                    config=None, launcher=None) -> (M, N) tensor
+                    config=None, launcher=None, fp8_tiles=None) -> (M, N) tensor
     BlockConfig(block_m, block_n, block_k, num_warps, num_stages), default_config(M, N, widths, dtype)
     triton_available(device=None), interpreter_active()
 
@@ -15,9 +15,11 @@ any strides; the K-contiguous layout the quantization pass writes is the fast on
 ENCODE-scale grids over (R, C) blocks (x ~= code / s). FP8 codes multiply on FP8 tensor cores, BF16
 ones on BF16 tensor cores (every product exact in fp32 either way). Each K-step's product starts
 from zero, is multiplied by the outer product of its rows' 1 / s (torch's ``1 / s``, correctly
-rounded, computed once per grid) and added to the fp32 accumulator, so the K-step divides every block width narrower than K. This is
-also the promotion interval: the tensor cores' ~14-bit FP8 accumulation never spans more than one
-K-step.
+rounded, computed once per grid) and added to the fp32 accumulator, so the K-step divides every
+block width narrower than K. This is also the promotion interval: the tensor cores' ~14-bit FP8
+accumulation never spans more than one K-step. ``fp8_tiles`` (BF16 codes): FP8 copies and
+per-block-row flags; flagged tiles multiply on FP8 tensor cores, the rest on BF16 ones (two
+launches; ``block_scaled_mm``'s docstring).
 
 Why a kernel of its own: the MoR GEMM (``lowprec.kernels.mor_gemm``) carries the same product in its
 FP8 loop, but its per-program decision, predicated BF16 loads and both main loops in one kernel cost
@@ -64,17 +66,26 @@ if triton is not None:
     from ._common import _e4m3_to_f32, _grouped_tile, _round_bf16
 
     @triton.jit
-    def _block_scaled_gemm_kernel(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, M, N, K,
+    def _block_scaled_gemm_kernel(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, fa_ptr, fb_ptr, M, N, K,
                                   s_am, s_ak, s_bn, s_bk, s_asr, s_asc, s_bsr, s_bsc, a_br, a_bc, b_br, b_bc,
                                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                   GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
                                   BF16_IN: tl.constexpr, INTERP: tl.constexpr, A_UNIFORM: tl.constexpr,
-                                  B_UNIFORM: tl.constexpr):
+                                  B_UNIFORM: tl.constexpr, SELECT: tl.constexpr):
         """as_ptr, bs_ptr: DECODE scales (1 / s). A_UNIFORM / B_UNIFORM: a tile's rows lie in one
         block-row (the block height a multiple of the tile's), so a K-step has one scale, not a
-        vector of them."""
+        vector of them. SELECT (both uniform): 0 every tile; 1 only the tiles whose A block-row and
+        B block-column are both flagged (int8 flags fa_ptr, fb_ptr, one per block-row); 2 the other
+        tiles. A tile not selected runs no K-step and stores nothing."""
         pid = tl.program_id(0)
         pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        k_end = K
+        run = 1
+        if SELECT != 0:
+            both = ((tl.load(fa_ptr + (pid_m * BLOCK_M) // a_br) != 0).to(tl.int32)
+                    * (tl.load(fb_ptr + (pid_n * BLOCK_N) // b_br) != 0).to(tl.int32))
+            run = both if SELECT == 1 else 1 - both
+            k_end = K * run
         rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
         # rows past the end read the last row (their results are not stored): only K is masked
@@ -92,7 +103,7 @@ if triton is not None:
         else:
             b_s = bs_ptr + (rn_ld // b_br) * s_bsr
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(0, k_end, BLOCK_K):
             # tiles go from the loads straight into the dot (a conversion between them would keep
             # the loads out of the asynchronous copy pipeline); a ragged K masks FP8 codes through
             # their bits, as a masked load's fill must be an integer
@@ -125,7 +136,7 @@ if triton is not None:
             a_ptrs += BLOCK_K * s_ak
             b_ptrs += BLOCK_K * s_bk
         c_ptrs = c_ptr + rm[:, None] * N + rn[None, :]
-        ok = (rm < M)[:, None] & (rn < N)[None, :]
+        ok = (rm < (M * run))[:, None] & (rn < N)[None, :]  # a tile not selected stores nothing
         if OUT_BF16:
             if INTERP:
                 acc = _round_bf16(acc)
@@ -181,10 +192,18 @@ def _operand(codes: torch.Tensor, scales: torch.Tensor, block, name: str) -> tup
 
 def block_scaled_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_codes: torch.Tensor,
                     b_scales: torch.Tensor, b_block, out_dtype: torch.dtype = torch.float32,
-                    config: Optional[BlockConfig] = None, launcher=None) -> torch.Tensor:
+                    config: Optional[BlockConfig] = None, launcher=None, fp8_tiles=None) -> torch.Tensor:
     """``dequant(A) @ dequant(B).T`` (module docstring). launcher: None to launch here, or
     ``torch.library.wrap_triton`` inside a ``triton_op`` that a compiled graph traces (Inductor
-    then launches the kernel from its own code)."""
+    then launches the kernel from its own code).
+
+    ``fp8_tiles`` (BF16 codes only): ``(a_e4m3, a_rows, b_e4m3, b_rows)``, the same codes as
+    float8_e4m3fn (exact where a block's codes are E4M3's; elsewhere never read) and, per block-row,
+    an int8 flag that every block of it holds E4M3 codes. The output tiles whose A block-row and B
+    block-column are both flagged multiply the FP8 copies on FP8 tensor cores, the others the BF16
+    codes, in two launches of one kernel (same tiles, each tile stored by one of them); the sums
+    are the same either way (every product exact in fp32). Needs block heights that are multiples
+    of the tile's."""
     a_br, a_bc = _operand(a_codes, a_scales, a_block, "a")
     b_br, b_bc = _operand(b_codes, b_scales, b_block, "b")
     (M, K), (N, kb) = a_codes.shape, b_codes.shape
@@ -208,18 +227,49 @@ def block_scaled_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_co
     cfg = config or default_config(M, N, widths, a_codes.dtype)
     if any(w % cfg.block_k for w in widths):
         raise ValueError(f"config {cfg}: the K-step must divide the block widths {widths}")
-    interp, bf16 = interpreter_active(), a_codes.dtype == torch.bfloat16
-    a8, b8 = ((c.float() if bf16 else c.view(torch.uint8)) if interp else c for c in (a_codes, b_codes))
     # decode scales once per grid, not per K-step in every program: torch's 1 / s is correctly
     # rounded (div_rn), and a division per scale in the loop held the kernel at a fraction of the
     # tensor cores' rate (block_scaled_gemm_h200.csv)
-    a_dec, b_dec = 1.0 / a_scales, 1.0 / b_scales
+    dec = (1.0 / a_scales, 1.0 / b_scales, (a_br, a_bc, b_br, b_bc))
+    if fp8_tiles is None:
+        _launch(out, a_codes, b_codes, dec, cfg, 0, None, launcher)
+        return out
+    a8, a_rows, b8, b_rows = _fp8_tiles(fp8_tiles, a_codes, b_codes, a_br, b_br)
+    cfg8 = default_config(M, N, widths, torch.float8_e4m3fn) if config is None else cfg
+    if (cfg8.block_m, cfg8.block_n) != (cfg.block_m, cfg.block_n) or a_br % cfg.block_m or b_br % cfg.block_n:
+        raise ValueError(f"fp8_tiles: block heights {a_br}, {b_br} must be multiples of the tile "
+                         f"{cfg.block_m} x {cfg.block_n}, the same for both launches")
+    _launch(out, a8, b8, dec, cfg8, 1, (a_rows, b_rows), launcher)
+    _launch(out, a_codes, b_codes, dec, cfg, 2, (a_rows, b_rows), launcher)
+    return out
+
+
+def _fp8_tiles(fp8_tiles, a_codes, b_codes, a_br, b_br) -> tuple:
+    a8, a_rows, b8, b_rows = fp8_tiles
+    if a_codes.dtype != torch.bfloat16:
+        raise ValueError(f"fp8_tiles: only for bfloat16 codes, got {a_codes.dtype}")
+    for name, c8, codes, rows, br in (("a", a8, a_codes, a_rows, a_br), ("b", b8, b_codes, b_rows, b_br)):
+        if c8.dtype != torch.float8_e4m3fn or c8.shape != codes.shape or c8.device != codes.device:
+            raise ValueError(f"fp8_tiles: {name}_e4m3 must be float8_e4m3fn of {name}_codes' shape "
+                             f"{tuple(codes.shape)} on {codes.device}, got {c8.dtype} {tuple(c8.shape)}")
+        if rows.dtype != torch.int8 or tuple(rows.shape) != (_cdiv(codes.shape[0], br),):
+            raise ValueError(f"fp8_tiles: {name}_rows must be int8 of shape {(_cdiv(codes.shape[0], br),)}, "
+                             f"got {rows.dtype} {tuple(rows.shape)}")
+    return a8, a_rows, b8, b_rows
+
+
+def _launch(out, a_codes, b_codes, dec, cfg: BlockConfig, select: int, rows, launcher) -> None:
+    """One launch of the kernel over every tile of ``out`` (``select``: which ones compute)."""
+    (M, K), N = a_codes.shape, b_codes.shape[0]
+    a_dec, b_dec, (a_br, a_bc, b_br, b_bc) = dec
+    interp, bf16 = interpreter_active(), a_codes.dtype == torch.bfloat16
+    a8, b8 = ((c.float() if bf16 else c.view(torch.uint8)) if interp else c for c in (a_codes, b_codes))
+    fa, fb = rows if rows is not None else (a_dec, b_dec)  # placeholders, never read without select
     kernel = launcher(_block_scaled_gemm_kernel) if launcher is not None else _block_scaled_gemm_kernel
     kernel[(_cdiv(M, cfg.block_m) * _cdiv(N, cfg.block_n),)](
-        a8, b8, a_dec, b_dec, out, M, N, K, *a8.stride(), *b8.stride(), *a_dec.stride(),
+        a8, b8, a_dec, b_dec, out, fa, fb, M, N, K, *a8.stride(), *b8.stride(), *a_dec.stride(),
         *b_dec.stride(), a_br, a_bc, b_br, b_bc,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=_GROUP_M, EVEN_K=K % cfg.block_k == 0,
-        OUT_BF16=out_dtype == torch.bfloat16, BF16_IN=bf16, INTERP=interp,
-        A_UNIFORM=a_br % cfg.block_m == 0, B_UNIFORM=b_br % cfg.block_n == 0, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages)
-    return out
+        OUT_BF16=out.dtype == torch.bfloat16, BF16_IN=bf16, INTERP=interp,
+        A_UNIFORM=a_br % cfg.block_m == 0, B_UNIFORM=b_br % cfg.block_n == 0, SELECT=select,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)

@@ -201,16 +201,21 @@ def operand_mm(a: FP8Operand, b: FP8Operand, out_dtype: torch.dtype, fast_accum:
 # Triton launcher's host logic
 @torch.library.custom_op("lowprec::block_scaled_mm", mutates_args=())
 def block_scaled_mm(a: torch.Tensor, scale_a: torch.Tensor, block_a: list[int], b: torch.Tensor,
-                    scale_b: torch.Tensor, block_b: list[int], out_dtype: torch.dtype) -> torch.Tensor:
+                    scale_b: torch.Tensor, block_b: list[int], out_dtype: torch.dtype,
+                    a_e4m3: Optional[torch.Tensor] = None, a_rows_e4m3: Optional[torch.Tensor] = None,
+                    b_e4m3: Optional[torch.Tensor] = None, b_rows_e4m3: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``dequant(a) @ dequant(b).T`` of codes a (M, K) and b (N, K), both E4M3 or both BF16 values
     on a code grid (sub-tensor MoR), with encode-scale grids over (R, C) blocks, on the Triton
-    block-scaled GEMM (``lowprec.kernels.block_fp8_gemm``)."""
+    block-scaled GEMM (``lowprec.kernels.block_fp8_gemm``). The four optional tensors: its
+    ``fp8_tiles`` (BF16 codes whose all-E4M3 block-rows multiply on FP8 tensor cores)."""
     from .kernels import block_fp8_gemm as kg
-    return kg.block_scaled_mm(a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), out_dtype)
+    return kg.block_scaled_mm(a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), out_dtype,
+                              fp8_tiles=_fp8_tiles(a_e4m3, a_rows_e4m3, b_e4m3, b_rows_e4m3))
 
 
 @block_scaled_mm.register_fake
-def _(a, scale_a, block_a, b, scale_b, block_b, out_dtype):
+def _(a, scale_a, block_a, b, scale_b, block_b, out_dtype, a_e4m3=None, a_rows_e4m3=None, b_e4m3=None,
+      b_rows_e4m3=None):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
 
 
@@ -218,11 +223,23 @@ def _(a, scale_a, block_a, b, scale_b, block_b, out_dtype):
 # operator's launch costs a Python call per GEMM on the host)
 @torch.library.triton_op("lowprec::block_scaled_mm_cuda", mutates_args=())
 def block_scaled_mm_cuda(a: torch.Tensor, scale_a: torch.Tensor, block_a: list[int], b: torch.Tensor,
-                         scale_b: torch.Tensor, block_b: list[int], out_dtype: torch.dtype) -> torch.Tensor:
+                         scale_b: torch.Tensor, block_b: list[int], out_dtype: torch.dtype,
+                         a_e4m3: Optional[torch.Tensor] = None, a_rows_e4m3: Optional[torch.Tensor] = None,
+                         b_e4m3: Optional[torch.Tensor] = None,
+                         b_rows_e4m3: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``block_scaled_mm`` on a CUDA device."""
     from .kernels import block_fp8_gemm as kg
     return kg.block_scaled_mm(a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), out_dtype,
-                              launcher=torch.library.wrap_triton)
+                              launcher=torch.library.wrap_triton,
+                              fp8_tiles=_fp8_tiles(a_e4m3, a_rows_e4m3, b_e4m3, b_rows_e4m3))
+
+
+def _fp8_tiles(*parts) -> Optional[tuple]:
+    if all(p is None for p in parts):
+        return None
+    if any(p is None for p in parts):
+        raise ValueError("block_scaled_mm: give all four of a_e4m3, a_rows_e4m3, b_e4m3, b_rows_e4m3, or none")
+    return parts
 
 
 # ----------------------------------------------------------------------------------------------

@@ -128,3 +128,77 @@ def test_bf16_code_grid_operands_equal_float64_through_subtensor_mm(transposed, 
     assert sqnr_db(want[finite], out.double().cpu()[finite]) >= FLOOR_DB
     exact = (a.double().cpu() @ b.double().cpu().t())[finite]
     assert sqnr_db(exact, out.double().cpu()[finite]) < 60  # quantized
+
+
+def test_fp8_tiles_split_the_product_between_an_fp8_and_a_bf16_launch():
+    """With ``fp8_tiles``, the tiles whose two block-rows are flagged all-E4M3 multiply the FP8 copies
+    (one launch on FP8 operands), the others the BF16 codes (a second launch): the product is the
+    float64 one of the values either way, and each launch really ran its share."""
+    g = torch.Generator().manual_seed(7)
+
+    def operand(rows):
+        codes = (torch.randn(rows, 256, generator=g) * 64).to(torch.float8_e4m3fn).float()
+        codes[128:, 128:] = torch.randn(rows - 128, 128, generator=g) * 1e-3  # a BF16 block: off E4M3's grid
+        scales = torch.rand(rows // 128, 2, generator=g) + 0.5
+        scales[1, 1] = 1.0
+        values = codes.double() / expand_blocks(scales, (rows, 256), (128, 128)).double()
+        codes = codes.bfloat16().to(DEVICE)
+        rows_fp8 = torch.tensor([1] + [0] * (rows // 128 - 1), dtype=torch.int8, device=DEVICE)
+        return codes, scales.to(DEVICE), rows_fp8, values
+
+    a, sa, fa, va = operand(256)
+    b, sb, fb, vb = operand(384)
+    launches = []
+
+    def spy(kernel):
+        class Launch:
+            def __getitem__(self, grid):
+                def run(*args, **kw):
+                    launches.append((kw["SELECT"], kw["BF16_IN"]))
+                    return kernel[grid](*args, **kw)
+                return run
+        return Launch()
+
+    tiles = (a.to(torch.float8_e4m3fn), fa, b.to(torch.float8_e4m3fn), fb)
+    out = kb.block_scaled_mm(a, sa, (128, 128), b, sb, (128, 128), launcher=spy, fp8_tiles=tiles)
+    assert launches == [(1, False), (2, True)]
+    want = va @ vb.t()
+    assert sqnr_db(want, out.double().cpu()) >= FLOOR_DB
+    plain = kb.block_scaled_mm(a, sa, (128, 128), b, sb, (128, 128))
+    assert sqnr_db(plain.double().cpu(), out.double().cpu()) >= FLOOR_DB
+    # the FP8 launch did compute its tile: with the flags cleared, the BF16 launch alone covers all
+    none = torch.zeros_like(fa), torch.zeros_like(fb)
+    out0 = kb.block_scaled_mm(a, sa, (128, 128), b, sb, (128, 128),
+                              fp8_tiles=(tiles[0], none[0], tiles[2], none[1]))
+    assert sqnr_db(want, out0.double().cpu()) >= FLOOR_DB
+    with pytest.raises(ValueError, match="int8 of shape"):
+        kb.block_scaled_mm(a, sa, (128, 128), b, sb, (128, 128), fp8_tiles=(tiles[0], fa[:1], tiles[2], fb))
+
+
+def test_subtensor_mm_runs_all_e4m3_tiles_on_fp8(monkeypatch):
+    """Sub-tensor MoR with 128x128 blocks: the tiles of block-rows that chose E4M3 throughout go to the
+    FP8 launch, the rest to the BF16 one, and the product is the float64 one of the emulation's values."""
+    from lowprec.methods.mor import BF16, E4M3, SubTensorMoRQuantizer, subtensor_mor
+    from lowprec.methods.mor_subtensor_fast import subtensor_mm, subtensor_operand
+
+    launches, inner = [], kb._block_scaled_gemm_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                launches.append((kw["SELECT"], kw["BF16_IN"]))
+                return inner[grid](*args, **kw)
+            return run
+
+    monkeypatch.setattr(kb, "_block_scaled_gemm_kernel", Spy())
+    q = SubTensorMoRQuantizer(mode="two_way")
+    g = torch.Generator().manual_seed(41)
+    a, b = (torch.randn(256, 256, generator=g).to(DEVICE) for _ in range(2))
+    b[128:, :128] *= torch.logspace(-12, 0, 128, device=DEVICE)  # a block no FP8 format holds: BF16
+    qa, qb = subtensor_operand(q, a), subtensor_operand(q, b)
+    assert bool((qa.choice == E4M3).all()) and int(qb.choice[1, 0]) == BF16 and int(qb.choice[0, 0]) == E4M3
+    out = subtensor_mm(qa, qb, torch.float32)
+    assert launches == [(1, False), (2, True)]
+    va = subtensor_mor(a.cpu(), (128, 128), "two_way").values.double()
+    vb = subtensor_mor(b.cpu(), (128, 128), "two_way").values.double()
+    assert sqnr_db(va @ vb.t(), out.double().cpu()) >= FLOOR_DB

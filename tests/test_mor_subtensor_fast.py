@@ -96,8 +96,8 @@ def test_every_gemm_of_a_step_gets_k_contiguous_operands(monkeypatch):
 
     seen = []
 
-    def kernel(a, sa, blk_a, b, sb, blk_b, out_dtype):
-        seen.append((a.stride(1), b.stride(1)))
+    def kernel(a, sa, blk_a, b, sb, blk_b, out_dtype, **fp8_tiles):
+        seen.append((a.stride(1), b.stride(1), fp8_tiles["a_e4m3"].stride(1), fp8_tiles["b_e4m3"].stride(1)))
         return (dequantized(a, sa, tuple(blk_a)) @ dequantized(b, sb, tuple(blk_b)).t()).to(out_dtype)
 
     monkeypatch.setattr(msf, "triton_runs_on", lambda device_type: True)
@@ -106,7 +106,7 @@ def test_every_gemm_of_a_step_gets_k_contiguous_operands(monkeypatch):
     base = nn.Sequential(nn.Linear(256, 128))
     got, want, _, _ = fast_and_emulated_mor_steps(base, {"partition": "subtensor"}, _data(128, 256, seed=4).float(),
                                                   torch.randn(128, 128), monkeypatch)
-    assert len(seen) == 3 and all(s == (1, 1) for s in seen), seen
+    assert len(seen) == 3 and all(s == (1, 1, 1, 1) for s in seen), seen
     for a, b in zip(got, want):
         assert sqnr_db(b, a) > 30
 

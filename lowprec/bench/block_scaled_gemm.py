@@ -3,7 +3,8 @@
 BF16 values on a code grid, as sub-tensor MoR's operands), 128x128 scale blocks on both sides,
 each operand K-contiguous or a transposed view (as a backward GEMM gets it), launched directly and
 through the compiled ``lowprec::block_scaled_mm_cuda`` operator (as training launches it), in the
-default and a few other tile configurations. BF16 ``torch.matmul`` and FP8 rowwise
+default and a few other tile configurations; BF16 codes also through ``fp8_tiles`` with every tile
+flagged (sub-tensor MoR's FP8 launch). BF16 ``torch.matmul`` and FP8 rowwise
 ``torch._scaled_mm`` run on the same shapes in the same run; ratios are against that BF16.
 
     python -m lowprec.bench.block_scaled_gemm --out results/bench/block_scaled_gemm_h200.csv
@@ -112,6 +113,13 @@ def main(argv=None) -> int:
                     launches = [("direct", "default", lambda: kg.block_scaled_mm(a, sa, BLOCK, b, sb, BLOCK,
                                                                                  torch.bfloat16)),
                                 ("compiled_op", "default", lambda: compiled(a, sa, b, sb))]
+                    if dtype == "bf16" and layout == "k_contiguous":
+                        # sub-tensor MoR's split with every block-row flagged all-E4M3 (the codes are
+                        # E4M3's): the FP8 launch computes every tile, the BF16 one none
+                        tiles = (a.to(torch.float8_e4m3fn), torch.ones(sa.shape[0], dtype=torch.int8, device="cuda"),
+                                 b.to(torch.float8_e4m3fn), torch.ones(sb.shape[0], dtype=torch.int8, device="cuda"))
+                        launches.append(("direct", "fp8_tiles_all", lambda: kg.block_scaled_mm(
+                            a, sa, BLOCK, b, sb, BLOCK, torch.bfloat16, fp8_tiles=tiles)))
                     if args.configs and layout == "k_contiguous":
                         for c in EXTRA_CONFIGS:
                             cfg = kg.BlockConfig(*c)
