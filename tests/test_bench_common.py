@@ -76,3 +76,16 @@ def test_e2e_counts_low_precision_gemms_by_operator_or_by_kernel():
                ("nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN", True), ("aten::_scaled_mm", False)]
     assert count_lowp(graphed, by_kernel=True) == 2
     assert count_lowp([("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", True)], by_kernel=True) == 0  # BF16
+
+
+def test_e2e_inductor_options_are_parsed_checked_and_kept_out_of_the_default_file(capsys):
+    from lowprec.bench import e2e_step as e2e
+    got = e2e.inductor_options(["emulate_precision_casts=false", "max_autotune=True", "coordinate_descent_tuning=1"])
+    assert got == {"emulate_precision_casts": False, "max_autotune": True, "coordinate_descent_tuning": 1}
+    for bad, says in (("nosuch_setting=1", "has no setting 'nosuch_setting'"), ("emulate_precision_casts", "KEY=VALUE")):
+        with pytest.raises(SystemExit) as exc:
+            e2e.inductor_options([bad])
+        assert exc.value.code == 2 and says in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # the suite's rows keep the suite's numerics
+        e2e.main(["--inductor", "emulate_precision_casts=false"])
+    assert exc.value.code == 2 and "its own --out" in capsys.readouterr().err

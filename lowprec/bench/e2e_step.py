@@ -33,6 +33,10 @@ MoR's block-scaled GEMM counts: its codes multiply on BF16 tensor cores).
 block instead of each kernel; arms with weight transforms (GaussWS) stay without graphs. Replayed
 kernels leave no operator event, so the count then reads the kernels' names (``_LOWP_CUBLAS`` for
 cuBLAS's).
+``--inductor KEY=VALUE`` (repeatable) compiles every compiled arm, the baseline included, with that
+Inductor setting over the ones that keep eager's numerics (``lowprec.linear.EAGER_NUMERICS``), to
+measure what those cost (``inductor_options`` names them in each row; such a run writes to a file
+of its own).
 ``--merge`` keeps the rows of other (shape, arm) pairs already in ``--out``; ``--merge-from`` merges the
 CSVs of other runs (a GPU job's output) into ``--out`` without measuring. Each run measures its own
 baseline: a row's ratio is against ``baseline_tokens_per_s`` of its own run (``commit``), and the
@@ -58,6 +62,7 @@ SHAPES = {
                  "batch": 8, "seq": 2048},
 }
 BASELINE = "bf16_compiled"
+DEFAULT_OUT = "results/bench/e2e_h200.csv"
 PEERS = ("bf16_eager", BASELINE, "torchao_tensorwise", "torchao_rowwise")
 METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     "fp8_tensorwise_current": {"recipe": "fp8_tensorwise_current"},
@@ -79,7 +84,7 @@ HARDWARE_ARMS = {"torchao_tensorwise", "torchao_rowwise", "fp8_tensorwise_curren
                  "int8_fallback"}
 FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs_bf16_compiled", "peak_mem_gib",
           "lowp_gemms_per_step", "step_ms", "batch", "seq", "n_params", "steps", "repeats", "baseline_tokens_per_s",
-          "commit"]
+          "commit", "inductor_options"]
 # kernels counted as low-precision GEMMs in the profiled step
 # (the Triton FP8 loop of block-scaled pairs by its operator: the MoR kernel's launches include
 # fix-ups that return at once, which are no GEMM)
@@ -94,7 +99,7 @@ _LOWP_CUBLAS = re.compile(r"^nvjet_sm\d+_qq|e4m3|f8f8", re.IGNORECASE)
 
 def _parse(argv):
     p = bench_parser(f"lowprec.bench.{PROG}", __doc__, "CSV path; <name>.provenance.json goes beside it",
-                     default="results/bench/e2e_h200.csv")
+                     default=DEFAULT_OUT)
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated subset of {list(SHAPES)}")
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {list(ARMS)}")
     p.add_argument("--steps", type=int, default=5, help="optimizer steps per timed repeat")
@@ -105,9 +110,39 @@ def _parse(argv):
     p.add_argument("--merge", action="store_true", help="keep the rows of other (shape, arm) pairs in --out")
     p.add_argument("--merge-from", nargs="+", default=None, metavar="CSV",
                    help="merge these outputs of other runs into --out (newer rows win) and exit; nothing is measured")
+    p.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
+                   help="an Inductor setting for every compiled arm, the baseline included, over the ones that "
+                        "keep eager's numerics (lowprec.linear.EAGER_NUMERICS), e.g. emulate_precision_casts=false; "
+                        "repeatable; such a run writes to its own --out, never the default file or a --merge")
     p.add_argument("--profile-dir", default=None,
                    help="write the CUDA kernels of each arm's profiled step, by total time, to <dir>/<shape>_<arm>.txt")
     return p.parse_args(argv)
+
+
+def inductor_options(items: list) -> dict:
+    """``--inductor`` KEY=VALUE items as a dict of Inductor settings (true / false, integers and
+    numbers converted); exit 2 naming an item that is not KEY=VALUE or a KEY Inductor lacks."""
+    import torch._inductor.config as inductor_config
+
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            fail(PROG, f"--inductor: {item!r} is not KEY=VALUE")
+        node = inductor_config
+        for part in key.split("."):
+            if not hasattr(node, part):
+                fail(PROG, f"--inductor: torch._inductor.config has no setting {key!r}")
+            node = getattr(node, part)
+        value = {"true": True, "false": False}.get(text.lower(), text)
+        for conv in (int, float):
+            if isinstance(value, str):
+                try:
+                    value = conv(value)
+                except ValueError:
+                    pass
+        out[key] = value
+    return out
 
 
 def _torchao_convert(model, recipe: str):
@@ -119,9 +154,11 @@ def _torchao_convert(model, recipe: str):
                                module_filter_fn=lambda mod, fqn: "lm_head" not in fqn)
 
 
-def build_arm(arm: str, shape: dict, cudagraphs: bool = False):
+def build_arm(arm: str, shape: dict, cudagraphs: bool = False, inductor: dict | None = None):
     """(callable model, its module, path) for one arm: path is 'compiled', 'cudagraphs', 'compiled
-    emulation' (a recipe without a fast plan, compiled as training compiles it) or 'eager'."""
+    emulation' (a recipe without a fast plan, compiled as training compiles it) or 'eager'.
+    ``inductor``: settings over the compiled blocks' defaults (``--inductor``)."""
+    options = {"options": inductor} if inductor else {}
     from ..gemm import FastPlan
     from ..linear import compiled, convert, transformed_layers
     from ..recipes import recipe_from_config
@@ -137,9 +174,9 @@ def build_arm(arm: str, shape: dict, cudagraphs: bool = False):
         recipe = recipe_from_config(METHODS[arm])
         convert(model, recipe)
         if FastPlan.for_recipe(recipe) is None:
-            return compiled(model), model, "compiled emulation"
+            return compiled(model, **options), model, "compiled emulation"
     cudagraphs = cudagraphs and not transformed_layers(model)  # GaussWS: compiled.__init__ says why
-    return compiled(model, cudagraphs=cudagraphs), model, "cudagraphs" if cudagraphs else "compiled"
+    return compiled(model, cudagraphs=cudagraphs, **options), model, "cudagraphs" if cudagraphs else "compiled"
 
 
 def lowp_gemms(fn, opt, batches, table: Path | None = None, by_kernel: bool = False) -> int:
@@ -187,7 +224,7 @@ def measure(arm: str, shape_name: str, args) -> dict:
     shape = SHAPES[shape_name]
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    fn, model, path = build_arm(arm, shape, args.cudagraphs)
+    fn, model, path = build_arm(arm, shape, args.cudagraphs, args.inductor_options)
     opt = optimizer(model)
     batches = random_batches(shape["batch"], shape["seq"])
     t0 = time.perf_counter()
@@ -222,7 +259,8 @@ def _rows(measured: list[dict], base: dict, args, commit: str) -> list[dict]:
             "ratio_vs_bf16_compiled": f"{med / base[m['shape']]:.3f}", "peak_mem_gib": f"{m['peak_mem_gib']:.2f}",
             "lowp_gemms_per_step": m["lowp_gemms_per_step"], "step_ms": f"{tokens / med * 1e3:.2f}",
             "batch": m["batch"], "seq": m["seq"], "n_params": m["n_params"], "steps": args.steps,
-            "repeats": args.repeats, "baseline_tokens_per_s": f"{base[m['shape']]:.0f}", "commit": commit})
+            "repeats": args.repeats, "baseline_tokens_per_s": f"{base[m['shape']]:.0f}", "commit": commit,
+            "inductor_options": ";".join(f"{k}={v}" for k, v in args.inductor_options.items())})
     return rows
 
 
@@ -298,6 +336,10 @@ def main(argv=None) -> int:
     if args.merge_from:
         merge_outputs(Path(args.out), args.merge_from)
         return 0
+    args.inductor_options = inductor_options(args.inductor)
+    if args.inductor_options and (args.merge or Path(args.out) == Path(DEFAULT_OUT)):
+        fail(PROG, "--inductor: write the run to its own --out (its rows are not the suite's defaults), "
+                   "without --merge")
     torch = require_cuda(PROG)
     shapes = parse_names(PROG, "--shapes", args.shapes, tuple(SHAPES))
     arms = [a for a in parse_names(PROG, "--arms", args.arms, ARMS) if a != BASELINE]
@@ -305,6 +347,7 @@ def main(argv=None) -> int:
     old_rows, old_runs = _previous(out, args.merge)
     from .. import provenance
     run = {"commit": provenance.git_commit(), "time": provenance.now(), "arms": [BASELINE, *arms],
+           "inductor_options": args.inductor_options,
            "shapes": {}, "failed": {}, "device": provenance.collect().get("device")}
     rows = []
     for shape in shapes:
