@@ -82,7 +82,8 @@ def test_e2e_inductor_options_are_parsed_checked_and_kept_out_of_the_default_fil
     from lowprec.bench import e2e_step as e2e
     got = e2e.inductor_options(["emulate_precision_casts=false", "max_autotune=True", "coordinate_descent_tuning=1"])
     assert got == {"emulate_precision_casts": False, "max_autotune": True, "coordinate_descent_tuning": 1}
-    for bad, says in (("nosuch_setting=1", "has no setting 'nosuch_setting'"), ("emulate_precision_casts", "KEY=VALUE")):
+    for bad, says in (("nosuch_setting=1", "has no setting 'nosuch_setting'"),
+                      ("emulate_precision_casts", "KEY=VALUE")):
         with pytest.raises(SystemExit) as exc:
             e2e.inductor_options([bad])
         assert exc.value.code == 2 and says in capsys.readouterr().err
