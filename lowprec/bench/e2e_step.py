@@ -27,7 +27,8 @@ spread is in the provenance as the drift of the run). ``lowp_gemms_per_step`` co
 low-precision GEMMs of one profiled step (``aten::_scaled_mm`` calls, the Triton FP8 loop of
 block-scaled pairs and the Triton INT8 GEMM kernels): 0 for an arm with a hardware path
 (``HARDWARE_ARMS``) means nothing ran on low-precision hardware, and the run fails (sub-tensor
-MoR's block-scaled GEMM counts: its codes multiply on BF16 tensor cores).
+MoR's block-scaled GEMM counts, twice per GEMM with 128-high blocks: one launch for the tiles on FP8
+tensor cores, one for the tiles on BF16 ones).
 ``--cudagraphs`` compiles every compiled arm, the baseline included, with Inductor's CUDA graphs
 (``compile_blocks(cudagraphs=True)``; ``path`` reads ``cudagraphs``): the host launches a graph per
 block instead of each kernel; arms with weight transforms (GaussWS) stay without graphs. Replayed
