@@ -210,7 +210,7 @@ def block_scaled_mm(a: torch.Tensor, scale_a: torch.Tensor, block_a: list[int], 
     ``fp8_tiles`` (BF16 codes whose all-E4M3 block-rows multiply on FP8 tensor cores)."""
     from .kernels import block_fp8_gemm as kg
     return kg.block_scaled_mm(a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), out_dtype,
-                              fp8_tiles=_fp8_tiles(a_e4m3, a_rows_e4m3, b_e4m3, b_rows_e4m3))
+                              fp8_tiles=_fp8_tiles_given(a_e4m3, a_rows_e4m3, b_e4m3, b_rows_e4m3))
 
 
 @block_scaled_mm.register_fake
@@ -231,10 +231,10 @@ def block_scaled_mm_cuda(a: torch.Tensor, scale_a: torch.Tensor, block_a: list[i
     from .kernels import block_fp8_gemm as kg
     return kg.block_scaled_mm(a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), out_dtype,
                               launcher=torch.library.wrap_triton,
-                              fp8_tiles=_fp8_tiles(a_e4m3, a_rows_e4m3, b_e4m3, b_rows_e4m3))
+                              fp8_tiles=_fp8_tiles_given(a_e4m3, a_rows_e4m3, b_e4m3, b_rows_e4m3))
 
 
-def _fp8_tiles(*parts) -> Optional[tuple]:
+def _fp8_tiles_given(*parts) -> Optional[tuple]:
     if all(p is None for p in parts):
         return None
     if any(p is None for p in parts):

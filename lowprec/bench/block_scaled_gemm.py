@@ -62,18 +62,13 @@ def _operand(torch, rows, k, dtype, transposed, gen):
     return codes, scales
 
 
-def _dequantized(torch, codes, scales):
-    s = scales.repeat_interleave(BLOCK[0], 0)[: codes.shape[0]].repeat_interleave(BLOCK[1], 1)
-    return codes.float() / s
-
-
 def main(argv=None) -> int:
     args = _parse(argv)
     shapes = _shapes(args.shapes)
     dtypes = parse_names(PROG, "--dtypes", args.dtypes, DTYPES)
     layouts = parse_names(PROG, "--layouts", args.layouts, LAYOUTS)
     torch, _ = require_cuda_triton(PROG, "tests/test_kernels_block_fp8_gemm.py")
-    from lowprec.gemm import block_scaled_mm_cuda
+    from lowprec.gemm import block_scaled_mm_cuda, dequantized
     from lowprec.kernels import block_fp8_gemm as kg
 
     bench, timer = do_bench_median(args.warmup, args.rep)
@@ -105,7 +100,7 @@ def main(argv=None) -> int:
                         continue
                     a, sa = _operand(torch, M, K, dtype, layout == "a_transposed_view", gen)
                     b, sb = _operand(torch, N, K, dtype, layout == "b_transposed_view", gen)
-                    want = _dequantized(torch, a, sa) @ _dequantized(torch, b, sb).t()
+                    want = dequantized(a, sa, BLOCK) @ dequantized(b, sb, BLOCK).t()
                     # a fresh compilation per case: past Dynamo's recompile limit the operator would
                     # run eagerly, and its Python dispatch would be timed with it
                     torch._dynamo.reset()
