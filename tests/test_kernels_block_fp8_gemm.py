@@ -130,18 +130,20 @@ def test_bf16_code_grid_operands_equal_float64_through_subtensor_mm(transposed, 
     assert sqnr_db(exact, out.double().cpu()[finite]) < 60  # quantized
 
 
-def _recording(kernel, launches: list):
-    """The kernel as launched (``kernel[grid](...)``), recording each launch's (SELECT, BF16_IN)."""
-    class Launch:
-        def __getitem__(self, grid):
-            def run(*args, **kw):
-                launches.append((kw["SELECT"], kw["BF16_IN"]))
-                return kernel[grid](*args, **kw)
-            return run
-    return Launch()
+def _record_launches(monkeypatch) -> list:
+    """Spies on the kernel's launches, recording each one's (SELECT, BF16 operands); a spy on the
+    launch, not on the kernel, so that it sees the launches a ``triton_op`` makes on CUDA too."""
+    launches, launch = [], kb._launch
+
+    def spy(out, a_codes, b_codes, dec, cfg, select, rows, launcher):
+        launches.append((select, a_codes.dtype == torch.bfloat16))
+        return launch(out, a_codes, b_codes, dec, cfg, select, rows, launcher)
+
+    monkeypatch.setattr(kb, "_launch", spy)
+    return launches
 
 
-def test_fp8_tiles_split_the_product_between_an_fp8_and_a_bf16_launch():
+def test_fp8_tiles_split_the_product_between_an_fp8_and_a_bf16_launch(monkeypatch):
     """With ``fp8_tiles``, the tiles whose two block-rows are flagged all-E4M3 multiply the FP8 copies
     (one launch on FP8 operands), the others the BF16 codes (a second launch): the product is the
     float64 one of the values either way, and each launch really ran its share."""
@@ -159,10 +161,9 @@ def test_fp8_tiles_split_the_product_between_an_fp8_and_a_bf16_launch():
 
     a, sa, fa, va = operand(256)
     b, sb, fb, vb = operand(384)
-    launches = []
+    launches = _record_launches(monkeypatch)
     tiles = (a.to(torch.float8_e4m3fn), fa, b.to(torch.float8_e4m3fn), fb)
-    out = kb.block_scaled_mm(a, sa, (128, 128), b, sb, (128, 128), launcher=lambda k: _recording(k, launches),
-                             fp8_tiles=tiles)
+    out = kb.block_scaled_mm(a, sa, (128, 128), b, sb, (128, 128), fp8_tiles=tiles)
     assert launches == [(1, False), (2, True)]
     want = va @ vb.t()
     assert sqnr_db(want, out.double().cpu()) >= FLOOR_DB
@@ -183,8 +184,7 @@ def test_subtensor_mm_runs_all_e4m3_tiles_on_fp8(monkeypatch):
     from lowprec.methods.mor import BF16, E4M3, SubTensorMoRQuantizer, subtensor_mor
     from lowprec.methods.mor_subtensor_fast import subtensor_mm, subtensor_operand
 
-    launches = []
-    monkeypatch.setattr(kb, "_block_scaled_gemm_kernel", _recording(kb._block_scaled_gemm_kernel, launches))
+    launches = _record_launches(monkeypatch)
     q = SubTensorMoRQuantizer(mode="two_way")
     g = torch.Generator().manual_seed(41)
     a, b = (torch.randn(256, 256, generator=g).to(DEVICE) for _ in range(2))
