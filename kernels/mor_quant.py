@@ -39,7 +39,10 @@ ties away and truncates subnormals), and only Triton builtins plus this module's
 used inside kernels, so ``TRITON_INTERPRET=1`` has to be set before this module (and
 ``lowprec.kernels._common``, whose jit helpers it calls) is first imported, or both reloaded after
 (``_common.reload_for_interpreter``). On CUDA with FP8 conversion instructions (capability >= 8.9)
-``fp8_cast="auto"`` uses the hardware RNE cast for the codes instead.
+``fp8_cast="auto"`` uses the hardware RNE cast for the codes instead, and decodes their bits in
+integer ops (``_common._e4m3_to_f32``): Triton 3.6's own conversion of the cast's result back to
+fp32 returned wrong values in this kernel on the H200 (right codes, relative errors off by up to
+1000x); ``fp8_cast="emulated"`` keeps the written-out encoder on any device.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ _JIT_FNS: tuple = ()  # this module's kernel and the _common helper it calls (mo
 
 
 if triton is not None:
-    from ._common import _finite_abs, _load_fp32, _max_axis, _sum_axis
+    from ._common import _e4m3_to_f32, _finite_abs, _load_fp32, _max_axis, _sum_axis
 
     @triton.jit
     def _tile(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR: tl.constexpr, TC: tl.constexpr):
@@ -140,8 +143,11 @@ if triton is not None:
         y = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the encoder
         y = tl.where(y < -448.0, -448.0, y)
         if NATIVE:
-            c = y.to(tl.float8e4nv, fp_downcast_rounding="rtne")
-            return c.to(tl.uint8, bitcast=True), c.to(tl.float32)
+            # the hardware's RNE cast for the codes, decoded from their bits: Triton 3.6's own
+            # fp8 -> fp32 conversion of the cast's result gave wrong values in this kernel on the
+            # H200 (tests/test_gpu.py::test_triton_hardware_fp8_cast_and_decode_reproducer)
+            bits = y.to(tl.float8e4nv, fp_downcast_rounding="rtne").to(tl.uint8, bitcast=True)
+            return bits, _e4m3_to_f32(bits)
         else:
             bits = y.to(tl.int32, bitcast=True)
             neg = bits < 0
@@ -221,10 +227,7 @@ def _use_native(x: torch.Tensor, fp8_cast: str) -> bool:
           and torch.cuda.get_device_capability(x.device) >= (8, 9))
     if fp8_cast == "native" and not hw:
         raise ValueError("fp8_cast='native' needs a compiled kernel on CUDA with capability >= 8.9")
-    # "auto" takes the written-out encoder: on an H200 (Triton 3.6) the hardware cast gave the
-    # right codes but a wrong fp32 value back from them, so the relative error (and with it the
-    # E4M3/BF16 decision) was off by 10-1000x; the written-out path matched the reference there.
-    return hw and fp8_cast == "native"
+    return hw and fp8_cast != "emulated"
 
 
 def _scale_block(partition: str, block, M: int, N: int) -> tuple:

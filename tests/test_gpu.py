@@ -703,19 +703,25 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
         assert torch.equal(y, want), cfg.label()
 
 
-def test_triton_hardware_fp8_cast_and_decode_reproducer():
-    """The minimal form of what ``lowprec.kernels.mor_quant`` turned off (``fp8_cast="auto"`` takes the
-    written-out encoder): Triton's hardware RNE cast fp32 -> E4M3 and the decode of its result back
-    to fp32, in registers (as the MoR quantizer used them) and from the stored bits, against torch's
-    casts, on every E4M3 value, the midpoints between neighbours (ties to even) and random values."""
+@pytest.mark.parametrize("tile", [(1024,), (32, 128)], ids=lambda t: f"{len(t)}d")
+def test_triton_hardware_fp8_cast_and_decode_reproducer(tile):
+    """The minimal form of what ``lowprec.kernels.mor_quant`` works around: Triton's hardware RNE cast
+    fp32 -> E4M3 and the decode of its result back to fp32, in registers and from the stored bits,
+    against torch's casts, on every E4M3 value, the midpoints between neighbours (ties to even) and
+    random values, in a 1-D tile and in a 2-D one as the MoR quantizer's (scaled, clamped with
+    ``where``). The codes and the decode of the stored bits must match; a wrong in-register decode
+    is Triton's (the quantizer decodes the bits itself) and is reported as an expected failure, so
+    that a Triton that fixes it shows up as XPASS."""
     triton = pytest.importorskip("triton")
     import triton.language as tl
 
     @triton.jit
-    def roundtrip(y_ptr, code_ptr, value_ptr, decoded_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    def roundtrip(y_ptr, code_ptr, value_ptr, decoded_ptr, n, ROWS: tl.constexpr, COLS: tl.constexpr):
+        offs = tl.program_id(0) * ROWS * COLS + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
         ok = offs < n
-        y = tl.load(y_ptr + offs, mask=ok, other=0.0)
+        y = tl.load(y_ptr + offs, mask=ok, other=0.0) * tl.load(y_ptr + n)  # times 1.0, as a scale
+        y = tl.where(y > 448.0, 448.0, y)
+        y = tl.where(y < -448.0, -448.0, y)
         c = y.to(tl.float8e4nv, fp_downcast_rounding="rtne")
         tl.store(code_ptr + offs, c.to(tl.uint8, bitcast=True), mask=ok)
         tl.store(value_ptr + offs, c.to(tl.float32), mask=ok)  # decoded in registers
@@ -731,12 +737,16 @@ def test_triton_hardware_fp8_cast_and_decode_reproducer():
     n = y.numel()
     code = torch.empty(n, dtype=torch.uint8, device="cuda")
     value, decoded = torch.empty_like(y), torch.empty_like(y)
-    roundtrip[(triton.cdiv(n, 1024),)](y, code, value, decoded, n, BLOCK=1024)
+    rows, cols = (1, *tile) if len(tile) == 1 else tile
+    roundtrip[(triton.cdiv(n, rows * cols),)](torch.cat([y, y.new_ones(1)]), code, value, decoded, n,
+                                              ROWS=rows, COLS=cols)
     want = y.to(torch.float8_e4m3fn)
     bad_codes = int((code != want.view(torch.uint8)).sum())
-    bad_values = int((value != want.float()).sum())
     bad_decoded = int((decoded != want.float()).sum())
-    assert (bad_codes, bad_values, bad_decoded) == (0, 0, 0), (
-        f"of {n}: {bad_codes} codes, {bad_values} values decoded in registers, {bad_decoded} decoded from "
-        f"the stored bits differ from torch's; first bad value: y={y[value != want.float()][:3].tolist()} "
-        f"got {value[value != want.float()][:3].tolist()} want {want.float()[value != want.float()][:3].tolist()}")
+    assert (bad_codes, bad_decoded) == (0, 0), (
+        f"of {n}: {bad_codes} codes and {bad_decoded} values decoded from the stored bits differ from torch's")
+    bad = value != want.float()
+    if bad.any():
+        pytest.xfail(f"Triton's in-register decode of its own cast: {int(bad.sum())} of {n} values wrong in a "
+                     f"{tile} tile; first: y={y[bad][:3].tolist()} got {value[bad][:3].tolist()} want "
+                     f"{want.float()[bad][:3].tolist()}")
