@@ -92,6 +92,33 @@ if triton is not None:
         return tl.where(x != x, x, r.to(tl.float32, bitcast=True))
 
     @triton.jit
+    def _fp8_round(y, FMAX: tl.constexpr, MAN: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr):
+        """(code bits as uint8, fp32 value of the code) of y on an FP8 grid with MAN mantissa bits and
+        normal binades [EMIN, EMAX], rounded half to even, saturating at +-FMAX (+-Inf too), NaN kept
+        (code 0x7F with y's sign bit). Integer and fp32 arithmetic only: exact on any device and in
+        the interpreter, whose own fp8 cast rounds ties away and truncates subnormals. The code is
+        (e - emin) * 2^man + r for the binade e = clamp(floor(log2|y|), emin, emax) and
+        r = round(|y| / 2^(e - man)): normals, subnormals and the carry into the next binade alike."""
+        y = tl.where(y > FMAX, FMAX, y)  # where, not min/max: NaN must reach the encoder
+        y = tl.where(y < -FMAX, -FMAX, y)
+        bits = y.to(tl.int32, bitcast=True)
+        neg = bits < 0
+        isnan = y != y
+        mag_bits = tl.where(isnan, 0, bits & 0x7FFFFFFF)  # NaN's payload would make r undefined
+        # fp32 subnormals read as exponent -127 and are clamped to emin, like the reference
+        e = tl.minimum(tl.maximum((mag_bits >> 23) - 127, EMIN), EMAX)
+        inv_quantum = ((127 + MAN - e) << 23).to(tl.float32, bitcast=True)
+        quantum = ((127 - MAN + e) << 23).to(tl.float32, bitcast=True)
+        # |y| * 2^(man - e) is exact (a power-of-two factor); adding 2^23 rounds it half to even
+        r = (mag_bits.to(tl.float32, bitcast=True) * inv_quantum + 8388608.0) - 8388608.0
+        sign = tl.where(neg, 0x80, 0)
+        code = (((e - EMIN) << MAN) + r.to(tl.int32)) | sign
+        code = tl.where(isnan, 0x7F | sign, code)
+        q = r * quantum
+        q = tl.where(neg, -q, q)
+        return code.to(tl.uint8), tl.where(isnan, y, q)
+
+    @triton.jit
     def _e4m3_to_f32(c):
         """uint8 E4M3 bit patterns -> fp32 values, written out in integer ops (exact; NaN for
         0x7F/0xFF). The GEMMs decode with it where they need values, not fp8 bits (the MoR GEMM's

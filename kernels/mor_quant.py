@@ -72,7 +72,7 @@ _JIT_FNS: tuple = ()  # this module's kernel and the _common helper it calls (mo
 
 
 if triton is not None:
-    from ._common import _e4m3_to_f32, _finite_abs, _load_fp32, _max_axis, _sum_axis
+    from ._common import _e4m3_to_f32, _finite_abs, _fp8_round, _load_fp32, _max_axis, _sum_axis
 
     @triton.jit
     def _tile(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR: tl.constexpr, TC: tl.constexpr):
@@ -140,32 +140,16 @@ if triton is not None:
     @triton.jit
     def _e4m3(y, NATIVE: tl.constexpr):
         """(code bits as uint8, fp32 value of the code) for y = x * scale, saturating at 448."""
-        y = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the encoder
-        y = tl.where(y < -448.0, -448.0, y)
         if NATIVE:
+            y = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the cast
+            y = tl.where(y < -448.0, -448.0, y)
             # the hardware's RNE cast for the codes, decoded from their bits: Triton 3.6's own
             # fp8 -> fp32 conversion of the cast's result gave wrong values in this kernel on the
             # H200 (tests/test_gpu.py::test_triton_hardware_fp8_cast_and_decode_reproducer)
             bits = y.to(tl.float8e4nv, fp_downcast_rounding="rtne").to(tl.uint8, bitcast=True)
             return bits, _e4m3_to_f32(bits)
         else:
-            bits = y.to(tl.int32, bitcast=True)
-            neg = bits < 0
-            isnan = y != y
-            mag_bits = tl.where(isnan, 0, bits & 0x7FFFFFFF)
-            # binade of |y| clamped to E4M3's [emin, emax] = [-6, 8]; below -6 the subnormal step
-            e = tl.minimum(tl.maximum((mag_bits >> 23) - 127, -6), 8)
-            inv_quantum = ((127 + 3 - e) << 23).to(tl.float32, bitcast=True)
-            quantum = ((127 - 3 + e) << 23).to(tl.float32, bitcast=True)
-            # |y| / quantum is exact; adding 2^23 rounds it half to even onto the integers
-            r = (mag_bits.to(tl.float32, bitcast=True) * inv_quantum + 8388608.0) - 8388608.0
-            code = ((e + 6) << 3) + r.to(tl.int32)
-            code = code | tl.where(neg, 0x80, 0)
-            code = tl.where(isnan, 0x7F | tl.where(neg, 0x80, 0), code)
-            q = r * quantum
-            q = tl.where(neg, -q, q)
-            q = tl.where(isnan, y, q)
-            return code.to(tl.uint8), q
+            return _fp8_round(y, 448.0, 3, -6, 8)
 
     @triton.jit
     def _quant_error_kernel(x_ptr, bamax_ptr, tamax_ptr, codes_ptr, scale_ptr, err_ptr, nz_ptr,

@@ -116,7 +116,7 @@ if triton is not None:
     # jit-defined helpers of triton.language (tl.max, tl.cdiv, tl.zeros, ...) are fixed as compiled
     # or interpreted when triton is imported, so they break the interpreter whenever triton was
     # imported before TRITON_INTERPRET=1 was set, even if this module is (re)imported after.
-    from lowprec.kernels._common import _block_grid, _load_fp32, _max_axis
+    from lowprec.kernels._common import _block_grid, _fp8_round, _load_fp32, _max_axis
 
     @triton.jit
     def _scale_from_amax(amax, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr, POW2: tl.constexpr):
@@ -158,20 +158,8 @@ if triton is not None:
                 # meaningful after a CUDA multiply anyway).
                 return y.to(FP8_TY, fp_downcast_rounding="rtne").to(tl.uint8, bitcast=True)
             else:
-                bits = y.to(tl.int32, bitcast=True)
-                sign = tl.where(bits < 0, 0x80, 0)
-                # NaN's payload would make r NaN and its int conversion undefined; its code is set below.
-                mag_bits = tl.where(y != y, 0, bits & 0x7FFFFFFF)
-                # fp32 subnormals read as exponent -127 and are clamped to emin, like the reference.
-                e = tl.minimum(tl.maximum((mag_bits >> 23) - 127, EMIN), EMAX)
-                inv_quantum = ((127 + MAN - e) << 23).to(tl.float32, bitcast=True)
-                # |y| * 2^(man - e) is exact (a power-of-two factor, result <= 2^(man+1)); adding 2^23
-                # then rounds it half to even onto the integers.
-                r = (mag_bits.to(tl.float32, bitcast=True) * inv_quantum + 8388608.0) - 8388608.0
-                code = ((e - EMIN) << MAN) + r.to(tl.int32)
-                code = code | sign
-                code = tl.where(y != y, 0x7F | sign, code)
-                return code.to(tl.uint8)
+                code, _ = _fp8_round(y, FMAX, MAN, EMIN, EMAX)
+                return code
 
     @triton.jit
     def _nonfinite(x):

@@ -258,10 +258,15 @@ def block_dynamic_range(x2d: torch.Tensor, block=DEFAULT_BLOCK):
     amax, bad = _block_amax(x2d, block, nonfinite=True)
     inf = torch.full_like(a, math.inf)
     amin = _block_view(torch.where((a > 0) & (a < math.inf), a, inf), block, math.inf).amin(dim=(1, 3))
+    return amax, amin, dynamic_range(amax, amin, bad)
+
+
+def dynamic_range(amax: torch.Tensor, amin: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:
+    """``block_dynamic_range``'s DR grid from its block statistics (``bad``: the block holds a NaN or
+    +-Inf); shared with the sub-tensor quantization kernels, which compute the statistics."""
     has = amax > 0
     dr = torch.where(has, amax / torch.where(has, amin, torch.ones_like(amin)), torch.ones_like(amax))
-    dr = torch.where(bad, torch.full_like(dr, math.inf), dr)
-    return amax, amin, dr
+    return torch.where(bad, torch.full_like(dr, math.inf), dr)
 
 
 def _subtensor_scales(amax: torch.Tensor, fmax: float, scale: str) -> torch.Tensor:
@@ -322,19 +327,31 @@ def subtensor_parts(x2d: torch.Tensor, block=DEFAULT_BLOCK, mode: str = "two_way
     _choose("scale", scale, SCALE_RULES)
     block = _check_block(block)
     amax, _, dr = block_dynamic_range(x2d, block)
-    codes, errs, scales = {}, {}, {}
-    for fmt, fmax in (("e4m3", E4M3_MAX), ("e5m2", E5M2_MAX)):
-        s = _subtensor_scales(amax, fmax, scale)
+    codes, errs, scales = {}, {}, subtensor_scales(amax, scale)
+    for fmt in ("e4m3", "e5m2"):
+        s = scales[fmt]
         q = cast(apply_blocks(x2d, s, block, torch.mul), fmt)
         terms, _ = _ratio_terms(x2d, apply_blocks(q, s, block, torch.div))
-        codes[fmt], errs[fmt], scales[fmt] = q, _block_sum(terms, block), s
+        codes[fmt], errs[fmt] = q, _block_sum(terms, block)
+    choice = subtensor_choice(dr, errs["e4m3"], errs["e5m2"], mode)
+    return SubTensorParts(block, choice, dr, codes, scales, errs)
+
+
+def subtensor_scales(amax: torch.Tensor, scale: str) -> dict:
+    """Both formats' encode-scale grids from the block-amax grid: {"e4m3": grid, "e5m2": grid}."""
+    return {fmt: _subtensor_scales(amax, fmax, scale) for fmt, fmax in (("e4m3", E4M3_MAX), ("e5m2", E5M2_MAX))}
+
+
+def subtensor_choice(dr: torch.Tensor, e4m3_error: torch.Tensor, e5m2_error: torch.Tensor, mode: str) -> torch.Tensor:
+    """Each block's format (int8 grid of E4M3, E5M2, BF16) from its dynamic range and the two formats'
+    error sums: E4M3 when its range holds the block, or when E5M2's does and E4M3 is no worse; else
+    the wide choice (E5M2 three-way, BF16 two-way) when E5M2's range holds it; else BF16."""
     fits_e4 = dr <= SUBTENSOR_E4M3_RANGE
     fits_e5 = dr <= E5M2_DYNAMIC_RANGE
-    e4_no_worse = errs["e4m3"] <= errs["e5m2"]
-    wide = torch.full_like(amax, E5M2 if mode == "three_way" else BF16, dtype=torch.int8)
-    choice = torch.where(fits_e4 | (fits_e5 & e4_no_worse), torch.full_like(wide, E4M3),
-                         torch.where(fits_e5, wide, torch.full_like(wide, BF16)))
-    return SubTensorParts(block, choice, dr, codes, scales, errs)
+    e4_no_worse = e4m3_error <= e5m2_error
+    wide = torch.full_like(dr, E5M2 if mode == "three_way" else BF16, dtype=torch.int8)
+    return torch.where(fits_e4 | (fits_e5 & e4_no_worse), torch.full_like(wide, E4M3),
+                       torch.where(fits_e5, wide, torch.full_like(wide, BF16)))
 
 
 # ----------------------------------------------------------------------------------------------

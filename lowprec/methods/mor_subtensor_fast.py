@@ -25,7 +25,7 @@ one at the 1 B shapes (results/bench/block_scaled_gemm_h200.csv). Not yet measur
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -33,7 +33,8 @@ from ..gemm import block_scaled_mm, block_scaled_mm_cuda, dequantized, triton_ru
 from ..numerics.scaling import as_2d, expand_blocks
 from ..recipes import OPERANDS, SLOTS
 from .layer_buffers import add_rows_
-from .mor import COUNT_COLUMNS, E4M3, E5M2, SubTensorMoRQuantizer, block_counts, subtensor_parts
+from .mor import (COUNT_COLUMNS, E4M3, E5M2, SubTensorMoRQuantizer, block_counts, dynamic_range, subtensor_choice,
+                  subtensor_parts, subtensor_scales)
 
 # the Triton GEMM's K-step must divide a block's width (its FP8 MMA depth is 32)
 _WIDTH_STEP = 32
@@ -59,11 +60,13 @@ class SubTensorOperand(NamedTuple):
     scale: torch.Tensor
     choice: torch.Tensor
     block: tuple
+    e4m3: Optional[torch.Tensor] = None  # the E4M3 codes as FP8 (the kernels write them), or None
 
     def t(self) -> "SubTensorOperand":
         """The transposed tensor's operand (square blocks): views (``subtensor_mm`` has the GEMM's
         operands written K-contiguous)."""
-        return SubTensorOperand(self.values.t(), self.scale.t(), self.choice.t(), self.block[::-1])
+        return SubTensorOperand(self.values.t(), self.scale.t(), self.choice.t(), self.block[::-1],
+                                None if self.e4m3 is None else self.e4m3.t())
 
     def dequantized(self) -> torch.Tensor:
         """The fp32 values the emulation multiplies (``SubTensorResult.values``)."""
@@ -71,15 +74,62 @@ class SubTensorOperand(NamedTuple):
 
 
 def subtensor_operand(q: SubTensorMoRQuantizer, t: torch.Tensor) -> SubTensorOperand:
-    """Codes, scales and choices of one 2-D operand (reduction last) under ``q``'s rule."""
-    x2d = as_2d(t).float()
+    """Codes, scales and choices of one 2-D operand (reduction last) under ``q``'s rule: by the
+    Triton kernels where Triton runs (``lowprec.kernels.mor_subtensor_quant``, three passes over the
+    tensor), else in torch ops (``subtensor_parts``, which Inductor fuses)."""
+    x2d = as_2d(t)
+    if triton_runs_on(x2d.device.type) and x2d.dtype in (torch.float32, torch.bfloat16):
+        op = subtensor_quantize_cuda if x2d.is_cuda else subtensor_quantize
+        values, e4m3, scale, choice = op(x2d, list(q.block), q.mode, q.scale)
+        return SubTensorOperand(values, scale, choice, q.block, e4m3)
+    x2d = x2d.float()
     p = subtensor_parts(x2d, q.block, q.mode, q.scale)
     per_elem = expand_blocks(p.choice, tuple(x2d.shape), p.block)
     values = torch.where(per_elem == E4M3, p.codes["e4m3"],
                          torch.where(per_elem == E5M2, p.codes["e5m2"], x2d)).to(torch.bfloat16)
-    one = torch.ones_like(p.scales["e4m3"])
-    scale = torch.where(p.choice == E4M3, p.scales["e4m3"], torch.where(p.choice == E5M2, p.scales["e5m2"], one))
-    return SubTensorOperand(values, scale, p.choice, p.block)
+    return SubTensorOperand(values, _encode_scale(p.choice, p.scales), p.choice, p.block)
+
+
+def _encode_scale(choice: torch.Tensor, scales: dict) -> torch.Tensor:
+    """Each block's encode scale: its format's (1 for a BF16 block)."""
+    one = torch.ones_like(scales["e4m3"])
+    return torch.where(choice == E4M3, scales["e4m3"], torch.where(choice == E5M2, scales["e5m2"], one))
+
+
+def _quantize_by_kernels(x2d: torch.Tensor, block: list, mode: str, scale: str, launcher=None) -> tuple:
+    """(values, E4M3 codes, encode scales, choices): the kernels' passes, with the emulation's rule
+    (``lowprec.methods.mor``) on the block grids between them."""
+    from ..kernels import mor_subtensor_quant as kq
+    amax, amin, bad = kq.block_stats(x2d, block, launcher)
+    scales = subtensor_scales(amax, scale)
+    err = kq.block_errors(x2d, block, scales["e4m3"], scales["e5m2"], launcher)
+    choice = subtensor_choice(dynamic_range(amax, amin, bad), err[0], err[1], mode)
+    values, e4m3 = kq.block_values(x2d, block, choice, scales["e4m3"], scales["e5m2"], launcher)
+    return values, e4m3, _encode_scale(choice, scales), choice
+
+
+# off CUDA (the Triton interpreter): an opaque node in a compiled graph (as ``gemm.block_scaled_mm``)
+@torch.library.custom_op("lowprec::subtensor_quantize", mutates_args=())
+def subtensor_quantize(x2d: torch.Tensor, block: list[int], mode: str,
+                       scale: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sub-tensor MoR's quantization of a 2-D fp32 or bf16 tensor by the Triton kernels: (values bf16,
+    E4M3 codes float8_e4m3fn, encode-scale grid fp32, choice grid int8)."""
+    return _quantize_by_kernels(x2d, block, mode, scale)
+
+
+@subtensor_quantize.register_fake
+def _(x2d, block, mode, scale):
+    grid = (-(-x2d.shape[0] // block[0]), -(-x2d.shape[1] // block[1]))
+    return (x2d.new_empty(x2d.shape, dtype=torch.bfloat16), x2d.new_empty(x2d.shape, dtype=torch.float8_e4m3fn),
+            x2d.new_empty(grid, dtype=torch.float32), x2d.new_empty(grid, dtype=torch.int8))
+
+
+# on CUDA: a triton_op, whose launches (and the rule's ops on the grids) Inductor traces
+@torch.library.triton_op("lowprec::subtensor_quantize_cuda", mutates_args=())
+def subtensor_quantize_cuda(x2d: torch.Tensor, block: list[int], mode: str,
+                            scale: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``subtensor_quantize`` on a CUDA device."""
+    return _quantize_by_kernels(x2d, block, mode, scale, launcher=torch.library.wrap_triton)
 
 
 def subtensor_mm(a: SubTensorOperand, b: SubTensorOperand, out_dtype: torch.dtype) -> torch.Tensor:
@@ -95,10 +145,16 @@ def subtensor_mm(a: SubTensorOperand, b: SubTensorOperand, out_dtype: torch.dtyp
         if a.block[0] % FP8_TILE == 0 and b.block[0] % FP8_TILE == 0:
             # output tiles whose two block-rows chose E4M3 throughout run on FP8 tensor cores (the
             # kernel's E4M3 rate is about 1.45x its BF16 one at the 1 B shapes, same file)
-            tiles = dict(a_e4m3=av.to(torch.float8_e4m3fn), a_rows_e4m3=_rows_all_e4m3(a.choice),
-                         b_e4m3=bv.to(torch.float8_e4m3fn), b_rows_e4m3=_rows_all_e4m3(b.choice))
+            tiles = dict(a_e4m3=_e4m3_codes(a, av), a_rows_e4m3=_rows_all_e4m3(a.choice),
+                         b_e4m3=_e4m3_codes(b, bv), b_rows_e4m3=_rows_all_e4m3(b.choice))
         return op(av, a.scale, list(a.block), bv, b.scale, list(b.block), out_dtype, **tiles)
     return (a.dequantized() @ b.dequantized().t()).to(out_dtype)
+
+
+def _e4m3_codes(op: SubTensorOperand, values: torch.Tensor) -> torch.Tensor:
+    """The operand's E4M3 codes as K-contiguous FP8: the kernels' copy, or the values cast (exact
+    for the blocks that chose E4M3, the only ones the FP8 launch reads)."""
+    return values.to(torch.float8_e4m3fn) if op.e4m3 is None else op.e4m3.contiguous()
 
 
 def _rows_all_e4m3(choice: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,209 @@
+"""Triton kernels for sub-tensor MoR's quantization (``lowprec.methods.mor.subtensor_parts``): per block
+of a 2-D tensor, its statistics, both formats' relative errors and the values of the chosen format,
+in three passes over x with one program per block, without the dequantized tensors.
+
+API (each takes ``launcher``: None to launch here, or ``torch.library.wrap_triton`` inside a
+``triton_op`` that a compiled graph traces)::
+
+    block_stats(x2d, block)              -> (amax fp32, amin fp32, bad bool) grids
+    block_errors(x2d, block, s4, s5)     -> (2, n_brow, n_bcol) fp64: E4M3's and E5M2's error sums
+    block_values(x2d, block, choice, s4, s5) -> (values bf16 (M, N), E4M3 codes float8_e4m3fn (M, N))
+    triton_available(device=None), interpreter_active()
+
+The rule between the passes (dynamic range, scales, choice) is the emulation's own torch code on the
+small grids (``lowprec.methods.mor_subtensor_fast.subtensor_operand`` composes them), so only the
+per-element work is here, computed as the emulation computes it:
+
+* stats: amax of the finite |x| (0 without one), the smallest non-zero finite |x| (+Inf without
+  one), and whether the block holds a NaN or +-Inf (``mor.block_dynamic_range``);
+* errors: per format, codes = RNE of x * s onto its grid, saturating (``_common._fp8_round``),
+  dequantized by a correctly rounded division by s, terms |(q - x) / x| in fp32 (0 where x == 0),
+  summed in fp64 (``mor._block_sum``): equal to the emulation's sums up to fp64 summation order;
+* values: per block, the chosen format's codes (E4M3, E5M2), or x rounded to BF16 (a BF16 block),
+  as BF16 (every FP8 code is exact there), and the E4M3 codes of every block as FP8 bits (what the
+  block-scaled GEMM's FP8 tiles read; only the blocks that chose E4M3 are ever used).
+
+Blocks that overhang the tensor are masked (masked lanes count as the emulation's zero padding). x is
+fp32 or bf16 (read as raw words, as in ``lowprec.kernels.quantize``), any strides.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lowprec.numerics.checks import block_shape as _check_block, nonempty
+
+from . import _common as _c
+from ._common import _cdiv, _next_pow2
+
+triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
+
+__all__ = ["block_stats", "block_errors", "block_values", "triton_available", "interpreter_active"]
+
+_INPUT_DTYPES = (torch.float32, torch.bfloat16)
+# Elements per loop step of a program (a power of two): the fp64 error accumulators live in registers.
+_STEP = 2048
+_JIT_FNS: tuple = ()
+
+
+if triton is not None:
+    from ._common import _fp8_round, _load_fp32, _max_axis, _round_bf16, _sum_axis
+
+    @triton.jit
+    def _min_combine(a, b):
+        return tl.minimum(a, b)
+
+    @triton.jit
+    def _block_step(pid, r0, c0, M, N, BR, BC, n_bcol, TR: tl.constexpr, TC: tl.constexpr):
+        """The (TR, TC) step at (r0, c0) inside the block of program pid: rows, columns (int64), mask."""
+        bi = pid // n_bcol
+        bj = pid % n_bcol
+        r = r0 + tl.arange(0, TR)[:, None]
+        c = c0 + tl.arange(0, TC)[None, :]
+        row = bi.to(tl.int64) * BR + r
+        col = bj.to(tl.int64) * BC + c
+        return row, col, (r < BR) & (c < BC) & (row < M) & (col < N)
+
+    @triton.jit
+    def _stats_kernel(x_ptr, amax_ptr, amin_ptr, bad_ptr, M, N, sxr, sxc, BR, BC, n_bcol,
+                      TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
+        pid = tl.program_id(0)
+        amax = tl.zeros((TR, TC), dtype=tl.float32)
+        amin = tl.full((TR, TC), float("inf"), dtype=tl.float32)
+        bad = tl.zeros((TR, TC), dtype=tl.int32)
+        for r0 in range(0, BR, TR):
+            for c0 in range(0, BC, TC):
+                row, col, mask = _block_step(pid, r0, c0, M, N, BR, BC, n_bcol, TR, TC)
+                a = tl.abs(_load_fp32(x_ptr, row * sxr + col * sxc, mask, IN_KIND))
+                finite = a < float("inf")  # NaN compares false
+                amax = tl.maximum(amax, tl.where(finite, a, 0.0))
+                amin = tl.minimum(amin, tl.where(finite & (a > 0.0), a, float("inf")))
+                bad = tl.maximum(bad, tl.where(finite, 0, 1))  # masked lanes load 0: finite
+        tl.store(amax_ptr + pid, _max_axis(_max_axis(amax, 1), 0))
+        tl.store(amin_ptr + pid, tl.reduce(tl.reduce(amin, 1, _min_combine), 0, _min_combine))
+        tl.store(bad_ptr + pid, _max_axis(_max_axis(bad, 1), 0).to(tl.int8))
+
+    @triton.jit
+    def _ratio(x, q, s):
+        """|(q / s - x) / x| in fp32 with correctly rounded divisions, 0 where x == 0."""
+        nz = x != 0.0
+        t = tl.abs(tl.math.div_rn(tl.math.div_rn(q, s) - x, tl.where(nz, x, 1.0)))
+        return tl.where(nz, t, 0.0)
+
+    @triton.jit
+    def _errors_kernel(x_ptr, s4_ptr, s5_ptr, err_ptr, M, N, sxr, sxc, BR, BC, n_bcol, n_blocks,
+                       TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
+        pid = tl.program_id(0)
+        s4 = tl.load(s4_ptr + pid)
+        s5 = tl.load(s5_ptr + pid)
+        e4 = tl.zeros((TR, TC), dtype=tl.float64)
+        e5 = tl.zeros((TR, TC), dtype=tl.float64)
+        for r0 in range(0, BR, TR):
+            for c0 in range(0, BC, TC):
+                row, col, mask = _block_step(pid, r0, c0, M, N, BR, BC, n_bcol, TR, TC)
+                x = _load_fp32(x_ptr, row * sxr + col * sxc, mask, IN_KIND)
+                _, q4 = _fp8_round(x * s4, 448.0, 3, -6, 8)
+                _, q5 = _fp8_round(x * s5, 57344.0, 2, -14, 15)
+                e4 += _ratio(x, q4, s4).to(tl.float64)
+                e5 += _ratio(x, q5, s5).to(tl.float64)
+        tl.store(err_ptr + pid, _sum_axis(_sum_axis(e4, 1), 0))
+        tl.store(err_ptr + n_blocks + pid, _sum_axis(_sum_axis(e5, 1), 0))
+
+    @triton.jit
+    def _values_kernel(x_ptr, choice_ptr, s4_ptr, s5_ptr, values_ptr, e4m3_ptr, M, N, sxr, sxc, BR, BC,
+                       n_bcol, TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
+        pid = tl.program_id(0)
+        choice = tl.load(choice_ptr + pid).to(tl.int32)  # lowprec.methods.mor: 0 E4M3, 1 E5M2, 2 BF16
+        s4 = tl.load(s4_ptr + pid)
+        s5 = tl.load(s5_ptr + pid)
+        for r0 in range(0, BR, TR):
+            for c0 in range(0, BC, TC):
+                row, col, mask = _block_step(pid, r0, c0, M, N, BR, BC, n_bcol, TR, TC)
+                x = _load_fp32(x_ptr, row * sxr + col * sxc, mask, IN_KIND)
+                code4, q4 = _fp8_round(x * s4, 448.0, 3, -6, 8)
+                if choice == 1:
+                    _, v = _fp8_round(x * s5, 57344.0, 2, -14, 15)
+                elif choice == 2:
+                    v = _round_bf16(x)
+                else:
+                    v = q4
+                # v is on the BF16 grid: its top 16 bits are the BF16 word (NaN keeps a NaN's bits)
+                word = (v.to(tl.int32, bitcast=True) >> 16).to(tl.int16)
+                out = row * N + col  # row-major outputs
+                tl.store(values_ptr + out, word, mask=mask)
+                tl.store(e4m3_ptr + out, code4, mask=mask)
+
+    _JIT_FNS = (_stats_kernel, _errors_kernel, _values_kernel, _load_fp32)
+
+
+def triton_available(device=None) -> bool:
+    return _c.available(interpreter_active(), device)
+
+
+def interpreter_active() -> bool:
+    return bool(_JIT_FNS) and _c.is_interpreted(*_JIT_FNS)
+
+
+def _geometry(x2d: torch.Tensor, block) -> tuple:
+    """(in_kind, x argument, launch grid, (M, N, strides, BR, BC, n_bcol), TR, TC) of x2d over block."""
+    _c.require_triton("lowprec.kernels.mor_subtensor_quant", "lowprec.methods.mor", _TRITON_IMPORT_ERROR,
+                      _JIT_FNS, x2d.device)
+    if not isinstance(x2d, torch.Tensor) or x2d.dim() != 2:
+        raise ValueError(f"x2d must be a 2-D tensor, got {getattr(x2d, 'shape', type(x2d).__name__)}")
+    nonempty(x2d)
+    if x2d.dtype not in _INPUT_DTYPES:
+        raise TypeError(f"x2d must be float32 or bfloat16, got {x2d.dtype}")
+    br, bc = _check_block(block)
+    M, N = x2d.shape
+    n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
+    tc = min(_next_pow2(bc), 128)
+    tr = min(_next_pow2(br), max(_STEP // tc, 1))
+    in_kind, x_arg = _c._in_kind(x2d)
+    return in_kind, x_arg, (n_brow * n_bcol,), (M, N, x2d.stride(0), x2d.stride(1), br, bc, n_bcol), tr, tc
+
+
+def _kernel(kernel, launcher):
+    return launcher(kernel) if launcher is not None else kernel
+
+
+def block_stats(x2d: torch.Tensor, block, launcher=None) -> tuple:
+    """(amax, amin, bad) over the (ceil(M/R), ceil(N/C)) block grid (module docstring)."""
+    in_kind, x_arg, grid, geom, tr, tc = _geometry(x2d, block)
+    shape = (_cdiv(geom[0], geom[4]), geom[6])
+    amax = torch.empty(shape, dtype=torch.float32, device=x2d.device)
+    amin, bad = torch.empty_like(amax), torch.empty(shape, dtype=torch.int8, device=x2d.device)
+    _kernel(_stats_kernel, launcher)[grid](x_arg, amax, amin, bad, *geom, TR=tr, TC=tc, IN_KIND=in_kind)
+    return amax, amin, bad.bool()
+
+
+def block_errors(x2d: torch.Tensor, block, s4: torch.Tensor, s5: torch.Tensor, launcher=None) -> torch.Tensor:
+    """Both formats' per-block sums of relative errors at encode scales s4 (E4M3) and s5 (E5M2):
+    (2, n_brow, n_bcol) fp64."""
+    in_kind, x_arg, grid, geom, tr, tc = _geometry(x2d, block)
+    _check_grid("s4", s4, grid, geom)
+    _check_grid("s5", s5, grid, geom)
+    err = torch.empty((2, *s4.shape), dtype=torch.float64, device=x2d.device)
+    _kernel(_errors_kernel, launcher)[grid](x_arg, s4.contiguous(), s5.contiguous(), err, *geom, grid[0],
+                                            TR=tr, TC=tc, IN_KIND=in_kind)
+    return err
+
+
+def block_values(x2d: torch.Tensor, block, choice: torch.Tensor, s4: torch.Tensor, s5: torch.Tensor,
+                 launcher=None) -> tuple:
+    """(values bf16, E4M3 codes float8_e4m3fn), both (M, N) row-major (module docstring)."""
+    in_kind, x_arg, grid, geom, tr, tc = _geometry(x2d, block)
+    for name, g in (("choice", choice), ("s4", s4), ("s5", s5)):
+        _check_grid(name, g, grid, geom)
+    # written as raw words and viewed after: a traced graph then never sees a kernel write through
+    # a view of another dtype
+    words = torch.empty(x2d.shape, dtype=torch.int16, device=x2d.device)
+    codes = torch.empty(x2d.shape, dtype=torch.uint8, device=x2d.device)
+    _kernel(_values_kernel, launcher)[grid](x_arg, choice.contiguous(), s4.contiguous(), s5.contiguous(),
+                                            words, codes, *geom, TR=tr, TC=tc, IN_KIND=in_kind)
+    return words.view(torch.bfloat16), codes.view(torch.float8_e4m3fn)
+
+
+def _check_grid(name: str, g: torch.Tensor, grid: tuple, geom: tuple) -> None:
+    want = (_cdiv(geom[0], geom[4]), geom[6])
+    if tuple(g.shape) != want or g.numel() != grid[0]:
+        raise ValueError(f"{name} must be the block grid of shape {want}, got {tuple(g.shape)}")

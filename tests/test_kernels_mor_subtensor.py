@@ -1,0 +1,105 @@
+"""Sub-tensor MoR's quantization kernels (lowprec.kernels.mor_subtensor_quant) against the emulation's
+torch rule (lowprec.methods.mor.subtensor_parts, itself checked against independent references):
+block statistics, codes, values, scales and choices bit for bit, error sums up to fp64 summation
+order. CUDA when present, else the Triton interpreter on CPU (tiny shapes, 32x32 blocks)."""
+
+import pytest
+import torch
+
+from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noqa: E402
+
+[kq] = kernel_modules("lowprec.kernels.mor_subtensor_quant")
+
+from lowprec.methods import mor  # noqa: E402
+from lowprec.methods.mor_subtensor_fast import subtensor_operand  # noqa: E402
+
+DEVICE = kernel_devices(kq)[0]
+BLOCK = (32, 32)
+
+pytestmark = INTERPRETER_WARNINGS
+
+
+def _data(rows=96, cols=160, dtype=torch.float32, seed=0, special=True):
+    """Blocks of every kind: plain Gaussian ones over a few binades, one whose dynamic range no FP8
+    format holds (BF16), one E5M2 holds better than E4M3, an all-zero one, and NaN, +-Inf, -0.0 and an
+    fp32 subnormal in blocks of their own; ragged at the right edge (160 = 5 blocks, 96 = 3)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g) * torch.exp2(torch.randint(-4, 4, (rows, cols), generator=g).float())
+    x[:32, :32] *= torch.logspace(-12, 0, 32)
+    mags = torch.logspace(-6, 0, 32 * 32)[torch.randperm(32 * 32, generator=g)].reshape(32, 32)
+    x[32:64, 32:64] = mags * (torch.randint(0, 2, (32, 32), generator=g) * 2 - 1)
+    x[64:96, 64:96] = 0.0
+    if special:
+        x[5, 70] = float("nan")
+        x[40, 100] = float("inf")
+        x[70, 130] = -float("inf")
+        x[80, 10] = -0.0
+        x[81, 11] = 1e-42
+    return x.to(dtype).to(DEVICE)
+
+
+def _equal_nan(a, b):
+    return torch.equal(a.float().nan_to_num(7.0, 8.0, -8.0), b.float().nan_to_num(7.0, 8.0, -8.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("scale", ["fp32", "gam", "e8"])
+@pytest.mark.parametrize("mode", ["two_way", "three_way"])
+def test_kernels_are_the_emulations_rule(mode, scale, dtype):
+    x = _data(dtype=dtype)
+    ref = mor.subtensor_parts(x.cpu().float(), BLOCK, mode, scale)
+    amax, amin, bad = kq.block_stats(x, BLOCK)
+    want_amax, want_amin, want_dr = mor.block_dynamic_range(x.cpu().float(), BLOCK)
+    assert torch.equal(amax.cpu(), want_amax) and torch.equal(amin.cpu(), want_amin)
+    assert torch.equal(mor.dynamic_range(amax, amin, bad).cpu(), want_dr)
+    assert bool(bad[0, 2]) and bool(bad[1, 3]) and bool(bad[2, 4]) and int(bad.sum()) == 3
+
+    op = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK, mode, scale), x)
+    assert op.e4m3 is not None, "the kernels did not run"
+    assert torch.equal(op.choice.cpu(), ref.choice)
+    formats = {int(c) for c in ref.choice.unique()}
+    assert {mor.E4M3, mor.BF16} <= formats and (mode == "two_way" or mor.E5M2 in formats)
+    per_elem = mor.expand_blocks(ref.choice, tuple(x.shape), BLOCK)
+    want = torch.where(per_elem == mor.E4M3, ref.codes["e4m3"],
+                       torch.where(per_elem == mor.E5M2, ref.codes["e5m2"], x.cpu().float())).bfloat16()
+    assert op.values.dtype == torch.bfloat16 and _equal_nan(op.values.cpu(), want)
+    assert torch.equal(op.e4m3.cpu().view(torch.uint8)[~ref.codes["e4m3"].isnan()],
+                       ref.codes["e4m3"].to(torch.float8_e4m3fn).view(torch.uint8)[~ref.codes["e4m3"].isnan()])
+    one = torch.ones_like(ref.scales["e4m3"])
+    assert torch.equal(op.scale.cpu(), torch.where(ref.choice == mor.E4M3, ref.scales["e4m3"],
+                                                   torch.where(ref.choice == mor.E5M2, ref.scales["e5m2"], one)))
+    # the E4M3 blocks really were quantized: their values differ from x's BF16 rounding somewhere
+    e4 = per_elem == mor.E4M3
+    assert bool((op.dequantized().cpu()[e4] != x.cpu().float().bfloat16().float()[e4]).any())
+
+
+def test_error_sums_equal_the_emulations_up_to_summation_order():
+    x = _data(special=False)
+    ref = mor.subtensor_parts(x.cpu(), BLOCK, "three_way", "gam")
+    err = kq.block_errors(x, BLOCK, ref.scales["e4m3"].to(DEVICE), ref.scales["e5m2"].to(DEVICE))
+    assert err.dtype == torch.float64 and err.shape == (2, 3, 5)
+    for got, want in zip(err.cpu(), (ref.errors["e4m3"], ref.errors["e5m2"])):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=0.0)
+    assert bool((err[0] > 0).any()) and float(err[:, 2, 2].abs().sum()) == 0.0  # the zero block
+
+
+def test_transposed_view_is_read_through_its_strides():
+    x = _data().t()
+    assert not x.is_contiguous()
+    q = mor.SubTensorMoRQuantizer(BLOCK)
+    got, want = subtensor_operand(q, x), subtensor_operand(q, x.contiguous())
+    assert torch.equal(got.choice, want.choice) and _equal_nan(got.values, want.values)
+    assert got.values.is_contiguous()
+
+
+def test_bad_input_names_the_problem():
+    x = _data()
+    with pytest.raises(ValueError, match="2-D"):
+        kq.block_stats(x[0], BLOCK)
+    with pytest.raises(TypeError, match="float32 or bfloat16"):
+        kq.block_stats(x.half(), BLOCK)
+    s = torch.ones(3, 5, device=DEVICE)
+    with pytest.raises(ValueError, match=r"s5 must be the block grid of shape \(3, 5\)"):
+        kq.block_errors(x, BLOCK, s, s[:2])
+    with pytest.raises(ValueError, match="choice"):
+        kq.block_values(x, BLOCK, torch.zeros(3, 4, dtype=torch.int8, device=DEVICE), s, s)
