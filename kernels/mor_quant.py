@@ -39,10 +39,10 @@ ties away and truncates subnormals), and only Triton builtins plus this module's
 used inside kernels, so ``TRITON_INTERPRET=1`` has to be set before this module (and
 ``lowprec.kernels._common``, whose jit helpers it calls) is first imported, or both reloaded after
 (``_common.reload_for_interpreter``). On CUDA with FP8 conversion instructions (capability >= 8.9)
-``fp8_cast="auto"`` uses the hardware RNE cast for the codes instead, and decodes their bits in
-integer ops (``_common._e4m3_to_f32``): Triton 3.6's own conversion of the cast's result back to
-fp32 returned wrong values in this kernel on the H200 (right codes, relative errors off by up to
-1000x); ``fp8_cast="emulated"`` keeps the written-out encoder on any device.
+``fp8_cast="native"`` uses the hardware RNE cast for the codes instead (their values decoded from the
+bits in integer ops, ``_common._e4m3_to_f32``); "auto" keeps the written-out encoder, because the
+kernel with the hardware cast disagrees with the reference on the H200 with Triton 3.6 (see
+``_use_native``), while the bare cast and decode agree with torch's.
 """
 
 from __future__ import annotations
@@ -211,7 +211,10 @@ def _use_native(x: torch.Tensor, fp8_cast: str) -> bool:
           and torch.cuda.get_device_capability(x.device) >= (8, 9))
     if fp8_cast == "native" and not hw:
         raise ValueError("fp8_cast='native' needs a compiled kernel on CUDA with capability >= 8.9")
-    return hw and fp8_cast != "emulated"
+    # "auto" takes the written-out encoder: on the H200 (Triton 3.6) the kernel with the hardware
+    # cast disagreed with the reference, also with its codes decoded from their bits in integer ops
+    # (tests/test_kernels_mor.py::test_kernel_with_the_hardware_fp8_cast_equals_reference)
+    return hw and fp8_cast == "native"
 
 
 def _scale_block(partition: str, block, M: int, N: int) -> tuple:
