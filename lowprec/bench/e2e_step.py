@@ -14,7 +14,8 @@ Arms (``--arms``):
   torchao_tensorwise      torchao float8 training (Float8LinearConfig "tensorwise"), compiled
   torchao_rowwise         torchao float8 training ("rowwise"), compiled
   <recipe or method>      the suite's recipes and methods (fp8_tensorwise_current, fp8_delayed, fp8_hybrid,
-                          fp8_blockwise, mor_tensor, mor_channel, mor_block, mor_sub_two_way, gaussws,
+                          fp8_blockwise, mor_tensor, mor_channel, mor_block, mor_sub_two_way,
+                          mor_sub_two_way_kernel (its quantization by the Triton kernels), gaussws,
                           int8_block, int8_fallback) through lowprec.convert, compiled with
                           lowprec.linear.compiled as training compiles them on the GPU (train.compile:
                           auto): on the fast path where the recipe has one (``FastPlan``), else the
@@ -74,6 +75,8 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     "mor_channel": {"recipe": "mor", "partition": "channel"},
     "mor_block": {"recipe": "mor", "partition": "block"},
     "mor_sub_two_way": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way"},
+    "mor_sub_two_way_kernel": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way",
+                               "quantize": "kernel"},
     "gaussws": {"recipe": "gaussws", "b": 6},
     "int8_block": {"recipe": "int8_block"},  # Jetfire's recipe (gemm: kernel is the INT8 recipes' default)
     "int8_fallback": {"recipe": "int8_fallback"},
@@ -81,7 +84,8 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
 ARMS = PEERS + tuple(METHODS)
 # arms whose GEMMs run on low-precision codes on CUDA
 HARDWARE_ARMS = {"torchao_tensorwise", "torchao_rowwise", "fp8_tensorwise_current", "fp8_delayed", "fp8_hybrid",
-                 "fp8_blockwise", "mor_tensor", "mor_channel", "mor_block", "mor_sub_two_way", "int8_block",
+                 "fp8_blockwise", "mor_tensor", "mor_channel", "mor_block", "mor_sub_two_way",
+                 "mor_sub_two_way_kernel", "int8_block",
                  "int8_fallback"}
 FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs_bf16_compiled", "peak_mem_gib",
           "lowp_gemms_per_step", "step_ms", "batch", "seq", "n_params", "steps", "repeats", "baseline_tokens_per_s",

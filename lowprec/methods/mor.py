@@ -527,11 +527,16 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
     columns = COUNT_COLUMNS
     draws = False
 
-    def __init__(self, block=DEFAULT_BLOCK, mode: str = "two_way", scale: str = "fp32", dequant: str = "fp32"):
+    def __init__(self, block=DEFAULT_BLOCK, mode: str = "two_way", scale: str = "fp32", dequant: str = "fp32",
+                 quantize: str = "torch"):
         self.block = _check_block(block)
         self.mode = _choose("subtensor_mode", mode, SUBTENSOR_MODES)
         self.scale = _choose("scale", scale, SCALE_RULES)
         self.dequant = _choose("dequant", dequant, DEQUANT)
+        # the fast path's quantization: "torch" ops that Inductor fuses, or "kernel", the Triton
+        # passes of lowprec.kernels.mor_subtensor_quant where Triton runs; opt-in: on the H200 the
+        # kernels were slower end to end (results/bench/e2e_h200.csv, mor_sub_two_way_kernel)
+        self.quantize = _choose("quantize", quantize, QUANTIZE_PATHS)
         self._layers: dict = {}  # as MoRQuantizer's
 
     def __call__(self, t: torch.Tensor, call: OperandCall):
@@ -560,7 +565,7 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
 
     def to_dict(self) -> dict:
         return {"quantizer": self.name, "partition": "subtensor", "block": list(self.block),
-                "subtensor_mode": self.mode, "scale": self.scale, "dequant": self.dequant}
+                "subtensor_mode": self.mode, "scale": self.scale, "dequant": self.dequant, "quantize": self.quantize}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -570,8 +575,9 @@ ALL_OPERAND_SLOTS = tuple(f"{g}.{op}" for g in GEMMS for op in OPERANDS[g])
 # MoR's keys and defaults (None: by partition: scale is fp32 for subtensor, gam otherwise; operands
 # None: all six slots)
 MOR_KEYS = {"partition": "block", "block": list(DEFAULT_BLOCK), "scale": None, "threshold": DEFAULT_THRESHOLD,
-            "subtensor_mode": "two_way", "operands": None, "dequant": "fp32", "gemm": "emulated"}
+            "subtensor_mode": "two_way", "operands": None, "dequant": "fp32", "gemm": "emulated", "quantize": "torch"}
 GEMM_PATHS = ("emulated", "kernel")
+QUANTIZE_PATHS = ("torch", "kernel")
 _ROLE_SLOTS = {role: tuple(s for s in ALL_OPERAND_SLOTS if s.endswith("." + role)) for role in ("x", "w", "dy")}
 
 
@@ -599,8 +605,8 @@ def _operand_slots(spec) -> tuple:
 def _build(own: dict) -> Recipe:
     partition = _choose("partition", own.get("partition", MOR_KEYS["partition"]), PARTITIONS + ("subtensor",))
     sub = partition == "subtensor"
-    unused = {"tensor": {"block", "subtensor_mode"}, "channel": {"block", "subtensor_mode"},
-              "block": {"subtensor_mode"}, "subtensor": {"threshold", "gemm"}}[partition]
+    unused = {"tensor": {"block", "subtensor_mode", "quantize"}, "channel": {"block", "subtensor_mode", "quantize"},
+              "block": {"subtensor_mode", "quantize"}, "subtensor": {"threshold", "gemm"}}[partition]
     given = sorted(unused & set(own))
     if given:
         raise ValueError(f"method (mor): {given} not used with partition {partition!r}")
@@ -609,7 +615,8 @@ def _build(own: dict) -> Recipe:
     dequant = own.get("dequant", MOR_KEYS["dequant"])
     if sub:
         mode = own.get("subtensor_mode", MOR_KEYS["subtensor_mode"])
-        quant: OperandQuantizer = SubTensorMoRQuantizer(block, mode, scale, dequant)
+        quant: OperandQuantizer = SubTensorMoRQuantizer(block, mode, scale, dequant,
+                                                        own.get("quantize", MOR_KEYS["quantize"]))
         detail = f"{mode}, {block[0]}x{block[1]} blocks, {scale} scales"
     else:
         threshold = own.get("threshold", DEFAULT_THRESHOLD)
@@ -633,7 +640,9 @@ def mor_recipe(method_cfg: Optional[dict] = None) -> Recipe:
     and subtensor; scale (gam; fp32 for subtensor) gam|e8|fp32; threshold (0.045) for the tensor
     level; subtensor_mode (two_way) three_way|two_way; operands (all six slots) e.g.
     ["fprop.x", "fprop.w"] or roles ["x", "w"]; dequant (fp32) fp32|bf16; gemm (emulated) emulated|kernel
-    for the tensor level (kernel: the GEMMs on the MoR GEMM kernel on CUDA). The generic method keys
+    for the tensor level (kernel: the GEMMs on the MoR GEMM kernel on CUDA); quantize (torch)
+    torch|kernel for subtensor (kernel: its fast path quantizes with the Triton passes of
+    lowprec.kernels.mor_subtensor_quant where Triton runs). The generic method keys
     are accepted and ignored here; high_precision sets the dtype of the non-MoR operands. A key
     that the chosen partition does not use is an error, so a config never silently means less
     than it says.

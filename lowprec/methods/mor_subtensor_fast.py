@@ -74,11 +74,11 @@ class SubTensorOperand(NamedTuple):
 
 
 def subtensor_operand(q: SubTensorMoRQuantizer, t: torch.Tensor) -> SubTensorOperand:
-    """Codes, scales and choices of one 2-D operand (reduction last) under ``q``'s rule: by the
-    Triton kernels where Triton runs (``lowprec.kernels.mor_subtensor_quant``, three passes over the
-    tensor), else in torch ops (``subtensor_parts``, which Inductor fuses)."""
+    """Codes, scales and choices of one 2-D operand (reduction last) under ``q``'s rule: in torch ops
+    (``subtensor_parts``, which Inductor fuses), or with ``q.quantize == "kernel"`` by the Triton
+    kernels where Triton runs (``lowprec.kernels.mor_subtensor_quant``, three passes over the tensor)."""
     x2d = as_2d(t)
-    if triton_runs_on(x2d.device.type) and x2d.dtype in (torch.float32, torch.bfloat16):
+    if q.quantize == "kernel" and triton_runs_on(x2d.device.type) and x2d.dtype in (torch.float32, torch.bfloat16):
         op = subtensor_quantize_cuda if x2d.is_cuda else subtensor_quantize
         values, e4m3, scale, choice = op(x2d, list(q.block), q.mode, q.scale)
         return SubTensorOperand(values, scale, choice, q.block, e4m3)
