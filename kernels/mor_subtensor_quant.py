@@ -7,7 +7,8 @@ API (each takes ``launcher``: None to launch here, or ``torch.library.wrap_trito
 
     block_stats(x2d, block)              -> (amax fp32, amin fp32, bad bool) grids
     block_errors(x2d, block, s4, s5)     -> (2, n_brow, n_bcol) fp64: E4M3's and E5M2's error sums
-    block_values(x2d, block, choice, s4, s5) -> (values bf16 (M, N), E4M3 codes float8_e4m3fn (M, N))
+    block_values(x2d, block, choice, s4, s5) -> (values bf16 (M, N), their transpose (N, M),
+                                                 E4M3 codes float8_e4m3fn (M, N), their transpose)
     triton_available(device=None), interpreter_active()
 
 The rule between the passes (dynamic range, scales, choice) is the emulation's own torch code on the
@@ -21,7 +22,9 @@ per-element work is here, computed as the emulation computes it:
   summed in fp64 (``mor._block_sum``): equal to the emulation's sums up to fp64 summation order;
 * values: per block, the chosen format's codes (E4M3, E5M2), or x rounded to BF16 (a BF16 block),
   as BF16 (every FP8 code is exact there), and the E4M3 codes of every block as FP8 bits (what the
-  block-scaled GEMM's FP8 tiles read; only the blocks that chose E4M3 are ever used).
+  block-scaled GEMM's FP8 tiles read; only the blocks that chose E4M3 are ever used), each also
+  transposed (row-major (N, M)): the backward's GEMMs take the transposes of the forward's operands
+  K-contiguous, which a copy from a transposed view would cost another pass for.
 
 Blocks that overhang the tensor are masked (masked lanes count as the emulation's zero padding). x is
 fp32 or bf16 (read as raw words, as in ``lowprec.kernels.quantize``), any strides.
@@ -54,27 +57,31 @@ if triton is not None:
         return tl.minimum(a, b)
 
     @triton.jit
-    def _block_step(pid, r0, c0, M, N, BR, BC, n_bcol, TR: tl.constexpr, TC: tl.constexpr):
-        """The (TR, TC) step at (r0, c0) inside the block of program pid: rows, columns (int64), mask."""
-        bi = pid // n_bcol
-        bj = pid % n_bcol
+    def _block_origin(pid, n_bcol, BR, BC):
+        """First row and column (int64) of program pid's block; offsets inside a block are int32."""
+        return (pid // n_bcol).to(tl.int64) * BR, (pid % n_bcol).to(tl.int64) * BC
+
+    @triton.jit
+    def _block_step(row0, col0, r0, c0, M, N, BR, BC, TR: tl.constexpr, TC: tl.constexpr):
+        """The (TR, TC) step at (r0, c0) inside the block at (row0, col0): its rows and columns
+        relative to the block, and the mask of those inside both the block and the tensor."""
         r = r0 + tl.arange(0, TR)[:, None]
         c = c0 + tl.arange(0, TC)[None, :]
-        row = bi.to(tl.int64) * BR + r
-        col = bj.to(tl.int64) * BC + c
-        return row, col, (r < BR) & (c < BC) & (row < M) & (col < N)
+        return r, c, (r < BR) & (c < BC) & (row0 + r < M) & (col0 + c < N)
 
     @triton.jit
     def _stats_kernel(x_ptr, amax_ptr, amin_ptr, bad_ptr, M, N, sxr, sxc, BR, BC, n_bcol,
                       TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
         pid = tl.program_id(0)
+        row0, col0 = _block_origin(pid, n_bcol, BR, BC)
+        x_blk = x_ptr + row0 * sxr + col0 * sxc
         amax = tl.zeros((TR, TC), dtype=tl.float32)
         amin = tl.full((TR, TC), float("inf"), dtype=tl.float32)
         bad = tl.zeros((TR, TC), dtype=tl.int32)
         for r0 in range(0, BR, TR):
             for c0 in range(0, BC, TC):
-                row, col, mask = _block_step(pid, r0, c0, M, N, BR, BC, n_bcol, TR, TC)
-                a = tl.abs(_load_fp32(x_ptr, row * sxr + col * sxc, mask, IN_KIND))
+                r, c, mask = _block_step(row0, col0, r0, c0, M, N, BR, BC, TR, TC)
+                a = tl.abs(_load_fp32(x_blk, r * sxr + c * sxc, mask, IN_KIND))
                 finite = a < float("inf")  # NaN compares false
                 amax = tl.maximum(amax, tl.where(finite, a, 0.0))
                 amin = tl.minimum(amin, tl.where(finite & (a > 0.0), a, float("inf")))
@@ -94,14 +101,16 @@ if triton is not None:
     def _errors_kernel(x_ptr, s4_ptr, s5_ptr, err_ptr, M, N, sxr, sxc, BR, BC, n_bcol, n_blocks,
                        TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
         pid = tl.program_id(0)
+        row0, col0 = _block_origin(pid, n_bcol, BR, BC)
+        x_blk = x_ptr + row0 * sxr + col0 * sxc
         s4 = tl.load(s4_ptr + pid)
         s5 = tl.load(s5_ptr + pid)
         e4 = tl.zeros((TR, TC), dtype=tl.float64)
         e5 = tl.zeros((TR, TC), dtype=tl.float64)
         for r0 in range(0, BR, TR):
             for c0 in range(0, BC, TC):
-                row, col, mask = _block_step(pid, r0, c0, M, N, BR, BC, n_bcol, TR, TC)
-                x = _load_fp32(x_ptr, row * sxr + col * sxc, mask, IN_KIND)
+                r, c, mask = _block_step(row0, col0, r0, c0, M, N, BR, BC, TR, TC)
+                x = _load_fp32(x_blk, r * sxr + c * sxc, mask, IN_KIND)
                 _, q4 = _fp8_round(x * s4, 448.0, 3, -6, 8)
                 _, q5 = _fp8_round(x * s5, 57344.0, 2, -14, 15)
                 e4 += _ratio(x, q4, s4).to(tl.float64)
@@ -110,16 +119,20 @@ if triton is not None:
         tl.store(err_ptr + n_blocks + pid, _sum_axis(_sum_axis(e5, 1), 0))
 
     @triton.jit
-    def _values_kernel(x_ptr, choice_ptr, s4_ptr, s5_ptr, values_ptr, e4m3_ptr, M, N, sxr, sxc, BR, BC,
-                       n_bcol, TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
+    def _values_kernel(x_ptr, choice_ptr, s4_ptr, s5_ptr, values_ptr, e4m3_ptr, values_t_ptr, e4m3_t_ptr,
+                       M, N, sxr, sxc, BR, BC, n_bcol, TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
         pid = tl.program_id(0)
+        row0, col0 = _block_origin(pid, n_bcol, BR, BC)
+        x_blk = x_ptr + row0 * sxr + col0 * sxc
+        out_blk = row0 * N + col0    # row-major (M, N) outputs
+        out_t_blk = col0 * M + row0  # and their transposes, row-major (N, M)
         choice = tl.load(choice_ptr + pid).to(tl.int32)  # lowprec.methods.mor: 0 E4M3, 1 E5M2, 2 BF16
         s4 = tl.load(s4_ptr + pid)
         s5 = tl.load(s5_ptr + pid)
         for r0 in range(0, BR, TR):
             for c0 in range(0, BC, TC):
-                row, col, mask = _block_step(pid, r0, c0, M, N, BR, BC, n_bcol, TR, TC)
-                x = _load_fp32(x_ptr, row * sxr + col * sxc, mask, IN_KIND)
+                r, c, mask = _block_step(row0, col0, r0, c0, M, N, BR, BC, TR, TC)
+                x = _load_fp32(x_blk, r * sxr + c * sxc, mask, IN_KIND)
                 code4, q4 = _fp8_round(x * s4, 448.0, 3, -6, 8)
                 if choice == 1:
                     _, v = _fp8_round(x * s5, 57344.0, 2, -14, 15)
@@ -129,9 +142,11 @@ if triton is not None:
                     v = q4
                 # v is on the BF16 grid: its top 16 bits are the BF16 word (NaN keeps a NaN's bits)
                 word = (v.to(tl.int32, bitcast=True) >> 16).to(tl.int16)
-                out = row * N + col  # row-major outputs
-                tl.store(values_ptr + out, word, mask=mask)
-                tl.store(e4m3_ptr + out, code4, mask=mask)
+                tl.store(values_ptr + out_blk + r * N + c, word, mask=mask)
+                tl.store(e4m3_ptr + out_blk + r * N + c, code4, mask=mask)
+                # the backward's operand is the transpose: written here, not copied from a view later
+                tl.store(values_t_ptr + out_t_blk + c * M + r, word, mask=mask)
+                tl.store(e4m3_t_ptr + out_t_blk + c * M + r, code4, mask=mask)
 
     _JIT_FNS = (_stats_kernel, _errors_kernel, _values_kernel, _load_fp32)
 
@@ -158,6 +173,10 @@ def _geometry(x2d: torch.Tensor, block) -> tuple:
     n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
     tc = min(_next_pow2(bc), 128)
     tr = min(_next_pow2(br), max(_STEP // tc, 1))
+    # offsets inside a block are int32 (the kernels add them to an int64 block origin)
+    if max(br * abs(x2d.stride(0)) + bc * abs(x2d.stride(1)), br * N, bc * M) >= 2 ** 31:
+        raise ValueError(f"x2d of shape {tuple(x2d.shape)} and strides {x2d.stride()}: a {br}x{bc} block spans "
+                         "2^31 elements or more; use a smaller block")
     in_kind, x_arg = _c._in_kind(x2d)
     return in_kind, x_arg, (n_brow * n_bcol,), (M, N, x2d.stride(0), x2d.stride(1), br, bc, n_bcol), tr, tc
 
@@ -190,17 +209,20 @@ def block_errors(x2d: torch.Tensor, block, s4: torch.Tensor, s5: torch.Tensor, l
 
 def block_values(x2d: torch.Tensor, block, choice: torch.Tensor, s4: torch.Tensor, s5: torch.Tensor,
                  launcher=None) -> tuple:
-    """(values bf16, E4M3 codes float8_e4m3fn), both (M, N) row-major (module docstring)."""
+    """(values bf16 (M, N), E4M3 codes float8_e4m3fn (M, N), and the two transposed, (N, M)), all
+    row-major (module docstring)."""
     in_kind, x_arg, grid, geom, tr, tc = _geometry(x2d, block)
     for name, g in (("choice", choice), ("s4", s4), ("s5", s5)):
         _check_grid(name, g, grid, geom)
     # written as raw words and viewed after: a traced graph then never sees a kernel write through
     # a view of another dtype
-    words = torch.empty(x2d.shape, dtype=torch.int16, device=x2d.device)
-    codes = torch.empty(x2d.shape, dtype=torch.uint8, device=x2d.device)
+    M, N = x2d.shape
+    words, words_t = (torch.empty(shape, dtype=torch.int16, device=x2d.device) for shape in ((M, N), (N, M)))
+    codes, codes_t = (torch.empty(shape, dtype=torch.uint8, device=x2d.device) for shape in ((M, N), (N, M)))
     _kernel(_values_kernel, launcher)[grid](x_arg, choice.contiguous(), s4.contiguous(), s5.contiguous(),
-                                            words, codes, *geom, TR=tr, TC=tc, IN_KIND=in_kind)
-    return words.view(torch.bfloat16), codes.view(torch.float8_e4m3fn)
+                                            words, codes, words_t, codes_t, *geom, TR=tr, TC=tc, IN_KIND=in_kind)
+    return tuple(w.view(torch.bfloat16) for w in (words, words_t)) + tuple(
+        c.view(torch.float8_e4m3fn) for c in (codes, codes_t))
 
 
 def _check_grid(name: str, g: torch.Tensor, grid: tuple, geom: tuple) -> None:

@@ -43,7 +43,7 @@ def _grid_methods(exp: dict, scale: str) -> list[str]:
     ["lowprec.bench.profile_arm", "--help"], ["lowprec.bench.recipe_step_time", "--help"],
     ["lowprec.bench.quantize_kernel", "--help"], ["lowprec.bench.gaussws_kernel", "--help"],
     ["lowprec.bench.mor_linear", "--help"], ["lowprec.bench.int8_gemm", "--help"],
-    ["lowprec.bench.block_scaled_gemm", "--help"],
+    ["lowprec.bench.block_scaled_gemm", "--help"], ["lowprec.bench.subtensor_quant", "--help"],
 ])
 def test_help_does_not_import_torch(argv):
     code = ("import runpy, sys\n"

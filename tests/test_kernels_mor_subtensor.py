@@ -6,9 +6,9 @@ order. CUDA when present, else the Triton interpreter on CPU (tiny shapes, 32x32
 import pytest
 import torch
 
-from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noqa: E402
+from conftest import INTERPRETER_WARNINGS, compiled_and_eager_mor_models, kernel_devices, kernel_modules  # noqa: E402
 
-[kq] = kernel_modules("lowprec.kernels.mor_subtensor_quant")
+[kq, _] = kernel_modules("lowprec.kernels.mor_subtensor_quant", "lowprec.kernels.block_fp8_gemm")
 
 from lowprec.methods import mor  # noqa: E402
 from lowprec.methods.mor_subtensor_fast import subtensor_operand  # noqa: E402
@@ -93,6 +93,18 @@ def test_transposed_view_is_read_through_its_strides():
     assert got.values.is_contiguous()
 
 
+def test_transposes_are_written_for_the_backward():
+    """The kernels write each operand's transpose too (row-major): ``t()`` hands those over,
+    K-contiguous, instead of views; equal to the transposed values and codes bit for bit."""
+    x = _data()
+    op = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK, quantize="kernel"), x)
+    t = op.t()
+    assert t.values.is_contiguous() and t.e4m3.is_contiguous() and t.values.shape == (160, 96)
+    assert _equal_nan(t.values, op.values.t()) and torch.equal(t.e4m3.view(torch.uint8), op.e4m3.view(torch.uint8).t())
+    assert torch.equal(t.scale, op.scale.t()) and t.block == BLOCK[::-1]
+    assert t.t().values is op.values and t.t().e4m3_t is op.e4m3_t
+
+
 def test_quantize_option_picks_the_path():
     """``quantize: kernel`` (a method key of sub-tensor MoR) runs the kernels, the default the torch
     ops; both give the same operand, and the key means nothing to the other partitions."""
@@ -109,6 +121,26 @@ def test_quantize_option_picks_the_path():
         mor_recipe({"partition": "subtensor", "quantize": "cuda"})
     with pytest.raises(ValueError, match=r"\['quantize'\] not used with partition 'block'"):
         mor_recipe({"partition": "block", "quantize": "kernel"})
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not kq.interpreter_active(), reason="the model test runs on the CPU, under the interpreter")
+def test_compiled_model_quantizes_by_the_kernels_in_one_graph(monkeypatch):
+    """A two-layer model under ``quantize: kernel``, compiled as one graph (the kernels an operator in
+    it), trains like the eager one and counts its blocks; the kernels really ran."""
+    import lowprec.linear as lin
+    from lowprec.numerics import sqnr_db
+
+    calls = []
+    values = kq.block_values
+    monkeypatch.setattr(kq, "block_values", lambda *a, **k: calls.append(1) or values(*a, **k))
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    comp, eager, recipe_c = compiled_and_eager_mor_models({"partition": "subtensor", "quantize": "kernel"})
+    assert len(calls) >= 6  # x, w and dy of both layers, compiled and eager
+    for a, b in zip(comp.parameters(), eager.parameters()):
+        assert sqnr_db(b.grad, a.grad) > 25
+    cov = recipe_c.gemm("fprop")[0].coverage()
+    assert len(cov) == 10 and all(r["calls"] == 1 and r["blocks"] == 4 for r in cov)
 
 
 def test_bad_input_names_the_problem():

@@ -60,11 +60,16 @@ class SubTensorOperand(NamedTuple):
     scale: torch.Tensor
     choice: torch.Tensor
     block: tuple
-    e4m3: Optional[torch.Tensor] = None  # the E4M3 codes as FP8 (the kernels write them), or None
+    e4m3: Optional[torch.Tensor] = None      # the E4M3 codes as FP8 (the kernels write them), or None
+    values_t: Optional[torch.Tensor] = None  # the kernels' row-major transposes of values and e4m3
+    e4m3_t: Optional[torch.Tensor] = None
 
     def t(self) -> "SubTensorOperand":
-        """The transposed tensor's operand (square blocks): views (``subtensor_mm`` has the GEMM's
-        operands written K-contiguous)."""
+        """The transposed tensor's operand (square blocks): the kernels' transposed copies where they
+        wrote them, else views (``subtensor_mm`` has the GEMM's operands written K-contiguous)."""
+        if self.values_t is not None:
+            return SubTensorOperand(self.values_t, self.scale.t(), self.choice.t(), self.block[::-1], self.e4m3_t,
+                                    self.values, self.e4m3)
         return SubTensorOperand(self.values.t(), self.scale.t(), self.choice.t(), self.block[::-1],
                                 None if self.e4m3 is None else self.e4m3.t())
 
@@ -80,8 +85,8 @@ def subtensor_operand(q: SubTensorMoRQuantizer, t: torch.Tensor) -> SubTensorOpe
     x2d = as_2d(t)
     if q.quantize == "kernel" and triton_runs_on(x2d.device.type) and x2d.dtype in (torch.float32, torch.bfloat16):
         op = subtensor_quantize_cuda if x2d.is_cuda else subtensor_quantize
-        values, e4m3, scale, choice = op(x2d, list(q.block), q.mode, q.scale)
-        return SubTensorOperand(values, scale, choice, q.block, e4m3)
+        values, values_t, e4m3, e4m3_t, scale, choice = op(x2d, list(q.block), q.mode, q.scale)
+        return SubTensorOperand(values, scale, choice, q.block, e4m3, values_t, e4m3_t)
     x2d = x2d.float()
     p = subtensor_parts(x2d, q.block, q.mode, q.scale)
     per_elem = expand_blocks(p.choice, tuple(x2d.shape), p.block)
@@ -97,37 +102,38 @@ def _encode_scale(choice: torch.Tensor, scales: dict) -> torch.Tensor:
 
 
 def _quantize_by_kernels(x2d: torch.Tensor, block: list, mode: str, scale: str, launcher=None) -> tuple:
-    """(values, E4M3 codes, encode scales, choices): the kernels' passes, with the emulation's rule
-    (``lowprec.methods.mor``) on the block grids between them."""
+    """(values, their transpose, E4M3 codes, their transpose, encode scales, choices): the kernels'
+    passes, with the emulation's rule (``lowprec.methods.mor``) on the block grids between them."""
     from ..kernels import mor_subtensor_quant as kq
     amax, amin, bad = kq.block_stats(x2d, block, launcher)
     scales = subtensor_scales(amax, scale)
     err = kq.block_errors(x2d, block, scales["e4m3"], scales["e5m2"], launcher)
     choice = subtensor_choice(dynamic_range(amax, amin, bad), err[0], err[1], mode)
-    values, e4m3 = kq.block_values(x2d, block, choice, scales["e4m3"], scales["e5m2"], launcher)
-    return values, e4m3, _encode_scale(choice, scales), choice
+    outs = kq.block_values(x2d, block, choice, scales["e4m3"], scales["e5m2"], launcher)
+    return (*outs, _encode_scale(choice, scales), choice)
 
 
 # off CUDA (the Triton interpreter): an opaque node in a compiled graph (as ``gemm.block_scaled_mm``)
 @torch.library.custom_op("lowprec::subtensor_quantize", mutates_args=())
-def subtensor_quantize(x2d: torch.Tensor, block: list[int], mode: str,
-                       scale: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def subtensor_quantize(x2d: torch.Tensor, block: list[int], mode: str, scale: str) -> tuple[
+        torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sub-tensor MoR's quantization of a 2-D fp32 or bf16 tensor by the Triton kernels: (values bf16,
-    E4M3 codes float8_e4m3fn, encode-scale grid fp32, choice grid int8)."""
+    their transpose, E4M3 codes float8_e4m3fn, their transpose, encode-scale grid fp32, choice grid
+    int8); the transposes row-major (N, M)."""
     return _quantize_by_kernels(x2d, block, mode, scale)
 
 
 @subtensor_quantize.register_fake
 def _(x2d, block, mode, scale):
-    grid = (-(-x2d.shape[0] // block[0]), -(-x2d.shape[1] // block[1]))
-    return (x2d.new_empty(x2d.shape, dtype=torch.bfloat16), x2d.new_empty(x2d.shape, dtype=torch.float8_e4m3fn),
+    (M, N), grid = x2d.shape, (-(-x2d.shape[0] // block[0]), -(-x2d.shape[1] // block[1]))
+    return (*(x2d.new_empty(shape, dtype=dt) for dt in (torch.bfloat16, torch.float8_e4m3fn) for shape in ((M, N), (N, M))),
             x2d.new_empty(grid, dtype=torch.float32), x2d.new_empty(grid, dtype=torch.int8))
 
 
 # on CUDA: a triton_op, whose launches (and the rule's ops on the grids) Inductor traces
 @torch.library.triton_op("lowprec::subtensor_quantize_cuda", mutates_args=())
-def subtensor_quantize_cuda(x2d: torch.Tensor, block: list[int], mode: str,
-                            scale: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def subtensor_quantize_cuda(x2d: torch.Tensor, block: list[int], mode: str, scale: str) -> tuple[
+        torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``subtensor_quantize`` on a CUDA device."""
     return _quantize_by_kernels(x2d, block, mode, scale, launcher=torch.library.wrap_triton)
 
