@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
-                                  parse_names, parse_shapes, require_cuda_triton, write_provenance, write_rows)
+                                  parse_names, parse_shapes, require_cuda_triton, write_budgeted_run, write_provenance)
 
 PROG = "lowprec.bench.block_scaled_gemm"
 FIELDS = ("M", "N", "K", "dtype", "layout", "launch", "config", "ms", "tflops", "ratio_vs_bf16",
@@ -139,10 +139,7 @@ def main(argv=None) -> int:
                               flush=True)
                     del a, b, want
     finally:
-        write_rows(out, FIELDS, rows)
-        prov["elapsed_s"], prov["skipped"] = round(budget.elapsed(), 1), budget.skipped
-        write_provenance(out.with_suffix(".provenance.json"), prov)
-    print(f"# wrote {out} ({len(rows)} rows)")
+        write_budgeted_run(out, FIELDS, rows, prov, budget)
     return 0
 
 

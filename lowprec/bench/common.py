@@ -142,6 +142,15 @@ class Budget:
         return False
 
 
+def write_budgeted_run(out: Path, fields, rows, prov: dict, budget: Budget) -> None:
+    """A budgeted benchmark's end, also when it stops on an error: its rows, and its provenance
+    beside them with the time it took and what the budget left out."""
+    write_rows(out, fields, rows)
+    prov["elapsed_s"], prov["skipped"] = round(budget.elapsed(), 1), budget.skipped
+    write_provenance(Path(out).with_suffix(".provenance.json"), prov)
+    print(f"# wrote {out} ({len(rows)} rows)")
+
+
 def write_rows(path: Path, fields, rows, extrasaction: str = "raise") -> None:
     """A CSV of `rows` (dicts) with the columns `fields` in that order; a key a row lacks is an empty
     cell (creating the folder)."""

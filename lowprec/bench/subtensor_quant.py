@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, gpu_provenance,
-                                  parse_list, require_cuda_triton, write_provenance, write_rows)
+                                  parse_list, require_cuda_triton, write_budgeted_run, write_provenance)
 
 PROG = "lowprec.bench.subtensor_quant"
 FIELDS = ("rows", "cols", "path", "ms", "gb_per_s", "ratio_vs_clone", "ratio_vs_torch", "equal")
@@ -102,10 +102,7 @@ def main(argv=None) -> int:
                       f"x{rows[-1]['ratio_vs_torch']} torch  equal={same}", flush=True)
             del x, ref
     finally:
-        write_rows(out, FIELDS, rows)
-        prov["elapsed_s"], prov["skipped"] = round(budget.elapsed(), 1), budget.skipped
-        write_provenance(out.with_suffix(".provenance.json"), prov)
-    print(f"# wrote {out} ({len(rows)} rows)")
+        write_budgeted_run(out, FIELDS, rows, prov, budget)
     return 0
 
 

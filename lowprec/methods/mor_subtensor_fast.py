@@ -126,8 +126,8 @@ def subtensor_quantize(x2d: torch.Tensor, block: list[int], mode: str, scale: st
 @subtensor_quantize.register_fake
 def _(x2d, block, mode, scale):
     (M, N), grid = x2d.shape, (-(-x2d.shape[0] // block[0]), -(-x2d.shape[1] // block[1]))
-    return (*(x2d.new_empty(shape, dtype=dt) for dt in (torch.bfloat16, torch.float8_e4m3fn) for shape in ((M, N), (N, M))),
-            x2d.new_empty(grid, dtype=torch.float32), x2d.new_empty(grid, dtype=torch.int8))
+    layouts = [x2d.new_empty(shape, dtype=dt) for dt in (torch.bfloat16, torch.float8_e4m3fn) for shape in ((M, N), (N, M))]
+    return (*layouts, x2d.new_empty(grid, dtype=torch.float32), x2d.new_empty(grid, dtype=torch.int8))
 
 
 # on CUDA: a triton_op, whose launches (and the rule's ops on the grids) Inductor traces
