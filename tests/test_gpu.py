@@ -109,19 +109,21 @@ def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls, count_calls):
             assert sqnr_db(a.float() @ b.float().t(), out) < 40
 
 
+@pytest.mark.parametrize("quantize", ["torch", "kernel"])
 @pytest.mark.parametrize("mode", ["two_way", "three_way"])
-def test_subtensor_fast_path_equals_emulation(mode, count_calls):
+def test_subtensor_fast_path_equals_emulation(mode, quantize, count_calls):
     """Sub-tensor MoR's three GEMMs on the H200: each operand's values, scales and choices the
     emulation's bit for bit (the same rule on the same device), every GEMM on the Triton
     block-scaled kernel within an SQNR floor of the float64 GEMM of the emulation's values, and
-    blocks of more than one format among the operands."""
+    blocks of more than one format among the operands; quantized by torch ops or by the kernels."""
     from lowprec.gemm import FastPlan
     from lowprec.kernels import block_fp8_gemm as kb
     from lowprec.methods.mor import subtensor_mor
     from lowprec.recipes import OPERANDS, recipe_from_config
 
     triton_calls = count_calls(kb, "block_scaled_mm")
-    recipe = recipe_from_config({"recipe": "mor", "partition": "subtensor", "subtensor_mode": mode})
+    recipe = recipe_from_config({"recipe": "mor", "partition": "subtensor", "subtensor_mode": mode,
+                                 "quantize": quantize})
     plan = FastPlan.for_recipe(recipe)
     torch.manual_seed(0)
     m, k, n = 512, 768, 384
@@ -135,6 +137,7 @@ def test_subtensor_fast_path_equals_emulation(mode, count_calls):
         ops = [plan.operand(g, op, t) for op, t in zip(OPERANDS[g], (a, b))]
         refs = [subtensor_mor(t.float(), (128, 128), mode) for t in (a, b)]
         for op, ref in zip(ops, refs):
+            assert (op.e4m3 is not None) == (quantize == "kernel")  # the kernels ran, or not
             assert torch.equal(op.choice, ref.choice)
             assert torch.equal(op.dequantized().nan_to_num(), ref.values.nan_to_num())
             formats |= {int(c) for c in op.choice.unique()}
@@ -203,7 +206,8 @@ MOR_FAST = [{"recipe": "mor", "partition": p} for p in ("tensor", "channel", "bl
 INT8_FAST = [{"recipe": "int8_block"}, {"recipe": "int8_fallback"}, {"recipe": "int8_fallback", "rule": "dynamic"}]
 
 
-SUBTENSOR_FAST = [{"recipe": "mor", "partition": "subtensor", "subtensor_mode": m} for m in ("two_way", "three_way")]
+SUBTENSOR_FAST = [{"recipe": "mor", "partition": "subtensor", "subtensor_mode": m} for m in ("two_way", "three_way")] + [
+    {"recipe": "mor", "partition": "subtensor", "quantize": "kernel"}]
 # recipes off the fast path, which compile as the emulation
 EMULATED = [{"recipe": "mor", "partition": "block", "block": [64, 64]},
             {"recipe": "mor", "partition": "subtensor", "dequant": "bf16"}]
