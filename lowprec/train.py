@@ -398,8 +398,8 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     L.seed_everything(cfg["seed"], workers=True, verbose=False)
     module = LitLM(cfg, data.vocab_size, precision)
     if use_compile(t, place):
-        from .linear import compiled
-        module.compiled = compiled(module.model)
+        from .linear import compile_numerics_options, compiled
+        module.compiled = compiled(module.model, options=compile_numerics_options(t.get("compile_numerics", "eager")))
     n_parameters = count_parameters(module.model)  # before FSDP shards them
 
     # Read-only here (every rank decides the same); PrepareRunFolder changes the folder later.
@@ -493,7 +493,9 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
         "tokens_seen": steps * steplog.tokens_per_step,
         "world_size": world_size, "strategy": place["strategy"],
         "parameters": n_parameters,
-        "precision": precision, "compiled": module.compiled is not None, "method": module.method_info,
+        "precision": precision, "compiled": module.compiled is not None,
+        "compile_numerics": t.get("compile_numerics", "eager") if module.compiled is not None else None,
+        "method": module.method_info,
         "final_val_loss": float(val.iloc[-1]) if len(val) else None,
         "mean_tokens_per_s": steplog.mean_tokens_per_s(),
         "peak_mem_mb": peak_memory_mb(),

@@ -234,6 +234,30 @@ def test_train_compile_setting():
         use_compile({"compile": True}, {"accelerator": "gpu", "strategy": "fsdp"})
 
 
+def test_compile_numerics_setting_reaches_inductor(monkeypatch):
+    """train.compile_numerics: "eager" compiles the blocks with EAGER_NUMERICS, "fast" with each of
+    those settings off; anything else is an error naming the key (also in the config schema)."""
+    import yaml
+
+    from lowprec.config import CONFIG_DIR
+    from lowprec.models import build_model
+
+    assert lin.compile_numerics_options("eager") == {}
+    fast = lin.compile_numerics_options("fast")
+    assert set(fast) == set(lin.EAGER_NUMERICS) and not any(fast.values())
+    with pytest.raises(ValueError, match="train.compile_numerics"):
+        lin.compile_numerics_options("exact")
+    seen = []
+    monkeypatch.setattr(nn.Module, "compile", lambda self, **kw: seen.append(kw["options"]))
+    model = build_model({"family": "llama", "layers": 2, "d_model": 64, "heads": 2, "ffn": 128,
+                         "max_seq_len": 32}, 128)
+    lin.compiled(model, options=fast)
+    lin.compiled(model)
+    assert seen == [fast] * 2 + [lin.EAGER_NUMERICS] * 2  # two blocks, each time
+    schema = yaml.safe_load((CONFIG_DIR / "schema" / "scale.schema.yaml").read_text())
+    assert schema["$defs"]["train"]["properties"]["compile_numerics"]["enum"] == list(lin.COMPILE_NUMERICS)
+
+
 @pytest.mark.slow
 def test_compiled_delayed_scaling_trains_like_eager():
     """Delayed scaling's history is a ring of the layer's buffers that one operator reads and
