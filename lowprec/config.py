@@ -318,8 +318,14 @@ RESULT_NEUTRAL_KEYS = ("output_dir", "logging", "train.threads", "train.strategy
                        "train.num_nodes", "train.ckpt_every", "train.compile")
 
 
+# Keys added after runs were committed, whose default is what those runs computed: given at their
+# default they read as absent, so a committed run stays current.
+DEFAULT_AS_ABSENT = {"train.compile_numerics": "eager"}
+
+
 def _numeric_view(cfg: dict) -> dict:
-    """``cfg`` flattened to dotted keys, without RESULT_NEUTRAL_KEYS, data.dir as its data id."""
+    """``cfg`` flattened to dotted keys, without RESULT_NEUTRAL_KEYS and DEFAULT_AS_ABSENT keys at
+    their default, data.dir as its data id."""
     flat = {}
 
     def walk(d, prefix):
@@ -333,6 +339,9 @@ def _numeric_view(cfg: dict) -> dict:
                 flat[key] = v
 
     walk(cfg, "")
+    for key, default in DEFAULT_AS_ABSENT.items():
+        if flat.get(key) == default:
+            del flat[key]
     if isinstance(flat.get("data.dir"), str):
         flat["data.dir"] = Path(flat["data.dir"]).name
     return flat

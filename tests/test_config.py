@@ -202,6 +202,12 @@ def test_run_status_compares_only_what_changes_the_numbers(tmp_path):
     neutral["data"]["dir"] = "elsewhere/data/" + cfg["data"]["dir"].rsplit("/", 1)[1]  # same data id
     _finished_run(cfg, neutral)
     assert lpc.run_status(cfg) == ("current", "")
+    # a key added since, given at its default: what the committed run computed
+    explicit = copy.deepcopy(cfg)
+    explicit["train"]["compile_numerics"] = "eager"
+    assert lpc.run_status(explicit) == ("current", "")
+    explicit["train"]["compile_numerics"] = "fast"
+    assert lpc.run_status(explicit) == ("stale", "train.compile_numerics: '<absent>' -> 'fast'")
 
     changed = copy.deepcopy(cfg)
     changed["train"]["lr"] = 0.002
