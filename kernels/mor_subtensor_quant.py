@@ -6,6 +6,7 @@ API (each takes ``launcher``: None to launch here, or ``torch.library.wrap_trito
 ``triton_op`` that a compiled graph traces)::
 
     block_stats(x2d, block)              -> (amax fp32, amin fp32, bad bool) grids
+    (each also takes ``config``, a ``PassConfig``: the step a program loops by and its warps)
     block_errors(x2d, block, s4, s5)     -> (2, n_brow, n_bcol) fp64: E4M3's and E5M2's error sums
     block_values(x2d, block, choice, s4, s5) -> (values bf16 (M, N), their transpose (N, M),
                                                  E4M3 codes float8_e4m3fn (M, N), their transpose)
@@ -32,6 +33,8 @@ fp32 or bf16 (read as raw words, as in ``lowprec.kernels.quantize``), any stride
 
 from __future__ import annotations
 
+from typing import NamedTuple, Optional
+
 import torch
 
 from lowprec.numerics.checks import block_shape as _check_block, nonempty
@@ -41,12 +44,21 @@ from ._common import _cdiv, _next_pow2
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["block_stats", "block_errors", "block_values", "triton_available", "interpreter_active"]
+__all__ = ["block_stats", "block_errors", "block_values", "PassConfig", "DEFAULT_CONFIG", "triton_available",
+           "interpreter_active"]
 
 _INPUT_DTYPES = (torch.float32, torch.bfloat16)
-# Elements per loop step of a program (a power of two): the fp64 error accumulators live in registers.
-_STEP = 2048
 _JIT_FNS: tuple = ()
+
+
+class PassConfig(NamedTuple):
+    """A launch of one pass: elements per loop step of a program (a power of two; the error pass
+    keeps two fp64 accumulators of this size in registers) and warps per program."""
+    step: int = 2048
+    num_warps: int = 4
+
+
+DEFAULT_CONFIG = PassConfig()
 
 
 if triton is not None:
@@ -159,8 +171,9 @@ def interpreter_active() -> bool:
     return bool(_JIT_FNS) and _c.is_interpreted(*_JIT_FNS)
 
 
-def _geometry(x2d: torch.Tensor, block) -> tuple:
-    """(in_kind, x argument, launch grid, (M, N, strides, BR, BC, n_bcol), TR, TC) of x2d over block."""
+def _geometry(x2d: torch.Tensor, block, config: Optional[PassConfig]) -> tuple:
+    """(x argument, launch grid, (M, N, strides, BR, BC, n_bcol), launch options) of x2d
+    over block: the options are the step's (TR, TC) tile and the warps."""
     _c.require_triton("lowprec.kernels.mor_subtensor_quant", "lowprec.methods.mor", _TRITON_IMPORT_ERROR,
                       _JIT_FNS, x2d.device)
     if not isinstance(x2d, torch.Tensor) or x2d.dim() != 2:
@@ -171,47 +184,51 @@ def _geometry(x2d: torch.Tensor, block) -> tuple:
     br, bc = _check_block(block)
     M, N = x2d.shape
     n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
-    tc = min(_next_pow2(bc), 128)
-    tr = min(_next_pow2(br), max(_STEP // tc, 1))
+    cfg = config or DEFAULT_CONFIG
+    if cfg.step < 1 or cfg.step & (cfg.step - 1) or cfg.num_warps not in (1, 2, 4, 8, 16):
+        raise ValueError(f"config: step must be a power of two and num_warps 1-16 (a power of two), got {cfg}")
+    tc = min(_next_pow2(bc), 128, cfg.step)
+    tr = min(_next_pow2(br), max(cfg.step // tc, 1))
     # offsets inside a block are int32 (the kernels add them to an int64 block origin)
     if max(br * abs(x2d.stride(0)) + bc * abs(x2d.stride(1)), br * N, bc * M) >= 2 ** 31:
         raise ValueError(f"x2d of shape {tuple(x2d.shape)} and strides {x2d.stride()}: a {br}x{bc} block spans "
                          "2^31 elements or more; use a smaller block")
     in_kind, x_arg = _c._in_kind(x2d)
-    return in_kind, x_arg, (n_brow * n_bcol,), (M, N, x2d.stride(0), x2d.stride(1), br, bc, n_bcol), tr, tc
+    launch = dict(TR=tr, TC=tc, IN_KIND=in_kind, num_warps=cfg.num_warps)
+    return x_arg, (n_brow * n_bcol,), (M, N, x2d.stride(0), x2d.stride(1), br, bc, n_bcol), launch
 
 
 def _kernel(kernel, launcher):
     return launcher(kernel) if launcher is not None else kernel
 
 
-def block_stats(x2d: torch.Tensor, block, launcher=None) -> tuple:
+def block_stats(x2d: torch.Tensor, block, launcher=None, config: Optional[PassConfig] = None) -> tuple:
     """(amax, amin, bad) over the (ceil(M/R), ceil(N/C)) block grid (module docstring)."""
-    in_kind, x_arg, grid, geom, tr, tc = _geometry(x2d, block)
+    x_arg, grid, geom, launch = _geometry(x2d, block, config)
     shape = (_cdiv(geom[0], geom[4]), geom[6])
     amax = torch.empty(shape, dtype=torch.float32, device=x2d.device)
     amin, bad = torch.empty_like(amax), torch.empty(shape, dtype=torch.int8, device=x2d.device)
-    _kernel(_stats_kernel, launcher)[grid](x_arg, amax, amin, bad, *geom, TR=tr, TC=tc, IN_KIND=in_kind)
+    _kernel(_stats_kernel, launcher)[grid](x_arg, amax, amin, bad, *geom, **launch)
     return amax, amin, bad.bool()
 
 
-def block_errors(x2d: torch.Tensor, block, s4: torch.Tensor, s5: torch.Tensor, launcher=None) -> torch.Tensor:
+def block_errors(x2d: torch.Tensor, block, s4: torch.Tensor, s5: torch.Tensor, launcher=None,
+                 config: Optional[PassConfig] = None) -> torch.Tensor:
     """Both formats' per-block sums of relative errors at encode scales s4 (E4M3) and s5 (E5M2):
     (2, n_brow, n_bcol) fp64."""
-    in_kind, x_arg, grid, geom, tr, tc = _geometry(x2d, block)
+    x_arg, grid, geom, launch = _geometry(x2d, block, config)
     _check_grid("s4", s4, grid, geom)
     _check_grid("s5", s5, grid, geom)
     err = torch.empty((2, *s4.shape), dtype=torch.float64, device=x2d.device)
-    _kernel(_errors_kernel, launcher)[grid](x_arg, s4.contiguous(), s5.contiguous(), err, *geom, grid[0],
-                                            TR=tr, TC=tc, IN_KIND=in_kind)
+    _kernel(_errors_kernel, launcher)[grid](x_arg, s4.contiguous(), s5.contiguous(), err, *geom, grid[0], **launch)
     return err
 
 
 def block_values(x2d: torch.Tensor, block, choice: torch.Tensor, s4: torch.Tensor, s5: torch.Tensor,
-                 launcher=None) -> tuple:
+                 launcher=None, config: Optional[PassConfig] = None) -> tuple:
     """(values bf16 (M, N), E4M3 codes float8_e4m3fn (M, N), and the two transposed, (N, M)), all
     row-major (module docstring)."""
-    in_kind, x_arg, grid, geom, tr, tc = _geometry(x2d, block)
+    x_arg, grid, geom, launch = _geometry(x2d, block, config)
     for name, g in (("choice", choice), ("s4", s4), ("s5", s5)):
         _check_grid(name, g, grid, geom)
     # written as raw words and viewed after: a traced graph then never sees a kernel write through
@@ -220,7 +237,7 @@ def block_values(x2d: torch.Tensor, block, choice: torch.Tensor, s4: torch.Tenso
     words, words_t = (torch.empty(shape, dtype=torch.int16, device=x2d.device) for shape in ((M, N), (N, M)))
     codes, codes_t = (torch.empty(shape, dtype=torch.uint8, device=x2d.device) for shape in ((M, N), (N, M)))
     _kernel(_values_kernel, launcher)[grid](x_arg, choice.contiguous(), s4.contiguous(), s5.contiguous(),
-                                            words, codes, words_t, codes_t, *geom, TR=tr, TC=tc, IN_KIND=in_kind)
+                                            words, codes, words_t, codes_t, *geom, **launch)
     return tuple(w.view(torch.bfloat16) for w in (words, words_t)) + tuple(
         c.view(torch.float8_e4m3fn) for c in (codes, codes_t))
 

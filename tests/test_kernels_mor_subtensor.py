@@ -143,6 +143,22 @@ def test_compiled_model_quantizes_by_the_kernels_in_one_graph(monkeypatch):
     assert len(cov) == 10 and all(r["calls"] == 1 and r["blocks"] == 4 for r in cov)
 
 
+def test_launch_configs_compute_the_same():
+    x = _data()
+    s = mor.subtensor_scales(kq.block_stats(x, BLOCK)[0], "fp32")
+    choice = torch.zeros(3, 5, dtype=torch.int8, device=DEVICE)
+    small = kq.PassConfig(step=256, num_warps=2)  # several steps per block row
+    for a, b in zip(kq.block_stats(x, BLOCK, config=small), kq.block_stats(x, BLOCK)):
+        assert torch.equal(a, b)
+    torch.testing.assert_close(kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"], config=small),
+                               kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"]), rtol=1e-12, atol=0.0, equal_nan=True)
+    for a, b in zip(kq.block_values(x, BLOCK, choice, s["e4m3"], s["e5m2"], config=small),
+                    kq.block_values(x, BLOCK, choice, s["e4m3"], s["e5m2"])):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    with pytest.raises(ValueError, match="step must be a power of two"):
+        kq.block_stats(x, BLOCK, config=kq.PassConfig(step=1000))
+
+
 def test_bad_input_names_the_problem():
     x = _data()
     with pytest.raises(ValueError, match="2-D"):

@@ -3,7 +3,8 @@ operands (bf16, 128x128 blocks, two-way): the torch ops that Inductor fuses (``q
 the default) against the Triton passes of ``lowprec.kernels.mor_subtensor_quant`` (``quantize:
 kernel``), each compiled as training runs it and each delivering what the step's GEMMs read (values
 and the E4M3 codes in both layouts: the backward multiplies the transposes), and each kernel pass
-launched alone (stats, errors, values), to show where the time goes. ``x.clone()`` of the same
+launched alone (stats, errors, values), to show where the time goes (``--configs``: each pass also
+with other steps and warps per program, ``lowprec.kernels.mor_subtensor_quant.PassConfig``). ``x.clone()`` of the same
 tensor runs in the same run: ``ratio_vs_clone`` is the share of the memory bound reached.
 
     python -m lowprec.bench.subtensor_quant --out results/bench/subtensor_quant_h200.csv
@@ -26,11 +27,14 @@ FIELDS = ("rows", "cols", "path", "ms", "gb_per_s", "ratio_vs_clone", "ratio_vs_
 # activations and their gradients, then weights
 DEFAULT_SHAPES = "16384x2048,16384x5632,2048x2048,5632x2048,2048x5632"
 BLOCK = (128, 128)
+# --configs: each pass also with these (step, num_warps) besides the default
+EXTRA_CONFIGS = ((1024, 4), (4096, 4), (1024, 8), (2048, 8), (4096, 8))
 
 
 def _parse(argv):
     p = bench_parser(PROG, __doc__)
     p.add_argument("--shapes", default=DEFAULT_SHAPES, help="ROWSxCOLS list (default: the ~1B step's operands)")
+    p.add_argument("--configs", action="store_true", help="also time each pass with EXTRA_CONFIGS (step, warps)")
     p.add_argument("--budget-s", type=float, default=None, help="start nothing new after this many seconds")
     add_do_bench_args(p)
     return p.parse_args(argv)
@@ -84,9 +88,15 @@ def main(argv=None) -> int:
             s = subtensor_scales(amax, "fp32")
             err = kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"])
             choice = subtensor_choice(dynamic_range(amax, amin, bad), err[0], err[1], "two_way")
-            passes = {"kernel_stats_pass": lambda: kq.block_stats(x, BLOCK),
-                      "kernel_errors_pass": lambda: kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"]),
-                      "kernel_values_pass": lambda: kq.block_values(x, BLOCK, choice, s["e4m3"], s["e5m2"])}
+            passes = {}
+            for cfg in [kq.DEFAULT_CONFIG] + [kq.PassConfig(*c) for c in EXTRA_CONFIGS] * args.configs:
+                tag = "" if cfg == kq.DEFAULT_CONFIG else f"[step={cfg.step},warps={cfg.num_warps}]"
+                passes.update({
+                    f"kernel_stats_pass{tag}": lambda cfg=cfg: kq.block_stats(x, BLOCK, config=cfg),
+                    f"kernel_errors_pass{tag}": lambda cfg=cfg: kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"],
+                                                                                config=cfg),
+                    f"kernel_values_pass{tag}": lambda cfg=cfg: kq.block_values(x, BLOCK, choice, s["e4m3"], s["e5m2"],
+                                                                                config=cfg)})
             t_torch = None
             for name, fn in {**paths, **passes}.items():
                 got = fn()
@@ -98,7 +108,7 @@ def main(argv=None) -> int:
                 rows.append({"rows": M, "cols": N, "path": name, "ms": f"{t:.4f}", "gb_per_s": f"{gb / t * 1e3:.0f}",
                              "ratio_vs_clone": f"{t_clone / t:.3f}", "ratio_vs_torch": f"{t_torch / t:.3f}",
                              "equal": same})
-                print(f"{M:6d}x{N:5d} {name:20s} {t:8.3f} ms  {rows[-1]['gb_per_s']:>6s} GB/s  "
+                print(f"{M:6d}x{N:5d} {name:40s} {t:8.3f} ms  {rows[-1]['gb_per_s']:>6s} GB/s  "
                       f"x{rows[-1]['ratio_vs_torch']} torch  equal={same}", flush=True)
             del x, ref
     finally:
