@@ -28,7 +28,10 @@ per-element work is here, computed as the emulation computes it:
   K-contiguous, which a copy from a transposed view would cost another pass for.
 
 Blocks that overhang the tensor are masked (masked lanes count as the emulation's zero padding). x is
-fp32 or bf16 (read as raw words, as in ``lowprec.kernels.quantize``), any strides.
+fp32 or bf16 (read as raw words, as in ``lowprec.kernels.quantize``), any strides. Inside the kernels
+only Triton builtins and ``lowprec.kernels._common``'s helpers (``tl.full``, not ``tl.zeros``):
+triton.language's own jit helpers break the interpreter when Triton was imported before
+``TRITON_INTERPRET`` was set (``lowprec.kernels._common``).
 """
 
 from __future__ import annotations
@@ -87,9 +90,9 @@ if triton is not None:
         pid = tl.program_id(0)
         row0, col0 = _block_origin(pid, n_bcol, BR, BC)
         x_blk = x_ptr + row0 * sxr + col0 * sxc
-        amax = tl.zeros((TR, TC), dtype=tl.float32)
+        amax = tl.full((TR, TC), 0.0, dtype=tl.float32)
         amin = tl.full((TR, TC), float("inf"), dtype=tl.float32)
-        bad = tl.zeros((TR, TC), dtype=tl.int32)
+        bad = tl.full((TR, TC), 0, dtype=tl.int32)
         for r0 in range(0, BR, TR):
             for c0 in range(0, BC, TC):
                 r, c, mask = _block_step(row0, col0, r0, c0, M, N, BR, BC, TR, TC)
@@ -117,8 +120,8 @@ if triton is not None:
         x_blk = x_ptr + row0 * sxr + col0 * sxc
         s4 = tl.load(s4_ptr + pid)
         s5 = tl.load(s5_ptr + pid)
-        e4 = tl.zeros((TR, TC), dtype=tl.float64)
-        e5 = tl.zeros((TR, TC), dtype=tl.float64)
+        e4 = tl.full((TR, TC), 0.0, dtype=tl.float64)
+        e5 = tl.full((TR, TC), 0.0, dtype=tl.float64)
         for r0 in range(0, BR, TR):
             for c0 in range(0, BC, TC):
                 r, c, mask = _block_step(row0, col0, r0, c0, M, N, BR, BC, TR, TC)
