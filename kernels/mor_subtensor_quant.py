@@ -6,11 +6,12 @@ API (each takes ``launcher``: None to launch here, or ``torch.library.wrap_trito
 ``triton_op`` that a compiled graph traces)::
 
     block_stats(x2d, block)              -> (amax fp32, amin fp32, bad bool) grids
-    (each also takes ``config``, a ``PassConfig``: the step a program loops by and its warps)
     block_errors(x2d, block, s4, s5)     -> (2, n_brow, n_bcol) fp64: E4M3's and E5M2's error sums
     block_values(x2d, block, choice, s4, s5) -> (values bf16 (M, N), their transpose (N, M),
                                                  E4M3 codes float8_e4m3fn (M, N), their transpose)
     triton_available(device=None), interpreter_active()
+
+Each pass also takes ``config``, a ``PassConfig`` (the step a program loops by, its warps).
 
 The rule between the passes (dynamic range, scales, choice) is the emulation's own torch code on the
 small grids (``lowprec.methods.mor_subtensor_fast.subtensor_operand`` composes them), so only the
