@@ -90,3 +90,18 @@ def test_e2e_inductor_options_are_parsed_checked_and_kept_out_of_the_default_fil
     with pytest.raises(SystemExit) as exc:  # the suite's rows keep the suite's numerics
         e2e.main(["--inductor", "emulate_precision_casts=false"])
     assert exc.value.code == 2 and "its own --out" in capsys.readouterr().err
+
+
+def test_e2e_arms_build_and_hardware_arms_have_a_fast_plan():
+    """Every suite arm of the end-to-end benchmark is a method config that builds; those it counts
+    as running on low-precision hardware have a fast plan (else the run would fail on the GPU)."""
+    from lowprec.bench import e2e_step as e2e
+    from lowprec.gemm import FastPlan
+    from lowprec.recipes import recipe_from_config
+
+    for arm, method in e2e.METHODS.items():
+        recipe = recipe_from_config(dict(method))
+        if arm in e2e.HARDWARE_ARMS:
+            assert FastPlan.for_recipe(recipe) is not None, arm
+    assert set(e2e.HARDWARE_ARMS) <= set(e2e.ARMS)
+

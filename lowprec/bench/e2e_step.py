@@ -16,9 +16,9 @@ Arms (``--arms``):
   <recipe or method>      the suite's recipes and methods (fp8_tensorwise_current, fp8_delayed, fp8_hybrid,
                           fp8_blockwise, mor_tensor, mor_channel, mor_block, mor_sub_two_way,
                           mor_sub_two_way_kernel (its quantization by the Triton kernels), gaussws,
-                          int8_block, int8_fallback) through lowprec.convert, compiled with
-                          lowprec.linear.compiled as training compiles them on the GPU (train.compile:
-                          auto): on the fast path where the recipe has one (``FastPlan``), else the
+                          int8_block, int8_fallback, int8_fallback_b128 (128x128 blocks)) through
+                          lowprec.convert, compiled with lowprec.linear.compiled as training compiles
+                          them on the GPU (train.compile: auto): on the fast path where the recipe has one (``FastPlan``), else the
                           emulation compiled (``path`` reads ``compiled emulation``, never with CUDA graphs)
 
 Every arm's step is forward, loss, backward and a fused AdamW step, quantization included. Arms run
@@ -80,13 +80,15 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     "gaussws": {"recipe": "gaussws", "b": 6},
     "int8_block": {"recipe": "int8_block"},  # Jetfire's recipe (gemm: kernel is the INT8 recipes' default)
     "int8_fallback": {"recipe": "int8_fallback"},
+    # the fallback recipe at 128x128 blocks: the K-group at which the INT8 GEMM nears BF16's rate on the
+    # H200 (results/bench/int8_gemm_h200_1b_shapes/), against the paper's 32 above
+    "int8_fallback_b128": {"recipe": "int8_fallback", "block": [128, 128]},
 }
 ARMS = PEERS + tuple(METHODS)
 # arms whose GEMMs run on low-precision codes on CUDA
 HARDWARE_ARMS = {"torchao_tensorwise", "torchao_rowwise", "fp8_tensorwise_current", "fp8_delayed", "fp8_hybrid",
                  "fp8_blockwise", "mor_tensor", "mor_channel", "mor_block", "mor_sub_two_way",
-                 "mor_sub_two_way_kernel", "int8_block",
-                 "int8_fallback"}
+                 "mor_sub_two_way_kernel", "int8_block", "int8_fallback", "int8_fallback_b128"}
 FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs_bf16_compiled", "peak_mem_gib",
           "lowp_gemms_per_step", "step_ms", "batch", "seq", "n_params", "steps", "repeats", "baseline_tokens_per_s",
           "commit", "inductor_options"]
