@@ -176,8 +176,9 @@ def interpreter_active() -> bool:
 
 
 def _geometry(x2d: torch.Tensor, block, config: Optional[PassConfig]) -> tuple:
-    """(x argument, launch grid, (M, N, strides, BR, BC, n_bcol), launch options) of x2d
-    over block: the options are the step's (TR, TC) tile and the warps."""
+    """(x argument, block grid shape (n_brow, n_bcol), launch grid (one program per block),
+    (M, N, strides, BR, BC, n_bcol), launch options) of x2d over block: the options are the
+    step's (TR, TC) tile and the warps."""
     _c.require_triton("lowprec.kernels.mor_subtensor_quant", "lowprec.methods.mor", _TRITON_IMPORT_ERROR,
                       _JIT_FNS, x2d.device)
     if not isinstance(x2d, torch.Tensor) or x2d.dim() != 2:
@@ -199,7 +200,7 @@ def _geometry(x2d: torch.Tensor, block, config: Optional[PassConfig]) -> tuple:
                          "2^31 elements or more; use a smaller block")
     in_kind, x_arg = _c._in_kind(x2d)
     launch = dict(TR=tr, TC=tc, IN_KIND=in_kind, num_warps=cfg.num_warps)
-    return x_arg, (n_brow * n_bcol,), (M, N, x2d.stride(0), x2d.stride(1), br, bc, n_bcol), launch
+    return x_arg, (n_brow, n_bcol), (n_brow * n_bcol,), (M, N, x2d.stride(0), x2d.stride(1), br, bc, n_bcol), launch
 
 
 def _kernel(kernel, launcher):
@@ -208,8 +209,7 @@ def _kernel(kernel, launcher):
 
 def block_stats(x2d: torch.Tensor, block, launcher=None, config: Optional[PassConfig] = None) -> tuple:
     """(amax, amin, bad) over the (ceil(M/R), ceil(N/C)) block grid (module docstring)."""
-    x_arg, grid, geom, launch = _geometry(x2d, block, config)
-    shape = (_cdiv(geom[0], geom[4]), geom[6])
+    x_arg, shape, grid, geom, launch = _geometry(x2d, block, config)
     amax = torch.empty(shape, dtype=torch.float32, device=x2d.device)
     amin, bad = torch.empty_like(amax), torch.empty(shape, dtype=torch.int8, device=x2d.device)
     _kernel(_stats_kernel, launcher)[grid](x_arg, amax, amin, bad, *geom, **launch)
@@ -220,9 +220,9 @@ def block_errors(x2d: torch.Tensor, block, s4: torch.Tensor, s5: torch.Tensor, l
                  config: Optional[PassConfig] = None) -> torch.Tensor:
     """Both formats' per-block sums of relative errors at encode scales s4 (E4M3) and s5 (E5M2):
     (2, n_brow, n_bcol) fp64."""
-    x_arg, grid, geom, launch = _geometry(x2d, block, config)
-    _check_grid("s4", s4, grid, geom)
-    _check_grid("s5", s5, grid, geom)
+    x_arg, shape, grid, geom, launch = _geometry(x2d, block, config)
+    _check_grid("s4", s4, shape)
+    _check_grid("s5", s5, shape)
     err = torch.empty((2, *s4.shape), dtype=torch.float64, device=x2d.device)
     _kernel(_errors_kernel, launcher)[grid](x_arg, s4.contiguous(), s5.contiguous(), err, *geom, grid[0], **launch)
     return err
@@ -232,9 +232,9 @@ def block_values(x2d: torch.Tensor, block, choice: torch.Tensor, s4: torch.Tenso
                  launcher=None, config: Optional[PassConfig] = None) -> tuple:
     """(values bf16 (M, N), E4M3 codes float8_e4m3fn (M, N), and the two transposed, (N, M)), all
     row-major (module docstring)."""
-    x_arg, grid, geom, launch = _geometry(x2d, block, config)
+    x_arg, shape, grid, geom, launch = _geometry(x2d, block, config)
     for name, g in (("choice", choice), ("s4", s4), ("s5", s5)):
-        _check_grid(name, g, grid, geom)
+        _check_grid(name, g, shape)
     # written as raw words and viewed after: a traced graph then never sees a kernel write through
     # a view of another dtype
     M, N = x2d.shape
@@ -246,7 +246,6 @@ def block_values(x2d: torch.Tensor, block, choice: torch.Tensor, s4: torch.Tenso
         c.view(torch.float8_e4m3fn) for c in (codes, codes_t))
 
 
-def _check_grid(name: str, g: torch.Tensor, grid: tuple, geom: tuple) -> None:
-    want = (_cdiv(geom[0], geom[4]), geom[6])
-    if tuple(g.shape) != want or g.numel() != grid[0]:
-        raise ValueError(f"{name} must be the block grid of shape {want}, got {tuple(g.shape)}")
+def _check_grid(name: str, g: torch.Tensor, shape: tuple) -> None:
+    if tuple(g.shape) != shape:
+        raise ValueError(f"{name} must be the block grid of shape {shape}, got {tuple(g.shape)}")

@@ -397,9 +397,10 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     precision = resolve_precision(t.get("precision", "auto"), place["accelerator"] == "gpu")
     L.seed_everything(cfg["seed"], workers=True, verbose=False)
     module = LitLM(cfg, data.vocab_size, precision)
+    compile_numerics = t.get("compile_numerics", "eager")
     if use_compile(t, place):
         from .linear import compile_numerics_options, compiled
-        module.compiled = compiled(module.model, options=compile_numerics_options(t.get("compile_numerics", "eager")))
+        module.compiled = compiled(module.model, options=compile_numerics_options(compile_numerics))
     n_parameters = count_parameters(module.model)  # before FSDP shards them
 
     # Read-only here (every rank decides the same); PrepareRunFolder changes the folder later.
@@ -494,7 +495,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
         "world_size": world_size, "strategy": place["strategy"],
         "parameters": n_parameters,
         "precision": precision, "compiled": module.compiled is not None,
-        "compile_numerics": t.get("compile_numerics", "eager") if module.compiled is not None else None,
+        "compile_numerics": compile_numerics if module.compiled is not None else None,
         "method": module.method_info,
         "final_val_loss": float(val.iloc[-1]) if len(val) else None,
         "mean_tokens_per_s": steplog.mean_tokens_per_s(),

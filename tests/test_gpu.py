@@ -711,7 +711,8 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
         assert torch.equal(y, want), cfg.label()
 
 
-@pytest.mark.xfail(strict=False, reason=(
+# only a wrong value is the expected failure: a compile error or crash still fails the test
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=(
     "Triton 3.6 on the H200 (39496dc): with the value scaled by a loaded scalar and clamped before the "
     "cast, 32,973 of 66,041 codes differ from torch's in both tile shapes (a bare cast of the loaded value "
     "matched in an earlier run); the suite's kernels keep the written-out encoder (fp8_cast='auto')"))

@@ -74,7 +74,8 @@ def test_kernel_equals_reference(dtype, partition, block, scale):
 
 @pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_capability() < (8, 9),
                     reason="the hardware FP8 cast needs CUDA capability >= 8.9")
-@pytest.mark.xfail(strict=False, reason=(
+# only a wrong value is the expected failure: a compile error or crash still fails the test
+@pytest.mark.xfail(strict=False, raises=AssertionError, reason=(
     "Triton 3.6 on the H200: every case failed at 8662aec, with the codes' values decoded from their "
     "bits in integer ops too; tests/test_gpu.py::test_triton_hardware_fp8_cast_and_decode_reproducer "
     "shows the cast itself wrong once scaled and clamped, so fp8_cast='auto' keeps the written-out encoder"))

@@ -88,18 +88,21 @@ def parse_int_list(prog: str, flag: str, text: str, allowed=None) -> list:
     return values
 
 
-def parse_shapes(prog: str, flag: str, text: str) -> list:
-    """The comma-separated M x N x K GEMM shapes of option `flag` as (M, N, K) tuples; exit 2 for an
-    item that is not MxNxK of positive integers."""
+def parse_shapes(prog: str, flag: str, text: str, dims: int = 3) -> list:
+    """The comma-separated shapes of option `flag` as tuples of `dims` positive integers (M x N x K GEMM
+    shapes by default, ROWS x COLS with dims=2); exit 2 for an item that is not one."""
+    form = "x".join(("M", "N", "K") if dims == 3 else ("ROWS", "COLS") if dims == 2 else ("D",) * dims)
     out = []
     for item in parse_list(prog, flag, text, str.strip):
         try:
-            m, n, k = (int(v) for v in item.lower().split("x"))
+            shape = tuple(int(v) for v in item.lower().split("x"))
         except ValueError:
-            fail(prog, f"{flag}: {item!r} is not MxNxK")
-        if min(m, n, k) < 1:
+            shape = ()
+        if len(shape) != dims:
+            fail(prog, f"{flag}: {item!r} is not {form}")
+        if min(shape) < 1:
             fail(prog, f"{flag}: {item!r} has an empty dimension")
-        out.append((m, n, k))
+        out.append(shape)
     return out
 
 

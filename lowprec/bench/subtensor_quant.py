@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, gpu_provenance,
-                                  parse_list, require_cuda_triton, write_budgeted_run, write_provenance)
+                                  parse_shapes, require_cuda_triton, write_budgeted_run, write_provenance)
 
 PROG = "lowprec.bench.subtensor_quant"
 FIELDS = ("rows", "cols", "path", "ms", "gb_per_s", "ratio_vs_clone", "ratio_vs_torch", "equal")
@@ -40,16 +40,9 @@ def _parse(argv):
     return p.parse_args(argv)
 
 
-def _shape(text: str) -> tuple:
-    rows, sep, cols = text.partition("x")
-    if not sep:
-        raise ValueError(text)
-    return int(rows), int(cols)
-
-
 def main(argv=None) -> int:
     args = _parse(argv)
-    shapes = parse_list(PROG, "--shapes", args.shapes, _shape)
+    shapes = parse_shapes(PROG, "--shapes", args.shapes, dims=2)
     torch, _ = require_cuda_triton(PROG, "tests/test_kernels_mor_subtensor.py")
     from lowprec.kernels import mor_subtensor_quant as kq
     from lowprec.linear import EAGER_NUMERICS
