@@ -125,10 +125,20 @@ if triton is not None and _kq.triton is not None:
             return p.to(tl.float32)
 
     @triton.jit
-    def _add_scaled_dot(acc, a, b, sa, sb, MAGIC: tl.constexpr):
+    def _add_scaled_dot(acc, a, b, sa, sb, MAGIC: tl.constexpr, UA: tl.constexpr = False, UB: tl.constexpr = False):
         """acc + (a . b) * (sa x sb): the int8 dot into int32, as fp32 (exact), times the outer
-        product of the row scales sa and the column scales sb."""
-        return acc + _exact_f32(tl.dot(a, b, out_dtype=tl.int32), MAGIC) * (sa[:, None] * sb[None, :])
+        product of the row scales sa and the column scales sb. UA / UB: sa / sb is one scalar for
+        the whole tile (its scale block covers the tile), so the scale tile is a broadcast vector,
+        or a scalar, instead of a product per element (the same fp32 products: bit for bit)."""
+        if UA and UB:
+            s = sa * sb
+        elif UA:
+            s = (sa * sb)[None, :]
+        elif UB:
+            s = (sa * sb)[:, None]
+        else:
+            s = sa[:, None] * sb[None, :]
+        return acc + _exact_f32(tl.dot(a, b, out_dtype=tl.int32), MAGIC) * s
 
     @triton.jit
     def _rows_tile(ptr, rows_off, kb, offs_k, K, GK: tl.constexpr, EVEN_K: tl.constexpr):
@@ -172,8 +182,19 @@ if triton is not None and _kq.triton is not None:
         offs_k = tl.arange(0, BLOCK_K)
         a_rows = rm.to(tl.int64) * K
         b_cols = rn.to(tl.int64) * K
-        sa_idx = (rm // BMS) * n_kb
-        sb_idx = (rn // BNS) * n_kb
+        # a scale block that covers the tile along M (N) gives one scale per K-group: loaded once
+        # per program and broadcast (UA / UB of _add_scaled_dot); not with fused second parts, whose
+        # flags are read per row-block
+        UA: tl.constexpr = BMS % BLOCK_M == 0 and not (HAS_RA or HAS_RB)
+        UB: tl.constexpr = BNS % BLOCK_N == 0 and not (HAS_RA or HAS_RB)
+        if UA:
+            sa_idx = ((pid_m * BLOCK_M) // BMS) * n_kb
+        else:
+            sa_idx = (rm // BMS) * n_kb
+        if UB:
+            sb_idx = ((pid_n * BLOCK_N) // BNS) * n_kb
+        else:
+            sb_idx = (rn // BNS) * n_kb
 
         acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
         for it in tl.range(0, n_kb // KG, warp_specialize=WS):
@@ -188,7 +209,7 @@ if triton is not None and _kq.triton is not None:
                 else:
                     a = _rows_tile(a_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
                     b = _cols_tile(b_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
-                acc = _add_scaled_dot(acc, a, b, da, db, MAGIC)
+                acc = _add_scaled_dot(acc, a, b, da, db, MAGIC, UA, UB)
                 if HAS_RA:
                     fa = tl.load(fa_ptr + sa_idx + kb).to(tl.int32)
                     dra = tl.where(fa != 0, tl.load(dra_ptr + sa_idx + kb), 0.0)

@@ -204,10 +204,13 @@ def _int_operands(M, N, K, rows_a, rows_b, group, seed, pattern="random", ratio=
     ((50, 33, 160), (32, 32), 32, kt.GemmConfig(32, 32, k_groups=4, num_warps=4, num_stages=1)),  # 5 groups: 1 a step
     ((48, 40, 128), (1, 8), 64, kt.GemmConfig(32, 16, k_groups=2, num_warps=4, num_stages=1, tma=True)),
     ((40, 56, 100), (8, 8), 32, kt.GemmConfig(16, 32, k_groups=2, num_warps=4, num_stages=1, tma=True)),  # K tail
-], ids=["kg4", "kg2-cvt", "kg-odd-groups", "tma", "tma-ragged"])
+    ((96, 40, 96), (64, 8), 32, kt.GemmConfig(32, 16, k_groups=1, num_warps=4, num_stages=1)),  # A's scale per tile
+    ((40, 80, 96), (8, 32), 32, kt.GemmConfig(16, 16, k_groups=3, num_warps=4, num_stages=1, magic=False)),  # B's
+], ids=["kg4", "kg2-cvt", "kg-odd-groups", "tma", "tma-ragged", "uniform-a", "uniform-b"])
 def test_gemm_configurations_are_bit_identical(device, dims, rows, group, config):
     """Every configuration (groups per iteration, tiles that do not divide the shape, the exact
-    int32 -> fp32 add trick or the conversion, descriptor loads) gives the reference's result."""
+    int32 -> fp32 add trick or the conversion, descriptor loads, a scale block covering the tile on
+    one side or both) gives the reference's result."""
     M, N, K = dims
     (qa, da, *_), (qb, db, *_) = _int_operands(M, N, K, rows[0], rows[1], group, seed=11, device=device)
     block_a, block_b = (rows[0], group), (rows[1], group)
