@@ -6,7 +6,8 @@ API (each takes ``launcher``: None to launch here, or ``torch.library.wrap_trito
 ``triton_op`` that a compiled graph traces)::
 
     block_stats(x2d, block)              -> (amax fp32, amin fp32, bad bool) grids
-    block_errors(x2d, block, s4, s5)     -> (2, n_brow, n_bcol) fp64: E4M3's and E5M2's error sums
+    block_errors(x2d, block, s4, s5, need=None) -> (2, n_brow, n_bcol) fp64: E4M3's and E5M2's error
+                                            sums (0 where the bool grid need is False: not read)
     block_values(x2d, block, choice, s4, s5) -> (values bf16 (M, N), their transpose (N, M),
                                                  E4M3 codes float8_e4m3fn (M, N), their transpose)
     triton_available(device=None), interpreter_active()
@@ -22,6 +23,8 @@ per-element work is here, computed as the emulation computes it:
 * errors: per format, codes = RNE of x * s onto its grid, saturating (``_common._fp8_round``),
   dequantized by a correctly rounded division by s, terms |(q - x) / x| in fp32 (0 where x == 0),
   summed in fp64 (``mor._block_sum``): equal to the emulation's sums up to fp64 summation order;
+  with ``need``, only for the blocks whose choice reads them (``mor.subtensor_error_blocks``: those
+  whose dynamic range E5M2's holds and E4M3's does not), the rest neither read nor summed;
 * values: per block, the chosen format's codes (E4M3, E5M2), or x rounded to BF16 (a BF16 block),
   as BF16 (every FP8 code is exact there), and the E4M3 codes of every block as FP8 bits (what the
   block-scaled GEMM's FP8 tiles read; only the blocks that chose E4M3 are ever used), each also
@@ -114,8 +117,8 @@ if triton is not None:
         return tl.where(nz, t, 0.0)
 
     @triton.jit
-    def _errors_kernel(x_ptr, s4_ptr, s5_ptr, err_ptr, M, N, sxr, sxc, BR, BC, n_bcol, n_blocks,
-                       TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
+    def _errors_kernel(x_ptr, s4_ptr, s5_ptr, need_ptr, err_ptr, M, N, sxr, sxc, BR, BC, n_bcol, n_blocks,
+                       TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr, HAS_NEED: tl.constexpr):
         pid = tl.program_id(0)
         row0, col0 = _block_origin(pid, n_bcol, BR, BC)
         x_blk = x_ptr + row0 * sxr + col0 * sxc
@@ -123,14 +126,18 @@ if triton is not None:
         s5 = tl.load(s5_ptr + pid)
         e4 = tl.full((TR, TC), 0.0, dtype=tl.float64)
         e5 = tl.full((TR, TC), 0.0, dtype=tl.float64)
-        for r0 in range(0, BR, TR):
-            for c0 in range(0, BC, TC):
-                r, c, mask = _block_step(row0, col0, r0, c0, M, N, BR, BC, TR, TC)
-                x = _load_fp32(x_blk, r * sxr + c * sxc, mask, IN_KIND)
-                _, q4 = _fp8_round(x * s4, 448.0, 3, -6, 8)
-                _, q5 = _fp8_round(x * s5, 57344.0, 2, -14, 15)
-                e4 += _ratio(x, q4, s4).to(tl.float64)
-                e5 += _ratio(x, q5, s5).to(tl.float64)
+        todo = True
+        if HAS_NEED:
+            todo = tl.load(need_ptr + pid) != 0
+        if todo:  # a block whose choice does not read its sums keeps zeros, reading nothing
+            for r0 in range(0, BR, TR):
+                for c0 in range(0, BC, TC):
+                    r, c, mask = _block_step(row0, col0, r0, c0, M, N, BR, BC, TR, TC)
+                    x = _load_fp32(x_blk, r * sxr + c * sxc, mask, IN_KIND)
+                    _, q4 = _fp8_round(x * s4, 448.0, 3, -6, 8)
+                    _, q5 = _fp8_round(x * s5, 57344.0, 2, -14, 15)
+                    e4 += _ratio(x, q4, s4).to(tl.float64)
+                    e5 += _ratio(x, q5, s5).to(tl.float64)
         tl.store(err_ptr + pid, _sum_axis(_sum_axis(e4, 1), 0))
         tl.store(err_ptr + n_blocks + pid, _sum_axis(_sum_axis(e5, 1), 0))
 
@@ -217,14 +224,20 @@ def block_stats(x2d: torch.Tensor, block, launcher=None, config: Optional[PassCo
 
 
 def block_errors(x2d: torch.Tensor, block, s4: torch.Tensor, s5: torch.Tensor, launcher=None,
-                 config: Optional[PassConfig] = None) -> torch.Tensor:
+                 config: Optional[PassConfig] = None, need: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Both formats' per-block sums of relative errors at encode scales s4 (E4M3) and s5 (E5M2):
-    (2, n_brow, n_bcol) fp64."""
+    (2, n_brow, n_bcol) fp64. ``need``: a bool block grid; blocks where it is False are not read
+    and their sums are 0 (``lowprec.methods.mor.subtensor_error_blocks``: the blocks whose choice
+    reads them)."""
     x_arg, shape, grid, geom, launch = _geometry(x2d, block, config)
     _check_grid("s4", s4, shape)
     _check_grid("s5", s5, shape)
+    if need is not None:
+        _check_grid("need", need, shape)
     err = torch.empty((2, *s4.shape), dtype=torch.float64, device=x2d.device)
-    _kernel(_errors_kernel, launcher)[grid](x_arg, s4.contiguous(), s5.contiguous(), err, *geom, grid[0], **launch)
+    need_arg = s4 if need is None else need.to(torch.int8).contiguous()  # a placeholder without need
+    _kernel(_errors_kernel, launcher)[grid](x_arg, s4.contiguous(), s5.contiguous(), need_arg, err, *geom,
+                                            grid[0], HAS_NEED=need is not None, **launch)
     return err
 
 

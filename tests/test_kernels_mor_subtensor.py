@@ -83,6 +83,25 @@ def test_error_sums_equal_the_emulations_up_to_summation_order():
     assert bool((err[0] > 0).any()) and float(err[:, 2, 2].abs().sum()) == 0.0  # the zero block
 
 
+def test_error_pass_reads_only_the_blocks_whose_choice_reads_it():
+    """With ``need`` (``mor.subtensor_error_blocks``), the blocks whose dynamic range alone decides
+    keep zero sums and the rest the full pass's; the choice is the full pass's."""
+    x = _data(special=False)
+    amax, amin, bad = kq.block_stats(x, BLOCK)
+    s = mor.subtensor_scales(amax, "gam")
+    dr = mor.dynamic_range(amax, amin, bad)
+    need = mor.subtensor_error_blocks(dr)
+    assert bool(need.any()) and not bool(need.all())
+    full = kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"])
+    got = kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"], need=need)
+    assert torch.equal(got[:, need], full[:, need]) and float(got[:, ~need].abs().sum()) == 0.0
+    assert bool((full[:, ~need] > 0).any())  # the skipped blocks did have sums to skip
+    for mode in mor.SUBTENSOR_MODES:
+        assert torch.equal(mor.subtensor_choice(dr, got[0], got[1], mode), mor.subtensor_choice(dr, full[0], full[1], mode))
+    with pytest.raises(ValueError, match="need"):
+        kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"], need=need[:2])
+
+
 def test_transposed_view_is_read_through_its_strides():
     x = _data().t()
     assert not x.is_contiguous()

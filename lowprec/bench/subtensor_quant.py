@@ -3,14 +3,18 @@ operands (bf16, 128x128 blocks, two-way): the torch ops that Inductor fuses (``q
 the default) against the Triton passes of ``lowprec.kernels.mor_subtensor_quant`` (``quantize:
 kernel``), each compiled as training runs it and each delivering what the step's GEMMs read (values
 and the E4M3 codes in both layouts: the backward multiplies the transposes), and each kernel pass
-launched alone (stats, errors, values), to show where the time goes (``--configs``: each pass also
-with other steps and warps per program, ``lowprec.kernels.mor_subtensor_quant.PassConfig``). ``x.clone()`` of the same
-tensor runs in the same run: ``ratio_vs_clone`` is the share of the memory bound reached.
+launched alone (stats; errors as training runs them, over the blocks whose choice reads the sums,
+and over every block; values), to show where the time goes (``--configs``: each pass also with
+other steps and warps per program, ``lowprec.kernels.mor_subtensor_quant.PassConfig``).
+``x.clone()`` of the same tensor runs in the same run: ``ratio_vs_clone`` is the share of the
+memory bound reached.
 
     python -m lowprec.bench.subtensor_quant --out results/bench/subtensor_quant_h200.csv
 
-Every row's ``equal`` says whether that path's values, scales and choices are the torch path's,
-bit for bit (NaN compared by position).
+``error_block_share``: the share of blocks whose choice reads the error sums
+(``lowprec.methods.mor.subtensor_error_blocks``) in this run's input. Every row's ``equal`` says
+whether that path's values, scales and choices are the torch path's, bit for bit (NaN compared by
+position).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_be
                                   parse_shapes, require_cuda_triton, write_budgeted_run, write_provenance)
 
 PROG = "lowprec.bench.subtensor_quant"
-FIELDS = ("rows", "cols", "path", "ms", "gb_per_s", "ratio_vs_clone", "ratio_vs_torch", "equal")
+FIELDS = ("rows", "cols", "path", "ms", "gb_per_s", "ratio_vs_clone", "ratio_vs_torch", "equal", "error_block_share")
 # the ~1B step's operands (lowprec.bench.e2e_step's llama_1b: 16384 tokens, d_model 2048, ffn 5632):
 # activations and their gradients, then weights
 DEFAULT_SHAPES = "16384x2048,16384x5632,2048x2048,5632x2048,2048x5632"
@@ -46,7 +50,8 @@ def main(argv=None) -> int:
     torch, _ = require_cuda_triton(PROG, "tests/test_kernels_mor_subtensor.py")
     from lowprec.kernels import mor_subtensor_quant as kq
     from lowprec.linear import EAGER_NUMERICS
-    from lowprec.methods.mor import SubTensorMoRQuantizer, dynamic_range, subtensor_choice, subtensor_scales
+    from lowprec.methods.mor import (SubTensorMoRQuantizer, dynamic_range, subtensor_choice, subtensor_error_blocks,
+                                     subtensor_scales)
     from lowprec.methods.mor_subtensor_fast import subtensor_operand
 
     q_torch, q_kernel = SubTensorMoRQuantizer(BLOCK), SubTensorMoRQuantizer(BLOCK, quantize="kernel")
@@ -79,15 +84,20 @@ def main(argv=None) -> int:
             ref = paths["torch_compiled"](x)
             amax, amin, bad = kq.block_stats(x, BLOCK)
             s = subtensor_scales(amax, "fp32")
-            err = kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"])
-            choice = subtensor_choice(dynamic_range(amax, amin, bad), err[0], err[1], "two_way")
+            dr = dynamic_range(amax, amin, bad)
+            need = subtensor_error_blocks(dr)
+            share = f"{float(need.float().mean()):.3f}"
+            err = kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"], need=need)
+            choice = subtensor_choice(dr, err[0], err[1], "two_way")
             passes = {}
             for cfg in [kq.DEFAULT_CONFIG] + [kq.PassConfig(*c) for c in EXTRA_CONFIGS] * args.configs:
                 tag = "" if cfg == kq.DEFAULT_CONFIG else f"[step={cfg.step},warps={cfg.num_warps}]"
                 passes.update({
                     f"kernel_stats_pass{tag}": lambda cfg=cfg: kq.block_stats(x, BLOCK, config=cfg),
                     f"kernel_errors_pass{tag}": lambda cfg=cfg: kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"],
-                                                                                config=cfg),
+                                                                                config=cfg, need=need),
+                    f"kernel_errors_pass_every_block{tag}": lambda cfg=cfg: kq.block_errors(
+                        x, BLOCK, s["e4m3"], s["e5m2"], config=cfg),
                     f"kernel_values_pass{tag}": lambda cfg=cfg: kq.block_values(x, BLOCK, choice, s["e4m3"], s["e5m2"],
                                                                                 config=cfg)})
             t_torch = None
@@ -100,7 +110,7 @@ def main(argv=None) -> int:
                 t_torch = t if name == "torch_compiled" else t_torch
                 rows.append({"rows": M, "cols": N, "path": name, "ms": f"{t:.4f}", "gb_per_s": f"{gb / t * 1e3:.0f}",
                              "ratio_vs_clone": f"{t_clone / t:.3f}", "ratio_vs_torch": f"{t_torch / t:.3f}",
-                             "equal": same})
+                             "equal": same, "error_block_share": share})
                 print(f"{M:6d}x{N:5d} {name:40s} {t:8.3f} ms  {rows[-1]['gb_per_s']:>6s} GB/s  "
                       f"x{rows[-1]['ratio_vs_torch']} torch  equal={same}", flush=True)
             del x, ref

@@ -77,7 +77,8 @@ __all__ = [
     "DEFAULT_THRESHOLD", "DEFAULT_BLOCK", "PARTITIONS", "SCALE_RULES", "SUBTENSOR_MODES",
     "ALL_OPERAND_SLOTS", "MOR_KEYS", "MOR", "METHODS",
     "e4m3_spec", "quantize_e4m3", "mor_relative_error", "decide", "mor_tensor", "MoRResult",
-    "subtensor_mor", "SubTensorResult", "subtensor_parts", "SubTensorParts", "relative_error_by_partition",
+    "subtensor_mor", "SubTensorResult", "subtensor_parts", "subtensor_error_blocks", "SubTensorParts",
+    "relative_error_by_partition",
     "MoRQuantizer", "SubTensorMoRQuantizer", "mor_recipe", "recipe_coverage",
 ]
 
@@ -345,13 +346,21 @@ def subtensor_scales(amax: torch.Tensor, scale: str) -> dict:
 def subtensor_choice(dr: torch.Tensor, e4m3_error: torch.Tensor, e5m2_error: torch.Tensor, mode: str) -> torch.Tensor:
     """Each block's format (int8 grid of E4M3, E5M2, BF16) from its dynamic range and the two formats'
     error sums: E4M3 when its range holds the block, or when E5M2's does and E4M3 is no worse; else
-    the wide choice (E5M2 three-way, BF16 two-way) when E5M2's range holds it; else BF16."""
+    the wide choice (E5M2 three-way, BF16 two-way) when E5M2's range holds it; else BF16. The error
+    sums are read only where ``subtensor_error_blocks`` is True (any value elsewhere)."""
     fits_e4 = dr <= SUBTENSOR_E4M3_RANGE
     fits_e5 = dr <= E5M2_DYNAMIC_RANGE
     e4_no_worse = e4m3_error <= e5m2_error
     wide = torch.full_like(dr, E5M2 if mode == "three_way" else BF16, dtype=torch.int8)
     return torch.where(fits_e4 | (fits_e5 & e4_no_worse), torch.full_like(wide, E4M3),
                        torch.where(fits_e5, wide, torch.full_like(wide, BF16)))
+
+
+def subtensor_error_blocks(dr: torch.Tensor) -> torch.Tensor:
+    """The blocks whose choice reads the two error sums (bool grid): those that E5M2's range holds and
+    E4M3's does not. Elsewhere the range alone decides, so the quantization kernels skip the sums
+    there (``lowprec.kernels.mor_subtensor_quant.block_errors``'s ``need``)."""
+    return (dr > SUBTENSOR_E4M3_RANGE) & (dr <= E5M2_DYNAMIC_RANGE)
 
 
 # ----------------------------------------------------------------------------------------------

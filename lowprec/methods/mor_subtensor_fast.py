@@ -38,7 +38,7 @@ from ..numerics.scaling import as_2d, expand_blocks
 from ..recipes import OPERANDS, SLOTS
 from .layer_buffers import add_rows_
 from .mor import (COUNT_COLUMNS, E4M3, E5M2, SubTensorMoRQuantizer, block_counts, dynamic_range, subtensor_choice,
-                  subtensor_parts, subtensor_scales)
+                  subtensor_error_blocks, subtensor_parts, subtensor_scales)
 
 # the Triton GEMM's K-step must divide a block's width (its FP8 MMA depth is 32)
 _WIDTH_STEP = 32
@@ -110,9 +110,10 @@ def _quantize_by_kernels(x2d: torch.Tensor, block: list, mode: str, scale: str, 
     passes, with the emulation's rule (``lowprec.methods.mor``) on the block grids between them."""
     from ..kernels import mor_subtensor_quant as kq
     amax, amin, bad = kq.block_stats(x2d, block, launcher)
-    scales = subtensor_scales(amax, scale)
-    err = kq.block_errors(x2d, block, scales["e4m3"], scales["e5m2"], launcher)
-    choice = subtensor_choice(dynamic_range(amax, amin, bad), err[0], err[1], mode)
+    scales, dr = subtensor_scales(amax, scale), dynamic_range(amax, amin, bad)
+    # the error pass reads only the blocks whose choice reads their sums
+    err = kq.block_errors(x2d, block, scales["e4m3"], scales["e5m2"], launcher, need=subtensor_error_blocks(dr))
+    choice = subtensor_choice(dr, err[0], err[1], mode)
     outs = kq.block_values(x2d, block, choice, scales["e4m3"], scales["e5m2"], launcher)
     return (*outs, _encode_scale(choice, scales), choice)
 
