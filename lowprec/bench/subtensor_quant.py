@@ -79,9 +79,10 @@ def main(argv=None) -> int:
             gb = x.numel() * x.element_size() / 1e9
             t_clone = bench(lambda: x.clone())
             torch._dynamo.reset()  # a fresh compilation per shape (Dynamo's recompile limit)
-            paths = {name: torch.compile(lambda x, q=q: step_operands(q, x), options=EAGER_NUMERICS, dynamic=False)
-                     for name, q in (("torch_compiled", q_torch), ("kernel_compiled", q_kernel))}
-            ref = paths["torch_compiled"](x)
+            compiled = torch.compile(step_operands, options=EAGER_NUMERICS, dynamic=False)
+            paths = {name: lambda q=q: compiled(q, x) for name, q in (("torch_compiled", q_torch),
+                                                                      ("kernel_compiled", q_kernel))}
+            ref = paths["torch_compiled"]()
             amax, amin, bad = kq.block_stats(x, BLOCK)
             s = subtensor_scales(amax, "fp32")
             dr = dynamic_range(amax, amin, bad)
