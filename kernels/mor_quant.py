@@ -41,8 +41,10 @@ used inside kernels, so ``TRITON_INTERPRET=1`` has to be set before this module 
 (``_common.reload_for_interpreter``). On CUDA with FP8 conversion instructions (capability >= 8.9)
 ``fp8_cast="native"`` uses the hardware RNE cast for the codes instead (their values decoded from the
 bits in integer ops, ``_common._e4m3_to_f32``); "auto" keeps the written-out encoder, because on
-the H200 with Triton 3.6 the hardware cast of a scaled, clamped value disagrees with torch's
-(tests/test_gpu.py::test_triton_hardware_fp8_cast_and_decode_reproducer).
+the H200 with Triton 3.6 the stored codes of the hardware cast are wrong once the cast value has a
+second use in registers (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer: a cast whose
+bits are only stored matches torch's; converted to fp32 in registers too, about one stored code of
+each pair is wrong; here the integer decode of the bits is that second use).
 """
 
 from __future__ import annotations
@@ -143,9 +145,9 @@ if triton is not None:
         if NATIVE:
             y = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the cast
             y = tl.where(y < -448.0, -448.0, y)
-            # the hardware's RNE cast for the codes, decoded from their bits: Triton 3.6's own
-            # fp8 -> fp32 conversion of the cast's result gave wrong values in this kernel on the
-            # H200 (tests/test_gpu.py::test_triton_hardware_fp8_cast_and_decode_reproducer)
+            # the hardware's RNE cast for the codes, decoded from their bits; on the H200 with
+            # Triton 3.6 a second use of the cast in registers corrupts its stored bits
+            # (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer), so "auto" avoids this
             bits = y.to(tl.float8e4nv, fp_downcast_rounding="rtne").to(tl.uint8, bitcast=True)
             return bits, _e4m3_to_f32(bits)
         else:

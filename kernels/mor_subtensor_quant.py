@@ -12,7 +12,8 @@ API (each takes ``launcher``: None to launch here, or ``torch.library.wrap_trito
                                                  E4M3 codes float8_e4m3fn (M, N), their transpose)
     triton_available(device=None), interpreter_active()
 
-Each pass also takes ``config``, a ``PassConfig`` (the step a program loops by, its warps).
+Each pass also takes ``config``, a ``PassConfig`` (the step a program loops by, its warps); without
+one, the pass's entry of ``DEFAULT_CONFIGS`` (measured on the H200).
 
 The rule between the passes (dynamic range, scales, choice) is the emulation's own torch code on the
 small grids (``lowprec.methods.mor_subtensor_fast.subtensor_operand`` composes them), so only the
@@ -51,7 +52,7 @@ from ._common import _cdiv, _next_pow2
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["block_stats", "block_errors", "block_values", "PassConfig", "DEFAULT_CONFIG", "triton_available",
+__all__ = ["block_stats", "block_errors", "block_values", "PassConfig", "DEFAULT_CONFIGS", "triton_available",
            "interpreter_active"]
 
 _INPUT_DTYPES = (torch.float32, torch.bfloat16)
@@ -65,7 +66,11 @@ class PassConfig(NamedTuple):
     num_warps: int = 4
 
 
-DEFAULT_CONFIG = PassConfig()
+# each pass's launch where the caller gives none: the fastest of six (step, warps) pairs at the ~1B
+# step's activation shapes on the H200 (results/bench/subtensor_quant_h200.csv, 2f8af82): the
+# error pass, which keeps two fp64 accumulators per element of the step, gains most from smaller
+# steps on more warps (0.19 against 0.30 ms at 16384 x 5632)
+DEFAULT_CONFIGS = {"stats": PassConfig(2048, 4), "errors": PassConfig(1024, 8), "values": PassConfig(2048, 8)}
 
 
 if triton is not None:
@@ -182,7 +187,7 @@ def interpreter_active() -> bool:
     return bool(_JIT_FNS) and _c.is_interpreted(*_JIT_FNS)
 
 
-def _geometry(x2d: torch.Tensor, block, config: Optional[PassConfig]) -> tuple:
+def _geometry(x2d: torch.Tensor, block, config: Optional[PassConfig], pass_name: str) -> tuple:
     """(x argument, block grid shape (n_brow, n_bcol), launch grid (one program per block),
     (M, N, strides, BR, BC, n_bcol), launch options) of x2d over block: the options are the
     step's (TR, TC) tile and the warps."""
@@ -196,7 +201,7 @@ def _geometry(x2d: torch.Tensor, block, config: Optional[PassConfig]) -> tuple:
     br, bc = _check_block(block)
     M, N = x2d.shape
     n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
-    cfg = config or DEFAULT_CONFIG
+    cfg = config or DEFAULT_CONFIGS[pass_name]
     if cfg.step < 1 or cfg.step & (cfg.step - 1) or cfg.num_warps not in (1, 2, 4, 8, 16):
         raise ValueError(f"config: step must be a power of two and num_warps 1-16 (a power of two), got {cfg}")
     tc = min(_next_pow2(bc), 128, cfg.step)
@@ -216,7 +221,7 @@ def _kernel(kernel, launcher):
 
 def block_stats(x2d: torch.Tensor, block, launcher=None, config: Optional[PassConfig] = None) -> tuple:
     """(amax, amin, bad) over the (ceil(M/R), ceil(N/C)) block grid (module docstring)."""
-    x_arg, shape, grid, geom, launch = _geometry(x2d, block, config)
+    x_arg, shape, grid, geom, launch = _geometry(x2d, block, config, "stats")
     amax = torch.empty(shape, dtype=torch.float32, device=x2d.device)
     amin, bad = torch.empty_like(amax), torch.empty(shape, dtype=torch.int8, device=x2d.device)
     _kernel(_stats_kernel, launcher)[grid](x_arg, amax, amin, bad, *geom, **launch)
@@ -229,7 +234,7 @@ def block_errors(x2d: torch.Tensor, block, s4: torch.Tensor, s5: torch.Tensor, l
     (2, n_brow, n_bcol) fp64. ``need``: a bool block grid; blocks where it is False are not read
     and their sums are 0 (``lowprec.methods.mor.subtensor_error_blocks``: the blocks whose choice
     reads them)."""
-    x_arg, shape, grid, geom, launch = _geometry(x2d, block, config)
+    x_arg, shape, grid, geom, launch = _geometry(x2d, block, config, "errors")
     _check_grid("s4", s4, shape)
     _check_grid("s5", s5, shape)
     if need is not None:
@@ -245,7 +250,7 @@ def block_values(x2d: torch.Tensor, block, choice: torch.Tensor, s4: torch.Tenso
                  launcher=None, config: Optional[PassConfig] = None) -> tuple:
     """(values bf16 (M, N), E4M3 codes float8_e4m3fn (M, N), and the two transposed, (N, M)), all
     row-major (module docstring)."""
-    x_arg, shape, grid, geom, launch = _geometry(x2d, block, config)
+    x_arg, shape, grid, geom, launch = _geometry(x2d, block, config, "values")
     for name, g in (("choice", choice), ("s4", s4), ("s5", s5)):
         _check_grid(name, g, shape)
     # written as raw words and viewed after: a traced graph then never sees a kernel write through

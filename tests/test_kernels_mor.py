@@ -77,8 +77,9 @@ def test_kernel_equals_reference(dtype, partition, block, scale):
 # only a wrong value is the expected failure: a compile error or crash still fails the test
 @pytest.mark.xfail(strict=False, raises=AssertionError, reason=(
     "Triton 3.6 on the H200: every case failed at 8662aec, with the codes' values decoded from their "
-    "bits in integer ops too; tests/test_gpu.py::test_triton_hardware_fp8_cast_and_decode_reproducer "
-    "shows the cast itself wrong once scaled and clamped, so fp8_cast='auto' keeps the written-out encoder"))
+    "bits in integer ops; tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer shows the stored "
+    "codes of a cast wrong once the cast value has a second use in registers, so fp8_cast='auto' keeps "
+    "the written-out encoder"))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("partition,block", [("block", (128, 128)), ("tensor", None), ("channel", None)],
                          ids=lambda c: str(c).replace(" ", ""))

@@ -31,8 +31,8 @@ FIELDS = ("rows", "cols", "path", "ms", "gb_per_s", "ratio_vs_clone", "ratio_vs_
 # activations and their gradients, then weights
 DEFAULT_SHAPES = "16384x2048,16384x5632,2048x2048,5632x2048,2048x5632"
 BLOCK = (128, 128)
-# --configs: each pass also with these (step, num_warps) besides the default
-EXTRA_CONFIGS = ((1024, 4), (4096, 4), (1024, 8), (2048, 8), (4096, 8))
+# --configs: each pass also with these (step, num_warps), its default (kq.DEFAULT_CONFIGS) left out
+CONFIGS = ((1024, 4), (2048, 4), (4096, 4), (1024, 8), (2048, 8), (4096, 8))
 
 
 def _parse(argv):
@@ -90,17 +90,20 @@ def main(argv=None) -> int:
             share = f"{float(need.float().mean()):.3f}"
             err = kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"], need=need)
             choice = subtensor_choice(dr, err[0], err[1], "two_way")
+            runs = {  # row label -> (the pass's DEFAULT_CONFIGS key, its call with a config)
+                "kernel_stats_pass": ("stats", lambda cfg: kq.block_stats(x, BLOCK, config=cfg)),
+                "kernel_errors_pass": ("errors", lambda cfg: kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"],
+                                                                             config=cfg, need=need)),
+                "kernel_errors_pass_every_block": ("errors", lambda cfg: kq.block_errors(x, BLOCK, s["e4m3"],
+                                                                                         s["e5m2"], config=cfg)),
+                "kernel_values_pass": ("values", lambda cfg: kq.block_values(x, BLOCK, choice, s["e4m3"], s["e5m2"],
+                                                                             config=cfg))}
             passes = {}
-            for cfg in [kq.DEFAULT_CONFIG] + [kq.PassConfig(*c) for c in EXTRA_CONFIGS] * args.configs:
-                tag = "" if cfg == kq.DEFAULT_CONFIG else f"[step={cfg.step},warps={cfg.num_warps}]"
-                passes.update({
-                    f"kernel_stats_pass{tag}": lambda cfg=cfg: kq.block_stats(x, BLOCK, config=cfg),
-                    f"kernel_errors_pass{tag}": lambda cfg=cfg: kq.block_errors(x, BLOCK, s["e4m3"], s["e5m2"],
-                                                                                config=cfg, need=need),
-                    f"kernel_errors_pass_every_block{tag}": lambda cfg=cfg: kq.block_errors(
-                        x, BLOCK, s["e4m3"], s["e5m2"], config=cfg),
-                    f"kernel_values_pass{tag}": lambda cfg=cfg: kq.block_values(x, BLOCK, choice, s["e4m3"], s["e5m2"],
-                                                                                config=cfg)})
+            for label, (key, run) in runs.items():
+                others = [kq.PassConfig(*c) for c in CONFIGS if c != tuple(kq.DEFAULT_CONFIGS[key])]
+                for cfg in [None] + others * args.configs:
+                    tag = "" if cfg is None else f"[step={cfg.step},warps={cfg.num_warps}]"
+                    passes[label + tag] = lambda run=run, cfg=cfg: run(cfg)
             t_torch = None
             for name, fn in {**paths, **passes}.items():
                 got = fn()
