@@ -109,7 +109,7 @@ def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls, count_calls):
             assert sqnr_db(a.float() @ b.float().t(), out) < 40
 
 
-@pytest.mark.parametrize("quantize", ["torch", "kernel"])
+@pytest.mark.parametrize("quantize", ["torch", "auto"])
 @pytest.mark.parametrize("mode", ["two_way", "three_way"])
 def test_subtensor_fast_path_equals_emulation(mode, quantize, count_calls):
     """Sub-tensor MoR's three GEMMs on the H200: each operand's values, scales and choices the
@@ -137,7 +137,7 @@ def test_subtensor_fast_path_equals_emulation(mode, quantize, count_calls):
         ops = [plan.operand(g, op, t) for op, t in zip(OPERANDS[g], (a, b))]
         refs = [subtensor_mor(t.float(), (128, 128), mode) for t in (a, b)]
         for op, ref in zip(ops, refs):
-            assert (op.e4m3 is not None) == (quantize == "kernel")  # the kernels ran, or not
+            assert (op.e4m3 is not None) == (quantize == "auto")  # the kernels ran, or not
             assert torch.equal(op.choice, ref.choice)
             assert torch.equal(op.dequantized().nan_to_num(), ref.values.nan_to_num())
             formats |= {int(c) for c in op.choice.unique()}
@@ -207,7 +207,7 @@ INT8_FAST = [{"recipe": "int8_block"}, {"recipe": "int8_fallback"}, {"recipe": "
 
 
 SUBTENSOR_FAST = [{"recipe": "mor", "partition": "subtensor", "subtensor_mode": m} for m in ("two_way", "three_way")] + [
-    {"recipe": "mor", "partition": "subtensor", "quantize": "kernel"}]
+    {"recipe": "mor", "partition": "subtensor", "quantize": "torch"}]
 # recipes off the fast path, which compile as the emulation
 EMULATED = [{"recipe": "mor", "partition": "block", "block": [64, 64]},
             {"recipe": "mor", "partition": "subtensor", "dequant": "bf16"}]

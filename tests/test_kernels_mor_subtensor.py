@@ -125,17 +125,22 @@ def test_transposes_are_written_for_the_backward():
 
 
 def test_quantize_option_picks_the_path():
-    """``quantize: kernel`` (a method key of sub-tensor MoR) runs the kernels, the default the torch
-    ops; both give the same operand, and the key means nothing to the other partitions."""
+    """``quantize: kernel`` (a method key of sub-tensor MoR) runs the kernels, ``torch`` the torch
+    ops, the default ``auto`` the kernels on CUDA only; all give the same operand, and the key means
+    nothing to the other partitions."""
     from lowprec.methods.mor import mor_recipe
     x = _data(special=False)
     by_kernel = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK, quantize="kernel"), x)
-    by_torch = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK), x)
+    by_torch = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK, quantize="torch"), x)
+    by_default = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK), x)
     assert by_kernel.e4m3 is not None and by_torch.e4m3 is None
+    assert (by_default.e4m3 is not None) == x.is_cuda
+    assert torch.equal(by_default.choice, by_torch.choice) and torch.equal(by_default.values, by_torch.values)
     assert torch.equal(by_kernel.choice, by_torch.choice) and torch.equal(by_kernel.values, by_torch.values)
     assert torch.equal(by_kernel.scale, by_torch.scale)
     q = mor_recipe({"partition": "subtensor", "quantize": "kernel"}).gemm("fprop")[0]
     assert q.quantize == "kernel" and q.to_dict()["quantize"] == "kernel"
+    assert mor_recipe({"partition": "subtensor"}).gemm("fprop")[0].quantize == "auto"
     with pytest.raises(ValueError, match="quantize"):
         mor_recipe({"partition": "subtensor", "quantize": "cuda"})
     with pytest.raises(ValueError, match=r"\['quantize'\] not used with partition 'block'"):

@@ -15,7 +15,8 @@ Arms (``--arms``):
   torchao_rowwise         torchao float8 training ("rowwise"), compiled
   <recipe or method>      the suite's recipes and methods (fp8_tensorwise_current, fp8_delayed, fp8_hybrid,
                           fp8_blockwise, mor_tensor, mor_channel, mor_block, mor_sub_two_way,
-                          mor_sub_two_way_kernel (its quantization by the Triton kernels), gaussws,
+                          mor_sub_two_way_torch (its quantization by Inductor's fused torch ops, not
+                          the Triton kernels of the default), gaussws,
                           int8_block, int8_fallback, int8_fallback_b128 (128x128 blocks)) through
                           lowprec.convert, compiled with lowprec.linear.compiled as training compiles
                           them on the GPU (train.compile: auto): on the fast path where the recipe has one (``FastPlan``), else the
@@ -75,8 +76,8 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     "mor_channel": {"recipe": "mor", "partition": "channel"},
     "mor_block": {"recipe": "mor", "partition": "block"},
     "mor_sub_two_way": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way"},
-    "mor_sub_two_way_kernel": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way",
-                               "quantize": "kernel"},
+    "mor_sub_two_way_torch": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way",
+                              "quantize": "torch"},
     "gaussws": {"recipe": "gaussws", "b": 6},
     "int8_block": {"recipe": "int8_block"},  # Jetfire's recipe (gemm: kernel is the INT8 recipes' default)
     "int8_fallback": {"recipe": "int8_fallback"},
@@ -88,7 +89,7 @@ ARMS = PEERS + tuple(METHODS)
 # arms whose GEMMs run on low-precision codes on CUDA
 HARDWARE_ARMS = {"torchao_tensorwise", "torchao_rowwise", "fp8_tensorwise_current", "fp8_delayed", "fp8_hybrid",
                  "fp8_blockwise", "mor_tensor", "mor_channel", "mor_block", "mor_sub_two_way",
-                 "mor_sub_two_way_kernel", "int8_block", "int8_fallback", "int8_fallback_b128"}
+                 "mor_sub_two_way_torch", "int8_block", "int8_fallback", "int8_fallback_b128"}
 FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs_bf16_compiled", "peak_mem_gib",
           "lowp_gemms_per_step", "step_ms", "batch", "seq", "n_params", "steps", "repeats", "baseline_tokens_per_s",
           "commit", "inductor_options"]

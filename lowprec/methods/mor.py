@@ -537,14 +537,15 @@ class SubTensorMoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
     draws = False
 
     def __init__(self, block=DEFAULT_BLOCK, mode: str = "two_way", scale: str = "fp32", dequant: str = "fp32",
-                 quantize: str = "torch"):
+                 quantize: str = "auto"):
         self.block = _check_block(block)
         self.mode = _choose("subtensor_mode", mode, SUBTENSOR_MODES)
         self.scale = _choose("scale", scale, SCALE_RULES)
         self.dequant = _choose("dequant", dequant, DEQUANT)
-        # the fast path's quantization: "torch" ops that Inductor fuses, or "kernel", the Triton
-        # passes of lowprec.kernels.mor_subtensor_quant where Triton runs; opt-in: on the H200 the
-        # kernels were slower end to end (results/bench/e2e_h200.csv, mor_sub_two_way_kernel)
+        # the fast path's quantization: "torch" ops that Inductor fuses, "kernel", the Triton passes
+        # of lowprec.kernels.mor_subtensor_quant where Triton runs, or "auto", the kernels on CUDA
+        # (faster end to end on the H200: results/bench/e2e_h200.csv, mor_sub_two_way against
+        # mor_sub_two_way_torch) and the torch ops elsewhere (the CPU's kernels are the interpreter)
         self.quantize = _choose("quantize", quantize, QUANTIZE_PATHS)
         self._layers: dict = {}  # as MoRQuantizer's
 
@@ -584,9 +585,9 @@ ALL_OPERAND_SLOTS = tuple(f"{g}.{op}" for g in GEMMS for op in OPERANDS[g])
 # MoR's keys and defaults (None: by partition: scale is fp32 for subtensor, gam otherwise; operands
 # None: all six slots)
 MOR_KEYS = {"partition": "block", "block": list(DEFAULT_BLOCK), "scale": None, "threshold": DEFAULT_THRESHOLD,
-            "subtensor_mode": "two_way", "operands": None, "dequant": "fp32", "gemm": "emulated", "quantize": "torch"}
+            "subtensor_mode": "two_way", "operands": None, "dequant": "fp32", "gemm": "emulated", "quantize": "auto"}
 GEMM_PATHS = ("emulated", "kernel")
-QUANTIZE_PATHS = ("torch", "kernel")
+QUANTIZE_PATHS = ("auto", "torch", "kernel")
 _ROLE_SLOTS = {role: tuple(s for s in ALL_OPERAND_SLOTS if s.endswith("." + role)) for role in ("x", "w", "dy")}
 
 
@@ -649,9 +650,10 @@ def mor_recipe(method_cfg: Optional[dict] = None) -> Recipe:
     and subtensor; scale (gam; fp32 for subtensor) gam|e8|fp32; threshold (0.045) for the tensor
     level; subtensor_mode (two_way) three_way|two_way; operands (all six slots) e.g.
     ["fprop.x", "fprop.w"] or roles ["x", "w"]; dequant (fp32) fp32|bf16; gemm (emulated) emulated|kernel
-    for the tensor level (kernel: the GEMMs on the MoR GEMM kernel on CUDA); quantize (torch)
-    torch|kernel for subtensor (kernel: its fast path quantizes with the Triton passes of
-    lowprec.kernels.mor_subtensor_quant where Triton runs). The generic method keys
+    for the tensor level (kernel: the GEMMs on the MoR GEMM kernel on CUDA); quantize (auto)
+    auto|torch|kernel for subtensor (kernel: its fast path quantizes with the Triton passes of
+    lowprec.kernels.mor_subtensor_quant where Triton runs; torch: with torch ops that Inductor
+    fuses; auto: the kernels on CUDA, torch ops elsewhere; the same operands bit for bit). The generic method keys
     are accepted and ignored here; high_precision sets the dtype of the non-MoR operands. A key
     that the chosen partition does not use is an error, so a config never silently means less
     than it says.

@@ -1,14 +1,16 @@
 """Sub-tensor MoR on the fast path: every 128x128 block E4M3, E5M2 or BF16, one GEMM per product, and
 nothing in the step that waits for the device.
 
-Per operand (``subtensor_operand``), in torch ops that Inductor fuses: the emulation's own rule
-(``lowprec.methods.mor.subtensor_parts``: both formats' codes and block errors, each block's choice),
-then one BF16 tensor that holds each block's codes as values (E4M3 and E5M2 codes are exact in BF16)
-or, for a BF16 block, the tensor rounded to BF16, and one scale grid with each block's encode scale
-(1 for a BF16 block). With ``quantize: kernel`` in the method, three Triton passes per block make
-the same operand (``lowprec.kernels.mor_subtensor_quant``), plus its transpose and FP8 codes in
-both layouts, with the same rule on the grids between them; the default stays the torch ops, faster
-end to end on the H200 (results/bench/e2e_h200.csv). Per GEMM (``subtensor_mm``): the Triton block-scaled GEMM
+Per operand (``subtensor_operand``): one BF16 tensor that holds each block's codes as values (E4M3
+and E5M2 codes are exact in BF16) or, for a BF16 block, the tensor rounded to BF16, and one scale
+grid with each block's encode scale (1 for a BF16 block), by the emulation's own rule
+(``lowprec.methods.mor``). On CUDA (``quantize: auto``, the default, or ``kernel``) three Triton
+passes per block make them (``lowprec.kernels.mor_subtensor_quant``), plus the transpose and the
+FP8 codes in both layouts, with the rule's torch code on the grids between them; elsewhere, or with
+``quantize: torch``, torch ops that Inductor fuses (``subtensor_parts``: both formats' codes and
+block errors, each block's choice). The same operand either way, bit for bit; the kernels are faster
+end to end on the H200 (results/bench/e2e_h200.csv: 0.51x of compiled BF16 against 0.46x at 1 B).
+Per GEMM (``subtensor_mm``): the Triton block-scaled GEMM
 (``lowprec.kernels.block_fp8_gemm``) on BF16 tensor cores, each K-step's product multiplied by the
 outer product of its blocks' 1 / s before it joins the fp32 accumulator. The choice is data, not a
 branch: a block-mixed operand costs what an all-E4M3 one costs.
@@ -83,11 +85,13 @@ class SubTensorOperand(NamedTuple):
 
 
 def subtensor_operand(q: SubTensorMoRQuantizer, t: torch.Tensor) -> SubTensorOperand:
-    """Codes, scales and choices of one 2-D operand (reduction last) under ``q``'s rule: in torch ops
-    (``subtensor_parts``, which Inductor fuses), or with ``q.quantize == "kernel"`` by the Triton
-    kernels where Triton runs (``lowprec.kernels.mor_subtensor_quant``, three passes over the tensor)."""
+    """Codes, scales and choices of one 2-D operand (reduction last) under ``q``'s rule: by the Triton
+    kernels (``lowprec.kernels.mor_subtensor_quant``, three passes over the tensor) where Triton runs
+    and ``q.quantize`` is "kernel", or "auto" on CUDA; else in torch ops (``subtensor_parts``, which
+    Inductor fuses)."""
     x2d = as_2d(t)
-    if q.quantize == "kernel" and triton_runs_on(x2d.device.type) and x2d.dtype in (torch.float32, torch.bfloat16):
+    by_kernel = q.quantize == "kernel" or (q.quantize == "auto" and x2d.is_cuda)
+    if by_kernel and triton_runs_on(x2d.device.type) and x2d.dtype in (torch.float32, torch.bfloat16):
         op = subtensor_quantize_cuda if x2d.is_cuda else subtensor_quantize
         values, values_t, e4m3, e4m3_t, scale, choice = op(x2d, list(q.block), q.mode, q.scale)
         return SubTensorOperand(values, scale, choice, q.block, e4m3, values_t, e4m3_t)
