@@ -527,7 +527,7 @@ def _meta(op):
     if isinstance(op, MoROperand):
         return ("mor", op.fp8.spec, op.fp8.kind, op.fp8_t, op.hp_t)
     if isinstance(op, SubTensorOperand):
-        return ("mor_sub", op.block)
+        return ("mor_sub_t" if op.values_t is not None else "mor_sub", op.block)
     return ("fp8", op.spec, op.kind) if isinstance(op, FP8Operand) else None
 
 
@@ -535,6 +535,11 @@ def _tensors(op) -> tuple:
     if isinstance(op, MoROperand):
         return op.fp8.codes, op.fp8.scale, op.e4m3, op.hp
     if isinstance(op, SubTensorOperand):
+        # the backward multiplies a kept operand's transpose only: where the kernels wrote the
+        # transposed copies (values and FP8 codes, K-contiguous for the backward's GEMMs), those are
+        # kept instead of the forward's, which a view would have to copy again
+        if op.values_t is not None:
+            return op.values_t, op.scale, op.choice, op.e4m3_t
         return op.values, op.scale, op.choice, None
     return (op.codes, op.scale, None, None) if isinstance(op, FP8Operand) else (op, None, None, None)
 
@@ -544,6 +549,9 @@ def _unpack(saved, meta):
         return saved[0]
     if meta[0] == "mor_sub":
         return SubTensorOperand(saved[0], saved[1], saved[2], meta[1])
+    if meta[0] == "mor_sub_t":  # the transposed copies kept (_tensors): the forward's layout as views
+        values_t, scale, choice, e4m3_t = saved
+        return SubTensorOperand(values_t.t(), scale, choice, meta[1], e4m3_t.t(), values_t, e4m3_t)
     fp8 = FP8Operand(saved[0], saved[1], meta[1], meta[2])
     return MoROperand(fp8, saved[2], saved[3], meta[3], meta[4]) if meta[0] == "mor" else fp8
 

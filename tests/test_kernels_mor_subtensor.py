@@ -124,6 +124,25 @@ def test_transposes_are_written_for_the_backward():
     assert t.t().values is op.values and t.t().e4m3_t is op.e4m3_t
 
 
+def test_kept_operand_carries_the_transposes_into_the_backward():
+    """The layer keeps an operand for the backward as four tensors (``lowprec.linear._tensors``):
+    for the kernels' operand those are the transposed copies, so the backward's GEMM reads them as
+    written (the same storage, K-contiguous), with no copy of a view and no cast of values to FP8
+    codes; the torch path's operand keeps its values as before."""
+    from lowprec import linear as lin
+    x = _data()
+    op = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK, quantize="kernel"), x)
+    kept = lin._unpack(lin._tensors(op), lin._meta(op))
+    t = kept.t()
+    assert t.values.data_ptr() == op.values_t.data_ptr() and t.e4m3.data_ptr() == op.e4m3_t.data_ptr()
+    assert t.values.is_contiguous() and t.e4m3.is_contiguous()
+    assert torch.equal(t.scale, op.t().scale) and torch.equal(t.choice, op.t().choice) and t.block == op.t().block
+    assert _equal_nan(kept.values, op.values) and torch.equal(kept.e4m3.view(torch.uint8), op.e4m3.view(torch.uint8))
+    by_torch = subtensor_operand(mor.SubTensorMoRQuantizer(BLOCK, quantize="torch"), x)
+    kept = lin._unpack(lin._tensors(by_torch), lin._meta(by_torch))
+    assert kept.values is by_torch.values and kept.values_t is None and kept.e4m3 is None
+
+
 def test_quantize_option_picks_the_path():
     """``quantize: kernel`` (a method key of sub-tensor MoR) runs the kernels, ``torch`` the torch
     ops, the default ``auto`` the kernels on CUDA only; all give the same operand, and the key means
