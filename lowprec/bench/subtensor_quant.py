@@ -1,7 +1,7 @@
 """Sub-tensor MoR's quantization of one operand on the GPU, as a ~1B training step quantizes its
-operands (bf16, 128x128 blocks, two-way): the torch ops that Inductor fuses (``quantize: torch``,
-the default) against the Triton passes of ``lowprec.kernels.mor_subtensor_quant`` (``quantize:
-kernel``), each compiled as training runs it and each delivering what the step's GEMMs read (values
+operands (bf16, 128x128 blocks, two-way): the torch ops that Inductor fuses (``quantize: torch``)
+against the Triton passes of ``lowprec.kernels.mor_subtensor_quant`` (``quantize: kernel``, what
+the default ``auto`` runs on CUDA), each compiled as training runs it and each delivering what the step's GEMMs read (values
 and the E4M3 codes in both layouts: the backward multiplies the transposes), and each kernel pass
 launched alone (stats; errors as training runs them, over the blocks whose choice reads the sums,
 and over every block; values), to show where the time goes (``--configs``: each pass also with
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
                                      subtensor_scales)
     from lowprec.methods.mor_subtensor_fast import subtensor_operand
 
-    q_torch, q_kernel = SubTensorMoRQuantizer(BLOCK), SubTensorMoRQuantizer(BLOCK, quantize="kernel")
+    q_torch, q_kernel = (SubTensorMoRQuantizer(BLOCK, quantize=q) for q in ("torch", "kernel"))
 
     def step_operands(q, x):
         """What a step's GEMMs read of one operand: values and E4M3 codes, in both layouts."""
