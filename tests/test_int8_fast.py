@@ -183,9 +183,37 @@ def test_fast_layer_equals_the_emulation_bit_for_bit(name, monkeypatch):
     assert sqnr_db(ref, fast[0](x[0]).double()) < 50
 
 
-def test_fast_conv1d_layer_equals_the_emulation(monkeypatch):
+@pytest.mark.parametrize("name,reused", [("int8_block", True), ("absmax", True), ("none", True), ("topk", False),
+                                         ("error", False), ("dynamic", False), ("fprop_only", False)])
+def test_weight_gradient_takes_the_forward_x_where_its_transpose_quantizes_alike(name, reused, monkeypatch):
+    """Where X^T's quantization is the transpose of X's (square blocks, nearest rounding, a rule
+    invariant under the transpose, the same slots falling back), the forward keeps X's INT8 codes
+    for the weight gradient instead of X, and the backward quantizes no X^T; elsewhere it keeps X.
+    (The layer still equals the emulation bit for bit: test_fast_layer_equals_the_emulation_bit_for_bit.)"""
+    from lowprec.gemm import FastPlan
+    config = CONFIGS.get(name, {"recipe": "int8_fallback", "fallback_gemms": ["fprop"]})
+    fast, _ = _pair(config, layers=1)
+    assert int8_fast.x_reused(FastPlan.for_recipe(fast[0].recipe)) is reused
+    saved = []
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    x, g = _batch(0)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = fast(x)
+    kept_x = [t for t in saved if t.shape == (128, 256) and t.dtype == torch.float32]
+    kept_codes = [t for t in saved if t.shape == (128, 256) and t.dtype == torch.int8]
+    assert (len(kept_x), len(kept_codes) > 0) == ((0, True) if reused else (1, False))
+    quantized = []
+    real = int8_fast.int8_operand
+    monkeypatch.setattr(int8_fast, "int8_operand", lambda spec, t, call: quantized.append(
+        (call.gemm, call.operand)) or real(spec, t, call))
+    out.backward(g)
+    assert (("wgrad", "x") in quantized) != reused and ("wgrad", "dy") in quantized
+
+
+@pytest.mark.parametrize("name", ["dynamic", "absmax"])
+def test_fast_conv1d_layer_equals_the_emulation(name, monkeypatch):
     """A transposed weight (GPT2's Conv1D): the weight gradient comes back transposed."""
-    fast, emu = _pair(CONFIGS["dynamic"], transposed=True)
+    fast, emu = _pair(CONFIGS[name], transposed=True)
     assert fast[0].transposed
     _assert_fast_steps_equal_emulation(fast, emu, monkeypatch)
 

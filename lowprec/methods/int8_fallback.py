@@ -446,9 +446,16 @@ class FallbackInt8Quantizer(OperandQuantizer):
             fq = _fused_fallback_quantize(kf, t2d, self.block, mask, noise)
         else:
             fq = fallback_quantize(t2d, self.block, mask, rounding, noise=noise)
-        if call.training:
-            count_call(bufs.counts, slot, fq.mask)
+        self.count(fq, call)
         return fq, thr
+
+    def count(self, fq: FallbackQTensor, call: OperandCall) -> None:
+        """Counts one call of ``call``'s slot with ``fq``'s blocks (training calls only), as
+        ``quantize`` does; the fast path calls it for an operand it took, transposed, from another
+        slot instead of quantizing it (``lowprec.methods.int8_fast.x_reused``)."""
+        if call.training:
+            bufs = self._buffers(call.layer, fq.mask.device)
+            count_call(bufs.counts, SLOTS.index((call.gemm, call.operand)), fq.mask)
 
     def quantize_operand(self, t: torch.Tensor, call: OperandCall):
         """(FallbackQTensor of t's 2-D view, stats): ``quantize`` with the telemetry numbers of the

@@ -20,6 +20,13 @@ on the CPU too, on the Triton interpreter where it is active, else on the kernel
 (``int8_block_gemm_reference``): the kernel's arithmetic, which differs from the fp32 GEMM of the
 values only in the order and rounding of its sums.
 
+Where X^T's quantization is X's transposed (``x_reused``: square blocks, nearest rounding, the
+absmax rule or none, the same slots falling back, as in Jetfire's recipe and INT8 fallback's
+default), the forward keeps X's INT8 codes and grids for the weight gradient instead of X, and the
+backward multiplies their transpose (counted for its slot as quantizing would count it): one
+activation-sized quantization less per layer and step, and codes kept in place of X, with the
+emulation's codes bit for bit.
+
 Where this differs from the emulation: on CUDA, the INT8 GEMM's order of sums. In a compiled model
 Inductor may also keep a bf16 intermediate that it fuses (the layer's input, dX on its way back to
 fp32) in fp32 instead of rounding it as eager does; ``torch._inductor.config.emulate_precision_casts``
@@ -158,16 +165,59 @@ def int8_linear(x, weight, bias, plan, transposed: bool, out_dtype: torch.dtype,
     return _Int8LinearFn.apply(x, weight, bias, plan, transposed, out_dtype, key, *bufs, training)
 
 
-def _gemm(plan, name: str, a: torch.Tensor, b: torch.Tensor, key, buffers, training: bool) -> torch.Tensor:
-    """fp32 ``a @ b.T`` of GEMM ``name`` (reduction last), its operands quantized here."""
+def _gemm(plan, name: str, a, b, key, buffers, training: bool) -> tuple:
+    """(fp32 ``a @ b.T`` of GEMM ``name`` (reduction last), its two operands): each operand quantized
+    here from its tensor, or given already quantized (a ``FallbackQTensor``: ``x_reused``)."""
     from ..gemm import hp_mm
     kind, spec_a, spec_b = plan.gemms[name]
     if kind == "hp":
-        return hp_mm(a, b, plan.high_precision, torch.float32)
+        return hp_mm(a, b, plan.high_precision, torch.float32), (a, b)
     ops = []
     for op, t, spec in zip(OPERANDS[name], (a, b), (spec_a, spec_b)):
-        ops.append(int8_operand(spec, t, OperandCall(buffers, name, op, slot_key(key, name, op), training)))
-    return int8_mm(*ops, kernel=uses_kernel(spec_a, a.device))
+        call = OperandCall(buffers, name, op, slot_key(key, name, op), training)
+        if isinstance(t, FallbackQTensor):
+            if isinstance(spec, FallbackInt8Quantizer):  # counted as quantizing it would count it
+                spec.count(t, call)
+            ops.append(t)
+        else:
+            ops.append(int8_operand(spec, t, call))
+    return int8_mm(*ops, kernel=uses_kernel(spec_a, ops[0].codes.device)), tuple(ops)
+
+
+def x_reused(plan) -> bool:
+    """Whether the weight gradient's X operand is the transpose of the forward's quantized X, so
+    that the forward keeps that (INT8 codes) for the backward instead of X and the backward skips
+    quantizing X^T: both slots quantize alike, in square blocks, with nearest rounding, and a rule
+    whose mask of X^T is the transpose of X's (absmax: block maxima against a quantile of them;
+    not the error rule's fp32 sums, top-k's ties, or the dynamic rule's per-slot level)."""
+    if plan.gemms["fprop"][0] != "int8" or plan.gemms["wgrad"][0] != "int8":
+        return False
+    fx, wx = plan.gemms["fprop"][1], plan.gemms["wgrad"][2]
+    square = fx.block[0] == fx.block[1]
+    if isinstance(fx, FallbackInt8Quantizer):
+        return (fx is wx and square and fx.rounding("x") == "nearest" and fx.rule in ("absmax", "none")
+                and fx.falls_back("fprop", "x") == fx.falls_back("wgrad", "x"))
+    return fx == wx and square and fx.rounding == "nearest"
+
+
+def _transposed(f: FallbackQTensor) -> FallbackQTensor:
+    return FallbackQTensor(f.codes.t(), f.scale.t(), f.residual.t(), f.residual_scale.t(), f.mask.t(),
+                           tuple(f.block)[::-1], maybe_fallback=f.maybe_fallback)
+
+
+def _kept(f: FallbackQTensor) -> tuple:
+    """A quantized X as the forward saves it: INT8 codes (exact: integers in [-127, 127]) and the
+    grids; the second part only where a block can fall back."""
+    second = (f.residual.to(torch.int8), f.residual_scale) if f.maybe_fallback else (None, None)
+    return (f.codes.to(torch.int8), f.scale, *second, f.mask)
+
+
+def _restored(saved: tuple, block: tuple, maybe_fallback: bool) -> FallbackQTensor:
+    codes, scale, residual, residual_scale, mask = saved
+    if residual is None:
+        residual, residual_scale = torch.zeros_like(codes, dtype=torch.float32), torch.ones_like(scale)
+    return FallbackQTensor(codes.float(), scale, residual.float(), residual_scale, mask, block,
+                           maybe_fallback=maybe_fallback)
 
 
 class _Int8LinearFn(torch.autograd.Function):
@@ -180,19 +230,25 @@ class _Int8LinearFn(torch.autograd.Function):
         buffers = None if levels is None else FallbackBuffers(levels, steps, counts)
         w = weight.t() if transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
-        y = _gemm(plan, "fprop", x2d, w, key, buffers, training).reshape(*x.shape[:-1], w.shape[0])
+        y, (qx, _) = _gemm(plan, "fprop", x2d, w, key, buffers, training)
+        y = y.reshape(*x.shape[:-1], w.shape[0])
         if bias is not None:  # after the reshape: Inductor would fold a 2-D GEMM and its bias into
             y = y + bias.float()  # one addmm on the CPU, whose sums round differently
         ctx.plan, ctx.transposed, ctx.has_bias, ctx.training = plan, transposed, bias is not None, training
         # the buffers the backward's quantizers update, as MoR's fast path keeps its counts
         ctx.levels, ctx.steps, ctx.counts = levels, steps, counts
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
-        ctx.save_for_backward(x2d, weight, key)
+        ctx.x_reused = x_reused(plan)
+        if ctx.x_reused:  # the weight gradient multiplies the transpose of this quantized X
+            ctx.x_block, ctx.x_maybe = tuple(qx.block), qx.maybe_fallback
+            ctx.save_for_backward(weight, key, *_kept(qx))
+        else:
+            ctx.save_for_backward(weight, key, x2d)
         return y.to(out_dtype)
 
     @staticmethod
     def backward(ctx, dy):
-        x2d, weight, key = ctx.saved_tensors
+        weight, key, *kept = ctx.saved_tensors
         plan = ctx.plan
         buffers = None if ctx.levels is None else FallbackBuffers(ctx.levels, ctx.steps, ctx.counts)
         w = weight.t() if ctx.transposed else weight
@@ -202,10 +258,11 @@ class _Int8LinearFn(torch.autograd.Function):
         # under the autocast state of the forward's caller, where the fp32 GEMM would run in bf16
         with torch.autocast(device_type=dy.device.type, enabled=False):
             if ctx.needs_input_grad[0]:
-                dx = _gemm(plan, "dgrad", dy2d, w.t(), key, buffers, ctx.training)
+                dx = _gemm(plan, "dgrad", dy2d, w.t(), key, buffers, ctx.training)[0]
                 dx = dx.to(ctx.x_dtype).reshape(ctx.x_shape)
             if ctx.needs_input_grad[1]:
-                dw = _gemm(plan, "wgrad", dy2d.t(), x2d.t(), key, buffers, ctx.training)
+                xt = _transposed(_restored(kept, ctx.x_block, ctx.x_maybe)) if ctx.x_reused else kept[0].t()
+                dw = _gemm(plan, "wgrad", dy2d.t(), xt, key, buffers, ctx.training)[0]
                 dw = (dw.t() if ctx.transposed else dw).to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.float().sum(0)
