@@ -309,7 +309,7 @@ def fast_accum_gemms(text: Optional[str] = None) -> frozenset:
 FAST_ACCUM = fast_accum_gemms()
 
 # (GEMM, operand) -> the operand of an earlier GEMM that is the same tensor transposed
-_SOURCES = {("dgrad", "w"): ("fprop", "w"), ("wgrad", "dy"): ("dgrad", "dy"), ("wgrad", "x"): ("fprop", "x")}
+TRANSPOSED_FROM = {("dgrad", "w"): ("fprop", "w"), ("wgrad", "dy"): ("dgrad", "dy"), ("wgrad", "x"): ("fprop", "x")}
 
 Operand = Union[torch.Tensor, FP8Operand]  # a high-precision operand, or a quantized one
 
@@ -335,7 +335,7 @@ class FastPlan:
                                  if isinstance(spec, QuantSpec) and spec.scaling == "delayed")
         # (GEMM, operand) pairs whose quantized operand is the transpose of an earlier one's; not a
         # delayed slot: each records its own history, as the emulation's does
-        self.reused = frozenset(target for target, source in _SOURCES.items()
+        self.reused = frozenset(target for target, source in TRANSPOSED_FROM.items()
                                 if self._specs[target] is not None and self._specs[target] == self._specs[source]
                                 and _transposable(self._specs[target]) and target not in self.delayed)
         self.has_mor = any(kind == "mor" for kind, _, _ in gemms.values())

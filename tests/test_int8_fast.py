@@ -183,31 +183,47 @@ def test_fast_layer_equals_the_emulation_bit_for_bit(name, monkeypatch):
     assert sqnr_db(ref, fast[0](x[0]).double()) < 50
 
 
-@pytest.mark.parametrize("name,reused", [("int8_block", True), ("absmax", True), ("none", True), ("topk", False),
-                                         ("error", False), ("dynamic", False), ("fprop_only", False)])
-def test_weight_gradient_takes_the_forward_x_where_its_transpose_quantizes_alike(name, reused, monkeypatch):
-    """Where X^T's quantization is the transpose of X's (square blocks, nearest rounding, a rule
-    invariant under the transpose, the same slots falling back), the forward keeps X's INT8 codes
-    for the weight gradient instead of X, and the backward quantizes no X^T; elsewhere it keeps X.
-    (The layer still equals the emulation bit for bit: test_fast_layer_equals_the_emulation_bit_for_bit.)"""
+XW = {("wgrad", "x"), ("dgrad", "w")}
+NEAREST_GRADIENTS = {"recipe": "int8_fallback", "stochastic_gradients": False}
+FPROP_ONLY = {"recipe": "int8_fallback", "fallback_gemms": ["fprop"]}
+
+
+@pytest.mark.parametrize("config,want", [
+    (CONFIGS["int8_block"], XW), (CONFIGS["absmax"], XW), (CONFIGS["none"], XW),
+    (CONFIGS["topk"], set()), (CONFIGS["dynamic"], set()),   # every slot falls back, by a rule not for this
+    (CONFIGS["error"], {("dgrad", "w")}), (FPROP_ONLY, {("dgrad", "w")}),  # X falls back: by fp32 sums; in one slot
+    (NEAREST_GRADIENTS, XW | {("wgrad", "dy")})],
+    ids=["int8_block", "absmax", "none", "topk", "dynamic", "error", "fprop_only", "nearest_gradients"])
+def test_backward_takes_transposed_operands_where_they_quantize_alike(config, want, monkeypatch):
+    """A backward operand that is the transpose of another slot's (X^T, W^T, dY^T) is taken from it,
+    transposed, where both quantize alike (square blocks, nearest rounding, the same slots falling
+    back by a rule invariant under the transpose), and quantized again elsewhere; the forward keeps
+    X's INT8 codes in place of X where X^T is taken. (The layer still equals the emulation bit for
+    bit: test_fast_layer_equals_the_emulation_bit_for_bit, and below.)"""
     from lowprec.gemm import FastPlan
-    config = CONFIGS.get(name, {"recipe": "int8_fallback", "fallback_gemms": ["fprop"]})
     fast, _ = _pair(config, layers=1)
-    assert int8_fast.x_reused(FastPlan.for_recipe(fast[0].recipe)) is reused
+    assert int8_fast.reused(FastPlan.for_recipe(fast[0].recipe)) == want
     saved = []
     monkeypatch.setattr(lin, "FAST_PATH", "all")
     x, g = _batch(0)
+    x.requires_grad_(True)  # the input gradient's GEMM runs (its dY is the weight gradient's dY^T)
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         out = fast(x)
-    kept_x = [t for t in saved if t.shape == (128, 256) and t.dtype == torch.float32]
-    kept_codes = [t for t in saved if t.shape == (128, 256) and t.dtype == torch.int8]
-    assert (len(kept_x), len(kept_codes) > 0) == ((0, True) if reused else (1, False))
+
+    def kept(shape, dtype):  # X is 128 x 256, W 256 x 256
+        return sum(tuple(t.shape) == shape and t.dtype == dtype for t in saved)
+
+    x_taken, w_taken = ("wgrad", "x") in want, ("dgrad", "w") in want
+    assert kept((128, 256), torch.float32) == (not x_taken) and (kept((128, 256), torch.int8) > 0) == x_taken
+    assert (kept((256, 256), torch.int8) > 0) == w_taken
     quantized = []
     real = int8_fast.int8_operand
     monkeypatch.setattr(int8_fast, "int8_operand", lambda spec, t, call: quantized.append(
         (call.gemm, call.operand)) or real(spec, t, call))
     out.backward(g)
-    assert (("wgrad", "x") in quantized) != reused and ("wgrad", "dy") in quantized
+    assert {("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")} - set(quantized) == want
+    if config is NEAREST_GRADIENTS:  # dY^T taken too (the second layer's input gradient runs): still exact
+        _assert_fast_steps_equal_emulation(*_pair(config), monkeypatch)
 
 
 @pytest.mark.parametrize("name", ["dynamic", "absmax"])

@@ -20,12 +20,13 @@ on the CPU too, on the Triton interpreter where it is active, else on the kernel
 (``int8_block_gemm_reference``): the kernel's arithmetic, which differs from the fp32 GEMM of the
 values only in the order and rounding of its sums.
 
-Where X^T's quantization is X's transposed (``x_reused``: square blocks, nearest rounding, the
-absmax rule or none, the same slots falling back, as in Jetfire's recipe and INT8 fallback's
-default), the forward keeps X's INT8 codes and grids for the weight gradient instead of X, and the
-backward multiplies their transpose (counted for its slot as quantizing would count it): one
-activation-sized quantization less per layer and step, and codes kept in place of X, with the
-emulation's codes bit for bit.
+Where a backward operand's quantization is the transpose of a forward one's (``reused``: X^T of the
+weight gradient, W^T of the input gradient, and dY^T of the weight gradient from the input
+gradient's dY, each where both slots quantize alike in square blocks with nearest rounding and the
+absmax rule or none: X and W in Jetfire's recipe and INT8 fallback's default), the backward takes
+that operand transposed instead of quantizing again (counted for its slot as quantizing would count
+it), and the forward keeps X's and W's INT8 codes for it in place of X: one activation-sized and one
+weight-sized quantization less per layer and step, with the emulation's codes bit for bit.
 
 Where this differs from the emulation: on CUDA, the INT8 GEMM's order of sums. In a compiled model
 Inductor may also keep a bf16 intermediate that it fuses (the layer's input, dX on its way back to
@@ -167,7 +168,7 @@ def int8_linear(x, weight, bias, plan, transposed: bool, out_dtype: torch.dtype,
 
 def _gemm(plan, name: str, a, b, key, buffers, training: bool) -> tuple:
     """(fp32 ``a @ b.T`` of GEMM ``name`` (reduction last), its two operands): each operand quantized
-    here from its tensor, or given already quantized (a ``FallbackQTensor``: ``x_reused``)."""
+    here from its tensor, or given already quantized (a ``FallbackQTensor``: ``reused``)."""
     from ..gemm import hp_mm
     kind, spec_a, spec_b = plan.gemms[name]
     if kind == "hp":
@@ -184,20 +185,30 @@ def _gemm(plan, name: str, a, b, key, buffers, training: bool) -> tuple:
     return int8_mm(*ops, kernel=uses_kernel(spec_a, ops[0].codes.device)), tuple(ops)
 
 
-def x_reused(plan) -> bool:
-    """Whether the weight gradient's X operand is the transpose of the forward's quantized X, so
-    that the forward keeps that (INT8 codes) for the backward instead of X and the backward skips
-    quantizing X^T: both slots quantize alike, in square blocks, with nearest rounding, and a rule
-    whose mask of X^T is the transpose of X's (absmax: block maxima against a quantile of them;
-    not the error rule's fp32 sums, top-k's ties, or the dynamic rule's per-slot level)."""
-    if plan.gemms["fprop"][0] != "int8" or plan.gemms["wgrad"][0] != "int8":
-        return False
-    fx, wx = plan.gemms["fprop"][1], plan.gemms["wgrad"][2]
-    square = fx.block[0] == fx.block[1]
-    if isinstance(fx, FallbackInt8Quantizer):
-        return (fx is wx and square and fx.rounding("x") == "nearest" and fx.rule in ("absmax", "none")
-                and fx.falls_back("fprop", "x") == fx.falls_back("wgrad", "x"))
-    return fx == wx and square and fx.rounding == "nearest"
+def reused(plan) -> frozenset:
+    """The (GEMM, operand) slots whose operand is taken, transposed, from the slot it is the
+    transpose of (``lowprec.gemm.TRANSPOSED_FROM``) instead of quantized again: where that gives the
+    same codes, i.e. both slots quantize alike, in square blocks, with nearest rounding, and a rule
+    whose mask of the transpose is the transpose of the mask where the slots fall back (absmax:
+    block maxima against a quantile of them; not the error rule's fp32 sums, top-k's ties, or the
+    dynamic rule's per-slot level), both slots falling back or neither. The forward keeps X's and W's codes for the backward where
+    their slots are reused, in place of X and W."""
+    from ..gemm import TRANSPOSED_FROM
+    out = set()
+    for (gt, op), (gs, _) in TRANSPOSED_FROM.items():
+        if plan.gemms[gt][0] != "int8" or plan.gemms[gs][0] != "int8":
+            continue
+        target, source = (plan.gemms[g][1 + OPERANDS[g].index(op)] for g in (gt, gs))
+        square = target.block[0] == target.block[1]
+        if isinstance(target, FallbackInt8Quantizer):
+            falls = target.falls_back(gt, op)
+            same = (target is source and target.rounding(op) == "nearest" and falls == target.falls_back(gs, op)
+                    and (not falls or target.rule in ("absmax", "none")))
+        else:
+            same = target == source and target.rounding == "nearest"
+        if same and square:
+            out.add((gt, op))
+    return frozenset(out)
 
 
 def _transposed(f: FallbackQTensor) -> FallbackQTensor:
@@ -205,32 +216,38 @@ def _transposed(f: FallbackQTensor) -> FallbackQTensor:
                            tuple(f.block)[::-1], maybe_fallback=f.maybe_fallback)
 
 
+_NONE5 = (None,) * 5
+
+
 def _kept(f: FallbackQTensor) -> tuple:
-    """A quantized X as the forward saves it: INT8 codes (exact: integers in [-127, 127]) and the
-    grids; the second part only where a block can fall back."""
+    """A quantized operand as the forward saves it: INT8 codes (exact: integers in [-127, 127]) and
+    the grids; the second part only where a block can fall back."""
     second = (f.residual.to(torch.int8), f.residual_scale) if f.maybe_fallback else (None, None)
     return (f.codes.to(torch.int8), f.scale, *second, f.mask)
 
 
-def _restored(saved: tuple, block: tuple, maybe_fallback: bool) -> FallbackQTensor:
+def _restored_t(saved: tuple, meta: tuple) -> FallbackQTensor:
+    """The transpose of a kept operand (``_kept``; meta: its block and maybe_fallback)."""
     codes, scale, residual, residual_scale, mask = saved
     if residual is None:
         residual, residual_scale = torch.zeros_like(codes, dtype=torch.float32), torch.ones_like(scale)
-    return FallbackQTensor(codes.float(), scale, residual.float(), residual_scale, mask, block,
-                           maybe_fallback=maybe_fallback)
+    f = FallbackQTensor(codes.float(), scale, residual.float(), residual_scale, mask, meta[0],
+                        maybe_fallback=meta[1])
+    return _transposed(f)
 
 
 class _Int8LinearFn(torch.autograd.Function):
     """The three GEMMs in the emulation's order (fprop; then dgrad, wgrad), each operand quantized
-    in its GEMM's orientation as the emulation does; outputs and gradients rounded to their
-    tensors' dtypes as the emulation's are."""
+    in its GEMM's orientation as the emulation does, or taken transposed from the slot it is the
+    transpose of where that gives the same codes (``reused``); outputs and gradients rounded to
+    their tensors' dtypes as the emulation's are."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, plan, transposed, out_dtype, key, levels, steps, counts, training):
         buffers = None if levels is None else FallbackBuffers(levels, steps, counts)
         w = weight.t() if transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
-        y, (qx, _) = _gemm(plan, "fprop", x2d, w, key, buffers, training)
+        y, (qx, qw) = _gemm(plan, "fprop", x2d, w, key, buffers, training)
         y = y.reshape(*x.shape[:-1], w.shape[0])
         if bias is not None:  # after the reshape: Inductor would fold a 2-D GEMM and its bias into
             y = y + bias.float()  # one addmm on the CPU, whose sums round differently
@@ -238,31 +255,36 @@ class _Int8LinearFn(torch.autograd.Function):
         # the buffers the backward's quantizers update, as MoR's fast path keeps its counts
         ctx.levels, ctx.steps, ctx.counts = levels, steps, counts
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
-        ctx.x_reused = x_reused(plan)
-        if ctx.x_reused:  # the weight gradient multiplies the transpose of this quantized X
-            ctx.x_block, ctx.x_maybe = tuple(qx.block), qx.maybe_fallback
-            ctx.save_for_backward(weight, key, *_kept(qx))
-        else:
-            ctx.save_for_backward(weight, key, x2d)
+        ctx.reused = reused(plan)
+        # X's and W's codes where the backward takes their transposes (else X itself; W is saved anyway)
+        ctx.x_meta = (tuple(qx.block), qx.maybe_fallback) if ("wgrad", "x") in ctx.reused else None
+        ctx.w_meta = (tuple(qw.block), qw.maybe_fallback) if ("dgrad", "w") in ctx.reused else None
+        kx = _kept(qx) if ctx.x_meta else (x2d, *_NONE5[1:])
+        kw = _kept(qw) if ctx.w_meta else _NONE5
+        ctx.save_for_backward(weight, key, *kx, *kw)
         return y.to(out_dtype)
 
     @staticmethod
     def backward(ctx, dy):
-        weight, key, *kept = ctx.saved_tensors
+        weight, key, *saved = ctx.saved_tensors
+        kx, kw = tuple(saved[:5]), tuple(saved[5:])
         plan = ctx.plan
         buffers = None if ctx.levels is None else FallbackBuffers(ctx.levels, ctx.steps, ctx.counts)
         w = weight.t() if ctx.transposed else weight
         dy2d = dy.reshape(-1, dy.shape[-1])
-        dx = dw = db = None
+        dx = dw = db = qdy = None
         # as in the forward (QLinear turns autocast off around it): a compiled backward is traced
         # under the autocast state of the forward's caller, where the fp32 GEMM would run in bf16
         with torch.autocast(device_type=dy.device.type, enabled=False):
             if ctx.needs_input_grad[0]:
-                dx = _gemm(plan, "dgrad", dy2d, w.t(), key, buffers, ctx.training)[0]
+                wt = _restored_t(kw, ctx.w_meta) if ctx.w_meta else w.t()
+                dx, (qdy, _) = _gemm(plan, "dgrad", dy2d, wt, key, buffers, ctx.training)
                 dx = dx.to(ctx.x_dtype).reshape(ctx.x_shape)
             if ctx.needs_input_grad[1]:
-                xt = _transposed(_restored(kept, ctx.x_block, ctx.x_maybe)) if ctx.x_reused else kept[0].t()
-                dw = _gemm(plan, "wgrad", dy2d.t(), xt, key, buffers, ctx.training)[0]
+                reuse_dy = ("wgrad", "dy") in ctx.reused and isinstance(qdy, FallbackQTensor)
+                dyt = _transposed(qdy) if reuse_dy else dy2d.t()
+                xt = _restored_t(kx, ctx.x_meta) if ctx.x_meta else kx[0].t()
+                dw = _gemm(plan, "wgrad", dyt, xt, key, buffers, ctx.training)[0]
                 dw = (dw.t() if ctx.transposed else dw).to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.float().sum(0)
