@@ -333,13 +333,18 @@ class FastPlan:
         # operand slots scaled from their layer's amax history (``operand``'s ``amax``)
         self.delayed = frozenset(k for k, spec in self._specs.items()
                                  if isinstance(spec, QuantSpec) and spec.scaling == "delayed")
-        # (GEMM, operand) pairs whose quantized operand is the transpose of an earlier one's; not a
-        # delayed slot: each records its own history, as the emulation's does
-        self.reused = frozenset(target for target, source in TRANSPOSED_FROM.items()
-                                if self._specs[target] is not None and self._specs[target] == self._specs[source]
-                                and _transposable(self._specs[target]) and target not in self.delayed)
         self.has_mor = any(kind == "mor" for kind, _, _ in gemms.values())
         self.int8 = any(kind == "int8" for kind, _, _ in gemms.values())
+        # (GEMM, operand) pairs whose quantized operand is the transpose of an earlier one's; not a
+        # delayed slot: each records its own history, as the emulation's does. INT8 slots: where the
+        # rounding and the fallback rule of both slots allow it (lowprec.methods.int8_fast)
+        if self.int8:
+            from .methods.int8_fast import reused_slots
+            self.reused = reused_slots(self)
+        else:
+            self.reused = frozenset(target for target, source in TRANSPOSED_FROM.items()
+                                    if self._specs[target] is not None and self._specs[target] == self._specs[source]
+                                    and _transposable(self._specs[target]) and target not in self.delayed)
 
     @classmethod
     def for_recipe(cls, recipe) -> Optional["FastPlan"]:

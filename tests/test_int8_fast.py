@@ -202,7 +202,7 @@ def test_backward_takes_transposed_operands_where_they_quantize_alike(config, wa
     bit: test_fast_layer_equals_the_emulation_bit_for_bit, and below.)"""
     from lowprec.gemm import FastPlan
     fast, _ = _pair(config, layers=1)
-    assert int8_fast.reused(FastPlan.for_recipe(fast[0].recipe)) == want
+    assert FastPlan.for_recipe(fast[0].recipe).reused == want
     saved = []
     monkeypatch.setattr(lin, "FAST_PATH", "all")
     x, g = _batch(0)

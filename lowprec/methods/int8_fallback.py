@@ -452,7 +452,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
     def count(self, fq: FallbackQTensor, call: OperandCall) -> None:
         """Counts one call of ``call``'s slot with ``fq``'s blocks (training calls only), as
         ``quantize`` does; the fast path calls it for an operand it took, transposed, from another
-        slot instead of quantizing it (``lowprec.methods.int8_fast.x_reused``)."""
+        slot instead of quantizing it (``lowprec.gemm.FastPlan.reused``)."""
         if call.training:
             bufs = self._buffers(call.layer, fq.mask.device)
             count_call(bufs.counts, SLOTS.index((call.gemm, call.operand)), fq.mask)

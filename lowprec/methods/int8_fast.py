@@ -20,7 +20,8 @@ on the CPU too, on the Triton interpreter where it is active, else on the kernel
 (``int8_block_gemm_reference``): the kernel's arithmetic, which differs from the fp32 GEMM of the
 values only in the order and rounding of its sums.
 
-Where a backward operand's quantization is the transpose of a forward one's (``reused``: X^T of the
+Where a backward operand's quantization is the transpose of a forward one's (``FastPlan.reused``,
+``reused_slots``: X^T of the
 weight gradient, W^T of the input gradient, and dY^T of the weight gradient from the input
 gradient's dY, each where both slots quantize alike in square blocks with nearest rounding and the
 absmax rule or none: X and W in Jetfire's recipe and INT8 fallback's default), the backward takes
@@ -168,7 +169,7 @@ def int8_linear(x, weight, bias, plan, transposed: bool, out_dtype: torch.dtype,
 
 def _gemm(plan, name: str, a, b, key, buffers, training: bool) -> tuple:
     """(fp32 ``a @ b.T`` of GEMM ``name`` (reduction last), its two operands): each operand quantized
-    here from its tensor, or given already quantized (a ``FallbackQTensor``: ``reused``)."""
+    here from its tensor, or given already quantized (a ``FallbackQTensor``: ``FastPlan.reused``)."""
     from ..gemm import hp_mm
     kind, spec_a, spec_b = plan.gemms[name]
     if kind == "hp":
@@ -185,14 +186,14 @@ def _gemm(plan, name: str, a, b, key, buffers, training: bool) -> tuple:
     return int8_mm(*ops, kernel=uses_kernel(spec_a, ops[0].codes.device)), tuple(ops)
 
 
-def reused(plan) -> frozenset:
-    """The (GEMM, operand) slots whose operand is taken, transposed, from the slot it is the
-    transpose of (``lowprec.gemm.TRANSPOSED_FROM``) instead of quantized again: where that gives the
-    same codes, i.e. both slots quantize alike, in square blocks, with nearest rounding, and a rule
-    whose mask of the transpose is the transpose of the mask where the slots fall back (absmax:
-    block maxima against a quantile of them; not the error rule's fp32 sums, top-k's ties, or the
-    dynamic rule's per-slot level), both slots falling back or neither. The forward keeps X's and W's codes for the backward where
-    their slots are reused, in place of X and W."""
+def reused_slots(plan) -> frozenset:
+    """``FastPlan.reused`` of an INT8 plan: the (GEMM, operand) slots whose operand is taken,
+    transposed, from the slot it is the transpose of (``lowprec.gemm.TRANSPOSED_FROM``) instead of
+    quantized again, where that gives the same codes: both slots quantize alike, in square blocks,
+    with nearest rounding, both falling back or neither, by a rule whose mask of the transpose is
+    the transpose of the mask (absmax: block maxima against a quantile of them; not the error
+    rule's fp32 sums, top-k's ties, or the dynamic rule's per-slot level). The forward keeps X's
+    and W's codes for the backward where their slots are reused, in place of X and W."""
     from ..gemm import TRANSPOSED_FROM
     out = set()
     for (gt, op), (gs, _) in TRANSPOSED_FROM.items():
@@ -239,7 +240,7 @@ def _restored_t(saved: tuple, meta: tuple) -> FallbackQTensor:
 class _Int8LinearFn(torch.autograd.Function):
     """The three GEMMs in the emulation's order (fprop; then dgrad, wgrad), each operand quantized
     in its GEMM's orientation as the emulation does, or taken transposed from the slot it is the
-    transpose of where that gives the same codes (``reused``); outputs and gradients rounded to
+    transpose of where that gives the same codes (``FastPlan.reused``); outputs and gradients rounded to
     their tensors' dtypes as the emulation's are."""
 
     @staticmethod
@@ -255,10 +256,9 @@ class _Int8LinearFn(torch.autograd.Function):
         # the buffers the backward's quantizers update, as MoR's fast path keeps its counts
         ctx.levels, ctx.steps, ctx.counts = levels, steps, counts
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
-        ctx.reused = reused(plan)
         # X's and W's codes where the backward takes their transposes (else X itself; W is saved anyway)
-        ctx.x_meta = (tuple(qx.block), qx.maybe_fallback) if ("wgrad", "x") in ctx.reused else None
-        ctx.w_meta = (tuple(qw.block), qw.maybe_fallback) if ("dgrad", "w") in ctx.reused else None
+        ctx.x_meta = (tuple(qx.block), qx.maybe_fallback) if ("wgrad", "x") in plan.reused else None
+        ctx.w_meta = (tuple(qw.block), qw.maybe_fallback) if ("dgrad", "w") in plan.reused else None
         kx = _kept(qx) if ctx.x_meta else (x2d, *_NONE5[1:])
         kw = _kept(qw) if ctx.w_meta else _NONE5
         ctx.save_for_backward(weight, key, *kx, *kw)
@@ -281,7 +281,7 @@ class _Int8LinearFn(torch.autograd.Function):
                 dx, (qdy, _) = _gemm(plan, "dgrad", dy2d, wt, key, buffers, ctx.training)
                 dx = dx.to(ctx.x_dtype).reshape(ctx.x_shape)
             if ctx.needs_input_grad[1]:
-                reuse_dy = ("wgrad", "dy") in ctx.reused and isinstance(qdy, FallbackQTensor)
+                reuse_dy = ("wgrad", "dy") in plan.reused and isinstance(qdy, FallbackQTensor)
                 dyt = _transposed(qdy) if reuse_dy else dy2d.t()
                 xt = _restored_t(kx, ctx.x_meta) if ctx.x_meta else kx[0].t()
                 dw = _gemm(plan, "wgrad", dyt, xt, key, buffers, ctx.training)[0]

@@ -348,19 +348,24 @@ def subtensor_choice(dr: torch.Tensor, e4m3_error: torch.Tensor, e5m2_error: tor
     error sums: E4M3 when its range holds the block, or when E5M2's does and E4M3 is no worse; else
     the wide choice (E5M2 three-way, BF16 two-way) when E5M2's range holds it; else BF16. The error
     sums are read only where ``subtensor_error_blocks`` is True (any value elsewhere)."""
-    fits_e4 = dr <= SUBTENSOR_E4M3_RANGE
-    fits_e5 = dr <= E5M2_DYNAMIC_RANGE
+    fits_e4, fits_e5 = _subtensor_fits(dr)
     e4_no_worse = e4m3_error <= e5m2_error
     wide = torch.full_like(dr, E5M2 if mode == "three_way" else BF16, dtype=torch.int8)
     return torch.where(fits_e4 | (fits_e5 & e4_no_worse), torch.full_like(wide, E4M3),
                        torch.where(fits_e5, wide, torch.full_like(wide, BF16)))
 
 
+def _subtensor_fits(dr: torch.Tensor) -> tuple:
+    """(E4M3's range holds the block, E5M2's does): bool grids of the sub-tensor rule."""
+    return dr <= SUBTENSOR_E4M3_RANGE, dr <= E5M2_DYNAMIC_RANGE
+
+
 def subtensor_error_blocks(dr: torch.Tensor) -> torch.Tensor:
     """The blocks whose choice reads the two error sums (bool grid): those that E5M2's range holds and
     E4M3's does not. Elsewhere the range alone decides, so the quantization kernels skip the sums
     there (``lowprec.kernels.mor_subtensor_quant.block_errors``'s ``need``)."""
-    return (dr > SUBTENSOR_E4M3_RANGE) & (dr <= E5M2_DYNAMIC_RANGE)
+    fits_e4, fits_e5 = _subtensor_fits(dr)
+    return ~fits_e4 & fits_e5
 
 
 # ----------------------------------------------------------------------------------------------
