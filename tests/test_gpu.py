@@ -177,6 +177,62 @@ def test_fast_delayed_scaling_equals_emulation(monkeypatch, scaled_mm_calls):
             assert torch.equal(ordered_history(*fast[0]._history(*key)), ordered_history(*emu[0]._history(*key))), key
 
 
+@pytest.mark.parametrize("method, kernel, buffers", [
+    ({"recipe": "fp8_delayed"}, "_delayed_step_kernel", "scalers"),
+    ({"recipe": "mor", "partition": "tensor"}, "_add_rows_kernel", "mor_counts")], ids=["delayed", "mor_counts"])
+def test_compiled_step_updates_layer_buffers_in_triton_kernels(method, kernel, buffers, monkeypatch):
+    """A compiled step on the GPU updates the layers' state buffers (delayed scaling's amax
+    histories, MoR's decision counts) through the Triton kernels of lowprec.kernels.buffer_updates,
+    launched from Inductor's code (no opaque operator call left in the generated code), and records
+    what the eager fast path records, call by call, with the forward's outputs alike."""
+    import lowprec.linear as lin
+    from lowprec.kernels import buffer_updates as kb
+    from lowprec.numerics.scaling import ordered_history
+    from lowprec.recipes import recipe_from_config
+    from torch._inductor.utils import run_and_get_code
+
+    if not kb.triton_available("cuda"):
+        pytest.skip("Triton not usable on this CUDA device")
+    monkeypatch.setattr(lin, "FAST_PATH", "cuda")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(512, 256)).cuda()
+    eager, comp = copy.deepcopy(base), copy.deepcopy(base)
+    recipe = recipe_from_config(method)
+    convert(eager, recipe)
+    convert(comp, recipe)
+    g = torch.randn(384, 256, device="cuda")
+
+    def step(model, x):
+        x = x.clone().requires_grad_()
+        y = model(x)
+        y.backward(g)
+        return y.detach()
+
+    step_c = torch.compile(step, options=lin.EAGER_NUMERICS)
+
+    def state(model):
+        if buffers == "scalers":
+            return {k: ordered_history(*model[0]._history(*k)) for k in model[0].scalers}
+        return {"counts": model[0].mor_counts.clone()}
+
+    for i, scale in enumerate((1.0, 8.0, 0.5)):
+        x = scale * torch.randn(384, 512, device="cuda")
+        want = step(eager, x)
+        if i == 0:
+            got, code = run_and_get_code(step_c, comp, x)
+            code = "\n".join(code)
+            assert kernel in code, f"{kernel} not launched by the compiled step"
+            for op in ("delayed_step_.default", "add_rows_.default"):
+                assert op not in code, f"the opaque operator {op} is still called"
+        else:
+            got = step_c(comp, x)
+        assert sqnr_db(want.double(), got.double()) > 60
+        w, c = state(eager), state(comp)
+        assert w.keys() == c.keys() and all(torch.equal(w[k], c[k]) for k in w), i
+    assert all(int(t.numel() if buffers == "scalers" else t[:, 0].sum()) > 0 for t in state(comp).values())
+
+
 @pytest.mark.parametrize("threshold", [0.045, 0.0])
 @pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
 def test_mor_fast_gemm_equals_emulation(partition, threshold, scaled_mm_calls):

@@ -5,7 +5,7 @@ the dynamic rule's EMA level and the fallback counts, one row per (GEMM, operand
 They are buffers of the layer (``FallbackBuffers.register``), so an eager step (the emulation, a
 telemetry step) and a compiled step update the same tensors, and a compiled step updates them in its
 graph: through operators that mutate their buffer (``set_level_`` here; for the counts
-``add_rows_`` of ``lowprec.methods.layer_buffers``), which Dynamo keeps as nodes in the forward and
+``add_rows`` of ``lowprec.methods.layer_buffers``), which Dynamo keeps as nodes in the forward and
 the backward graph alike. Nothing here reads a device tensor on the host
 except ``FallbackBuffers.slot_rows``, which a checkpoint or a report calls.
 """
@@ -18,7 +18,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from ..recipes import SLOTS
-from .layer_buffers import add_rows_
+from .layer_buffers import add_rows
 
 # the buffers' names on a layer, in FallbackBuffers' field order
 BUFFER_NAMES = ("fallback_levels", "fallback_steps", "fallback_counts")
@@ -92,4 +92,4 @@ def count_call(counts: torch.Tensor, slot: int, mask: torch.Tensor) -> None:
     without reading the mask on the host (the update built in traced ops, one operator call)."""
     fell = mask.sum().to(torch.int64)
     row = torch.stack([torch.ones_like(fell), torch.full_like(fell, mask.numel()), fell])
-    add_rows_(counts, slot, row.reshape(1, -1))
+    add_rows(counts, slot, row.reshape(1, -1))

@@ -70,7 +70,7 @@ from ..numerics.scaling import (
 )
 from .mor_rules import DEFAULT_THRESHOLD, check_threshold, decide
 from ..recipes import GEMMS, OPERANDS, SLOTS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
-from .layer_buffers import add_rows_
+from .layer_buffers import add_rows
 
 __all__ = [
     "E4M3_MAX", "E5M2_MAX", "E4M3_DYNAMIC_RANGE", "E5M2_DYNAMIC_RANGE", "SUBTENSOR_E4M3_RANGE",
@@ -396,7 +396,7 @@ class _Coverage:
     "share of tensors in FP8", which telemetry (sampled every N steps) only estimates.
 
     The counts live in a buffer of each layer (``mor_counts``, registered by ``attach_layer``) and
-    grow through ``add_rows_``, an operator that mutates its buffer: the emulation, the fast path
+    grow through ``add_rows``, an operator that mutates its buffer: the emulation, the fast path
     (``lowprec.methods.mor_fast.count_gemm``) and a compiled step of either count into the same
     tensor, inside the graph and without waiting for the device. Not saved in checkpoints: a
     resumed run counts from the resume on."""
@@ -427,7 +427,7 @@ class _Coverage:
         like = next(v for v in values if isinstance(v, torch.Tensor))
         row = torch.stack([v.to(torch.int64) if isinstance(v, torch.Tensor) else torch.full_like(like, v, dtype=torch.int64)
                            for v in values])
-        add_rows_(self._buffer(call.layer, like.device), SLOTS.index((call.gemm, call.operand)), row.reshape(1, -1))
+        add_rows(self._buffer(call.layer, like.device), SLOTS.index((call.gemm, call.operand)), row.reshape(1, -1))
 
     def _rows(self):
         for name, (holder, slots) in self._layers.items():

@@ -22,7 +22,7 @@ the same scales (per-tensor and 128x128 blocks) reuses that operand's codes, sca
 whose error differs from the transpose's own only in fp64 summation order.
 
 Decisions are counted for the coverage table (``MoRQuantizer.coverage``) in the layer's buffer
-(``mor_counts``, the emulation's too) by ``lowprec.methods.layer_buffers.add_rows_``, an operator
+(``mor_counts``, the emulation's too) by ``lowprec.methods.layer_buffers.add_rows``, an operator
 that mutates the buffer and so stays in the compiled graph, forward and backward.
 """
 
@@ -36,7 +36,7 @@ from ..gemm import FP8Operand, kind_block, operand_mm, scale_kind, triton_runs_o
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, _relative_error, e4m3_spec
 from ..numerics.scaling import apply_blocks
 from ..recipes import OPERANDS, SLOTS
-from .layer_buffers import add_rows_
+from .layer_buffers import add_rows
 
 
 def fast_mor_quantizer(q) -> bool:
@@ -182,4 +182,4 @@ def count_gemm(counts: torch.Tensor, gemm: str, a: MoROperand, b: MoROperand) ->
     of (calls, E4M3 choices) rows), without a host read."""
     slot = SLOTS.index((gemm, OPERANDS[gemm][0]))
     e4m3 = torch.stack([a.e4m3, b.e4m3]).to(counts.dtype)
-    add_rows_(counts, slot, torch.stack([torch.ones_like(e4m3), e4m3], dim=1))
+    add_rows(counts, slot, torch.stack([torch.ones_like(e4m3), e4m3], dim=1))

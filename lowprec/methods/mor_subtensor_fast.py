@@ -38,7 +38,7 @@ import torch
 from ..gemm import block_scaled_mm, block_scaled_mm_cuda, dequantized, triton_runs_on
 from ..numerics.scaling import as_2d, expand_blocks
 from ..recipes import OPERANDS, SLOTS
-from .layer_buffers import add_rows_
+from .layer_buffers import add_rows
 from .mor import (COUNT_COLUMNS, E4M3, E5M2, SubTensorMoRQuantizer, block_counts, dynamic_range, subtensor_choice,
                   subtensor_error_blocks, subtensor_parts, subtensor_scales)
 
@@ -187,4 +187,4 @@ def count_subtensor_gemm(counts: torch.Tensor, gemm: str, a: SubTensorOperand, b
         per_column = block_counts(op.choice)
         per_column["calls"] = torch.ones_like(per_column["blocks"])  # made on the device: no host copy
         rows.append(torch.stack([per_column[c] for c in COUNT_COLUMNS]))
-    add_rows_(counts, slot, torch.stack(rows).to(counts.dtype))
+    add_rows(counts, slot, torch.stack(rows).to(counts.dtype))

@@ -366,7 +366,7 @@ class DelayedScaler:
     and passes them as ``state``; without one the scaler uses its own. `step` reads and records in
     one operator (``delayed_step_``): traced inside an autograd.Function, separate reads of tensors
     that an operator then mutates were ordered inconsistently (the count read after the record, the
-    ring before it).
+    ring before it); on CUDA the operator is one Triton kernel (``record_amax``).
 
     Several processes (torch.distributed initialized, world size > 1): `step` and `update` take
     the max of this step's amax over all ranks before it enters the history (Transformer Engine
@@ -420,12 +420,12 @@ class DelayedScaler:
         amax), and then the reduced amax is recorded: one all_reduce per call (none in a single
         process)."""
         ring, count = self._state(state, current)
-        return delayed_step_(ring, count, self._reduced(current, ring), self.reduction == "max")
+        return record_amax(ring, count, self._reduced(current, ring), self.reduction == "max")
 
     def update(self, amax, state: Optional[tuple] = None) -> None:
         """Record this step's amax (max over the ranks) without using the history."""
         ring, count = self._state(state, amax)
-        delayed_step_(ring, count, self._reduced(amax, ring), True)
+        record_amax(ring, count, self._reduced(amax, ring), True)
 
     def _state(self, state: Optional[tuple], current) -> tuple:
         if state is not None:
@@ -481,6 +481,25 @@ def delayed_step_(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, u
 @delayed_step_.register_fake
 def _(ring, count, amax, use_max):
     return torch.empty_like(amax)
+
+
+# On CUDA: the same as a triton_op, whose one-kernel launch Inductor traces and makes from its own
+# code; the opaque operator cost a Python call and five eager launches per slot and call (the host
+# set the pace of a 1 B delayed-scaling step; lowprec.kernels.buffer_updates).
+@torch.library.triton_op("lowprec::delayed_step_cuda_", mutates_args=("ring", "count"))
+def delayed_step_cuda_(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, use_max: bool) -> torch.Tensor:
+    """``delayed_step_`` on a CUDA device where Triton runs."""
+    from ..kernels import buffer_updates as kb
+    out = torch.empty_like(amax)
+    kb.delayed_step(ring, count, amax.reshape(1), use_max, out, launcher=torch.library.wrap_triton)
+    return out
+
+
+def record_amax(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, use_max: bool) -> torch.Tensor:
+    """``delayed_step_``: on its Triton kernel where the history is on a CUDA device Triton runs on."""
+    from ..kernels import buffer_updates as kb
+    op = delayed_step_cuda_ if ring.is_cuda and kb.triton_available(ring.device) else delayed_step_
+    return op(ring, count, amax, use_max)
 
 
 # ----------------------------------------------------------------------------------------------
