@@ -13,7 +13,7 @@ API (each takes ``launcher``: None to launch here, or ``torch.library.wrap_trito
 
     delayed_step(ring, count, amax, use_max, out)   # out = the amax to quantize with; then record amax
     add_rows(buffer, row, update)                   # buffer[row:row + R, :C] += update (R, C) or (R,)
-    triton_available(device=None), interpreter_active()
+    triton_available(device=None), cuda_ready(), interpreter_active()
 
 Both equal their torch operators bit for bit (the history's max, a read and a write; integer or
 float additions of the same values), on one program: every read of the ring happens before a barrier
@@ -29,7 +29,7 @@ from ._common import _next_pow2
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["delayed_step", "add_rows", "triton_available", "interpreter_active"]
+__all__ = ["delayed_step", "add_rows", "triton_available", "cuda_ready", "interpreter_active"]
 
 # the ring's elements one loop step reads (histories are 1024 long by default: one step)
 _RING_STEP = 1024
@@ -79,6 +79,13 @@ def interpreter_active() -> bool:
 def triton_available(device=None) -> bool:
     """Whether the kernels can run on ``device`` (default: CUDA if present, else CPU)."""
     return triton is not None and _c.available(interpreter_active(), device)
+
+
+@torch.compiler.assume_constant_result
+def cuda_ready() -> bool:
+    """Whether the kernels run on CUDA here: decided once when a compiled graph is traced (the
+    check reads the kernel objects, which Dynamo cannot trace, and it never changes in a process)."""
+    return triton_available("cuda")
 
 
 def _require(t: torch.Tensor, fallback: str) -> None:

@@ -80,7 +80,7 @@ def _topk_mask(amax: torch.Tensor, rho: float) -> torch.Tensor:
     k = min(n, int(math.floor(rho * n + 0.5)))
     order = torch.sort(amax.flatten(), descending=True, stable=True).indices
     mask = torch.zeros(n, dtype=torch.bool, device=amax.device)
-    mask[order[:k]] = True
+    mask.index_fill_(0, order[:k], True)  # a Python True assigned by indexing waits for the device
     return mask.reshape(amax.shape)
 
 
