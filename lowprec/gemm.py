@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from .numerics import QuantSpec, to_torch_dtype
 from .numerics.scaled_mm import fp8_mm
-from .numerics.scaling import (_blocks_view, _resolve_block, apply_blocks, expand_blocks, gam_block_scales,
+from .numerics.scaling import (_resolve_block, apply_blocks, blocks_max, expand_blocks, gam_block_scales,
                                scale_from_amax)
 
 _FP8 = ("e4m3", "e5m2")
@@ -87,7 +87,7 @@ def quantize_fp8(t: torch.Tensor, spec: QuantSpec,
         raise ValueError(f"quantize_fp8: amax= is for delayed scaling, not {spec.scaling!r}")
     else:
         mag = torch.where(torch.isfinite(x), x.abs(), torch.zeros((), dtype=x.dtype, device=x.device))
-        amax = _blocks_view(mag, block).amax(dim=(1, 3))
+        amax = blocks_max(mag, block)
     if spec.scaling == "gam":
         scale = gam_block_scales(amax, amax.max(), fmt.fmax)
     else:

@@ -235,11 +235,6 @@ class QLinear(nn.Module):
         scaler = self.scalers.get((gemm, operand))
         if scaler is None:
             return None
-        # the amax of a transposed view (the backward's X^T, W^T, dY^T) is its source's: reduced over
-        # the view, Inductor made a strided reduction that took 47 ms of a 1 B step; over the source it
-        # reads memory in order, and the two slots of one tensor share the reduction
-        if t.dim() == 2 and not t.is_contiguous() and t.t().is_contiguous():
-            t = t.t()
         current = block_amax(t, tuple(t.shape)).reshape(())  # NaN/Inf ignored, as in every amax
         state = self._history(gemm, operand)
         return scaler.step(current, state) if self.training else scaler.amax(current, state)

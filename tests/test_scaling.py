@@ -119,6 +119,28 @@ def test_block_amax_and_padded_shapes(shape, block):
     assert torch.equal(q.codes, cast(q.codes, "e4m3"))  # codes are on the grid
 
 
+@pytest.mark.parametrize("shape,block", [((300, 130), (128, 128)), ((300, 5), (1, 128)), ((96, 64), (32, 16)),
+                                         ((65, 33), (32, 32))])
+def test_block_amax_of_a_transposed_view_is_reduced_over_its_source(shape, block, monkeypatch):
+    """A transposed view's block maxima (the backward's X^T, dY^T) equal the reference's, with
+    NaN and Inf ignored, and are reduced over the contiguous source (its blocks transposed), never
+    over the view itself: no blocks view of the strided tensor is built."""
+    from lowprec.numerics import scaling
+
+    src = torch.randn(shape, generator=gen(4)) * torch.logspace(-3, 3, shape[1])
+    src[3, 2], src[50, 0] = float("nan"), float("-inf")
+    view = src.t()
+    want = reference_block_amax(torch.where(torch.isfinite(view), view, torch.zeros_like(view)), block)
+    seen = []
+    real = scaling._blocks_view
+    monkeypatch.setattr(scaling, "_blocks_view", lambda x, b: seen.append(x.is_contiguous()) or real(x, b))
+    got = block_amax(view, block)
+    assert torch.equal(got, want) and got.shape == want.shape
+    assert seen and all(seen), "a blocks view of the strided tensor was built"
+    assert torch.equal(scaling.nonfinite_blocks(view, block), scaling.nonfinite_blocks(view.contiguous(), block))
+    assert bool(scaling.nonfinite_blocks(view, block).any())
+
+
 def test_nd_tensors_flatten_leading_dims():
     x = torch.randn(2, 3, 70, generator=gen(4))
     spec = QuantSpec(scaling="block", block=(1, 32))

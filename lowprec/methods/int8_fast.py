@@ -173,7 +173,8 @@ def _gemm(plan, name: str, a, b, key, buffers, training: bool) -> tuple:
     from ..gemm import hp_mm
     kind, spec_a, spec_b = plan.gemms[name]
     if kind == "hp":
-        return hp_mm(a, b, plan.high_precision, torch.float32), (a, b)
+        with _no_autocast(a):
+            return hp_mm(a, b, plan.high_precision, torch.float32), (a, b)
     ops = []
     for op, t, spec in zip(OPERANDS[name], (a, b), (spec_a, spec_b)):
         call = OperandCall(buffers, name, op, slot_key(key, name, op), training)
@@ -183,7 +184,17 @@ def _gemm(plan, name: str, a, b, key, buffers, training: bool) -> tuple:
             ops.append(t)
         else:
             ops.append(int8_operand(spec, t, call))
-    return int8_mm(*ops, kernel=uses_kernel(spec_a, ops[0].codes.device)), tuple(ops)
+    with _no_autocast(ops[0].codes):
+        return int8_mm(*ops, kernel=uses_kernel(spec_a, ops[0].codes.device)), tuple(ops)
+
+
+def _no_autocast(t) -> torch.autocast:
+    """Autocast off around a GEMM: a compiled backward is traced under the autocast state of the
+    forward's caller, where the fp32 GEMM would run in bf16 (QLinear turns autocast off around the
+    forward). Around the GEMM alone, not the backward's quantization: Dynamo (torch 2.13) fails to
+    trace a branch on a tensor's layout (``lowprec.numerics.scaling.blocks_max``) inside an
+    autocast block of an autograd Function's backward."""
+    return torch.autocast(device_type=t.device.type, enabled=False)
 
 
 def reused_slots(plan) -> frozenset:
@@ -273,19 +284,17 @@ class _Int8LinearFn(torch.autograd.Function):
         w = weight.t() if ctx.transposed else weight
         dy2d = dy.reshape(-1, dy.shape[-1])
         dx = dw = db = qdy = None
-        # as in the forward (QLinear turns autocast off around it): a compiled backward is traced
-        # under the autocast state of the forward's caller, where the fp32 GEMM would run in bf16
-        with torch.autocast(device_type=dy.device.type, enabled=False):
-            if ctx.needs_input_grad[0]:
-                wt = _restored_t(kw, ctx.w_meta) if ctx.w_meta else w.t()
-                dx, (qdy, _) = _gemm(plan, "dgrad", dy2d, wt, key, buffers, ctx.training)
-                dx = dx.to(ctx.x_dtype).reshape(ctx.x_shape)
-            if ctx.needs_input_grad[1]:
-                reuse_dy = ("wgrad", "dy") in plan.reused and isinstance(qdy, FallbackQTensor)
-                dyt = _transposed(qdy) if reuse_dy else dy2d.t()
-                xt = _restored_t(kx, ctx.x_meta) if ctx.x_meta else kx[0].t()
-                dw = _gemm(plan, "wgrad", dyt, xt, key, buffers, ctx.training)[0]
-                dw = (dw.t() if ctx.transposed else dw).to(weight.dtype)
+        # the GEMMs with autocast off (_gemm), as in the forward
+        if ctx.needs_input_grad[0]:
+            wt = _restored_t(kw, ctx.w_meta) if ctx.w_meta else w.t()
+            dx, (qdy, _) = _gemm(plan, "dgrad", dy2d, wt, key, buffers, ctx.training)
+            dx = dx.to(ctx.x_dtype).reshape(ctx.x_shape)
+        if ctx.needs_input_grad[1]:
+            reuse_dy = ("wgrad", "dy") in plan.reused and isinstance(qdy, FallbackQTensor)
+            dyt = _transposed(qdy) if reuse_dy else dy2d.t()
+            xt = _restored_t(kx, ctx.x_meta) if ctx.x_meta else kx[0].t()
+            dw = _gemm(plan, "wgrad", dyt, xt, key, buffers, ctx.training)[0]
+            dw = (dw.t() if ctx.transposed else dw).to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.float().sum(0)
         return dx, dw, db, None, None, None, None, None, None, None, None

@@ -185,15 +185,15 @@ def _block_amax(x2d: torch.Tensor, block, nonfinite: bool = False):
     first, unmasked reduction already says which blocks hold a NaN/Inf, so the grid is free."""
     a = x2d.to(torch.float32).abs()
     if a.is_cuda or torch.compiler.is_compiling():
-        bad = ~torch.isfinite(_blocks_view(a, block).amax(dim=(1, 3))) if nonfinite else None
+        bad = ~torch.isfinite(blocks_max(a, block)) if nonfinite else None
         # always masked: asking whether any block holds a NaN/Inf would wait for the device (and
         # break a compiled graph)
-        return _blocks_view(a.nan_to_num_(nan=0.0, posinf=0.0), block).amax(dim=(1, 3)), bad
-    grid = _blocks_view(a, block).amax(dim=(1, 3))
+        return blocks_max(a.nan_to_num_(nan=0.0, posinf=0.0), block), bad
+    grid = blocks_max(a, block)
     bad = ~torch.isfinite(grid)
     if bad.any():  # rare: mask NaN/Inf only when some block holds one
         a = torch.where(torch.isfinite(a), a, torch.zeros_like(a))
-        grid = _blocks_view(a, block).amax(dim=(1, 3))
+        grid = blocks_max(a, block)
     return grid, (bad if nonfinite else None)
 
 
@@ -201,7 +201,20 @@ def nonfinite_blocks(x2d: torch.Tensor, block) -> torch.Tensor:
     """Bool grid (block_amax's shape): True where the block holds a NaN or +-Inf. One reduction
     on the device (amax propagates NaN), no host sync."""
     block = block_shape(block)
-    return ~torch.isfinite(_blocks_view(x2d.to(torch.float32).abs(), block).amax(dim=(1, 3)))
+    return ~torch.isfinite(blocks_max(x2d.to(torch.float32).abs(), block))
+
+
+def blocks_max(x2d: torch.Tensor, block) -> torch.Tensor:
+    """The max over each (R, C) block of a 2-D tensor as it is (NaN propagates; no abs), grid shape
+    (ceil(rows/R), ceil(cols/C)), zero-padded. A transposed view (the backward's X^T, W^T, dY^T) is
+    reduced in its source's memory order and the grid transposed back: the same maxima, where a
+    reduction over the view made the compiler read it strided (one took 47 ms of a 1 B training
+    step). The branch reads the layout: Dynamo (torch 2.13) fails to trace such a branch inside a
+    ``torch.autocast`` block of an autograd Function's backward, so keep those blocks around the
+    GEMMs alone (``lowprec.methods.int8_fast._gemm``)."""
+    if x2d.dim() == 2 and not x2d.is_contiguous() and x2d.t().is_contiguous():
+        return blocks_max(x2d.t(), (block[1], block[0])).t()
+    return _blocks_view(x2d, block).amax(dim=(1, 3))
 
 
 def _blocks_view(x2d: torch.Tensor, block) -> torch.Tensor:
