@@ -1,6 +1,7 @@
 """Triton kernels for the small in-place updates of a layer's state buffers inside a compiled step: a
-delayed scaler's amax history (``lowprec.numerics.scaling.delayed_step_``) and the rows added to a
-counts buffer (``lowprec.methods.layer_buffers.add_rows_``).
+delayed scaler's amax history (``lowprec.numerics.scaling.delayed_step_``), the rows added to a
+counts buffer (``lowprec.methods.layer_buffers.add_rows_``) and the dynamic fallback rule's level of
+a slot (``lowprec.methods.int8_fallback_state.set_level_``).
 
 Why kernels for a few bytes. These updates are operators that mutate their buffers, so that Dynamo
 keeps them as nodes of the backward graph too. As opaque operators, Inductor calls each through
@@ -13,9 +14,10 @@ API (each takes ``launcher``: None to launch here, or ``torch.library.wrap_trito
 
     delayed_step(ring, count, amax, use_max, out)   # out = the amax to quantize with; then record amax
     add_rows(buffer, row, update)                   # buffer[row:row + R, :C] += update (R, C) or (R,)
+    set_level(levels, steps, slot, level)           # levels[slot] = level; steps[slot] += 1
     triton_available(device=None), cuda_ready(), interpreter_active()
 
-Both equal their torch operators bit for bit (the history's max, a read and a write; integer or
+Each equals its torch operator bit for bit (the history's max, a read and a write; integer or
 float additions of the same values), on one program: every read of the ring happens before a barrier
 that precedes its one write, since the lanes that read the slot and the lane that writes it differ.
 """
@@ -29,7 +31,7 @@ from ._common import _next_pow2
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["delayed_step", "add_rows", "triton_available", "cuda_ready", "interpreter_active"]
+__all__ = ["delayed_step", "add_rows", "set_level", "triton_available", "cuda_ready", "interpreter_active"]
 
 # the ring's elements one loop step reads (histories are 1024 long by default: one step)
 _RING_STEP = 1024
@@ -67,6 +69,11 @@ if triton is not None:
         m = (r < R) & (c < C)
         dst = buf_ptr + (row + r) * stride_b + c
         tl.store(dst, tl.load(dst, mask=m) + tl.load(upd_ptr + r * C + c, mask=m), mask=m)
+
+    @triton.jit
+    def _set_level_kernel(levels_ptr, steps_ptr, slot, level_ptr):
+        tl.store(levels_ptr + slot, tl.load(level_ptr))
+        tl.store(steps_ptr + slot, tl.load(steps_ptr + slot) + 1)
 
     _JIT_FNS = (_delayed_step_kernel, _max_axis)
 
@@ -132,6 +139,21 @@ def add_rows(buffer: torch.Tensor, row: int, update: torch.Tensor, launcher=None
     launch = _kernel(_add_rows_kernel, launcher)
     launch[(1,)](buffer, update.contiguous(), row, R, C, stride, BLOCK_R=_next_pow2(R), BLOCK_C=_next_pow2(C),
                  num_warps=1)
+
+
+def set_level(levels: torch.Tensor, steps: torch.Tensor, slot: int, level: torch.Tensor, launcher=None) -> None:
+    """levels[slot] = level (a 1-element float32 tensor); steps[slot] += 1. levels: 1-D float32,
+    steps: 1-D int64 of the same length."""
+    _require(levels, "lowprec.methods.int8_fallback_state.set_level_")
+    if (levels.dim() != 1 or levels.dtype != torch.float32 or steps.shape != levels.shape
+            or steps.dtype != torch.int64 or not levels.is_contiguous() or not steps.is_contiguous()):
+        raise ValueError(f"levels ({levels.dtype} {tuple(levels.shape)}) and steps ({steps.dtype} "
+                         f"{tuple(steps.shape)}) must be contiguous 1-D float32 and int64 of one length")
+    if not 0 <= slot < levels.numel():
+        raise ValueError(f"slot {slot} outside the {levels.numel()} slots")
+    if level.numel() != 1 or level.dtype != torch.float32:
+        raise ValueError(f"level must be a single float32, got {level.dtype} {tuple(level.shape)}")
+    _kernel(_set_level_kernel, launcher)[(1,)](levels, steps, slot, level, num_warps=1)
 
 
 def _kernel(kernel, launcher):

@@ -1,6 +1,7 @@
 """The buffer-update kernels (lowprec.kernels.buffer_updates) against the torch operators they replace on
 CUDA: a delayed scaler's history step (lowprec.numerics.scaling.delayed_step_) and the rows added to a
-counts buffer (lowprec.methods.layer_buffers.add_rows_), bit for bit, step by step. CUDA when present,
+counts buffer (lowprec.methods.layer_buffers.add_rows_) and the dynamic fallback rule's level
+(lowprec.methods.int8_fallback_state.set_level_), bit for bit, step by step. CUDA when present,
 else the Triton interpreter on CPU."""
 
 import pytest
@@ -10,6 +11,7 @@ from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noq
 
 [kb] = kernel_modules("lowprec.kernels.buffer_updates")
 
+from lowprec.methods.int8_fallback_state import set_level_  # noqa: E402
 from lowprec.methods.layer_buffers import add_rows_  # noqa: E402
 from lowprec.numerics.scaling import delayed_step_  # noqa: E402
 
@@ -67,6 +69,18 @@ def test_add_rows_is_the_operators(shape, row, update_shape, dtype):
     assert not torch.equal(want, torch.randint(0, 100, shape, generator=torch.Generator().manual_seed(1)).to(dtype))
 
 
+def test_set_level_is_the_operators():
+    """Levels set (Inf, a number, a new number) and steps counted per slot, other slots untouched."""
+    want = (torch.full((6,), float("inf")), torch.zeros(6, dtype=torch.int64))
+    got = tuple(t.clone().to(DEVICE) for t in want)
+    for slot, level in ((2, 3.5), (2, 0.25), (5, float("inf")), (0, 7.0)):
+        lv = torch.tensor(level)
+        set_level_(*want, slot, lv)
+        kb.set_level(*got, slot, lv.reshape(1).to(DEVICE))
+        assert torch.equal(got[0].cpu(), want[0]) and torch.equal(got[1].cpu(), want[1]), slot
+    assert want[1].tolist() == [1, 0, 2, 0, 0, 1] and float(want[0][2]) == 0.25
+
+
 def test_bad_input_names_the_problem():
     ring = torch.zeros(4, device=DEVICE)
     count = torch.zeros((), dtype=torch.int64, device=DEVICE)
@@ -80,3 +94,8 @@ def test_bad_input_names_the_problem():
         kb.add_rows(buf, 3, torch.ones(2, 3, dtype=torch.int64, device=DEVICE))
     with pytest.raises(ValueError, match="buffer's dtype"):
         kb.add_rows(buf, 0, torch.ones(1, 3, device=DEVICE))
+    levels, steps = torch.zeros(6, device=DEVICE), torch.zeros(6, dtype=torch.int64, device=DEVICE)
+    with pytest.raises(ValueError, match="slot 6 outside"):
+        kb.set_level(levels, steps, 6, one)
+    with pytest.raises(ValueError, match="one length"):
+        kb.set_level(levels, steps[:5], 0, one)

@@ -78,7 +78,7 @@ from ..numerics.checks import block_shape, nonempty, number
 from ..numerics.scaling import apply_blocks, expand_blocks
 from .int8_fallback_rules import (DEFAULTS, QMAX, RULES, _as_2d, _int8_spec, _positive_quantile,  # noqa: F401
                                   block_int8_error, check_rule_params, select_blocks)
-from .int8_fallback_state import FallbackBuffers, count_call, set_level_
+from .int8_fallback_state import FallbackBuffers, count_call, set_level
 from ..recipes import GEMMS, OPERANDS, SLOTS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
 
 __all__ = [
@@ -360,7 +360,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
         if training:
             blended = self.ema * level + (1.0 - self.ema) * level_now
             new = torch.where(prev_ok, torch.where(torch.isfinite(level_now), blended, level), level_now)
-            set_level_(bufs.levels, bufs.steps, slot, new.detach().to(torch.float32))
+            set_level(bufs.levels, bufs.steps, slot, new.detach().to(torch.float32))
         return self.tau * level
 
     def state_dict(self) -> dict:

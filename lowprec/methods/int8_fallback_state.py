@@ -4,7 +4,7 @@ the dynamic rule's EMA level and the fallback counts, one row per (GEMM, operand
 
 They are buffers of the layer (``FallbackBuffers.register``), so an eager step (the emulation, a
 telemetry step) and a compiled step update the same tensors, and a compiled step updates them in its
-graph: through operators that mutate their buffer (``set_level_`` here; for the counts
+graph: through operators that mutate their buffer (``set_level`` here; for the counts
 ``add_rows`` of ``lowprec.methods.layer_buffers``), which Dynamo keeps as nodes in the forward and
 the backward graph alike. Nothing here reads a device tensor on the host
 except ``FallbackBuffers.slot_rows``, which a checkpoint or a report calls.
@@ -85,6 +85,21 @@ def set_level_(levels: torch.Tensor, steps: torch.Tensor, slot: int, level: torc
 @set_level_.register_fake
 def _(levels, steps, slot, level):
     return None
+
+
+@torch.library.triton_op("lowprec::int8_fallback_set_level_cuda_", mutates_args=("levels", "steps"))
+def set_level_cuda_(levels: torch.Tensor, steps: torch.Tensor, slot: int, level: torch.Tensor) -> None:
+    """``set_level_`` on a CUDA device where Triton runs (``lowprec.kernels.buffer_updates``)."""
+    from ..kernels import buffer_updates as kb
+    kb.set_level(levels, steps, slot, level.reshape(1), launcher=torch.library.wrap_triton)
+
+
+def set_level(levels: torch.Tensor, steps: torch.Tensor, slot: int, level: torch.Tensor) -> None:
+    """``set_level_``, on its Triton kernel where the buffers are on a CUDA device Triton runs on
+    (one launch from Inductor's code instead of a Python operator call)."""
+    from ..kernels import buffer_updates as kb
+    op = set_level_cuda_ if levels.is_cuda and kb.cuda_ready() else set_level_
+    op(levels, steps, slot, level)
 
 
 def count_call(counts: torch.Tensor, slot: int, mask: torch.Tensor) -> None:
