@@ -126,7 +126,8 @@ def add_rows(buffer: torch.Tensor, row: int, update: torch.Tensor, launcher=None
     if (update.dtype != buffer.dtype or update.dim() != buffer.dim() or buffer.dim() not in (1, 2)
             or buffer.stride(-1) != 1):
         raise ValueError(f"update {update.dtype} {tuple(update.shape)} must be a 1-D or 2-D tensor of the "
-                         f"buffer's dtype and rank, the buffer's last dimension contiguous ({buffer.dtype} {tuple(buffer.shape)})")
+                         f"buffer's dtype and rank, the buffer's last dimension contiguous "
+                         f"({buffer.dtype} {tuple(buffer.shape)})")
     R, C = update.shape[0], (update.shape[1] if update.dim() == 2 else 1)
     cols = buffer.shape[1] if buffer.dim() == 2 else 1
     if not 0 <= row <= buffer.shape[0] - R or C > cols:
