@@ -15,7 +15,7 @@ API (each takes ``launcher``: None to launch here, or ``torch.library.wrap_trito
     delayed_step(ring, count, amax, use_max, out)   # out = the amax to quantize with; then record amax
     add_rows(buffer, row, update)                   # buffer[row:row + R, :C] += update (R, C) or (R,)
     set_level(levels, steps, slot, level)           # levels[slot] = level; steps[slot] += 1
-    triton_available(device=None), cuda_ready(), interpreter_active()
+    takes_kernel(buffer), triton_available(device=None), cuda_ready(), interpreter_active()
 
 Each equals its torch operator bit for bit (the history's max, a read and a write; integer or
 float additions of the same values), on one program: every read of the ring happens before a barrier
@@ -31,7 +31,8 @@ from ._common import _next_pow2
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["delayed_step", "add_rows", "set_level", "triton_available", "cuda_ready", "interpreter_active"]
+__all__ = ["delayed_step", "add_rows", "set_level", "takes_kernel", "triton_available", "cuda_ready",
+           "interpreter_active"]
 
 # the ring's elements one loop step reads (histories are 1024 long by default: one step)
 _RING_STEP = 1024
@@ -93,6 +94,12 @@ def cuda_ready() -> bool:
     """Whether the kernels run on CUDA here: decided once when a compiled graph is traced (the
     check reads the kernel objects, which Dynamo cannot trace, and it never changes in a process)."""
     return triton_available("cuda")
+
+
+def takes_kernel(t: torch.Tensor) -> bool:
+    """Whether an update of the buffer ``t`` runs on these kernels (its ``triton_op``): a CUDA
+    buffer where they run; elsewhere the torch operator."""
+    return t.is_cuda and cuda_ready()
 
 
 def _require(t: torch.Tensor, fallback: str) -> None:

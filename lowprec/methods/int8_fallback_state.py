@@ -98,7 +98,7 @@ def set_level(levels: torch.Tensor, steps: torch.Tensor, slot: int, level: torch
     """``set_level_``, on its Triton kernel where the buffers are on a CUDA device Triton runs on
     (one launch from Inductor's code instead of a Python operator call)."""
     from ..kernels import buffer_updates as kb
-    op = set_level_cuda_ if levels.is_cuda and kb.cuda_ready() else set_level_
+    op = set_level_cuda_ if kb.takes_kernel(levels) else set_level_
     op(levels, steps, slot, level)
 
 

@@ -35,5 +35,5 @@ def add_rows_cuda_(buffer: torch.Tensor, row: int, update: torch.Tensor) -> None
 def add_rows(buffer: torch.Tensor, row: int, update: torch.Tensor) -> None:
     """``add_rows_``, on its Triton kernel where the buffer is on a CUDA device Triton runs on."""
     from ..kernels import buffer_updates as kb
-    op = add_rows_cuda_ if buffer.is_cuda and kb.cuda_ready() else add_rows_
+    op = add_rows_cuda_ if kb.takes_kernel(buffer) else add_rows_
     op(buffer, row, update)

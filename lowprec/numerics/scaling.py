@@ -511,7 +511,7 @@ def delayed_step_cuda_(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tens
 def record_amax(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, use_max: bool) -> torch.Tensor:
     """``delayed_step_``: on its Triton kernel where the history is on a CUDA device Triton runs on."""
     from ..kernels import buffer_updates as kb
-    op = delayed_step_cuda_ if ring.is_cuda and kb.cuda_ready() else delayed_step_
+    op = delayed_step_cuda_ if kb.takes_kernel(ring) else delayed_step_
     return op(ring, count, amax, use_max)
 
 
