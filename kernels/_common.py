@@ -73,6 +73,27 @@ if triton is not None:
         return tl.where(a < float("inf"), a, 0.0)
 
     @triton.jit
+    def _mix32(x):
+        """lowbias32 of uint32 words (``lowprec.numerics.rounding_stream.mix32``; uint32 products
+        wrap modulo 2^32, as the hash wants)."""
+        x = x ^ (x >> 16)
+        x = x * 0x7FEB352D
+        x = x ^ (x >> 15)
+        x = x * 0x846CA68B
+        return x ^ (x >> 16)
+
+    @triton.jit
+    def _stream_uniforms(key_ptr, part, idx):
+        """``lowprec.numerics.rounding_stream.uniforms`` in a kernel: the U[0, 1) draws of the
+        elements whose counters (row * cols + col of the 2-D operand, < 2^32) are ``idx``, under the
+        key ``key_ptr[part]`` (an int64 holding a 32-bit word, made on the device): nothing is
+        read from the host, and no tensor of draws is written."""
+        k = tl.load(key_ptr + part).to(tl.uint32)
+        step = (_mix32(k ^ 0x9E3779B9) & 0x7FFFFFFF) | 1
+        h = _mix32(idx.to(tl.uint32) * step + k)
+        return (h >> 8).to(tl.float32) * 5.9604644775390625e-08  # 2^-24
+
+    @triton.jit
     def _grouped_tile(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
         """The output tile (pid_m, pid_n) of GEMM program ``pid``, GROUP_M row-tiles at a time, so
         that programs sharing B tiles run together (L2 reuse)."""

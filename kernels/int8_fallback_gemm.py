@@ -85,6 +85,7 @@ from typing import Optional
 
 import torch
 
+from lowprec.numerics import rounding_stream as _stream
 from lowprec.numerics.checks import as_2d, block_shape, nonempty, number, one_of
 
 from . import _common as _c
@@ -154,48 +155,65 @@ def _prep_x(x: torch.Tensor, block):
     rp, cp = _next_pow2(br), _next_pow2(bc)
     if rp * cp > _MAX_BLOCK_ELEMS:
         raise ValueError(f"block {block}: at most {_MAX_BLOCK_ELEMS} elements (padded to powers of two)")
-    x2d = as_2d(x).contiguous()
+    x2d = as_2d(x)  # read through its strides: a transposed view is not copied
     M, N = x2d.shape
     n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
     g = min(_next_pow2(n_brow), max(_QUANT_TILE // (rp * cp), 1))
     kind, arg = _c._in_kind(x2d)
     t = dict(BR=br, BC=bc, RP=rp, CP=cp, G=g, IN_KIND=kind)
-    return x2d, arg, M, N, n_brow, n_bcol, t, (_cdiv(n_brow, g) * n_bcol,)
+    return x2d, (arg, *x2d.stride()), M, N, n_brow, n_bcol, t, (_cdiv(n_brow, g) * n_bcol,)
 
 
 def _warps(t) -> int:
     return 8 if t["G"] * t["RP"] * t["CP"] >= 4096 else 4
 
 
+def _kernel(kernel, launcher):
+    return kernel if launcher is None else launcher(kernel)
+
+
 def block_stats_int8(x: torch.Tensor, block=(32, 32)):
     """(amax, rel_err) per block: the block amax (NaN/Inf ignored) and the relative L2 error of
     nearest-rounding INT8, as ``block_amax`` and ``lowprec.methods.int8_fallback.block_int8_error``
     compute them (amax bit-exact; rel_err to fp32 summation order)."""
-    x2d, arg, M, N, n_brow, n_bcol, t, grid = _prep_x(x, block)
+    x2d, x_args, M, N, n_brow, n_bcol, t, grid = _prep_x(x, block)
     amax = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
     err = torch.empty_like(amax)
-    _kk._stats_kernel[grid](arg, amax, err, M, N, n_brow, n_bcol, num_warps=_warps(t), **t)
+    _kk._stats_kernel[grid](*x_args, amax, err, M, N, n_brow, n_bcol, num_warps=_warps(t), **t)
     return amax, err
 
 
 def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[torch.Tensor] = None,
-                           threshold: Optional[torch.Tensor] = None, noise: Optional[tuple] = None):
-    """One pass: (q1, s1, q2, s2, flags); see the module docstring. noise=(u1, u2), each x's 2-D
-    shape of U[0, 1) floats, switches both parts to stochastic rounding. threshold: a number
-    >= 0 (checked), or a 1-element tensor used as it is (the dynamic rule's level, computed on the
-    device; Inf there means "no level yet": nothing falls back)."""
+                           threshold: Optional[torch.Tensor] = None, noise: Optional[tuple] = None,
+                           keys: Optional[torch.Tensor] = None, first_only: bool = False, launcher=None):
+    """One pass: (q1, s1, q2, s2, flags); see the module docstring. x: any 2-D strides (read through
+    them; the codes are row-major). Stochastic rounding of both parts: ``noise=(u1, u2)``, each
+    x's 2-D shape of U[0, 1) floats, or ``keys``, an int64 tensor of the two parts' rounding-stream
+    keys (``lowprec.numerics.rounding_stream.part_key``: the draws of ``uniforms(key, x's 2-D
+    shape)``, made in the kernel). threshold: a number >= 0 (checked), or a 1-element tensor used as
+    it is (the dynamic rule's level, computed on the device; Inf there means "no level yet":
+    nothing falls back). ``first_only`` (no mask or threshold): the first part alone, (q1, s1,
+    None, None, None): nothing falls back, and the kernel writes no second part. ``launcher``: None
+    to launch here, or ``torch.library.wrap_triton`` inside a ``triton_op``."""
     if mask is not None and threshold is not None:
         raise ValueError("give mask= or threshold=, not both")
+    if noise is not None and keys is not None:
+        raise ValueError("give noise= or keys=, not both")
+    if first_only and (mask is not None or threshold is not None):
+        raise ValueError("first_only: no mask or threshold (nothing falls back)")
     if threshold is not None and not isinstance(threshold, torch.Tensor):
         threshold = number("threshold", threshold, low=0.0)
-    x2d, arg, M, N, n_brow, n_bcol, t, grid = _prep_x(x, block)
+    x2d, x_args, M, N, n_brow, n_bcol, t, grid = _prep_x(x, block)
     dev = x.device
     q1 = torch.empty((M, N), dtype=torch.int8, device=dev)
-    q2 = torch.empty_like(q1)
     s1 = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=dev)
-    s2 = torch.empty_like(s1)
-    flags = torch.empty((n_brow, n_bcol), dtype=torch.int8, device=dev)
-    mode, mask_arg, thr_arg = 2, flags, s1
+    if first_only:
+        q2, s2, flags = q1, s1, s1  # placeholders, never written
+    else:
+        q2 = torch.empty_like(q1)
+        s2 = torch.empty_like(s1)
+        flags = torch.empty((n_brow, n_bcol), dtype=torch.int8, device=dev)
+    mode, mask_arg, thr_arg = 2, s1, s1
     if mask is not None:
         if tuple(mask.shape) != (n_brow, n_bcol):
             raise ValueError(f"mask grid {tuple(mask.shape)} != block grid {(n_brow, n_bcol)}")
@@ -205,12 +223,22 @@ def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[to
         if thr.numel() != 1:
             raise ValueError("threshold must be a single number")
         mode, thr_arg = 1, thr.reshape(1).contiguous()
-    stochastic = noise is not None
-    u1 = u2 = arg  # never read unless STOCHASTIC
-    if stochastic:
+    rounding, u1, u2, key_arg = 0, s1, s1, s1  # placeholders, read only where the rounding says
+    if noise is not None:
+        rounding = 1
         u1, u2 = (u.to(device=dev, dtype=torch.float32).reshape(M, N).contiguous() for u in noise)
-    _kk._fallback_quant_kernel[grid](arg, u1, u2, q1, s1, q2, s2, flags, mask_arg, thr_arg, M, N, n_brow,
-                                     n_bcol, STOCHASTIC=stochastic, MODE=mode, num_warps=_warps(t), **t)
+    elif keys is not None:
+        if keys.dtype != torch.int64 or keys.numel() != 2 or keys.device != dev:
+            raise ValueError(f"keys must be 2 int64 rounding-stream keys on {dev}, got {keys.dtype} "
+                             f"{tuple(keys.shape)} on {keys.device}")
+        if M * N > _stream.MAX_ELEMENTS:
+            raise ValueError(f"x has {M} x {N} elements; a rounding stream has at most 2^32")
+        rounding, key_arg = 2, keys.reshape(2).contiguous()
+    _kernel(_kk._fallback_quant_kernel, launcher)[grid](
+        *x_args, u1, u2, key_arg, q1, s1, q2, s2, flags, mask_arg, thr_arg, M, N, n_brow, n_bcol,
+        ROUNDING=rounding, MODE=mode, SECOND=not first_only, num_warps=_warps(t), **t)
+    if first_only:
+        return q1, s1, None, None, None
     return q1, s1, q2, s2, flags
 
 

@@ -23,14 +23,14 @@ triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 _JIT_FNS: tuple = ()
 
 if triton is not None and _kq.triton is not None:
-    from ._common import _finite_abs, _grouped_tile, _load_fp32, _max_axis, _sum_axis
+    from ._common import _finite_abs, _grouped_tile, _load_fp32, _max_axis, _stream_uniforms, _sum_axis
     from .quantize import _encode, _nonfinite, _scale_from_amax
 
     @triton.jit
     def _block_view(M, N, n_brow, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
                     G: tl.constexpr):
-        """This program's (pid_r, pid_c) and the offsets and mask of its G vertically stacked
-        (BR, BC) blocks held as a [G, RP, CP] tile (programs run down block-columns)."""
+        """This program's (pid_r, pid_c) and the rows, columns and mask of its G vertically stacked
+        (BR, BC) blocks held as a [G, RP, CP] tile (programs run down block-columns); rows int64."""
         pid = tl.program_id(0)
         n_rgrp = (n_brow + G - 1) // G
         pid_c = pid // n_rgrp
@@ -42,7 +42,7 @@ if triton is not None and _kq.triton is not None:
         row = brow * BR + r
         col = pid_c * BC + c
         mask = (r < BR) & (c < BC) & (brow < n_brow) & (row < M) & (col < N)
-        return pid_r, pid_c, row.to(tl.int64) * N + col, mask
+        return pid_r, pid_c, row.to(tl.int64), col, mask
 
     @triton.jit
     def _block_max(v):
@@ -53,11 +53,11 @@ if triton is not None and _kq.triton is not None:
         return _sum_axis(_sum_axis(v, 2), 1)
 
     @triton.jit
-    def _stats_kernel(x_ptr, amax_ptr, err_ptr, M, N, n_brow, n_bcol,
+    def _stats_kernel(x_ptr, sx0, sx1, amax_ptr, err_ptr, M, N, n_brow, n_bcol,
                       BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
                       G: tl.constexpr, IN_KIND: tl.constexpr):
-        pid_r, pid_c, offs, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
-        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+        pid_r, pid_c, row, col, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
+        x = _load_fp32(x_ptr, row * sx0 + col * sx1, mask, IN_KIND)
         x = tl.where(tl.abs(x) < float("inf"), x, 0.0)  # NaN and Inf count as 0, as in the reference
         amax = _block_max(tl.abs(x))
         s = _scale_from_amax(amax, 127.0, 1.0, False)
@@ -73,46 +73,57 @@ if triton is not None and _kq.triton is not None:
         tl.store(err_ptr + sidx, rel, mask=gi < n_brow)
 
     @triton.jit
-    def _fallback_quant_kernel(x_ptr, u1_ptr, u2_ptr, q1_ptr, s1_ptr, q2_ptr, s2_ptr, flag_ptr, mask_ptr,
-                               thr_ptr, M, N, n_brow, n_bcol,
+    def _fallback_quant_kernel(x_ptr, sx0, sx1, u1_ptr, u2_ptr, key_ptr, q1_ptr, s1_ptr, q2_ptr, s2_ptr,
+                               flag_ptr, mask_ptr, thr_ptr, M, N, n_brow, n_bcol,
                                BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
-                               G: tl.constexpr, IN_KIND: tl.constexpr, STOCHASTIC: tl.constexpr,
-                               MODE: tl.constexpr):
-        """MODE 0: flags from mask_ptr; 1: amax > *thr_ptr; 2: no fallback."""
-        pid_r, pid_c, offs, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
-        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+                               G: tl.constexpr, IN_KIND: tl.constexpr, ROUNDING: tl.constexpr,
+                               MODE: tl.constexpr, SECOND: tl.constexpr):
+        """x read through its strides (sx0, sx1): a transposed view needs no copy first; the codes
+        are written row-major. ROUNDING 0: nearest; 1: stochastic with the draws u1_ptr / u2_ptr
+        (x's 2-D shape, row-major); 2: stochastic with the rounding stream's draws of the keys
+        key_ptr[0] / key_ptr[1], made here. MODE 0: flags from mask_ptr; 1: amax > *thr_ptr; 2: no
+        fallback. SECOND: write the second part, scales and flags (else the first part only)."""
+        pid_r, pid_c, row, col, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
+        offs = row * N + col
+        x = _load_fp32(x_ptr, row * sx0 + col * sx1, mask, IN_KIND)
         amax = _block_max(_finite_abs(x))
         s1 = _scale_from_amax(amax, 127.0, 1.0, False)
         # a block holding NaN/Inf: NaN scale, so q1 = 0 and the residual is NaN (amax 0: q2 = 0,
         # s2 = 1), exactly as in the reference
         s1 = tl.where(_block_max(_nonfinite(x)) > 0.0, float("nan"), s1)
         u1 = 0.0
-        u2 = 0.0
-        if STOCHASTIC:
+        if ROUNDING == 1:
             u1 = tl.load(u1_ptr + offs, mask=mask, other=0.0)
-            u2 = tl.load(u2_ptr + offs, mask=mask, other=0.0)
-        q1 = _encode(x * s1[:, None, None], u1, 127.0, True, 0, 0, 0, STOCHASTIC, False, tl.int8)
+        elif ROUNDING == 2:
+            u1 = _stream_uniforms(key_ptr, 0, offs)
+        q1 = _encode(x * s1[:, None, None], u1, 127.0, True, 0, 0, 0, ROUNDING != 0, False, tl.int8)
         tl.store(q1_ptr + offs, q1, mask=mask)
 
         gi = pid_r * G + tl.arange(0, G)
         gmask = gi < n_brow
         sidx = gi * n_bcol + pid_c
         tl.store(s1_ptr + sidx, s1, mask=gmask)
-        if MODE == 0:
-            flag = tl.load(mask_ptr + sidx, mask=gmask, other=0) != 0
-        elif MODE == 1:
-            flag = amax > tl.load(thr_ptr)
-        else:
-            flag = amax < 0.0
-        # the residual against the value the GEMM will see for q1 (a correctly rounded q1 / s1)
-        r = x - tl.math.div_rn(q1.to(tl.float32), s1[:, None, None])
-        amax_r = tl.where(flag, _block_max(_finite_abs(r)), 0.0)
-        s2 = _scale_from_amax(amax_r, 127.0, 1.0, False)
-        q2 = _encode(r * s2[:, None, None], u2, 127.0, True, 0, 0, 0, STOCHASTIC, False, tl.int8)
-        q2 = tl.where(flag[:, None, None], q2, 0).to(tl.int8)
-        tl.store(q2_ptr + offs, q2, mask=mask)
-        tl.store(s2_ptr + sidx, s2, mask=gmask)
-        tl.store(flag_ptr + sidx, flag.to(tl.int8), mask=gmask)
+        if SECOND:
+            if MODE == 0:
+                flag = tl.load(mask_ptr + sidx, mask=gmask, other=0) != 0
+            elif MODE == 1:
+                flag = amax > tl.load(thr_ptr)
+            else:
+                flag = amax < 0.0
+            u2 = 0.0
+            if ROUNDING == 1:
+                u2 = tl.load(u2_ptr + offs, mask=mask, other=0.0)
+            elif ROUNDING == 2:
+                u2 = _stream_uniforms(key_ptr, 1, offs)
+            # the residual against the value the GEMM will see for q1 (a correctly rounded q1 / s1)
+            r = x - tl.math.div_rn(q1.to(tl.float32), s1[:, None, None])
+            amax_r = tl.where(flag, _block_max(_finite_abs(r)), 0.0)
+            s2 = _scale_from_amax(amax_r, 127.0, 1.0, False)
+            q2 = _encode(r * s2[:, None, None], u2, 127.0, True, 0, 0, 0, ROUNDING != 0, False, tl.int8)
+            q2 = tl.where(flag[:, None, None], q2, 0).to(tl.int8)
+            tl.store(q2_ptr + offs, q2, mask=mask)
+            tl.store(s2_ptr + sidx, s2, mask=gmask)
+            tl.store(flag_ptr + sidx, flag.to(tl.int8), mask=gmask)
 
     @triton.jit
     def _exact_f32(p, MAGIC: tl.constexpr):
@@ -301,7 +312,7 @@ if triton is not None and _kq.triton is not None:
                 c = tl.load(c_ptr + c_offs, mask=c_mask, other=0.0)
                 tl.store(c_ptr + c_offs, c + acc, mask=c_mask)
 
-    _JIT_FNS = (_gemm_kernel, _encode, _load_fp32, _grouped_tile)
+    _JIT_FNS = (_gemm_kernel, _encode, _load_fp32, _grouped_tile, _stream_uniforms)
 
 
 def interpreter_active() -> bool:

@@ -12,7 +12,7 @@ from torch import nn
 import lowprec.linear as lin
 from conftest import assert_one_graph, autocast_loss, linear_reference64
 from lowprec import convert
-from lowprec.methods import int8_fast
+from lowprec.methods import int8_fast, int8_ops
 from lowprec.methods.int8_fallback import fallback_quantize, int8_block_gemm_reference
 from lowprec.numerics import rounding_stream as rs
 from lowprec.numerics import sqnr_db
@@ -285,7 +285,7 @@ def test_int8_block_mm_operator_is_the_kernel_reference(fallback, monkeypatch):
     # the same product as the emulation's fp32 GEMM of the values, up to the order of the sums
     assert sqnr_db(a.dequantize().double() @ b.dequantize().double().t(), got.double()) > 120
     with torch._subclasses.FakeTensorMode() as mode:
-        fake = int8_fast.int8_block_mm(*(mode.from_tensor(t) for t in (qa, da)), None, None, None, [32, 32],
+        fake = int8_ops.int8_block_mm(*(mode.from_tensor(t) for t in (qa, da)), None, None, None, [32, 32],
                                        *(mode.from_tensor(t) for t in (qb, db)), None, None, None, [32, 32])
     assert fake.shape == (96, 64) and fake.dtype == torch.float32
 
@@ -336,9 +336,9 @@ def test_compiled_layer_multiplies_on_the_int8_operator(monkeypatch, count_calls
     code generation: the operator is opaque to it either way)."""
     from lowprec.kernels import int8_fallback_gemm as kf
 
-    monkeypatch.setattr(int8_fast, "KERNEL_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(int8_ops, "KERNEL_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(kf, "triton_available", lambda device=None: False)
-    calls = count_calls(int8_fast, "int8_block_gemm_reference")
+    calls = count_calls(int8_ops, "int8_block_gemm_reference")
     fast, emu = _pair(CONFIGS["absmax"])
     monkeypatch.setattr(lin, "FAST_PATH", "all")
     got = _compiled_steps(fast, backend="aot_eager")

@@ -362,13 +362,14 @@ def test_quantizer_fused_path_equals_torch_path(device, rule, monkeypatch):
     """FallbackInt8Quantizer on the kernels (what CUDA runs) against its torch path: the same codes,
     scales, mask and threshold, nearest and stochastic slots, and the dynamic rule's EMA state."""
     import lowprec.methods.int8_fallback as i8
+    from lowprec.methods import int8_ops
     from lowprec.recipes import OperandCall
 
     class Layer:
         name = "layer"
 
     def run(fused):
-        monkeypatch.setattr(i8, "_fused_kernels", (lambda t: kf) if fused else (lambda t: None))
+        monkeypatch.setattr(int8_ops, "takes_kernels", lambda device: fused)
         q = i8.FallbackInt8Quantizer(rule=rule, rho=0.25, error_threshold=0.01,
                                      fallback_operands=("x", "dy"))
         out = []

@@ -73,7 +73,6 @@ import torch
 
 from ..numerics import block_amax, cast, quantize, scale_from_amax
 from ..numerics import rounding_stream as _stream
-from ..numerics import scaling as _scaling
 from ..numerics.checks import block_shape, nonempty, number
 from ..numerics.scaling import apply_blocks, expand_blocks
 from .int8_fallback_rules import (DEFAULTS, QMAX, RULES, _as_2d, _int8_spec, _positive_quantile,  # noqa: F401
@@ -265,24 +264,6 @@ def int8_block_gemm_reference(qa, da, qb, db, block_a, block_b, ra=None, dra=Non
 # The operand quantizer
 
 
-# On CUDA the fallback slots quantize with lowprec.kernels.int8_fallback_gemm (off, with the other
-# quantize kernels, by LOWPREC_QUANT_KERNELS=0).
-def _fused_kernels(t: torch.Tensor):
-    # under torch.compile the torch path, which the compiler fuses (it cannot trace the launchers)
-    if not (t.is_cuda and _scaling.USE_KERNELS) or torch.compiler.is_compiling():
-        return None
-    from ..kernels import int8_fallback_gemm as kf  # Triton: loaded on first use
-    return kf if kf.triton_available(t.device) else None
-
-
-def _fused_fallback_quantize(kf, x2d, block, mask, noise) -> FallbackQTensor:
-    """``fallback_quantize`` in one kernel pass, the same codes and scales (stochastic rounding:
-    ``noise`` = the uniforms of both parts)."""
-    q1, s1, q2, s2, flags = kf.quantize_fallback_int8(x2d, block, mask=mask, noise=noise)
-    return FallbackQTensor(q1.float(), s1, q2.float(), s2, flags.bool(), tuple(block),
-                           maybe_fallback=mask is not None)
-
-
 _check_block = block_shape
 
 
@@ -419,32 +400,33 @@ class FallbackInt8Quantizer(OperandQuantizer):
         """(FallbackQTensor of t's 2-D view, fallback threshold): what ``quantize_operand`` gives,
         without telemetry numbers, in ops that ``torch.compile`` traces whole (the fast path,
         ``lowprec.methods.int8_fast``). Training calls update the slot's level and counts."""
-        t2d = _as_2d(t).to(torch.float32)
+        from . import int8_ops  # its operators' references are this module's functions
+        t2d = _as_2d(t)
+        kernels = int8_ops.takes_kernels(t2d.device)
+        if not kernels:  # the kernel reads bf16 itself; a copy in fp32 would be one more pass
+            t2d = t2d.to(torch.float32)
         rounding = self.rounding(call.operand)
         active = self.falls_back(call.gemm, call.operand)
-        noise = None
-        if rounding == "stochastic":
-            # the two parts draw independent uniforms (fallback_quantize's docstring)
-            noise = tuple(_stream.uniforms(_stream.part_key(call.seed, p), t2d.shape, device=t2d.device)
-                          if p == 0 or active else None for p in range(2))
         slot = SLOTS.index((call.gemm, call.operand))
         bufs = self._buffers(call.layer, t2d.device)
         mask, thr = None, math.nan
-        kf = _fused_kernels(t2d) if active else None
         if active:
-            # on CUDA the block statistics and the two-part quantization are one Triton pass each
-            # (bit-exact with the torch path; a rule on the kernel's error grid agrees with
-            # block_int8_error up to fp32 summation order)
-            amax, err = kf.block_stats_int8(t2d, self.block) if kf else (block_amax(t2d, self.block), None)
+            amax = block_amax(t2d, self.block)
             if self.rule == "dynamic":
                 thr = self._dynamic_threshold(amax, bufs, slot, call.training)
                 mask, thr = select_blocks(t2d, self.block, "dynamic", threshold=thr, amax=amax)
             else:
                 mask, thr = select_blocks(t2d, self.block, self.rule, tau=self.tau, rho=self.rho,
-                                          error_threshold=self.error_threshold, amax=amax, error=err)
-        if kf:
-            fq = _fused_fallback_quantize(kf, t2d, self.block, mask, noise)
+                                          error_threshold=self.error_threshold, amax=amax)
+        if kernels:
+            keys = int8_ops.stream_keys(call.seed) if rounding == "stochastic" else None
+            fq = int8_ops.quantize_operand(t2d, self.block, mask, keys)
         else:
+            # the two parts draw independent uniforms (fallback_quantize's docstring)
+            noise = None
+            if rounding == "stochastic":
+                noise = tuple(_stream.uniforms(_stream.part_key(call.seed, p), t2d.shape, device=t2d.device)
+                              if p == 0 or active else None for p in range(2))
             fq = fallback_quantize(t2d, self.block, mask, rounding, noise=noise)
         self.count(fq, call)
         return fq, thr

@@ -44,14 +44,10 @@ import torch
 from ..numerics import quantize
 from ..numerics import rounding_stream as _stream
 from ..recipes import OPERANDS, OperandCall, slot_key
-from .int8_fallback import FallbackInt8Quantizer, FallbackQTensor, int8_block_gemm_reference
+from .int8_fallback import FallbackInt8Quantizer, FallbackQTensor
 from .int8_fallback_rules import _int8_spec
 from .int8_fallback_state import FallbackBuffers
-
-# devices whose fast path multiplies on the INT8 GEMM operator (where Triton runs); tests add "cpu"
-# to run the operator's torch reference inside a compiled graph
-KERNEL_DEVICES = ("cuda",)
-
+from .int8_ops import int8_block_mm, quantize_operand, stream_keys, takes_kernels
 
 def int8_spec_ok(spec) -> bool:
     """Whether an operand runs on this fast path: an INT8 fallback quantizer, or an INT8 block
@@ -87,12 +83,14 @@ def describe(a, b) -> str:
 
 
 def int8_operand(spec, t: torch.Tensor, call: OperandCall) -> FallbackQTensor:
-    """The operand ``t`` (2-D, reduction last) quantized as the emulation quantizes it."""
+    """The operand ``t`` (2-D, reduction last) quantized as the emulation quantizes it: on the
+    quantize operator where the kernels run (``int8_ops.takes_kernels``), else in torch ops."""
     if isinstance(spec, FallbackInt8Quantizer):
         return spec.quantize(t, call)[0]
-    noise = None
-    if spec.rounding == "stochastic":
-        noise = _stream.uniforms(call.seed, tuple(t.shape), device=t.device)
+    stochastic = spec.rounding == "stochastic"
+    if takes_kernels(t.device):
+        return quantize_operand(t, spec.block, None, stream_keys(call.seed) if stochastic else None)
+    noise = _stream.uniforms(call.seed, tuple(t.shape), device=t.device) if stochastic else None
     q = quantize(t, spec, noise=noise)
     codes = q.codes.reshape(t.shape)
     return FallbackQTensor(codes, q.scale, torch.zeros_like(codes), torch.ones_like(q.scale),
@@ -101,18 +99,7 @@ def int8_operand(spec, t: torch.Tensor, call: OperandCall) -> FallbackQTensor:
 
 def uses_kernel(spec, device: torch.device) -> bool:
     """Whether a GEMM with an operand of ``spec`` on ``device`` multiplies on the INT8 operator."""
-    if getattr(spec, "gemm", "kernel") != "kernel":  # gemm: emulated (the fallback quantizer's key)
-        return False
-    return device.type in KERNEL_DEVICES and _kernel_runs_on(device.type)
-
-
-# a constant of the process for Dynamo, asked once per device type while tracing
-@torch.compiler.assume_constant_result
-def _kernel_runs_on(device_type: str) -> bool:
-    if device_type == "cpu":  # the operator's torch reference
-        return True
-    from ..kernels import int8_fallback_gemm as kf
-    return kf.triton_available(torch.device(device_type))
+    return getattr(spec, "gemm", "kernel") == "kernel" and takes_kernels(device)  # gemm: emulated (a key)
 
 
 def int8_mm(a: FallbackQTensor, b: FallbackQTensor, kernel: bool) -> torch.Tensor:
@@ -131,27 +118,6 @@ def _kernel_operands(f: FallbackQTensor) -> tuple:
     operator copying them (336 copies, 64 ms of a 1B step's 607 ms of GPU time, profiled)."""
     ops = f.gemm_operands() if f.maybe_fallback else (*f.first_operands(), None, None, None)
     return tuple(None if t is None else t.contiguous() for t in ops)
-
-
-@torch.library.custom_op("lowprec::int8_block_mm", mutates_args=())
-def int8_block_mm(qa: torch.Tensor, da: torch.Tensor, ra: Optional[torch.Tensor], dra: Optional[torch.Tensor],
-                  fa: Optional[torch.Tensor], block_a: list[int], qb: torch.Tensor, db: torch.Tensor,
-                  rb: Optional[torch.Tensor], drb: Optional[torch.Tensor], fb: Optional[torch.Tensor],
-                  block_b: list[int]) -> torch.Tensor:
-    """fp32 ``A @ B.T`` of block-scaled INT8 operands (int8 codes, DECODE scales, optional second
-    parts with their flags; the arguments of ``int8_block_gemm_reference``): the Triton kernel where
-    Triton runs on the device (the interpreter on the CPU), else its torch reference."""
-    from ..kernels import int8_fallback_gemm as kf
-    if kf.triton_available(qa.device):
-        return kf.int8_fallback_gemm(qa, da, qb, db, tuple(block_a), tuple(block_b), ra, dra, fa, rb, drb, fb)
-    if qa.is_cuda:
-        raise RuntimeError("lowprec::int8_block_mm on CUDA needs Triton (lowprec.kernels.int8_fallback_gemm)")
-    return int8_block_gemm_reference(qa, da, qb, db, tuple(block_a), tuple(block_b), ra, dra, fa, rb, drb, fb)
-
-
-@int8_block_mm.register_fake
-def _(qa, da, ra, dra, fa, block_a, qb, db, rb, drb, fb, block_b):
-    return qa.new_empty((qa.shape[0], qb.shape[0]), dtype=torch.float32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -242,9 +208,8 @@ def _restored_t(saved: tuple, meta: tuple) -> FallbackQTensor:
     """The transpose of a kept operand (``_kept``; meta: its block and maybe_fallback)."""
     codes, scale, residual, residual_scale, mask = saved
     if residual is None:
-        residual, residual_scale = torch.zeros_like(codes, dtype=torch.float32), torch.ones_like(scale)
-    f = FallbackQTensor(codes.float(), scale, residual.float(), residual_scale, mask, meta[0],
-                        maybe_fallback=meta[1])
+        residual, residual_scale = torch.zeros_like(codes), torch.ones_like(scale)
+    f = FallbackQTensor(codes, scale, residual, residual_scale, mask, meta[0], maybe_fallback=meta[1])
     return _transposed(f)
 
 

@@ -1,0 +1,150 @@
+"""The graph operators of the INT8 recipes (block INT8 and INT8 with block fallback): one operand's
+quantization and the block-scaled product, each one node of a compiled graph.
+
+``quantize_operand(x2d, block, mask, keys)`` -> ``FallbackQTensor``: block INT8 of a 2-D operand,
+with the blocks of ``mask`` (a bool grid, decided beforehand by the fallback rule; None: nothing
+falls back) in two INT8 parts, rounded to nearest or stochastically with the rounding stream's
+``keys`` (``stream_keys``). On CUDA a ``triton_op``: Inductor launches the one-pass Triton kernel
+(``lowprec.kernels.int8_fallback_gemm.quantize_fallback_int8``) from its own code, which reads the
+operand once through its strides (a transposed view is not copied), draws the stochastic rounding's
+uniforms in the kernel (no tensor of draws is written) and writes the codes row-major, as the GEMM
+takes them. Where nothing can fall back it writes the first part alone. Profiled at the 1 B shape,
+the same quantization in Inductor's fused torch ops took about 140 of the 312 ms of a step of INT8
+fallback in 128 x 128 blocks: the stream's hash in int64, the draws and several passes per operand.
+
+``int8_block_mm(...)``: fp32 ``A @ B.T`` of block-scaled INT8 operands on the Triton GEMM
+(``lowprec.kernels.int8_fallback_gemm``: the first parts in its main loop, the second parts in a
+pass over the flagged K-groups, found on the device), an opaque node of the graph.
+
+Both run where ``takes_kernels`` says (CUDA with Triton; tests add "cpu" to ``KERNEL_DEVICES``):
+there, on the CPU, the kernels run on the Triton interpreter where it is active, else on their torch
+references (``fallback_quantize``, ``int8_block_gemm_reference``), the same codes bit for bit and the
+GEMM's arithmetic. The quantization equals ``fallback_quantize`` (and, with no mask,
+``lowprec.numerics.quantize`` of the INT8 block spec) bit for bit everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..numerics import rounding_stream as _stream
+from ..numerics import scaling as _scaling
+from .int8_fallback import FallbackQTensor, fallback_quantize, int8_block_gemm_reference
+
+# devices whose INT8 recipes quantize and multiply on these operators (where Triton runs); tests add
+# "cpu" to run them (their torch references, or the interpreter) inside a compiled graph
+KERNEL_DEVICES = ("cuda",)
+
+
+def takes_kernels(device: torch.device) -> bool:
+    """Whether an operand on ``device`` is quantized and multiplied on these operators."""
+    return device.type in KERNEL_DEVICES and _scaling.USE_KERNELS and _kernels_run_on(device.type)
+
+
+# a constant of the process for Dynamo, asked once per device type while tracing
+@torch.compiler.assume_constant_result
+def _kernels_run_on(device_type: str) -> bool:
+    if device_type == "cpu":  # the operators' torch references where the interpreter is off
+        return True
+    from ..kernels import int8_fallback_gemm as kf
+    return kf.triton_available(torch.device(device_type))
+
+
+# ----------------------------------------------------------------------------------------------
+# Quantization
+
+
+def stream_keys(seed: torch.Tensor) -> torch.Tensor:
+    """The rounding-stream keys of an operand's two parts (``rounding_stream.part_key``), as the
+    quantize operator takes them."""
+    return torch.stack([_stream.part_key(seed, p) for p in range(2)])
+
+
+def quantize_operand(x2d: torch.Tensor, block, mask: Optional[torch.Tensor],
+                     keys: Optional[torch.Tensor]) -> FallbackQTensor:
+    """``fallback_quantize(x2d, block, mask, rounding, noise=the draws of keys)`` on the quantize
+    operator: codes int8, the first part alone where ``mask`` is None (residual zeros, scales 1)."""
+    op = int8_quantize_cuda if x2d.is_cuda else int8_quantize
+    q1, s1, q2, s2, flags = op(x2d, list(block), mask, keys)
+    if mask is None:
+        return FallbackQTensor(q1, s1, torch.zeros_like(q1), torch.ones_like(s1),
+                               torch.zeros_like(s1, dtype=torch.bool), tuple(block), maybe_fallback=False)
+    return FallbackQTensor(q1, s1, q2, s2, flags.bool(), tuple(block))
+
+
+def _quantize(x2d, block, mask, keys, launcher=None) -> tuple:
+    from ..kernels import int8_fallback_gemm as kf
+    first_only = mask is None
+    if kf.triton_available(x2d.device):
+        out = kf.quantize_fallback_int8(x2d, tuple(block), mask=mask, keys=keys, first_only=first_only,
+                                        launcher=launcher)
+    else:
+        if x2d.is_cuda:
+            raise RuntimeError("lowprec::int8_quantize on CUDA needs Triton (lowprec.kernels.int8_fallback_gemm)")
+        noise = None if keys is None else tuple(_stream.uniforms(k, tuple(x2d.shape)) for k in keys)
+        fq = fallback_quantize(x2d, tuple(block), mask, "nearest" if keys is None else "stochastic", noise=noise)
+        out = (fq.codes.to(torch.int8), fq.scale, fq.residual.to(torch.int8), fq.residual_scale, fq.mask.to(torch.int8))
+    return (*out[:2], *_empty_second(x2d)) if first_only else out
+
+
+def _empty_second(x2d) -> tuple:
+    """The outputs of an absent second part (the operator's schema is fixed; outputs never alias)."""
+    return tuple(x2d.new_empty(0, dtype=dt) for dt in (torch.int8, torch.float32, torch.int8))
+
+
+def _fake(x2d, block, mask, keys) -> tuple:
+    (M, N), grid = x2d.shape, (-(-x2d.shape[0] // block[0]), -(-x2d.shape[1] // block[1]))
+    codes = x2d.new_empty((M, N), dtype=torch.int8)
+    scale = x2d.new_empty(grid, dtype=torch.float32)
+    if mask is None:
+        return codes, scale, *_empty_second(x2d)
+    return codes, scale, torch.empty_like(codes), torch.empty_like(scale), x2d.new_empty(grid, dtype=torch.int8)
+
+
+# off CUDA (the interpreter, or the torch reference): an opaque node in a compiled graph
+@torch.library.custom_op("lowprec::int8_quantize", mutates_args=())
+def int8_quantize(x2d: torch.Tensor, block: list[int], mask: Optional[torch.Tensor],
+                  keys: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                         torch.Tensor]:
+    """(q1 int8, s1, q2 int8, s2, flags int8) of a 2-D fp32/bf16/fp16 operand: the encode scales and
+    parts of ``fallback_quantize``; with ``mask`` None the first part alone (the rest empty)."""
+    return _quantize(x2d, block, mask, keys)
+
+
+int8_quantize.register_fake(_fake)
+
+
+# on CUDA: a triton_op, whose launch Inductor traces and makes from its own code
+@torch.library.triton_op("lowprec::int8_quantize_cuda", mutates_args=())
+def int8_quantize_cuda(x2d: torch.Tensor, block: list[int], mask: Optional[torch.Tensor],
+                       keys: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                              torch.Tensor]:
+    """``int8_quantize`` on a CUDA device."""
+    return _quantize(x2d, block, mask, keys, launcher=torch.library.wrap_triton)
+
+
+# ----------------------------------------------------------------------------------------------
+# The product
+
+
+@torch.library.custom_op("lowprec::int8_block_mm", mutates_args=())
+def int8_block_mm(qa: torch.Tensor, da: torch.Tensor, ra: Optional[torch.Tensor], dra: Optional[torch.Tensor],
+                  fa: Optional[torch.Tensor], block_a: list[int], qb: torch.Tensor, db: torch.Tensor,
+                  rb: Optional[torch.Tensor], drb: Optional[torch.Tensor], fb: Optional[torch.Tensor],
+                  block_b: list[int]) -> torch.Tensor:
+    """fp32 ``A @ B.T`` of block-scaled INT8 operands (int8 codes, DECODE scales, optional second
+    parts with their flags; the arguments of ``int8_block_gemm_reference``): the Triton kernel where
+    Triton runs on the device (the interpreter on the CPU), else its torch reference."""
+    from ..kernels import int8_fallback_gemm as kf
+    if kf.triton_available(qa.device):
+        return kf.int8_fallback_gemm(qa, da, qb, db, tuple(block_a), tuple(block_b), ra, dra, fa, rb, drb, fb)
+    if qa.is_cuda:
+        raise RuntimeError("lowprec::int8_block_mm on CUDA needs Triton (lowprec.kernels.int8_fallback_gemm)")
+    return int8_block_gemm_reference(qa, da, qb, db, tuple(block_a), tuple(block_b), ra, dra, fa, rb, drb, fb)
+
+
+@int8_block_mm.register_fake
+def _(qa, da, ra, dra, fa, block_a, qb, db, rb, drb, fb, block_b):
+    return qa.new_empty((qa.shape[0], qb.shape[0]), dtype=torch.float32)
