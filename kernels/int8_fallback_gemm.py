@@ -3,7 +3,8 @@
 API::
 
     block_stats_int8(x, block) -> (amax, rel_err)             # per-block grids, for the rules
-    quantize_fallback_int8(x, block, *, mask=None, threshold=None, noise=None)
+    quantize_fallback_int8(x, block, *, mask=None, threshold=None, noise=None, keys=None,
+                           first_only=False, launcher=None)
         -> (q1, s1, q2, s2, flags)                            # one pass
     quantize_fallback_rule(x, block, rule, **rule_kw, noise=None) -> same   # two passes
     int8_fallback_gemm(qa, da, qb, db, block_a, block_b, ra=None, dra=None, fa=None,
@@ -19,8 +20,14 @@ residual part q2 (int8, 0 outside fallback blocks), its encode scales s2 (1 outs
 current-median absmax rule, which all need the whole tensor's block statistics first: that is the
 second pass, ``block_stats_int8``), or ``threshold`` (a 1-element tensor: block amax > threshold,
 decided inside the kernel: the dynamic rule, whose threshold comes from past calls, needs no second
-pass), or neither (nothing falls back). Bit-exact with ``lowprec.methods.int8_fallback.fallback_quantize``
-(scales by a correctly rounded division, RNE or stochastic rounding with the same uniforms).
+pass), or neither (nothing falls back; ``first_only`` then skips writing the empty second part).
+x is read through its strides (a transposed view, as the backward's operands are, is not copied),
+the codes are written row-major. Stochastic rounding takes its uniforms as tensors (``noise``) or
+draws the rounding stream's in the kernel from the two parts' keys (``keys``: no tensor of draws is
+written; ``lowprec.numerics.rounding_stream``). Bit-exact with
+``lowprec.methods.int8_fallback.fallback_quantize`` (scales by a correctly rounded division, RNE or
+stochastic rounding with the same uniforms). ``lowprec.methods.int8_ops`` makes it a graph operator
+(``launcher``: ``torch.library.wrap_triton`` inside its ``triton_op``).
 
 GEMM. A (M, K) and B (N, K), both int8 with K contiguous (B "column-major" as cuBLAS and
 ``torch._int_mm`` want it), per-block DECODE scales (x ~= q * d) on grids (ceil(M/BM), ceil(K/G))

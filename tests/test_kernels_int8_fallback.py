@@ -98,6 +98,34 @@ def test_quantize_stochastic_rounding_matches_reference(device):
     assert not torch.equal(got[0], kf.quantize_fallback_int8(x, (32, 32), mask=mask)[0])
 
 
+def test_quantize_reads_strides_and_draws_the_rounding_stream(device):
+    """A transposed view read through its strides and the rounding stream's draws made in the kernel
+    (``keys``): the codes of ``fallback_quantize`` with ``uniforms`` of the two part keys, bit for
+    bit, bf16 and fp32, NaN/Inf included; ``first_only`` gives the first part alone, unchanged."""
+    from lowprec.numerics import rounding_stream as rs
+
+    key = rs.call_key(torch.tensor(0xC0FFEE), torch.tensor(3))
+    keys = torch.stack([rs.part_key(key, p) for p in range(2)]).to(device)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = _x((72, 40), seed=4, device=device, special=True).to(dtype).t()  # (40, 72), column-major
+        assert not x.is_contiguous()
+        mask, _ = select_blocks(x.float(), (32, 32), "absmax")
+        noise = tuple(rs.uniforms(k, tuple(x.shape)).to(device) for k in keys.cpu())
+        ref = fallback_quantize(x, (32, 32), mask, "stochastic", noise=noise)
+        assert ref.mask.any()
+        _same_as_reference(kf.quantize_fallback_int8(x, (32, 32), mask=mask, keys=keys), ref)
+        first = kf.quantize_fallback_int8(x, (32, 32), keys=keys, first_only=True)
+        assert first[2:] == (None, None, None)
+        assert torch.equal(first[0].float().cpu(), ref.codes.cpu())
+        assert_equal_or_both_nan(first[1], ref.scale)
+        # the draws matter: nearest rounding gives other codes
+        assert not torch.equal(first[0], kf.quantize_fallback_int8(x, (32, 32), first_only=True)[0])
+    with pytest.raises(ValueError, match="keys"):
+        kf.quantize_fallback_int8(x, (32, 32), keys=keys[:1])
+    with pytest.raises(ValueError, match="first_only"):
+        kf.quantize_fallback_int8(x, (32, 32), mask=mask, first_only=True)
+
+
 def test_block_stats_and_rules(device):
     x = _x((64, 128), seed=3, device=device, special=True)
     amax, err = kf.block_stats_int8(x, (32, 32))

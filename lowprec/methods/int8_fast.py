@@ -4,20 +4,21 @@ with nothing in the step that waits for the device.
 
 Per GEMM (``int8_linear``, an autograd Function of the three GEMMs), each operand is quantized as
 the emulation quantizes it, by the same functions: ``FallbackInt8Quantizer.quantize`` (block
-statistics, the rule's mask on the device, the two INT8 parts) or ``lowprec.numerics.quantize`` for
-an INT8 block ``QuantSpec``, in torch ops that Inductor fuses. Stochastic rounding draws from
-``lowprec.numerics.rounding_stream`` with keys made on the device from the layer's call counter,
-the same keys the emulation uses, so the codes and scales are the emulation's bit for bit. The
-dynamic rule's level and the fallback counts are the layer's buffers
+statistics, the rule's mask on the device, the two INT8 parts) or, for an INT8 block ``QuantSpec``,
+the first part alone. Where the kernels run (CUDA: ``lowprec.methods.int8_ops.takes_kernels``) the
+parts come from the quantize operator, one Triton pass per operand launched from Inductor's code;
+elsewhere from torch ops (``lowprec.numerics.quantize``) that Inductor fuses. Stochastic rounding
+draws from ``lowprec.numerics.rounding_stream`` with keys made on the device from the layer's call
+counter, the same keys the emulation uses, so the codes and scales are the emulation's bit for bit.
+The dynamic rule's level and the fallback counts are the layer's buffers
 (``lowprec.methods.int8_fallback_state``), updated by operators the compiled graph keeps.
 
-The product (``int8_mm``): on CUDA the Triton block-scaled INT8 GEMM
-(``lowprec.kernels.int8_fallback_gemm``: the first parts in its main loop, the second parts in a
-pass over the flagged K-groups, found on the device), as the operator ``lowprec::int8_block_mm``,
-one opaque node of the graph; elsewhere, or with ``gemm: emulated`` in the method, the fp32 GEMM of
-the dequantized values, the emulation's own arithmetic (bit for bit on the CPU). The operator runs
-on the CPU too, on the Triton interpreter where it is active, else on the kernel's torch reference
-(``int8_block_gemm_reference``): the kernel's arithmetic, which differs from the fp32 GEMM of the
+The product (``int8_mm``): where the kernels run, the Triton block-scaled INT8 GEMM as the operator
+``lowprec::int8_block_mm`` (``lowprec.methods.int8_ops``), one opaque node of the graph; elsewhere,
+or with ``gemm: emulated`` in the method, the fp32 GEMM of the dequantized values, the emulation's
+own arithmetic (bit for bit on the CPU). The operators run on the CPU too (tests), on the Triton
+interpreter where it is active, else on the kernels' torch references: for the GEMM
+``int8_block_gemm_reference``, the kernel's arithmetic, which differs from the fp32 GEMM of the
 values only in the order and rounding of its sums.
 
 Where a backward operand's quantization is the transpose of a forward one's (``FastPlan.reused``,
