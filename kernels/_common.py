@@ -233,6 +233,12 @@ def reload_for_interpreter(*modules: str) -> None:
 # Host side
 
 
+def launch(kernel, launcher=None):
+    """The kernel to launch: itself, or through ``launcher`` (``torch.library.wrap_triton`` inside a
+    ``triton_op``, whose launches a compiled graph traces and makes from Inductor's code)."""
+    return kernel if launcher is None else launcher(kernel)
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 

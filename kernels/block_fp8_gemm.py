@@ -265,7 +265,7 @@ def _launch(out, a_codes, b_codes, dec, cfg: BlockConfig, select: int, rows, lau
     interp, bf16 = interpreter_active(), a_codes.dtype == torch.bfloat16
     a8, b8 = ((c.float() if bf16 else c.view(torch.uint8)) if interp else c for c in (a_codes, b_codes))
     fa, fb = rows if rows is not None else (a_dec, b_dec)  # placeholders, never read without select
-    kernel = launcher(_block_scaled_gemm_kernel) if launcher is not None else _block_scaled_gemm_kernel
+    kernel = _c.launch(_block_scaled_gemm_kernel, launcher)
     kernel[(_cdiv(M, cfg.block_m) * _cdiv(N, cfg.block_n),)](
         a8, b8, a_dec, b_dec, out, fa, fb, M, N, K, *a8.stride(), *b8.stride(), *a_dec.stride(),
         *b_dec.stride(), a_br, a_bc, b_br, b_bc,

@@ -121,7 +121,7 @@ def delayed_step(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, us
         if t.numel() != 1 or t.dtype != torch.float32:
             raise ValueError(f"{name} must be a single float32, got {t.dtype} {tuple(t.shape)}")
     n = ring.numel()
-    launch = _kernel(_delayed_step_kernel, launcher)
+    launch = _c.launch(_delayed_step_kernel, launcher)
     launch[(1,)](ring, count, amax, out, n, USE_MAX=bool(use_max), BLOCK=min(_next_pow2(n), _RING_STEP),
                  num_warps=4)
 
@@ -144,7 +144,7 @@ def add_rows(buffer: torch.Tensor, row: int, update: torch.Tensor, launcher=None
     if update.numel() == 0:
         return
     stride = buffer.stride(0)
-    launch = _kernel(_add_rows_kernel, launcher)
+    launch = _c.launch(_add_rows_kernel, launcher)
     launch[(1,)](buffer, update.contiguous(), row, R, C, stride, BLOCK_R=_next_pow2(R), BLOCK_C=_next_pow2(C),
                  num_warps=1)
 
@@ -161,7 +161,7 @@ def set_level(levels: torch.Tensor, steps: torch.Tensor, slot: int, level: torch
         raise ValueError(f"slot {slot} outside the {levels.numel()} slots")
     if level.numel() != 1 or level.dtype != torch.float32:
         raise ValueError(f"level must be a single float32, got {level.dtype} {tuple(level.shape)}")
-    _kernel(_set_level_kernel, launcher)[(1,)](levels, steps, slot, level, num_warps=1)
+    _c.launch(_set_level_kernel, launcher)[(1,)](levels, steps, slot, level, num_warps=1)
 
 
 def _kernel(kernel, launcher):

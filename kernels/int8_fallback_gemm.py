@@ -175,10 +175,6 @@ def _warps(t) -> int:
     return 8 if t["G"] * t["RP"] * t["CP"] >= 4096 else 4
 
 
-def _kernel(kernel, launcher):
-    return kernel if launcher is None else launcher(kernel)
-
-
 def block_stats_int8(x: torch.Tensor, block=(32, 32)):
     """(amax, rel_err) per block: the block amax (NaN/Inf ignored) and the relative L2 error of
     nearest-rounding INT8, as ``block_amax`` and ``lowprec.methods.int8_fallback.block_int8_error``
@@ -241,7 +237,7 @@ def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[to
         if M * N > _stream.MAX_ELEMENTS:
             raise ValueError(f"x has {M} x {N} elements; a rounding stream has at most 2^32")
         rounding, key_arg = 2, keys.reshape(2).contiguous()
-    _kernel(_kk._fallback_quant_kernel, launcher)[grid](
+    _c.launch(_kk._fallback_quant_kernel, launcher)[grid](
         *x_args, u1, u2, key_arg, q1, s1, q2, s2, flags, mask_arg, thr_arg, M, N, n_brow, n_bcol,
         ROUNDING=rounding, MODE=mode, SECOND=not first_only, num_warps=_warps(t), **t)
     if first_only:

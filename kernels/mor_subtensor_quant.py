@@ -215,16 +215,12 @@ def _geometry(x2d: torch.Tensor, block, config: Optional[PassConfig], pass_name:
     return x_arg, (n_brow, n_bcol), (n_brow * n_bcol,), (M, N, x2d.stride(0), x2d.stride(1), br, bc, n_bcol), launch
 
 
-def _kernel(kernel, launcher):
-    return launcher(kernel) if launcher is not None else kernel
-
-
 def block_stats(x2d: torch.Tensor, block, launcher=None, config: Optional[PassConfig] = None) -> tuple:
     """(amax, amin, bad) over the (ceil(M/R), ceil(N/C)) block grid (module docstring)."""
     x_arg, shape, grid, geom, launch = _geometry(x2d, block, config, "stats")
     amax = torch.empty(shape, dtype=torch.float32, device=x2d.device)
     amin, bad = torch.empty_like(amax), torch.empty(shape, dtype=torch.int8, device=x2d.device)
-    _kernel(_stats_kernel, launcher)[grid](x_arg, amax, amin, bad, *geom, **launch)
+    _c.launch(_stats_kernel, launcher)[grid](x_arg, amax, amin, bad, *geom, **launch)
     return amax, amin, bad.bool()
 
 
@@ -241,7 +237,7 @@ def block_errors(x2d: torch.Tensor, block, s4: torch.Tensor, s5: torch.Tensor, l
         _check_grid("need", need, shape)
     err = torch.empty((2, *s4.shape), dtype=torch.float64, device=x2d.device)
     need_arg = s4 if need is None else need.to(torch.int8).contiguous()  # a placeholder without need
-    _kernel(_errors_kernel, launcher)[grid](x_arg, s4.contiguous(), s5.contiguous(), need_arg, err, *geom,
+    _c.launch(_errors_kernel, launcher)[grid](x_arg, s4.contiguous(), s5.contiguous(), need_arg, err, *geom,
                                             grid[0], HAS_NEED=need is not None, **launch)
     return err
 
@@ -258,7 +254,7 @@ def block_values(x2d: torch.Tensor, block, choice: torch.Tensor, s4: torch.Tenso
     M, N = x2d.shape
     words, words_t = (torch.empty(shape, dtype=torch.int16, device=x2d.device) for shape in ((M, N), (N, M)))
     codes, codes_t = (torch.empty(shape, dtype=torch.uint8, device=x2d.device) for shape in ((M, N), (N, M)))
-    _kernel(_values_kernel, launcher)[grid](x_arg, choice.contiguous(), s4.contiguous(), s5.contiguous(),
+    _c.launch(_values_kernel, launcher)[grid](x_arg, choice.contiguous(), s4.contiguous(), s5.contiguous(),
                                             words, codes, words_t, codes_t, *geom, **launch)
     return tuple(w.view(torch.bfloat16) for w in (words, words_t)) + tuple(
         c.view(torch.float8_e4m3fn) for c in (codes, codes_t))
