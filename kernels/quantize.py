@@ -25,8 +25,9 @@ Semantics are the reference's (saturate=True, the only mode native codes allow):
   differed from torch.div in 5.1M of 2^24 random a, div_rn in none. Scales are clamped to
   [2^-126, 2^127]; margin and pow2 act as in ``scale_from_amax`` (only for scales the kernels
   compute; a given scale is used as is).
-* N-D inputs use the reference's 2-D view (rows = prod(leading dims)); a non-contiguous input is
-  copied first.
+* N-D inputs use the reference's 2-D view (rows = prod(leading dims)). Block and channel scaling
+  read it through its strides (a transposed view is not copied; codes are written row-major);
+  tensor and delayed scaling copy a non-contiguous input first.
 * Blocks that overhang the tensor are masked; masked lanes count as zeros, which is the
   reference's zero padding.
 * FP8: x*scale is clamped to +-fmax (so +-Inf -> +-fmax), NaN stays NaN. NaN bits: 0x7F, with the
@@ -222,20 +223,20 @@ if triton is not None:
         tl.store(scale_ptr, s)
 
     @triton.jit
-    def _chunk(i, r, c, brow, bcol, M, N, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr,
+    def _chunk(i, r, c, brow, bcol, M, N, sx0, sx1, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr,
                CP: tl.constexpr, NCH_C: tl.constexpr):
-        """Element offsets and mask of chunk i of a program's blocks (chunk 0 is the whole block
-        when it fits the tile)."""
+        """Element offsets in x (strides sx0, sx1) and in the row-major codes, and the mask, of
+        chunk i of a program's blocks (chunk 0 is the whole block when it fits the tile)."""
         rr = (i // NCH_C) * RP + r
         cc = (i % NCH_C) * CP + c
-        row = brow * BR + rr
+        row = (brow * BR + rr).to(tl.int64)
         col = bcol * BC + cc
         mask = (rr < BR) & (row < M) & (cc < BC) & (col < N)
-        return row.to(tl.int64) * N + col, mask
+        return row * sx0 + col * sx1, row * N + col, mask
 
     @triton.jit
     def _quant_block_kernel(
-        x_ptr, noise_ptr, codes_ptr, scale_ptr, M, N, n_brow, n_bcol,
+        x_ptr, noise_ptr, codes_ptr, scale_ptr, M, N, n_brow, n_bcol, sx0, sx1,
         BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
         G: tl.constexpr, K: tl.constexpr, NCH_R: tl.constexpr, NCH_C: tl.constexpr,
         IN_KIND: tl.constexpr, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr, POW2: tl.constexpr,
@@ -249,14 +250,14 @@ if triton is not None:
 
         # IS_INT: an amax of +Inf flags a block holding NaN/Inf (_amax_operand)
         if NCH_R * NCH_C == 1:
-            offs, mask = _chunk(0, r, c, brow, bcol, M, N, BR, BC, RP, CP, NCH_C)
-            x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+            xoffs, offs, mask = _chunk(0, r, c, brow, bcol, M, N, sx0, sx1, BR, BC, RP, CP, NCH_C)
+            x = _load_fp32(x_ptr, xoffs, mask, IN_KIND)
             amax = _max_axis(_max_axis(_amax_operand(x, IS_INT), 3), 1)
         else:
             acc = tl.full([G, RP, K, CP], 0.0, tl.float32)
             for i in range(NCH_R * NCH_C):
-                offs, mask = _chunk(i, r, c, brow, bcol, M, N, BR, BC, RP, CP, NCH_C)
-                acc = tl.maximum(acc, _amax_operand(_load_fp32(x_ptr, offs, mask, IN_KIND), IS_INT))
+                xoffs, offs, mask = _chunk(i, r, c, brow, bcol, M, N, sx0, sx1, BR, BC, RP, CP, NCH_C)
+                acc = tl.maximum(acc, _amax_operand(_load_fp32(x_ptr, xoffs, mask, IN_KIND), IS_INT))
             amax = _max_axis(_max_axis(acc, 3), 1)
 
         scale = _scale_from_amax(amax, FMAX, MARGIN_MUL, POW2)  # [G, K]
@@ -276,8 +277,8 @@ if triton is not None:
             tl.store(codes_ptr + offs, codes, mask=mask)
         else:
             for i in range(NCH_R * NCH_C):
-                offs, mask = _chunk(i, r, c, brow, bcol, M, N, BR, BC, RP, CP, NCH_C)
-                x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+                xoffs, offs, mask = _chunk(i, r, c, brow, bcol, M, N, sx0, sx1, BR, BC, RP, CP, NCH_C)
+                x = _load_fp32(x_ptr, xoffs, mask, IN_KIND)
                 u = 0.0
                 if STOCHASTIC:
                     u = tl.load(noise_ptr + offs, mask=mask, other=0.0)
@@ -344,7 +345,7 @@ def _use_native_cast(x: torch.Tensor, fp8_cast: str) -> bool:
     return hw
 
 
-def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast):
+def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast, launcher=None):
     nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
@@ -369,7 +370,9 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast)
         raise ValueError(f"{fmt_name}: stochastic rounding in the kernel is int8 only; use "
                          "lowprec.numerics.quantize for FP8 stochastic rounding")
 
-    x2d = as_2d(x).contiguous()
+    x2d = as_2d(x)
+    if scaling in ("tensor", "delayed"):
+        x2d = x2d.contiguous()  # one flat offset per element
     M, N = x2d.shape
     if noise is not None:
         if tuple(noise.shape) != tuple(x.shape):
@@ -416,8 +419,8 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast)
     scales = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
     t = _tiling(br, bc, n_brow, n_bcol)
     grid = (_cdiv(n_brow, t["G"]) * _cdiv(n_bcol, t["K"]),)
-    _quant_block_kernel[grid](
-        x_arg, noise_arg, codes_arg, scales, M, N, n_brow, n_bcol,
+    _c.launch(_quant_block_kernel, launcher)[grid](
+        x_arg, noise_arg, codes_arg, scales, M, N, n_brow, n_bcol, *x2d.stride(),
         BR=br, BC=bc, IN_KIND=in_kind, FMAX=fmax, MARGIN_MUL=2.0**-margin, POW2=bool(pow2),
         STOCHASTIC=stochastic, num_warps=_num_warps(t["G"] * t["RP"] * t["K"] * t["CP"]),
         **t, **enc,
@@ -455,14 +458,18 @@ def quantize_fp8(
     margin: int = 0,
     pow2: bool = False,
     fp8_cast: str = "auto",
+    launcher=None,
 ):
     """FP8 codes (torch.float8_e4m3fn / float8_e5m2) and fp32 encode scales; see the module
     docstring for scaling modes and layout. fp8_cast: "auto" (hardware cast on CUDA with FP8
-    support, else the written-out RNE), "native" or "emulated"."""
+    support, else the written-out RNE), "native" or "emulated". ``launcher`` (block scaling):
+    ``torch.library.wrap_triton`` inside a ``triton_op`` (``lowprec.gemm``), else None."""
     name = get_format(fmt).name
     if name not in _FP8_FORMATS:
         raise ValueError(f"fmt must be one of {_FP8_FORMATS}, got {fmt!r}")
-    return _quantize(x, name, scaling, block, scale, None, margin, pow2, fp8_cast)
+    if launcher is not None and scaling != "block":
+        raise ValueError("launcher= is for block scaling (one launch); other scalings launch here")
+    return _quantize(x, name, scaling, block, scale, None, margin, pow2, fp8_cast, launcher)
 
 
 def quantize_int8(

@@ -295,6 +295,25 @@ def test_large_blocks_are_chunked(device):
         kq._TILE = tile
 
 
+@pytest.mark.parametrize("block", [(1, 128), (128, 128), (3, 20)], ids=str)
+def test_block_scaling_reads_a_transposed_view(device, block):
+    """Block (and channel) scaling reads a transposed view through its strides, with no copy first:
+    the codes and scales of the reference on the same view, bit for bit, chunked blocks too."""
+    base = _special((150, 260), torch.bfloat16, device, seed=7)
+    x = base.t()  # (260, 150), column-major
+    assert not x.is_contiguous()
+    tile = kq._TILE
+    try:
+        for t in ((tile, 16) if device == "cpu" else (tile,)):
+            kq._TILE = t  # 16: blocks bigger than a tile take the two sweeps
+            for spec in (QuantSpec("e4m3", "block", block=block), QuantSpec("e5m2", "channel")):
+                codes, scale, ref_codes, ref_scale = run_both(x, spec)
+                assert_equal_or_both_nan(scale, ref_scale)
+                assert_codes_equal(codes, ref_codes)
+    finally:
+        kq._TILE = tile
+
+
 def test_argument_errors(device):
     x = torch.randn(4, 8, device=device)
     with pytest.raises(ValueError):
