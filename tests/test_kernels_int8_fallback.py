@@ -397,7 +397,7 @@ def test_quantizer_fused_path_equals_torch_path(device, rule, monkeypatch):
         name = "layer"
 
     def run(fused):
-        monkeypatch.setattr(int8_ops, "takes_kernels", lambda device: fused)
+        monkeypatch.setattr(int8_ops, "quantizes_on_kernels", lambda device: fused)
         q = i8.FallbackInt8Quantizer(rule=rule, rho=0.25, error_threshold=0.01,
                                      fallback_operands=("x", "dy"))
         out = []

@@ -402,7 +402,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
         ``lowprec.methods.int8_fast``). Training calls update the slot's level and counts."""
         from . import int8_ops  # its operators' references are this module's functions
         t2d = _as_2d(t)
-        kernels = int8_ops.takes_kernels(t2d.device)
+        kernels = int8_ops.quantizes_on_kernels(t2d.device)
         if not kernels:  # the kernel reads bf16 itself; a copy in fp32 would be one more pass
             t2d = t2d.to(torch.float32)
         rounding = self.rounding(call.operand)

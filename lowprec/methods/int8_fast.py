@@ -5,7 +5,7 @@ with nothing in the step that waits for the device.
 Per GEMM (``int8_linear``, an autograd Function of the three GEMMs), each operand is quantized as
 the emulation quantizes it, by the same functions: ``FallbackInt8Quantizer.quantize`` (block
 statistics, the rule's mask on the device, the two INT8 parts) or, for an INT8 block ``QuantSpec``,
-the first part alone. Where the kernels run (CUDA: ``lowprec.methods.int8_ops.takes_kernels``) the
+the first part alone. Where the kernels run (CUDA: ``lowprec.methods.int8_ops.quantizes_on_kernels``) the
 parts come from the quantize operator, one Triton pass per operand launched from Inductor's code;
 elsewhere from torch ops (``lowprec.numerics.quantize``) that Inductor fuses. Stochastic rounding
 draws from ``lowprec.numerics.rounding_stream`` with keys made on the device from the layer's call
@@ -48,7 +48,7 @@ from ..recipes import OPERANDS, OperandCall, slot_key
 from .int8_fallback import FallbackInt8Quantizer, FallbackQTensor
 from .int8_fallback_rules import _int8_spec
 from .int8_fallback_state import FallbackBuffers
-from .int8_ops import int8_block_mm, quantize_operand, stream_keys, takes_kernels
+from .int8_ops import int8_block_mm, quantize_operand, quantizes_on_kernels, stream_keys, takes_kernels
 
 def int8_spec_ok(spec) -> bool:
     """Whether an operand runs on this fast path: an INT8 fallback quantizer, or an INT8 block
@@ -85,11 +85,11 @@ def describe(a, b) -> str:
 
 def int8_operand(spec, t: torch.Tensor, call: OperandCall) -> FallbackQTensor:
     """The operand ``t`` (2-D, reduction last) quantized as the emulation quantizes it: on the
-    quantize operator where the kernels run (``int8_ops.takes_kernels``), else in torch ops."""
+    quantize operator where the kernels run (``int8_ops.quantizes_on_kernels``), else in torch ops."""
     if isinstance(spec, FallbackInt8Quantizer):
         return spec.quantize(t, call)[0]
     stochastic = spec.rounding == "stochastic"
-    if takes_kernels(t.device):
+    if quantizes_on_kernels(t.device):
         return quantize_operand(t, spec.block, None, stream_keys(call.seed) if stochastic else None)
     noise = _stream.uniforms(call.seed, tuple(t.shape), device=t.device) if stochastic else None
     q = quantize(t, spec, noise=noise)

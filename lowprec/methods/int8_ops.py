@@ -16,7 +16,8 @@ fallback in 128 x 128 blocks: the stream's hash in int64, the draws and several 
 (``lowprec.kernels.int8_fallback_gemm``: the first parts in its main loop, the second parts in a
 pass over the flagged K-groups, found on the device), an opaque node of the graph.
 
-Both run where ``takes_kernels`` says (CUDA with Triton; tests add "cpu" to ``KERNEL_DEVICES``):
+Both run where ``takes_kernels`` says (CUDA with Triton; tests add "cpu" to ``KERNEL_DEVICES``; the
+quantize operator not with LOWPREC_QUANT_KERNELS=0, ``quantizes_on_kernels``):
 there, on the CPU, the kernels run on the Triton interpreter where it is active, else on their torch
 references (``fallback_quantize``, ``int8_block_gemm_reference``), the same codes bit for bit and the
 GEMM's arithmetic. The quantization equals ``fallback_quantize`` (and, with no mask,
@@ -39,8 +40,14 @@ KERNEL_DEVICES = ("cuda",)
 
 
 def takes_kernels(device: torch.device) -> bool:
-    """Whether an operand on ``device`` is quantized and multiplied on these operators."""
-    return device.type in KERNEL_DEVICES and _scaling.USE_KERNELS and _kernels_run_on(device.type)
+    """Whether GEMMs of operands on ``device`` multiply on the GEMM operator."""
+    return device.type in KERNEL_DEVICES and _kernels_run_on(device.type)
+
+
+def quantizes_on_kernels(device: torch.device) -> bool:
+    """Whether operands on ``device`` are quantized on the quantize operator (also switched off with
+    the other quantize kernels: ``lowprec.numerics.scaling.USE_KERNELS``, LOWPREC_QUANT_KERNELS=0)."""
+    return takes_kernels(device) and _scaling.USE_KERNELS
 
 
 # a constant of the process for Dynamo, asked once per device type while tracing
@@ -85,7 +92,8 @@ def _quantize(x2d, block, mask, keys, launcher=None) -> tuple:
             raise RuntimeError("lowprec::int8_quantize on CUDA needs Triton (lowprec.kernels.int8_fallback_gemm)")
         noise = None if keys is None else tuple(_stream.uniforms(k, tuple(x2d.shape)) for k in keys)
         fq = fallback_quantize(x2d, tuple(block), mask, "nearest" if keys is None else "stochastic", noise=noise)
-        out = (fq.codes.to(torch.int8), fq.scale, fq.residual.to(torch.int8), fq.residual_scale, fq.mask.to(torch.int8))
+        out = (fq.codes.to(torch.int8), fq.scale, fq.residual.to(torch.int8), fq.residual_scale,
+               fq.mask.to(torch.int8))
     return (*out[:2], *_empty_second(x2d)) if first_only else out
 
 
