@@ -226,15 +226,14 @@ def _scale_block(partition: str, block, M: int, N: int) -> tuple:
 
 
 def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128), scale: str = "gam",
-                      fp8_cast: str = "auto", launcher=None):
+                      fp8_cast: str = "auto"):
     """E4M3 codes (x's shape, torch.float8_e4m3fn), encode scales (fp32 grid over the 2-D view:
     (1, 1) for tensor, (M, 1) for channel, (ceil(M/R), ceil(N/C)) for block) and the MoR relative
     error (fp32 0-d tensor, on x's device). x: fp32 or bf16, any shape (2-D view: rows = leading
     dims). A 2-D x is read through its strides when its rows or its columns are contiguous (a
     transposed view costs no copy; channel scaling needs contiguous rows); otherwise it is copied.
     Four launches: a zeroed amax buffer, the amax pass, the quantize/error pass and the one-program
-    reduction of the error sums. An empty x is an error naming it. ``launcher``: None to launch
-    here, or ``torch.library.wrap_triton`` inside a ``triton_op`` (``lowprec.methods.mor_fast``)."""
+    reduction of the error sums. An empty x is an error naming it."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     nonempty(x)
@@ -256,21 +255,19 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     num_warps = 8 if tr * tc >= 4096 else 4
 
     amax = torch.zeros(n_brow * n_bcol + 1, dtype=torch.int32, device=x.device)
-    _c.launch(_amax_kernel, launcher)[(n_prog,)](x_arg, amax, *geom, TR=tr, TC=tc, IN_KIND=in_kind,
-                                                 num_warps=num_warps)
+    _amax_kernel[(n_prog,)](x_arg, amax, *geom, TR=tr, TC=tc, IN_KIND=in_kind, num_warps=num_warps)
     amax = amax.view(torch.float32)
 
     scales = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
     err = torch.empty(n_prog, dtype=torch.float32, device=x.device)
     nz = torch.empty(n_prog, dtype=torch.int32, device=x.device)
-    _c.launch(_quant_error_kernel, launcher)[(n_prog,)](
+    _quant_error_kernel[(n_prog,)](
         x_arg, amax, amax[n_brow * n_bcol:], codes.view(torch.uint8), scales, err, nz, *geom,
         TR=tr, TC=tc, IN_KIND=in_kind, RULE=_SCALE_RULE_ID[scale], NATIVE=_use_native(x, fp8_cast),
         num_warps=num_warps,
     )
     rel = torch.empty((), dtype=torch.float32, device=x.device)
-    _c.launch(_error_kernel, launcher)[(1,)](err, nz, rel, n_prog, CHUNK=min(_next_pow2(n_prog), 1024),
-                                             num_warps=4)
+    _error_kernel[(1,)](err, nz, rel, n_prog, CHUNK=min(_next_pow2(n_prog), 1024), num_warps=4)
     return codes.reshape(x.shape), scales, rel
 
 

@@ -158,30 +158,3 @@ def test_kernel_empty_tensor_and_bad_threshold_are_named():
     for bad in (float("nan"), float("inf"), -1.0):
         with pytest.raises(ValueError, match=rf"^threshold: must be a finite number >= 0, got {bad}"):
             km.mor_decide(x, bad)
-
-
-@pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
-def test_fast_path_operand_on_the_quantize_operator(partition, monkeypatch):
-    """The MoR fast path's operand on the quantize operator (the kernels, where CUDA runs them):
-    the codes and scales of its torch path bit for bit, the error to fp32 summation order, the same
-    decision, for a row-major operand and a transposed view (the backward's), and the same
-    operator inside a compiled graph (traced, not run by Inductor's code on the CPU)."""
-    from lowprec.methods import mor_fast
-
-    x = _data((136, 200), torch.bfloat16, seed=3)  # ragged 128x128 blocks
-    q = mor.MoRQuantizer(partition=partition)
-    for t in (x, x.t()):
-        ref = mor_fast.mor_operand(q, t)
-        monkeypatch.setattr(mor_fast, "KERNEL_DEVICES", ("cuda", DEVICE))
-        calls = []
-        real = km.mor_quantize_e4m3
-        monkeypatch.setattr(km, "mor_quantize_e4m3", lambda *a, **k: calls.append(1) or real(*a, **k))
-        got = mor_fast.mor_operand(q, t)
-        assert calls, "the operator did not run"
-        assert torch.equal(got.fp8.scale, ref.fp8.scale)
-        assert torch.equal(got.fp8.codes.view(torch.uint8), ref.fp8.codes.view(torch.uint8))
-        assert bool(got.e4m3) == bool(ref.e4m3)
-        compiled = torch.compile(lambda v: mor_fast.mor_operand(q, v).fp8.codes.float(), backend="aot_eager",
-                                 fullgraph=True)
-        assert torch.equal(compiled(t), got.fp8.codes.float())
-        monkeypatch.undo()

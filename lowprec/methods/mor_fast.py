@@ -33,7 +33,6 @@ from typing import NamedTuple
 import torch
 
 from ..gemm import FP8Operand, kind_block, operand_mm, scale_kind, triton_runs_on
-from . import mor as _mor
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, _relative_error, e4m3_spec
 from ..numerics.scaling import apply_blocks
 from ..recipes import OPERANDS, SLOTS
@@ -84,69 +83,14 @@ class MoROperand(NamedTuple):
 
 
 def mor_operand(q: MoRQuantizer, t: torch.Tensor) -> MoROperand:
-    """E4M3 quantization, relative error and choice of one 2-D operand (reduction last): on the
-    quantize operator where its kernels run (``quantizes_on_kernels``), else in torch ops."""
+    """E4M3 quantization, relative error and choice of one 2-D operand (reduction last)."""
     x2d = _as_2d(t)
     spec = e4m3_spec(q.partition, q.block, q.scale, cols=x2d.shape[1])
-    if quantizes_on_kernels(x2d.device):
-        op = mor_e4m3_cuda if x2d.is_cuda else mor_e4m3
-        codes, scale, err = op(x2d, q.partition, list(q.block), q.scale)
-        fp8 = FP8Operand(codes, scale, spec, _kind(spec))
-    else:
-        fp8 = FP8Operand.of(x2d, spec, _kind(spec))
-        err = _relative_error(x2d.float(), _dequantized(fp8))
+    fp8 = FP8Operand.of(x2d, spec, _kind(spec))
+    err = _relative_error(x2d.float(), _dequantized(fp8))
     # a transposed view (the backward's W^T, dY^T, X^T) travels as its row-major base
     hp_t = not x2d.is_contiguous() and x2d.t().is_contiguous()
     return MoROperand(fp8, _choose_e4m3(err, q.threshold), x2d.t() if hp_t else x2d.contiguous(), False, hp_t)
-
-
-# ----------------------------------------------------------------------------------------------
-# The quantize operator: E4M3 codes, scales and the relative error in the Triton kernels'
-# passes (lowprec.kernels.mor_quant), launched from Inductor's code. Inductor's own fusion of the
-# torch ops took 0.66-0.76 ms per down-projection operand at the 1 B shape (profile
-# llama_1b_mor_tensor_2f38e5a), twice FP8 current scaling's quantization of the same tensor.
-
-# devices whose MoR operands quantize on the operator; tests add "cpu" (the interpreter)
-KERNEL_DEVICES = ("cuda",)
-
-
-def quantizes_on_kernels(device: torch.device) -> bool:
-    """Whether an operand on ``device`` is quantized on the operator (the MoR kernels switched on:
-    ``lowprec.methods.mor.USE_KERNEL``)."""
-    return device.type in KERNEL_DEVICES and _mor.USE_KERNEL and _mor_kernels_run_on(device.type)
-
-
-# a constant of the process for Dynamo, asked once per device type while tracing
-@torch.compiler.assume_constant_result
-def _mor_kernels_run_on(device_type: str) -> bool:
-    from ..kernels import mor_quant as km
-    return km.triton_available(torch.device(device_type))
-
-
-@torch.library.custom_op("lowprec::mor_e4m3", mutates_args=())
-def mor_e4m3(x2d: torch.Tensor, partition: str, block: list[int], scale: str) -> tuple[
-        torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(E4M3 codes float8_e4m3fn, encode-scale grid, relative error fp32 0-d) of a 2-D fp32 or bf16
-    operand (``lowprec.kernels.mor_quant.mor_quantize_e4m3``), off CUDA (the interpreter)."""
-    from ..kernels import mor_quant as km
-    return km.mor_quantize_e4m3(x2d, partition, tuple(block), scale)
-
-
-@mor_e4m3.register_fake
-def _(x2d, partition, block, scale):
-    M, N = x2d.shape
-    rows, cols = {"tensor": (M, N), "channel": (1, N)}.get(partition, tuple(block))
-    grid = (-(-M // rows), -(-N // cols))
-    return (x2d.new_empty((M, N), dtype=torch.float8_e4m3fn), x2d.new_empty(grid, dtype=torch.float32),
-            x2d.new_empty((), dtype=torch.float32))
-
-
-@torch.library.triton_op("lowprec::mor_e4m3_cuda", mutates_args=())
-def mor_e4m3_cuda(x2d: torch.Tensor, partition: str, block: list[int], scale: str) -> tuple[
-        torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``mor_e4m3`` on a CUDA device, its launches traced."""
-    from ..kernels import mor_quant as km
-    return km.mor_quantize_e4m3(x2d, partition, tuple(block), scale, launcher=torch.library.wrap_triton)
 
 
 def _dequantized(f: FP8Operand) -> torch.Tensor:
