@@ -172,7 +172,10 @@ def _prep_x(x: torch.Tensor, block):
 
 
 def _warps(t) -> int:
-    return 8 if t["G"] * t["RP"] * t["CP"] >= 4096 else 4
+    # a 128x128 block (16384 elements) held by 8 warps keeps 64 values per thread of each of x, the
+    # residual and the codes in registers: 16 warps halve that
+    elems = t["G"] * t["RP"] * t["CP"]
+    return 16 if elems >= 16384 else 8 if elems >= 4096 else 4
 
 
 def block_stats_int8(x: torch.Tensor, block=(32, 32)):
@@ -188,7 +191,8 @@ def block_stats_int8(x: torch.Tensor, block=(32, 32)):
 
 def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[torch.Tensor] = None,
                            threshold: Optional[torch.Tensor] = None, noise: Optional[tuple] = None,
-                           keys: Optional[torch.Tensor] = None, first_only: bool = False, launcher=None):
+                           keys: Optional[torch.Tensor] = None, first_only: bool = False, transposed: bool = False,
+                           launcher=None):
     """One pass: (q1, s1, q2, s2, flags); see the module docstring. x: any 2-D strides (read through
     them; the codes are row-major). Stochastic rounding of both parts: ``noise=(u1, u2)``, each
     x's 2-D shape of U[0, 1) floats, or ``keys``, an int64 tensor of the two parts' rounding-stream
@@ -196,8 +200,10 @@ def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[to
     shape)``, made in the kernel). threshold: a number >= 0 (checked), or a 1-element tensor used as
     it is (the dynamic rule's level, computed on the device; Inf there means "no level yet":
     nothing falls back). ``first_only`` (no mask or threshold): the first part alone, (q1, s1,
-    None, None, None): nothing falls back, and the kernel writes no second part. ``launcher``: None
-    to launch here, or ``torch.library.wrap_triton`` inside a ``triton_op``."""
+    None, None, None): nothing falls back, and the kernel writes no second part. ``transposed``: two
+    more outputs, q1's and q2's transposes row-major (N, M) from the same pass (q2's None with
+    ``first_only``). ``launcher``: None to launch here, or ``torch.library.wrap_triton`` inside a
+    ``triton_op``."""
     if mask is not None and threshold is not None:
         raise ValueError("give mask= or threshold=, not both")
     if noise is not None and keys is not None:
@@ -237,12 +243,17 @@ def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[to
         if M * N > _stream.MAX_ELEMENTS:
             raise ValueError(f"x has {M} x {N} elements; a rounding stream has at most 2^32")
         rounding, key_arg = 2, keys.reshape(2).contiguous()
+    q1t = q2t = q1  # placeholders, never written unless transposed
+    if transposed:
+        q1t = torch.empty((N, M), dtype=torch.int8, device=dev)
+        q2t = q1t if first_only else torch.empty_like(q1t)
     _c.launch(_kk._fallback_quant_kernel, launcher)[grid](
-        *x_args, u1, u2, key_arg, q1, s1, q2, s2, flags, mask_arg, thr_arg, M, N, n_brow, n_bcol,
-        ROUNDING=rounding, MODE=mode, SECOND=not first_only, num_warps=_warps(t), **t)
-    if first_only:
-        return q1, s1, None, None, None
-    return q1, s1, q2, s2, flags
+        *x_args, u1, u2, key_arg, q1, s1, q2, s2, flags, mask_arg, thr_arg, q1t, q2t, M, N, n_brow, n_bcol,
+        ROUNDING=rounding, MODE=mode, SECOND=not first_only, TRANS=transposed, num_warps=_warps(t), **t)
+    out = (q1, s1, None, None, None) if first_only else (q1, s1, q2, s2, flags)
+    if transposed:
+        out += (q1t, None if first_only else q2t)
+    return out
 
 
 def quantize_fallback_rule(x: torch.Tensor, block=(32, 32), rule: str = "absmax", *, tau: float = 8.0,

@@ -74,15 +74,17 @@ if triton is not None and _kq.triton is not None:
 
     @triton.jit
     def _fallback_quant_kernel(x_ptr, sx0, sx1, u1_ptr, u2_ptr, key_ptr, q1_ptr, s1_ptr, q2_ptr, s2_ptr,
-                               flag_ptr, mask_ptr, thr_ptr, M, N, n_brow, n_bcol,
+                               flag_ptr, mask_ptr, thr_ptr, q1t_ptr, q2t_ptr, M, N, n_brow, n_bcol,
                                BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
                                G: tl.constexpr, IN_KIND: tl.constexpr, ROUNDING: tl.constexpr,
-                               MODE: tl.constexpr, SECOND: tl.constexpr):
+                               MODE: tl.constexpr, SECOND: tl.constexpr, TRANS: tl.constexpr):
         """x read through its strides (sx0, sx1): a transposed view needs no copy first; the codes
         are written row-major. ROUNDING 0: nearest; 1: stochastic with the draws u1_ptr / u2_ptr
         (x's 2-D shape, row-major); 2: stochastic with the rounding stream's draws of the keys
         key_ptr[0] / key_ptr[1], made here. MODE 0: flags from mask_ptr; 1: amax > *thr_ptr; 2: no
-        fallback. SECOND: write the second part, scales and flags (else the first part only)."""
+        fallback. SECOND: write the second part, scales and flags (else the first part only).
+        TRANS: also write the codes' transposes, row-major (N, M), to q1t_ptr / q2t_ptr (a backward
+        GEMM takes them, where a separate transpose of int8 codes was a slow strided copy)."""
         pid_r, pid_c, row, col, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
         offs = row * N + col
         x = _load_fp32(x_ptr, row * sx0 + col * sx1, mask, IN_KIND)
@@ -98,6 +100,9 @@ if triton is not None and _kq.triton is not None:
             u1 = _stream_uniforms(key_ptr, 0, offs)
         q1 = _encode(x * s1[:, None, None], u1, 127.0, True, 0, 0, 0, ROUNDING != 0, False, tl.int8)
         tl.store(q1_ptr + offs, q1, mask=mask)
+        if TRANS:
+            toffs = col.to(tl.int64) * M + row
+            tl.store(q1t_ptr + toffs, q1, mask=mask)
 
         gi = pid_r * G + tl.arange(0, G)
         gmask = gi < n_brow
@@ -122,6 +127,8 @@ if triton is not None and _kq.triton is not None:
             q2 = _encode(r * s2[:, None, None], u2, 127.0, True, 0, 0, 0, ROUNDING != 0, False, tl.int8)
             q2 = tl.where(flag[:, None, None], q2, 0).to(tl.int8)
             tl.store(q2_ptr + offs, q2, mask=mask)
+            if TRANS:
+                tl.store(q2t_ptr + toffs, q2, mask=mask)
             tl.store(s2_ptr + sidx, s2, mask=gmask)
             tl.store(flag_ptr + sidx, flag.to(tl.int8), mask=gmask)
 

@@ -198,7 +198,7 @@ def test_backward_takes_transposed_operands_where_they_quantize_alike(config, wa
     """A backward operand that is the transpose of another slot's (X^T, W^T, dY^T) is taken from it,
     transposed, where both quantize alike (square blocks, nearest rounding, the same slots falling
     back by a rule invariant under the transpose), and quantized again elsewhere; the forward keeps
-    X's INT8 codes in place of X where X^T is taken. (The layer still equals the emulation bit for
+    X^T's INT8 codes in place of X where X^T is taken. (The layer still equals the emulation bit for
     bit: test_fast_layer_equals_the_emulation_bit_for_bit, and below.)"""
     from lowprec.gemm import FastPlan
     fast, _ = _pair(config, layers=1)
@@ -214,12 +214,13 @@ def test_backward_takes_transposed_operands_where_they_quantize_alike(config, wa
         return sum(tuple(t.shape) == shape and t.dtype == dtype for t in saved)
 
     x_taken, w_taken = ("wgrad", "x") in want, ("dgrad", "w") in want
-    assert kept((128, 256), torch.float32) == (not x_taken) and (kept((128, 256), torch.int8) > 0) == x_taken
+    # X^T's codes (256 x 128) kept in place of X where the weight gradient takes them
+    assert kept((128, 256), torch.float32) == (not x_taken) and (kept((256, 128), torch.int8) > 0) == x_taken
     assert (kept((256, 256), torch.int8) > 0) == w_taken
     quantized = []
     real = int8_fast.int8_operand
-    monkeypatch.setattr(int8_fast, "int8_operand", lambda spec, t, call: quantized.append(
-        (call.gemm, call.operand)) or real(spec, t, call))
+    monkeypatch.setattr(int8_fast, "int8_operand", lambda spec, t, call, transposed=False: quantized.append(
+        (call.gemm, call.operand)) or real(spec, t, call, transposed))
     out.backward(g)
     assert {("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")} - set(quantized) == want
     if config is NEAREST_GRADIENTS:  # dY^T taken too (the second layer's input gradient runs): still exact

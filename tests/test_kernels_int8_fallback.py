@@ -113,9 +113,15 @@ def test_quantize_reads_strides_and_draws_the_rounding_stream(device):
         noise = tuple(rs.uniforms(k, tuple(x.shape)).to(device) for k in keys.cpu())
         ref = fallback_quantize(x, (32, 32), mask, "stochastic", noise=noise)
         assert ref.mask.any()
-        _same_as_reference(kf.quantize_fallback_int8(x, (32, 32), mask=mask, keys=keys), ref)
+        got = kf.quantize_fallback_int8(x, (32, 32), mask=mask, keys=keys, transposed=True)
+        _same_as_reference(got[:5], ref)
+        # the codes' transposes, row-major, from the same pass (what a backward GEMM takes)
+        for codes, codes_t in ((got[0], got[5]), (got[2], got[6])):
+            assert codes_t.is_contiguous() and torch.equal(codes_t, codes.t())
         first = kf.quantize_fallback_int8(x, (32, 32), keys=keys, first_only=True)
         assert first[2:] == (None, None, None)
+        first_t = kf.quantize_fallback_int8(x, (32, 32), keys=keys, first_only=True, transposed=True)
+        assert torch.equal(first_t[5], first[0].t()) and first_t[6] is None
         assert torch.equal(first[0].float().cpu(), ref.codes.cpu())
         assert_equal_or_both_nan(first[1], ref.scale)
         # the draws matter: nearest rounding gives other codes

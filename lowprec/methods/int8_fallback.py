@@ -124,6 +124,10 @@ class FallbackQTensor:
     block: tuple
     # False when it is known without looking that no block fell back (no mask was given)
     maybe_fallback: bool = True
+    # the row-major transposes of codes / residual where the quantize kernel wrote them (for a
+    # backward GEMM that takes the operand transposed); None: transpose on use
+    codes_t: Optional[torch.Tensor] = None
+    residual_t: Optional[torch.Tensor] = None
 
     def first_part(self) -> torch.Tensor:
         """q1 / S1: what plain block INT8 (Jetfire) would multiply."""
@@ -396,10 +400,11 @@ class FallbackInt8Quantizer(OperandQuantizer):
         return d
 
     # -- quantization
-    def quantize(self, t: torch.Tensor, call: OperandCall):
+    def quantize(self, t: torch.Tensor, call: OperandCall, transposed: bool = False):
         """(FallbackQTensor of t's 2-D view, fallback threshold): what ``quantize_operand`` gives,
         without telemetry numbers, in ops that ``torch.compile`` traces whole (the fast path,
-        ``lowprec.methods.int8_fast``). Training calls update the slot's level and counts."""
+        ``lowprec.methods.int8_fast``). Training calls update the slot's level and counts.
+        ``transposed``: the codes' transposes too, where the quantize kernel writes them."""
         from . import int8_ops  # its operators' references are this module's functions
         t2d = _as_2d(t)
         kernels = int8_ops.quantizes_on_kernels(t2d.device)
@@ -420,7 +425,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
                                           error_threshold=self.error_threshold, amax=amax)
         if kernels:
             keys = int8_ops.stream_keys(call.seed) if rounding == "stochastic" else None
-            fq = int8_ops.quantize_operand(t2d, self.block, mask, keys)
+            fq = int8_ops.quantize_operand(t2d, self.block, mask, keys, transposed)
         else:
             # the two parts draw independent uniforms (fallback_quantize's docstring)
             noise = None

@@ -83,14 +83,16 @@ def describe(a, b) -> str:
 # Operands and the product
 
 
-def int8_operand(spec, t: torch.Tensor, call: OperandCall) -> FallbackQTensor:
+def int8_operand(spec, t: torch.Tensor, call: OperandCall, transposed: bool = False) -> FallbackQTensor:
     """The operand ``t`` (2-D, reduction last) quantized as the emulation quantizes it: on the
-    quantize operator where the kernels run (``int8_ops.quantizes_on_kernels``), else in torch ops."""
+    quantize operator where the kernels run (``int8_ops.quantizes_on_kernels``), else in torch ops.
+    ``transposed``: a backward GEMM takes it transposed (the operator writes the codes' transposes
+    in the same pass)."""
     if isinstance(spec, FallbackInt8Quantizer):
-        return spec.quantize(t, call)[0]
+        return spec.quantize(t, call, transposed)[0]
     stochastic = spec.rounding == "stochastic"
     if quantizes_on_kernels(t.device):
-        return quantize_operand(t, spec.block, None, stream_keys(call.seed) if stochastic else None)
+        return quantize_operand(t, spec.block, None, stream_keys(call.seed) if stochastic else None, transposed)
     noise = _stream.uniforms(call.seed, tuple(t.shape), device=t.device) if stochastic else None
     q = quantize(t, spec, noise=noise)
     codes = q.codes.reshape(t.shape)
@@ -134,23 +136,25 @@ def int8_linear(x, weight, bias, plan, transposed: bool, out_dtype: torch.dtype,
     return _Int8LinearFn.apply(x, weight, bias, plan, transposed, out_dtype, key, *bufs, training)
 
 
-def _gemm(plan, name: str, a, b, key, buffers, training: bool) -> tuple:
+def _gemm(plan, name: str, a, b, key, buffers, training: bool, reused_t=(False, False)) -> tuple:
     """(fp32 ``a @ b.T`` of GEMM ``name`` (reduction last), its two operands): each operand quantized
-    here from its tensor, or given already quantized (a ``FallbackQTensor``: ``FastPlan.reused``)."""
+    here from its tensor, or given already quantized (a ``FallbackQTensor``: ``FastPlan.reused``).
+    ``reused_t``: per operand, whether a later GEMM takes it transposed (its codes' transposes are
+    written by the same pass)."""
     from ..gemm import hp_mm
     kind, spec_a, spec_b = plan.gemms[name]
     if kind == "hp":
         with _no_autocast(a):
             return hp_mm(a, b, plan.high_precision, torch.float32), (a, b)
     ops = []
-    for op, t, spec in zip(OPERANDS[name], (a, b), (spec_a, spec_b)):
+    for op, t, spec, want_t in zip(OPERANDS[name], (a, b), (spec_a, spec_b), reused_t):
         call = OperandCall(buffers, name, op, slot_key(key, name, op), training)
         if isinstance(t, FallbackQTensor):
             if isinstance(spec, FallbackInt8Quantizer):  # counted as quantizing it would count it
                 spec.count(t, call)
             ops.append(t)
         else:
-            ops.append(int8_operand(spec, t, call))
+            ops.append(int8_operand(spec, t, call, want_t))
     with _no_autocast(ops[0].codes):
         return int8_mm(*ops, kernel=uses_kernel(spec_a, ops[0].codes.device)), tuple(ops)
 
@@ -191,27 +195,32 @@ def reused_slots(plan) -> frozenset:
 
 
 def _transposed(f: FallbackQTensor) -> FallbackQTensor:
-    return FallbackQTensor(f.codes.t(), f.scale.t(), f.residual.t(), f.residual_scale.t(), f.mask.t(),
-                           tuple(f.block)[::-1], maybe_fallback=f.maybe_fallback)
+    """The operand of the transposed tensor: the codes' transposes where the kernel wrote them,
+    else transposed views."""
+    codes = f.codes.t() if f.codes_t is None else f.codes_t
+    residual = f.residual.t() if f.residual_t is None else f.residual_t
+    return FallbackQTensor(codes, f.scale.t(), residual, f.residual_scale.t(), f.mask.t(), tuple(f.block)[::-1],
+                           maybe_fallback=f.maybe_fallback)
 
 
 _NONE5 = (None,) * 5
 
 
 def _kept(f: FallbackQTensor) -> tuple:
-    """A quantized operand as the forward saves it: INT8 codes (exact: integers in [-127, 127]) and
-    the grids; the second part only where a block can fall back."""
-    second = (f.residual.to(torch.int8), f.residual_scale) if f.maybe_fallback else (None, None)
-    return (f.codes.to(torch.int8), f.scale, *second, f.mask)
+    """A quantized operand's transpose as the forward saves it for the backward: INT8 codes (exact:
+    integers in [-127, 127]) and the grids; the second part only where a block can fall back."""
+    ft = _transposed(f)
+    second = (ft.residual.to(torch.int8), ft.residual_scale) if ft.maybe_fallback else (None, None)
+    return (ft.codes.to(torch.int8), ft.scale, *second, ft.mask)
 
 
 def _restored_t(saved: tuple, meta: tuple) -> FallbackQTensor:
-    """The transpose of a kept operand (``_kept``; meta: its block and maybe_fallback)."""
+    """The transposed operand the forward kept (``_kept``; meta: the forward operand's block and
+    maybe_fallback)."""
     codes, scale, residual, residual_scale, mask = saved
     if residual is None:
         residual, residual_scale = torch.zeros_like(codes), torch.ones_like(scale)
-    f = FallbackQTensor(codes, scale, residual, residual_scale, mask, meta[0], maybe_fallback=meta[1])
-    return _transposed(f)
+    return FallbackQTensor(codes, scale, residual, residual_scale, mask, tuple(meta[0])[::-1], maybe_fallback=meta[1])
 
 
 class _Int8LinearFn(torch.autograd.Function):
@@ -225,7 +234,8 @@ class _Int8LinearFn(torch.autograd.Function):
         buffers = None if levels is None else FallbackBuffers(levels, steps, counts)
         w = weight.t() if transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
-        y, (qx, qw) = _gemm(plan, "fprop", x2d, w, key, buffers, training)
+        reused_t = (("wgrad", "x") in plan.reused, ("dgrad", "w") in plan.reused)
+        y, (qx, qw) = _gemm(plan, "fprop", x2d, w, key, buffers, training, reused_t)
         y = y.reshape(*x.shape[:-1], w.shape[0])
         if bias is not None:  # after the reshape: Inductor would fold a 2-D GEMM and its bias into
             y = y + bias.float()  # one addmm on the CPU, whose sums round differently
@@ -253,7 +263,8 @@ class _Int8LinearFn(torch.autograd.Function):
         # the GEMMs with autocast off (_gemm), as in the forward
         if ctx.needs_input_grad[0]:
             wt = _restored_t(kw, ctx.w_meta) if ctx.w_meta else w.t()
-            dx, (qdy, _) = _gemm(plan, "dgrad", dy2d, wt, key, buffers, ctx.training)
+            reuse_dy_t = ("wgrad", "dy") in plan.reused and ctx.needs_input_grad[1]
+            dx, (qdy, _) = _gemm(plan, "dgrad", dy2d, wt, key, buffers, ctx.training, (reuse_dy_t, False))
             dx = dx.to(ctx.x_dtype).reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
             reuse_dy = ("wgrad", "dy") in plan.reused and isinstance(qdy, FallbackQTensor)

@@ -69,56 +69,74 @@ def stream_keys(seed: torch.Tensor) -> torch.Tensor:
     return torch.stack([_stream.part_key(seed, p) for p in range(2)])
 
 
-def quantize_operand(x2d: torch.Tensor, block, mask: Optional[torch.Tensor],
-                     keys: Optional[torch.Tensor]) -> FallbackQTensor:
+def quantize_operand(x2d: torch.Tensor, block, mask: Optional[torch.Tensor], keys: Optional[torch.Tensor],
+                     transposed: bool = False) -> FallbackQTensor:
     """``fallback_quantize(x2d, block, mask, rounding, noise=the draws of keys)`` on the quantize
-    operator: codes int8, the first part alone where ``mask`` is None (residual zeros, scales 1)."""
+    operator: codes int8, the first part alone where ``mask`` is None (residual zeros, scales 1);
+    with ``transposed`` the codes' row-major transposes too (``FallbackQTensor.codes_t``), for a
+    backward GEMM that takes the operand transposed."""
     op = int8_quantize_cuda if x2d.is_cuda else int8_quantize
-    q1, s1, q2, s2, flags = op(x2d, list(block), mask, keys)
+    q1, s1, q2, s2, flags, q1t, q2t = op(x2d, list(block), mask, keys, transposed)
+    t = dict(codes_t=q1t, residual_t=None if mask is None else q2t) if transposed else {}
     if mask is None:
         return FallbackQTensor(q1, s1, torch.zeros_like(q1), torch.ones_like(s1),
-                               torch.zeros_like(s1, dtype=torch.bool), tuple(block), maybe_fallback=False)
-    return FallbackQTensor(q1, s1, q2, s2, flags.bool(), tuple(block))
+                               torch.zeros_like(s1, dtype=torch.bool), tuple(block), maybe_fallback=False, **t)
+    return FallbackQTensor(q1, s1, q2, s2, flags.bool(), tuple(block), **t)
 
 
-def _quantize(x2d, block, mask, keys, launcher=None) -> tuple:
+def _quantize(x2d, block, mask, keys, transposed, launcher=None) -> tuple:
     from ..kernels import int8_fallback_gemm as kf
     first_only = mask is None
     if kf.triton_available(x2d.device):
         out = kf.quantize_fallback_int8(x2d, tuple(block), mask=mask, keys=keys, first_only=first_only,
-                                        launcher=launcher)
+                                        transposed=transposed, launcher=launcher)
     else:
         if x2d.is_cuda:
             raise RuntimeError("lowprec::int8_quantize on CUDA needs Triton (lowprec.kernels.int8_fallback_gemm)")
         noise = None if keys is None else tuple(_stream.uniforms(k, tuple(x2d.shape)) for k in keys)
         fq = fallback_quantize(x2d, tuple(block), mask, "nearest" if keys is None else "stochastic", noise=noise)
-        out = (fq.codes.to(torch.int8), fq.scale, fq.residual.to(torch.int8), fq.residual_scale,
-               fq.mask.to(torch.int8))
-    return (*out[:2], *_empty_second(x2d)) if first_only else out
+        q1, q2 = fq.codes.to(torch.int8), fq.residual.to(torch.int8)
+        out = (q1, fq.scale, q2, fq.residual_scale, fq.mask.to(torch.int8))
+        if transposed:
+            out += (q1.t().contiguous(), q2.t().contiguous())
+    q1, s1, q2, s2, flags = out[:5]
+    q1t, q2t = out[5:] if transposed else (None, None)
+    if first_only:
+        q2, s2, flags = _empty(x2d, torch.int8, torch.float32, torch.int8)
+        q2t = None
+    # the operator's schema is fixed: absent outputs are empty tensors (outputs never alias)
+    q1t, q2t = (_empty(x2d, torch.int8)[0] if t is None else t for t in (q1t, q2t))
+    return q1, s1, q2, s2, flags, q1t, q2t
 
 
-def _empty_second(x2d) -> tuple:
-    """The outputs of an absent second part (the operator's schema is fixed; outputs never alias)."""
-    return tuple(x2d.new_empty(0, dtype=dt) for dt in (torch.int8, torch.float32, torch.int8))
+def _empty(x2d, *dtypes) -> tuple:
+    return tuple(x2d.new_empty(0, dtype=dt) for dt in dtypes)
 
 
-def _fake(x2d, block, mask, keys) -> tuple:
+def _fake(x2d, block, mask, keys, transposed) -> tuple:
     (M, N), grid = x2d.shape, (-(-x2d.shape[0] // block[0]), -(-x2d.shape[1] // block[1]))
     codes = x2d.new_empty((M, N), dtype=torch.int8)
     scale = x2d.new_empty(grid, dtype=torch.float32)
     if mask is None:
-        return codes, scale, *_empty_second(x2d)
-    return codes, scale, torch.empty_like(codes), torch.empty_like(scale), x2d.new_empty(grid, dtype=torch.int8)
+        second = _empty(x2d, torch.int8, torch.float32, torch.int8)
+    else:
+        second = (torch.empty_like(codes), torch.empty_like(scale), x2d.new_empty(grid, dtype=torch.int8))
+    t = tuple(x2d.new_empty((N, M) if transposed and (i == 0 or mask is not None) else 0, dtype=torch.int8)
+              for i in range(2))
+    return codes, scale, *second, *t
+
+
+_OUTPUTS = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 # off CUDA (the interpreter, or the torch reference): an opaque node in a compiled graph
 @torch.library.custom_op("lowprec::int8_quantize", mutates_args=())
-def int8_quantize(x2d: torch.Tensor, block: list[int], mask: Optional[torch.Tensor],
-                  keys: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                                         torch.Tensor]:
-    """(q1 int8, s1, q2 int8, s2, flags int8) of a 2-D fp32/bf16/fp16 operand: the encode scales and
-    parts of ``fallback_quantize``; with ``mask`` None the first part alone (the rest empty)."""
-    return _quantize(x2d, block, mask, keys)
+def int8_quantize(x2d: torch.Tensor, block: list[int], mask: Optional[torch.Tensor], keys: Optional[torch.Tensor],
+                  transposed: bool) -> _OUTPUTS:
+    """(q1 int8, s1, q2 int8, s2, flags int8, q1^T, q2^T) of a 2-D fp32/bf16/fp16 operand: the encode
+    scales and parts of ``fallback_quantize``; with ``mask`` None the first part alone (the second
+    part's outputs empty); the transposes (row-major) only with ``transposed`` (else empty)."""
+    return _quantize(x2d, block, mask, keys, transposed)
 
 
 int8_quantize.register_fake(_fake)
@@ -127,10 +145,9 @@ int8_quantize.register_fake(_fake)
 # on CUDA: a triton_op, whose launch Inductor traces and makes from its own code
 @torch.library.triton_op("lowprec::int8_quantize_cuda", mutates_args=())
 def int8_quantize_cuda(x2d: torch.Tensor, block: list[int], mask: Optional[torch.Tensor],
-                       keys: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
-                                                              torch.Tensor]:
+                       keys: Optional[torch.Tensor], transposed: bool) -> _OUTPUTS:
     """``int8_quantize`` on a CUDA device."""
-    return _quantize(x2d, block, mask, keys, launcher=torch.library.wrap_triton)
+    return _quantize(x2d, block, mask, keys, transposed, launcher=torch.library.wrap_triton)
 
 
 # ----------------------------------------------------------------------------------------------
