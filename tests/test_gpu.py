@@ -234,8 +234,13 @@ def test_compiled_step_updates_layer_buffers_in_triton_kernels(method, kernel, b
         assert sqnr_db(want.double(), got.double()) > 60
         w, c = state(eager), state(comp)
         assert w.keys() == c.keys() and all(torch.equal(w[k], c[k]) for k in w), i
-    assert all(int(t.numel() if buffers == "scalers" else t.reshape(len(t), -1)[:, 0].sum()) > 0
-               for t in state(comp).values())
+    def recorded(t):  # a history with entries; counts, steps or levels (finite where set) not all zero
+        if buffers == "scalers":
+            return t.numel() > 0
+        first = t.reshape(len(t), -1)[:, 0]
+        return bool((first[torch.isfinite(first)] != 0).any())
+
+    assert all(recorded(t) for t in state(comp).values())
 
 
 @pytest.mark.parametrize("threshold", [0.045, 0.0])

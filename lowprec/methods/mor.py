@@ -175,7 +175,9 @@ USE_KERNEL = os.environ.get("LOWPREC_MOR_KERNEL", "1") != "0"
 
 def _e4m3_with_error(x2d: torch.Tensor, partition: str, block, scale: str) -> tuple:
     """(QTensor of the E4M3 quantization, MoR relative error as a 0-d tensor) of a 2-D fp32 tensor."""
-    if x2d.is_cuda and USE_KERNEL:
+    # under torch.compile the torch ops below, which the compiler fuses (Dynamo cannot trace the
+    # kernel's launcher: 45 graph breaks in a compiled model with 64x64 blocks on the H200)
+    if x2d.is_cuda and USE_KERNEL and not torch.compiler.is_compiling():
         from ..kernels import mor_quant as km  # Triton: loaded on first use
         if km.triton_available(x2d.device):
             codes, scales, rel = km.mor_quantize_e4m3(x2d, partition, block, scale)
@@ -497,8 +499,8 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         GEMM) for sub-tensor MoR, dequant="bf16", LOWPREC_MOR_KERNEL=0, blocks the kernel does not
         take, or without Triton; CPU tensors take it only under the Triton interpreter."""
         if not (isinstance(other, MoRQuantizer) and self.gemm == other.gemm == "kernel" and USE_KERNEL
-                and self.dequant == other.dequant == "fp32"):
-            return None
+                and self.dequant == other.dequant == "fp32") or torch.compiler.is_compiling():
+            return None  # compiled: the emulated GEMM (Dynamo cannot trace the kernels' launchers)
         from ..kernels import mor_gemm as kg
         from ..kernels import mor_quant as km
         if not (kg.triton_available(a.device) and km.triton_available(a.device)):
