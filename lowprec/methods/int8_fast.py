@@ -22,13 +22,14 @@ interpreter where it is active, else on the kernels' torch references: for the G
 values only in the order and rounding of its sums.
 
 Where a backward operand's quantization is the transpose of a forward one's (``FastPlan.reused``,
-``reused_slots``: X^T of the
-weight gradient, W^T of the input gradient, and dY^T of the weight gradient from the input
-gradient's dY, each where both slots quantize alike in square blocks with nearest rounding and the
-absmax rule or none: X and W in Jetfire's recipe and INT8 fallback's default), the backward takes
-that operand transposed instead of quantizing again (counted for its slot as quantizing would count
-it), and the forward keeps X's and W's INT8 codes for it in place of X: one activation-sized and one
-weight-sized quantization less per layer and step, with the emulation's codes bit for bit.
+``reused_slots``: X^T of the weight gradient, W^T of the input gradient, and dY^T of the weight
+gradient from the input gradient's dY, each where both slots quantize alike in square blocks with
+nearest rounding and the absmax rule or none: X and W in Jetfire's recipe and INT8 fallback's
+default), the backward takes that operand transposed instead of quantizing again (counted for its
+slot as quantizing would count it), and the forward keeps X^T's and W^T's INT8 codes for it in
+place of X: one activation-sized and one weight-sized quantization less per layer and step, with
+the emulation's codes bit for bit. The quantize operator writes those transposes row-major in the
+same pass (``_gemm``'s ``reused_t``).
 
 Where this differs from the emulation: on CUDA, the INT8 GEMM's order of sums. In a compiled model
 Inductor may also keep a bf16 intermediate that it fuses (the layer's input, dX on its way back to

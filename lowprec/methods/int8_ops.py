@@ -8,9 +8,12 @@ falls back) in two INT8 parts, rounded to nearest or stochastically with the rou
 (``lowprec.kernels.int8_fallback_gemm.quantize_fallback_int8``) from its own code, which reads the
 operand once through its strides (a transposed view is not copied), draws the stochastic rounding's
 uniforms in the kernel (no tensor of draws is written) and writes the codes row-major, as the GEMM
-takes them. Where nothing can fall back it writes the first part alone. Profiled at the 1 B shape,
-the same quantization in Inductor's fused torch ops took about 140 of the 312 ms of a step of INT8
-fallback in 128 x 128 blocks: the stream's hash in int64, the draws and several passes per operand.
+takes them, and, for an operand that a backward GEMM takes transposed (X^T, W^T, dY^T), their
+row-major transposes too, from registers (a separate transpose of int8 codes is a slow strided
+copy). Where nothing can fall back it writes the first part alone. Profiled at the 1 B shape, the
+same quantization in Inductor's fused torch ops took about 140 of the 312 ms of a step of INT8
+fallback in 128 x 128 blocks (the stream's hash in int64, the draws, several passes per operand);
+on this operator the quantize passes take 64 of 242 ms (results/bench/profiles/).
 
 ``int8_block_mm(...)``: fp32 ``A @ B.T`` of block-scaled INT8 operands on the Triton GEMM
 (``lowprec.kernels.int8_fallback_gemm``: the first parts in its main loop, the second parts in a
