@@ -89,11 +89,11 @@ def triton_available(device=None) -> bool:
     return triton is not None and _c.available(interpreter_active(), device)
 
 
-@torch.compiler.assume_constant_result
 def cuda_ready() -> bool:
-    """Whether the kernels run on CUDA here: decided once when a compiled graph is traced (the
-    check reads the kernel objects, which Dynamo cannot trace, and it never changes in a process)."""
-    return triton_available("cuda")
+    """Whether the kernels run on CUDA here (a constant of the process for Dynamo:
+    ``lowprec.kernels.runs_on``)."""
+    from . import runs_on
+    return runs_on("buffer_updates", "cuda")
 
 
 def takes_kernel(t: torch.Tensor) -> bool:
@@ -162,7 +162,3 @@ def set_level(levels: torch.Tensor, steps: torch.Tensor, slot: int, level: torch
     if level.numel() != 1 or level.dtype != torch.float32:
         raise ValueError(f"level must be a single float32, got {level.dtype} {tuple(level.shape)}")
     _c.launch(_set_level_kernel, launcher)[(1,)](levels, steps, slot, level, num_warps=1)
-
-
-def _kernel(kernel, launcher):
-    return kernel if launcher is None else launcher(kernel)

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .numerics import QuantSpec, to_torch_dtype
+from .kernels import runs_on as _kernels_run_on
 from .numerics import scaling as _scaling
 from .numerics.scaled_mm import fp8_mm
 from .numerics.scaling import (_resolve_block, apply_blocks, blocks_max, expand_blocks, gam_block_scales,
@@ -103,14 +104,7 @@ def quantize_fp8(t: torch.Tensor, spec: QuantSpec,
 def _block_quantize_on_kernel(device: torch.device) -> bool:
     """Whether block scaling quantizes on the Triton block kernel (``fp8_block_quantize_cuda``):
     on CUDA, with the quantize kernels on (``lowprec.numerics.scaling.USE_KERNELS``)."""
-    return device.type == "cuda" and _scaling.USE_KERNELS and _quantize_kernels_run_on("cuda")
-
-
-# a constant of the process for Dynamo, asked once while tracing
-@torch.compiler.assume_constant_result
-def _quantize_kernels_run_on(device_type: str) -> bool:
-    from .kernels import quantize as kq
-    return kq.triton_available(torch.device(device_type))
+    return device.type == "cuda" and _scaling.USE_KERNELS and _kernels_run_on("quantize", "cuda")
 
 
 # Block scaling on CUDA: one Triton pass (amax per block, scale, cast), launched from Inductor's
@@ -206,12 +200,9 @@ def hardware_route(a: "FP8Operand", b: "FP8Operand") -> Optional[str]:
     return None
 
 
-# a constant of the process for Dynamo (it cannot trace the kernel module's availability checks):
-# asked once per device type while tracing, its answer baked into the graph
-@torch.compiler.assume_constant_result
 def triton_runs_on(device_type: str) -> bool:
-    from .kernels import block_fp8_gemm as kg
-    return kg.triton_available(torch.device(device_type))
+    """Whether the Triton block-scaled GEMM runs on ``device_type`` (a constant for Dynamo)."""
+    return _kernels_run_on("block_fp8_gemm", device_type)
 
 
 def operand_mm(a: FP8Operand, b: FP8Operand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:

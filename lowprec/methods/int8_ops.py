@@ -33,6 +33,7 @@ from typing import Optional
 
 import torch
 
+from ..kernels import runs_on
 from ..numerics import rounding_stream as _stream
 from ..numerics import scaling as _scaling
 from .int8_fallback import FallbackQTensor, fallback_quantize, int8_block_gemm_reference
@@ -53,13 +54,9 @@ def quantizes_on_kernels(device: torch.device) -> bool:
     return takes_kernels(device) and _scaling.USE_KERNELS
 
 
-# a constant of the process for Dynamo, asked once per device type while tracing
-@torch.compiler.assume_constant_result
 def _kernels_run_on(device_type: str) -> bool:
-    if device_type == "cpu":  # the operators' torch references where the interpreter is off
-        return True
-    from ..kernels import int8_fallback_gemm as kf
-    return kf.triton_available(torch.device(device_type))
+    # the CPU: the operators' torch references where the interpreter is off
+    return device_type == "cpu" or runs_on("int8_fallback_gemm", device_type)
 
 
 # ----------------------------------------------------------------------------------------------
