@@ -123,7 +123,8 @@ def _parse(argv):
                         "keep eager's numerics (lowprec.linear.EAGER_NUMERICS), e.g. emulate_precision_casts=false; "
                         "repeatable; such a run writes to its own --out, never the default file or a --merge")
     p.add_argument("--profile-dir", default=None,
-                   help="write the CUDA kernels of each arm's profiled step, by total time, to <dir>/<shape>_<arm>.txt")
+                   help="write the CUDA kernels of each arm's profiled step, by total time, to <dir>/<shape>_<arm>.txt, "
+                        "and the source of its slowest Inductor-generated Triton kernels to <dir>/<shape>_<arm>.kernels.py")
     return p.parse_args(argv)
 
 
@@ -198,8 +199,30 @@ def lowp_gemms(fn, opt, batches, table: Path | None = None, by_kernel: bool = Fa
         torch.cuda.synchronize()
     if table is not None:
         table.parent.mkdir(parents=True, exist_ok=True)
-        table.write_text(prof.key_averages().table(sort_by="cuda_time_total", row_limit=60, max_name_column_width=90))
+        averages = prof.key_averages()
+        table.write_text(averages.table(sort_by="cuda_time_total", row_limit=60, max_name_column_width=90))
+        slowest = sorted((e for e in averages if e.key.startswith("triton_")),
+                         key=lambda e: e.self_device_time_total, reverse=True)
+        table.with_suffix(".kernels.py").write_text(generated_sources(
+            [(e.key, e.self_device_time_total / 1e3, e.count) for e in slowest[:KERNEL_SOURCES]]))
     return count_lowp(((e.name, e.device_type == torch.autograd.DeviceType.CUDA) for e in prof.events()), by_kernel)
+
+
+KERNEL_SOURCES = 10  # slowest generated kernels whose source goes beside a profile
+
+
+def generated_sources(kernels: list[tuple[str, float, int]]) -> str:
+    """The source of Inductor-generated Triton kernels, ``(name, ms, calls)`` each, found by name in
+    Inductor's cache (the profile table truncates names and cannot show what a fused kernel does)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    texts = [f.read_text(errors="replace") for f in Path(cache_dir()).rglob("*.py")]
+    parts = []
+    for name, ms, calls in kernels:
+        pattern = re.compile(rf"^def {re.escape(name)}\(", re.MULTILINE)
+        source = next((text for text in texts if pattern.search(text)), None)
+        parts.append(f"# {name}: {ms:.2f} ms in {calls} calls per step\n{source or '# (source not found)'}\n")
+    return "\n".join(parts)
 
 
 def count_lowp(events, by_kernel: bool = False) -> int:
