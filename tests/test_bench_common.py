@@ -108,15 +108,21 @@ def test_e2e_arms_build_and_hardware_arms_have_a_fast_plan():
 
 
 def test_e2e_profile_sources_are_found_in_inductor_cache_by_full_name(tmp_path, monkeypatch):
-    """The profile's kernel sources come from the cache by the kernel's exact name: a kernel whose
-    name extends another's is not taken for it, and a missing one says so."""
+    """The profile's kernel sources come from the cache by the kernel's exact name, the kernel alone
+    (not the compiled module around it), each once; a kernel whose name extends another's is not
+    taken for it, and a missing one says so."""
     from lowprec.bench.e2e_step import generated_sources
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     (tmp_path / "ab").mkdir()
     (tmp_path / "ab" / "k1.py").write_text("@triton.jit\ndef triton_poi_fused_add_10(x):\n    return 1\n")
-    (tmp_path / "ab" / "k2.py").write_text("@triton.jit\ndef triton_poi_fused_add_1(x):\n    return 2\n")
-    text = generated_sources([("triton_poi_fused_add_1", 2.5, 16), ("triton_red_fused_sum_3", 1.0, 4)])
-    assert "# triton_poi_fused_add_1: 2.50 ms in 16 calls per step" in text
-    assert "return 2" in text and "return 1" not in text
+    (tmp_path / "ab" / "module.py").write_text(
+        "triton_poi_fused_add_1 = async_compile.triton('triton_poi_fused_add_1', \'\'\'\n"
+        "@triton_heuristics.pointwise(size_hints={'x': 8})\n@triton.jit\ndef triton_poi_fused_add_1(x):\n"
+        "    return 2\n\'\'\', device_str='cuda')\nother_code = 3\n")
+    text = generated_sources([("triton_poi_fused_add_1", 2.5, 16), ("triton_poi_fused_add_1", 0.1, 16),
+                              ("triton_red_fused_sum_3", 1.0, 4)])
+    assert text.count("triton_poi_fused_add_1:") == 1
+    assert "# triton_poi_fused_add_1: 2.50 ms in 16 calls per step\n@triton_heuristics.pointwise" in text
+    assert "return 2" in text and "return 1" not in text and "other_code" not in text
     assert "# triton_red_fused_sum_3: 1.00 ms in 4 calls per step\n# (source not found)" in text

@@ -213,16 +213,34 @@ KERNEL_SOURCES = 10  # slowest generated kernels whose source goes beside a prof
 
 def generated_sources(kernels: list[tuple[str, float, int]]) -> str:
     """The source of Inductor-generated Triton kernels, ``(name, ms, calls)`` each, found by name in
-    Inductor's cache (the profile table truncates names and cannot show what a fused kernel does)."""
+    Inductor's cache (the profile table truncates names and cannot show what a fused kernel does):
+    the kernel alone, from its decorator to its end, whether the cache file holds it alone or in a
+    compiled graph's module."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     texts = [f.read_text(errors="replace") for f in Path(cache_dir()).rglob("*.py")]
-    parts = []
+    parts, seen = [], set()
     for name, ms, calls in kernels:
-        pattern = re.compile(rf"^def {re.escape(name)}\(", re.MULTILINE)
-        source = next((text for text in texts if pattern.search(text)), None)
-        parts.append(f"# {name}: {ms:.2f} ms in {calls} calls per step\n{source or '# (source not found)'}\n")
+        if name in seen:  # the profile lists a kernel's launch and its GPU time under one name
+            continue
+        seen.add(name)
+        parts.append(f"# {name}: {ms:.2f} ms in {calls} calls per step\n{kernel_source(texts, name)}\n")
     return "\n".join(parts)
+
+
+def kernel_source(texts: list[str], name: str) -> str:
+    """Kernel ``name``'s definition in the first of ``texts`` that defines it."""
+    pattern = re.compile(rf"^def {re.escape(name)}\(", re.MULTILINE)
+    for text in texts:
+        found = pattern.search(text)
+        if found:
+            # Inductor's heuristics decorator stands above @triton.jit
+            heuristics = text.rfind("@triton_heuristics", 0, found.start())
+            start = heuristics if heuristics >= 0 else max(text.rfind("@triton.jit", 0, found.start()), 0)
+            # a module holds each kernel as a string literal; a file of its own may hold more kernels
+            ends = [i for i in (text.find("\'\'\'", found.end()), text.find("\n@triton", found.end())) if i >= 0]
+            return text[start:min(ends, default=len(text))].rstrip() + "\n"
+    return "# (source not found)\n"
 
 
 def count_lowp(events, by_kernel: bool = False) -> int:
