@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .compile_passes import realize_shared_operands
 from .gemm import FastPlan, FP8Operand, fast_path_applies, is_quantized, scaled_mm
 from .methods.int8_fallback_state import FallbackBuffers
 from .methods.int8_fast import int8_linear
@@ -351,6 +352,8 @@ def _eager_numerics() -> dict:
 
 
 EAGER_NUMERICS = _eager_numerics()
+# Inductor passes of every compiled block (lowprec.compile_passes says why)
+GRAPH_PASSES = {"post_grad_custom_post_pass": realize_shared_operands}
 # train.compile_numerics: "eager" keeps EAGER_NUMERICS; "fast" leaves Inductor's own defaults
 COMPILE_NUMERICS = ("eager", "fast")
 
@@ -384,7 +387,7 @@ def compile_blocks(model: nn.Module, *, cudagraphs: bool = False, **compile_kw) 
     # static shapes: a run has one training and one evaluation shape, so nothing is lost, and
     # Inductor specializes every kernel to its shape
     compile_kw.setdefault("dynamic", False)
-    compile_kw["options"] = {**EAGER_NUMERICS, **(compile_kw.get("options") or {})}
+    compile_kw["options"] = {**EAGER_NUMERICS, **GRAPH_PASSES, **(compile_kw.get("options") or {})}
     if cudagraphs:
         compile_kw["options"]["triton.cudagraphs"] = True
     if "mode" in compile_kw:  # torch.compile takes mode or options, not both

@@ -205,12 +205,12 @@ def test_compile_blocks_settings(monkeypatch):
     model = build_model({"family": "llama", "layers": 2, "d_model": 64, "heads": 2, "ffn": 128,
                          "max_seq_len": 32}, 128)
     compile_blocks(model, options={"max_autotune": True})
-    assert seen == [{"dynamic": False, "options": {**lin.EAGER_NUMERICS, "max_autotune": True}}] * 2
+    assert seen == [{"dynamic": False, "options": {**lin.EAGER_NUMERICS, **lin.GRAPH_PASSES, "max_autotune": True}}] * 2
     with pytest.raises(ValueError, match="options=, not mode="):
         compile_blocks(model, mode="max-autotune")
     seen.clear()
     compiled_model = lin.compiled(model, cudagraphs=True)
-    assert seen == [{"dynamic": False, "options": {**lin.EAGER_NUMERICS, "triton.cudagraphs": True}}] * 2
+    assert seen == [{"dynamic": False, "options": {**lin.EAGER_NUMERICS, **lin.GRAPH_PASSES, "triton.cudagraphs": True}}] * 2
     steps = []
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: steps.append(1))
     compiled_model(torch.randint(0, 128, (1, 8)))
@@ -253,7 +253,7 @@ def test_compile_numerics_setting_reaches_inductor(monkeypatch):
                          "max_seq_len": 32}, 128)
     lin.compiled(model, options=fast)
     lin.compiled(model)
-    assert seen == [fast] * 2 + [lin.EAGER_NUMERICS] * 2  # two blocks, each time
+    assert seen == [{**fast, **lin.GRAPH_PASSES}] * 2 + [{**lin.EAGER_NUMERICS, **lin.GRAPH_PASSES}] * 2  # two blocks, each time
     schema = yaml.safe_load((CONFIG_DIR / "schema" / "scale.schema.yaml").read_text())
     assert schema["$defs"]["train"]["properties"]["compile_numerics"]["enum"] == list(lin.COMPILE_NUMERICS)
 
