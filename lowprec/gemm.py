@@ -96,9 +96,14 @@ def quantize_fp8(t: torch.Tensor, spec: QuantSpec,
         scale = gam_block_scales(amax, amax.max(), fmt.fmax)
     else:
         scale = scale_from_amax(amax, fmt.fmax, spec.margin, spec.pow2)
-    scaled = apply_blocks(x, scale, block, torch.mul)
-    codes = scaled.clamp(-fmt.fmax, fmt.fmax).to(to_torch_dtype(spec.fmt)).contiguous()
-    return codes, scale
+    return fp8_cast(apply_blocks(x, scale, block, torch.mul), spec).contiguous(), scale
+
+
+def fp8_cast(scaled: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
+    """FP8 codes of values already multiplied by their encode scales: saturated at the format's
+    largest finite value, then cast (round to nearest even; NaN stays NaN)."""
+    fmax = spec.format.fmax
+    return scaled.clamp(-fmax, fmax).to(to_torch_dtype(spec.fmt))
 
 
 def _block_quantize_on_kernel(device: torch.device) -> bool:

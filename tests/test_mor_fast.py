@@ -42,6 +42,30 @@ def test_operand_equals_emulation(partition, scale):
     assert bool(got.e4m3) == bool(err <= q.threshold)
 
 
+@pytest.mark.parametrize("scale", ["gam", "e8"])
+@pytest.mark.parametrize("partition", PARTITIONS)
+def test_transposed_operand_error_is_summed_over_its_row_major_base(partition, scale):
+    """A transposed view (the weight gradient's X^T, dY^T) has its error summed over its row-major
+    base from values quantized again there: bit for bit the dequantized codes of the view, and the
+    decision the emulation makes for the view."""
+    from lowprec.methods.mor_fast import _dequantized, _requantized_t
+    base = _data(384, 256, seed=7)
+    base[4, 9], base[5, 1], base[6, 2] = float("inf"), 0.0, 1e-30  # saturates, zero, flushes
+    q = MoRQuantizer(partition=partition, scale=scale)
+    view = base.t()
+    got = mor_operand(q, view)
+    assert got.hp_t and got.hp.data_ptr() == base.data_ptr()
+    assert torch.equal(_requantized_t(base, got.fp8), _dequantized(got.fp8).t())
+    base[4, 9] = 1.0
+    got, ref = mor_operand(q, base.t()), quantize_e4m3(base.float().t(), partition, scale=scale)
+    err = _relative_error(base.float().t(), ref.dequantize())
+    assert bool(got.e4m3) == bool(err <= q.threshold)
+    assert bool(mor_operand(MoRQuantizer(partition=partition, scale=scale, threshold=float(err) * (1 + 1e-9)),
+                            base.t()).e4m3)
+    assert not bool(mor_operand(MoRQuantizer(partition=partition, scale=scale, threshold=float(err) * (1 - 1e-9)),
+                                base.t()).e4m3)
+
+
 def test_decision_counts_live_on_the_layers_device():
     with torch.device("meta"):  # a model built on its device before convert (as on a GPU)
         model = nn.Sequential(nn.Linear(256, 128))
