@@ -124,7 +124,7 @@ def _parse(argv):
                         "repeatable; such a run writes to its own --out, never the default file or a --merge")
     p.add_argument("--profile-dir", default=None,
                    help="write the CUDA kernels of each arm's profiled step, by total time, to <dir>/<shape>_<arm>.txt, "
-                        "and the source of its slowest Inductor-generated Triton kernels to <dir>/<shape>_<arm>.kernels.py")
+                        "and the source of its slowest Inductor-generated Triton kernels to <dir>/<shape>_<arm>.kernels.txt")
     return p.parse_args(argv)
 
 
@@ -203,7 +203,7 @@ def lowp_gemms(fn, opt, batches, table: Path | None = None, by_kernel: bool = Fa
         table.write_text(averages.table(sort_by="cuda_time_total", row_limit=60, max_name_column_width=90))
         slowest = sorted((e for e in averages if e.key.startswith("triton_")),
                          key=lambda e: e.self_device_time_total, reverse=True)
-        table.with_suffix(".kernels.py").write_text(generated_sources(
+        table.with_suffix(".kernels.txt").write_text(generated_sources(
             [(e.key, e.self_device_time_total / 1e3, e.count) for e in slowest[:KERNEL_SOURCES]]))
     return count_lowp(((e.name, e.device_type == torch.autograd.DeviceType.CUDA) for e in prof.events()), by_kernel)
 
