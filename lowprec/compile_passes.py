@@ -18,6 +18,10 @@ every consumer then reads that buffer, and a consumer that wants other strides s
 transposed codes a backward GEMM takes are such a copy, and stay one). It marks only tensors with a
 fixed-layout consumer and at least two consumers in all (through views): a tensor with one consumer
 is stored once either way, and pointwise chains that Inductor fuses without storing are left alone.
+Measured at 1 B (H200, ``results/bench/e2e_h200.csv``): MoR per tensor 0.87x to 1.045x of compiled
+BF16, FP8 current scaling 1.155x to 1.185x (torchao's float8, under the same settings, 1.163x to
+1.197x); a tensor now kept for the backward instead of recomputed there raised the FP8 arms' peak
+memory from 24.0 to 27.1 GiB.
 """
 
 from __future__ import annotations
