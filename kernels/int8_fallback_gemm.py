@@ -337,7 +337,8 @@ class _Gemm:
 
     # -- the main kernel
     def launch_main(self, c, cfg: GemmConfig, fused_a=False, fused_b=False, warmup=False):
-        kg = _kt.whole_k_groups(cfg.k_groups, self.n_kb)
+        pipe = cfg.pipelined and not (fused_a or fused_b)
+        kg = 1 if pipe else _kt.whole_k_groups(cfg.k_groups, self.n_kb)
         bk = _next_pow2(self.gk)
         tma = cfg.tma and self.tma_usable
         a_desc, b_desc = self.qa, self.qb  # placeholders, never read unless USE_TMA
@@ -352,7 +353,7 @@ class _Gemm:
         meta = dict(BMS=self.bms, BNS=self.bns, GK=self.gk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
                     KG=kg, GROUP_M=cfg.group_m, EVEN_K=self.even_k,
                     MAGIC=cfg.magic and self.gk <= _MAGIC_MAX_GROUP, USE_TMA=tma, HAS_RA=fused_a, HAS_RB=fused_b,
-                    WS=cfg.warp_specialize, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                    WS=cfg.warp_specialize, PIPE=pipe, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                     enable_fp_fusion=cfg.fp_fusion)
         if warmup:
             return _kk._gemm_kernel.warmup(*args, grid=grid, **meta)

@@ -143,20 +143,42 @@ if triton is not None and _kq.triton is not None:
             return p.to(tl.float32)
 
     @triton.jit
-    def _add_scaled_dot(acc, a, b, sa, sb, MAGIC: tl.constexpr, UA: tl.constexpr = False, UB: tl.constexpr = False):
-        """acc + (a . b) * (sa x sb): the int8 dot into int32, as fp32 (exact), times the outer
-        product of the row scales sa and the column scales sb. UA / UB: sa / sb is one scalar for
-        the whole tile (its scale block covers the tile), so the scale tile is a broadcast vector,
-        or a scalar, instead of a product per element (the same fp32 products: bit for bit)."""
+    def _scale_tile(sa, sb, UA: tl.constexpr = False, UB: tl.constexpr = False):
+        """The rescale of one K-group's product: the outer product of the row scales sa and the
+        column scales sb. UA / UB: sa / sb is one scalar for the whole tile (its scale block covers
+        the tile), so the tile is a broadcast vector, or a scalar, instead of a product per element
+        (the same fp32 products: bit for bit)."""
         if UA and UB:
-            s = sa * sb
+            return sa * sb
         elif UA:
-            s = (sa * sb)[None, :]
+            return (sa * sb)[None, :]
         elif UB:
-            s = (sa * sb)[:, None]
+            return (sa * sb)[:, None]
         else:
-            s = sa[:, None] * sb[None, :]
-        return acc + _exact_f32(tl.dot(a, b, out_dtype=tl.int32), MAGIC) * s
+            return sa[:, None] * sb[None, :]
+
+    @triton.jit
+    def _add_scaled(acc, p, s, MAGIC: tl.constexpr):
+        """acc + p * s: an int32 product tile as fp32 (exact), times its scale tile."""
+        return acc + _exact_f32(p, MAGIC) * s
+
+    @triton.jit
+    def _add_scaled_dot(acc, a, b, sa, sb, MAGIC: tl.constexpr, UA: tl.constexpr = False, UB: tl.constexpr = False):
+        """acc + (a . b) * (sa x sb): the int8 dot into int32, rescaled (``_scale_tile``)."""
+        return _add_scaled(acc, tl.dot(a, b, out_dtype=tl.int32), _scale_tile(sa, sb, UA, UB), MAGIC)
+
+    @triton.jit
+    def _ab_tiles(a_ptr, a_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K,
+                  GK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr,
+                  USE_TMA: tl.constexpr):
+        """K-group kb's [BLOCK_M, BLOCK_K] tile of A and [BLOCK_K, BLOCK_N] tile of B."""
+        if USE_TMA:
+            a = a_desc.load([pid_m * BLOCK_M, kb * GK])
+            b = tl.trans(b_desc.load([pid_n * BLOCK_N, kb * GK]))
+        else:
+            a = _rows_tile(a_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
+            b = _cols_tile(b_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
+        return a, b
 
     @triton.jit
     def _rows_tile(ptr, rows_off, kb, offs_k, K, GK: tl.constexpr, EVEN_K: tl.constexpr):
@@ -185,10 +207,13 @@ if triton is not None and _kq.triton is not None:
                      BMS: tl.constexpr, BNS: tl.constexpr, GK: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      KG: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr,
-                     USE_TMA: tl.constexpr, HAS_RA: tl.constexpr, HAS_RB: tl.constexpr, WS: tl.constexpr):
+                     USE_TMA: tl.constexpr, HAS_RA: tl.constexpr, HAS_RB: tl.constexpr, WS: tl.constexpr,
+                     PIPE: tl.constexpr = False):
         """One BLOCK_M x BLOCK_N tile of C = A @ B.T; KG K-groups per loop iteration (n_kb % KG == 0),
         each its own int32 dot and fp32 rescale. HAS_RA / HAS_RB: the fused second parts (a
-        uniform branch per K-group where a row-block of the tile is flagged)."""
+        uniform branch per K-group where a row-block of the tile is flagged). PIPE (neither fused
+        part, KG 1): the loop issues the next K-group's dot before rescaling the last one's
+        product, the same sums in the same order."""
         pid = tl.program_id(0)
         pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
@@ -215,36 +240,50 @@ if triton is not None and _kq.triton is not None:
             sb_idx = (rn // BNS) * n_kb
 
         acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
-        for it in tl.range(0, n_kb // KG, warp_specialize=WS):
-            for j in tl.static_range(KG):
-                kb = it * KG + j
-                # scales first: their loads are in flight during the dot
-                da = tl.load(da_ptr + sa_idx + kb)
-                db = tl.load(db_ptr + sb_idx + kb)
-                if USE_TMA:
-                    a = a_desc.load([pid_m * BLOCK_M, kb * GK])
-                    b = tl.trans(b_desc.load([pid_n * BLOCK_N, kb * GK]))
-                else:
-                    a = _rows_tile(a_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
-                    b = _cols_tile(b_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
-                acc = _add_scaled_dot(acc, a, b, da, db, MAGIC, UA, UB)
-                if HAS_RA:
-                    fa = tl.load(fa_ptr + sa_idx + kb).to(tl.int32)
-                    dra = tl.where(fa != 0, tl.load(dra_ptr + sa_idx + kb), 0.0)
-                    any_a = _max_axis(fa, 0) > 0
-                    if any_a:
-                        a2 = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
-                        acc = _add_scaled_dot(acc, a2, b, dra, db, MAGIC)
-                if HAS_RB:
-                    fb = tl.load(fb_ptr + sb_idx + kb).to(tl.int32)
-                    drb = tl.where(fb != 0, tl.load(drb_ptr + sb_idx + kb), 0.0)
-                    if _max_axis(fb, 0) > 0:
-                        b2 = _cols_tile(rb_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
-                        acc = _add_scaled_dot(acc, a, b2, da, drb, MAGIC)
-                        if HAS_RA:
-                            if any_a:
-                                a2b = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
-                                acc = _add_scaled_dot(acc, a2b, b2, dra, drb, MAGIC)
+        if PIPE:
+            # K-group kb's dot is issued before K-group kb - 1's product is rescaled, so that the
+            # tensor cores have work while the rescale runs (the sums keep their order)
+            a, b = _ab_tiles(a_ptr, a_desc, a_rows, b_ptr, b_desc, b_cols, 0, offs_k, pid_m, pid_n, K,
+                             GK, BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
+            sa = tl.load(da_ptr + sa_idx)
+            sb = tl.load(db_ptr + sb_idx)
+            p = tl.dot(a, b, out_dtype=tl.int32)
+            for kb in tl.range(1, n_kb):
+                a, b = _ab_tiles(a_ptr, a_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K,
+                                 GK, BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
+                sa_next = tl.load(da_ptr + sa_idx + kb)
+                sb_next = tl.load(db_ptr + sb_idx + kb)
+                p_next = tl.dot(a, b, out_dtype=tl.int32)
+                acc = _add_scaled(acc, p, _scale_tile(sa, sb, UA, UB), MAGIC)
+                p, sa, sb = p_next, sa_next, sb_next
+            acc = _add_scaled(acc, p, _scale_tile(sa, sb, UA, UB), MAGIC)
+        else:
+            for it in tl.range(0, n_kb // KG, warp_specialize=WS):
+                for j in tl.static_range(KG):
+                    kb = it * KG + j
+                    # scales first: their loads are in flight during the dot
+                    da = tl.load(da_ptr + sa_idx + kb)
+                    db = tl.load(db_ptr + sb_idx + kb)
+                    a, b = _ab_tiles(a_ptr, a_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K,
+                                     GK, BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
+                    acc = _add_scaled_dot(acc, a, b, da, db, MAGIC, UA, UB)
+                    if HAS_RA:
+                        fa = tl.load(fa_ptr + sa_idx + kb).to(tl.int32)
+                        dra = tl.where(fa != 0, tl.load(dra_ptr + sa_idx + kb), 0.0)
+                        any_a = _max_axis(fa, 0) > 0
+                        if any_a:
+                            a2 = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
+                            acc = _add_scaled_dot(acc, a2, b, dra, db, MAGIC)
+                    if HAS_RB:
+                        fb = tl.load(fb_ptr + sb_idx + kb).to(tl.int32)
+                        drb = tl.where(fb != 0, tl.load(drb_ptr + sb_idx + kb), 0.0)
+                        if _max_axis(fb, 0) > 0:
+                            b2 = _cols_tile(rb_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
+                            acc = _add_scaled_dot(acc, a, b2, da, drb, MAGIC)
+                            if HAS_RA:
+                                if any_a:
+                                    a2b = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
+                                    acc = _add_scaled_dot(acc, a2b, b2, dra, drb, MAGIC)
         c_offs = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
         tl.store(c_ptr + c_offs, acc, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
 

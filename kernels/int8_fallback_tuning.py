@@ -41,11 +41,13 @@ class GemmConfig:
     tma: bool = False        # tensor-descriptor (TMA) loads where the operands allow them
     warp_specialize: bool = False
     fp_fusion: bool = True   # False: no FMA contraction, so CUDA equals the torch reference bit for bit
+    pipelined: bool = False  # the next K-group's dot issued before the last one's rescale (one group a step)
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}_kg{self.k_groups}_w{self.num_warps}_s{self.num_stages}"
                 f"_gm{self.group_m}{'' if self.magic else '_cvt'}{'_tma' if self.tma else ''}"
-                f"{'_ws' if self.warp_specialize else ''}{'' if self.fp_fusion else '_nofma'}")
+                f"{'_ws' if self.warp_specialize else ''}{'' if self.fp_fusion else '_nofma'}"
+                f"{'_pipe' if self.pipelined else ''}")
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def _default_k_groups(gk: int) -> int:
 
 
 def smem_bytes(cfg: GemmConfig, gk: int) -> int:
-    return cfg.num_stages * (cfg.block_m + cfg.block_n) * _next_pow2(gk) * cfg.k_groups
+    return cfg.num_stages * (cfg.block_m + cfg.block_n) * _next_pow2(gk) * (1 if cfg.pipelined else cfg.k_groups)
 
 
 def default_config(gk: int, M: int = 1 << 12, N: int = 1 << 12) -> GemmConfig:
@@ -102,7 +104,9 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
     tiles with 8 warps and 64-128 tiles with 4, 3-4 stages, about 128 bytes of K per iteration
     (twice that for the 4-warp tile; half that too for small groups), each with pointer loads and,
     where the operands allow, tensor-descriptor (TMA) loads. Which wins depends on the shape
-    (measured on the H200: results/bench/int8_gemm_h200_tune.csv). Not among them: the
+    (measured on the H200: results/bench/int8_gemm_h200_tune.csv). The software-pipelined loop
+    (``pipelined``: one K-group a step, its dot in flight while the previous product is rescaled)
+    for the 128x128 and the 4-warp tiles. Not among them: the
     warp-specialized loop, which Triton 3.6 fails to compile for this kernel on Hopper
     (NVGPUWarpSpecialization: "operation destroyed but still has uses")."""
     kg = _default_k_groups(gk)
@@ -111,6 +115,7 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
     out.append(GemmConfig(128, 64, kg * 2, 4, 3))
     if gk <= 64:
         out += [GemmConfig(128, 128, kg // 2, 8, 4), GemmConfig(128, 128, kg * 2, 8, 3)]
+    out += [GemmConfig(bm, bn, 1, w, st, pipelined=True) for bm, bn, w, st in tiles[:2] + tiles[4:]]
     if tma:
         out += [replace(c, tma=True) for c in out]
     fitted = []

@@ -240,11 +240,16 @@ def _int_operands(M, N, K, rows_a, rows_b, group, seed, pattern="random", ratio=
     ((40, 56, 100), (8, 8), 32, kt.GemmConfig(16, 32, k_groups=2, num_warps=4, num_stages=1, tma=True)),  # K tail
     ((96, 40, 96), (64, 8), 32, kt.GemmConfig(32, 16, k_groups=1, num_warps=4, num_stages=1)),  # A's scale per tile
     ((40, 80, 96), (8, 32), 32, kt.GemmConfig(16, 16, k_groups=3, num_warps=4, num_stages=1, magic=False)),  # B's
-], ids=["kg4", "kg2-cvt", "kg-odd-groups", "tma", "tma-ragged", "uniform-a", "uniform-b"])
+    ((50, 33, 160), (8, 16), 32, kt.GemmConfig(32, 32, num_warps=4, num_stages=1, pipelined=True)),
+    ((40, 56, 100), (32, 32), 32, kt.GemmConfig(32, 32, num_warps=4, num_stages=1, tma=True, pipelined=True)),
+    ((24, 40, 64), (64, 8), 64, kt.GemmConfig(16, 32, k_groups=2, num_warps=4, num_stages=1, pipelined=True)),
+], ids=["kg4", "kg2-cvt", "kg-odd-groups", "tma", "tma-ragged", "uniform-a", "uniform-b", "pipelined",
+        "pipelined-tma-uniform", "pipelined-one-group"])
 def test_gemm_configurations_are_bit_identical(device, dims, rows, group, config):
     """Every configuration (groups per iteration, tiles that do not divide the shape, the exact
     int32 -> fp32 add trick or the conversion, descriptor loads, a scale block covering the tile on
-    one side or both) gives the reference's result."""
+    one side or both, the software-pipelined loop down to a single K-group) gives the reference's
+    result."""
     M, N, K = dims
     (qa, da, *_), (qb, db, *_) = _int_operands(M, N, K, rows[0], rows[1], group, seed=11, device=device)
     block_a, block_b = (rows[0], group), (rows[1], group)
