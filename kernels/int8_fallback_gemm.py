@@ -123,8 +123,10 @@ __all__ = [
 _INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # Largest block one quantize program holds (elements); (128, 128) fits.
 _MAX_BLOCK_ELEMS = 16384
-# Elements a quantize program aims for when blocks are small ((1, 128): 32 block-rows at once).
+# Elements a statistics program aims for when blocks are small ((1, 128): 32 block-rows at once).
 _QUANT_TILE = 4096
+# Elements of one chunk of the quantize pass (G blocks' rows at a time; a 128x128 block in 4 chunks)
+_QUANT_CHUNK = 4096
 # the exponent trick needs |partial product| < 2^22
 _MAGIC_MAX_GROUP = (1 << 22) // (127 * 127)
 FALLBACK_IMPLS = ("sparse", "fused")
@@ -153,7 +155,10 @@ def _require_triton(t: torch.Tensor) -> None:
 # Quantize
 
 
-def _prep_x(x: torch.Tensor, block):
+def _prep_x(x: torch.Tensor, block, chunked: bool = False):
+    """The operand's 2-D view, its kernel arguments, sizes, tile meta-parameters and grid. A
+    program holds G whole blocks, or with ``chunked`` CH of their rows at a time (about
+    _QUANT_CHUNK elements)."""
     nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
@@ -165,16 +170,21 @@ def _prep_x(x: torch.Tensor, block):
     x2d = as_2d(x)  # read through its strides: a transposed view is not copied
     M, N = x2d.shape
     n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
-    g = min(_next_pow2(n_brow), max(_QUANT_TILE // (rp * cp), 1))
     kind, arg = _c._in_kind(x2d)
-    t = dict(BR=br, BC=bc, RP=rp, CP=cp, G=g, IN_KIND=kind)
+    if chunked:
+        ch = min(rp, max(_QUANT_CHUNK // cp, 1))
+        g = min(_next_pow2(n_brow), max(_QUANT_CHUNK // (ch * cp), 1))
+        t = dict(BR=br, BC=bc, CH=ch, CP=cp, G=g, IN_KIND=kind)
+    else:
+        g = min(_next_pow2(n_brow), max(_QUANT_TILE // (rp * cp), 1))
+        t = dict(BR=br, BC=bc, RP=rp, CP=cp, G=g, IN_KIND=kind)
     return x2d, (arg, *x2d.stride()), M, N, n_brow, n_bcol, t, (_cdiv(n_brow, g) * n_bcol,)
 
 
 def _warps(t) -> int:
     # a 128x128 block (16384 elements) held by 8 warps keeps 64 values per thread of each of x, the
     # residual and the codes in registers: 16 warps halve that
-    elems = t["G"] * t["RP"] * t["CP"]
+    elems = t["G"] * t.get("RP", t.get("CH")) * t["CP"]
     return 16 if elems >= 16384 else 8 if elems >= 4096 else 4
 
 
@@ -212,7 +222,7 @@ def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[to
         raise ValueError("first_only: no mask or threshold (nothing falls back)")
     if threshold is not None and not isinstance(threshold, torch.Tensor):
         threshold = number("threshold", threshold, low=0.0)
-    x2d, x_args, M, N, n_brow, n_bcol, t, grid = _prep_x(x, block)
+    x2d, x_args, M, N, n_brow, n_bcol, t, grid = _prep_x(x, block, chunked=True)
     dev = x.device
     q1 = torch.empty((M, N), dtype=torch.int8, device=dev)
     s1 = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=dev)

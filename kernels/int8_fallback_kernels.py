@@ -27,22 +27,34 @@ if triton is not None and _kq.triton is not None:
     from .quantize import _encode, _nonfinite, _scale_from_amax
 
     @triton.jit
-    def _block_view(M, N, n_brow, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
-                    G: tl.constexpr):
-        """This program's (pid_r, pid_c) and the rows, columns and mask of its G vertically stacked
-        (BR, BC) blocks held as a [G, RP, CP] tile (programs run down block-columns); rows int64."""
+    def _block_pids(n_brow, G: tl.constexpr):
+        """This program's (pid_r, pid_c): G vertically stacked blocks, programs run down block-columns."""
         pid = tl.program_id(0)
         n_rgrp = (n_brow + G - 1) // G
-        pid_c = pid // n_rgrp
-        pid_r = pid % n_rgrp
+        return pid % n_rgrp, pid // n_rgrp
+
+    @triton.jit
+    def _chunk_view(pid_r, pid_c, r0, M, N, n_brow, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
+                    CP: tl.constexpr, G: tl.constexpr):
+        """Rows r0 .. r0 + CH of each of the program's G (BR, BC) blocks as a [G, CH, CP] tile: its
+        rows (int64), columns and mask."""
         g = tl.arange(0, G)[:, None, None]
-        r = tl.arange(0, RP)[None, :, None]
+        r = r0 + tl.arange(0, CH)[None, :, None]
         c = tl.arange(0, CP)[None, None, :]
         brow = pid_r * G + g
         row = brow * BR + r
         col = pid_c * BC + c
         mask = (r < BR) & (c < BC) & (brow < n_brow) & (row < M) & (col < N)
-        return pid_r, pid_c, row.to(tl.int64), col, mask
+        return row.to(tl.int64), col, mask
+
+    @triton.jit
+    def _block_view(M, N, n_brow, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
+                    G: tl.constexpr):
+        """This program's (pid_r, pid_c) and the rows, columns and mask of its G whole blocks as a
+        [G, RP, CP] tile."""
+        pid_r, pid_c = _block_pids(n_brow, G)
+        row, col, mask = _chunk_view(pid_r, pid_c, 0, M, N, n_brow, BR, BC, RP, CP, G)
+        return pid_r, pid_c, row, col, mask
 
     @triton.jit
     def _block_max(v):
@@ -73,62 +85,101 @@ if triton is not None and _kq.triton is not None:
         tl.store(err_ptr + sidx, rel, mask=gi < n_brow)
 
     @triton.jit
-    def _fallback_quant_kernel(x_ptr, sx0, sx1, u1_ptr, u2_ptr, key_ptr, q1_ptr, s1_ptr, q2_ptr, s2_ptr,
-                               flag_ptr, mask_ptr, thr_ptr, q1t_ptr, q2t_ptr, M, N, n_brow, n_bcol,
-                               BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
-                               G: tl.constexpr, IN_KIND: tl.constexpr, ROUNDING: tl.constexpr,
-                               MODE: tl.constexpr, SECOND: tl.constexpr, TRANS: tl.constexpr):
-        """x read through its strides (sx0, sx1): a transposed view needs no copy first; the codes
-        are written row-major. ROUNDING 0: nearest; 1: stochastic with the draws u1_ptr / u2_ptr
-        (x's 2-D shape, row-major); 2: stochastic with the rounding stream's draws of the keys
-        key_ptr[0] / key_ptr[1], made here. MODE 0: flags from mask_ptr; 1: amax > *thr_ptr; 2: no
-        fallback. SECOND: write the second part, scales and flags (else the first part only).
-        TRANS: also write the codes' transposes, row-major (N, M), to q1t_ptr / q2t_ptr (a backward
-        GEMM takes them, where a separate transpose of int8 codes was a slow strided copy)."""
-        pid_r, pid_c, row, col, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
+    def _draws(u_ptr, key_ptr, part, offs, mask, ROUNDING: tl.constexpr):
+        """The stochastic rounding's uniforms of one part at offs (0.0 for nearest rounding)."""
+        u = 0.0
+        if ROUNDING == 1:
+            u = tl.load(u_ptr + offs, mask=mask, other=0.0)
+        elif ROUNDING == 2:
+            u = _stream_uniforms(key_ptr, part, offs)
+        return u
+
+    @triton.jit
+    def _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, mask, N, IN_KIND: tl.constexpr,
+                    ROUNDING: tl.constexpr):
+        """(x, its first-part codes q1, the row-major offsets) of a chunk."""
         offs = row * N + col
         x = _load_fp32(x_ptr, row * sx0 + col * sx1, mask, IN_KIND)
-        amax = _block_max(_finite_abs(x))
+        u1 = _draws(u1_ptr, key_ptr, 0, offs, mask, ROUNDING)
+        q1 = _encode(x * s1[:, None, None], u1, 127.0, True, 0, 0, 0, ROUNDING != 0, False, tl.int8)
+        return x, q1, offs
+
+    @triton.jit
+    def _residual(x, q1, s1):
+        """x less the value the GEMM will see for q1 (a correctly rounded q1 / s1)."""
+        return x - tl.math.div_rn(q1.to(tl.float32), s1[:, None, None])
+
+    @triton.jit
+    def _store_codes(q_ptr, qt_ptr, q, offs, row, col, mask, M, TRANS: tl.constexpr):
+        """Codes row-major, and with TRANS their transpose row-major (N, M) too."""
+        tl.store(q_ptr + offs, q, mask=mask)
+        if TRANS:
+            tl.store(qt_ptr + (col.to(tl.int64) * M + row), q, mask=mask)
+
+    @triton.jit
+    def _fallback_quant_kernel(x_ptr, sx0, sx1, u1_ptr, u2_ptr, key_ptr, q1_ptr, s1_ptr, q2_ptr, s2_ptr,
+                               flag_ptr, mask_ptr, thr_ptr, q1t_ptr, q2t_ptr, M, N, n_brow, n_bcol,
+                               BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, CP: tl.constexpr,
+                               G: tl.constexpr, IN_KIND: tl.constexpr, ROUNDING: tl.constexpr,
+                               MODE: tl.constexpr, SECOND: tl.constexpr, TRANS: tl.constexpr):
+        """G blocks, CH of their rows at a time: a pass for the blocks' amax, one for the first part
+        (and the residual's amax where a block falls back), and only where one does, one for the
+        second part; a pass after the first reads x again from cache. A program thus holds a chunk,
+        not a block, so that many run on an SM at once (a 128x128 block held whole left one or two,
+        at a quarter of the memory bandwidth). x read through its strides (sx0, sx1): a transposed
+        view needs no copy first; the codes are written row-major. ROUNDING 0: nearest; 1:
+        stochastic with the draws u1_ptr / u2_ptr (x's 2-D shape, row-major); 2: stochastic with the
+        rounding stream's draws of the keys key_ptr[0] / key_ptr[1], made here. MODE 0: flags from
+        mask_ptr; 1: amax > *thr_ptr; 2: no fallback. SECOND: write the second part, scales and flags
+        (else the first part only). TRANS: also write the codes' transposes, row-major (N, M), to
+        q1t_ptr / q2t_ptr (a backward GEMM takes them, where a separate transpose of int8 codes was a
+        slow strided copy)."""
+        pid_r, pid_c = _block_pids(n_brow, G)
+        amax = tl.zeros([G], tl.float32)
+        bad = tl.zeros([G], tl.float32)
+        for r0 in range(0, BR, CH):
+            row, col, mask = _chunk_view(pid_r, pid_c, r0, M, N, n_brow, BR, BC, CH, CP, G)
+            x = _load_fp32(x_ptr, row * sx0 + col * sx1, mask, IN_KIND)
+            amax = tl.maximum(amax, _block_max(_finite_abs(x)))
+            bad = tl.maximum(bad, _block_max(_nonfinite(x)))
         s1 = _scale_from_amax(amax, 127.0, 1.0, False)
         # a block holding NaN/Inf: NaN scale, so q1 = 0 and the residual is NaN (amax 0: q2 = 0,
         # s2 = 1), exactly as in the reference
-        s1 = tl.where(_block_max(_nonfinite(x)) > 0.0, float("nan"), s1)
-        u1 = 0.0
-        if ROUNDING == 1:
-            u1 = tl.load(u1_ptr + offs, mask=mask, other=0.0)
-        elif ROUNDING == 2:
-            u1 = _stream_uniforms(key_ptr, 0, offs)
-        q1 = _encode(x * s1[:, None, None], u1, 127.0, True, 0, 0, 0, ROUNDING != 0, False, tl.int8)
-        tl.store(q1_ptr + offs, q1, mask=mask)
-        if TRANS:
-            toffs = col.to(tl.int64) * M + row
-            tl.store(q1t_ptr + toffs, q1, mask=mask)
-
+        s1 = tl.where(bad > 0.0, float("nan"), s1)
         gi = pid_r * G + tl.arange(0, G)
         gmask = gi < n_brow
         sidx = gi * n_bcol + pid_c
         tl.store(s1_ptr + sidx, s1, mask=gmask)
+        flag = amax < 0.0
         if SECOND:
             if MODE == 0:
                 flag = tl.load(mask_ptr + sidx, mask=gmask, other=0) != 0
             elif MODE == 1:
                 flag = amax > tl.load(thr_ptr)
-            else:
-                flag = amax < 0.0
-            u2 = 0.0
-            if ROUNDING == 1:
-                u2 = tl.load(u2_ptr + offs, mask=mask, other=0.0)
-            elif ROUNDING == 2:
-                u2 = _stream_uniforms(key_ptr, 1, offs)
-            # the residual against the value the GEMM will see for q1 (a correctly rounded q1 / s1)
-            r = x - tl.math.div_rn(q1.to(tl.float32), s1[:, None, None])
-            amax_r = tl.where(flag, _block_max(_finite_abs(r)), 0.0)
-            s2 = _scale_from_amax(amax_r, 127.0, 1.0, False)
-            q2 = _encode(r * s2[:, None, None], u2, 127.0, True, 0, 0, 0, ROUNDING != 0, False, tl.int8)
-            q2 = tl.where(flag[:, None, None], q2, 0).to(tl.int8)
-            tl.store(q2_ptr + offs, q2, mask=mask)
-            if TRANS:
-                tl.store(q2t_ptr + toffs, q2, mask=mask)
+        any_flag = _max_axis(flag.to(tl.int32), 0) > 0
+
+        amax_r = tl.zeros([G], tl.float32)
+        for r0 in range(0, BR, CH):
+            row, col, mask = _chunk_view(pid_r, pid_c, r0, M, N, n_brow, BR, BC, CH, CP, G)
+            x, q1, offs = _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, mask, N, IN_KIND, ROUNDING)
+            _store_codes(q1_ptr, q1t_ptr, q1, offs, row, col, mask, M, TRANS)
+            if SECOND:
+                if any_flag:
+                    amax_r = tl.maximum(amax_r, _block_max(_finite_abs(_residual(x, q1, s1))))
+                else:
+                    _store_codes(q2_ptr, q2t_ptr, tl.zeros([G, CH, CP], tl.int8), offs, row, col, mask, M, TRANS)
+        if SECOND:
+            s2 = _scale_from_amax(tl.where(flag, amax_r, 0.0), 127.0, 1.0, False)
+            if any_flag:
+                for r0 in range(0, BR, CH):
+                    row, col, mask = _chunk_view(pid_r, pid_c, r0, M, N, n_brow, BR, BC, CH, CP, G)
+                    x, q1, offs = _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, mask, N, IN_KIND,
+                                              ROUNDING)
+                    u2 = _draws(u2_ptr, key_ptr, 1, offs, mask, ROUNDING)
+                    q2 = _encode(_residual(x, q1, s1) * s2[:, None, None], u2, 127.0, True, 0, 0, 0, ROUNDING != 0,
+                                 False, tl.int8)
+                    q2 = tl.where(flag[:, None, None], q2, 0).to(tl.int8)
+                    _store_codes(q2_ptr, q2t_ptr, q2, offs, row, col, mask, M, TRANS)
             tl.store(s2_ptr + sidx, s2, mask=gmask)
             tl.store(flag_ptr + sidx, flag.to(tl.int8), mask=gmask)
 

@@ -132,6 +132,32 @@ def test_quantize_reads_strides_and_draws_the_rounding_stream(device):
         kf.quantize_fallback_int8(x, (32, 32), mask=mask, first_only=True)
 
 
+@pytest.mark.parametrize("chunk", [64, 512])
+def test_quantize_pass_in_chunks(device, chunk, monkeypatch):
+    """A program that takes its blocks a few rows at a time (as the 128x128 blocks are on the GPU):
+    ragged blocks, a NaN/Inf block, flagged and unflagged blocks in one tensor, nearest and
+    stochastic rounding (the stream's draws made in the kernel, in each pass that needs them), a
+    transposed view read through its strides and the codes' transposes: the reference bit for bit."""
+    from lowprec.numerics import rounding_stream as rs
+
+    monkeypatch.setattr(kf, "_QUANT_CHUNK", chunk)
+    _, _, _, _, _, _, t, _ = kf._prep_x(torch.zeros(96, 80), (32, 32), chunked=True)
+    assert t["CH"] < 32  # several chunks per block
+    keys = torch.stack([rs.part_key(rs.call_key(torch.tensor(7), torch.tensor(1)), p) for p in range(2)])
+    x = _x((80, 96), seed=9, device=device, special=True).t()  # (96, 80): the last block-column ragged
+    mask = torch.zeros(3, 3, dtype=torch.bool)
+    mask[0, 0] = mask[2, 1] = mask[1, 2] = True
+    for rounding in ("nearest", "stochastic"):
+        kw = dict(keys=keys.to(device)) if rounding == "stochastic" else {}
+        noise = tuple(rs.uniforms(k, tuple(x.shape)).to(device) for k in keys) if kw else None
+        ref = fallback_quantize(x, (32, 32), mask, rounding, noise=noise)
+        got = kf.quantize_fallback_int8(x, (32, 32), mask=mask.to(device), transposed=True, **kw)
+        _same_as_reference(got[:5], ref)
+        assert torch.equal(got[5], got[0].t()) and torch.equal(got[6], got[2].t())
+        assert got[2].any() and not got[2][:32, 32:64].any()
+    assert torch.isnan(got[1]).any()  # the special values' block
+
+
 def test_block_stats_and_rules(device):
     x = _x((64, 128), seed=3, device=device, special=True)
     amax, err = kf.block_stats_int8(x, (32, 32))
@@ -440,10 +466,12 @@ def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
     out = tmp_path / "gemm.csv"
     argv = ["--out", str(out), "--sizes", "32", "--groups", "32", "--ratio-groups", "32", "--ratios", "0.25",
             "--patterns", "random", "--shapes", "32x16x64", "--shape-group", "32", "--ablation-groups", "32",
-            "--block-rows", "16", "--sweeps", "check,group,ratio,shapes,ablation"]
+            "--block-rows", "16", "--quant-chunks", "64", "--sweeps", "check,group,ratio,shapes,ablation,quantize"]
     assert bench.main(argv, _device="cpu") == 0
     rows = list(_csv.DictReader(out.open()))
-    assert {r["sweep"] for r in rows} == {"check", "baseline", "group", "ratio", "shapes", "ablation"}
+    assert {r["sweep"] for r in rows} == {"check", "baseline", "group", "ratio", "shapes", "ablation", "quantize"}
+    assert {r["kind"] for r in rows if r["sweep"] == "quantize"} == {
+        f"quantize_fallback_{m}" for m in ("threshold", "mask", "training", "training_chunk64")}
     checks = [r for r in rows if r["sweep"] == "check"]
     assert len(checks) > 10 and all(r["bitwise_equal"] == "true" for r in checks)
     assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback", "int8_fallback_fused"}

@@ -322,18 +322,38 @@ def shapes_sweep(b: Bench, shapes, g, ratio):
         b.sync()
 
 
-def quantize_sweep(b: Bench, S, ratio_groups):
+def quantize_sweep(b: Bench, S, ratio_groups, chunks=()):
+    """The quantize pass on an S x S BF16 operand, per group: the fallback decided in the kernel by
+    a threshold (the 95th percentile of the block amax: about 5 % of blocks fall back), by a 5 %
+    random mask, and as training runs it (the threshold, the stochastic rounding stream drawn in
+    the kernel, and the codes' transposes for the backward written from the same pass). chunks:
+    the pass again at each of these chunk sizes (elements a program holds at once; the module's
+    ``_QUANT_CHUNK`` is the default), kind ``quantize_fallback_training_chunk<n>``."""
     torch, kf = b.torch, b.kf
+    from lowprec.numerics import rounding_stream as rs
+
     a16 = torch.randn(S, S, device=b.dev, generator=b.gen).to(torch.bfloat16)
+    keys = torch.stack([rs.part_key(rs.call_key(torch.tensor(1), torch.tensor(0)), p) for p in range(2)]).to(b.dev)
     for g in sorted(set(ratio_groups)):
         block = (b.br, g)
         if kf._next_pow2(b.br) * kf._next_pow2(g) > kf._MAX_BLOCK_ELEMS:
             continue
-        thr = torch.tensor(3.0, device=b.dev)  # a few % of Gaussian blocks exceed it
-        mask = torch.rand(-(-S // b.br), -(-S // g), device=b.dev, generator=b.gen) < 0.05
-        nbytes = a16.numel() * 2 + 2 * a16.numel() + 8 * mask.numel() + mask.numel()
-        for mode, kw in (("threshold", {"threshold": thr}), ("mask", {"mask": mask})):
-            t = b.bench(lambda: kf.quantize_fallback_int8(a16, block, **kw))
+        amax, _ = kf.block_stats_int8(a16, block)
+        thr = torch.quantile(amax.flatten(), 0.95).reshape(1)
+        mask = torch.rand(amax.shape, device=b.dev, generator=b.gen) < 0.05
+        grid = 8 * mask.numel() + mask.numel()  # two fp32 scales and a flag per block
+        plain = a16.numel() * 2 + 2 * a16.numel() + grid
+        modes = [("threshold", {"threshold": thr}, plain), ("mask", {"mask": mask}, plain),
+                 ("training", {"threshold": thr, "keys": keys, "transposed": True}, plain + 2 * a16.numel())]
+        saved = kf._QUANT_CHUNK
+        modes += [(f"training_chunk{c}", {**modes[2][1], "chunk": c}, modes[2][2]) for c in chunks]
+        for mode, kw, nbytes in modes:
+            kw = dict(kw)
+            kf._QUANT_CHUNK = kw.pop("chunk", saved)
+            try:
+                t = b.bench(lambda: kf.quantize_fallback_int8(a16, block, **kw))
+            finally:
+                kf._QUANT_CHUNK = saved
             b.emit({"M": S, "N": S, "K": S, "block_rows": b.br, "sweep": "quantize",
                     "kind": f"quantize_fallback_{mode}", "group": g, "ms": f"{t:.5f}",
                     "gbps": f"{nbytes / t / 1e6:.1f}"})
