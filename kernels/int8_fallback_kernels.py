@@ -95,14 +95,16 @@ if triton is not None and _kq.triton is not None:
         return u
 
     @triton.jit
-    def _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, mask, N, IN_KIND: tl.constexpr,
+    def _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, offs, mask, IN_KIND: tl.constexpr,
                     ROUNDING: tl.constexpr):
-        """(x, its first-part codes q1, the row-major offsets) of a chunk."""
-        offs = row * N + col
+        """(x, its first-part codes q1) of a chunk (offs: its row-major offsets). The offsets come
+        in, not out: Inductor's analysis of which arguments a kernel writes takes every result of a
+        call as derived from all its arguments, and a store through offsets returned here would
+        count x as written (a mutated input is then copied, or fails to compile)."""
         x = _load_fp32(x_ptr, row * sx0 + col * sx1, mask, IN_KIND)
         u1 = _draws(u1_ptr, key_ptr, 0, offs, mask, ROUNDING)
         q1 = _encode(x * s1[:, None, None], u1, 127.0, True, 0, 0, 0, ROUNDING != 0, False, tl.int8)
-        return x, q1, offs
+        return x, q1
 
     @triton.jit
     def _residual(x, q1, s1):
@@ -161,7 +163,8 @@ if triton is not None and _kq.triton is not None:
         amax_r = tl.zeros([G], tl.float32)
         for r0 in range(0, BR, CH):
             row, col, mask = _chunk_view(pid_r, pid_c, r0, M, N, n_brow, BR, BC, CH, CP, G)
-            x, q1, offs = _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, mask, N, IN_KIND, ROUNDING)
+            offs = row * N + col
+            x, q1 = _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, offs, mask, IN_KIND, ROUNDING)
             _store_codes(q1_ptr, q1t_ptr, q1, offs, row, col, mask, M, TRANS)
             if SECOND:
                 if any_flag:
@@ -173,8 +176,9 @@ if triton is not None and _kq.triton is not None:
             if any_flag:
                 for r0 in range(0, BR, CH):
                     row, col, mask = _chunk_view(pid_r, pid_c, r0, M, N, n_brow, BR, BC, CH, CP, G)
-                    x, q1, offs = _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, mask, N, IN_KIND,
-                                              ROUNDING)
+                    offs = row * N + col
+                    x, q1 = _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, offs, mask, IN_KIND,
+                                        ROUNDING)
                     u2 = _draws(u2_ptr, key_ptr, 1, offs, mask, ROUNDING)
                     q2 = _encode(_residual(x, q1, s1) * s2[:, None, None], u2, 127.0, True, 0, 0, 0, ROUNDING != 0,
                                  False, tl.int8)

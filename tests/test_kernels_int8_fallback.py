@@ -11,6 +11,7 @@ after it (_common, quantize, int8_fallback_kernels, then the host side int8_fall
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -156,6 +157,51 @@ def test_quantize_pass_in_chunks(device, chunk, monkeypatch):
         assert torch.equal(got[5], got[0].t()) and torch.equal(got[6], got[2].t())
         assert got[2].any() and not got[2][:32, 32:64].any()
     assert torch.isnan(got[1]).any()  # the special values' block
+
+
+# Inductor's analysis of which arguments a user Triton kernel writes, asked of the kernel compiled
+# for a Hopper target (no GPU needed) in a process without the interpreter; prints the names
+_WRITES_PROBE = """
+import sys, torch, triton
+from triton.backends.compiler import GPUTarget
+from torch._higher_order_ops import triton_kernel_wrap as tkw
+analyze = getattr(tkw, "identify_accessed_tensors", None)
+if analyze is None or not hasattr(triton.runtime.driver, "set_active"):
+    print("SKIP"); sys.exit()
+class Hopper:
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+triton.runtime.driver.set_active(Hopper())
+from lowprec.kernels import int8_fallback_kernels as kk
+n = 256
+f32, i8, q = torch.empty(4, 4), torch.empty(4, 4, dtype=torch.int8), torch.empty(n, n, dtype=torch.int8)
+kwargs = dict(x_ptr=torch.empty(n, n, dtype=torch.int16), sx0=n, sx1=1, u1_ptr=f32, u2_ptr=f32,
+              key_ptr=torch.empty(2, dtype=torch.int64), q1_ptr=q, s1_ptr=f32, q2_ptr=q, s2_ptr=f32,
+              flag_ptr=i8, mask_ptr=f32, thr_ptr=f32, q1t_ptr=q, q2t_ptr=q, M=n, N=n, n_brow=2, n_bcol=2,
+              BR=128, BC=128, CH=32, CP=128, G=1, IN_KIND=1, ROUNDING=2, MODE=1, SECOND=SECOND_, TRANS=TRANS_)
+print(" ".join(sorted(d.name for d in analyze(kk._fallback_quant_kernel, kwargs, {}).read_writes.writes)))
+"""
+
+
+@pytest.mark.parametrize("second,trans", [(True, True), (False, False)])
+def test_quantize_kernel_writes_only_its_outputs(second, trans):
+    """The quantize pass launched from a compiled graph (``lowprec.methods.int8_ops``): Inductor's
+    analysis finds it writing the codes, scales, flags and transposes, never x, the draws or the
+    keys. An input counted as written is copied before every launch, or fails to compile (x, a
+    bf16 operand read as int16 words: "make_reindexer NYI on DtypeView"); a store through offsets
+    returned by a helper that also took x made x count as written."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = _WRITES_PROBE.replace("SECOND_", str(second)).replace("TRANS_", str(trans))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    if out.stdout.strip() == "SKIP":
+        pytest.skip("this torch / Triton has no write analysis to ask")
+    want = {"q1_ptr", "s1_ptr"} | ({"q2_ptr", "s2_ptr", "flag_ptr"} if second else set())
+    want |= ({"q1t_ptr"} | ({"q2t_ptr"} if second else set())) if trans else set()
+    assert set(out.stdout.split()) == want
 
 
 def test_block_stats_and_rules(device):
