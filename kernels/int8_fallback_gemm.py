@@ -125,8 +125,9 @@ _INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _MAX_BLOCK_ELEMS = 16384
 # Elements a statistics program aims for when blocks are small ((1, 128): 32 block-rows at once).
 _QUANT_TILE = 4096
-# Elements of one chunk of the quantize pass (G blocks' rows at a time; a 128x128 block in 4 chunks)
+# Elements of one chunk of the quantize pass, and its most columns (None: a block's width)
 _QUANT_CHUNK = 4096
+_QUANT_CHUNK_COLS = None
 # the exponent trick needs |partial product| < 2^22
 _MAGIC_MAX_GROUP = (1 << 22) // (127 * 127)
 FALLBACK_IMPLS = ("sparse", "fused")
@@ -157,8 +158,8 @@ def _require_triton(t: torch.Tensor) -> None:
 
 def _prep_x(x: torch.Tensor, block, chunked: bool = False):
     """The operand's 2-D view, its kernel arguments, sizes, tile meta-parameters and grid. A
-    program holds G whole blocks, or with ``chunked`` CH of their rows at a time (about
-    _QUANT_CHUNK elements)."""
+    program holds G whole blocks, or with ``chunked`` a CH x CW chunk of them at a time (about
+    _QUANT_CHUNK elements, at most _QUANT_CHUNK_COLS columns)."""
     nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
@@ -172,9 +173,11 @@ def _prep_x(x: torch.Tensor, block, chunked: bool = False):
     n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
     kind, arg = _c._in_kind(x2d)
     if chunked:
-        ch = min(rp, max(_QUANT_CHUNK // cp, 1))
-        g = min(_next_pow2(n_brow), max(_QUANT_CHUNK // (ch * cp), 1))
-        t = dict(BR=br, BC=bc, CH=ch, CP=cp, G=g, IN_KIND=kind)
+        cw = min(cp, _QUANT_CHUNK_COLS or cp)
+        ch = min(rp, max(_QUANT_CHUNK // cw, 1))
+        whole = ch == rp and cw == cp
+        g = min(_next_pow2(n_brow), max(_QUANT_CHUNK // (ch * cw), 1)) if whole else 1
+        t = dict(BR=br, BC=bc, CH=ch, CW=cw, G=g, IN_KIND=kind)
     else:
         g = min(_next_pow2(n_brow), max(_QUANT_TILE // (rp * cp), 1))
         t = dict(BR=br, BC=bc, RP=rp, CP=cp, G=g, IN_KIND=kind)
@@ -184,7 +187,7 @@ def _prep_x(x: torch.Tensor, block, chunked: bool = False):
 def _warps(t) -> int:
     # a 128x128 block (16384 elements) held by 8 warps keeps 64 values per thread of each of x, the
     # residual and the codes in registers: 16 warps halve that
-    elems = t["G"] * t.get("RP", t.get("CH")) * t["CP"]
+    elems = t["G"] * t.get("RP", t.get("CH")) * t.get("CP", t.get("CW"))
     return 16 if elems >= 16384 else 8 if elems >= 4096 else 4
 
 

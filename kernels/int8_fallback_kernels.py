@@ -34,13 +34,13 @@ if triton is not None and _kq.triton is not None:
         return pid % n_rgrp, pid // n_rgrp
 
     @triton.jit
-    def _chunk_view(pid_r, pid_c, r0, M, N, n_brow, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
-                    CP: tl.constexpr, G: tl.constexpr):
-        """Rows r0 .. r0 + CH of each of the program's G (BR, BC) blocks as a [G, CH, CP] tile: its
-        rows (int64), columns and mask."""
+    def _chunk_view(pid_r, pid_c, r0, c0, M, N, n_brow, BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr,
+                    CW: tl.constexpr, G: tl.constexpr):
+        """Rows r0 .. r0 + CH and columns c0 .. c0 + CW of each of the program's G (BR, BC) blocks
+        as a [G, CH, CW] tile: its rows (int64), columns and mask."""
         g = tl.arange(0, G)[:, None, None]
         r = r0 + tl.arange(0, CH)[None, :, None]
-        c = tl.arange(0, CP)[None, None, :]
+        c = c0 + tl.arange(0, CW)[None, None, :]
         brow = pid_r * G + g
         row = brow * BR + r
         col = pid_c * BC + c
@@ -53,7 +53,7 @@ if triton is not None and _kq.triton is not None:
         """This program's (pid_r, pid_c) and the rows, columns and mask of its G whole blocks as a
         [G, RP, CP] tile."""
         pid_r, pid_c = _block_pids(n_brow, G)
-        row, col, mask = _chunk_view(pid_r, pid_c, 0, M, N, n_brow, BR, BC, RP, CP, G)
+        row, col, mask = _chunk_view(pid_r, pid_c, 0, 0, M, N, n_brow, BR, BC, RP, CP, G)
         return pid_r, pid_c, row, col, mask
 
     @triton.jit
@@ -121,14 +121,14 @@ if triton is not None and _kq.triton is not None:
     @triton.jit
     def _fallback_quant_kernel(x_ptr, sx0, sx1, u1_ptr, u2_ptr, key_ptr, q1_ptr, s1_ptr, q2_ptr, s2_ptr,
                                flag_ptr, mask_ptr, thr_ptr, q1t_ptr, q2t_ptr, M, N, n_brow, n_bcol,
-                               BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, CP: tl.constexpr,
+                               BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, CW: tl.constexpr,
                                G: tl.constexpr, IN_KIND: tl.constexpr, ROUNDING: tl.constexpr,
                                MODE: tl.constexpr, SECOND: tl.constexpr, TRANS: tl.constexpr):
-        """G blocks, CH of their rows at a time: a pass for the blocks' amax, one for the first part
-        (and the residual's amax where a block falls back), and only where one does, one for the
-        second part; a pass after the first reads x again from cache. A program thus holds a chunk,
-        not a block, so that many run on an SM at once (a 128x128 block held whole left one or two,
-        at a quarter of the memory bandwidth). x read through its strides (sx0, sx1): a transposed
+        """G blocks, a CH x CW chunk of them at a time: a pass for the blocks' amax, one for the
+        first part (and the residual's amax where a block falls back), and only where one does, one
+        for the second part; a pass after the first reads x again from cache. A program thus holds a
+        chunk, not a block, so that many run on an SM at once (a 128x128 block held whole leaves one
+        or two). G > 1 only where a chunk is whole blocks. x read through its strides (sx0, sx1): a transposed
         view needs no copy first; the codes are written row-major. ROUNDING 0: nearest; 1:
         stochastic with the draws u1_ptr / u2_ptr (x's 2-D shape, row-major); 2: stochastic with the
         rounding stream's draws of the keys key_ptr[0] / key_ptr[1], made here. MODE 0: flags from
@@ -137,10 +137,13 @@ if triton is not None and _kq.triton is not None:
         q1t_ptr / q2t_ptr (a backward GEMM takes them, where a separate transpose of int8 codes was a
         slow strided copy)."""
         pid_r, pid_c = _block_pids(n_brow, G)
+        NCW: tl.constexpr = (BC + CW - 1) // CW
+        NCH: tl.constexpr = ((BR + CH - 1) // CH) * NCW  # chunks per block, row-major
         amax = tl.zeros([G], tl.float32)
         bad = tl.zeros([G], tl.float32)
-        for r0 in range(0, BR, CH):
-            row, col, mask = _chunk_view(pid_r, pid_c, r0, M, N, n_brow, BR, BC, CH, CP, G)
+        for ci in range(0, NCH):
+            row, col, mask = _chunk_view(pid_r, pid_c, (ci // NCW) * CH, (ci % NCW) * CW, M, N, n_brow, BR, BC, CH,
+                                         CW, G)
             x = _load_fp32(x_ptr, row * sx0 + col * sx1, mask, IN_KIND)
             amax = tl.maximum(amax, _block_max(_finite_abs(x)))
             bad = tl.maximum(bad, _block_max(_nonfinite(x)))
@@ -161,8 +164,9 @@ if triton is not None and _kq.triton is not None:
         any_flag = _max_axis(flag.to(tl.int32), 0) > 0
 
         amax_r = tl.zeros([G], tl.float32)
-        for r0 in range(0, BR, CH):
-            row, col, mask = _chunk_view(pid_r, pid_c, r0, M, N, n_brow, BR, BC, CH, CP, G)
+        for ci in range(0, NCH):
+            row, col, mask = _chunk_view(pid_r, pid_c, (ci // NCW) * CH, (ci % NCW) * CW, M, N, n_brow, BR, BC, CH,
+                                         CW, G)
             offs = row * N + col
             x, q1 = _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, offs, mask, IN_KIND, ROUNDING)
             _store_codes(q1_ptr, q1t_ptr, q1, offs, row, col, mask, M, TRANS)
@@ -170,12 +174,13 @@ if triton is not None and _kq.triton is not None:
                 if any_flag:
                     amax_r = tl.maximum(amax_r, _block_max(_finite_abs(_residual(x, q1, s1))))
                 else:
-                    _store_codes(q2_ptr, q2t_ptr, tl.zeros([G, CH, CP], tl.int8), offs, row, col, mask, M, TRANS)
+                    _store_codes(q2_ptr, q2t_ptr, tl.zeros([G, CH, CW], tl.int8), offs, row, col, mask, M, TRANS)
         if SECOND:
             s2 = _scale_from_amax(tl.where(flag, amax_r, 0.0), 127.0, 1.0, False)
             if any_flag:
-                for r0 in range(0, BR, CH):
-                    row, col, mask = _chunk_view(pid_r, pid_c, r0, M, N, n_brow, BR, BC, CH, CP, G)
+                for ci in range(0, NCH):
+                    row, col, mask = _chunk_view(pid_r, pid_c, (ci // NCW) * CH, (ci % NCW) * CW, M, N, n_brow, BR,
+                                                 BC, CH, CW, G)
                     offs = row * N + col
                     x, q1 = _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, offs, mask, IN_KIND,
                                         ROUNDING)

@@ -133,17 +133,19 @@ def test_quantize_reads_strides_and_draws_the_rounding_stream(device):
         kf.quantize_fallback_int8(x, (32, 32), mask=mask, first_only=True)
 
 
-@pytest.mark.parametrize("chunk", [64, 512])
-def test_quantize_pass_in_chunks(device, chunk, monkeypatch):
-    """A program that takes its blocks a few rows at a time (as the 128x128 blocks are on the GPU):
+@pytest.mark.parametrize("chunk,cols", [(64, None), (512, None), (256, 8), (64, 16)])
+def test_quantize_pass_in_chunks(device, chunk, cols, monkeypatch):
+    """A program that takes its blocks a few rows, columns or both at a time (as the 128x128 blocks
+    are on the GPU):
     ragged blocks, a NaN/Inf block, flagged and unflagged blocks in one tensor, nearest and
     stochastic rounding (the stream's draws made in the kernel, in each pass that needs them), a
     transposed view read through its strides and the codes' transposes: the reference bit for bit."""
     from lowprec.numerics import rounding_stream as rs
 
     monkeypatch.setattr(kf, "_QUANT_CHUNK", chunk)
+    monkeypatch.setattr(kf, "_QUANT_CHUNK_COLS", cols)
     _, _, _, _, _, _, t, _ = kf._prep_x(torch.zeros(96, 80), (32, 32), chunked=True)
-    assert t["CH"] < 32  # several chunks per block
+    assert t["CH"] * t["CW"] < 32 * 32 and t["G"] == 1  # several chunks per block: rows, columns or both
     keys = torch.stack([rs.part_key(rs.call_key(torch.tensor(7), torch.tensor(1)), p) for p in range(2)])
     x = _x((80, 96), seed=9, device=device, special=True).t()  # (96, 80): the last block-column ragged
     mask = torch.zeros(3, 3, dtype=torch.bool)
@@ -178,7 +180,7 @@ f32, i8, q = torch.empty(4, 4), torch.empty(4, 4, dtype=torch.int8), torch.empty
 kwargs = dict(x_ptr=torch.empty(n, n, dtype=torch.int16), sx0=n, sx1=1, u1_ptr=f32, u2_ptr=f32,
               key_ptr=torch.empty(2, dtype=torch.int64), q1_ptr=q, s1_ptr=f32, q2_ptr=q, s2_ptr=f32,
               flag_ptr=i8, mask_ptr=f32, thr_ptr=f32, q1t_ptr=q, q2t_ptr=q, M=n, N=n, n_brow=2, n_bcol=2,
-              BR=128, BC=128, CH=32, CP=128, G=1, IN_KIND=1, ROUNDING=2, MODE=1, SECOND=SECOND_, TRANS=TRANS_)
+              BR=128, BC=128, CH=32, CW=128, G=1, IN_KIND=1, ROUNDING=2, MODE=1, SECOND=SECOND_, TRANS=TRANS_)
 print(" ".join(sorted(d.name for d in analyze(kk._fallback_quant_kernel, kwargs, {}).read_writes.writes)))
 """
 
@@ -512,12 +514,12 @@ def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
     out = tmp_path / "gemm.csv"
     argv = ["--out", str(out), "--sizes", "32", "--groups", "32", "--ratio-groups", "32", "--ratios", "0.25",
             "--patterns", "random", "--shapes", "32x16x64", "--shape-group", "32", "--ablation-groups", "32",
-            "--block-rows", "16", "--quant-chunks", "64", "--sweeps", "check,group,ratio,shapes,ablation,quantize"]
+            "--block-rows", "16", "--quant-chunks", "64x8", "--sweeps", "check,group,ratio,shapes,ablation,quantize"]
     assert bench.main(argv, _device="cpu") == 0
     rows = list(_csv.DictReader(out.open()))
     assert {r["sweep"] for r in rows} == {"check", "baseline", "group", "ratio", "shapes", "ablation", "quantize"}
     assert {r["kind"] for r in rows if r["sweep"] == "quantize"} == {
-        f"quantize_fallback_{m}" for m in ("threshold", "mask", "training", "training_chunk64")}
+        f"quantize_fallback_{m}" for m in ("threshold", "mask", "training", "training_chunk64x8")}
     checks = [r for r in rows if r["sweep"] == "check"]
     assert len(checks) > 10 and all(r["bitwise_equal"] == "true" for r in checks)
     assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback", "int8_fallback_fused"}

@@ -27,7 +27,7 @@ the paper's figure dims):
 * quantize: the quantize pass on a BF16 A (one pass with an in-kernel threshold at the blocks'
   95th amax percentile, with a 5 % mask, and as training runs it: the threshold, the rounding
   stream drawn in the kernel, the codes' transposes written too), as GB/s of the bytes it must
-  move; --quant-chunks times the training pass again at other chunk sizes.
+  move; --quant-chunks times the training pass again at other chunk shapes.
 * ws (opt-in, last, after the summary): the tuned configuration with the loop warp-specialized
   (``tl.range(warp_specialize=True)``; documented for Blackwell, tried on what runs this).
 
@@ -87,7 +87,8 @@ def _parse(argv):
     p.add_argument("--block-rows", type=int, default=32,
                    help="rows per scale block of A and B (default 32: Jetfire's 32x32 at group 32)")
     p.add_argument("--quant-chunks", default="",
-                   help="quantize sweep: also time the training pass at these chunk sizes (elements a program holds)")
+                   help="quantize sweep: also time the training pass at these chunk shapes, ELEMENTSxCOLUMNS "
+                        "(the elements a program holds at once, the most columns they span)")
     p.add_argument("--sweeps", default="check,group,ratio,quantize", help=f"subset of {','.join(SWEEPS)}")
     p.add_argument("--block-m", type=int, default=None, help="fix the output tile rows (no tuning)")
     p.add_argument("--block-n", type=int, default=None, help="fix the output tile columns (no tuning)")
@@ -177,7 +178,7 @@ def main(argv=None, _device: str = "cuda") -> int:
     ratios = parse_list(PROG, "--ratios", args.ratios, float)
     ratio_groups = parse_int_list(PROG, "--ratio-groups", args.ratio_groups)
     ablation_groups = parse_int_list(PROG, "--ablation-groups", args.ablation_groups)
-    quant_chunks = parse_int_list(PROG, "--quant-chunks", args.quant_chunks) if args.quant_chunks else []
+    quant_chunks = parse_shapes(PROG, "--quant-chunks", args.quant_chunks, dims=2) if args.quant_chunks else []
     patterns = parse_names(PROG, "--patterns", args.patterns, ("random", "rows"))
     impls = parse_names(PROG, "--impls", args.impls, ("sparse", "fused"))
     shapes = parse_shapes(PROG, "--shapes", args.shapes) if "shapes" in sweeps else []

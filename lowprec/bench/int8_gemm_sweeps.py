@@ -327,8 +327,9 @@ def quantize_sweep(b: Bench, S, ratio_groups, chunks=()):
     a threshold (the 95th percentile of the block amax: about 5 % of blocks fall back), by a 5 %
     random mask, and as training runs it (the threshold, the stochastic rounding stream drawn in
     the kernel, and the codes' transposes for the backward written from the same pass). chunks:
-    the pass again at each of these chunk sizes (elements a program holds at once; the module's
-    ``_QUANT_CHUNK`` is the default), kind ``quantize_fallback_training_chunk<n>``."""
+    the training pass again at each of these (elements, columns) chunk shapes (the elements a
+    program holds at once and the most columns they span; the module's ``_QUANT_CHUNK`` and
+    ``_QUANT_CHUNK_COLS`` are the default), kind ``quantize_fallback_training_chunk<n>x<cols>``."""
     torch, kf = b.torch, b.kf
     from lowprec.numerics import rounding_stream as rs
 
@@ -345,15 +346,15 @@ def quantize_sweep(b: Bench, S, ratio_groups, chunks=()):
         plain = a16.numel() * 2 + 2 * a16.numel() + grid
         modes = [("threshold", {"threshold": thr}, plain), ("mask", {"mask": mask}, plain),
                  ("training", {"threshold": thr, "keys": keys, "transposed": True}, plain + 2 * a16.numel())]
-        saved = kf._QUANT_CHUNK
-        modes += [(f"training_chunk{c}", {**modes[2][1], "chunk": c}, modes[2][2]) for c in chunks]
+        saved = kf._QUANT_CHUNK, kf._QUANT_CHUNK_COLS
+        modes += [(f"training_chunk{n}x{cols}", {**modes[2][1], "chunk": (n, cols)}, modes[2][2]) for n, cols in chunks]
         for mode, kw, nbytes in modes:
             kw = dict(kw)
-            kf._QUANT_CHUNK = kw.pop("chunk", saved)
+            kf._QUANT_CHUNK, kf._QUANT_CHUNK_COLS = kw.pop("chunk", saved)
             try:
                 t = b.bench(lambda: kf.quantize_fallback_int8(a16, block, **kw))
             finally:
-                kf._QUANT_CHUNK = saved
+                kf._QUANT_CHUNK, kf._QUANT_CHUNK_COLS = saved
             b.emit({"M": S, "N": S, "K": S, "block_rows": b.br, "sweep": "quantize",
                     "kind": f"quantize_fallback_{mode}", "group": g, "ms": f"{t:.5f}",
                     "gbps": f"{nbytes / t / 1e6:.1f}"})
