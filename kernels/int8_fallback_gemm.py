@@ -125,9 +125,15 @@ _INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _MAX_BLOCK_ELEMS = 16384
 # Elements a statistics program aims for when blocks are small ((1, 128): 32 block-rows at once).
 _QUANT_TILE = 4096
-# Elements of one chunk of the quantize pass, and its most columns (None: a block's width)
+# The quantize pass's programs (measured on the H200 at 8192^2, bf16, the training pass with its
+# transposes: results/bench/int8_gemm_h200_quantize_b*.csv): a block larger than _QUANT_CHUNK
+# elements is taken _QUANT_CHUNK at a time, in rows of at most _QUANT_CHUNK_COLS columns (None: the
+# block's width; 128x128 blocks: 4096-element row strips 0.24 ms, 128x32 column strips 0.26, the
+# whole block at once 0.26, 1024-element chunks 0.33-0.63); smaller blocks are stacked up to
+# _QUANT_STACK elements (32x32 blocks: one a program 0.24 ms, four 0.29)
 _QUANT_CHUNK = 4096
 _QUANT_CHUNK_COLS = None
+_QUANT_STACK = 1024
 # the exponent trick needs |partial product| < 2^22
 _MAGIC_MAX_GROUP = (1 << 22) // (127 * 127)
 FALLBACK_IMPLS = ("sparse", "fused")
@@ -158,8 +164,9 @@ def _require_triton(t: torch.Tensor) -> None:
 
 def _prep_x(x: torch.Tensor, block, chunked: bool = False):
     """The operand's 2-D view, its kernel arguments, sizes, tile meta-parameters and grid. A
-    program holds G whole blocks, or with ``chunked`` a CH x CW chunk of them at a time (about
-    _QUANT_CHUNK elements, at most _QUANT_CHUNK_COLS columns)."""
+    program holds G whole blocks (about _QUANT_TILE elements), or with ``chunked`` a CH x CW chunk
+    of one block at a time (about _QUANT_CHUNK elements, at most _QUANT_CHUNK_COLS columns) or G
+    whole blocks (about _QUANT_STACK elements)."""
     nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
@@ -176,7 +183,7 @@ def _prep_x(x: torch.Tensor, block, chunked: bool = False):
         cw = min(cp, _QUANT_CHUNK_COLS or cp)
         ch = min(rp, max(_QUANT_CHUNK // cw, 1))
         whole = ch == rp and cw == cp
-        g = min(_next_pow2(n_brow), max(_QUANT_CHUNK // (ch * cw), 1)) if whole else 1
+        g = min(_next_pow2(n_brow), max(_QUANT_STACK // (ch * cw), 1)) if whole else 1
         t = dict(BR=br, BC=bc, CH=ch, CW=cw, G=g, IN_KIND=kind)
     else:
         g = min(_next_pow2(n_brow), max(_QUANT_TILE // (rp * cp), 1))

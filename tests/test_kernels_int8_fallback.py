@@ -144,7 +144,7 @@ def test_quantize_pass_in_chunks(device, chunk, cols, monkeypatch):
 
     monkeypatch.setattr(kf, "_QUANT_CHUNK", chunk)
     monkeypatch.setattr(kf, "_QUANT_CHUNK_COLS", cols)
-    _, _, _, _, _, _, t, _ = kf._prep_x(torch.zeros(96, 80), (32, 32), chunked=True)
+    _, _, _, _, _, _, t, _ = kf._prep_x(torch.zeros(96, 80, device=device), (32, 32), chunked=True)
     assert t["CH"] * t["CW"] < 32 * 32 and t["G"] == 1  # several chunks per block: rows, columns or both
     keys = torch.stack([rs.part_key(rs.call_key(torch.tensor(7), torch.tensor(1)), p) for p in range(2)])
     x = _x((80, 96), seed=9, device=device, special=True).t()  # (96, 80): the last block-column ragged
