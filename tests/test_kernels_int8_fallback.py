@@ -148,7 +148,7 @@ def test_quantize_pass_in_chunks(device, chunk, cols, monkeypatch):
     assert t["CH"] * t["CW"] < 32 * 32 and t["G"] == 1  # several chunks per block: rows, columns or both
     keys = torch.stack([rs.part_key(rs.call_key(torch.tensor(7), torch.tensor(1)), p) for p in range(2)])
     x = _x((80, 96), seed=9, device=device, special=True).t()  # (96, 80): the last block-column ragged
-    mask = torch.zeros(3, 3, dtype=torch.bool)
+    mask = torch.zeros(3, 3, dtype=torch.bool, device=device)
     mask[0, 0] = mask[2, 1] = mask[1, 2] = True
     for rounding in ("nearest", "stochastic"):
         kw = dict(keys=keys.to(device)) if rounding == "stochastic" else {}
