@@ -139,8 +139,8 @@ if triton is not None and _kq.triton is not None:
         pid_r, pid_c = _block_pids(n_brow, G)
         NCW: tl.constexpr = (BC + CW - 1) // CW
         NCH: tl.constexpr = ((BR + CH - 1) // CH) * NCW  # chunks per block, row-major
-        amax = tl.zeros([G], tl.float32)
-        bad = tl.zeros([G], tl.float32)
+        amax = tl.full([G], 0.0, tl.float32)
+        bad = tl.full([G], 0.0, tl.float32)
         for ci in range(0, NCH):
             row, col, mask = _chunk_view(pid_r, pid_c, (ci // NCW) * CH, (ci % NCW) * CW, M, N, n_brow, BR, BC, CH,
                                          CW, G)
@@ -163,7 +163,7 @@ if triton is not None and _kq.triton is not None:
                 flag = amax > tl.load(thr_ptr)
         any_flag = _max_axis(flag.to(tl.int32), 0) > 0
 
-        amax_r = tl.zeros([G], tl.float32)
+        amax_r = tl.full([G], 0.0, tl.float32)
         for ci in range(0, NCH):
             row, col, mask = _chunk_view(pid_r, pid_c, (ci // NCW) * CH, (ci % NCW) * CW, M, N, n_brow, BR, BC, CH,
                                          CW, G)
@@ -174,7 +174,7 @@ if triton is not None and _kq.triton is not None:
                 if any_flag:
                     amax_r = tl.maximum(amax_r, _block_max(_finite_abs(_residual(x, q1, s1))))
                 else:
-                    _store_codes(q2_ptr, q2t_ptr, tl.zeros([G, CH, CW], tl.int8), offs, row, col, mask, M, TRANS)
+                    _store_codes(q2_ptr, q2t_ptr, tl.full([G, CH, CW], 0, tl.int8), offs, row, col, mask, M, TRANS)
         if SECOND:
             s2 = _scale_from_amax(tl.where(flag, amax_r, 0.0), 127.0, 1.0, False)
             if any_flag:
