@@ -336,6 +336,35 @@ def _step(m, opt, x):
     opt.step()
 
 
+@pytest.mark.parametrize("learnable", [False, True])
+def test_weight_in_the_consumers_dtype_is_the_same_weight(learnable, monkeypatch):
+    """W_c asked for in bf16 (``out_dtype``, what ``compiled`` hands a graph whose GEMMs are bf16)
+    is the transform's fp32 W_c bit for bit, from the same draw, and the master weight and b get
+    the same gradients as through the fp32 copy that the graph casts to bf16; ``graph_weight``
+    asks for it only where the layer's fast plan multiplies in bf16."""
+    from lowprec import linear as lin
+
+    m = _mlp(gw.gaussws_recipe({"recipe": "gaussws", "b": 6, "learnable_b": learnable}))
+    q, t = m[0], m[0].weight_transform
+    g = torch.randn(q.weight.shape, generator=torch.Generator().manual_seed(3))
+    grads = []
+    for ask in (None, torch.bfloat16):
+        w_c = t(q.weight) if ask is None else t(q.weight, out_dtype=ask)
+        assert w_c.dtype == (ask or torch.float32)
+        (w_c.to(torch.bfloat16).float() * g).sum().backward()
+        grads.append((w_c.detach().float(), q.weight.grad.clone(), t.bits.grad.clone() if learnable else None))
+        q.weight.grad = None
+        if learnable:
+            t.bits.grad = None
+    assert int(t.samples) == 1  # one draw for both
+    (a, ga, ba), (b, gb, bb) = grads
+    assert torch.equal(a, b) and torch.equal(ga, gb) and (ba is None or torch.equal(ba, bb))
+    assert (a != q.weight.detach().to(torch.bfloat16).float()).any()  # noised: the draw really ran
+    for mode, want in (("all", torch.bfloat16), ("off", torch.float32)):
+        monkeypatch.setattr(lin, "FAST_PATH", mode)
+        assert q.graph_weight().dtype == want
+
+
 def test_resample_once_per_optimizer_step_and_eval_noise_free():
     m = _mlp(gw.gaussws_recipe({"recipe": "gaussws", "b": 4}))
     q, t = m[0], m[0].weight_transform

@@ -166,10 +166,12 @@ class GaussWSWeight(nn.Module):
             unit = delta = None
         return w_c, unit, delta
 
-    def forward(self, w: torch.Tensor) -> torch.Tensor:
+    def forward(self, w: torch.Tensor, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """W_c (training) or bf16(W) (evaluation) in ``out_dtype``, else the transform's
+        ``out_dtype``, else the master weight's dtype."""
         if tuple(w.shape) != self.shape:
             raise ValueError(f"weight shape {tuple(w.shape)} != the transform's {self.shape}")
-        out_dtype = self.out_dtype or w.dtype
+        out_dtype = out_dtype or self.out_dtype or w.dtype
         if not self.training:
             return w.to(torch.bfloat16).to(out_dtype)
         b_eff = self.effective_bits() if self.learnable_b else None
