@@ -421,8 +421,9 @@ def transformed_layers(model: nn.Module) -> list:
 class compiled:
     """A converted model for training and evaluation with its blocks compiled (``compile_blocks``):
     before each call the QLinear layers' weight transforms run eagerly (their draws and caches stay
-    in Python; the compiled graph takes the transformed weights as inputs, and gradients reach the
-    master weights through them). The same model module is called, so its state dict, hooks and
+    in Python; the compiled graph takes the transformed weights as inputs, in the dtype its GEMMs
+    take where the transform can give it, ``QLinear.graph_weight``, and gradients reach the master
+    weights through them). The same model module is called, so its state dict, hooks and
     optimizer are unchanged; ``compile_kw`` go to ``torch.compile``. With ``cudagraphs`` each call
     begins a new step of Inductor's CUDA graphs (``compile_blocks``): call it once per forward whose
     backward has run, as a training or evaluation loop does."""

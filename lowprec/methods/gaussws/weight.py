@@ -37,7 +37,9 @@ class GaussWSWeight(nn.Module):
     shape: the weight as stored; transposed: True for GPT2 Conv1D weights stored (in, out) (blocks,
     the b grid and ``bits`` refer to the (out, in) layout either way). out_dtype: None returns W_c's
     values in the master weight's dtype (QLinear's emulation then keeps an fp32 weight gradient, as
-    in the bf16 recipe); torch.bfloat16 returns the cached bf16 tensor itself (autocast path)."""
+    in the bf16 recipe); torch.bfloat16 returns the cached bf16 tensor itself (autocast path). A
+    call may ask for its own (``forward(w, out_dtype)``: ``QLinear.graph_weight`` for a compiled
+    graph whose GEMMs are bf16)."""
 
     def __init__(self, shape, *, seed: int = 0, transposed: bool = False, noise: str = "rounded_gaussian",
                  b: int = 6, block=(32, 32), learnable_b: bool = False, b_min: int = 4, b_max: int = 16,
