@@ -163,7 +163,7 @@ def _require_triton(t: torch.Tensor) -> None:
 
 
 def _prep_x(x: torch.Tensor, block, chunked: bool = False):
-    """The operand's 2-D view, its kernel arguments, sizes, tile meta-parameters and grid. A
+    """The operand's 2-D view, its kernel arguments, sizes, launch meta-parameters and grid. A
     program holds G whole blocks (about _QUANT_TILE elements), or with ``chunked`` a CH x CW chunk
     of one block at a time (about _QUANT_CHUNK elements, at most _QUANT_CHUNK_COLS columns) or G
     whole blocks (about _QUANT_STACK elements)."""
@@ -184,17 +184,17 @@ def _prep_x(x: torch.Tensor, block, chunked: bool = False):
         ch = min(rp, max(_QUANT_CHUNK // cw, 1))
         whole = ch == rp and cw == cp
         g = min(_next_pow2(n_brow), max(_QUANT_STACK // (ch * cw), 1)) if whole else 1
-        t = dict(BR=br, BC=bc, CH=ch, CW=cw, G=g, IN_KIND=kind)
+        t = dict(BR=br, BC=bc, CH=ch, CW=cw, G=g, IN_KIND=kind, num_warps=_warps(g * ch * cw))
     else:
         g = min(_next_pow2(n_brow), max(_QUANT_TILE // (rp * cp), 1))
-        t = dict(BR=br, BC=bc, RP=rp, CP=cp, G=g, IN_KIND=kind)
+        t = dict(BR=br, BC=bc, RP=rp, CP=cp, G=g, IN_KIND=kind, num_warps=_warps(g * rp * cp))
     return x2d, (arg, *x2d.stride()), M, N, n_brow, n_bcol, t, (_cdiv(n_brow, g) * n_bcol,)
 
 
-def _warps(t) -> int:
-    # a 128x128 block (16384 elements) held by 8 warps keeps 64 values per thread of each of x, the
-    # residual and the codes in registers: 16 warps halve that
-    elems = t["G"] * t.get("RP", t.get("CH")) * t.get("CP", t.get("CW"))
+def _warps(elems: int) -> int:
+    """Warps of a program holding ``elems`` elements: a 128x128 block (16384 elements) held by 8
+    warps keeps 64 values per thread of each of x, the residual and the codes in registers: 16
+    warps halve that."""
     return 16 if elems >= 16384 else 8 if elems >= 4096 else 4
 
 
@@ -205,7 +205,7 @@ def block_stats_int8(x: torch.Tensor, block=(32, 32)):
     x2d, x_args, M, N, n_brow, n_bcol, t, grid = _prep_x(x, block)
     amax = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
     err = torch.empty_like(amax)
-    _kk._stats_kernel[grid](*x_args, amax, err, M, N, n_brow, n_bcol, num_warps=_warps(t), **t)
+    _kk._stats_kernel[grid](*x_args, amax, err, M, N, n_brow, n_bcol, **t)
     return amax, err
 
 
@@ -269,7 +269,7 @@ def quantize_fallback_int8(x: torch.Tensor, block=(32, 32), *, mask: Optional[to
         q2t = q1t if first_only else torch.empty_like(q1t)
     _c.launch(_kk._fallback_quant_kernel, launcher)[grid](
         *x_args, u1, u2, key_arg, q1, s1, q2, s2, flags, mask_arg, thr_arg, q1t, q2t, M, N, n_brow, n_bcol,
-        ROUNDING=rounding, MODE=mode, SECOND=not first_only, TRANS=transposed, num_warps=_warps(t), **t)
+        ROUNDING=rounding, MODE=mode, SECOND=not first_only, TRANS=transposed, **t)
     out = (q1, s1, None, None, None) if first_only else (q1, s1, q2, s2, flags)
     if transposed:
         out += (q1t, None if first_only else q2t)

@@ -97,7 +97,12 @@ def mor_operand(q: MoRQuantizer, t: torch.Tensor) -> MoROperand:
 
 
 def _dequantized(f: FP8Operand) -> torch.Tensor:
-    return apply_blocks(f.codes.float(), f.scale, kind_block(f.kind, f.codes.shape), torch.div)
+    return _decoded(f.codes, f.scale, kind_block(f.kind, f.codes.shape))
+
+
+def _decoded(codes: torch.Tensor, scale: torch.Tensor, block) -> torch.Tensor:
+    """FP8 codes over their encode scales, per block."""
+    return apply_blocks(codes.float(), scale, block, torch.div)
 
 
 def _requantized_t(base: torch.Tensor, f: FP8Operand) -> torch.Tensor:
@@ -108,8 +113,7 @@ def _requantized_t(base: torch.Tensor, f: FP8Operand) -> torch.Tensor:
     ``llama_1b_mor_channel_59d23ed``); the sum differs from the emulation's only in fp64 order."""
     block = kind_block(f.kind, f.codes.shape)[::-1]
     scale = f.scale.t()
-    codes = fp8_cast(apply_blocks(base.float(), scale, block, torch.mul), f.spec)
-    return apply_blocks(codes.float(), scale, block, torch.div)
+    return _decoded(fp8_cast(apply_blocks(base.float(), scale, block, torch.mul), f.spec), scale, block)
 
 
 def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
