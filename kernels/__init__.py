@@ -5,8 +5,36 @@ emulation in ``lowprec`` is the reference the kernels are tested against.
 """
 
 import importlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
 
 import torch
+
+
+def _hand_the_top_level_name_over() -> None:
+    """Give the import name ``kernels`` to the installed distribution of that name.
+
+    This folder is found as a top-level ``kernels`` package whenever a checkout's root is on
+    ``sys.path`` (``python -m`` from the root puts it first). That name belongs to the ``kernels``
+    distribution, which transformers (>= 5.25) requires and imports names from, so shadowing it
+    breaks every model build. Where the distribution is installed, it becomes ``sys.modules["kernels"]``,
+    which is what the import statement returns; where it is not, this folder stays a harmless
+    stand-in without a version, which transformers' probe reads as "not installed".
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    elsewhere = [p for p in sys.path if os.path.abspath(p or os.curdir) != root]
+    spec = importlib.machinery.PathFinder.find_spec("kernels", elsewhere)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kernels"] = module
+    spec.loader.exec_module(module)
+
+
+if __name__ == "kernels":
+    _hand_the_top_level_name_over()
 
 
 # A constant of the process for Dynamo: the check reads the kernel objects, which it cannot trace,

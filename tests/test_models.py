@@ -131,3 +131,23 @@ def test_training_forward_reads_nothing_on_the_host_and_equals_sdpa(family, monk
     causal_lm_loss(theirs, x, y)
     monkeypatch.undo()
     assert reads
+
+
+def test_the_kernels_folder_leaves_the_top_level_name_to_its_distribution(tmp_path):
+    """From a checkout's root (`python -m ...`, the workflow's jobs) the folder kernels/ is found
+    before site-packages; transformers imports the `kernels` distribution's names, so the folder must
+    not answer for it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    dist = tmp_path / "site" / "kernels"
+    dist.mkdir(parents=True)
+    (dist / "__init__.py").write_text("WHO = 'the distribution'\n")
+    env = dict(os.environ, PYTHONPATH=str(dist.parent))
+    probe = "import kernels, lowprec.kernels as ours; print(kernels.WHO); print(ours.runs_on.__name__)"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["the", "distribution", "runs_on"]
