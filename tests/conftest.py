@@ -161,11 +161,11 @@ def assert_one_graph(fn, *args) -> None:
         [str(b.reason)[:300] for b in explained.break_reasons]
 
 
-def compiled_and_eager_mor_models(method: dict):
-    """Two copies of a two-layer model converted under ``mor_recipe(method)``: the compiled one traced
-    as one graph (asserted), its coverage reset, then one autocast step of each on the same data.
-    Returns (compiled model, eager model, the compiled model's recipe) for their gradients and the
-    decision counts the compiled graph made."""
+def compiled_and_eager_mor_models(method: dict, width: int = 256):
+    """Two copies of a two-layer model of ``width`` features converted under ``mor_recipe(method)``:
+    the compiled one traced as one graph (asserted), its coverage reset, then one autocast step of
+    each on ``width`` tokens, the same data. Returns (compiled model, eager model, the compiled model's
+    recipe) for their gradients and the decision counts the compiled graph made."""
     import copy
 
     import torch
@@ -176,12 +176,12 @@ def compiled_and_eager_mor_models(method: dict):
     from lowprec.methods.mor import mor_recipe
 
     torch.manual_seed(0)
-    base = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
+    base = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Linear(width, width))
     eager, comp = copy.deepcopy(base), copy.deepcopy(base)
     recipe_c = mor_recipe(dict(method))
     convert(eager, mor_recipe(dict(method)))
     convert(comp, recipe_c)
-    loss = autocast_loss(torch.randn(2, 128, 256), torch.randn(2, 128, 256))
+    loss = autocast_loss(torch.randn(2, width // 2, width), torch.randn(2, width // 2, width))
     assert_one_graph(loss, comp)
     recipe_c.gemm("fprop")[0].reset_coverage()
     dynamo.reset()

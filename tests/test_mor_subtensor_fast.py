@@ -114,7 +114,7 @@ def test_every_gemm_of_a_step_gets_k_contiguous_operands(monkeypatch):
 @pytest.mark.slow
 def test_compiled_subtensor_model_has_one_graph_and_trains_like_eager(monkeypatch):
     monkeypatch.setattr(lin, "FAST_PATH", "all")
-    comp, eager, recipe_c = compiled_and_eager_mor_models({"partition": "subtensor"})
+    comp, eager, recipe_c = compiled_and_eager_mor_models({"partition": "subtensor", "block": [64, 64]}, width=128)
     # Inductor rounds the bf16 activations' producers (GELU and its backward) differently from eager
     for a, b in zip(comp.parameters(), eager.parameters()):
         assert sqnr_db(b.grad, a.grad) > 25
