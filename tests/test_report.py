@@ -1,6 +1,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 from lowprec.report import readme
 
@@ -73,3 +75,37 @@ def test_verdict_row_takes_a_decided_verdict_else_the_larger_scale(tmp_path):
     rows = {r["claim"]: (r["scale"], r["verdict"]) for r in readme.verdict_rows(tmp_path, ["mor"])}
     assert rows == {"decided_small": ("small", "not reproduced"), "decided_tiny": ("tiny", "reproduced"),
                     "undecided": ("small", "inconclusive"), "both": ("small", "not reproduced")}
+
+
+def test_speed_section_shows_each_cell_with_the_commit_it_was_measured_at(tmp_path):
+    """The report's training-speed table from an end-to-end benchmark file: arms in the file's
+    order, one column per shape, "–" where an arm was not measured at a shape, how an arm ran where
+    it was not the compiled path, and each cell's commit (merged runs go stale one by one)."""
+    from lowprec.report.speed import SPEED_CSV, speed_lines
+
+    assert speed_lines(tmp_path) == []  # no benchmark committed: no section
+    bench = tmp_path / SPEED_CSV
+    bench.parent.mkdir(parents=True)
+    bench.write_text("shape,arm,path,tokens_per_s,ratio_vs_bf16_compiled,commit\n"
+                     "s100m,bf16_compiled,cudagraphs,500,1.000,aaaaaaa\n"
+                     "s100m,fp8_delayed,eager,30,0.060,bbbbbbb\n"
+                     "s1b,bf16_eager,eager,60,0.648,ccccccc\n"
+                     "s1b,bf16_compiled,compiled,90,1.000,ddddddd\n"
+                     "s1b,fp8_delayed,compiled,64,0.711,0123456789abcdef\n")
+    lines = speed_lines(tmp_path, lambda p: f"<{p.name}>")
+    assert lines[0] == "## Training speed on the GPU" and "(<e2e_h200.csv>)" in lines[2]
+    assert lines[4:] == ["| arm | `s100m` | `s1b` |", "|---|---|---|",
+                         "| `bf16_compiled` | 1.000x, CUDA graphs `aaaaaaa` | 1.000x `ddddddd` |",
+                         "| `fp8_delayed` | 0.060x, eager `bbbbbbb` | 0.711x `0123456` |",
+                         "| `bf16_eager` | – | 0.648x `ccccccc` |", ""]
+    bench.write_text("shape,arm,tokens_per_s\ns1b,bf16_compiled,90\n")
+    with pytest.raises(ValueError, match=r"e2e_h200.csv: no column path, ratio_vs_bf16_compiled, commit"):
+        speed_lines(tmp_path)
+
+
+def test_committed_reports_end_with_the_committed_speed_table():
+    from lowprec.report.speed import speed_lines
+
+    want = "\n".join(speed_lines(REPO / "results", lambda p: str(p.relative_to(REPO / "results"))))
+    for report in ("REPORT.md", "REPORT_small.md", "REPORT_medium.md"):
+        assert (REPO / "results" / report).read_text().endswith(want), f"{report}: regenerate it"
