@@ -1,7 +1,8 @@
 """Triton kernels for the small in-place updates of a layer's state buffers inside a compiled step: a
 delayed scaler's amax history (``lowprec.numerics.scaling.delayed_step_``), the rows added to a
-counts buffer (``lowprec.methods.layer_buffers.add_rows_``) and the dynamic fallback rule's level of
-a slot (``lowprec.methods.int8_fallback_state.set_level_``).
+counts buffer (``lowprec.methods.layer_buffers.add_rows_``), the dynamic fallback rule's level of
+a slot (``lowprec.methods.int8_fallback_state.set_level_``) and a layer's call counter, read for its
+random key and advanced (``lowprec.numerics.rounding_stream.take_count_``).
 
 Why kernels for a few bytes. These updates are operators that mutate their buffers, so that Dynamo
 keeps them as nodes of the backward graph too. As opaque operators, Inductor calls each through
@@ -15,6 +16,7 @@ API (each takes ``launcher``: None to launch here, or ``torch.library.wrap_trito
     delayed_step(ring, count, amax, use_max, out)   # out = the amax to quantize with; then record amax
     add_rows(buffer, row, update)                   # buffer[row:row + R, :C] += update (R, C) or (R,)
     set_level(levels, steps, slot, level)           # levels[slot] = level; steps[slot] += 1
+    take_count(count, out, advance)                 # out = count; then count += 1 if advance
     takes_kernel(buffer), triton_available(device=None), cuda_ready(), interpreter_active()
 
 Each equals its torch operator bit for bit (the history's max, a read and a write; integer or
@@ -31,7 +33,7 @@ from ._common import _next_pow2
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["delayed_step", "add_rows", "set_level", "takes_kernel", "triton_available", "cuda_ready",
+__all__ = ["delayed_step", "add_rows", "set_level", "take_count", "takes_kernel", "triton_available", "cuda_ready",
            "interpreter_active"]
 
 # the ring's elements one loop step reads (histories are 1024 long by default: one step)
@@ -75,6 +77,13 @@ if triton is not None:
     def _set_level_kernel(levels_ptr, steps_ptr, slot, level_ptr):
         tl.store(levels_ptr + slot, tl.load(level_ptr))
         tl.store(steps_ptr + slot, tl.load(steps_ptr + slot) + 1)
+
+    @triton.jit
+    def _take_count_kernel(count_ptr, out_ptr, ADVANCE: tl.constexpr):
+        count = tl.load(count_ptr)
+        tl.store(out_ptr, count)
+        if ADVANCE:
+            tl.store(count_ptr, count + 1)
 
     _JIT_FNS = (_delayed_step_kernel, _max_axis)
 
@@ -162,3 +171,14 @@ def set_level(levels: torch.Tensor, steps: torch.Tensor, slot: int, level: torch
     if level.numel() != 1 or level.dtype != torch.float32:
         raise ValueError(f"level must be a single float32, got {level.dtype} {tuple(level.shape)}")
     _c.launch(_set_level_kernel, launcher)[(1,)](levels, steps, slot, level, num_warps=1)
+
+
+def take_count(count: torch.Tensor, out: torch.Tensor, advance: bool, launcher=None) -> None:
+    """out = the counter's value; then count += 1 if ``advance``. count, out: one int64 each, on one
+    device."""
+    _require(count, "lowprec.numerics.rounding_stream.take_count_")
+    for name, t in (("count", count), ("out", out)):
+        if t.numel() != 1 or t.dtype != torch.int64:
+            raise ValueError(f"{name} must be a single int64, got {t.dtype} {tuple(t.shape)}")
+    launch = _c.launch(_take_count_kernel, launcher)
+    launch[(1,)](count, out, ADVANCE=bool(advance), num_warps=1)

@@ -180,11 +180,12 @@ def test_fast_delayed_scaling_equals_emulation(monkeypatch, scaled_mm_calls):
 @pytest.mark.parametrize("method, kernel, buffers", [
     ({"recipe": "fp8_delayed"}, "_delayed_step_kernel", "scalers"),
     ({"recipe": "mor", "partition": "tensor"}, "_add_rows_kernel", "mor_counts"),
-    ({"recipe": "int8_fallback", "rule": "dynamic"}, "_set_level_kernel", "fallback_levels")],
+    ({"recipe": "int8_fallback", "rule": "dynamic"}, "_set_level_kernel _take_count_kernel", "fallback_levels")],
     ids=["delayed", "mor_counts", "int8_dynamic_levels"])
 def test_compiled_step_updates_layer_buffers_in_triton_kernels(method, kernel, buffers, monkeypatch):
     """A compiled step on the GPU updates the layers' state buffers (delayed scaling's amax
-    histories, MoR's decision counts, the dynamic fallback rule's levels and counts) through the Triton kernels of lowprec.kernels.buffer_updates,
+    histories, MoR's decision counts, the dynamic fallback rule's levels and counts, the call counter
+    of a recipe that draws) through the Triton kernels of lowprec.kernels.buffer_updates,
     launched from Inductor's code (no opaque operator call left in the generated code), and records
     what the eager fast path records, call by call, with the forward's outputs alike."""
     import lowprec.linear as lin
@@ -217,7 +218,8 @@ def test_compiled_step_updates_layer_buffers_in_triton_kernels(method, kernel, b
         if buffers == "scalers":
             return {k: ordered_history(*model[0]._history(*k)) for k in model[0].scalers}
         if buffers == "fallback_levels":
-            return {n: getattr(model[0], n).clone() for n in ("fallback_levels", "fallback_steps", "fallback_counts")}
+            return {n: getattr(model[0], n).clone()
+                    for n in ("fallback_levels", "fallback_steps", "fallback_counts", "calls")}
         return {"counts": model[0].mor_counts.clone()}
 
     for i, scale in enumerate((1.0, 8.0, 0.5)):
@@ -226,8 +228,9 @@ def test_compiled_step_updates_layer_buffers_in_triton_kernels(method, kernel, b
         if i == 0:
             got, code = run_and_get_code(step_c, comp, x)
             code = "\n".join(code)
-            assert kernel in code, f"{kernel} not launched by the compiled step"
-            for op in ("delayed_step_.default", "add_rows_.default", "set_level_.default"):
+            for k in kernel.split():
+                assert k in code, f"{k} not launched by the compiled step"
+            for op in ("delayed_step_.default", "add_rows_.default", "set_level_.default", "take_count_.default"):
                 assert op not in code, f"the opaque operator {op} is still called"
         else:
             got = step_c(comp, x)
@@ -237,6 +240,8 @@ def test_compiled_step_updates_layer_buffers_in_triton_kernels(method, kernel, b
     def recorded(t):  # a history with entries; counts, steps or levels (finite where set) not all zero
         if buffers == "scalers":
             return t.numel() > 0
+        if t.dim() == 0:  # a call counter
+            return int(t) > 0
         first = t.reshape(len(t), -1)[:, 0]
         return bool((first[torch.isfinite(first)] != 0).any())
 

@@ -1,7 +1,8 @@
 """The buffer-update kernels (lowprec.kernels.buffer_updates) against the torch operators they replace on
 CUDA: a delayed scaler's history step (lowprec.numerics.scaling.delayed_step_) and the rows added to a
-counts buffer (lowprec.methods.layer_buffers.add_rows_) and the dynamic fallback rule's level
-(lowprec.methods.int8_fallback_state.set_level_), bit for bit, step by step. CUDA when present,
+counts buffer (lowprec.methods.layer_buffers.add_rows_), the dynamic fallback rule's level
+(lowprec.methods.int8_fallback_state.set_level_) and a layer's call counter
+(lowprec.numerics.rounding_stream.take_count_), bit for bit, step by step. CUDA when present,
 else the Triton interpreter on CPU."""
 
 import pytest
@@ -13,6 +14,7 @@ from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noq
 
 from lowprec.methods.int8_fallback_state import set_level_  # noqa: E402
 from lowprec.methods.layer_buffers import add_rows_  # noqa: E402
+from lowprec.numerics.rounding_stream import take_count_  # noqa: E402
 from lowprec.numerics.scaling import delayed_step_  # noqa: E402
 
 DEVICE = kernel_devices(kb)[0]
@@ -81,6 +83,20 @@ def test_set_level_is_the_operators():
     assert want[1].tolist() == [1, 0, 2, 0, 0, 1] and float(want[0][2]) == 0.25
 
 
+def test_take_count_is_the_operators():
+    """The value read, then the counter advanced on training calls only, from 0 and past 2^32 (the
+    counter is 64 bits; the key takes both words)."""
+    for start in (0, (1 << 32) - 1):
+        want = torch.tensor(start, dtype=torch.int64)
+        got = want.clone().to(DEVICE)
+        for advance in (True, False, True, True):
+            expect = take_count_(want, advance)
+            out = torch.empty((), dtype=torch.int64, device=DEVICE)
+            kb.take_count(got, out, advance)
+            assert int(out) == int(expect) and int(got) == int(want), (start, advance)
+        assert int(want) == start + 3
+
+
 def test_bad_input_names_the_problem():
     ring = torch.zeros(4, device=DEVICE)
     count = torch.zeros((), dtype=torch.int64, device=DEVICE)
@@ -99,3 +115,7 @@ def test_bad_input_names_the_problem():
         kb.set_level(levels, steps, 6, one)
     with pytest.raises(ValueError, match="one length"):
         kb.set_level(levels, steps[:5], 0, one)
+    with pytest.raises(ValueError, match="count must be a single int64"):
+        kb.take_count(count.int(), count.clone(), True)
+    with pytest.raises(ValueError, match="out must be a single int64"):
+        kb.take_count(count, torch.zeros(2, dtype=torch.int64, device=DEVICE), True)

@@ -92,9 +92,24 @@ def _(count, advance):
     return torch.empty_like(count)
 
 
+# On CUDA: the same as a triton_op, one kernel whose launch Inductor makes from its own code; the
+# opaque operator is a Python call and two eager launches per layer and forward call (host time that
+# sets the pace of host-bound compiled steps; lowprec.kernels.buffer_updates).
+@torch.library.triton_op("lowprec::take_count_cuda_", mutates_args=("count",))
+def take_count_cuda_(count: torch.Tensor, advance: bool) -> torch.Tensor:
+    """``take_count_`` on a CUDA device where Triton runs."""
+    from ..kernels import buffer_updates as kb
+    value = torch.empty_like(count)
+    kb.take_count(count, value, advance, launcher=torch.library.wrap_triton)
+    return value
+
+
 def next_call_key_(layer_key: torch.Tensor, count: torch.Tensor, rank: int, advance: bool) -> torch.Tensor:
-    """``call_key`` of the counter's value; the counter + 1 if ``advance``."""
-    return call_key(layer_key, take_count_(count, advance), rank)
+    """``call_key`` of the counter's value; the counter + 1 if ``advance`` (``take_count_``, on its
+    Triton kernel where the counter is on a CUDA device Triton runs on)."""
+    from ..kernels import buffer_updates as kb
+    take = take_count_cuda_ if kb.takes_kernel(count) else take_count_
+    return call_key(layer_key, take(count, advance), rank)
 
 
 def operand_key(key: torch.Tensor, slot: int) -> torch.Tensor:
