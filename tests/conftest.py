@@ -52,6 +52,14 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: (item.name != LONGEST, item.get_closest_marker("slow") is None))
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The versions this run tested (those a run's provenance records): a fresh install takes the
+    newest of each, so a failure that appears overnight reads them first."""
+    from lowprec.provenance import versions
+
+    terminalreporter.write_line("tested with " + ", ".join(f"{k} {v}" for k, v in versions().items() if v))
+
+
 def _synthetic_play(seed: int, n_lines: int = 900) -> str:
     """Deterministic English-like text with structure a tiny model can learn quickly."""
     rng = random.Random(seed)
