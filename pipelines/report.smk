@@ -101,7 +101,7 @@ rule loss_gap_matrix:
 
 # The committed GPU training-speed benchmark the report's last section shows (a new measurement
 # rebuilds the report); absent from a results folder without one.
-SPEED_TABLE = [p for p in [f"{RESULTS}/{SPEED_CSV}"] if Path(p).is_file()]
+SPEED_TABLE = [f"{RESULTS}/{SPEED_CSV}"] if Path(RESULTS, SPEED_CSV).is_file() else []
 
 
 rule report_md:

@@ -424,8 +424,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
                 mask, thr = select_blocks(t2d, self.block, self.rule, tau=self.tau, rho=self.rho,
                                           error_threshold=self.error_threshold, amax=amax)
         if kernels:
-            # on the operand's device: a seed given as a number makes its keys on the CPU
-            keys = int8_ops.stream_keys(call.seed).to(t2d.device) if rounding == "stochastic" else None
+            keys = int8_ops.stream_keys(call.seed, t2d.device) if rounding == "stochastic" else None
             fq = int8_ops.quantize_operand(t2d, self.block, mask, keys, transposed)
         else:
             # the two parts draw independent uniforms (fallback_quantize's docstring)

@@ -93,7 +93,8 @@ def int8_operand(spec, t: torch.Tensor, call: OperandCall, transposed: bool = Fa
         return spec.quantize(t, call, transposed)[0]
     stochastic = spec.rounding == "stochastic"
     if quantizes_on_kernels(t.device):
-        return quantize_operand(t, spec.block, None, stream_keys(call.seed) if stochastic else None, transposed)
+        keys = stream_keys(call.seed, t.device) if stochastic else None
+        return quantize_operand(t, spec.block, None, keys, transposed)
     noise = _stream.uniforms(call.seed, tuple(t.shape), device=t.device) if stochastic else None
     q = quantize(t, spec, noise=noise)
     codes = q.codes.reshape(t.shape)

@@ -63,10 +63,11 @@ def _kernels_run_on(device_type: str) -> bool:
 # Quantization
 
 
-def stream_keys(seed: torch.Tensor) -> torch.Tensor:
+def stream_keys(seed, device: torch.device) -> torch.Tensor:
     """The rounding-stream keys of an operand's two parts (``rounding_stream.part_key``), as the
-    quantize operator takes them."""
-    return torch.stack([_stream.part_key(seed, p) for p in range(2)])
+    quantize operator takes them: on the operand's ``device`` (a seed given as a number makes them
+    on the CPU)."""
+    return torch.stack([_stream.part_key(seed, p) for p in range(2)]).to(device)
 
 
 def quantize_operand(x2d: torch.Tensor, block, mask: Optional[torch.Tensor], keys: Optional[torch.Tensor],

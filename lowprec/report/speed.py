@@ -16,9 +16,9 @@ from .readme import measured_on
 
 SPEED_CSV = "bench/e2e_h200.csv"  # under the results folder
 COLUMNS = ("shape", "arm", "path", "ratio_vs_bf16_compiled", "commit")
-# how an arm ran, where it is not the compiled fast path every ratio means by default
-_PATHS = {"compiled": "", "cudagraphs": "CUDA graphs", "compiled emulation": "compiled emulation",
-          "eager": "eager"}
+# how an arm ran, where it is not the compiled fast path every ratio means by default (other paths,
+# 'eager' and 'compiled emulation', are named as the benchmark writes them)
+_PATHS = {"compiled": "", "cudagraphs": "CUDA graphs"}
 
 
 def _cell(row: dict) -> str:
