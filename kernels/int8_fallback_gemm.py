@@ -8,7 +8,7 @@ API::
         -> (q1, s1, q2, s2, flags)                            # one pass
     quantize_fallback_rule(x, block, rule, **rule_kw, noise=None) -> same   # two passes
     int8_fallback_gemm(qa, da, qb, db, block_a, block_b, ra=None, dra=None, fa=None,
-                       rb=None, drb=None, fb=None, *, fallback="sparse", config=None)
+                       rb=None, drb=None, fb=None, *, fallback="sparse", config=None, launcher=None)
         -> fp32 (M, N) = A @ B.T
     gemm_fallback_qtensors(fqa, fqb) -> fp32                  # from two FallbackQTensors
     triton_available(device=None), interpreter_active()
@@ -295,10 +295,18 @@ def quantize_fallback_rule(x: torch.Tensor, block=(32, 32), rule: str = "absmax"
 
 
 def _tma_usable(qa: torch.Tensor, qb: torch.Tensor, gk: int) -> bool:
-    """Descriptor loads need a power-of-two group of >= 16 bytes and 16-byte aligned rows and bases."""
-    if not _HAS_TENSOR_DESCRIPTOR or gk < 16 or gk & (gk - 1):
+    """Descriptor loads need a power-of-two group of >= 16 bytes and 16-byte aligned rows and bases
+    (known of real tensors only)."""
+    if not _HAS_TENSOR_DESCRIPTOR or gk < 16 or gk & (gk - 1) or _is_traced(qa) or _is_traced(qb):
         return False
     return qa.shape[1] % 16 == 0 and qa.data_ptr() % 16 == 0 and qb.data_ptr() % 16 == 0
+
+
+def _is_traced(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a tracing stand-in (a fake or functional tensor of a compiled graph's trace)
+    rather than memory on a device."""
+    from torch._subclasses.fake_tensor import is_fake
+    return is_fake(t)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -306,9 +314,12 @@ def _tma_usable(qa: torch.Tensor, qb: torch.Tensor, gk: int) -> bool:
 
 
 class _Gemm:
-    """Checked operands of one call and the launches of its kernels."""
+    """Checked operands of one call and the launches of its kernels. ``launcher``: None to launch
+    here, or ``torch.library.wrap_triton`` inside a ``triton_op``. Traced launches take pointer
+    loads: torch traces no host-side tensor descriptor outside Dynamo (a descriptor made of a fake
+    tensor would be baked into the graph)."""
 
-    def __init__(self, qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb):
+    def __init__(self, qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, launcher=None):
         for name, q in (("qa", qa), ("qb", qb)):
             if q.dtype != torch.int8 or q.dim() != 2:
                 raise TypeError(f"{name} must be a 2-D int8 tensor, got {q.dtype} {tuple(q.shape)}")
@@ -332,7 +343,8 @@ class _Gemm:
         self.rb, self.drb, self.fb = self._second_part(rb, drb, fb, qb, _cdiv(N, bns), "b")
         self.qa, self.qb = qa.contiguous(), qb.contiguous()
         self.even_k = K % gk == 0 and _next_pow2(gk) == gk
-        self.tma_usable = _tma_usable(self.qa, self.qb, gk)
+        self.launcher = launcher
+        self.tma_usable = launcher is None and _tma_usable(self.qa, self.qb, gk)
 
     def _scales(self, d, rows, what):
         d = d.to(device=self.dev, dtype=torch.float32).contiguous()
@@ -374,10 +386,19 @@ class _Gemm:
                     KG=kg, GROUP_M=cfg.group_m, EVEN_K=self.even_k,
                     MAGIC=cfg.magic and self.gk <= _MAGIC_MAX_GROUP, USE_TMA=tma, HAS_RA=fused_a, HAS_RB=fused_b,
                     WS=cfg.warp_specialize, PIPE=pipe, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                    enable_fp_fusion=cfg.fp_fusion)
+                    **self._fp_fusion(cfg.fp_fusion))
         if warmup:
             return _kk._gemm_kernel.warmup(*args, grid=grid, **meta)
-        _kk._gemm_kernel[grid](*args, **meta)
+        _c.launch(_kk._gemm_kernel, self.launcher)[grid](*args, **meta)
+
+    def _fp_fusion(self, on: bool) -> dict:
+        """The compile option, given only where it is off: a traced launch takes launch options
+        num_warps and num_stages alone, so it cannot turn contraction off."""
+        if on:
+            return {}
+        if self.launcher is not None:
+            raise ValueError("fp_fusion=False (no FMA contraction) is not available on a traced launch")
+        return {"enable_fp_fusion": False}
 
     def config(self) -> GemmConfig:
         """The tuned configuration of this shape class (tuning it now if it is new), or the default.
@@ -388,9 +409,24 @@ class _Gemm:
         return _kt.tuned_config(self.key(), self._tune)
 
     def _tune(self) -> tuple:
+        if _is_traced(self.qa):  # inside a compiled graph's trace: time real operands of this shape class
+            from torch.utils._python_dispatch import _disable_current_modes
+            with _disable_current_modes():
+                return self._stand_in()._tune()
         c = torch.empty((self.M, self.N), dtype=torch.float32, device=self.dev)
         return _kt.time_candidates(self.key(), _kt.candidate_configs(self.gk, tma=self.tma_usable),
                                    lambda cfg, warmup=False: self.launch_main(c, cfg, warmup=warmup), self.dev)
+
+    def _stand_in(self) -> "_Gemm":
+        """First parts of this call's shapes, blocks and device in real memory (random codes, unit
+        scales; the timing does not depend on the values); call it outside the trace's modes."""
+        qa = torch.randint(-127, 128, (self.M, self.K), dtype=torch.int8, device=self.dev)
+        qb = torch.randint(-127, 128, (self.N, self.K), dtype=torch.int8, device=self.dev)
+        da = torch.ones((_cdiv(self.M, self.bms), self.n_kb), device=self.dev)
+        db = torch.ones((_cdiv(self.N, self.bns), self.n_kb), device=self.dev)
+        real = _Gemm(qa, da, qb, db, (self.bms, self.gk), (self.bns, self.gk), *(None,) * 6)
+        real.tma_usable = real.tma_usable and self.tma_usable  # the shape class of this call
+        return real
 
     # -- the second-part pass
     def launch_residual(self, c, side: str, rcfg: ResidualConfig, cross: bool, warmup=False):
@@ -411,17 +447,18 @@ class _Gemm:
         meta = dict(RBS=rbs, YBS=ybs, GK=self.gk, BLOCK_R=rcfg.block_r, BLOCK_Y=rcfg.block_y,
                     BLOCK_K=_next_pow2(self.gk), NRB=nrb, KCHUNK=kchunk, EVEN_K=self.even_k,
                     MAGIC=self.gk <= _MAGIC_MAX_GROUP, HAS_CROSS=cross, num_warps=rcfg.num_warps,
-                    num_stages=rcfg.num_stages, enable_fp_fusion=rcfg.fp_fusion)
+                    num_stages=rcfg.num_stages, **self._fp_fusion(rcfg.fp_fusion))
         if warmup:
             return _kk._residual_kernel.warmup(*args, grid=grid, **meta)
-        _kk._residual_kernel[grid](*args, **meta)
+        _c.launch(_kk._residual_kernel, self.launcher)[grid](*args, **meta)
 
 
 def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=None, dra=None, fa=None,
                        rb=None, drb=None, fb=None, *, fallback: str = "sparse",
                        config: Optional[GemmConfig] = None, residual: Optional[ResidualConfig] = None,
                        block_m: Optional[int] = None, block_n: Optional[int] = None,
-                       num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> torch.Tensor:
+                       num_warps: Optional[int] = None, num_stages: Optional[int] = None,
+                       launcher=None) -> torch.Tensor:
     """fp32 ``A @ B.T`` from block-scaled INT8 operands (DECODE scales), with optional second
     parts; the argument meanings are those of ``lowprec.methods.int8_fallback.int8_block_gemm_reference``.
 
@@ -429,10 +466,13 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
     part over its flagged K-groups only) or "fused" (the second parts inside the main loop).
     config: a GemmConfig; block_m, block_n, num_warps, num_stages override fields of it (or of the
     default). Without any of them the configuration is tuned once per shape class on CUDA
-    (``tuned_configs()``; LOWPREC_INT8_GEMM_AUTOTUNE=0 turns tuning off)."""
+    (``tuned_configs()``; LOWPREC_INT8_GEMM_AUTOTUNE=0 turns tuning off). launcher: None to launch
+    here, or ``torch.library.wrap_triton`` inside a ``triton_op`` (``lowprec.methods.int8_ops``;
+    pointer loads only, see ``_Gemm``); a shape class new to a trace is tuned then, on real
+    operands of its shapes."""
     _require_triton(qa)
     one_of("fallback", fallback, FALLBACK_IMPLS)
-    g = _Gemm(qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb)
+    g = _Gemm(qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, launcher=launcher)
     c = torch.empty((g.M, g.N), dtype=torch.float32, device=g.dev)
     if g.M == 0 or g.N == 0:
         return c

@@ -431,6 +431,7 @@ def test_compiled_int8_layer_equals_emulation_without_host_sync(method, monkeypa
     from lowprec.kernels import int8_fallback_gemm as kf
     from lowprec.linear import compile_blocks
     from lowprec.recipes import recipe_from_config
+    from torch._inductor.utils import run_and_get_code
 
     if not kf.triton_available("cuda"):
         pytest.skip("Triton not usable on this CUDA device")
@@ -461,13 +462,16 @@ def test_compiled_int8_layer_equals_emulation_without_host_sync(method, monkeypa
         model.zero_grad(set_to_none=True)
         return out
 
-    calls = count_calls(kf, "int8_fallback_gemm")
     compile_blocks(fast)
-    got = step(fast)
-    assert calls["n"] == 3  # fprop, dgrad and wgrad on the INT8 kernel
+    got, code = run_and_get_code(step, fast)
+    code = "\n".join(code)
+    # fprop, dgrad and wgrad on the INT8 kernel, launched from Inductor's code (its triton_op), not
+    # through the opaque operator's Python call
+    assert "_gemm_kernel" in code and "lowprec.int8_block_mm" not in code
+    calls = count_calls(kf, "int8_fallback_gemm")
     monkeypatch.setattr(lin, "FAST_PATH", "off")
     want = step(emu)
-    assert calls["n"] == 3
+    assert calls["n"] == 0  # the emulation: fp32 GEMMs of the values
     for a, b in zip(got, want):
         assert sqnr_db(b, a) > 45  # bf16 outputs and the kernel's order of sums
     dx64 = g.double() @ layer_e.weight.double()
@@ -481,7 +485,7 @@ def test_compiled_int8_layer_equals_emulation_without_host_sync(method, monkeypa
     step(fast)  # the compiled step's first run over (autotuning, caches)
     with no_host_sync():
         step(fast)
-    assert calls["n"] == 9 and int(layer_f.calls) == 3
+    assert calls["n"] == 0 and int(layer_f.calls) == 3  # no retrace, no Python launch
 
 
 @pytest.mark.parametrize("kind_b", ["128x128", "1x128"])
@@ -780,6 +784,43 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     for cfg in {cands[0], chosen, *[c for c in cands if c.tma][:1]}:  # pointer and descriptor loads
         y = kf.int8_fallback_gemm(qa, da, qb, db, blk, blk, config=replace(cfg, fp_fusion=False))
         assert torch.equal(y, want), cfg.label()
+
+
+def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
+    """Inside a compiled graph the INT8 GEMM is a triton_op: a shape class new to the trace is tuned
+    while it is traced, on real operands of its shapes (the trace's are fake), over pointer-load
+    configurations only (no tensor descriptor in a traced launch), and the compiled product is the
+    eager kernel's in that configuration, bit for bit."""
+    from dataclasses import replace
+
+    from lowprec.methods import int8_ops
+    from lowprec.kernels import int8_fallback_gemm as kf
+    from lowprec.kernels import int8_fallback_tuning as kt
+    from torch._inductor.utils import run_and_get_code
+
+    if not kf.triton_available("cuda"):
+        pytest.skip("Triton not usable on this CUDA device")
+    monkeypatch.setattr(kt, "TUNE_MIN_MACS", 0)
+    monkeypatch.setattr(kt, "_TUNED", {})
+    monkeypatch.setattr(kt, "_TUNE_LOG", [])
+    torch._dynamo.reset()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    M, N, K, blk = 256, 384, 1024, [32, 128]
+    qa = torch.randint(-127, 128, (M, K), device="cuda", generator=g, dtype=torch.int8)
+    qb = torch.randint(-127, 128, (N, K), device="cuda", generator=g, dtype=torch.int8)
+    da = torch.rand(M // 32, K // 128, device="cuda", generator=g) / 127
+    db = torch.rand(N // 32, K // 128, device="cuda", generator=g) / 127
+
+    def product(qa, da, qb, db):
+        return int8_ops.block_mm(qa, da, None, None, None, blk, qb, db, None, None, None, blk)
+
+    got, code = run_and_get_code(torch.compile(product, fullgraph=True), qa, da, qb, db)
+    assert "_gemm_kernel" in "\n".join(code) and "lowprec.int8_block_mm" not in "\n".join(code)
+    (tuned,) = kt.tuned_configs()
+    assert tuned["tma_usable"] is False and not tuned["tma"]
+    assert {r["config"] for r in kt.tuning_log()} == {c.label() for c in kt.candidate_configs(128, tma=False)}
+    cfg = replace(kt.GemmConfig(), **{k: tuned[k] for k in kt.GemmConfig.__dataclass_fields__})
+    assert torch.equal(got, kf.int8_fallback_gemm(qa, da, qb, db, tuple(blk), tuple(blk), config=cfg))
 
 
 # Only a wrong value is the expected failure (a compile error or crash still fails the test). Measured

@@ -13,8 +13,9 @@ counter, the same keys the emulation uses, so the codes and scales are the emula
 The dynamic rule's level and the fallback counts are the layer's buffers
 (``lowprec.methods.int8_fallback_state``), updated by operators the compiled graph keeps.
 
-The product (``int8_mm``): where the kernels run, the Triton block-scaled INT8 GEMM as the operator
-``lowprec::int8_block_mm`` (``lowprec.methods.int8_ops``), one opaque node of the graph; elsewhere,
+The product (``int8_mm``): where the kernels run, the Triton block-scaled INT8 GEMM as an operator
+(``lowprec.methods.int8_ops.block_mm``: on CUDA a ``triton_op`` whose launches Inductor makes, on the
+CPU one opaque node of the graph); elsewhere,
 or with ``gemm: emulated`` in the method, the fp32 GEMM of the dequantized values, the emulation's
 own arithmetic (bit for bit on the CPU). The operators run on the CPU too (tests), on the Triton
 interpreter where it is active, else on the kernels' torch references: for the GEMM
@@ -49,7 +50,7 @@ from ..recipes import OPERANDS, OperandCall, slot_key
 from .int8_fallback import FallbackInt8Quantizer, FallbackQTensor
 from .int8_fallback_rules import _int8_spec
 from .int8_fallback_state import FallbackBuffers
-from .int8_ops import int8_block_mm, quantize_operand, quantizes_on_kernels, stream_keys, takes_kernels
+from .int8_ops import block_mm, quantize_operand, quantizes_on_kernels, stream_keys, takes_kernels
 
 def int8_spec_ok(spec) -> bool:
     """Whether an operand runs on this fast path: an INT8 fallback quantizer, or an INT8 block
@@ -112,7 +113,7 @@ def int8_mm(a: FallbackQTensor, b: FallbackQTensor, kernel: bool) -> torch.Tenso
     GEMM of the dequantized values (the emulation's)."""
     if not kernel:
         return a.dequantize() @ b.dequantize().t()
-    return int8_block_mm(*_kernel_operands(a), list(a.block), *_kernel_operands(b), list(b.block))
+    return block_mm(*_kernel_operands(a), a.block, *_kernel_operands(b), b.block)
 
 
 def _kernel_operands(f: FallbackQTensor) -> tuple:

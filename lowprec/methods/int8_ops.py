@@ -15,9 +15,11 @@ same quantization in Inductor's fused torch ops took about 140 of the 312 ms of 
 fallback in 128 x 128 blocks (the stream's hash in int64, the draws, several passes per operand);
 on this operator the quantize passes take 64 of 242 ms (results/bench/profiles/).
 
-``int8_block_mm(...)``: fp32 ``A @ B.T`` of block-scaled INT8 operands on the Triton GEMM
+``block_mm(...)``: fp32 ``A @ B.T`` of block-scaled INT8 operands on the Triton GEMM
 (``lowprec.kernels.int8_fallback_gemm``: the first parts in its main loop, the second parts in a
-pass over the flagged K-groups, found on the device), an opaque node of the graph.
+pass over the flagged K-groups, found on the device): on CUDA a ``triton_op`` whose launches
+Inductor makes from its own code (pointer loads: no tensor descriptors in a traced launch),
+elsewhere the opaque operator ``int8_block_mm``.
 
 Both run where ``takes_kernels`` says (CUDA with Triton; tests add "cpu" to ``KERNEL_DEVICES``; the
 quantize operator not with LOWPREC_QUANT_KERNELS=0, ``quantizes_on_kernels``):
@@ -174,3 +176,24 @@ def int8_block_mm(qa: torch.Tensor, da: torch.Tensor, ra: Optional[torch.Tensor]
 @int8_block_mm.register_fake
 def _(qa, da, ra, dra, fa, block_a, qb, db, rb, drb, fb, block_b):
     return qa.new_empty((qa.shape[0], qb.shape[0]), dtype=torch.float32)
+
+
+# On CUDA: a triton_op, whose launches (the main kernel, the second-part passes) Inductor traces and
+# makes from its own code. As an opaque operator each call cost about 200 us of Python on the host
+# (argument checks, configuration lookup, Triton's launcher), 336 calls per step of the 1 B model,
+# where the step is host-bound. A shape class new to the trace is tuned while it is traced.
+@torch.library.triton_op("lowprec::int8_block_mm_cuda", mutates_args=())
+def int8_block_mm_cuda(qa: torch.Tensor, da: torch.Tensor, ra: Optional[torch.Tensor], dra: Optional[torch.Tensor],
+                       fa: Optional[torch.Tensor], block_a: list[int], qb: torch.Tensor, db: torch.Tensor,
+                       rb: Optional[torch.Tensor], drb: Optional[torch.Tensor], fb: Optional[torch.Tensor],
+                       block_b: list[int]) -> torch.Tensor:
+    """``int8_block_mm`` on a CUDA device."""
+    from ..kernels import int8_fallback_gemm as kf
+    return kf.int8_fallback_gemm(qa, da, qb, db, tuple(block_a), tuple(block_b), ra, dra, fa, rb, drb, fb,
+                                 launcher=torch.library.wrap_triton)
+
+
+def block_mm(qa, da, ra, dra, fa, block_a, qb, db, rb, drb, fb, block_b) -> torch.Tensor:
+    """The product on the operator of the operands' device (``int8_block_mm_cuda`` on CUDA)."""
+    op = int8_block_mm_cuda if qa.is_cuda else int8_block_mm
+    return op(qa, da, ra, dra, fa, list(block_a), qb, db, rb, drb, fb, list(block_b))
