@@ -381,6 +381,34 @@ def use_compile(t: dict, place: dict) -> bool:
     return bool(want)
 
 
+def _processes(place: dict) -> int:
+    devices = place["devices"]
+    per_node = torch.cuda.device_count() if devices == "auto" else int(devices)
+    return per_node * int(place["num_nodes"])
+
+
+def use_cudagraphs(t: dict, place: dict, compiled_on: bool, transformed: list) -> bool:
+    """train.cudagraphs resolved: CUDA graphs need blocks compiled on one GPU whose weights are
+    graph inputs (``transformed``: layers that make new weights at every call, GaussWS's); auto
+    takes them where they can be, true refuses a run where they cannot."""
+    want = t.get("cudagraphs", False)
+    if not want:
+        return False
+    why = None
+    if not compiled_on or place["accelerator"] != "gpu":
+        why = "the blocks are not compiled on a GPU here (train.compile, train.accelerator)"
+    elif transformed:
+        why = (f"the method makes new weights at every call ({type(transformed[0]).__name__}, GaussWS's "
+               "sampling), so the graphs would be recorded again at every step")
+    elif _processes(place) > 1:
+        why = "it is not validated with more than one process (train.devices, train.num_nodes)"
+    if why is None:
+        return True
+    if want == "auto":
+        return False
+    raise cfglib.ConfigError(f"train.cudagraphs: true, but {why}; use auto (graphs where they can run) or false")
+
+
 def run(cfg: dict, callbacks: list | None = None) -> dict:
     """Train one run from its resolved config; returns its provenance record (empty on ranks other
     than zero, which write nothing)."""
@@ -399,8 +427,12 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     module = LitLM(cfg, data.vocab_size, precision)
     compile_numerics = t.get("compile_numerics", "eager")
     if use_compile(t, place):
-        from .linear import compile_numerics_options, compiled
-        module.compiled = compiled(module.model, options=compile_numerics_options(compile_numerics))
+        from .linear import compile_numerics_options, compiled, transformed_layers
+        cudagraphs = use_cudagraphs(t, place, True, transformed_layers(module.model))
+        module.compiled = compiled(module.model, cudagraphs=cudagraphs,
+                                   options=compile_numerics_options(compile_numerics))
+    elif t.get("cudagraphs") is True:
+        use_cudagraphs(t, place, False, [])  # refused: nothing is compiled
     n_parameters = count_parameters(module.model)  # before FSDP shards them
 
     # Read-only here (every rank decides the same); PrepareRunFolder changes the folder later.
@@ -496,6 +528,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
         "parameters": n_parameters,
         "precision": precision, "compiled": module.compiled is not None,
         "compile_numerics": compile_numerics if module.compiled is not None else None,
+        "cudagraphs": module.compiled is not None and module.compiled.cudagraphs,
         "method": module.method_info,
         "final_val_loss": float(val.iloc[-1]) if len(val) else None,
         "mean_tokens_per_s": steplog.mean_tokens_per_s(),

@@ -234,6 +234,30 @@ def test_train_compile_setting():
         use_compile({"compile": True}, {"accelerator": "gpu", "strategy": "fsdp"})
 
 
+def test_train_cudagraphs_setting():
+    """train.cudagraphs: off by default; auto takes CUDA graphs only where the compiled blocks run on
+    one GPU with weights that are graph inputs; true refuses, naming the key and the reason, where
+    they cannot run; a result-neutral key (the same kernels), so committed runs stay current."""
+    from lowprec.config import RESULT_NEUTRAL_KEYS, ConfigError
+    from lowprec.train import use_cudagraphs
+
+    one_gpu = {"accelerator": "gpu", "strategy": "auto", "devices": 1, "num_nodes": 1}
+    two_gpus = {**one_gpu, "devices": 2}
+    cpu = {"accelerator": "cpu", "strategy": "auto", "devices": 1, "num_nodes": 1}
+    gaussws = [object()]
+    assert not use_cudagraphs({}, one_gpu, True, []) and not use_cudagraphs({"cudagraphs": False}, one_gpu, True, [])
+    for want in ("auto", True):
+        assert use_cudagraphs({"cudagraphs": want}, one_gpu, True, [])
+    for place, on, transformed, why in ((cpu, True, [], "not compiled on a GPU"),
+                                        (one_gpu, False, [], "not compiled on a GPU"),
+                                        (one_gpu, True, gaussws, "new weights at every call"),
+                                        (two_gpus, True, [], "more than one process")):
+        assert not use_cudagraphs({"cudagraphs": "auto"}, place, on, transformed)
+        with pytest.raises(ConfigError, match=f"train.cudagraphs.*{why}"):
+            use_cudagraphs({"cudagraphs": True}, place, on, transformed)
+    assert "train.cudagraphs" in RESULT_NEUTRAL_KEYS
+
+
 def test_compile_numerics_setting_reaches_inductor(monkeypatch):
     """train.compile_numerics: "eager" compiles the blocks with EAGER_NUMERICS, "fast" with each of
     those settings off; anything else is an error naming the key (also in the config schema)."""
