@@ -126,3 +126,35 @@ def test_e2e_profile_sources_are_found_in_inductor_cache_by_full_name(tmp_path, 
     assert "# triton_poi_fused_add_1: 2.50 ms in 16 calls per step\n@triton_heuristics.pointwise" in text
     assert "return 2" in text and "return 1" not in text and "other_code" not in text
     assert "# triton_red_fused_sum_3: 1.00 ms in 4 calls per step\n# (source not found)" in text
+
+
+def test_fresh_compilation_keeps_every_case_compiled(monkeypatch):
+    """Cases that compile the same code each get their own graph: without the reset the ninth
+    would pass Dynamo's recompile limit and run eagerly (no graph), unannounced."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    from lowprec.bench.common import fresh_compilation
+
+    monkeypatch.setattr(torch._dynamo.config, "fail_on_recompile_limit_hit", False)  # restored after
+
+    def case(k):
+        def step(x):
+            return x * k  # the closure's constant: a guard that fails for every other case
+        return step
+
+    try:
+        for k in range(12):
+            fresh_compilation()
+            counters.clear()
+            assert torch.equal(torch.compile(case(k), backend="eager")(torch.ones(2)), torch.full((2,), float(k)))
+            assert counters["stats"]["unique_graphs"] == 1, k
+        assert torch._dynamo.config.fail_on_recompile_limit_hit
+        torch._dynamo.reset()
+        compiled = [torch.compile(case(k), backend="eager") for k in range(12)]
+        counters.clear()
+        for f in compiled:
+            f(torch.ones(2))
+        assert counters["stats"]["unique_graphs"] < 12  # what the reset prevents
+    finally:
+        torch._dynamo.reset()

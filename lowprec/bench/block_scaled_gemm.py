@@ -18,8 +18,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
-                                  parse_names, parse_shapes, require_cuda_triton, write_budgeted_run, write_provenance)
+from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, fresh_compilation,
+                                  gpu_provenance, parse_names, parse_shapes, require_cuda_triton, write_budgeted_run, write_provenance)
 
 PROG = "lowprec.bench.block_scaled_gemm"
 FIELDS = ("M", "N", "K", "dtype", "layout", "launch", "config", "ms", "tflops", "ratio_vs_bf16",
@@ -101,9 +101,7 @@ def main(argv=None) -> int:
                     a, sa = _operand(torch, M, K, dtype, layout == "a_transposed_view", gen)
                     b, sb = _operand(torch, N, K, dtype, layout == "b_transposed_view", gen)
                     want = dequantized(a, sa, BLOCK) @ dequantized(b, sb, BLOCK).t()
-                    # a fresh compilation per case: past Dynamo's recompile limit the operator would
-                    # run eagerly, and its Python dispatch would be timed with it
-                    torch._dynamo.reset()
+                    fresh_compilation()
                     compiled = torch.compile(op, dynamic=False)
                     launches = [("direct", "default", lambda: kg.block_scaled_mm(a, sa, BLOCK, b, sb, BLOCK,
                                                                                  torch.bfloat16)),

@@ -68,6 +68,17 @@ def require_cuda_triton(prog: str, tests: str = ""):
 _KINDS = {int: "integers", float: "numbers"}
 
 
+def fresh_compilation() -> None:
+    """Forget every compiled graph before a case compiles its own: the cases of a benchmark compile
+    the same code (one function, the decoder layer), so their graphs accumulate on it, and past
+    Dynamo's recompile limit (8) a later case would run eagerly without a word (measured: six arms
+    of the end-to-end benchmark at 0.02-0.1x); a case that hits the limit on its own fails."""
+    import torch
+
+    torch.compiler.reset()
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+
+
 def parse_list(prog: str, flag: str, text: str, conv: Callable = int) -> list:
     """The comma-separated values of option `flag` (empty items skipped), each through conv; exit 2
     if one does not convert."""

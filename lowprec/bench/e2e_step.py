@@ -54,7 +54,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import bench_parser, fail, parse_names, require_cuda
+from .common import bench_parser, fail, fresh_compilation, parse_names, require_cuda
 from .train_step import MODEL, optimizer, random_batches, step
 
 PROG = "e2e_step"
@@ -271,11 +271,7 @@ def measure(arm: str, shape_name: str, args) -> dict:
     import torch
 
     shape = SHAPES[shape_name]
-    # a fresh compilation per arm: the arms compile the same decoder-layer code, so their graphs
-    # accumulate on it, and past Dynamo's recompile limit (8) a later arm ran eager unannounced
-    # (measured: 0.02-0.1x at 98 M for six arms after the torchao one); a hit within an arm fails it
-    torch.compiler.reset()
-    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    fresh_compilation()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     fn, model, path = build_arm(arm, shape, args.cudagraphs, args.inductor_options)

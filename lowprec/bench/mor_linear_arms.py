@@ -212,6 +212,7 @@ class FastPathLinear:
         from torch import nn
 
         from lowprec import convert
+        from lowprec.bench.common import fresh_compilation
         from lowprec.recipes import recipe_from_config
         self.torch = torch
         self.model = nn.Sequential(nn.Linear(hidden, hidden, bias=False)).to(DEVICE)
@@ -223,6 +224,7 @@ class FastPathLinear:
             with torch.autocast(DEVICE, dtype=torch.bfloat16):
                 y = self.model(x)
             y.backward(dy)
+        fresh_compilation()  # one arm at a time, each compiling the same fwd_bwd code
         self._step = torch.compile(fwd_bwd, dynamic=False)
 
     def step(self, x, w, dy):

@@ -22,8 +22,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, gpu_provenance,
-                                  parse_shapes, require_cuda_triton, write_budgeted_run, write_provenance)
+from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fresh_compilation,
+                                  gpu_provenance, parse_shapes, require_cuda_triton, write_budgeted_run, write_provenance)
 
 PROG = "lowprec.bench.subtensor_quant"
 FIELDS = ("rows", "cols", "path", "ms", "gb_per_s", "ratio_vs_clone", "ratio_vs_torch", "equal", "error_block_share")
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
                  * torch.logspace(-3, 2, N, device="cuda")).to(torch.bfloat16)
             gb = x.numel() * x.element_size() / 1e9
             t_clone = bench(lambda: x.clone())
-            torch._dynamo.reset()  # a fresh compilation per shape (Dynamo's recompile limit)
+            fresh_compilation()
             compiled = torch.compile(step_operands, options=EAGER_NUMERICS, dynamic=False)
             paths = {name: lambda q=q: compiled(q, x) for name, q in (("torch_compiled", q_torch),
                                                                       ("kernel_compiled", q_kernel))}
