@@ -311,9 +311,9 @@ def missing_run_files(run_dir) -> list[str]:
 # it logs, how often it saves a checkpoint, how many threads or processes share its batches
 # (train.batch_size is the global batch, check_global_batch: N processes train the batches of one;
 # only the order of floating-point sums differs), and whether the blocks are compiled (the same
-# arithmetic, fused differently) or replayed as CUDA graphs (the same kernels). A run folder whose config.yaml differs from the
-# resolved config in these keys alone is current. data.dir is compared by its last part, the data
-# id, which changes with the data (data_id) but not with the results root.
+# arithmetic, fused differently) or replayed as CUDA graphs (the same kernels). A run folder whose
+# config.yaml differs from the resolved config in these keys alone is current. data.dir is compared
+# by its last part, the data id, which changes with the data (data_id) but not with the results root.
 RESULT_NEUTRAL_KEYS = ("output_dir", "logging", "train.threads", "train.strategy", "train.devices",
                        "train.num_nodes", "train.ckpt_every", "train.compile", "train.cudagraphs")
 

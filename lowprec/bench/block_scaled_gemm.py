@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, fresh_compilation,
-                                  gpu_provenance, parse_names, parse_shapes, require_cuda_triton, write_budgeted_run, write_provenance)
+                                  gpu_provenance, parse_names, parse_shapes, require_cuda_triton, write_budgeted_run,
+                                  write_provenance)
 
 PROG = "lowprec.bench.block_scaled_gemm"
 FIELDS = ("M", "N", "K", "dtype", "layout", "launch", "config", "ms", "tflops", "ratio_vs_bf16",

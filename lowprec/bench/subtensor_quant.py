@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fresh_compilation,
-                                  gpu_provenance, parse_shapes, require_cuda_triton, write_budgeted_run, write_provenance)
+                                  gpu_provenance, parse_shapes, require_cuda_triton, write_budgeted_run,
+                                  write_provenance)
 
 PROG = "lowprec.bench.subtensor_quant"
 FIELDS = ("rows", "cols", "path", "ms", "gb_per_s", "ratio_vs_clone", "ratio_vs_torch", "equal", "error_block_share")
