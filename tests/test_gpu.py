@@ -692,7 +692,7 @@ def test_training_on_gpu(prepared_data, tmp_path, method):
         assert rec["method"]["numerics"].startswith("bf16 autocast")
 
 
-@pytest.mark.parametrize("method", ["bf16", "fp8_hybrid", "int8_fallback"])
+@pytest.mark.parametrize("method", ["bf16", "fp8_hybrid", "int8_block"])
 def test_training_with_cuda_graphs_records_the_same_curve(prepared_data, tmp_path, method):
     """train.cudagraphs replays the compiled blocks' kernels as CUDA graphs: the same kernels, so the
     run records the same training and validation losses as without them (telemetry steps run
