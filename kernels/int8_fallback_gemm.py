@@ -425,7 +425,7 @@ class _Gemm:
         da = torch.ones((_cdiv(self.M, self.bms), self.n_kb), device=self.dev)
         db = torch.ones((_cdiv(self.N, self.bns), self.n_kb), device=self.dev)
         real = _Gemm(qa, da, qb, db, (self.bms, self.gk), (self.bns, self.gk), *(None,) * 6)
-        real.tma_usable = real.tma_usable and self.tma_usable  # the shape class of this call
+        real.tma_usable = self.tma_usable  # the traced call's shape class: pointer loads
         return real
 
     # -- the second-part pass

@@ -426,13 +426,12 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     L.seed_everything(cfg["seed"], workers=True, verbose=False)
     module = LitLM(cfg, data.vocab_size, precision)
     compile_numerics = t.get("compile_numerics", "eager")
-    if use_compile(t, place):
-        from .linear import compile_numerics_options, compiled, transformed_layers
-        cudagraphs = use_cudagraphs(t, place, True, transformed_layers(module.model))
+    from .linear import compile_numerics_options, compiled, transformed_layers
+    compile_on = use_compile(t, place)
+    cudagraphs = use_cudagraphs(t, place, compile_on, transformed_layers(module.model))
+    if compile_on:
         module.compiled = compiled(module.model, cudagraphs=cudagraphs,
                                    options=compile_numerics_options(compile_numerics))
-    elif t.get("cudagraphs") is True:
-        use_cudagraphs(t, place, False, [])  # refused: nothing is compiled
     n_parameters = count_parameters(module.model)  # before FSDP shards them
 
     # Read-only here (every rank decides the same); PrepareRunFolder changes the folder later.

@@ -390,7 +390,7 @@ def main(argv=None) -> int:
     if args.inductor_options and (args.merge or Path(args.out) == Path(DEFAULT_OUT)):
         fail(PROG, "--inductor: write the run to its own --out (its rows are not the suite's defaults), "
                    "without --merge")
-    torch = require_cuda(PROG)
+    require_cuda(PROG)
     shapes = parse_names(PROG, "--shapes", args.shapes, tuple(SHAPES))
     arms = [a for a in parse_names(PROG, "--arms", args.arms, ARMS) if a != BASELINE]
     out = Path(args.out)
@@ -412,8 +412,7 @@ def main(argv=None) -> int:
             except Exception as exc:  # one arm's failure must not lose the others' measurements
                 run["failed"][f"{shape}/{arm}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
                 print(f"# {shape:10s} {arm:24s} FAILED {run['failed'][f'{shape}/{arm}']}", flush=True)
-                torch.compiler.reset()
-                continue
+                continue  # the next arm starts from a fresh compilation (measure)
             if arm == BASELINE:  # the baseline's repeats from both ends of the shape's run
                 info["baseline_drift"] = round(statistics.median(m["reps"]) / base[shape] - 1, 4)
                 first["reps"] += m["reps"]
