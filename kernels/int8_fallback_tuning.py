@@ -101,8 +101,9 @@ def default_config(gk: int, M: int = 1 << 12, N: int = 1 << 12) -> GemmConfig:
 
 def candidate_configs(gk: int, tma: bool = True) -> list:
     """The configurations tuning tries for K-group gk on Hopper-class GPUs (H100/H200): 128-256
-    tiles with 8 warps and 64-128 tiles with 4, 3-4 stages, about 128 bytes of K per iteration
-    (twice that for the 4-warp tile; half that too for small groups), each with pointer loads and,
+    tiles with 8 warps and 64-128 tiles with 4 (in 3 stages too: three programs an SM), 3-4
+    stages, about 128 bytes of K per iteration (twice that for the 4-warp tile; half that too for
+    small groups), each with pointer loads and,
     where the operands allow, tensor-descriptor (TMA) loads. Which wins depends on the shape
     (measured on the H200: results/bench/int8_gemm_h200_tune.csv). The software-pipelined loop
     (``pipelined``: one K-group a step, its dot in flight while the previous product is rescaled)
@@ -112,6 +113,9 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
     kg = _default_k_groups(gk)
     tiles = ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4))
     out = [GemmConfig(bm, bn, kg, w, st) for bm, bn, w, st in tiles]
+    # the 4-warp tiles in 3 stages (72 KB at 128 bytes of K): three programs share an SM where
+    # registers allow, so that one's rescale overlaps the others' MMAs (two fit in 4 stages)
+    out += [GemmConfig(bm, bn, kg, 4, 3) for bm, bn in ((128, 64), (64, 128))]
     out.append(GemmConfig(128, 64, kg * 2, 4, 3))
     if gk <= 64:
         out += [GemmConfig(128, 128, kg // 2, 8, 4), GemmConfig(128, 128, kg * 2, 8, 3)]
