@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, fresh_compilation,
                                   gpu_provenance, parse_names, parse_shapes, require_cuda_triton, write_budgeted_run,
-                                  write_provenance)
+                                  provenance_path, write_provenance)
 
 PROG = "lowprec.bench.block_scaled_gemm"
 FIELDS = ("M", "N", "K", "dtype", "layout", "launch", "config", "ms", "tflops", "ratio_vs_bf16",
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     bench, timer = do_bench_median(args.warmup, args.rep)
     out = Path(args.out)
     prov = gpu_provenance(timer=timer, block=list(BLOCK))
-    write_provenance(out.with_suffix(".provenance.json"), prov)
+    write_provenance(provenance_path(out), prov)
     budget, rows = Budget(args.budget_s), []
 
     def op(a, sa, b, sb):

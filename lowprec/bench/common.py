@@ -156,12 +156,19 @@ class Budget:
         return False
 
 
+def provenance_path(out) -> Path:
+    """Where a benchmark's provenance goes: ``<name>.provenance.json`` beside its CSV ``<name>.csv``,
+    the name the reports and the README's results read."""
+    out = Path(out)
+    return out.with_name(out.stem + ".provenance.json")
+
+
 def write_budgeted_run(out: Path, fields, rows, prov: dict, budget: Budget) -> None:
     """A budgeted benchmark's end, also when it stops on an error: its rows, and its provenance
     beside them with the time it took and what the budget left out."""
     write_rows(out, fields, rows)
     prov["elapsed_s"], prov["skipped"] = round(budget.elapsed(), 1), budget.skipped
-    write_provenance(Path(out).with_suffix(".provenance.json"), prov)
+    write_provenance(provenance_path(out), prov)
     print(f"# wrote {out} ({len(rows)} rows)")
 
 

@@ -54,7 +54,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import bench_parser, fail, fresh_compilation, parse_names, require_cuda
+from .common import bench_parser, fail, fresh_compilation, parse_names, provenance_path, require_cuda
 from .train_step import MODEL, optimizer, random_batches, step
 
 PROG = "e2e_step"
@@ -326,7 +326,7 @@ def _previous(out: Path, merge: bool) -> tuple[list[dict], list[dict]]:
     """(rows, provenance runs) already in ``out`` that a ``--merge`` run keeps."""
     import csv
     import json
-    prov = out.with_name(out.stem + ".provenance.json")
+    prov = provenance_path(out)
     if not merge or not out.exists():
         return [], []
     with out.open() as fh:
@@ -345,7 +345,7 @@ def merge_outputs(out: Path, sources: list) -> None:
 
     def load(path: Path):
         rows, runs = _previous(path, True)
-        prov_path = path.with_name(path.stem + ".provenance.json")
+        prov_path = provenance_path(path)
         prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
         for r in runs:
             r.setdefault("device", prov.get("device"))
@@ -367,7 +367,7 @@ def merge_outputs(out: Path, sources: list) -> None:
         w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    write_json(out.with_name(out.stem + ".provenance.json"), prov)
+    write_json(provenance_path(out), prov)
     print(f"# merged {len(sources)} file(s) into {out}: {len(rows)} rows, {len(runs)} runs")
 
 

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, gpu_provenance, parse_int_list,
-                                  parse_names, require_cuda_triton, write_provenance)
+                                  parse_names, require_cuda_triton, provenance_path, write_provenance)
 
 PROG = "gaussws_kernel"
 
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     bench, timer = do_bench_median(args.warmup, args.rep)
-    prov_path = out.with_name(out.stem + ".provenance.json")
+    prov_path = provenance_path(out)
     write_provenance(prov_path, _provenance(timer))
 
     rows, mismatches = [], 0

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
                                   parse_int_list, parse_list, parse_names, parse_shapes, require_cuda_triton,
-                                  write_provenance, write_rows)
+                                  provenance_path, write_provenance, write_rows)
 from lowprec.bench.int8_gemm_runner import FIELDS, Bench
 from lowprec.bench.int8_gemm_sweeps import (ablation_sweep, check_sweep, quantize_sweep, shapes_sweep,
                                             square_sweeps, ws_sweep)
@@ -197,7 +197,7 @@ def main(argv=None, _device: str = "cuda") -> int:
     if _device != "cuda" and not kf.interpreter_active():
         fail(PROG, "a CPU dry run needs the kernels built for the Triton interpreter (TRITON_INTERPRET=1)")
     out = Path(args.out)
-    prov_path, tune_path = out.with_suffix(".json"), out.with_name(out.stem + "_tune.csv")
+    prov_path, tune_path = provenance_path(out), out.with_name(out.stem + "_tune.csv")
     if _device == "cuda":
         prov = _provenance(do_bench_median(args.warmup, args.rep)[1])
     else:

@@ -58,7 +58,7 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
-                                  parse_int_list, parse_list, parse_names, require_cuda_triton, write_provenance,
+                                  parse_int_list, parse_list, parse_names, require_cuda_triton, provenance_path, write_provenance,
                                   write_rows)
 from lowprec.bench.mor_linear_arms import (DEVICE, RAN, DeviceMoRLinear, FastPathLinear, Fp8CurrentLinear,
                                            HostSyncMoRLinear,
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     bench, timer = do_bench_median(args.warmup, args.rep)
-    write_provenance(out.with_suffix(".json"), _provenance(timer))
+    write_provenance(provenance_path(out), _provenance(timer))
     # compile the timed arms' kernels in parallel with the checks (nothing is timed meanwhile)
     warmers = _start_warmers(args, partitions, block, hidden, thresholds) if args.precompile else []
 
@@ -346,7 +346,7 @@ def main(argv=None) -> int:
             del x, w, dy
             torch.cuda.empty_cache()
 
-    print(f"# wrote {out}, {out.with_suffix('.json')} and the _check / _gemm CSVs beside it; "
+    print(f"# wrote {out}, {provenance_path(out)} and the _check / _gemm CSVs beside it; "
           f"{budget.elapsed():.0f} s", flush=True)
     if budget.skipped:
         print(f"# skipped for the budget: {'; '.join(budget.skipped)}", flush=True)

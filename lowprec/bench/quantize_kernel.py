@@ -7,7 +7,7 @@ the achieved bandwidth (bytes the kernel must read and write), the same for a pl
 the input measured in the same run (the practical bandwidth ceiling), the torch reference
 (lowprec.numerics.quantize, then the conversion to the native dtype), and whether the kernel's
 codes and scales equal the reference's at that size. A JSON provenance file is written beside the
-CSV (same name, .json).
+CSV (<name>.provenance.json).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, gpu_provenance, parse_int_list,
-                                  parse_names, require_cuda_triton, write_provenance)
+                                  parse_names, require_cuda_triton, provenance_path, write_provenance)
 
 PROG = "quantize_kernel"
 
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     bench, timer = do_bench_median(args.warmup, args.rep)
-    write_provenance(out.with_suffix(".json"), _provenance(args, timer))
+    write_provenance(provenance_path(out), _provenance(args, timer))
 
     rows = []
     with out.open("w", newline="") as fh:
@@ -179,7 +179,7 @@ def main(argv=None) -> int:
             del x, noise
             torch.cuda.empty_cache()
     mismatches = [r for r in rows if r["matches_ref"] == "False"]
-    print(f"# wrote {out} ({len(rows)} rows) and {out.with_suffix('.json')}")
+    print(f"# wrote {out} ({len(rows)} rows) and {provenance_path(out)}")
     if mismatches:
         print(f"# WARNING: {len(mismatches)} configurations differ from the torch reference", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ from pathlib import Path
 from .. import provenance
 from ..config import model_config, scale_config
 from ..io import write_json, write_text
+from .common import provenance_path
 
 
 def step_time(model_name: str, recipe: str | None, batch: int, seq: int, vocab: int, repeats: int,
@@ -70,7 +71,7 @@ def main(argv=None) -> None:
             print(rows[-1], flush=True)
     out = Path(args.out)
     write_text(out, "\n".join(rows) + "\n")
-    write_json(out.with_suffix(".provenance.json"), {
+    write_json(provenance_path(out), {
         **provenance.collect(), "time": provenance.now(), "threads": args.threads, "repeats": args.repeats,
         "shape": {"batch": batch, "seq_len": seq, "vocab": vocab}, "what": __doc__.strip().split("\n")[0]})
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fresh_compilation,
                                   gpu_provenance, parse_shapes, require_cuda_triton, write_budgeted_run,
-                                  write_provenance)
+                                  provenance_path, write_provenance)
 
 PROG = "lowprec.bench.subtensor_quant"
 FIELDS = ("rows", "cols", "path", "ms", "gb_per_s", "ratio_vs_clone", "ratio_vs_torch", "equal", "error_block_share")
@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     bench, timer = do_bench_median(args.warmup, args.rep)
     out = Path(args.out)
     prov = gpu_provenance(timer=timer, block=list(BLOCK), mode="two_way", scale="fp32", eager_numerics=EAGER_NUMERICS)
-    write_provenance(out.with_suffix(".provenance.json"), prov)
+    write_provenance(provenance_path(out), prov)
     budget, rows = Budget(args.budget_s), []
     try:
         for M, N in shapes:

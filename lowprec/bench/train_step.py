@@ -5,9 +5,7 @@ function needs it, so that the benchmarks' ``--help`` and usage errors answer be
 
 from __future__ import annotations
 
-import csv
 import time
-from pathlib import Path
 
 MODEL = {"name": "llama2_100m", "family": "llama", "layers": 12, "d_model": 768, "heads": 12, "kv_heads": 12,
          "ffn": 2048, "max_seq_len": 1024, "tie_embeddings": False}
@@ -87,14 +85,10 @@ def write_results(out: str, fields: list, rows: list[dict], what: str, **extra) 
     optimizer and autocast it timed, plus ``extra``)."""
     from .. import provenance
     from ..io import write_json
+    from .common import provenance_path, write_rows
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    write_json(out.with_name(out.stem + ".provenance.json"), {
+    write_rows(out, fields, rows)
+    write_json(provenance_path(out), {
         **provenance.collect(), "time": provenance.now(), "model": MODEL, "vocab": VOCAB,
         "optimizer": OPTIMIZER, "autocast": AUTOCAST, "what": what, **extra,
     })
