@@ -22,7 +22,11 @@ Arms (``--arms``):
                           them on the GPU (train.compile: auto): on the fast path where the recipe has one (``FastPlan``), else the
                           emulation compiled (``path`` reads ``compiled emulation``, never with CUDA graphs)
 
-Every arm's step is forward, loss, backward and a fused AdamW step, quantization included. Arms run
+Every arm's step is forward, loss, backward and a fused AdamW step, quantization included, timed in
+the steady state of a training loop (``time_steps``: an untimed step refills the launch queue after
+each sync, CUDA events time the rest). A run's ``timer`` in the provenance says so; runs without
+one timed the steps between two syncs by the wall clock, the first step waiting for every launch.
+Arms run
 one after another (a 1B model with its AdamW state is ~18 GB: all arms at once do not fit); the
 baseline is measured first and again last, and the ratios are against the mean of the two (their
 spread is in the provenance as the drift of the run). ``lowp_gemms_per_step`` counts the
@@ -256,15 +260,30 @@ def count_lowp(events, by_kernel: bool = False) -> int:
     return n
 
 
+# how a repeat is timed (the provenance's runs record it)
+TIMER = ("steady state: one untimed step refills the launch queue after a sync, then CUDA events on the "
+         "stream time --steps steps")
+
+
 def time_steps(fn, opt, batches, steps: int) -> float:
+    """Tokens/s of `steps` training steps in the steady state of a training loop, where the host
+    queues a step's kernels while the GPU runs the last one's. After a sync the queue is empty and
+    the first step waits for every launch: for GaussWS, whose 112 weight draws are launched before
+    the first block (1 B), that exposed 14 ms of idle GPU against compiled BF16's 2 ms (profiled,
+    2cdbf88), once per repeat, not per step of training. So one step refills the queue untimed and
+    events recorded on the stream time the next ones: the GPU's time, or the host's where it falls
+    behind."""
     import torch
 
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    step(fn, opt, batches)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
     for _ in range(steps):
         step(fn, opt, batches)
-    torch.cuda.synchronize()
-    return sum(x.numel() for x, _ in batches) * steps / (time.perf_counter() - t0)
+    end.record()
+    end.synchronize()
+    return sum(x.numel() for x, _ in batches) * steps / (start.elapsed_time(end) / 1e3)
 
 
 def measure(arm: str, shape_name: str, args) -> dict:
@@ -397,7 +416,7 @@ def main(argv=None) -> int:
     old_rows, old_runs = _previous(out, args.merge)
     from .. import provenance
     run = {"commit": provenance.git_commit(), "time": provenance.now(), "arms": [BASELINE, *arms],
-           "inductor_options": args.inductor_options,
+           "inductor_options": args.inductor_options, "timer": TIMER,
            "shapes": {}, "failed": {}, "device": provenance.collect().get("device")}
     rows = []
     for shape in shapes:
