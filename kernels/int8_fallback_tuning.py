@@ -103,13 +103,13 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
     """The configurations tuning tries for K-group gk on Hopper-class GPUs (H100/H200): 128-256
     tiles with 8 warps and 64-128 tiles with 4 (in 3 stages too: three programs an SM), 3-4
     stages, about 128 bytes of K per iteration (twice that for the 4-warp tile; half that too for
-    small groups), each with pointer loads and,
-    where the operands allow, tensor-descriptor (TMA) loads. Which wins depends on the shape
-    (measured on the H200: results/bench/int8_gemm_h200_tune.csv). The software-pipelined loop
-    (``pipelined``: one K-group a step, its dot in flight while the previous product is rescaled)
-    for the 128x128 and the 4-warp tiles. Not among them: the
-    warp-specialized loop, which Triton 3.6 fails to compile for this kernel on Hopper
-    (NVGPUWarpSpecialization: "operation destroyed but still has uses")."""
+    small groups), each with pointer loads and, where the operands allow, tensor-descriptor (TMA)
+    loads. Which wins depends on the shape (measured on the H200:
+    results/bench/int8_gemm_h200_tune.csv; the 3-stage tiles won the 1 B step's forward shapes,
+    results/bench/int8_gemm_h200_3stage/). The software-pipelined loop (``pipelined``: one K-group
+    a step, its dot in flight while the previous product is rescaled) for the 128x128 and the
+    4-warp tiles. Not among them: the warp-specialized loop, which Triton 3.6 fails to compile for
+    this kernel on Hopper (NVGPUWarpSpecialization: "operation destroyed but still has uses")."""
     kg = _default_k_groups(gk)
     tiles = ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4))
     out = [GemmConfig(bm, bn, kg, w, st) for bm, bn, w, st in tiles]

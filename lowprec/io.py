@@ -71,6 +71,13 @@ def write_yaml(path: str | os.PathLike, obj: Any, if_changed: bool = False) -> b
     return True
 
 
+def provenance_path(measurement: str | os.PathLike) -> Path:
+    """The provenance of a committed measurement ``<name>.csv``: ``<name>.provenance.json`` beside
+    it, where the benchmarks write it and the reports read it."""
+    measurement = Path(measurement)
+    return measurement.with_name(measurement.stem + ".provenance.json")
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

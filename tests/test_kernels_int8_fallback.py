@@ -524,7 +524,7 @@ def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
     assert len(checks) > 10 and all(r["bitwise_equal"] == "true" for r in checks)
     assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback", "int8_fallback_fused"}
     assert all(r["config"] for r in rows if r["kind"].startswith("int8") and r["sweep"] != "check")
-    assert (tmp_path / "gemm.json").is_file() and (tmp_path / "gemm_tune.csv").is_file()
+    assert (tmp_path / "gemm.provenance.json").is_file() and (tmp_path / "gemm_tune.csv").is_file()
     printed = capsys.readouterr().out
     assert "---- summary" in printed and "FAILED" not in printed
 

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Callable, NoReturn
 
+from ..io import provenance_path  # noqa: F401 - the benchmarks import it from here
+
 
 def bench_parser(prog: str, doc: str, out_help: str = "CSV path; the provenance JSON goes beside it",
                  **out_kw) -> argparse.ArgumentParser:
@@ -154,13 +156,6 @@ class Budget:
         self.skipped.append(what)
         print(f"# skipped (budget {self.seconds:.0f} s spent): {what}", flush=True)
         return False
-
-
-def provenance_path(out) -> Path:
-    """Where a benchmark's provenance goes: ``<name>.provenance.json`` beside its CSV ``<name>.csv``,
-    the name the reports and the README's results read."""
-    out = Path(out)
-    return out.with_name(out.stem + ".provenance.json")
 
 
 def write_budgeted_run(out: Path, fields, rows, prov: dict, budget: Budget) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..io import provenance_path
 from .figures import WIDTH, pyplot, save_figure, suptitle
 from .markdown import markdown_table
 
@@ -124,6 +125,6 @@ def plot_throughput(table: pd.DataFrame, device: str, source: str, outputs: list
 
 def device_of(gemm_path: Path) -> str:
     """The GPU that ran the benchmark (from its provenance beside the CSV), as PEAK_RATIO names it."""
-    prov = gemm_path.with_name(gemm_path.name.replace(".csv", ".provenance.json"))
+    prov = provenance_path(gemm_path)
     gpu = json.loads(prov.read_text()).get("gpu", "") if prov.is_file() else ""
     return next((k for k in PEAK_RATIO if k.replace(" ", "").lower() in gpu.replace(" ", "").lower()), gpu or "GPU")

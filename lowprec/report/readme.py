@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from .. import config as cfglib
-from ..io import write_text
+from ..io import provenance_path, write_text
 from .markdown import markdown_lines
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -56,7 +56,7 @@ def _gpu(record) -> str | None:
 def measured_on(results: Path, measurement: str) -> str:
     """'H200 benchmark' for a committed measurement (``results/<measurement>``, its device from the
     provenance beside it)."""
-    prov = results / measurement.replace(".csv", ".provenance.json")
+    prov = provenance_path(results / measurement)
     gpu = _gpu(json.loads(prov.read_text())) if prov.is_file() else None
     return f"{gpu or 'GPU'} benchmark"
 
