@@ -1,3 +1,4 @@
+import json
 import re
 from pathlib import Path
 
@@ -98,6 +99,16 @@ def test_speed_section_shows_each_cell_with_the_commit_it_was_measured_at(tmp_pa
                          "| `bf16_compiled` | 1.000x, CUDA graphs `aaaaaaa` | 1.000x `ddddddd` |",
                          "| `fp8_delayed` | 0.060x, eager `bbbbbbb` | 0.711x `0123456` |",
                          "| `bf16_eager` | – | 0.648x `ccccccc` |", ""]
+    # runs the provenance lists without a timer timed between two syncs: marked, with a note
+    timer = {"timer": "steady state"}
+    bench.with_name("e2e_h200.provenance.json").write_text(json.dumps({"runs": [
+        {"commit": "aaaaaaa", **timer}, {"commit": "bbbbbbb"}, {"commit": "ddddddd", **timer},
+        {"commit": "0123456789abcdef"}]}))
+    lines = speed_lines(tmp_path, lambda p: f"<{p.name}>")
+    assert lines[6:9] == ["| `bf16_compiled` | 1.000x, CUDA graphs `aaaaaaa` | 1.000x `ddddddd` |",
+                          "| `fp8_delayed` | 0.060x†, eager `bbbbbbb` | 0.711x† `0123456` |",
+                          "| `bf16_eager` | – | 0.648x `ccccccc` |"]
+    assert lines[-2].startswith("† Timed by the wall clock between two syncs")
     bench.write_text("shape,arm,tokens_per_s\ns1b,bf16_compiled,90\n")
     with pytest.raises(ValueError, match=r"e2e_h200.csv: no column path, ratio_vs_bf16_compiled, commit"):
         speed_lines(tmp_path)
