@@ -45,7 +45,8 @@ def _equal_nan(a, b):
 # every mode with every scale, and each of them in both input dtypes (pairwise: the dtype only
 # changes the load, and each case costs seconds under the interpreter)
 RULE_CASES = [(mode, scale, (torch.float32, torch.bfloat16)[i % 2])
-              for i, (mode, scale) in enumerate((m, s) for m in ("two_way", "three_way") for s in ("fp32", "gam", "e8"))]
+              for i, (mode, scale) in enumerate((m, s) for m in ("two_way", "three_way")
+                                                for s in ("fp32", "gam", "e8"))]
 
 
 @pytest.mark.parametrize("mode,scale,dtype", RULE_CASES, ids=lambda v: str(v))

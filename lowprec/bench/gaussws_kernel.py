@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, gpu_provenance, parse_int_list,
-                                  parse_names, require_cuda_triton, provenance_path, write_provenance)
+                                  parse_names, provenance_path, require_cuda_triton, write_provenance)
 
 PROG = "gaussws_kernel"
 

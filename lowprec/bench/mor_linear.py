@@ -58,8 +58,8 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
-                                  parse_int_list, parse_list, parse_names, require_cuda_triton, provenance_path, write_provenance,
-                                  write_rows)
+                                  parse_int_list, parse_list, parse_names, provenance_path, require_cuda_triton,
+                                  write_provenance, write_rows)
 from lowprec.bench.mor_linear_arms import (DEVICE, RAN, DeviceMoRLinear, FastPathLinear, Fp8CurrentLinear,
                                            HostSyncMoRLinear,
                                            bf16_step, data)
