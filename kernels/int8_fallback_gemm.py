@@ -296,15 +296,15 @@ def quantize_fallback_rule(x: torch.Tensor, block=(32, 32), rule: str = "absmax"
 
 def _tma_usable(qa: torch.Tensor, qb: torch.Tensor, gk: int) -> bool:
     """Descriptor loads need a power-of-two group of >= 16 bytes and 16-byte aligned rows and bases
-    (known of real tensors only)."""
-    if not _HAS_TENSOR_DESCRIPTOR or gk < 16 or gk & (gk - 1) or _is_traced(qa) or _is_traced(qb):
+    (real tensors: a traced launch, ``_Gemm.launcher``, takes pointer loads without asking)."""
+    if not _HAS_TENSOR_DESCRIPTOR or gk < 16 or gk & (gk - 1):
         return False
     return qa.shape[1] % 16 == 0 and qa.data_ptr() % 16 == 0 and qb.data_ptr() % 16 == 0
 
 
 def _is_traced(t: torch.Tensor) -> bool:
-    """Whether ``t`` is a tracing stand-in (a fake or functional tensor of a compiled graph's trace)
-    rather than memory on a device."""
+    """Whether ``t`` is a tracing stand-in (a fake tensor of a compiled graph's trace) rather than
+    memory on a device."""
     from torch._subclasses.fake_tensor import is_fake
     return is_fake(t)
 
