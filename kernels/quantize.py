@@ -6,6 +6,8 @@ layout ``lowprec.numerics.compute_scale`` returns for the equivalent ``QuantSpec
 
     quantize_fp8(x, fmt="e4m3", scaling="tensor", block=None, scale=None, margin=0, pow2=False,
                  fp8_cast="auto")
+    quantize_fp8_with_transpose(x, fmt="e4m3", block=128, margin=0, pow2=False, fp8_cast="auto")
+        -> (codes, scale, codes_t, scale_t): (1, block) blocks of x and of x.t() from one read
     quantize_int8(x, scaling="tensor", block=None, scale=None, noise=None, margin=0, pow2=False)
     quantize_spec(x, spec, scale=None, noise=None, fp8_cast="auto")   # from a QuantSpec
     triton_available(device=None) -> bool                   # else use the torch path
@@ -82,6 +84,7 @@ __all__ = [
     "triton_available",
     "interpreter_active",
     "quantize_fp8",
+    "quantize_fp8_with_transpose",
     "quantize_int8",
     "quantize_spec",
     "SCALINGS",
@@ -285,7 +288,34 @@ if triton is not None:
                 codes = _encode(x * s4, u, FMAX, IS_INT, MAN, EMIN, EMAX, STOCHASTIC, NATIVE, FP8_TY)
                 tl.store(codes_ptr + offs, codes, mask=mask)
 
-    _JIT_FNS = (_quant_block_kernel, _load_fp32)
+    @triton.jit
+    def _quant_rows_cols_kernel(
+        x_ptr, codes_ptr, scale_ptr, codes_t_ptr, scale_t_ptr, M, N, n_bcol, n_brow, sx0, sx1,
+        B: tl.constexpr, IN_KIND: tl.constexpr, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr,
+        POW2: tl.constexpr, MAN: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
+        NATIVE: tl.constexpr, FP8_TY: tl.constexpr,
+    ):
+        """One program: a (B, B) tile of x, read once. Its rows give the (1, B) blocks of x, its
+        columns those of x's transpose (the rows of x.T); both codes are written row-major."""
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        r = pid_m * B + tl.arange(0, B)
+        c = pid_n * B + tl.arange(0, B)
+        rows = r.to(tl.int64)[:, None]
+        cols = c.to(tl.int64)[None, :]
+        mask = (rows < M) & (cols < N)
+        x = _load_fp32(x_ptr, rows * sx0 + cols * sx1, mask, IN_KIND)
+        a = _amax_operand(x, False)
+        s_row = _scale_from_amax(_max_axis(a, 1), FMAX, MARGIN_MUL, POW2)  # [B]: x's blocks
+        s_col = _scale_from_amax(_max_axis(a, 0), FMAX, MARGIN_MUL, POW2)  # [B]: x.T's blocks
+        tl.store(scale_ptr + r.to(tl.int64) * n_bcol + pid_n, s_row, mask=r < M)
+        tl.store(scale_t_ptr + c.to(tl.int64) * n_brow + pid_m, s_col, mask=c < N)
+        codes = _encode(x * s_row[:, None], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
+        tl.store(codes_ptr + rows * N + cols, codes, mask=mask)
+        codes_t = _encode(x * s_col[None, :], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
+        tl.store(codes_t_ptr + cols * M + rows, codes_t, mask=mask)
+
+    _JIT_FNS = (_quant_block_kernel, _quant_rows_cols_kernel, _load_fp32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -470,6 +500,52 @@ def quantize_fp8(
     if launcher is not None and scaling != "block":
         raise ValueError("launcher= is for block scaling (one launch); other scalings launch here")
     return _quantize(x, name, scaling, block, scale, None, margin, pow2, fp8_cast, launcher)
+
+
+def quantize_fp8_with_transpose(
+    x: torch.Tensor,
+    fmt: str = "e4m3",
+    block: int = 128,
+    *,
+    margin: int = 0,
+    pow2: bool = False,
+    fp8_cast: str = "auto",
+    launcher=None,
+):
+    """``(codes, scale, codes_t, scale_t)``: the (1, ``block``) block scaling of a 2-D ``x`` and
+    that of ``x.t()``, from one read of x (a (block, block) tile per program), bit for bit
+    ``quantize_fp8(x, fmt, "block", (1, block))`` and the same of ``x.t()``; both codes row-major.
+    A training step needs both layouts of an activation and of its gradient (the weight gradient
+    reduces over tokens): the two separate passes read x twice, the second through a transposed
+    view. ``block``: a power of two from 16 to 128 (the tile is held in registers)."""
+    name = get_format(fmt).name
+    if name not in _FP8_FORMATS:
+        raise ValueError(f"fmt must be one of {_FP8_FORMATS}, got {fmt!r}")
+    nonempty(x)
+    if x.dim() != 2:
+        raise ValueError(f"quantize_fp8_with_transpose: x must be 2-D, got shape {tuple(x.shape)}")
+    if x.dtype not in _INPUT_DTYPES:
+        raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
+    if not isinstance(block, int) or isinstance(block, bool) or block not in (16, 32, 64, 128):
+        raise ValueError(f"block must be 16, 32, 64 or 128 (a power of two the tile holds), got {block!r}")
+    if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
+        raise ValueError(f"margin must be an int >= 0, got {margin!r}")
+    _require_triton(x)
+    f = get_format(name)
+    M, N = x.shape
+    n_brow, n_bcol = _cdiv(M, block), _cdiv(N, block)
+    codes = torch.empty((M, N), dtype=to_torch_dtype(f), device=x.device)
+    codes_t = torch.empty((N, M), dtype=codes.dtype, device=x.device)
+    scale = torch.empty((M, n_bcol), dtype=torch.float32, device=x.device)
+    scale_t = torch.empty((N, n_brow), dtype=torch.float32, device=x.device)
+    in_kind, x_arg = _in_kind(x)
+    _c.launch(_quant_rows_cols_kernel, launcher)[(n_brow, n_bcol)](
+        x_arg, codes.view(torch.uint8), scale, codes_t.view(torch.uint8), scale_t, M, N, n_bcol, n_brow,
+        *x.stride(), B=block, IN_KIND=in_kind, FMAX=float(f.fmax), MARGIN_MUL=2.0**-margin, POW2=bool(pow2),
+        MAN=f.man_bits, EMIN=f.emin, EMAX=f.emax, NATIVE=_use_native_cast(x, fp8_cast),
+        FP8_TY=tl.float8e4nv if name == "e4m3" else tl.float8e5, num_warps=8 if block >= 64 else 4,
+    )
+    return codes, scale, codes_t, scale_t
 
 
 def quantize_int8(

@@ -126,6 +126,29 @@ def fp8_block_quantize_cuda(x2d: torch.Tensor, fmt: str, block: list[int], margi
                            launcher=torch.library.wrap_triton)
 
 
+def quantize_fp8_with_transpose(t: torch.Tensor, spec: QuantSpec) -> tuple:
+    """``quantize_fp8`` of a 2-D tensor and of its transpose under a 1x128 spec (``WITH_TRANSPOSE``):
+    ``(codes, scale, codes_t, scale_t)``. On CUDA one Triton pass reads ``t`` once for both
+    (``fp8_block_quantize_t_cuda``); elsewhere the two quantizations, bit for bit the same."""
+    if _block_quantize_on_kernel(t.device):
+        return fp8_block_quantize_t_cuda(t, spec.fmt, spec.block[1], spec.margin, spec.pow2)
+    return (*quantize_fp8(t, spec), *quantize_fp8(t.t(), spec))
+
+
+# The activation and its gradient each need both layouts (1x128 blocks along features for the
+# forward or input-gradient GEMM, along tokens for the weight gradient's transposed operand); two
+# passes of the kernel above took 57 ms of the 1 B step's 167 ms of GPU kernels, the second reading
+# the transposed view (profile llama_1b_fp8_blockwise_71a3705).
+@torch.library.triton_op("lowprec::fp8_block_quantize_t_cuda", mutates_args=())
+def fp8_block_quantize_t_cuda(x2d: torch.Tensor, fmt: str, block: int, margin: int,
+                              pow2: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(codes, scale, codes_t, scale_t) of a 2-D CUDA tensor and its transpose in (1, block) blocks
+    from one read (``lowprec.kernels.quantize.quantize_fp8_with_transpose``)."""
+    from .kernels import quantize as kq
+    return kq.quantize_fp8_with_transpose(x2d, fmt, block, margin=margin, pow2=pow2,
+                                          launcher=torch.library.wrap_triton)
+
+
 def kind_block(kind: str, shape) -> tuple:
     """The (rows, cols) scale block of a scale kind over a (rows, cols) operand."""
     rows, cols = shape
@@ -135,29 +158,52 @@ def kind_block(kind: str, shape) -> tuple:
 # scale kinds whose codes and scales of a tensor's transpose are the transposed codes and scales
 # (one scale, or square blocks): the backward GEMMs reuse them instead of quantizing again
 TRANSPOSABLE = (_TENSOR, "128x128")
+# scale kinds whose transpose is quantized with the tensor itself, in the same pass
+# (``quantize_fp8_with_transpose``): the backward GEMMs take those codes
+WITH_TRANSPOSE = ("1x128",)
 
 
 class FP8Operand(NamedTuple):
     """A quantized GEMM operand: row-major (rows, K) FP8 codes, their encode-scale grid, the spec
-    and its scale kind."""
-    codes: torch.Tensor
-    scale: torch.Tensor
+    and its scale kind; ``codes_t``, ``scale_t``: the operand of the transposed tensor where its
+    quantization made both (``WITH_TRANSPOSE``). An operand kept for the backward only (``kept``)
+    holds those alone (``codes`` None)."""
+    codes: Optional[torch.Tensor]
+    scale: Optional[torch.Tensor]
     spec: QuantSpec
     kind: str
+    codes_t: Optional[torch.Tensor] = None
+    scale_t: Optional[torch.Tensor] = None
 
     @classmethod
     def of(cls, t: torch.Tensor, spec: QuantSpec, kind: Optional[str] = None,
-           amax: Optional[torch.Tensor] = None) -> "FP8Operand":
+           amax: Optional[torch.Tensor] = None, with_transpose: bool = False) -> "FP8Operand":
         """``t`` quantized under ``spec``; ``kind`` for a GAM spec (``scale_kind`` of others);
-        ``amax``: a delayed scaler's."""
-        return cls(*quantize_fp8(t, spec, amax), spec, kind or scale_kind(spec))
+        ``amax``: a delayed scaler's; ``with_transpose`` (a kind of ``WITH_TRANSPOSE``): the
+        transposed tensor's operand too, from the same pass."""
+        kind = kind or scale_kind(spec)
+        if with_transpose:
+            if kind not in WITH_TRANSPOSE or amax is not None:
+                raise ValueError(f"FP8Operand.of: with_transpose is for kinds {WITH_TRANSPOSE}, not {kind!r}"
+                                 + (" with a delayed amax" if amax is not None else ""))
+            codes, scale, codes_t, scale_t = quantize_fp8_with_transpose(t, spec)
+            return cls(codes, scale, spec, kind, codes_t, scale_t)
+        return cls(*quantize_fp8(t, spec, amax), spec, kind)
 
     def t(self) -> "FP8Operand":
-        """The operand of the transposed tensor (a kind of ``TRANSPOSABLE``): the same codes and
-        scales as quantizing the transpose, bit for bit, from one FP8 transpose copy."""
+        """The operand of the transposed tensor: the one quantized with it, or (a kind of
+        ``TRANSPOSABLE``) the same codes and scales as quantizing the transpose, bit for bit, from
+        one FP8 transpose copy."""
+        if self.codes_t is not None:
+            return FP8Operand(self.codes_t, self.scale_t, self.spec, self.kind)
         if self.kind not in TRANSPOSABLE:
             raise ValueError(f"FP8Operand.t: scales of kind {self.kind!r} differ between a tensor and its transpose")
         return FP8Operand(self.codes.t().contiguous(), self.scale.t().contiguous(), self.spec, self.kind)
+
+    def kept(self) -> "FP8Operand":
+        """What a backward that takes only the transpose (``t``) keeps of this operand: without
+        the codes of its own layout where the transposed ones were made with them."""
+        return self if self.codes_t is None else self._replace(codes=None, scale=None)
 
 
 def dequantized_mm(a8: torch.Tensor, scale_a: torch.Tensor, spec_a: QuantSpec, b8: torch.Tensor,
@@ -371,6 +417,10 @@ class FastPlan:
             self.reused = frozenset(target for target, source in TRANSPOSED_FROM.items()
                                     if self._specs[target] is not None and self._specs[target] == self._specs[source]
                                     and _transposable(self._specs[target]) and target not in self.delayed)
+        # the slots that quantize their tensor's transpose too, for a reused slot of theirs
+        self.with_transpose = frozenset(TRANSPOSED_FROM[target] for target in self.reused
+                                        if isinstance(self._specs[target], QuantSpec)
+                                        and scale_kind(self._specs[target]) in WITH_TRANSPOSE)
 
     @classmethod
     def for_recipe(cls, recipe) -> Optional["FastPlan"]:
@@ -428,7 +478,7 @@ class FastPlan:
             return subtensor_operand(spec, t)
         if self.gemms[gemm][0] == "int8":  # its quantizers need the layer's call key and buffers
             raise ValueError("FastPlan.operand: INT8 GEMMs run through lowprec.methods.int8_fast.int8_linear")
-        return FP8Operand.of(t, spec, amax=amax)
+        return FP8Operand.of(t, spec, amax=amax, with_transpose=(gemm, op) in self.with_transpose)
 
     def mm(self, name: str, a: Operand, b: Operand, out_dtype: torch.dtype) -> torch.Tensor:
         """``a @ b.T`` of GEMM ``name`` from its two operands (``operand``), in ``out_dtype``."""
@@ -478,10 +528,11 @@ def is_quantized(op) -> bool:
 
 
 def _transposable(spec) -> bool:
-    """Whether an operand's quantization of a tensor's transpose is the transpose of its
-    quantization (``FP8Operand.t``): one scale or square 128x128 blocks, FP8 or MoR's E4M3."""
+    """Whether an operand of a tensor's transpose comes from the tensor's quantization
+    (``FP8Operand.t``): one scale or square 128x128 blocks (the transposed codes), 1x128 blocks
+    (quantized with the tensor, ``WITH_TRANSPOSE``), FP8 or MoR's E4M3."""
     if isinstance(spec, QuantSpec):
-        return scale_kind(spec) in TRANSPOSABLE
+        return scale_kind(spec) in TRANSPOSABLE + WITH_TRANSPOSE
     from .methods.mor_fast import fast_mor_quantizer
     from .methods.mor_subtensor_fast import fast_subtensor_quantizer
     return (fast_mor_quantizer(spec) and spec.partition in ("tensor", "block")) or fast_subtensor_quantizer(spec)

@@ -493,8 +493,8 @@ class _FastLinearFn(torch.autograd.Function):
         ctx.plan, ctx.transposed, ctx.has_bias = plan, transposed, bias is not None
         ctx.counts, ctx.layer = counts, layer
         ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
-        x_keep = qx if ("wgrad", "x") in plan.reused else x2d
-        w_keep = qw if ("dgrad", "w") in plan.reused else w
+        x_keep = _kept(qx) if ("wgrad", "x") in plan.reused else x2d
+        w_keep = _kept(qw) if ("dgrad", "w") in plan.reused else w
         ctx.x_meta, ctx.w_meta = _meta(x_keep), _meta(w_keep)
         ctx.save_for_backward(*_tensors(x_keep), *_tensors(w_keep))
         return y.reshape(*x.shape[:-1], y.shape[-1])
@@ -526,6 +526,11 @@ class _FastLinearFn(torch.autograd.Function):
 
 def _delayed_amax(layer: Optional[QLinear], gemm: str, operand: str, t) -> Optional[torch.Tensor]:
     return None if layer is None else layer.delayed_amax(gemm, operand, t)
+
+
+def _kept(op):
+    """A reused operand as the backward keeps it (``FP8Operand.kept``)."""
+    return op.kept() if isinstance(op, FP8Operand) else op
 
 
 def _transpose_of(kept):
@@ -560,7 +565,7 @@ def _tensors(op) -> tuple:
         if op.values_t is not None:
             return op.values_t, op.scale, op.choice, op.e4m3_t
         return op.values, op.scale, op.choice, None
-    return (op.codes, op.scale, None, None) if isinstance(op, FP8Operand) else (op, None, None, None)
+    return (op.codes, op.scale, op.codes_t, op.scale_t) if isinstance(op, FP8Operand) else (op, None, None, None)
 
 
 def _unpack(saved, meta):
@@ -571,8 +576,9 @@ def _unpack(saved, meta):
     if meta[0] == "mor_sub_t":  # the transposed copies kept (_tensors): the forward's layout as views
         values_t, scale, choice, e4m3_t = saved
         return SubTensorOperand(values_t.t(), scale, choice, meta[1], e4m3_t.t(), values_t, e4m3_t)
-    fp8 = FP8Operand(saved[0], saved[1], meta[1], meta[2])
-    return MoROperand(fp8, saved[2], saved[3], meta[3], meta[4]) if meta[0] == "mor" else fp8
+    if meta[0] == "mor":
+        return MoROperand(FP8Operand(saved[0], saved[1], meta[1], meta[2]), saved[2], saved[3], meta[3], meta[4])
+    return FP8Operand(saved[0], saved[1], meta[1], meta[2], saved[2], saved[3])
 
 
 def convert(model: nn.Module, recipe: Recipe, include: Optional[Iterable[str]] = None,

@@ -390,19 +390,27 @@ def test_each_tensor_is_quantized_once_per_scale_layout(monkeypatch):
     assert FastPlan.for_recipe(RECIPES["fp8_tensorwise_current"]).reused == {
         ("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
     assert FastPlan.for_recipe(RECIPES["fp8_hybrid"]).reused == {("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
-    # blockwise: 128x128 weight blocks transpose; 1x128 activation and gradient blocks do not
-    assert FastPlan.for_recipe(RECIPES["fp8_blockwise"]).reused == {("dgrad", "w")}
-    seen = []
-    real = gemm_mod.quantize_fp8
+    # blockwise: 128x128 weight blocks transpose; 1x128 activation and gradient blocks are quantized
+    # with their transposes in one pass, which the weight gradient takes
+    blockwise = FastPlan.for_recipe(RECIPES["fp8_blockwise"])
+    assert blockwise.reused == {("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
+    assert blockwise.with_transpose == {("fprop", "x"), ("dgrad", "dy")}
+    assert FastPlan.for_recipe(RECIPES["fp8_tensorwise_current"]).with_transpose == frozenset()
+    seen, paired = [], []
+    real, real_pair = gemm_mod.quantize_fp8, gemm_mod.quantize_fp8_with_transpose
     monkeypatch.setattr(gemm_mod, "quantize_fp8", lambda t, spec, amax=None: seen.append(tuple(t.shape)) or real(t, spec, amax))
+    monkeypatch.setattr(gemm_mod, "quantize_fp8_with_transpose",
+                        lambda t, spec: paired.append(tuple(t.shape)) or real_pair(t, spec))
     monkeypatch.setattr(lin, "FAST_PATH", "all")
-    # delayed scaling: every slot quantizes its own tensor (each records its own amax history)
-    for name, n in (("fp8_tensorwise_current", 3), ("fp8_blockwise", 5), ("fp8_delayed", 6)):
-        seen.clear()
+    # delayed scaling: every slot quantizes its own tensor (each records its own amax history);
+    # blockwise: the weight once, x and dy each with its transpose (two quantizations off CUDA)
+    for name, n, pairs in (("fp8_tensorwise_current", 3, []), ("fp8_blockwise", 5, [(128, 256), (128, 384)]),
+                           ("fp8_delayed", 6, [])):
+        seen.clear(), paired.clear()
         layer = nn.Sequential(nn.Linear(256, 384))
         convert(layer, RECIPES[name])
         _train_once(layer, torch.randn(2, 64, 256), torch.randn(2, 64, 384))
-        assert len(seen) == n, (name, seen)
+        assert len(seen) == n and paired == pairs, (name, seen, paired)
 
 
 def test_fast_accumulation_setting():

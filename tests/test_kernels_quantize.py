@@ -323,6 +323,40 @@ def test_block_scaling_reads_a_transposed_view(device, spec):
         kq._TILE = tile
 
 
+@pytest.mark.parametrize("fmt,dtype,kw", [("e4m3", torch.bfloat16, {}), ("e5m2", torch.float32, {"margin": 1}),
+                                           ("e4m3", torch.float32, {"pow2": True})],
+                         ids=["e4m3-bf16", "e5m2-fp32-margin", "e4m3-fp32-pow2"])
+def test_with_transpose_matches_two_references(device, fmt, dtype, kw):
+    """One read gives the (1, B) blocks of x and of x.t(): the reference's codes and scales of both,
+    bit for bit, with ragged tiles in both directions, NaN/Inf, zero blocks, and a transposed view as
+    input (read through its strides). B is 16 under the interpreter (each element a Python step), the
+    training's 128 on CUDA."""
+    block = 128 if device == "cuda" else 16
+    m, n = (3 * block + 5, 2 * block + 3)
+    base = _special((m, n), dtype, device, seed=3)
+    spec = QuantSpec(fmt, "block", block=(1, block), **kw)
+    for x in (base, base.t()):
+        codes, scale, codes_t, scale_t = kq.quantize_fp8_with_transpose(x, fmt, block, **kw)
+        assert codes.is_contiguous() and codes_t.is_contiguous() and codes_t.shape == x.t().shape
+        for got_codes, got_scale, view in ((codes, scale, x), (codes_t, scale_t, x.t())):
+            ref = quantize(view, spec)
+            assert_codes_equal(got_codes, _ref_native(ref.codes, fmt))
+            assert_equal_or_both_nan(got_scale, ref.scale)
+        assert (scale != 1).any() and (scale_t != scale_t[0, 0]).any()  # scales were computed per block
+
+
+def test_with_transpose_argument_errors(device):
+    x = torch.randn(4, 8, device=device)
+    with pytest.raises(ValueError, match="must be 2-D"):
+        kq.quantize_fp8_with_transpose(x.reshape(2, 2, 8))
+    with pytest.raises(ValueError, match="block must be 16, 32, 64 or 128"):
+        kq.quantize_fp8_with_transpose(x, "e4m3", 100)
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        kq.quantize_fp8_with_transpose(x, "int8")
+    with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
+        kq.quantize_fp8_with_transpose(x.double())
+
+
 def test_argument_errors(device):
     x = torch.randn(4, 8, device=device)
     with pytest.raises(ValueError):
