@@ -40,14 +40,18 @@ if triton is not None:
 
     @triton.jit
     def _load_fp32(ptr, offs, mask, IN_KIND: tl.constexpr):
-        # IN_KIND 0: fp32; 1: bf16 read as int16 words; 2: fp16 (see _in_kind).
+        # IN_KIND 0: fp32; 1: bf16 read as int16 words; 2: fp16 (see _in_kind). mask None: no mask
+        # (a tile inside the tensor; unmasked loads vectorize).
+        if mask is None:
+            w = tl.load(ptr + offs)
+        else:
+            w = tl.load(ptr + offs, mask=mask, other=0)
         if IN_KIND == 1:
             # Widening bf16 is a 16-bit shift; doing it on the raw bits keeps subnormals exact in the
             # interpreter too (whose bf16 conversion does not).
-            w = tl.load(ptr + offs, mask=mask, other=0)
             return (w.to(tl.int32) << 16).to(tl.float32, bitcast=True)
         else:
-            return tl.load(ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            return w.to(tl.float32)
 
     @triton.jit
     def _max_combine(a, b):

@@ -105,6 +105,9 @@ _MIN_ROW_SPAN = 512
 _ELEMWISE_BLOCK = 4096
 _NUM_WARPS: Optional[int] = None  # tuning override for the block kernel; None: by tile size
 _AMAX_BLOCK = 8192
+# tuning of quantize_fp8_with_transpose (lowprec.bench.quantize_kernel --num-warps, --transpose-in-registers)
+_ROWS_COLS_WARPS: Optional[int] = None  # None: by block size
+_ROWS_COLS_TRANS = False
 
 _SCALE_MIN = 2.0**-126
 _SCALE_MAX = 2.0**127
@@ -293,17 +296,23 @@ if triton is not None:
         x_ptr, codes_ptr, scale_ptr, codes_t_ptr, scale_t_ptr, M, N, n_bcol, n_brow, sx0, sx1,
         B: tl.constexpr, IN_KIND: tl.constexpr, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr,
         POW2: tl.constexpr, MAN: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
-        NATIVE: tl.constexpr, FP8_TY: tl.constexpr,
+        NATIVE: tl.constexpr, FP8_TY: tl.constexpr, EVEN: tl.constexpr, TRANS: tl.constexpr,
     ):
         """One program: a (B, B) tile of x, read once. Its rows give the (1, B) blocks of x, its
-        columns those of x's transpose (the rows of x.T); both codes are written row-major."""
+        columns those of x's transpose (the rows of x.T); both codes are written row-major. EVEN:
+        B divides both dimensions (no masks, so stores vectorize); TRANS: the transposed codes are
+        transposed in registers and stored along their rows, else stored through transposed
+        offsets (the compiler picks the layout: tuning, ``_ROWS_COLS_TRANS``)."""
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
         r = pid_m * B + tl.arange(0, B)
         c = pid_n * B + tl.arange(0, B)
         rows = r.to(tl.int64)[:, None]
         cols = c.to(tl.int64)[None, :]
-        mask = (rows < M) & (cols < N)
+        if EVEN:
+            mask = None
+        else:
+            mask = (rows < M) & (cols < N)
         x = _load_fp32(x_ptr, rows * sx0 + cols * sx1, mask, IN_KIND)
         a = _amax_operand(x, False)
         s_row = _scale_from_amax(_max_axis(a, 1), FMAX, MARGIN_MUL, POW2)  # [B]: x's blocks
@@ -313,7 +322,13 @@ if triton is not None:
         codes = _encode(x * s_row[:, None], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
         tl.store(codes_ptr + rows * N + cols, codes, mask=mask)
         codes_t = _encode(x * s_col[None, :], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
-        tl.store(codes_t_ptr + cols * M + rows, codes_t, mask=mask)
+        if TRANS:
+            rows_t = c.to(tl.int64)[:, None]
+            cols_t = r.to(tl.int64)[None, :]
+            mask_t = None if EVEN else (rows_t < N) & (cols_t < M)
+            tl.store(codes_t_ptr + rows_t * M + cols_t, tl.trans(codes_t), mask=mask_t)
+        else:
+            tl.store(codes_t_ptr + cols * M + rows, codes_t, mask=mask)
 
     _JIT_FNS = (_quant_block_kernel, _quant_rows_cols_kernel, _load_fp32)
 
@@ -543,7 +558,8 @@ def quantize_fp8_with_transpose(
         x_arg, codes.view(torch.uint8), scale, codes_t.view(torch.uint8), scale_t, M, N, n_bcol, n_brow,
         *x.stride(), B=block, IN_KIND=in_kind, FMAX=float(f.fmax), MARGIN_MUL=2.0**-margin, POW2=bool(pow2),
         MAN=f.man_bits, EMIN=f.emin, EMAX=f.emax, NATIVE=_use_native_cast(x, fp8_cast),
-        FP8_TY=tl.float8e4nv if name == "e4m3" else tl.float8e5, num_warps=8 if block >= 64 else 4,
+        FP8_TY=tl.float8e4nv if name == "e4m3" else tl.float8e5, EVEN=M % block == 0 and N % block == 0,
+        TRANS=_ROWS_COLS_TRANS, num_warps=_ROWS_COLS_WARPS or (8 if block >= 64 else 4),
     )
     return codes, scale, codes_t, scale_t
 

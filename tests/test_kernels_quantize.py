@@ -326,16 +326,19 @@ def test_block_scaling_reads_a_transposed_view(device, spec):
 @pytest.mark.parametrize("fmt,dtype,kw", [("e4m3", torch.bfloat16, {}), ("e5m2", torch.float32, {"margin": 1}),
                                            ("e4m3", torch.float32, {"pow2": True})],
                          ids=["e4m3-bf16", "e5m2-fp32-margin", "e4m3-fp32-pow2"])
-def test_with_transpose_matches_two_references(device, fmt, dtype, kw):
+def test_with_transpose_matches_two_references(device, fmt, dtype, kw, monkeypatch):
     """One read gives the (1, B) blocks of x and of x.t(): the reference's codes and scales of both,
-    bit for bit, with ragged tiles in both directions, NaN/Inf, zero blocks, and a transposed view as
-    input (read through its strides). B is 16 under the interpreter (each element a Python step), the
+    bit for bit, with ragged tiles in both directions or none, NaN/Inf, zero blocks, and a transposed
+    view as input (read through its strides). B is 16 under the interpreter (each element a Python step), the
     training's 128 on CUDA."""
     block = 128 if device == "cuda" else 16
     m, n = (3 * block + 5, 2 * block + 3)
     base = _special((m, n), dtype, device, seed=3)
     spec = QuantSpec(fmt, "block", block=(1, block), **kw)
-    for x in (base, base.t()):
+    cases = [(base, False), (base.t(), True), (base[: 3 * block, : 2 * block], False),  # whole tiles: no masks
+             (base[: 2 * block, : 2 * block], True)]
+    for x, trans in cases:
+        monkeypatch.setattr(kq, "_ROWS_COLS_TRANS", trans)  # both ways of storing x.T's codes
         codes, scale, codes_t, scale_t = kq.quantize_fp8_with_transpose(x, fmt, block, **kw)
         assert codes.is_contiguous() and codes_t.is_contiguous() and codes_t.shape == x.t().shape
         for got_codes, got_scale, view in ((codes, scale, x), (codes_t, scale_t, x.t())):

@@ -2,6 +2,10 @@
 
     python -m lowprec.bench.quantize_kernel --out results/kernels/quantize_h200.csv
 
+Scaling ``block_t`` is ``quantize_fp8_with_transpose`` (the 1x128 blocks of x and of x.T from one read,
+the pair a blockwise-FP8 training step quantizes for each activation and gradient); its bytes count
+both codes and both scale grids, its check compares both with the reference.
+
 For every kernel configuration and size it records the median time from triton.testing.do_bench,
 the achieved bandwidth (bytes the kernel must read and write), the same for a plain x.clone() of
 the input measured in the same run (the practical bandwidth ceiling), the torch reference
@@ -35,7 +39,7 @@ CONFIGS = [
     (fmt, scaling, block, cast, False)
     for fmt in ("e4m3", "e5m2")
     for scaling, block in (("delayed", None), ("tensor", None), ("channel", None), ("block", (1, 128)),
-                           ("block", (128, 128)), ("block", (1, 32)), ("block", (32, 32)))
+                           ("block", (128, 128)), ("block", (1, 32)), ("block", (32, 32)), ("block_t", (1, 128)))
     for cast in ("native", "emulated")
 ] + [
     ("int8", scaling, block, "-", False)
@@ -62,11 +66,14 @@ def _parse(argv):
     add_do_bench_args(p)
     p.add_argument("--no-reference", action="store_true", help="skip timing the torch reference")
     p.add_argument("--no-check", action="store_true", help="skip the bit-exact comparison with the reference")
-    p.add_argument("--scalings", default="delayed,tensor,channel,block",
-                   help="comma-separated subset of delayed,tensor,channel,block")
+    p.add_argument("--scalings", default="delayed,tensor,channel,block,block_t",
+                   help="comma-separated subset of delayed,tensor,channel,block,block_t")
     p.add_argument("--tile", type=int, default=None,
                    help="tuning: elements one program holds (default lowprec.kernels.quantize._TILE)")
-    p.add_argument("--num-warps", type=int, default=None, help="tuning: num_warps of the block kernel (default by tile size)")
+    p.add_argument("--num-warps", type=int, default=None,
+                   help="tuning: num_warps of the block kernels, block and block_t (default by tile / block size)")
+    p.add_argument("--transpose-in-registers", action="store_true",
+                   help="tuning (block_t): transpose x.T's codes in registers before storing them along their rows")
     p.add_argument("--row-span", type=int, default=None,
                    help="tuning: contiguous columns a program covers for narrow blocks (default _MIN_ROW_SPAN)")
     return p.parse_args(argv)
@@ -76,9 +83,11 @@ def _provenance(args, timer: str) -> dict:
     return gpu_provenance(
         timer=timer,
         bytes="input read + codes written + scales written (+ noise read for stochastic rounding; "
-              "+ a second input read for current 'tensor' scaling, whose amax pass reads x once more)",
+              "+ a second input read for current 'tensor' scaling, whose amax pass reads x once more; "
+              "block_t: both codes and both scale grids written)",
         clone="x.clone() of the same input: bytes = 2 * x.nbytes",
-        tiling={"tile": args.tile, "row_span": args.row_span, "num_warps": args.num_warps},
+        tiling={"tile": args.tile, "row_span": args.row_span, "num_warps": args.num_warps,
+                "transpose_in_registers": args.transpose_in_registers},
     )
 
 
@@ -91,13 +100,14 @@ def main(argv=None) -> int:
 
     sizes = parse_int_list(PROG, "--sizes", args.sizes, allowed=SHAPES)
     fmts = parse_names(PROG, "--fmts", args.fmts, ("e4m3", "e5m2", "int8"))
-    scalings = set(parse_names(PROG, "--scalings", args.scalings, ("delayed", "tensor", "channel", "block")))
+    scalings = set(parse_names(PROG, "--scalings", args.scalings, ("delayed", "tensor", "channel", "block", "block_t")))
     if args.tile is not None:
         kq._TILE = args.tile
     if args.row_span is not None:
         kq._MIN_ROW_SPAN = args.row_span
     if args.num_warps is not None:
-        kq._NUM_WARPS = args.num_warps
+        kq._NUM_WARPS = kq._ROWS_COLS_WARPS = args.num_warps
+    kq._ROWS_COLS_TRANS = args.transpose_in_registers
     args.tile, args.row_span = kq._TILE, kq._MIN_ROW_SPAN  # recorded in the provenance
     native_ok = torch.cuda.get_device_capability() >= (8, 9)
     in_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[args.dtype]
@@ -123,7 +133,9 @@ def main(argv=None) -> int:
                     continue
                 if stochastic and noise is None:
                     noise = torch.rand(m, n, device="cuda", generator=gen)
-                spec = QuantSpec(fmt, scaling, block=block, rounding="stochastic" if stochastic else "nearest")
+                pair = scaling == "block_t"  # x and x.T in (1, 128) blocks from one read
+                spec = QuantSpec(fmt, "block" if pair else scaling, block=block,
+                                 rounding="stochastic" if stochastic else "nearest")
                 # Delayed scaling's amax comes from history; any fixed value below x's own max
                 # exercises saturation too.
                 amax = torch.tensor(3.0, device="cuda") if scaling == "delayed" else None
@@ -132,11 +144,13 @@ def main(argv=None) -> int:
                 kw = {"fp8_cast": cast} if fmt != "int8" else {}
 
                 def run_kernel():
+                    if pair:
+                        return kq.quantize_fp8_with_transpose(x, fmt, block[1], **kw)
                     return kq.quantize_spec(x, spec, scale=scale, noise=nz, **kw)
 
-                codes, scales = run_kernel()
+                outs = run_kernel()
                 ms = bench(run_kernel)
-                nbytes = x.numel() * x.element_size() + codes.numel() * codes.element_size() + scales.numel() * 4
+                nbytes = x.numel() * x.element_size() + sum(t.numel() * t.element_size() for t in outs)
                 if stochastic:
                     nbytes += noise.numel() * 4
                 if scaling == "tensor":
@@ -148,16 +162,20 @@ def main(argv=None) -> int:
                     dtype = to_torch_dtype(fmt)
 
                     def run_ref():
-                        q = quantize(x, spec, noise=nz, amax=amax)
-                        return q.codes.to(torch.float32).to(dtype), q.scale
+                        refs = []
+                        for view in ((x, x.t()) if pair else (x,)):
+                            q = quantize(view, spec, noise=nz, amax=amax)
+                            refs += [q.codes.to(torch.float32).to(dtype), q.scale]
+                        return refs
 
                     if not args.no_check:
-                        ref_codes, ref_scales = run_ref()
-                        match = _equal_codes(torch, codes, ref_codes) and torch.equal(scales, ref_scales)
-                        del ref_codes, ref_scales
+                        refs = run_ref()
+                        match = all(_equal_codes(torch, got, want) if i % 2 == 0 else torch.equal(got, want)
+                                    for i, (got, want) in enumerate(zip(outs, refs)))
+                        del refs
                     if not args.no_reference:
                         ref_ms = bench(run_ref)
-                del codes, scales
+                del outs
                 torch.cuda.empty_cache()
                 row = {
                     "fmt": fmt, "scaling": scaling, "block": "x".join(map(str, block)) if block else "",
