@@ -158,3 +158,23 @@ def test_fresh_compilation_keeps_every_case_compiled(monkeypatch):
         assert counters["stats"]["unique_graphs"] < 12  # what the reset prevents
     finally:
         torch._dynamo.reset()
+
+
+def test_cudagraph_timer_is_chosen_and_named(monkeypatch):
+    """--cudagraph times with do_bench_cudagraph (the GPU's time, not the host's launches) and the
+    provenance's timer says so; without it, do_bench."""
+    import argparse
+
+    import triton.testing
+
+    from lowprec.bench.common import add_do_bench_args, do_bench_median
+    p = argparse.ArgumentParser()
+    add_do_bench_args(p)
+    assert p.parse_args(["--cudagraph"]).cudagraph and not p.parse_args([]).cudagraph
+    calls = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: calls.append(("do_bench", kw)) or 1.0)
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph", lambda fn, **kw: calls.append(("graph", kw)) or 2.0)
+    for graphed, want, ms in ((False, "do_bench", 1.0), (True, "graph", 2.0)):
+        bench, timer = do_bench_median(10, 50, graphed)
+        assert bench(lambda: None) == ms and calls[-1][0] == want and calls[-1][1]["rep"] == 50
+        assert ("CUDA graph" in timer) == graphed

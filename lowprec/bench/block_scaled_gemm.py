@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     from lowprec.gemm import block_scaled_mm_cuda, dequantized
     from lowprec.kernels import block_fp8_gemm as kg
 
-    bench, timer = do_bench_median(args.warmup, args.rep)
+    bench, timer = do_bench_median(args.warmup, args.rep, args.cudagraph)
     out = Path(args.out)
     prov = gpu_provenance(timer=timer, block=list(BLOCK))
     write_provenance(provenance_path(out), prov)

@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     block = (args.block, args.block)
 
     out = Path(args.out)
-    bench, timer = do_bench_median(args.warmup, args.rep)
+    bench, timer = do_bench_median(args.warmup, args.rep, args.cudagraph)
     prov_path = provenance_path(out)
     write_provenance(prov_path, _provenance(timer))
 

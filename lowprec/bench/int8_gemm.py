@@ -199,7 +199,7 @@ def main(argv=None, _device: str = "cuda") -> int:
     out = Path(args.out)
     prov_path, tune_path = provenance_path(out), out.with_name(out.stem + "_tune.csv")
     if _device == "cuda":
-        prov = _provenance(do_bench_median(args.warmup, args.rep)[1])
+        prov = _provenance(do_bench_median(args.warmup, args.rep, args.cudagraph)[1])
     else:
         prov = {"gpu": None, "driver": None, "torch": torch.__version__, "triton": "interpreter",
                 "cuda": None, "argv": sys.argv[1:], "timer": "perf_counter (interpreter dry run: no timing meaning)"}

@@ -41,7 +41,7 @@ class Bench:
 
         self.args, self.torch, self.kf, self.kt, self.dev = args, torch, kf, kt, dev
         self.writer, self.fh, self.rows = writer, fh, []
-        self.bench = do_bench_median(args.warmup, args.rep)[0] if dev == "cuda" else cpu_timer
+        self.bench = do_bench_median(args.warmup, args.rep, args.cudagraph)[0] if dev == "cuda" else cpu_timer
         self.gen = torch.Generator(device=dev).manual_seed(args.seed)
         self.br = args.block_rows
         self.fixed = {k: v for k, v in (("block_m", args.block_m), ("block_n", args.block_n),

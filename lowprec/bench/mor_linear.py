@@ -233,7 +233,7 @@ def main(argv=None) -> int:
     budget = Budget(args.budget_s)
 
     out = Path(args.out)
-    bench, timer = do_bench_median(args.warmup, args.rep)
+    bench, timer = do_bench_median(args.warmup, args.rep, args.cudagraph)
     write_provenance(provenance_path(out), _provenance(timer))
     # compile the timed arms' kernels in parallel with the checks (nothing is timed meanwhile)
     warmers = _start_warmers(args, partitions, block, hidden, thresholds) if args.precompile else []

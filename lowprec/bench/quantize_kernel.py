@@ -113,7 +113,7 @@ def main(argv=None) -> int:
     in_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[args.dtype]
 
     out = Path(args.out)
-    bench, timer = do_bench_median(args.warmup, args.rep)
+    bench, timer = do_bench_median(args.warmup, args.rep, args.cudagraph)
     write_provenance(provenance_path(out), _provenance(args, timer))
 
     rows = []

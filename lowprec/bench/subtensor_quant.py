@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         e4m3_t = t.e4m3 if t.e4m3 is not None else t.values.to(torch.float8_e4m3fn)
         return op.values, t.values.contiguous(), e4m3, e4m3_t.contiguous(), op.scale, op.choice
 
-    bench, timer = do_bench_median(args.warmup, args.rep)
+    bench, timer = do_bench_median(args.warmup, args.rep, args.cudagraph)
     out = Path(args.out)
     prov = gpu_provenance(timer=timer, block=list(BLOCK), mode="two_way", scale="fp32", eager_numerics=EAGER_NUMERICS)
     write_provenance(provenance_path(out), prov)
