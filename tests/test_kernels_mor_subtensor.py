@@ -183,8 +183,8 @@ def test_compiled_model_quantizes_by_the_kernels_in_one_graph(monkeypatch):
     values = kq.block_values
     monkeypatch.setattr(kq, "block_values", lambda *a, **k: calls.append(1) or values(*a, **k))
     monkeypatch.setattr(lin, "FAST_PATH", "all")
-    method = {"partition": "subtensor", "quantize": "kernel", "block": [64, 64]}
-    comp, eager, recipe_c = compiled_and_eager_mor_models(method, width=128)
+    method = {"partition": "subtensor", "quantize": "kernel", "block": [32, 32]}
+    comp, eager, recipe_c = compiled_and_eager_mor_models(method, width=64)
     assert len(calls) >= 6  # x, w and dy of both layers, compiled and eager
     for a, b in zip(comp.parameters(), eager.parameters()):
         assert sqnr_db(b.grad, a.grad) > 25

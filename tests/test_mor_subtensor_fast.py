@@ -16,14 +16,14 @@ from lowprec.methods.mor_subtensor_fast import fast_subtensor_quantizer, subtens
 from lowprec.numerics import sqnr_db
 
 
-def _data(rows=256, cols=384, seed=0):
-    g = torch.Generator().manual_seed(seed)
+def _data(rows=256, cols=384, seed=0, block=128):
+    g, b = torch.Generator().manual_seed(seed), block
     x = torch.randn(rows, cols, generator=g) * torch.logspace(-3, 2, cols)
-    x[:128, :128] *= torch.logspace(-12, 0, 128)  # a block whose dynamic range no FP8 format holds
+    x[:b, :b] *= torch.logspace(-12, 0, b)  # a block whose dynamic range no FP8 format holds
     # one that E5M2 holds better than E4M3 (six decades: a quarter of it below E4M3's normals)
-    mags = torch.logspace(-6, 0, 128 * 128)[torch.randperm(128 * 128, generator=g)].reshape(128, 128)
-    signs = torch.randint(0, 2, (128, 128), generator=g) * 2 - 1
-    x[128:256, 128:256] = (mags * signs)[: max(rows - 128, 0)]
+    mags = torch.logspace(-6, 0, b * b)[torch.randperm(b * b, generator=g)].reshape(b, b)
+    signs = torch.randint(0, 2, (b, b), generator=g) * 2 - 1
+    x[b:2 * b, b:2 * b] = (mags * signs)[: max(rows - b, 0)]
     return x.bfloat16()
 
 
@@ -70,10 +70,11 @@ def test_gemm_multiplies_the_emulations_values():
 @pytest.mark.parametrize("mode", ["two_way", "three_way"])
 def test_fast_layer_trains_like_the_emulation_and_counts_its_blocks(mode, monkeypatch):
     torch.manual_seed(0)
-    base = nn.Sequential(nn.Linear(384, 256), nn.GELU(), nn.Linear(256, 384))
-    x, g = _data(256, 384, seed=3).float().reshape(2, 128, 384), torch.randn(2, 128, 384)
-    got, want, rf, re = fast_and_emulated_mor_steps(base, {"partition": "subtensor", "subtensor_mode": mode}, x, g,
-                                                    monkeypatch)
+    # 64x64 blocks: several an operand at a quarter of the interpreted GEMMs' work of 128x128 ones
+    base = nn.Sequential(nn.Linear(192, 128), nn.GELU(), nn.Linear(128, 192))
+    x, g = _data(128, 192, seed=3, block=64).float().reshape(2, 64, 192), torch.randn(2, 64, 192)
+    method = {"partition": "subtensor", "subtensor_mode": mode, "block": [64, 64]}
+    got, want, rf, re = fast_and_emulated_mor_steps(base, method, x, g, monkeypatch)
     # the first layer's bf16 output rounds in another order (its GEMM's), so some of the second
     # layer's codes differ by a step, an E5M2 step in three-way (the GELU output's near-zero values
     # send its blocks there): agreement at the codes' own noise level
