@@ -413,6 +413,26 @@ def test_each_tensor_is_quantized_once_per_scale_layout(monkeypatch):
         assert len(seen) == n and paired == pairs, (name, seen, paired)
 
 
+def test_blockwise_forward_keeps_the_transposed_codes_not_the_activation(monkeypatch):
+    """The weight gradient of blockwise FP8 takes the activation's 1x128 codes along tokens, made with
+    the forward's: the forward keeps those FP8 codes (x.T's layout) and their scales, not the BF16
+    activation nor its own codes, and they are bit for bit the quantization of x.T."""
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    layer = nn.Sequential(nn.Linear(256, 384))
+    convert(layer, RECIPES["fp8_blockwise"])
+    x = torch.randn(2, 64, 256)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x.requires_grad_())
+    saved = [t for t in y.grad_fn.saved_tensors if t is not None]
+    spec = RECIPES["fp8_blockwise"].gemm("wgrad")[1]
+    codes_t, scale_t = quantize_fp8(x.reshape(-1, 256).bfloat16().t(), spec)
+    assert not any(t.dtype == torch.bfloat16 and t.shape == (128, 256) for t in saved)  # no BF16 activation
+    kept = [t for t in saved if t.dtype == torch.float8_e4m3fn and t.shape == (256, 128)]
+    assert len(kept) == 1 and torch.equal(kept[0].view(torch.uint8), codes_t.view(torch.uint8))
+    assert any(t.shape == scale_t.shape and torch.equal(t, scale_t) for t in saved)
+    assert not any(t.dtype == torch.float8_e4m3fn and t.shape == (128, 256) for t in saved)  # nor x's own codes
+
+
 def test_fast_accumulation_setting():
     from lowprec.gemm import fast_accum_gemms
     assert fast_accum_gemms("fprop") == {"fprop"} and fast_accum_gemms("none") == set()
