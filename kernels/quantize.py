@@ -107,9 +107,10 @@ _NUM_WARPS: Optional[int] = None  # tuning override for the block kernel; None: 
 _AMAX_BLOCK = 8192
 # tuning of quantize_fp8_with_transpose (lowprec.bench.quantize_kernel --num-warps, --transpose-in-registers)
 # (H200, 16384 x 8192 bf16, results/bench/quantize_block_t_h200/: 4 warps 0.265 ms, 8 warps 0.319, 16 warps
-# 0.432; the transpose in registers 0.326 at 8 warps, 0.447 at 16)
+# 0.432; transposing x.T's codes in registers before the store measured no faster, 0.326 at 8 warps, and
+# was dropped). STRIP: the column strips of a tile (None: the whole tile at once; not yet measured)
 _ROWS_COLS_WARPS: Optional[int] = None  # None: 4
-_ROWS_COLS_TRANS = False
+_ROWS_COLS_STRIP: Optional[int] = None
 
 _SCALE_MIN = 2.0**-126
 _SCALE_MAX = 2.0**127
@@ -298,39 +299,53 @@ if triton is not None:
         x_ptr, codes_ptr, scale_ptr, codes_t_ptr, scale_t_ptr, M, N, n_bcol, n_brow, sx0, sx1,
         B: tl.constexpr, IN_KIND: tl.constexpr, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr,
         POW2: tl.constexpr, MAN: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
-        NATIVE: tl.constexpr, FP8_TY: tl.constexpr, EVEN: tl.constexpr, TRANS: tl.constexpr,
+        NATIVE: tl.constexpr, FP8_TY: tl.constexpr, EVEN: tl.constexpr, STRIP: tl.constexpr,
     ):
-        """One program: a (B, B) tile of x, read once. Its rows give the (1, B) blocks of x, its
-        columns those of x's transpose (the rows of x.T); both codes are written row-major. EVEN:
-        B divides both dimensions (no masks, so stores vectorize); TRANS: the transposed codes are
-        transposed in registers and stored along their rows, else stored through transposed
-        offsets (the compiler picks the layout: tuning, ``_ROWS_COLS_TRANS``)."""
+        """One program: a (B, B) tile of x. Its rows give the (1, B) blocks of x, its columns
+        those of x's transpose (the rows of x.T); both codes are written row-major. EVEN: B divides
+        both dimensions (no masks, so stores vectorize). STRIP < B: the tile is swept in (B, STRIP)
+        column strips, each strip's columns complete (x.T's codes written at once) while the rows'
+        amax accumulates, then swept again (from cache) for x's codes: a quarter of the registers
+        at STRIP = B / 4, for one more read from L1/L2."""
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
         r = pid_m * B + tl.arange(0, B)
-        c = pid_n * B + tl.arange(0, B)
         rows = r.to(tl.int64)[:, None]
-        cols = c.to(tl.int64)[None, :]
-        if EVEN:
-            mask = None
-        else:
-            mask = (rows < M) & (cols < N)
-        x = _load_fp32(x_ptr, rows * sx0 + cols * sx1, mask, IN_KIND)
-        a = _amax_operand(x, False)
-        s_row = _scale_from_amax(_max_axis(a, 1), FMAX, MARGIN_MUL, POW2)  # [B]: x's blocks
-        s_col = _scale_from_amax(_max_axis(a, 0), FMAX, MARGIN_MUL, POW2)  # [B]: x.T's blocks
-        tl.store(scale_ptr + r.to(tl.int64) * n_bcol + pid_n, s_row, mask=r < M)
-        tl.store(scale_t_ptr + c.to(tl.int64) * n_brow + pid_m, s_col, mask=c < N)
-        codes = _encode(x * s_row[:, None], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
-        tl.store(codes_ptr + rows * N + cols, codes, mask=mask)
-        codes_t = _encode(x * s_col[None, :], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
-        if TRANS:
-            rows_t = c.to(tl.int64)[:, None]
-            cols_t = r.to(tl.int64)[None, :]
-            mask_t = None if EVEN else (rows_t < N) & (cols_t < M)
-            tl.store(codes_t_ptr + rows_t * M + cols_t, tl.trans(codes_t), mask=mask_t)
-        else:
+        if STRIP == B:
+            c = pid_n * B + tl.arange(0, B)
+            cols = c.to(tl.int64)[None, :]
+            mask = None if EVEN else (rows < M) & (cols < N)
+            x = _load_fp32(x_ptr, rows * sx0 + cols * sx1, mask, IN_KIND)
+            a = _amax_operand(x, False)
+            s_col = _scale_from_amax(_max_axis(a, 0), FMAX, MARGIN_MUL, POW2)  # [B]: x.T's blocks
+            tl.store(scale_t_ptr + c.to(tl.int64) * n_brow + pid_m, s_col, mask=c < N)
+            codes_t = _encode(x * s_col[None, :], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
             tl.store(codes_t_ptr + cols * M + rows, codes_t, mask=mask)
+            s_row = _scale_from_amax(_max_axis(a, 1), FMAX, MARGIN_MUL, POW2)  # [B]: x's blocks
+            codes = _encode(x * s_row[:, None], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
+            tl.store(codes_ptr + rows * N + cols, codes, mask=mask)
+        else:
+            row_amax = tl.full([B], 0.0, tl.float32)
+            for j in range(B // STRIP):
+                c = pid_n * B + j * STRIP + tl.arange(0, STRIP)
+                cols = c.to(tl.int64)[None, :]
+                mask = None if EVEN else (rows < M) & (cols < N)
+                x = _load_fp32(x_ptr, rows * sx0 + cols * sx1, mask, IN_KIND)
+                a = _amax_operand(x, False)
+                row_amax = tl.maximum(row_amax, _max_axis(a, 1))
+                s_col = _scale_from_amax(_max_axis(a, 0), FMAX, MARGIN_MUL, POW2)
+                tl.store(scale_t_ptr + c.to(tl.int64) * n_brow + pid_m, s_col, mask=c < N)
+                codes_t = _encode(x * s_col[None, :], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
+                tl.store(codes_t_ptr + cols * M + rows, codes_t, mask=mask)
+            s_row = _scale_from_amax(row_amax, FMAX, MARGIN_MUL, POW2)
+            for j in range(B // STRIP):
+                c = pid_n * B + j * STRIP + tl.arange(0, STRIP)
+                cols = c.to(tl.int64)[None, :]
+                mask = None if EVEN else (rows < M) & (cols < N)
+                x = _load_fp32(x_ptr, rows * sx0 + cols * sx1, mask, IN_KIND)
+                codes = _encode(x * s_row[:, None], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
+                tl.store(codes_ptr + rows * N + cols, codes, mask=mask)
+        tl.store(scale_ptr + r.to(tl.int64) * n_bcol + pid_n, s_row, mask=r < M)
 
     _JIT_FNS = (_quant_block_kernel, _quant_rows_cols_kernel, _load_fp32)
 
@@ -561,7 +576,7 @@ def quantize_fp8_with_transpose(
         *x.stride(), B=block, IN_KIND=in_kind, FMAX=float(f.fmax), MARGIN_MUL=2.0**-margin, POW2=bool(pow2),
         MAN=f.man_bits, EMIN=f.emin, EMAX=f.emax, NATIVE=_use_native_cast(x, fp8_cast),
         FP8_TY=tl.float8e4nv if name == "e4m3" else tl.float8e5, EVEN=M % block == 0 and N % block == 0,
-        TRANS=_ROWS_COLS_TRANS, num_warps=_ROWS_COLS_WARPS or 4,
+        STRIP=min(_ROWS_COLS_STRIP or block, block), num_warps=_ROWS_COLS_WARPS or 4,
     )
     return codes, scale, codes_t, scale_t
 

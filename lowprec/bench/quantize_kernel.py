@@ -72,8 +72,8 @@ def _parse(argv):
                    help="tuning: elements one program holds (default lowprec.kernels.quantize._TILE)")
     p.add_argument("--num-warps", type=int, default=None,
                    help="tuning: num_warps of the block kernels, block and block_t (default by tile / block size)")
-    p.add_argument("--transpose-in-registers", action="store_true",
-                   help="tuning (block_t): transpose x.T's codes in registers before storing them along their rows")
+    p.add_argument("--strip", type=int, default=None,
+                   help="tuning (block_t): sweep each 128x128 tile in column strips this wide (default: whole)")
     p.add_argument("--row-span", type=int, default=None,
                    help="tuning: contiguous columns a program covers for narrow blocks (default _MIN_ROW_SPAN)")
     return p.parse_args(argv)
@@ -87,7 +87,7 @@ def _provenance(args, timer: str) -> dict:
               "block_t: both codes and both scale grids written)",
         clone="x.clone() of the same input: bytes = 2 * x.nbytes",
         tiling={"tile": args.tile, "row_span": args.row_span, "num_warps": args.num_warps,
-                "transpose_in_registers": args.transpose_in_registers},
+                "block_t_strip": args.strip},
     )
 
 
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
         kq._MIN_ROW_SPAN = args.row_span
     if args.num_warps is not None:
         kq._NUM_WARPS = kq._ROWS_COLS_WARPS = args.num_warps
-    kq._ROWS_COLS_TRANS = args.transpose_in_registers
+    kq._ROWS_COLS_STRIP = args.strip
     args.tile, args.row_span = kq._TILE, kq._MIN_ROW_SPAN  # recorded in the provenance
     native_ok = torch.cuda.get_device_capability() >= (8, 9)
     in_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[args.dtype]
