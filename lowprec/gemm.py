@@ -15,8 +15,9 @@ reciprocal of the encode scale instead of dividing by it.
 
 The pairs of scale kinds with a hardware GEMM are ``FP8_PAIRS``: ``torch._scaled_mm``
 (``lowprec.numerics.scaled_mm``: per-tensor and per-row scales, and on CUDA 1x128 x 128x128 and
-1x128 x 1x128 blocks, the latter the weight gradient of DeepSeek-style recipes). Where cuBLAS does
-not take that pair (another device, a shape ``shape_fits`` refuses), the Triton GEMM of
+1x128 x 1x128 blocks, the latter the weight gradient of DeepSeek-style recipes; on CUDA a block-scaled
+pair whose K holds no multiple of 4 blocks is padded with zeros to one, ``padded_k``). Where cuBLAS
+does not take that pair (another device, a shape ``shape_fits`` refuses), the Triton GEMM of
 ``lowprec.kernels.block_fp8_gemm`` scales each K-step's FP8 product by its blocks' scales
 (``TRITON_PAIRS``, ``block_scaled_mm``, which sub-tensor MoR's GEMMs use too; on CUDA a ``triton_op``
 that Inductor launches itself).
@@ -221,10 +222,12 @@ def dequantized(codes: torch.Tensor, scale: torch.Tensor, block) -> torch.Tensor
     return codes.float() / expand_blocks(scale, tuple(codes.shape), block)
 
 
-def shape_fits(a: torch.Tensor, b: torch.Tensor, kind_a: str, kind_b: str) -> bool:
+def shape_fits(a: torch.Tensor, b: torch.Tensor, kind_a: str, kind_b: str, k: Optional[int] = None) -> bool:
     """cuBLASLt's shape rules for a (M, K) @ b (N, K).T: K and N multiples of 16, M > 0; for block
-    scales whole 128-blocks and K a multiple of 512."""
-    (m, k), n = a.shape, b.shape[0]
+    scales whole 128-blocks and K a multiple of 512. ``k``: the K to judge instead of the operands'
+    (a padded one, ``padded_k``)."""
+    (m, k_own), n = a.shape, b.shape[0]
+    k = k_own if k is None else k
     if m == 0 or k % 16 or n % 16:
         return False
     if kind_b == "128x128":
@@ -236,14 +239,37 @@ def shape_fits(a: torch.Tensor, b: torch.Tensor, kind_a: str, kind_b: str) -> bo
     return True
 
 
+# K of cuBLAS's block-scaled GEMMs: a multiple of 4 blocks of 128 (``shape_fits``)
+_BLOCK_K = 512
+
+
+def padded_k(k: int) -> int:
+    """The K a block-scaled pair is padded to for cuBLAS (``hardware_route``'s "scaled_mm_padded")."""
+    return -(-k // _BLOCK_K) * _BLOCK_K
+
+
+def _pad_k(op: "FP8Operand", k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """An operand's codes and scale grid padded along K to ``k``: zero codes (0x00 is +0 in both FP8
+    formats) in blocks of scale 1, so every added product is 0 and the sums are the unpadded ones."""
+    codes, scale = op.codes, op.scale
+    codes = F.pad(codes.view(torch.uint8), (0, k - codes.shape[1])).view(codes.dtype)
+    return codes, F.pad(scale, (0, k // 128 - scale.shape[1]), value=1.0)
+
+
 def hardware_route(a: "FP8Operand", b: "FP8Operand") -> Optional[str]:
-    """What multiplies two quantized operands: "scaled_mm", "triton" (``FP8_PAIRS``), or None for the
-    fp32 GEMM of the dequantized codes (another pair, two E5M2 operands, a device or shape refused)."""
+    """What multiplies two quantized operands: "scaled_mm", "scaled_mm_padded" (a block-scaled pair
+    on cuBLAS whose K holds no multiple of 4 blocks, padded with zeros: the 98 M model's 768
+    features, whose fp32 GEMMs of dequantized operands held blockwise FP8 and per-block MoR at
+    0.33-0.36x of compiled BF16), "triton" (``FP8_PAIRS``), or None for the fp32 GEMM of the
+    dequantized codes (another pair, two E5M2 operands, a device or shape refused)."""
     where = FP8_PAIRS.get((a.kind, b.kind))
     if where is None or a.spec.fmt == b.spec.fmt == "e5m2":
         return None
     if shape_fits(a.codes, b.codes, a.kind, b.kind) and (where == "scaled_mm" or a.codes.is_cuda):
         return "scaled_mm"
+    if where == "scaled_mm_cuda" and a.codes.is_cuda and shape_fits(
+            a.codes, b.codes, a.kind, b.kind, k=padded_k(a.codes.shape[1])):
+        return "scaled_mm_padded"
     # any shape: the kernel masks partial tiles
     e4m3 = a.spec.fmt == b.spec.fmt == "e4m3"
     if (a.kind, b.kind) in TRITON_PAIRS and e4m3 and triton_runs_on(a.codes.device.type):
@@ -262,6 +288,9 @@ def operand_mm(a: FP8Operand, b: FP8Operand, out_dtype: torch.dtype, fast_accum:
     route = hardware_route(a, b)
     if route == "scaled_mm":
         return fp8_mm(a.codes, a.scale, a.kind, b.codes, b.scale, b.kind, out_dtype, fast_accum)
+    if route == "scaled_mm_padded":
+        k = padded_k(a.codes.shape[1])
+        return fp8_mm(*_pad_k(a, k), a.kind, *_pad_k(b, k), b.kind, out_dtype, fast_accum)
     if route == "triton":
         op = block_scaled_mm_cuda if a.codes.is_cuda else block_scaled_mm
         return op(a.codes, a.scale, list(kind_block(a.kind, a.codes.shape)), b.codes, b.scale,

@@ -504,6 +504,27 @@ def test_blockwise_fp8_mm(kind_b):
     assert sqnr_db(ref, fp8_mm(a8, ga, "1x128", b8, gb, kind_b, torch.float32)) > 45
 
 
+@pytest.mark.parametrize("kind_a,kind_b,k", [("1x128", "128x128", 768), ("128x128", "128x128", 768),
+                                              ("1x128", "1x128", 640), ("1x128", "128x128", 200)])
+def test_block_scaled_pair_with_k_off_cublas_alignment_is_padded(kind_a, kind_b, k, scaled_mm_calls):
+    """A block-scaled pair whose K holds no multiple of 4 blocks (the 98 M model's 768 features;
+    200: a partial last block) runs on cuBLAS padded with zero codes in unit-scale blocks: the fp32
+    GEMM of the same codes to the GEMM's rounding, one _scaled_mm call, and really quantized."""
+    from lowprec.gemm import FP8Operand, hardware_route, operand_mm
+
+    torch.manual_seed(0)
+    a, b = torch.randn(256, k, device="cuda"), torch.randn(384, k, device="cuda")
+    specs = [QuantSpec("e4m3", "block", block=tuple(map(int, kind.split("x")))) for kind in (kind_a, kind_b)]
+    qa, qb = (FP8Operand.of(t, spec) for t, spec in zip((a, b), specs))
+    assert hardware_route(qa, qb) == "scaled_mm_padded"
+    before = scaled_mm_calls["n"]
+    out = operand_mm(qa, qb, torch.float32)
+    assert scaled_mm_calls["n"] - before == 1
+    ref = gemm_mod.dequantized_mm(qa.codes, qa.scale, specs[0], qb.codes, qb.scale, specs[1])
+    assert sqnr_db(ref, out) > 45
+    assert sqnr_db(a @ b.t(), out) < 40
+
+
 @pytest.mark.parametrize("rule", ["absmax", "none"])
 def test_int8_fallback_fused_gemm_equals_emulation(rule, count_calls, monkeypatch):
     """The emulation's route to the INT8 kernel (the operand quantizer's GEMM hook, taken where the
