@@ -562,6 +562,9 @@ def quantize_fp8_with_transpose(
         raise ValueError(f"block must be 16, 32, 64 or 128 (a power of two the tile holds), got {block!r}")
     if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
         raise ValueError(f"margin must be an int >= 0, got {margin!r}")
+    strip = min(_ROWS_COLS_STRIP or block, block)
+    if strip < 1 or strip & (strip - 1):
+        raise ValueError(f"_ROWS_COLS_STRIP must be a power of two (the columns of a strip), got {_ROWS_COLS_STRIP!r}")
     _require_triton(x)
     f = get_format(name)
     M, N = x.shape
@@ -576,7 +579,7 @@ def quantize_fp8_with_transpose(
         *x.stride(), B=block, IN_KIND=in_kind, FMAX=float(f.fmax), MARGIN_MUL=2.0**-margin, POW2=bool(pow2),
         MAN=f.man_bits, EMIN=f.emin, EMAX=f.emax, NATIVE=_use_native_cast(x, fp8_cast),
         FP8_TY=tl.float8e4nv if name == "e4m3" else tl.float8e5, EVEN=M % block == 0 and N % block == 0,
-        STRIP=min(_ROWS_COLS_STRIP or block, block), num_warps=_ROWS_COLS_WARPS or 4,
+        STRIP=strip, num_warps=_ROWS_COLS_WARPS or 4,
     )
     return codes, scale, codes_t, scale_t
 

@@ -358,6 +358,12 @@ def test_with_transpose_argument_errors(device):
         kq.quantize_fp8_with_transpose(x, "int8")
     with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
         kq.quantize_fp8_with_transpose(x.double())
+    kq._ROWS_COLS_STRIP = 48
+    try:
+        with pytest.raises(ValueError, match="_ROWS_COLS_STRIP must be a power of two"):
+            kq.quantize_fp8_with_transpose(x, "e4m3", 128)
+    finally:
+        kq._ROWS_COLS_STRIP = None
 
 
 def test_argument_errors(device):
