@@ -105,7 +105,7 @@ _MIN_ROW_SPAN = 512
 _ELEMWISE_BLOCK = 4096
 _NUM_WARPS: Optional[int] = None  # tuning override for the block kernel; None: by tile size
 _AMAX_BLOCK = 8192
-# tuning of quantize_fp8_with_transpose (lowprec.bench.quantize_kernel --num-warps, --transpose-in-registers)
+# tuning of quantize_fp8_with_transpose (lowprec.bench.quantize_kernel --num-warps, --strip)
 # (H200, 16384 x 8192 bf16, results/bench/quantize_block_t_h200/: 4 warps 0.265 ms, 8 warps 0.319, 16 warps
 # 0.432; transposing x.T's codes in registers before the store measured no faster, 0.326 at 8 warps, and
 # was dropped). STRIP: the column strips of a tile (None: the whole tile at once; not yet measured)
@@ -407,10 +407,17 @@ def _use_native_cast(x: torch.Tensor, fp8_cast: str) -> bool:
     return hw
 
 
-def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast, launcher=None):
+def _check_input(x: torch.Tensor, margin) -> None:
+    """What every kernel entry asks of its input and margin."""
     nonempty(x)
     if x.dtype not in _INPUT_DTYPES:
         raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
+    if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
+        raise ValueError(f"margin must be an int >= 0, got {margin!r}")
+
+
+def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast, launcher=None):
+    _check_input(x, margin)
     one_of("scaling", scaling, SCALINGS)
     if block is not None and scaling != "block":
         raise ValueError(f"block is only used with scaling='block', not {scaling!r}")
@@ -418,8 +425,6 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast,
         raise ValueError(f"scale= is only taken by tensor/delayed scaling; {scaling!r} computes its own")
     if scaling == "delayed" and scale is None:
         raise ValueError("scaling='delayed' needs scale= (from a DelayedScaler)")
-    if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
-        raise ValueError(f"margin must be an int >= 0, got {margin!r}")
     if (margin or pow2) and scale is not None:
         raise ValueError("margin/pow2 shape computed scales; a given scale is used as is")
     _require_triton(x)
@@ -553,15 +558,11 @@ def quantize_fp8_with_transpose(
     name = get_format(fmt).name
     if name not in _FP8_FORMATS:
         raise ValueError(f"fmt must be one of {_FP8_FORMATS}, got {fmt!r}")
-    nonempty(x)
+    _check_input(x, margin)
     if x.dim() != 2:
         raise ValueError(f"quantize_fp8_with_transpose: x must be 2-D, got shape {tuple(x.shape)}")
-    if x.dtype not in _INPUT_DTYPES:
-        raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
     if not isinstance(block, int) or isinstance(block, bool) or block not in (16, 32, 64, 128):
         raise ValueError(f"block must be 16, 32, 64 or 128 (a power of two the tile holds), got {block!r}")
-    if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
-        raise ValueError(f"margin must be an int >= 0, got {margin!r}")
     strip = min(_ROWS_COLS_STRIP or block, block)
     if strip < 1 or strip & (strip - 1):
         raise ValueError(f"_ROWS_COLS_STRIP must be a power of two (the columns of a strip), got {_ROWS_COLS_STRIP!r}")

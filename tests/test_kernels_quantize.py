@@ -348,7 +348,7 @@ def test_with_transpose_matches_two_references(device, fmt, dtype, kw, monkeypat
         assert (scale != 1).any() and (scale_t != scale_t[0, 0]).any()  # scales were computed per block
 
 
-def test_with_transpose_argument_errors(device):
+def test_with_transpose_argument_errors(device, monkeypatch):
     x = torch.randn(4, 8, device=device)
     with pytest.raises(ValueError, match="must be 2-D"):
         kq.quantize_fp8_with_transpose(x.reshape(2, 2, 8))
@@ -358,12 +358,9 @@ def test_with_transpose_argument_errors(device):
         kq.quantize_fp8_with_transpose(x, "int8")
     with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
         kq.quantize_fp8_with_transpose(x.double())
-    kq._ROWS_COLS_STRIP = 48
-    try:
-        with pytest.raises(ValueError, match="_ROWS_COLS_STRIP must be a power of two"):
-            kq.quantize_fp8_with_transpose(x, "e4m3", 128)
-    finally:
-        kq._ROWS_COLS_STRIP = None
+    monkeypatch.setattr(kq, "_ROWS_COLS_STRIP", 48)
+    with pytest.raises(ValueError, match="_ROWS_COLS_STRIP must be a power of two"):
+        kq.quantize_fp8_with_transpose(x, "e4m3", 128)
 
 
 def test_argument_errors(device):
