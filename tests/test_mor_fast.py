@@ -3,6 +3,7 @@ decisions against the emulation's (lowprec.methods.mor, itself checked against i
 its GEMMs against the emulation's on both branches, the decision counts of the coverage table,
 and the compiled model."""
 
+import math
 
 import pytest
 import torch
@@ -42,28 +43,54 @@ def test_operand_equals_emulation(partition, scale):
     assert bool(got.e4m3) == bool(err <= q.threshold)
 
 
+# The fast path's statistic (scaled values, fp32 row sums) against the emulation's (dequantized
+# values, fp64 element sums): the documented 1e-6 relative, and a decision that flips exactly there.
+ERROR_RTOL = 1e-6
+
+
+def _emulated_error(x2d, partition, scale):
+    ref = quantize_e4m3(x2d.float(), partition, scale=scale)
+    return float(_relative_error(x2d.float(), ref.dequantize()))
+
+
+@pytest.mark.parametrize("scale", ["gam", "e8", "fp32"])
+@pytest.mark.parametrize("partition", PARTITIONS)
+def test_operand_error_is_the_emulations_statistic(partition, scale):
+    """Zeros are left out, a flushed value counts 1, a saturated Inf makes it NaN: as the emulation;
+    elsewhere within ERROR_RTOL of it, and not zero (the codes really are E4M3)."""
+    from lowprec.methods.mor_fast import operand_error
+    x = _data(256, 384, seed=3)
+    x[5, 1], x[6, 2] = 0.0, 1e-30  # a zero, a value that flushes
+    got = mor_operand(MoRQuantizer(partition=partition, scale=scale), x)
+    err = float(operand_error(x, got.fp8))
+    ref = _emulated_error(x, partition, scale)
+    assert err > 1e-3 and err == pytest.approx(ref, rel=ERROR_RTOL)
+    x[4, 9] = float("inf")
+    assert math.isnan(float(operand_error(x, mor_operand(MoRQuantizer(partition=partition, scale=scale), x).fp8)))
+    zeros = torch.zeros(8, 128, dtype=torch.bfloat16)
+    assert float(operand_error(zeros, mor_operand(MoRQuantizer(partition=partition), zeros).fp8)) == 0.0
+
+
 @pytest.mark.parametrize("scale", ["gam", "e8"])
 @pytest.mark.parametrize("partition", PARTITIONS)
 def test_transposed_operand_error_is_summed_over_its_row_major_base(partition, scale):
-    """A transposed view (the weight gradient's X^T, dY^T) has its error summed over its row-major
-    base from values quantized again there: bit for bit the dequantized codes of the view, and the
-    decision the emulation makes for the view."""
-    from lowprec.methods.mor_fast import _dequantized, _requantized_t
+    """A transposed view (the weight gradient's X^T, dY^T) has its error read from its row-major base
+    (never through the transposed codes): the emulation's error of the view within ERROR_RTOL, and
+    the decision it makes away from the threshold by more than that."""
+    from lowprec.methods.mor_fast import operand_error
     base = _data(384, 256, seed=7)
     base[4, 9], base[5, 1], base[6, 2] = float("inf"), 0.0, 1e-30  # saturates, zero, flushes
     q = MoRQuantizer(partition=partition, scale=scale)
-    view = base.t()
-    got = mor_operand(q, view)
-    assert got.hp_t and got.hp.data_ptr() == base.data_ptr()
-    assert torch.equal(_requantized_t(base, got.fp8), _dequantized(got.fp8).t())
+    got = mor_operand(q, base.t())
+    assert got.hp_t and got.hp.data_ptr() == base.data_ptr() and not bool(got.e4m3)  # the Inf: BF16
     base[4, 9] = 1.0
-    got, ref = mor_operand(q, base.t()), quantize_e4m3(base.float().t(), partition, scale=scale)
-    err = _relative_error(base.float().t(), ref.dequantize())
-    assert bool(got.e4m3) == bool(err <= q.threshold)
-    assert bool(mor_operand(MoRQuantizer(partition=partition, scale=scale, threshold=float(err) * (1 + 1e-9)),
-                            base.t()).e4m3)
-    assert not bool(mor_operand(MoRQuantizer(partition=partition, scale=scale, threshold=float(err) * (1 - 1e-9)),
-                                base.t()).e4m3)
+    got = mor_operand(q, base.t())
+    ref = _emulated_error(base.t(), partition, scale)
+    assert float(operand_error(base, got.fp8, transposed=True)) == pytest.approx(ref, rel=ERROR_RTOL)
+    assert bool(got.e4m3) == (ref <= q.threshold)
+    for factor, e4m3 in ((1 + 10 * ERROR_RTOL, True), (1 - 10 * ERROR_RTOL, False)):
+        q_at = MoRQuantizer(partition=partition, scale=scale, threshold=ref * factor)
+        assert bool(mor_operand(q_at, base.t()).e4m3) == e4m3
 
 
 def test_decision_counts_live_on_the_layers_device():

@@ -161,8 +161,11 @@ def mor_relative_error(x: torch.Tensor, q: torch.Tensor) -> float:
 def _relative_error(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """``mor_relative_error`` as a 0-d fp64 tensor on x's device (no wait for the device)."""
     terms, nz = _ratio_terms(x.to(torch.float32), q.to(torch.float32))
-    n = nz.sum()
-    total = terms.sum(dtype=torch.float64)
+    return mean_over_nonzero(terms.sum(dtype=torch.float64), nz.sum())
+
+
+def mean_over_nonzero(total: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """The statistic from its sum over the ``n`` non-zero elements: ``total / n``, 0 when ``n`` is 0."""
     return torch.where(n > 0, total / n.clamp_min(1), torch.zeros_like(total))
 
 

@@ -3,8 +3,8 @@ the step that waits for the device.
 
 Per operand (``mor_operand``), in torch ops that Inductor fuses: the E4M3 codes and scales of the
 quantizer's partition (``lowprec.gemm.quantize_fp8``: the emulation's codes and scales bit for bit,
-GAM included), the MoR relative error (``lowprec.methods.mor``'s statistic, summed in fp64) and the choice
-``error <= threshold``, a 0-d bool on the device. Per GEMM (``mor_mm``): the FP8 product of the two
+GAM included), the MoR relative error (``operand_error``) and the choice ``error <= threshold``, a
+0-d bool on the device. Per GEMM (``mor_mm``): the FP8 product of the two
 operands' codes on ``_scaled_mm`` (tensor, row or 128x128-block scales), always, then
 ``bf16_fixup_``, which reads the two choices on the device and, unless both are E4M3, overwrites the
 output with the product of the chosen values (the BF16 operand rounded to BF16, the E4M3 one its
@@ -17,9 +17,11 @@ every GEMM waited for the device, and at the 1B shape the step took 3.4x its GPU
 ``results/bench/profiles/``).
 
 Where this differs from the emulation (``MoRQuantizer.__call__``, fp32 GEMMs of the values): the
-GEMMs' accumulation order, and a backward GEMM whose operand is the transpose of a forward one with
-the same scales (per-tensor and 128x128 blocks) reuses that operand's codes, scales and decision,
-whose error differs from the transpose's own only in fp64 summation order.
+GEMMs' accumulation order; the relative error, formed from the scaled values and summed per row in
+fp32 (``operand_error``: within 1e-6 relative of the emulation's, so only an error that close to the
+threshold can decide differently, as with the Triton kernel of ``lowprec.kernels.mor_quant``); and
+a backward GEMM whose operand is the transpose of a forward one with the same scales (per-tensor
+and 128x128 blocks) reuses that operand's codes, scales and decision.
 
 Decisions are counted for the coverage table (``MoRQuantizer.coverage``) in the layer's buffer
 (``mor_counts``, the emulation's too) by ``lowprec.methods.layer_buffers.add_rows``, an operator
@@ -33,7 +35,7 @@ from typing import NamedTuple
 import torch
 
 from ..gemm import FP8Operand, fp8_cast, kind_block, operand_mm, scale_kind, triton_runs_on
-from .mor import MoRQuantizer, _as_2d, _choose_e4m3, _relative_error, e4m3_spec
+from .mor import MoRQuantizer, _as_2d, _choose_e4m3, e4m3_spec, mean_over_nonzero
 from ..numerics.scaling import apply_blocks
 from ..recipes import OPERANDS, SLOTS
 from .layer_buffers import add_rows
@@ -89,11 +91,38 @@ def mor_operand(q: MoRQuantizer, t: torch.Tensor) -> MoROperand:
     fp8 = FP8Operand.of(x2d, spec, _kind(spec))
     # a transposed view (the backward's W^T, dY^T, X^T) travels as its row-major base
     hp_t = not x2d.is_contiguous() and x2d.t().is_contiguous()
-    if hp_t:
-        err = _relative_error(x2d.t().float(), _requantized_t(x2d.t(), fp8))
-    else:
-        err = _relative_error(x2d.float(), _dequantized(fp8))
+    err = operand_error(x2d.t() if hp_t else x2d, fp8, transposed=hp_t)
     return MoROperand(fp8, _choose_e4m3(err, q.threshold), x2d.t() if hp_t else x2d.contiguous(), False, hp_t)
+
+
+def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -> torch.Tensor:
+    """MoR's relative error (``lowprec.methods.mor.mor_relative_error``) of the E4M3 operand ``f``
+    as a 0-d fp64 tensor, read from the row-major ``base``: the operand's tensor, or with
+    ``transposed`` the tensor whose transpose ``f`` quantizes.
+
+    Each term is |code - y| / |y| of the scaled value y = x * scale that the codes are cast from
+    (the one product ``quantize_fp8`` forms, which the compiled graph then computes once), rather
+    than |code / scale - x| / |x|: equal in exact arithmetic, one division instead of two and no
+    dequantized value. Terms are summed per row of ``base`` in fp32 and the rows in fp64. At the
+    1 B step's shapes the emulation's form, read back through the codes and summed element by
+    element in fp64, took 23 ms of the step's GPU time for per-block MoR (profile
+    ``llama_1b_mor_block_670e915``); read through the transposed codes it took 73 ms for per-channel
+    MoR's weight gradient (``llama_1b_mor_channel_59d23ed``). Both changes move the statistic by
+    about 1e-7 relative (at most ~1e-6), as the summation order of the Triton kernel does. A value
+    that underflows (x != 0, y or its code 0) counts 1, as in the emulation; NaN and Inf make the
+    error NaN (BF16)."""
+    block = kind_block(f.kind, f.codes.shape)
+    scale = f.scale
+    if transposed:
+        block, scale = block[::-1], scale.t()
+    x = base.float()
+    y = apply_blocks(x, scale, block, torch.mul)
+    code = fp8_cast(y, f.spec).float()
+    nz = x != 0
+    ratio = torch.where(y == 0, 1.0, (code - y).abs() / y.abs())
+    terms = torch.where(nz, ratio, 0.0)
+    total = terms.sum(dim=1).sum(dtype=torch.float64)
+    return mean_over_nonzero(total, nz.sum(dim=1, dtype=torch.int32).sum())
 
 
 def _dequantized(f: FP8Operand) -> torch.Tensor:
@@ -103,17 +132,6 @@ def _dequantized(f: FP8Operand) -> torch.Tensor:
 def _decoded(codes: torch.Tensor, scale: torch.Tensor, block) -> torch.Tensor:
     """FP8 codes over their encode scales, per block."""
     return apply_blocks(codes.float(), scale, block, torch.div)
-
-
-def _requantized_t(base: torch.Tensor, f: FP8Operand) -> torch.Tensor:
-    """``_dequantized(f).t()`` for the codes ``f`` of ``base.t()``, computed again from the
-    row-major ``base`` (the codes are a cast of x * scale: the same values bit for bit), so that the
-    error is summed in ``base``'s own order. Read through the transposed codes, Inductor's reduction
-    took 73 ms of a 1 B step for per-channel MoR's weight gradient (profile
-    ``llama_1b_mor_channel_59d23ed``); the sum differs from the emulation's only in fp64 order."""
-    block = kind_block(f.kind, f.codes.shape)[::-1]
-    scale = f.scale.t()
-    return _decoded(fp8_cast(apply_blocks(base.float(), scale, block, torch.mul), f.spec), scale, block)
 
 
 def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
