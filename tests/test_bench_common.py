@@ -178,3 +178,28 @@ def test_cudagraph_timer_is_chosen_and_named(monkeypatch):
         bench, timer = do_bench_median(10, 50, graphed)
         assert bench(lambda: None) == ms and calls[-1][0] == want and calls[-1][1]["rep"] == 50
         assert ("CUDA graph" in timer) == graphed
+
+
+def test_mor_linear_fast_rows_compare_with_the_fast_fp8_row():
+    """The compiled training path's rows (step time only) get their ratios and deciding cost from
+    FP8 current scaling on the same path, and the layer arms keep theirs from the layer FP8 row."""
+    from lowprec.bench.mor_linear import _finish, _line
+
+    rows, flops = [], 3 * 2 * 8192 * 8192 * 8192
+
+    def add(**row):
+        row.update(tokens=8192, hidden=8192)
+        rows.append(row)
+        _finish(row, flops, rows)
+        _line(row)  # prints with any subset of the timed columns
+        return row
+
+    add(method="bf16", step_ms=4.0, quant_ms=0.0, gemm_ms=4.0, fp8_gemms=0)
+    add(method="fp8_current", step_ms=3.2, quant_ms=1.2, gemm_ms=2.0, fp8_gemms=3)
+    layer = add(method="mor_tensor", step_ms=4.8, quant_ms=2.4, gemm_ms=2.4, fp8_gemms=3)
+    add(method="fp8_current_fast", step_ms=2.5)
+    fast = add(method="mor_tensor_fast", step_ms=2.75)
+    assert (layer["vs_fp8_current"], layer["decide_extra_ms"], layer["quant_share"]) == ("0.667", "1.2000", "0.5000")
+    assert (fast["vs_fp8_current"], fast["speedup_vs_bf16"]) == ("0.909", "1.455")
+    assert (fast["decide_extra_ms"], fast["decide_extra_share"]) == ("0.2500", "0.0909")
+    assert "quant_share" not in fast and fast["step_ms"] == "2.7500"

@@ -12,7 +12,9 @@ pre-quantized operands, TFLOP/s, the speed-up over BF16 and the ratio to FP8 cur
 which GEMMs ran in FP8 and on what, every operand's MoR error and format, whether the quantization
 kernel's codes, scales and error equal the torch reference (lowprec.methods.mor) for X, and for MoR the
 time before the GEMMs beyond FP8 current scaling's own quantization (decide_extra_ms and its share
-of the step: what deciding costs).
+of the step: what deciding costs). The ``_fast`` rows time the whole step only (the compiled path
+fuses quantization with the rest): their ratio to FP8 current scaling and their deciding cost are
+against ``fp8_current_fast``, the same path.
 
 Methods:
   bf16             three BF16 matmuls
@@ -355,32 +357,42 @@ def main(argv=None) -> int:
 
 
 def _finish(row: dict, flops: int, rows: list) -> None:
-    """Ratios to the BF16 and FP8-current rows of the same hidden size (rows holds this one too)."""
-    row["_step"], row["_quant"] = row["step_ms"], row["quant_ms"]
+    """Ratios to the BF16 row and to FP8 current scaling's row on the same path (``fp8_current`` for
+    the layer arms, ``fp8_current_fast`` for the ``_fast`` ones) of the same hidden size (rows holds
+    this one too). A ``_fast`` row has its step time only: the compiled training path fuses the
+    quantization with the rest, so what deciding costs is its step minus FP8 current scaling's."""
+    fast = row["method"].endswith("_fast")
+    row["_step"], row["_quant"] = row["step_ms"], row.get("quant_ms")
     bf = next(r["_step"] for r in rows if r["method"] == "bf16")
-    fp8 = next((r["_step"] for r in rows if r["method"] == "fp8_current"), None)
-    fp8_quant = next((r["_quant"] for r in rows if r["method"] == "fp8_current"), None)
-    if row["method"].startswith("mor") and fp8_quant is not None:
+    fp8 = next((r for r in rows if r["method"] == ("fp8_current_fast" if fast else "fp8_current")), None)
+    if row["method"].startswith("mor") and fp8 is not None:
         # what deciding costs beyond FP8 current scaling's own quantization (amax, scale, cast)
-        extra = row["quant_ms"] - fp8_quant
+        extra = row["_step"] - fp8["_step"] if fast else row["_quant"] - fp8["_quant"]
         row["decide_extra_ms"] = f"{extra:.4f}"
         row["decide_extra_share"] = f"{extra / row['step_ms']:.4f}"
-    row["quant_share"] = f"{row['quant_ms'] / row['step_ms']:.4f}"
+    if row["_quant"] is not None:
+        row["quant_share"] = f"{row['quant_ms'] / row['step_ms']:.4f}"
     row["tflops"] = f"{flops / row['step_ms'] / 1e9:.1f}"
     row["speedup_vs_bf16"] = f"{bf / row['step_ms']:.3f}"
-    row["vs_fp8_current"] = f"{(fp8 if fp8 is not None else row['step_ms']) / row['step_ms']:.3f}"
+    row["vs_fp8_current"] = f"{(fp8['_step'] if fp8 is not None else row['step_ms']) / row['step_ms']:.3f}"
     for k in ("step_ms", "quant_ms", "gemm_ms"):
-        row[k] = f"{row[k]:.4f}"
+        if isinstance(row.get(k), float):
+            row[k] = f"{row[k]:.4f}"
     for k in ("rel_err_x", "rel_err_w", "rel_err_dy"):
         if isinstance(row.get(k), float):
             row[k] = f"{row[k]:.6f}"
 
 
+def _share(row: dict, key: str) -> str:
+    """A share column as a percentage, or blank where the row has none (a ``_fast`` row's quant_share)."""
+    return f"{float(row[key]):.1%}" if row.get(key) else ""
+
+
 def _line(row: dict) -> str:
     return (f"h={row['hidden']:6d} {row['method']:18s} th={row.get('threshold', ''):<6} "
-            f"step {row['step_ms']:>8s} ms  quant {row['quant_ms']:>8s} ms ({float(row['quant_share']):.1%})  "
-            f"gemm {row['gemm_ms']:>8s} ms  x{row['speedup_vs_bf16']} vs bf16  x{row['vs_fp8_current']} vs fp8  "
-            f"fp8 gemms {row['fp8_gemms']} ({row.get('backend', '')})  ref={row.get('matches_ref') or '-'}")
+            f"step {row['step_ms']:>8s} ms  quant {row.get('quant_ms', '-'):>8s} ms ({_share(row, 'quant_share')})  "
+            f"gemm {row.get('gemm_ms', '-'):>8s} ms  x{row['speedup_vs_bf16']} vs bf16  x{row['vs_fp8_current']} vs fp8  "
+            f"fp8 gemms {row.get('fp8_gemms', '-')} ({row.get('backend', '')})  ref={row.get('matches_ref') or '-'}")
 
 
 def _summary(rows: list, gemm_rows: list, checks: list) -> None:
@@ -394,15 +406,15 @@ def _summary(rows: list, gemm_rows: list, checks: list) -> None:
         for r in gemm_rows:
             print(f"{r['variant']:42} {r.get('loop', ''):10} {r['ms']:>8} {r['vs_scaled_mm_tensorwise']:>7}")
     print("\n# summary: forward + backward step (ms), time before the GEMMs, ratios (>1 = faster)")
-    print("# share: time before the GEMMs / step; extra: that time minus fp8_current's, / step")
+    print("# share: time before the GEMMs / step; extra: that time minus fp8_current's, / step "
+          "(a _fast row: its step minus fp8_current_fast's, / step)")
     print(f"{'hidden':>6} {'method':18} {'th':>6} {'out':>4} {'step':>8} {'quant':>8} {'share':>6} {'extra':>6} "
           f"{'vs bf16':>8} {'vs fp8':>7} {'fp8 gemms':>9}  backend")
     for r in rows:
-        extra = f"{float(r['decide_extra_share']):.1%}" if r.get("decide_extra_share") else ""
         print(f"{r['hidden']:>6} {r['method']:18} {str(r.get('threshold', '')):>6} {r.get('out_dtype', ''):>4} "
-              f"{r['step_ms']:>8} {r['quant_ms']:>8} {float(r['quant_share']):>6.1%} {extra:>6} "
-              f"{r['speedup_vs_bf16']:>8} {r['vs_fp8_current']:>7} {r['fp8_gemms']:>9}  {r.get('backend', '')}",
-              flush=True)
+              f"{r['step_ms']:>8} {r.get('quant_ms', ''):>8} {_share(r, 'quant_share'):>6} "
+              f"{_share(r, 'decide_extra_share'):>6} {r['speedup_vs_bf16']:>8} {r['vs_fp8_current']:>7} "
+              f"{r.get('fp8_gemms', ''):>9}  {r.get('backend', '')}", flush=True)
 
 
 if __name__ == "__main__":
