@@ -273,6 +273,26 @@ def test_mor_fast_gemm_equals_emulation(partition, threshold, scaled_mm_calls):
         assert sqnr_db(a.double() @ b.double().t(), out.double()) < 40
 
 
+@pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
+def test_compiled_mor_error_is_the_emulations_statistic(partition):
+    """The fast path's relative error compiled as the blocks compile it (Inductor fuses it into the
+    cast): within ERROR_ATOL of the emulation's fp64 statistic on the CPU, for an operand and for a
+    transposed view (the weight gradient's), and not zero (E4M3 really ran)."""
+    from lowprec.linear import EAGER_NUMERICS
+    from lowprec.methods.mor import MoRQuantizer, _relative_error, quantize_e4m3
+    from lowprec.methods.mor_fast import ERROR_ATOL, mor_operand, operand_error
+
+    q = MoRQuantizer(partition=partition)
+    torch.manual_seed(0)
+    x = (torch.randn(1024, 1536, device="cuda") * torch.logspace(-3, 2, 1536, device="cuda")).bfloat16()
+    error = torch.compile(lambda t: operand_error(t, mor_operand(q, t).fp8), options=dict(EAGER_NUMERICS))
+    error_t = torch.compile(lambda t: operand_error(t, mor_operand(q, t.t()).fp8, transposed=True),
+                            options=dict(EAGER_NUMERICS))
+    for got, view in ((error(x), x.cpu()), (error_t(x), x.cpu().t())):
+        ref = float(_relative_error(view.float(), quantize_e4m3(view.float(), partition).dequantize()))
+        assert ref > 1e-3 and float(got) == pytest.approx(ref, abs=ERROR_ATOL)
+
+
 MOR_FAST = [{"recipe": "mor", "partition": p} for p in ("tensor", "channel", "block")]
 INT8_FAST = [{"recipe": "int8_block"}, {"recipe": "int8_fallback"}, {"recipe": "int8_fallback", "rule": "dynamic"}]
 

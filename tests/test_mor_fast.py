@@ -14,7 +14,7 @@ from conftest import compiled_and_eager_mor_models, fast_and_emulated_mor_steps
 from lowprec import convert
 from lowprec.gemm import FastPlan
 from lowprec.methods.mor import COUNT_COLUMNS, MoRQuantizer, _relative_error, mor_recipe, quantize_e4m3
-from lowprec.methods.mor_fast import fast_mor_quantizer, mor_mm, mor_operand
+from lowprec.methods.mor_fast import ERROR_ATOL, fast_mor_quantizer, mor_mm, mor_operand
 from lowprec.numerics import sqnr_db
 
 PARTITIONS = ["tensor", "channel", "block"]
@@ -43,11 +43,6 @@ def test_operand_equals_emulation(partition, scale):
     assert bool(got.e4m3) == bool(err <= q.threshold)
 
 
-# The fast path's statistic (scaled values, fp32 row sums) against the emulation's (dequantized
-# values, fp64 element sums): the documented 1e-6 relative, and a decision that flips exactly there.
-ERROR_RTOL = 1e-6
-
-
 def _emulated_error(x2d, partition, scale):
     ref = quantize_e4m3(x2d.float(), partition, scale=scale)
     return float(_relative_error(x2d.float(), ref.dequantize()))
@@ -57,14 +52,14 @@ def _emulated_error(x2d, partition, scale):
 @pytest.mark.parametrize("partition", PARTITIONS)
 def test_operand_error_is_the_emulations_statistic(partition, scale):
     """Zeros are left out, a flushed value counts 1, a saturated Inf makes it NaN: as the emulation;
-    elsewhere within ERROR_RTOL of it, and not zero (the codes really are E4M3)."""
+    elsewhere within ERROR_ATOL of it, and not zero (the codes really are E4M3)."""
     from lowprec.methods.mor_fast import operand_error
     x = _data(256, 384, seed=3)
     x[5, 1], x[6, 2] = 0.0, 1e-30  # a zero, a value that flushes
     got = mor_operand(MoRQuantizer(partition=partition, scale=scale), x)
     err = float(operand_error(x, got.fp8))
     ref = _emulated_error(x, partition, scale)
-    assert err > 1e-3 and err == pytest.approx(ref, rel=ERROR_RTOL)
+    assert err > 1e-3 and err == pytest.approx(ref, abs=ERROR_ATOL)
     x[4, 9] = float("inf")
     assert math.isnan(float(operand_error(x, mor_operand(MoRQuantizer(partition=partition, scale=scale), x).fp8)))
     zeros = torch.zeros(8, 128, dtype=torch.bfloat16)
@@ -75,7 +70,7 @@ def test_operand_error_is_the_emulations_statistic(partition, scale):
 @pytest.mark.parametrize("partition", PARTITIONS)
 def test_transposed_operand_error_is_summed_over_its_row_major_base(partition, scale):
     """A transposed view (the weight gradient's X^T, dY^T) has its error read from its row-major base
-    (never through the transposed codes): the emulation's error of the view within ERROR_RTOL, and
+    (never through the transposed codes): the emulation's error of the view within ERROR_ATOL, and
     the decision it makes away from the threshold by more than that."""
     from lowprec.methods.mor_fast import operand_error
     base = _data(384, 256, seed=7)
@@ -86,10 +81,10 @@ def test_transposed_operand_error_is_summed_over_its_row_major_base(partition, s
     base[4, 9] = 1.0
     got = mor_operand(q, base.t())
     ref = _emulated_error(base.t(), partition, scale)
-    assert float(operand_error(base, got.fp8, transposed=True)) == pytest.approx(ref, rel=ERROR_RTOL)
+    assert float(operand_error(base, got.fp8, transposed=True)) == pytest.approx(ref, abs=ERROR_ATOL)
     assert bool(got.e4m3) == (ref <= q.threshold)
-    for factor, e4m3 in ((1 + 10 * ERROR_RTOL, True), (1 - 10 * ERROR_RTOL, False)):
-        q_at = MoRQuantizer(partition=partition, scale=scale, threshold=ref * factor)
+    for margin, e4m3 in ((10 * ERROR_ATOL, True), (-10 * ERROR_ATOL, False)):
+        q_at = MoRQuantizer(partition=partition, scale=scale, threshold=ref + margin)
         assert bool(mor_operand(q_at, base.t()).e4m3) == e4m3
 
 

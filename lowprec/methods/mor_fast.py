@@ -18,8 +18,8 @@ every GEMM waited for the device, and at the 1B shape the step took 3.4x its GPU
 
 Where this differs from the emulation (``MoRQuantizer.__call__``, fp32 GEMMs of the values): the
 GEMMs' accumulation order; the relative error, formed from the scaled values and summed per row in
-fp32 (``operand_error``: within 1e-6 relative of the emulation's, so only an error that close to the
-threshold can decide differently, as with the Triton kernel of ``lowprec.kernels.mor_quant``); and
+fp32 (``operand_error``: within ``ERROR_ATOL`` = 2^-20 of the emulation's, so only an error that
+close to the threshold can decide differently); and
 a backward GEMM whose operand is the transpose of a forward one with the same scales (per-tensor
 and 128x128 blocks) reuses that operand's codes, scales and decision.
 
@@ -95,22 +95,28 @@ def mor_operand(q: MoRQuantizer, t: torch.Tensor) -> MoROperand:
     return MoROperand(fp8, _choose_e4m3(err, q.threshold), x2d.t() if hp_t else x2d.contiguous(), False, hp_t)
 
 
+# operand_error against the emulation's statistic, absolute. Each form rounds a term (at most 1)
+# a few times in fp32, so the two terms of one element differ by at most about 9 u (u = 2^-24, 5.4e-7)
+# in the worst case; the fp32 row sums add a few u more. Measured: up to 1.2e-8 on the tests' data.
+ERROR_ATOL = 2.0 ** -20
+
+
 def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -> torch.Tensor:
     """MoR's relative error (``lowprec.methods.mor.mor_relative_error``) of the E4M3 operand ``f``
     as a 0-d fp64 tensor, read from the row-major ``base``: the operand's tensor, or with
     ``transposed`` the tensor whose transpose ``f`` quantizes.
 
     Each term is |code - y| / |y| of the scaled value y = x * scale that the codes are cast from
-    (the one product ``quantize_fp8`` forms, which the compiled graph then computes once), rather
-    than |code / scale - x| / |x|: equal in exact arithmetic, one division instead of two and no
-    dequantized value. Terms are summed per row of ``base`` in fp32 and the rows in fp64. At the
-    1 B step's shapes the emulation's form, read back through the codes and summed element by
-    element in fp64, took 23 ms of the step's GPU time for per-block MoR (profile
-    ``llama_1b_mor_block_670e915``); read through the transposed codes it took 73 ms for per-channel
-    MoR's weight gradient (``llama_1b_mor_channel_59d23ed``). Both changes move the statistic by
-    about 1e-7 relative (at most ~1e-6), as the summation order of the Triton kernel does. A value
-    that underflows (x != 0, y or its code 0) counts 1, as in the emulation; NaN and Inf make the
-    error NaN (BF16)."""
+    (the product ``quantize_fp8`` forms too, so the compiled graph computes the codes and the error
+    in one kernel), rather than |code / scale - x| / |x|: equal in exact arithmetic, one division
+    instead of two and no dequantized value read back. Terms are summed per row of ``base`` in fp32
+    and the rows in fp64, never through a transposed view (Inductor's reduction over transposed
+    codes took 73 ms of a 1 B step for per-channel MoR, profile ``llama_1b_mor_channel_59d23ed``).
+    The emulation's form, summed element by element in fp64, took 27 ms of per-block MoR's 172 ms of
+    GPU kernels at 1 B (``llama_1b_mor_block_670e915``); this one runs inside the cast kernels
+    (``llama_1b_*_e6882e4``). Both changes move the statistic by a few fp32 roundings of a term,
+    within ``ERROR_ATOL`` absolute. A value that underflows (x != 0, y or its code 0) counts 1, as
+    in the emulation; NaN and Inf make the error NaN (BF16)."""
     block = kind_block(f.kind, f.codes.shape)
     scale = f.scale
     if transposed:
