@@ -30,6 +30,7 @@ that mutates the buffer and so stays in the compiled graph, forward and backward
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import torch
@@ -118,9 +119,12 @@ def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -
     within ``ERROR_ATOL`` absolute. A value that underflows (x != 0, y or its code 0) counts 1, as
     in the emulation; NaN and Inf make the error NaN (BF16)."""
     block = kind_block(f.kind, f.codes.shape)
-    scale = f.scale
+    scale, codes = f.scale, f.codes
     if transposed:
-        block, scale = block[::-1], scale.t()
+        block, scale, codes = block[::-1], scale.t(), codes.t()
+    if ERROR_KERNEL and base.is_cuda and _error_kernel_runs_on_cuda():
+        sums, counts = error_rows_cuda(base, codes, scale, list(block))
+        return mean_over_nonzero(sums.sum(dtype=torch.float64), counts.sum())
     x = base.float()
     y = apply_blocks(x, scale, block, torch.mul)
     code = fp8_cast(y, f.spec).float()
@@ -129,6 +133,26 @@ def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -
     terms = torch.where(nz, ratio, 0.0)
     total = terms.sum(dim=1).sum(dtype=torch.float64)
     return mean_over_nonzero(total, nz.sum(dim=1, dtype=torch.int32).sum())
+
+
+# The error as a Triton kernel of its own on CUDA (lowprec.kernels.mor_error says why), instead of the
+# torch ops above that Inductor fuses into the cast. Off until measured on the H200 against them:
+# LOWPREC_MOR_ERROR_KERNEL=1 switches it on.
+ERROR_KERNEL = os.environ.get("LOWPREC_MOR_ERROR_KERNEL", "0") == "1"
+
+
+def _error_kernel_runs_on_cuda() -> bool:
+    from ..kernels import mor_error
+    return mor_error.cuda_ready()
+
+
+@torch.library.triton_op("lowprec::mor_error_rows_cuda", mutates_args=())
+def error_rows_cuda(base: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor,
+                    block: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``lowprec.kernels.mor_error.error_rows`` launched from Inductor's code: the per-row fp32 sums
+    and int32 counts of ``operand_error``'s terms."""
+    from ..kernels import mor_error
+    return mor_error.error_rows(base, codes, scale, block, launcher=torch.library.wrap_triton)
 
 
 def _dequantized(f: FP8Operand) -> torch.Tensor:
