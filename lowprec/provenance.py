@@ -71,10 +71,21 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
+# the environment settings that name the run's code, not choose what it runs (git_commit, git_dirty)
+_NOT_SWITCHES = ("LOWPREC_GIT_COMMIT", "LOWPREC_GIT_DIRTY")
+
+
+def switches() -> dict:
+    """The ``LOWPREC_*`` environment settings of this process that switch a path of the suite (a
+    kernel on or off, the fast path): a measurement taken under one is not the default's."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("LOWPREC_") and k not in _NOT_SWITCHES}
+
+
 def collect() -> dict:
     return {
         "git_commit": git_commit(),
         "git_dirty": git_dirty(),
+        "switches": switches(),
         "versions": versions(),
         "device": device_info(),
         "argv": sys.argv[1:],  # argv[0] is a local path that says nothing about the run

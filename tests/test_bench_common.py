@@ -92,6 +92,27 @@ def test_e2e_inductor_options_are_parsed_checked_and_kept_out_of_the_default_fil
     assert exc.value.code == 2 and "its own --out" in capsys.readouterr().err
 
 
+def test_e2e_runs_under_a_switch_stay_out_of_the_default_file(tmp_path, monkeypatch, capsys):
+    """A LOWPREC_* switch (a kernel on that is off by default) is named in the run's provenance and
+    keeps the run's rows out of the default CSV, written there directly or merged."""
+    from lowprec import provenance
+    from lowprec.bench import e2e_step as e2e
+    monkeypatch.setenv("LOWPREC_GIT_COMMIT", "0" * 40)  # names the code: not a switch
+    monkeypatch.setenv("LOWPREC_MOR_ERROR_KERNEL", "1")
+    assert provenance.switches() == {"LOWPREC_MOR_ERROR_KERNEL": "1"}
+    with pytest.raises(SystemExit) as exc:
+        e2e.main(["--arms", "mor_block"])
+    assert exc.value.code == 2 and "LOWPREC_MOR_ERROR_KERNEL=1: write the run to its own --out" in capsys.readouterr().err
+    src = tmp_path / "switched.csv"
+    src.write_text("shape,arm,tokens_per_s\nllama_1b,mor_block,100\n")
+    src.with_suffix(".provenance.json").write_text('{"runs": [{"commit": "x", "switches": {"LOWPREC_MOR_ERROR_KERNEL": "1"}}]}')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        e2e.main(["--out", e2e.DEFAULT_OUT, "--merge-from", str(src)])
+    assert exc.value.code == 2 and "stay out of" in capsys.readouterr().err
+    assert not (tmp_path / e2e.DEFAULT_OUT).exists()
+
+
 def test_e2e_arms_build_and_hardware_arms_have_a_fast_plan():
     """Every suite arm of the end-to-end benchmark is a method config that builds; those it counts
     as running on low-precision hardware have a fast plan (else the run would fail on the GPU)."""

@@ -377,6 +377,9 @@ def merge_outputs(out: Path, sources: list) -> None:
         new_rows, new_runs, prov = load(src)
         if not new_rows:
             fail(PROG, f"--merge-from: {src} holds no rows")
+        if out == Path(DEFAULT_OUT) and any(r.get("switches") or r.get("inductor_options") for r in new_runs):
+            fail(PROG, f"--merge-from: {src} was measured with LOWPREC_* switches or --inductor settings; "
+                       f"its rows are not the suite's defaults and stay out of {DEFAULT_OUT}")
         seen = {(r.get("commit"), r.get("time")) for r in runs}  # a file merged twice adds its runs once
         rows = _merged(rows, new_rows)
         runs = runs + [r for r in new_runs if (r.get("commit"), r.get("time")) not in seen]
@@ -406,17 +409,19 @@ def main(argv=None) -> int:
         merge_outputs(Path(args.out), args.merge_from)
         return 0
     args.inductor_options = inductor_options(args.inductor)
-    if args.inductor_options and (args.merge or Path(args.out) == Path(DEFAULT_OUT)):
-        fail(PROG, "--inductor: write the run to its own --out (its rows are not the suite's defaults), "
+    from .. import provenance
+    set_ = [f"--inductor {' '.join(args.inductor)}"] if args.inductor_options else []
+    set_ += [f"{k}={v}" for k, v in provenance.switches().items()]
+    if set_ and (args.merge or Path(args.out) == Path(DEFAULT_OUT)):
+        fail(PROG, f"{', '.join(set_)}: write the run to its own --out (its rows are not the suite's defaults), "
                    "without --merge")
     require_cuda(PROG)
     shapes = parse_names(PROG, "--shapes", args.shapes, tuple(SHAPES))
     arms = [a for a in parse_names(PROG, "--arms", args.arms, ARMS) if a != BASELINE]
     out = Path(args.out)
     old_rows, old_runs = _previous(out, args.merge)
-    from .. import provenance
     run = {"commit": provenance.git_commit(), "time": provenance.now(), "arms": [BASELINE, *arms],
-           "inductor_options": args.inductor_options, "timer": TIMER,
+           "inductor_options": args.inductor_options, "switches": provenance.switches(), "timer": TIMER,
            "shapes": {}, "failed": {}, "device": provenance.collect().get("device")}
     rows = []
     for shape in shapes:
