@@ -19,9 +19,9 @@ every GEMM waited for the device, and at the 1B shape the step took 3.4x its GPU
 Where this differs from the emulation (``MoRQuantizer.__call__``, fp32 GEMMs of the values): the
 GEMMs' accumulation order; the relative error, formed from the scaled values and summed per row in
 fp32 (``operand_error``: within ``ERROR_ATOL`` = 2^-20 of the emulation's, so only an error that
-close to the threshold can decide differently); and
-a backward GEMM whose operand is the transpose of a forward one with the same scales (per-tensor
-and 128x128 blocks) reuses that operand's codes, scales and decision.
+close to the threshold can decide differently); and a backward GEMM whose operand is the transpose
+of a forward one with the same scales (per-tensor and 128x128 blocks) reuses that operand's codes,
+scales and decision.
 
 Decisions are counted for the coverage table (``MoRQuantizer.coverage``) in the layer's buffer
 (``mor_counts``, the emulation's too) by ``lowprec.methods.layer_buffers.add_rows``, an operator
