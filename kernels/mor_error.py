@@ -54,8 +54,10 @@ if triton is not None:
                            IN_KIND: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
         rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
         r = rows[:, None]
-        acc = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
-        cnt = tl.zeros([BLOCK_R, BLOCK_C], tl.int32)
+        # tl.full, not tl.zeros: triton.language's own @jit helpers are fixed when triton is first
+        # imported, and may then not run in the interpreter
+        acc = tl.full([BLOCK_R, BLOCK_C], 0.0, tl.float32)
+        cnt = tl.full([BLOCK_R, BLOCK_C], 0, tl.int32)
         for c0 in range(0, C, BLOCK_C):
             c = c0 + tl.arange(0, BLOCK_C)[None, :]
             m = (r < R) & (c < C)
