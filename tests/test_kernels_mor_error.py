@@ -15,9 +15,8 @@ from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noq
 
 [ke] = kernel_modules("lowprec.kernels.mor_error")
 
-from lowprec.gemm import kind_block  # noqa: E402
 from lowprec.methods.mor import MoRQuantizer, _relative_error, mean_over_nonzero, quantize_e4m3  # noqa: E402
-from lowprec.methods.mor_fast import ERROR_ATOL, mor_operand, operand_error  # noqa: E402
+from lowprec.methods.mor_fast import ERROR_ATOL, error_terms, in_base_layout, mor_operand, operand_error  # noqa: E402
 
 DEVICE = kernel_devices(ke)[0]
 
@@ -33,26 +32,15 @@ def _data(rows, cols, seed=0):
 
 
 def _kernel_error(base, f, transposed):
-    block = kind_block(f.kind, f.codes.shape)
-    scale, codes = f.scale, f.codes
-    if transposed:
-        block, scale, codes = block[::-1], scale.t(), codes.t()
+    codes, scale, block = in_base_layout(f, transposed)
     sums, counts = ke.error_rows(base.to(DEVICE), codes.to(DEVICE), scale.to(DEVICE), block)
     return sums.cpu(), counts.cpu()
 
 
 def _torch_rows(base, f, transposed):
     """The torch form's per-row sums and counts, from its own terms."""
-    from lowprec.gemm import fp8_cast
-    from lowprec.numerics.scaling import apply_blocks
-    block = kind_block(f.kind, f.codes.shape)
-    scale = f.scale.t() if transposed else f.scale
-    block = block[::-1] if transposed else block
-    x = base.float()
-    y = apply_blocks(x, scale, block, torch.mul)
-    code = fp8_cast(y, f.spec).float()
-    nz = x != 0
-    terms = torch.where(nz, torch.where(y == 0, 1.0, (code - y).abs() / y.abs()), 0.0)
+    _, scale, block = in_base_layout(f, transposed)
+    terms, nz = error_terms(base, scale, block, f.spec)
     return terms.double().sum(dim=1), nz.sum(dim=1, dtype=torch.int32)
 
 

@@ -410,18 +410,19 @@ def main(argv=None) -> int:
         return 0
     args.inductor_options = inductor_options(args.inductor)
     from .. import provenance
-    set_ = [f"--inductor {' '.join(args.inductor)}"] if args.inductor_options else []
-    set_ += [f"{k}={v}" for k, v in provenance.switches().items()]
-    if set_ and (args.merge or Path(args.out) == Path(DEFAULT_OUT)):
-        fail(PROG, f"{', '.join(set_)}: write the run to its own --out (its rows are not the suite's defaults), "
-                   "without --merge")
+    switches = provenance.switches()
+    nondefault = [f"--inductor {' '.join(args.inductor)}"] if args.inductor_options else []
+    nondefault += [f"{k}={v}" for k, v in switches.items()]
+    if nondefault and (args.merge or Path(args.out) == Path(DEFAULT_OUT)):
+        fail(PROG, f"{', '.join(nondefault)}: write the run to its own --out (its rows are not the suite's "
+                   "defaults), without --merge")
     require_cuda(PROG)
     shapes = parse_names(PROG, "--shapes", args.shapes, tuple(SHAPES))
     arms = [a for a in parse_names(PROG, "--arms", args.arms, ARMS) if a != BASELINE]
     out = Path(args.out)
     old_rows, old_runs = _previous(out, args.merge)
     run = {"commit": provenance.git_commit(), "time": provenance.now(), "arms": [BASELINE, *arms],
-           "inductor_options": args.inductor_options, "switches": provenance.switches(), "timer": TIMER,
+           "inductor_options": args.inductor_options, "switches": switches, "timer": TIMER,
            "shapes": {}, "failed": {}, "device": provenance.collect().get("device")}
     rows = []
     for shape in shapes:

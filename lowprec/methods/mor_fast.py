@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..gemm import FP8Operand, fp8_cast, kind_block, operand_mm, scale_kind, triton_runs_on
+from ..gemm import FP8Operand, dequantized, fp8_cast, kind_block, operand_mm, scale_kind, triton_runs_on
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, e4m3_spec, mean_over_nonzero
 from ..numerics.scaling import apply_blocks
 from ..recipes import OPERANDS, SLOTS
@@ -79,7 +79,7 @@ class MoROperand(NamedTuple):
     def values(self) -> torch.Tensor:
         """The fp32 values the emulation multiplies: the dequantized E4M3 codes if E4M3 was chosen,
         else the tensor rounded to BF16."""
-        deq = _dequantized(self.fp8)
+        deq = dequantized(self.fp8.codes, self.fp8.scale, kind_block(self.fp8.kind, self.fp8.codes.shape))
         deq = deq.t() if self.fp8_t else deq
         hp = self.hp.t() if self.hp_t else self.hp
         return torch.where(self.e4m3, deq, hp.to(torch.bfloat16).float())
@@ -118,21 +118,32 @@ def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -
     (``llama_1b_*_e6882e4``). Both changes move the statistic by a few fp32 roundings of a term,
     within ``ERROR_ATOL`` absolute. A value that underflows (x != 0, y or its code 0) counts 1, as
     in the emulation; NaN and Inf make the error NaN (BF16)."""
-    block = kind_block(f.kind, f.codes.shape)
-    scale, codes = f.scale, f.codes
-    if transposed:
-        block, scale, codes = block[::-1], scale.t(), codes.t()
+    codes, scale, block = in_base_layout(f, transposed)
     if ERROR_KERNEL and base.is_cuda and _error_kernel_runs_on_cuda():
         sums, counts = error_rows_cuda(base, codes, scale, list(block))
         return mean_over_nonzero(sums.sum(dtype=torch.float64), counts.sum())
-    x = base.float()
-    y = apply_blocks(x, scale, block, torch.mul)
-    code = fp8_cast(y, f.spec).float()
-    nz = x != 0
-    ratio = torch.where(y == 0, 1.0, (code - y).abs() / y.abs())
-    terms = torch.where(nz, ratio, 0.0)
+    terms, nz = error_terms(base, scale, block, f.spec)
     total = terms.sum(dim=1).sum(dtype=torch.float64)
     return mean_over_nonzero(total, nz.sum(dim=1, dtype=torch.int32).sum())
+
+
+def in_base_layout(f: FP8Operand, transposed: bool) -> tuple:
+    """(codes, encode-scale grid, block) of ``f`` over the layout of the tensor the error reads: its
+    own, or with ``transposed`` its transpose's (views)."""
+    block = kind_block(f.kind, f.codes.shape)
+    if transposed:
+        return f.codes.t(), f.scale.t(), block[::-1]
+    return f.codes, f.scale, block
+
+
+def error_terms(base: torch.Tensor, scale: torch.Tensor, block, spec) -> tuple:
+    """``operand_error``'s fp32 terms over ``base`` (0 where x == 0) and the non-zero mask."""
+    x = base.float()
+    y = apply_blocks(x, scale, block, torch.mul)
+    code = fp8_cast(y, spec).float()
+    nz = x != 0
+    ratio = torch.where(y == 0, 1.0, (code - y).abs() / y.abs())
+    return torch.where(nz, ratio, 0.0), nz
 
 
 # The error as a Triton kernel of its own on CUDA (lowprec.kernels.mor_error says why), instead of the
@@ -153,15 +164,6 @@ def error_rows_cuda(base: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor
     and int32 counts of ``operand_error``'s terms."""
     from ..kernels import mor_error
     return mor_error.error_rows(base, codes, scale, block, launcher=torch.library.wrap_triton)
-
-
-def _dequantized(f: FP8Operand) -> torch.Tensor:
-    return _decoded(f.codes, f.scale, kind_block(f.kind, f.codes.shape))
-
-
-def _decoded(codes: torch.Tensor, scale: torch.Tensor, block) -> torch.Tensor:
-    """FP8 codes over their encode scales, per block."""
-    return apply_blocks(codes.float(), scale, block, torch.div)
 
 
 def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
