@@ -64,7 +64,8 @@ def check_qlinear(torch, rows: list, block, scale) -> None:
             rows.append(_check_qlinear_one(torch, part, block, scale))
         except Exception as exc:  # report and go on: the timings still say something
             rows.append({"check": "qlinear fused vs emulated (y, dx, dw)", "partition": part, "backend": "auto",
-                         "ran": f"error: {type(exc).__name__}: {exc}"[:300], "ok": False})
+                         "formats": "", "ran": f"error: {type(exc).__name__}: {exc}"[:300], "sqnr_db": "nan",
+                         "floor_db": 45.0, "ok": False})
 
 
 def _check_qlinear_one(torch, part: str, block, scale: str) -> dict:
@@ -72,8 +73,9 @@ def _check_qlinear_one(torch, part: str, block, scale: str) -> dict:
 
     from torch import nn
 
-    from lowprec import convert, mor
+    from lowprec import convert
     from lowprec.kernels import mor_gemm as kg
+    from lowprec.methods import mor
     from lowprec.numerics import sqnr_db
 
     cfg = {"partition": part, "scale": scale, **({"block": list(block)} if part == "block" else {})}
