@@ -42,18 +42,10 @@ if triton is not None:
     def _load_fp32(ptr, offs, mask, IN_KIND: tl.constexpr):
         # IN_KIND 0: fp32; 1: bf16 read as int16 words; 2: fp16 (see _in_kind). mask None: no mask
         # (a tile inside the tensor; unmasked loads vectorize).
-        return _widen_fp32(_load_words(ptr, offs, mask), IN_KIND)
-
-    @triton.jit
-    def _load_words(ptr, offs, mask):
-        # the input's words as stored (bf16 as int16): a load whose widening can wait, as a prefetch's does
         if mask is None:
-            return tl.load(ptr + offs)
+            w = tl.load(ptr + offs)
         else:
-            return tl.load(ptr + offs, mask=mask, other=0)
-
-    @triton.jit
-    def _widen_fp32(w, IN_KIND: tl.constexpr):
+            w = tl.load(ptr + offs, mask=mask, other=0)
         if IN_KIND == 1:
             # Widening bf16 is a 16-bit shift; doing it on the raw bits keeps subnormals exact in the
             # interpreter too (whose bf16 conversion does not).

@@ -64,7 +64,6 @@ of this package. FP8 stochastic rounding is not implemented (INT8 only).
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import TYPE_CHECKING, Optional
 
@@ -109,12 +108,12 @@ _AMAX_BLOCK = 8192
 # tuning of quantize_fp8_with_transpose (lowprec.bench.quantize_kernel --num-warps, --strip)
 # (H200, 16384 x 8192 bf16, results/bench/quantize_block_t_h200/: 4 warps 0.265 ms, 8 warps 0.319, 16 warps
 # 0.432; transposing x.T's codes in registers before the store measured no faster, 0.326 at 8 warps, and
-# was dropped). STRIP: the column strips of a tile (None: the whole tile at once; not yet measured)
+# was dropped). STRIP: the column strips of a tile (None: the whole tile at once; strips of 32 / 64 measured
+# 0.33-0.34 ms, lost with their run). A persistent pass (a program per SM fraction, each loading its next
+# tile while it encodes the current) measured slower and was dropped: 0.47-0.49 ms at 4 warps, 0.29 at 8
+# warps, against 0.27 for a program per tile (f7fcae1, quantize_block_t_h200/persistent/)
 _ROWS_COLS_WARPS: Optional[int] = None  # None: 4
 _ROWS_COLS_STRIP: Optional[int] = None
-# PERSISTENT: programs per SM of the persistent whole-tile pass, which loads a program's next tile
-# while it encodes the current one (None: a program per tile; not yet measured)
-_ROWS_COLS_PERSISTENT: Optional[int] = None
 
 _SCALE_MIN = 2.0**-126
 _SCALE_MAX = 2.0**127
@@ -130,8 +129,7 @@ if triton is not None:
     # jit-defined helpers of triton.language (tl.max, tl.cdiv, tl.zeros, ...) are fixed as compiled
     # or interpreted when triton is imported, so they break the interpreter whenever triton was
     # imported before TRITON_INTERPRET=1 was set, even if this module is (re)imported after.
-    from lowprec.kernels._common import (_block_grid, _fp8_round, _load_fp32, _load_words, _max_axis,
-                                         _widen_fp32)
+    from lowprec.kernels._common import _block_grid, _fp8_round, _load_fp32, _max_axis
 
     @triton.jit
     def _scale_from_amax(amax, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr, POW2: tl.constexpr):
@@ -300,25 +298,6 @@ if triton is not None:
                 tl.store(codes_ptr + offs, codes, mask=mask)
 
     @triton.jit
-    def _rows_cols_tile(x, r, c, mask, pid_m, pid_n, codes_ptr, scale_ptr, codes_t_ptr, scale_t_ptr, M, N,
-                        n_bcol, n_brow, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr, POW2: tl.constexpr,
-                        MAN: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr, NATIVE: tl.constexpr,
-                        FP8_TY: tl.constexpr):
-        """Encodes a whole (B, B) tile ``x`` (fp32, rows ``r``, columns ``c``) both ways: its columns
-        give x.T's (1, B) blocks, its rows x's; both codes written row-major, with their scales."""
-        rows = r.to(tl.int64)[:, None]
-        cols = c.to(tl.int64)[None, :]
-        a = _amax_operand(x, False)
-        s_col = _scale_from_amax(_max_axis(a, 0), FMAX, MARGIN_MUL, POW2)  # [B]: x.T's blocks
-        tl.store(scale_t_ptr + c.to(tl.int64) * n_brow + pid_m, s_col, mask=c < N)
-        codes_t = _encode(x * s_col[None, :], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
-        tl.store(codes_t_ptr + cols * M + rows, codes_t, mask=mask)
-        s_row = _scale_from_amax(_max_axis(a, 1), FMAX, MARGIN_MUL, POW2)  # [B]: x's blocks
-        codes = _encode(x * s_row[:, None], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
-        tl.store(codes_ptr + rows * N + cols, codes, mask=mask)
-        tl.store(scale_ptr + r.to(tl.int64) * n_bcol + pid_n, s_row, mask=r < M)
-
-    @triton.jit
     def _quant_rows_cols_kernel(
         x_ptr, codes_ptr, scale_ptr, codes_t_ptr, scale_t_ptr, M, N, n_bcol, n_brow, sx0, sx1,
         B: tl.constexpr, IN_KIND: tl.constexpr, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr,
@@ -340,8 +319,14 @@ if triton is not None:
             cols = c.to(tl.int64)[None, :]
             mask = None if EVEN else (rows < M) & (cols < N)
             x = _load_fp32(x_ptr, rows * sx0 + cols * sx1, mask, IN_KIND)
-            _rows_cols_tile(x, r, c, mask, pid_m, pid_n, codes_ptr, scale_ptr, codes_t_ptr, scale_t_ptr, M, N,
-                            n_bcol, n_brow, FMAX, MARGIN_MUL, POW2, MAN, EMIN, EMAX, NATIVE, FP8_TY)
+            a = _amax_operand(x, False)
+            s_col = _scale_from_amax(_max_axis(a, 0), FMAX, MARGIN_MUL, POW2)  # [B]: x.T's blocks
+            tl.store(scale_t_ptr + c.to(tl.int64) * n_brow + pid_m, s_col, mask=c < N)
+            codes_t = _encode(x * s_col[None, :], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
+            tl.store(codes_t_ptr + cols * M + rows, codes_t, mask=mask)
+            s_row = _scale_from_amax(_max_axis(a, 1), FMAX, MARGIN_MUL, POW2)  # [B]: x's blocks
+            codes = _encode(x * s_row[:, None], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
+            tl.store(codes_ptr + rows * N + cols, codes, mask=mask)
         else:
             row_amax = tl.full([B], 0.0, tl.float32)
             for j in range(B // STRIP):
@@ -363,47 +348,9 @@ if triton is not None:
                 x = _load_fp32(x_ptr, rows * sx0 + cols * sx1, mask, IN_KIND)
                 codes = _encode(x * s_row[:, None], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
                 tl.store(codes_ptr + rows * N + cols, codes, mask=mask)
-            tl.store(scale_ptr + r.to(tl.int64) * n_bcol + pid_n, s_row, mask=r < M)
+        tl.store(scale_ptr + r.to(tl.int64) * n_bcol + pid_n, s_row, mask=r < M)
 
-    @triton.jit
-    def _tile_words(x_ptr, t, M, N, n_bcol, sx0, sx1, B: tl.constexpr, EVEN: tl.constexpr):
-        """The raw words of tile ``t`` (row-major over the tile grid), unwidened."""
-        r = (t // n_bcol) * B + tl.arange(0, B)
-        c = (t % n_bcol) * B + tl.arange(0, B)
-        rows = r.to(tl.int64)[:, None]
-        cols = c.to(tl.int64)[None, :]
-        mask = None if EVEN else (rows < M) & (cols < N)
-        return _load_words(x_ptr, rows * sx0 + cols * sx1, mask)
-
-    @triton.jit
-    def _quant_rows_cols_persistent_kernel(
-        x_ptr, codes_ptr, scale_ptr, codes_t_ptr, scale_t_ptr, M, N, n_bcol, n_brow, sx0, sx1, n_tiles,
-        B: tl.constexpr, IN_KIND: tl.constexpr, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr,
-        POW2: tl.constexpr, MAN: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
-        NATIVE: tl.constexpr, FP8_TY: tl.constexpr, EVEN: tl.constexpr,
-    ):
-        """``_quant_rows_cols_kernel``'s whole-tile pass, a program taking every num_programs-th tile
-        and loading the next one before it encodes the current: with a few programs per SM (a tile
-        fills a thread's registers) the loads, reductions and stores of one tile otherwise run one
-        after the other, and the SM's memory traffic waits on its arithmetic."""
-        start = tl.program_id(0)
-        step = tl.num_programs(0)
-        w = _tile_words(x_ptr, start, M, N, n_bcol, sx0, sx1, B, EVEN)
-        for t in range(start, n_tiles, step):
-            # the last tile loads itself again rather than branch: one redundant read per program
-            w_next = _tile_words(x_ptr, tl.minimum(t + step, n_tiles - 1), M, N, n_bcol, sx0, sx1, B, EVEN)
-            pid_m = t // n_bcol
-            pid_n = t % n_bcol
-            r = pid_m * B + tl.arange(0, B)
-            c = pid_n * B + tl.arange(0, B)
-            mask = None if EVEN else (r.to(tl.int64)[:, None] < M) & (c.to(tl.int64)[None, :] < N)
-            _rows_cols_tile(_widen_fp32(w, IN_KIND), r, c, mask, pid_m, pid_n, codes_ptr, scale_ptr, codes_t_ptr,
-                            scale_t_ptr, M, N, n_bcol, n_brow, FMAX, MARGIN_MUL, POW2, MAN, EMIN, EMAX, NATIVE,
-                            FP8_TY)
-            w = w_next
-
-    _JIT_FNS = (_quant_block_kernel, _quant_rows_cols_kernel, _quant_rows_cols_persistent_kernel, _load_fp32,
-                _load_words, _widen_fp32)
+    _JIT_FNS = (_quant_block_kernel, _quant_rows_cols_kernel, _load_fp32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -631,27 +578,14 @@ def quantize_fp8_with_transpose(
     scale = torch.empty((M, n_bcol), dtype=torch.float32, device=x.device)
     scale_t = torch.empty((N, n_brow), dtype=torch.float32, device=x.device)
     in_kind, x_arg = _in_kind(x)
-    args = (x_arg, codes.view(torch.uint8), scale, codes_t.view(torch.uint8), scale_t, M, N, n_bcol, n_brow,
-            *x.stride())
-    kw = dict(B=block, IN_KIND=in_kind, FMAX=float(f.fmax), MARGIN_MUL=2.0**-margin, POW2=bool(pow2),
-              MAN=f.man_bits, EMIN=f.emin, EMAX=f.emax, NATIVE=_use_native_cast(x, fp8_cast),
-              FP8_TY=tl.float8e4nv if name == "e4m3" else tl.float8e5, EVEN=M % block == 0 and N % block == 0,
-              num_warps=_ROWS_COLS_WARPS or 4)
-    if _ROWS_COLS_PERSISTENT and strip == block:
-        n_tiles = n_brow * n_bcol
-        programs = min(n_tiles, _ROWS_COLS_PERSISTENT * _multiprocessors(x.device))
-        _c.launch(_quant_rows_cols_persistent_kernel, launcher)[(programs,)](*args, n_tiles, **kw)
-    else:
-        _c.launch(_quant_rows_cols_kernel, launcher)[(n_brow, n_bcol)](*args, STRIP=strip, **kw)
+    _c.launch(_quant_rows_cols_kernel, launcher)[(n_brow, n_bcol)](
+        x_arg, codes.view(torch.uint8), scale, codes_t.view(torch.uint8), scale_t, M, N, n_bcol, n_brow,
+        *x.stride(), B=block, IN_KIND=in_kind, FMAX=float(f.fmax), MARGIN_MUL=2.0**-margin, POW2=bool(pow2),
+        MAN=f.man_bits, EMIN=f.emin, EMAX=f.emax, NATIVE=_use_native_cast(x, fp8_cast),
+        FP8_TY=tl.float8e4nv if name == "e4m3" else tl.float8e5, EVEN=M % block == 0 and N % block == 0,
+        STRIP=strip, num_warps=_ROWS_COLS_WARPS or 4,
+    )
     return codes, scale, codes_t, scale_t
-
-
-@functools.lru_cache(maxsize=None)
-def _multiprocessors(device: torch.device) -> int:
-    """SMs of a CUDA device; 1 elsewhere (the interpreter runs the programs one after another)."""
-    if device.type != "cuda":
-        return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def quantize_int8(

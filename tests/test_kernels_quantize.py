@@ -335,14 +335,10 @@ def test_with_transpose_matches_two_references(device, fmt, dtype, kw, monkeypat
     m, n = (3 * block + 5, 2 * block + 3)
     base = _special((m, n), dtype, device, seed=3)
     spec = QuantSpec(fmt, "block", block=(1, block), **kw)
-    # (input, column strip, persistent programs per SM): the tile at once, in column strips, or in
-    # programs that each loop over tiles (on the CPU 2 programs: each takes several tiles and prefetches)
-    cases = [(base, None, None), (base.t(), block // 4, None), (base[: 3 * block, : 2 * block], None, None),
-             (base[: 2 * block, : 2 * block], block // 2, None), (base, None, 2), (base.t(), None, 2),
-             (base[: 3 * block, : 2 * block], None, 2)]  # whole tiles: no masks
-    for x, strip, persistent in cases:
-        monkeypatch.setattr(kq, "_ROWS_COLS_STRIP", strip)
-        monkeypatch.setattr(kq, "_ROWS_COLS_PERSISTENT", persistent)
+    cases = [(base, None), (base.t(), block // 4), (base[: 3 * block, : 2 * block], None),  # whole tiles: no masks
+             (base[: 2 * block, : 2 * block], block // 2)]
+    for x, strip in cases:
+        monkeypatch.setattr(kq, "_ROWS_COLS_STRIP", strip)  # the tile at once, or in column strips
         codes, scale, codes_t, scale_t = kq.quantize_fp8_with_transpose(x, fmt, block, **kw)
         assert codes.is_contiguous() and codes_t.is_contiguous() and codes_t.shape == x.t().shape
         for got_codes, got_scale, view in ((codes, scale, x), (codes_t, scale_t, x.t())):

@@ -74,9 +74,6 @@ def _parse(argv):
                    help="tuning: num_warps of the block kernels, block and block_t (default by tile / block size)")
     p.add_argument("--strip", type=int, default=None,
                    help="tuning (block_t): sweep each 128x128 tile in column strips this wide (default: whole)")
-    p.add_argument("--persistent", type=int, default=None,
-                   help="tuning (block_t): programs per SM of the persistent pass that prefetches each program's "
-                        "next tile (default: a program per tile)")
     p.add_argument("--row-span", type=int, default=None,
                    help="tuning: contiguous columns a program covers for narrow blocks (default _MIN_ROW_SPAN)")
     return p.parse_args(argv)
@@ -90,7 +87,7 @@ def _provenance(args, timer: str) -> dict:
               "block_t: both codes and both scale grids written)",
         clone="x.clone() of the same input: bytes = 2 * x.nbytes",
         tiling={"tile": args.tile, "row_span": args.row_span, "num_warps": args.num_warps,
-                "block_t_strip": args.strip, "block_t_persistent": args.persistent},
+                "block_t_strip": args.strip},
     )
 
 
@@ -111,7 +108,6 @@ def main(argv=None) -> int:
     if args.num_warps is not None:
         kq._NUM_WARPS = kq._ROWS_COLS_WARPS = args.num_warps
     kq._ROWS_COLS_STRIP = args.strip
-    kq._ROWS_COLS_PERSISTENT = args.persistent
     args.tile, args.row_span = kq._TILE, kq._MIN_ROW_SPAN  # recorded in the provenance
     native_ok = torch.cuda.get_device_capability() >= (8, 9)
     in_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[args.dtype]
