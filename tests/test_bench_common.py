@@ -98,14 +98,14 @@ def test_e2e_runs_under_a_switch_stay_out_of_the_default_file(tmp_path, monkeypa
     from lowprec import provenance
     from lowprec.bench import e2e_step as e2e
     monkeypatch.setenv("LOWPREC_GIT_COMMIT", "0" * 40)  # names the code: not a switch
-    monkeypatch.setenv("LOWPREC_MOR_ERROR_KERNEL", "1")
-    assert provenance.switches() == {"LOWPREC_MOR_ERROR_KERNEL": "1"}
+    monkeypatch.setenv("LOWPREC_QUANT_KERNELS", "0")
+    assert provenance.switches() == {"LOWPREC_QUANT_KERNELS": "0"}
     with pytest.raises(SystemExit) as exc:
         e2e.main(["--arms", "mor_block"])
-    assert exc.value.code == 2 and "LOWPREC_MOR_ERROR_KERNEL=1: write the run to its own --out" in capsys.readouterr().err
+    assert exc.value.code == 2 and "LOWPREC_QUANT_KERNELS=0: write the run to its own --out" in capsys.readouterr().err
     src = tmp_path / "switched.csv"
     src.write_text("shape,arm,tokens_per_s\nllama_1b,mor_block,100\n")
-    src.with_suffix(".provenance.json").write_text('{"runs": [{"commit": "x", "switches": {"LOWPREC_MOR_ERROR_KERNEL": "1"}}]}')
+    src.with_suffix(".provenance.json").write_text('{"runs": [{"commit": "x", "switches": {"LOWPREC_QUANT_KERNELS": "0"}}]}')
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exc:
         e2e.main(["--out", e2e.DEFAULT_OUT, "--merge-from", str(src)])
@@ -224,3 +224,26 @@ def test_mor_linear_fast_rows_compare_with_the_fast_fp8_row():
     assert (fast["vs_fp8_current"], fast["speedup_vs_bf16"]) == ("0.909", "1.455")
     assert (fast["decide_extra_ms"], fast["decide_extra_share"]) == ("0.2500", "0.0909")
     assert "quant_share" not in fast and fast["step_ms"] == "2.7500"
+
+
+@pytest.mark.parametrize("method", [{"recipe": "fp8_tensorwise_current"}, {"recipe": "mor", "partition": "tensor"}])
+def test_mor_linear_fast_arm_times_all_three_gemms(method, monkeypatch):
+    """The compiled training path's arm runs what the other arms time: forward, input gradient and
+    weight gradient, three low-precision GEMMs a step (run eagerly on the CPU here)."""
+    import torch
+
+    import lowprec.bench.mor_linear_arms as arms
+    import lowprec.gemm as gemm
+    import lowprec.linear as lin
+    monkeypatch.setattr(arms, "DEVICE", "cpu")
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    import lowprec.methods.mor_fast as mor_fast
+    calls = []
+    real = gemm.operand_mm
+    for module in (gemm, mor_fast):  # the FP8 product of FP8 recipes, and of MoR's GEMM before its fix-up
+        monkeypatch.setattr(module, "operand_mm", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    layer = arms.FastPathLinear(method, 64)
+    x, dy = torch.randn(32, 64).bfloat16(), torch.randn(32, 64).bfloat16()
+    layer.step(x, None, dy)
+    assert len(calls) == 3 and layer.model[0].weight.grad is not None

@@ -30,7 +30,6 @@ that mutates the buffer and so stays in the compiled graph, forward and backward
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import torch
@@ -117,53 +116,22 @@ def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -
     GPU kernels at 1 B (``llama_1b_mor_block_670e915``); this one runs inside the cast kernels
     (``llama_1b_*_e6882e4``). Both changes move the statistic by a few fp32 roundings of a term,
     within ``ERROR_ATOL`` absolute. A value that underflows (x != 0, y or its code 0) counts 1, as
-    in the emulation; NaN and Inf make the error NaN (BF16)."""
-    codes, scale, block = in_base_layout(f, transposed)
-    if ERROR_KERNEL and base.is_cuda and _error_kernel_runs_on_cuda():
-        sums, counts = error_rows_cuda(base, codes, scale, list(block))
-        return mean_over_nonzero(sums.sum(dtype=torch.float64), counts.sum())
-    terms, nz = error_terms(base, scale, block, f.spec)
-    total = terms.sum(dim=1).sum(dtype=torch.float64)
-    return mean_over_nonzero(total, nz.sum(dim=1, dtype=torch.int32).sum())
+    in the emulation; NaN and Inf make the error NaN (BF16).
 
-
-def in_base_layout(f: FP8Operand, transposed: bool) -> tuple:
-    """(codes, encode-scale grid, block) of ``f`` over the layout of the tensor the error reads: its
-    own, or with ``transposed`` its transpose's (views)."""
+    A Triton kernel of its own for the error (reading the operand, codes and scales again, so that
+    the cast would be a pointwise kernel tiled for its transposed store) measured slower at 1 B on the
+    H200 and was dropped: per tensor 0.964x of compiled BF16 against 1.122x, per block 0.923x against
+    1.024x, per channel 0.720x against 0.906x (``results/bench/e2e_h200_mor_error_kernel.csv``)."""
     block = kind_block(f.kind, f.codes.shape)
-    if transposed:
-        return f.codes.t(), f.scale.t(), block[::-1]
-    return f.codes, f.scale, block
-
-
-def error_terms(base: torch.Tensor, scale: torch.Tensor, block, spec) -> tuple:
-    """``operand_error``'s fp32 terms over ``base`` (0 where x == 0) and the non-zero mask."""
+    scale = f.scale.t() if transposed else f.scale
+    block = block[::-1] if transposed else block
     x = base.float()
     y = apply_blocks(x, scale, block, torch.mul)
-    code = fp8_cast(y, spec).float()
+    code = fp8_cast(y, f.spec).float()
     nz = x != 0
-    ratio = torch.where(y == 0, 1.0, (code - y).abs() / y.abs())
-    return torch.where(nz, ratio, 0.0), nz
-
-
-# The error as a Triton kernel of its own on CUDA (lowprec.kernels.mor_error says why), instead of the
-# torch ops above that Inductor fuses into the cast. Off until measured on the H200 against them:
-# LOWPREC_MOR_ERROR_KERNEL=1 switches it on.
-ERROR_KERNEL = os.environ.get("LOWPREC_MOR_ERROR_KERNEL", "0") == "1"
-
-
-def _error_kernel_runs_on_cuda() -> bool:
-    from ..kernels import mor_error
-    return mor_error.cuda_ready()
-
-
-@torch.library.triton_op("lowprec::mor_error_rows_cuda", mutates_args=())
-def error_rows_cuda(base: torch.Tensor, codes: torch.Tensor, scale: torch.Tensor,
-                    block: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``lowprec.kernels.mor_error.error_rows`` launched from Inductor's code: the per-row fp32 sums
-    and int32 counts of ``operand_error``'s terms."""
-    from ..kernels import mor_error
-    return mor_error.error_rows(base, codes, scale, block, launcher=torch.library.wrap_triton)
+    terms = torch.where(nz, torch.where(y == 0, 1.0, (code - y).abs() / y.abs()), 0.0)
+    total = terms.sum(dim=1).sum(dtype=torch.float64)
+    return mean_over_nonzero(total, nz.sum(dim=1, dtype=torch.int32).sum())
 
 
 def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
