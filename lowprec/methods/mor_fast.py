@@ -34,8 +34,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..gemm import (TRANSPOSABLE, FP8Operand, dequantized, fp8_cast, kind_block, operand_mm, scale_kind,
-                    triton_runs_on)
+from ..gemm import FP8Operand, dequantized, fp8_cast, kind_block, operand_mm, scale_kind, triton_runs_on
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, e4m3_spec, mean_over_nonzero
 from ..numerics.scaling import apply_blocks
 from ..recipes import OPERANDS, SLOTS
@@ -74,13 +73,7 @@ class MoROperand(NamedTuple):
         return self._replace(fp8_t=not self.fp8_t, hp_t=not self.hp_t)
 
     def fp8_operand(self) -> FP8Operand:
-        if not self.fp8_t:
-            return self.fp8
-        f = self.fp8
-        if f.codes.is_cuda and f.kind in TRANSPOSABLE and f.codes_t is None and _transpose_kernel_runs_on_cuda():
-            # the copy cuBLAS takes, from a kernel of its own (lowprec.kernels.transpose says why)
-            return FP8Operand(transpose_bytes_cuda(f.codes), f.scale.t().contiguous(), f.spec, f.kind)
-        return f.t()
+        return self.fp8.t() if self.fp8_t else self.fp8
 
     def values(self) -> torch.Tensor:
         """The fp32 values the emulation multiplies: the dequantized E4M3 codes if E4M3 was chosen,
@@ -89,19 +82,6 @@ class MoROperand(NamedTuple):
         deq = deq.t() if self.fp8_t else deq
         hp = self.hp.t() if self.hp_t else self.hp
         return torch.where(self.e4m3, deq, hp.to(torch.bfloat16).float())
-
-
-def _transpose_kernel_runs_on_cuda() -> bool:
-    from ..kernels import transpose
-    return transpose.cuda_ready()
-
-
-@torch.library.triton_op("lowprec::transpose_bytes_cuda", mutates_args=())
-def transpose_bytes_cuda(x: torch.Tensor) -> torch.Tensor:
-    """``lowprec.kernels.transpose.transpose_bytes`` launched from Inductor's code: ``x.t().contiguous()``
-    of one-byte codes, which Inductor cannot fuse into the kernel that wrote them."""
-    from ..kernels import transpose
-    return transpose.transpose_bytes(x, launcher=torch.library.wrap_triton)
 
 
 def mor_operand(q: MoRQuantizer, t: torch.Tensor) -> MoROperand:
