@@ -235,10 +235,10 @@ def test_mor_linear_fast_arm_times_all_three_gemms(method, monkeypatch):
     import lowprec.bench.mor_linear_arms as arms
     import lowprec.gemm as gemm
     import lowprec.linear as lin
+    import lowprec.methods.mor_fast as mor_fast
     monkeypatch.setattr(arms, "DEVICE", "cpu")
     monkeypatch.setattr(lin, "FAST_PATH", "all")
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
-    import lowprec.methods.mor_fast as mor_fast
     calls = []
     real = gemm.operand_mm
     for module in (gemm, mor_fast):  # the FP8 product of FP8 recipes, and of MoR's GEMM before its fix-up

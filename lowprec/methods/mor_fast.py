@@ -122,9 +122,9 @@ def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -
     the cast would be a pointwise kernel tiled for its transposed store) measured slower at 1 B on the
     H200 and was dropped: per tensor 0.964x of compiled BF16 against 1.122x, per block 0.923x against
     1.024x, per channel 0.720x against 0.906x (``results/bench/e2e_h200_mor_error_kernel.csv``)."""
-    block = kind_block(f.kind, f.codes.shape)
-    scale = f.scale.t() if transposed else f.scale
-    block = block[::-1] if transposed else block
+    scale, block = f.scale, kind_block(f.kind, f.codes.shape)
+    if transposed:  # the grid of base's layout
+        scale, block = scale.t(), block[::-1]
     x = base.float()
     y = apply_blocks(x, scale, block, torch.mul)
     code = fp8_cast(y, f.spec).float()
