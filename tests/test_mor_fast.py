@@ -185,15 +185,3 @@ def test_compiled_mor_model_has_one_graph_and_trains_like_eager(partition, monke
     for a, b in zip(comp.parameters(), eager.parameters()):
         assert sqnr_db(b.grad, a.grad) > 25
     assert all(r["calls"] == 1 for r in recipe_c.gemm("fprop")[0].coverage())  # counted inside the graph
-
-
-def test_error_sums_go_by_chunks_of_whole_rows_only():
-    """The per-chunk sums of the error cover every element once: 128-column chunks where the rows
-    hold whole ones, whole rows elsewhere (a row of 128 or of 200 columns)."""
-    from lowprec.methods.mor_fast import ERROR_CHUNK, _chunk_sums
-    for cols, chunks in ((384, 3), (ERROR_CHUNK, 1), (200, 1)):
-        v = torch.rand(5, cols)
-        got = _chunk_sums(v)
-        assert got.reshape(5, -1).shape[1] == chunks
-        assert float(got.sum(dtype=torch.float64)) == pytest.approx(float(v.double().sum()), rel=1e-6)
-        assert int(_chunk_sums(v > 0.5, torch.int32).sum()) == int((v > 0.5).sum())

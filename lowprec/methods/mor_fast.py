@@ -109,8 +109,8 @@ def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -
     Each term is |code - y| / |y| of the scaled value y = x * scale that the codes are cast from
     (the product ``quantize_fp8`` forms too, so the compiled graph computes the codes and the error
     in one kernel), rather than |code / scale - x| / |x|: equal in exact arithmetic, one division
-    instead of two and no dequantized value read back. Terms are summed over each 128 columns of a row
-    of ``base`` in fp32 (``_chunk_sums``) and those sums in fp64, never through a transposed view (Inductor's reduction over transposed
+    instead of two and no dequantized value read back. Terms are summed per row of ``base`` in fp32
+    and the rows in fp64, never through a transposed view (Inductor's reduction over transposed
     codes took 73 ms of a 1 B step for per-channel MoR, profile ``llama_1b_mor_channel_59d23ed``).
     The emulation's form, summed element by element in fp64, took 27 ms of per-block MoR's 172 ms of
     GPU kernels at 1 B (``llama_1b_mor_block_670e915``); this one runs inside the cast kernels
@@ -130,27 +130,8 @@ def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -
     code = fp8_cast(y, f.spec).float()
     nz = x != 0
     terms = torch.where(nz, torch.where(y == 0, 1.0, (code - y).abs() / y.abs()), 0.0)
-    total = _chunk_sums(terms).sum(dtype=torch.float64)
-    return mean_over_nonzero(total, _chunk_sums(nz, torch.int32).sum())
-
-
-# columns a row's terms are first summed over, where rows hold whole chunks (every GAM block and
-# 1x128 scale spans whole chunks)
-ERROR_CHUNK = 128
-
-
-def _chunk_sums(v: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Sums of ``v`` (2-D) over each ``ERROR_CHUNK`` columns of a row, where the rows hold whole
-    chunks, else over each row. Why chunks: Inductor then fuses the cast and the error into a
-    reduction of 128 elements per row of a (rows x chunks, 128) view, whose scale is one load per
-    row of that view, where a reduction over whole rows gathered a scale per element through
-    shared memory and ran at the launch configuration Inductor's heuristics picked (the cast of a
-    16384 x 5632 operand at 1 B: 353 us in the step, 173 us at the best configuration of a sweep;
-    ``results/bench/inductor_kernel_h200/``)."""
-    rows, cols = v.shape
-    if cols % ERROR_CHUNK or cols == ERROR_CHUNK:
-        return v.sum(dim=1, dtype=dtype)
-    return v.view(rows, cols // ERROR_CHUNK, ERROR_CHUNK).sum(dim=2, dtype=dtype)
+    total = terms.sum(dim=1).sum(dtype=torch.float64)
+    return mean_over_nonzero(total, nz.sum(dim=1, dtype=torch.int32).sum())
 
 
 def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
