@@ -6,6 +6,8 @@ API::
     mor_quantize_e4m3(x, partition="block", block=(128, 128), scale="gam", fp8_cast="auto")
         -> (codes float8_e4m3fn in x's shape, scales fp32 grid, rel_error fp32 0-d tensor)
     mor_decide(x, threshold=0.045, **same) -> (codes, scales, rel_error, "e4m3" | "bf16")
+    mor_cast_error(x2d, scale, block, transposed=False, fp8_cast="auto")
+        -> (codes, error sums, non-zero counts)   # the fast path's pass, scales given
     triton_available(device=None), interpreter_active()
 
 Equal to the torch reference ``lowprec.methods.mor.quantize_e4m3`` / ``mor_relative_error`` for the same
@@ -33,6 +35,18 @@ up to ``_TILE`` = 8192 non-negative fp32 terms per tile in a tree, then fp64 acr
 reference adds all terms in fp64. The tree's relative error is at most about log2(8192) * 2^-24
 ~ 8e-7; tests allow 1e-5 relative.
 
+The fast path's pass (``mor_cast_error``, ``lowprec.methods.mor_fast``): the scales come from the
+compiled graph, and one pass over the operand writes its codes, in its own layout or transposed, with
+the sums of the fast path's error terms |code - y| / |y| (y = x * scale; ``mor_fast.operand_error``)
+and their non-zero counts per row of the operand and 128-column tile, so the graph's own reduction of
+those partial sums gives the statistic. Each program takes a 64 x 128 tile whose columns share one
+scale column (or whose rows share one scale row: a per-column grid), one scale load per row (column)
+instead of a gather per element; the transposed layout is stored through the tile's transpose
+(coalesced both ways). Why a kernel rather than Inductor's fusion of the same torch ops: Inductor's
+reduction over whole rows gathered a scale per element through shared memory and ran at the launch
+configuration of its heuristics (the cast of a 16384 x 5632 operand at 1 B on the H200: 353 us in
+the step, 173 us at the best configuration of a sweep; ``results/bench/inductor_kernel_h200/``).
+
 Interpreter notes (as in ``lowprec.kernels.quantize``): bf16 is read as raw 16-bit words and
 widened with a shift, the E4M3 rounding is written out (the interpreter's fp32->fp8 cast rounds
 ties away and truncates subnormals), and only Triton builtins plus this module's own helpers are
@@ -59,7 +73,7 @@ from ._common import _cdiv, _next_pow2
 # lowprec.methods.mor never needs Triton; only this module does
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["mor_quantize_e4m3", "mor_decide", "triton_available", "interpreter_active",
+__all__ = ["mor_quantize_e4m3", "mor_decide", "mor_cast_error", "triton_available", "interpreter_active",
            "PARTITIONS", "SCALE_RULES"]
 
 PARTITIONS = ("tensor", "block", "channel")
@@ -190,6 +204,50 @@ if triton is not None:
         rel = tl.where(count > 0, total / tl.maximum(count, 1).to(tl.float64), 0.0)
         tl.store(rel_ptr, rel.to(tl.float32))
 
+    @triton.jit
+    def _cast_error_kernel(x_ptr, sxr, sxc, s_ptr, ssr, ssc, codes_ptr, err_ptr, nz_ptr, M, N, SBR, SBC, n_tc,
+                           BM: tl.constexpr, BN: tl.constexpr, SCALE_BY_ROW: tl.constexpr,
+                           TRANSPOSED: tl.constexpr, IN_KIND: tl.constexpr, NATIVE: tl.constexpr):
+        """One BM x BN tile: E4M3 codes of x * scale (row-major, or with TRANSPOSED the transpose's
+        row-major layout) and, per row, the sum of the error terms over the tile's non-zero x and
+        their count (at column n_tc's pid_n of the partial grids)."""
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        rows = pid_m * BM + tl.arange(0, BM)
+        cols = pid_n * BN + tl.arange(0, BN)
+        r_ok = rows < M
+        c_ok = cols < N
+        mask = r_ok[:, None] & c_ok[None, :]
+        rows = rows.to(tl.int64)
+        cols = cols.to(tl.int64)
+        x = _load_fp32(x_ptr, rows[:, None] * sxr + cols[None, :] * sxc, mask, IN_KIND)
+        if SCALE_BY_ROW:  # the tile's columns lie in one scale column
+            s = tl.load(s_ptr + (rows // SBR) * ssr + (pid_n * BN // SBC) * ssc, mask=r_ok, other=1.0)
+            y = x * s[:, None]
+        else:  # the tile's rows lie in one scale row
+            s = tl.load(s_ptr + (pid_m * BM // SBR) * ssr + (cols // SBC) * ssc, mask=c_ok, other=1.0)
+            y = x * s[None, :]
+        if NATIVE:
+            # stored as fp8 and widened in registers, as Inductor's fused cast does (the stored
+            # bits are checked against torch's cast on the GPU: tests/test_gpu.py)
+            yc = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the cast
+            yc = tl.where(yc < -448.0, -448.0, yc)
+            code = yc.to(tl.float8e4nv, fp_downcast_rounding="rtne")
+            q = code.to(tl.float32)
+        else:
+            code, q = _fp8_round(y, 448.0, 3, -6, 8)
+        nz = (x != 0.0) & mask
+        # a value that underflows (y == 0) counts 1; NaN and Inf make the term NaN
+        flushed = y == 0.0
+        term = tl.where(flushed, 1.0, tl.math.div_rn(tl.abs(q - y), tl.where(flushed, 1.0, tl.abs(y))))
+        term = tl.where(nz, term, 0.0)
+        tl.store(err_ptr + rows * n_tc + pid_n, _sum_axis(term, 1), mask=r_ok)
+        tl.store(nz_ptr + rows * n_tc + pid_n, _sum_axis(nz.to(tl.int32), 1), mask=r_ok)
+        if TRANSPOSED:
+            tl.store(codes_ptr + cols[None, :] * M + rows[:, None], code, mask=mask)
+        else:
+            tl.store(codes_ptr + rows[:, None] * N + cols[None, :], code, mask=mask)
+
     _JIT_FNS = (_quant_error_kernel, _load_fp32)
 
 
@@ -209,8 +267,7 @@ def _require_triton(x: torch.Tensor) -> None:
 
 def _use_native(x: torch.Tensor, fp8_cast: str) -> bool:
     one_of("fp8_cast", fp8_cast, _FP8_CASTS)
-    hw = (not interpreter_active() and x.device.type == "cuda"
-          and torch.cuda.get_device_capability(x.device) >= (8, 9))
+    hw = _hw_fp8(x)
     if fp8_cast == "native" and not hw:
         raise ValueError("fp8_cast='native' needs a compiled kernel on CUDA with capability >= 8.9")
     # "auto" takes the written-out encoder (module docstring: Triton 3.6's cast on the H200)
@@ -269,6 +326,64 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     rel = torch.empty((), dtype=torch.float32, device=x.device)
     _error_kernel[(1,)](err, nz, rel, n_prog, CHUNK=min(_next_pow2(n_prog), 1024), num_warps=4)
     return codes.reshape(x.shape), scales, rel
+
+
+# the fast path's tile: 64 rows x 128 columns (a 128-column GAM block holds whole tiles)
+CAST_TILE = (64, 128)
+
+
+def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, transposed: bool = False,
+                   fp8_cast: str = "auto", launcher=None) -> tuple:
+    """The fast path's pass over a 2-D operand (fp32 or bf16, any strides) whose encode-scale grid
+    ``scale`` (fp32, (ceil(M / R), ceil(N / C)) for ``block`` (R, C), any strides) is given:
+    ``(codes, err, nz)``: the E4M3 codes of x * scale, (M, N) row-major or with ``transposed`` the
+    (N, M) row-major codes of x.T; per row of x and 128-column tile (M, ceil(N / 128)), the fp32
+    sum of the error terms over its non-zero x and their count (int32). Codes bit for bit torch's
+    cast of the clamped product; each term as ``lowprec.methods.mor_fast.operand_error`` forms it.
+    A grid that varies across a tile both ways (neither the tile's columns nor its rows in one scale
+    block) is refused. ``fp8_cast``: "native" (the hardware cast), "emulated" (the written-out
+    encoder), "auto" (native on CUDA with FP8 instructions, emulated elsewhere)."""
+    nonempty(x2d)
+    if x2d.dim() != 2:
+        raise ValueError(f"mor_cast_error: x2d must be 2-D, got shape {tuple(x2d.shape)}")
+    if x2d.dtype not in _INPUT_DTYPES:
+        raise TypeError(f"mor_cast_error: x2d must be float32 or bfloat16, got {x2d.dtype}")
+    _require_triton(x2d)
+    M, N = x2d.shape
+    sbr, sbc = (int(b) for b in block)
+    grid_shape = (_cdiv(M, sbr), _cdiv(N, sbc))
+    if scale.dtype != torch.float32 or tuple(scale.shape) != grid_shape:
+        raise ValueError(f"mor_cast_error: scale must be a float32 grid of shape {grid_shape} for x of shape "
+                         f"{(M, N)} in blocks {(sbr, sbc)}, got {scale.dtype} {tuple(scale.shape)}")
+    one_of("fp8_cast", fp8_cast, _FP8_CASTS)
+    hw = _hw_fp8(x2d)
+    if fp8_cast == "native" and not hw:
+        raise ValueError("fp8_cast='native' needs a compiled kernel on CUDA with capability >= 8.9")
+    native = hw and fp8_cast != "emulated"
+    bm, bn = (16, 32) if interpreter_active() else CAST_TILE
+    if sbc % bn == 0 or grid_shape[1] == 1:
+        by_row = True
+    elif sbr % bm == 0 or grid_shape[0] == 1:
+        by_row = False
+    else:
+        raise ValueError(f"mor_cast_error: scale blocks {(sbr, sbc)} cut the {bm} x {bn} tiles both ways")
+    n_tc = _cdiv(N, bn)
+    dev = x2d.device
+    codes = torch.empty((N, M) if transposed else (M, N), dtype=torch.float8_e4m3fn, device=dev)
+    err = torch.empty((M, n_tc), dtype=torch.float32, device=dev)
+    nz = torch.empty((M, n_tc), dtype=torch.int32, device=dev)
+    in_kind, x_arg = _c._in_kind(x2d)
+    _c.launch(_cast_error_kernel, launcher)[(_cdiv(M, bm), n_tc)](
+        x_arg, x2d.stride(0), x2d.stride(1), scale, scale.stride(0), scale.stride(1),
+        codes if native else codes.view(torch.uint8), err, nz, M, N, sbr, sbc, n_tc,
+        BM=bm, BN=bn, SCALE_BY_ROW=by_row, TRANSPOSED=transposed, IN_KIND=in_kind, NATIVE=native,
+        num_warps=4)
+    return codes, err, nz
+
+
+def _hw_fp8(x: torch.Tensor) -> bool:
+    return (not interpreter_active() and x.device.type == "cuda"
+            and torch.cuda.get_device_capability(x.device) >= (8, 9))
 
 
 def _tiles(x2d: torch.Tensor, partition: str, sbr: int, sbc: int) -> tuple:

@@ -79,11 +79,17 @@ def quantize_fp8(t: torch.Tensor, spec: QuantSpec,
     encode-scale grid as in ``QTensor.scale``. NaN and +-Inf are left out of every amax (as in
     ``block_amax``); NaN stays NaN in the codes and +-Inf saturates to +-fmax. Delayed scaling takes
     the ``amax`` its history gives (``DelayedScaler.step``), not the tensor's own."""
-    fmt = spec.format
     if spec.scaling == "block" and amax is None and _block_quantize_on_kernel(t.device):
         return fp8_block_quantize_cuda(t, spec.fmt, list(spec.block), spec.margin, spec.pow2)
     x = t.float()
-    block = _resolve_block(spec, tuple(x.shape))
+    scale = encode_scales(x, spec, amax)
+    return fp8_cast(apply_blocks(x, scale, _resolve_block(spec, tuple(x.shape)), torch.mul), spec).contiguous(), scale
+
+
+def encode_scales(t: torch.Tensor, spec: QuantSpec, amax: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The encode-scale grid ``quantize_fp8`` casts a 2-D ``t`` with (in torch ops: not the block
+    kernel's pass), for a pass that casts on its own (``lowprec.methods.mor_fast``)."""
+    x = t.float()
     if spec.scaling == "delayed":
         if amax is None:
             raise ValueError("quantize_fp8: delayed scaling needs the amax of its history (amax=)")
@@ -92,12 +98,11 @@ def quantize_fp8(t: torch.Tensor, spec: QuantSpec,
         raise ValueError(f"quantize_fp8: amax= is for delayed scaling, not {spec.scaling!r}")
     else:
         mag = torch.where(torch.isfinite(x), x.abs(), torch.zeros((), dtype=x.dtype, device=x.device))
-        amax = blocks_max(mag, block)
+        amax = blocks_max(mag, _resolve_block(spec, tuple(x.shape)))
+    fmax = spec.format.fmax
     if spec.scaling == "gam":
-        scale = gam_block_scales(amax, amax.max(), fmt.fmax)
-    else:
-        scale = scale_from_amax(amax, fmt.fmax, spec.margin, spec.pow2)
-    return fp8_cast(apply_blocks(x, scale, block, torch.mul), spec).contiguous(), scale
+        return gam_block_scales(amax, amax.max(), fmax)
+    return scale_from_amax(amax, fmax, spec.margin, spec.pow2)
 
 
 def fp8_cast(scaled: torch.Tensor, spec: QuantSpec) -> torch.Tensor:

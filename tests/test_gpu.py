@@ -295,6 +295,44 @@ def test_compiled_mor_error_is_the_emulations_statistic(partition):
         assert ref > 1e-3 and float(got) == pytest.approx(ref, abs=ERROR_ATOL)
 
 
+@pytest.mark.parametrize("layout", ["rows", "transposed"])
+@pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
+def test_compiled_mor_operand_takes_the_cast_kernel(partition, layout, monkeypatch):
+    """``mor_operand`` compiled on CUDA takes the Triton cast-and-error pass
+    (``mor_cast_error_cuda``): its codes bit for bit the emulation's, and its decision flips where
+    the emulation's error crosses the threshold (within ERROR_ATOL), for an operand and for a
+    transposed view (the weight gradient's), on an error that is not zero (E4M3 really ran)."""
+    from lowprec.kernels import mor_quant
+    from lowprec.linear import EAGER_NUMERICS
+    from lowprec.methods.mor import MoRQuantizer, _relative_error, quantize_e4m3
+    from lowprec.methods.mor_fast import ERROR_ATOL, mor_operand
+
+    calls = {"n": 0}
+    real = mor_quant.mor_cast_error
+
+    def spy(*args, **kw):
+        calls["n"] += 1
+        return real(*args, **kw)
+
+    monkeypatch.setattr(mor_quant, "mor_cast_error", spy)
+    torch.manual_seed(0)
+    x = (torch.randn(1024, 1536, device="cuda") * torch.logspace(-3, 2, 1536, device="cuda")).bfloat16()
+    x[5, :300] = 0.0
+    view = x if layout == "rows" else x.t()
+    ref = quantize_e4m3(view.cpu().float(), partition)
+    ref_err = float(_relative_error(view.cpu().float(), ref.dequantize()))
+    assert ref_err > 1e-3
+    for margin, e4m3 in ((10 * ERROR_ATOL, True), (-10 * ERROR_ATOL, False)):
+        torch._dynamo.reset()
+        q = MoRQuantizer(partition=partition, threshold=ref_err + margin)
+        op = torch.compile(lambda t: mor_operand(q, t), options=dict(EAGER_NUMERICS))(view)
+        assert bool(op.e4m3) == e4m3
+    assert calls["n"] > 0, "the compiled operand did not take the cast kernel"
+    got = op.fp8.codes.cpu()
+    want = ref.codes.to(torch.float8_e4m3fn)
+    assert got.shape == want.shape and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
 MOR_FAST = [{"recipe": "mor", "partition": p} for p in ("tensor", "channel", "block")]
 INT8_FAST = [{"recipe": "int8_block"}, {"recipe": "int8_fallback"}, {"recipe": "int8_fallback", "rule": "dynamic"}]
 

@@ -158,3 +158,95 @@ def test_kernel_empty_tensor_and_bad_threshold_are_named():
     for bad in (float("nan"), float("inf"), -1.0):
         with pytest.raises(ValueError, match=rf"^threshold: must be a finite number >= 0, got {bad}"):
             km.mor_decide(x, bad)
+
+
+# --- the fast path's pass: scales given, codes (either layout) and the error's partial sums ---
+
+# (grid of a (M, N) operand, scale block): per tensor, per row, per column (the transposed view of a
+# per-row grid), in blocks that hold whole tiles along the columns (interpreter tile 16 x 32)
+_GRIDS = {"tensor": lambda m, n: ((1, 1), (m, n)), "rows": lambda m, n: ((m, 1), (1, n)),
+          "cols": lambda m, n: ((1, n), (m, 1)), "blocks": lambda m, n: ((-(-m // 24), -(-n // 64)), (24, 64))}
+
+
+def _scales(m, n, grid, seed=0):
+    shape, block = _GRIDS[grid](m, n)
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.exp2(torch.randint(-4, 6, shape, generator=g).float()) * (1 + torch.rand(shape, generator=g))
+    return scale, block
+
+
+def _cast_error_reference(x, scale, block):
+    """The fast path's torch form (lowprec.methods.mor_fast): codes of the clamped product, the
+    terms |code - y| / |y| over non-zero x (1 where y underflows), their row sums and counts."""
+    from lowprec.numerics.scaling import expand_blocks
+    x = x.float()
+    y = x * expand_blocks(scale, tuple(x.shape), block)
+    codes = y.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    nz = x != 0
+    terms = torch.where(nz, torch.where(y == 0, 1.0, (codes.float() - y).abs() / y.abs()), 0.0)
+    return codes, terms.double().sum(dim=1), nz.sum(dim=1)
+
+
+def _same_codes(got, want):
+    gn, wn = got.float().isnan(), want.float().isnan()
+    assert torch.equal(gn, wn), "NaN positions differ"
+    bad = int((got.view(torch.uint8)[~gn] != want.view(torch.uint8)[~wn]).sum())
+    assert bad == 0, f"{bad} codes differ"
+
+
+CAST_FP8 = ["auto", "emulated"] + (["native"] if DEVICE == "cuda" and torch.cuda.get_device_capability() >= (8, 9)
+                                    else [])
+
+
+@pytest.mark.parametrize("fp8_cast", CAST_FP8)
+@pytest.mark.parametrize("transposed", [False, True], ids=["rows", "transposed"])
+@pytest.mark.parametrize("grid", list(_GRIDS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cast_error_pass_equals_the_fast_paths_torch_form(dtype, grid, transposed, fp8_cast):
+    """Codes bit for bit (in the operand's layout or its transpose's), the non-zero counts exactly,
+    the per-row error sums within fp32 summation order; ragged tiles at both edges."""
+    x = _data((40, 100), dtype, seed=5)
+    x[3, :7] = 0.0
+    x[4, 9] = 1e-30  # flushes to zero once scaled: counts 1
+    scale, block = _scales(40, 100, grid)
+    codes, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block, transposed=transposed, fp8_cast=fp8_cast)
+    want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
+    assert codes.dtype == torch.float8_e4m3fn and codes.shape == ((100, 40) if transposed else (40, 100))
+    _same_codes(codes.cpu().t() if transposed else codes.cpu(), want)
+    assert err.shape == nz.shape == (40, -(-100 // km.CAST_TILE[1]) if DEVICE == "cuda" else -(-100 // 32))
+    assert torch.equal(nz.cpu().sum(dim=1), want_nz.int())
+    got_err = err.cpu().double().sum(dim=1)
+    assert got_err.min() > 0 and torch.allclose(got_err, want_err, rtol=ERR_RTOL, atol=0)
+
+
+def test_cast_error_pass_reads_through_strides_and_keeps_nan():
+    """A transposed view is read in place (the backward's X^T, dY^T); NaN and Inf make their row's
+    sum NaN and keep NaN / saturate in the codes."""
+    base = _data((48, 40), torch.bfloat16, seed=6, special=True)
+    x = base.t()
+    scale, block = _scales(40, 48, "blocks")
+    codes, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block)
+    want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
+    _same_codes(codes.cpu(), want)
+    got = err.cpu().double().sum(dim=1)
+    assert torch.equal(got.isnan(), want_err.isnan()) and got.isnan().any()
+    ok = ~want_err.isnan()
+    assert torch.allclose(got[ok], want_err[ok], rtol=ERR_RTOL, atol=0)
+    assert torch.equal(nz.cpu().sum(dim=1), want_nz.int())
+
+
+def test_cast_error_pass_refuses_what_it_cannot_take():
+    x = torch.ones(32, 64, device=DEVICE)
+    good = torch.ones(2, 1, device=DEVICE)
+    with pytest.raises(ValueError, match=r"scale must be a float32 grid of shape \(2, 1\)"):
+        km.mor_cast_error(x, torch.ones(2, 2, device=DEVICE), (16, 64))
+    with pytest.raises(ValueError, match="scale must be a float32"):
+        km.mor_cast_error(x, good.double(), (16, 64))
+    with pytest.raises(ValueError, match="cut the"):
+        km.mor_cast_error(x, torch.ones(4, 4, device=DEVICE), (8, 16))
+    with pytest.raises(TypeError, match="float32 or bfloat16"):
+        km.mor_cast_error(x.half(), good, (16, 64))
+    with pytest.raises(ValueError, match="2-D"):
+        km.mor_cast_error(x[0], good, (16, 64))
+    with pytest.raises(ValueError, match="empty"):
+        km.mor_cast_error(x[:0], good, (16, 64))

@@ -34,7 +34,9 @@ from typing import NamedTuple
 
 import torch
 
-from ..gemm import FP8Operand, dequantized, fp8_cast, kind_block, operand_mm, scale_kind, triton_runs_on
+from ..gemm import (FP8Operand, dequantized, encode_scales, fp8_cast, kind_block, operand_mm, scale_kind,
+                    triton_runs_on)
+from . import mor as _mor
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, e4m3_spec, mean_over_nonzero
 from ..numerics.scaling import apply_blocks
 from ..recipes import OPERANDS, SLOTS
@@ -88,11 +90,34 @@ def mor_operand(q: MoRQuantizer, t: torch.Tensor) -> MoROperand:
     """E4M3 quantization, relative error and choice of one 2-D operand (reduction last)."""
     x2d = _as_2d(t)
     spec = e4m3_spec(q.partition, q.block, q.scale, cols=x2d.shape[1])
-    fp8 = FP8Operand.of(x2d, spec, _kind(spec))
+    kind = _kind(spec)
     # a transposed view (the backward's W^T, dY^T, X^T) travels as its row-major base
     hp_t = not x2d.is_contiguous() and x2d.t().is_contiguous()
-    err = operand_error(x2d.t() if hp_t else x2d, fp8, transposed=hp_t)
-    return MoROperand(fp8, _choose_e4m3(err, q.threshold), x2d.t() if hp_t else x2d.contiguous(), False, hp_t)
+    base = x2d.t() if hp_t else x2d
+    if _cast_on_kernel(x2d, kind):
+        scale = encode_scales(x2d, spec)
+        grid, block = _base_grid(scale, kind_block(kind, tuple(x2d.shape)), hp_t)
+        codes, err_sums, nz_counts = mor_cast_error_cuda(base, grid, list(block), hp_t)
+        fp8 = FP8Operand(codes, scale, spec, kind)
+        err = mean_over_nonzero(err_sums.sum(dtype=torch.float64), nz_counts.sum())
+    else:
+        fp8 = FP8Operand.of(x2d, spec, kind)
+        err = operand_error(base, fp8, transposed=hp_t)
+    return MoROperand(fp8, _choose_e4m3(err, q.threshold), base if hp_t else x2d.contiguous(), False, hp_t)
+
+
+def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
+    """An operand's scale grid and block in the layout of the tensor its error is read from: the
+    transposed ones where the operand is a transposed view of that tensor."""
+    return (scale.t(), block[::-1]) if transposed else (scale, block)
+
+
+def _cast_on_kernel(x2d: torch.Tensor, kind: str) -> bool:
+    """Whether an operand's codes and error come from the Triton pass (``mor_cast_error_cuda``): on
+    CUDA with MoR's kernels on (``lowprec.methods.mor.USE_KERNEL``), for bf16 or fp32 operands; off
+    CUDA, the torch ops (``operand_error``), which compute the same."""
+    return (x2d.is_cuda and _mor.USE_KERNEL and x2d.dtype in (torch.bfloat16, torch.float32)
+            and kind in ("tensor", "row", "128x128") and triton_runs_on("cuda"))
 
 
 # operand_error against the emulation's statistic, absolute. Each form rounds a term (at most 1)
@@ -122,9 +147,7 @@ def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -
     the cast would be a pointwise kernel tiled for its transposed store) measured slower at 1 B on the
     H200 and was dropped: per tensor 0.964x of compiled BF16 against 1.122x, per block 0.923x against
     1.024x, per channel 0.720x against 0.906x (``results/bench/e2e_h200_mor_error_kernel.csv``)."""
-    scale, block = f.scale, kind_block(f.kind, f.codes.shape)
-    if transposed:  # the grid of base's layout
-        scale, block = scale.t(), block[::-1]
+    scale, block = _base_grid(f.scale, kind_block(f.kind, f.codes.shape), transposed)
     x = base.float()
     y = apply_blocks(x, scale, block, torch.mul)
     code = fp8_cast(y, f.spec).float()
@@ -132,6 +155,18 @@ def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -
     terms = torch.where(nz, torch.where(y == 0, 1.0, (code - y).abs() / y.abs()), 0.0)
     total = terms.sum(dim=1).sum(dtype=torch.float64)
     return mean_over_nonzero(total, nz.sum(dim=1, dtype=torch.int32).sum())
+
+
+# On CUDA: the cast and the error's partial sums in one Triton pass (lowprec.kernels.mor_quant), a
+# triton_op whose launch Inductor traces and makes from its own code
+@torch.library.triton_op("lowprec::mor_cast_error_cuda", mutates_args=())
+def mor_cast_error_cuda(base: torch.Tensor, scale: torch.Tensor, block: list[int],
+                        transposed: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(E4M3 codes of ``base`` row-major, or with ``transposed`` of ``base.T``; the error terms'
+    sums and non-zero counts per row of ``base`` and 128-column tile) for the scale grid ``scale``
+    over ``block`` of ``base`` (``lowprec.kernels.mor_quant.mor_cast_error``)."""
+    from ..kernels import mor_quant as kq
+    return kq.mor_cast_error(base, scale, tuple(block), transposed, launcher=torch.library.wrap_triton)
 
 
 def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
