@@ -6,8 +6,8 @@ API::
     mor_quantize_e4m3(x, partition="block", block=(128, 128), scale="gam", fp8_cast="auto")
         -> (codes float8_e4m3fn in x's shape, scales fp32 grid, rel_error fp32 0-d tensor)
     mor_decide(x, threshold=0.045, **same) -> (codes, scales, rel_error, "e4m3" | "bf16")
-    mor_cast_error(x2d, scale, block, transposed=False, fp8_cast="auto")
-        -> (codes, error sums, non-zero counts)   # the fast path's pass, scales given
+    mor_cast_error(x2d, scale, block, layouts="rows", fp8_cast="auto")
+        -> (codes, codes of x2d.T, error sums, non-zero counts)   # the fast path's pass, scales given
     triton_available(device=None), interpreter_active()
 
 Equal to the torch reference ``lowprec.methods.mor.quantize_e4m3`` / ``mor_relative_error`` for the same
@@ -36,7 +36,7 @@ reference adds all terms in fp64. The tree's relative error is at most about log
 ~ 8e-7; tests allow 1e-5 relative.
 
 The fast path's pass (``mor_cast_error``, ``lowprec.methods.mor_fast``): the scales come from the
-compiled graph, and one pass over the operand writes its codes, in its own layout or transposed, with
+compiled graph, and one pass over the operand writes its codes, in its own layout, transposed or both, with
 the sums of the fast path's error terms |code - y| / |y| (y = x * scale; ``mor_fast.operand_error``)
 and their non-zero counts per row of the operand and 128-column tile, so the graph's own reduction of
 those partial sums gives the statistic. Each program takes a 64 x 128 tile whose columns share one
@@ -206,11 +206,12 @@ if triton is not None:
 
     @triton.jit
     def _cast_error_kernel(x_ptr, sxr, sxc, s_ptr, ssr, ssc, codes_ptr, err_ptr, nz_ptr, M, N, SBR, SBC, n_tc,
-                           BM: tl.constexpr, BN: tl.constexpr, SCALE_BY_ROW: tl.constexpr,
-                           TRANSPOSED: tl.constexpr, IN_KIND: tl.constexpr, NATIVE: tl.constexpr):
-        """One BM x BN tile: E4M3 codes of x * scale (row-major, or with TRANSPOSED the transpose's
-        row-major layout) and, per row, the sum of the error terms over the tile's non-zero x and
-        their count (at column n_tc's pid_n of the partial grids)."""
+                           codes_t_ptr, BM: tl.constexpr, BN: tl.constexpr, SCALE_BY_ROW: tl.constexpr,
+                           ROWS: tl.constexpr, TRANSPOSED: tl.constexpr, IN_KIND: tl.constexpr,
+                           NATIVE: tl.constexpr):
+        """One BM x BN tile: E4M3 codes of x * scale, row-major (ROWS) and / or in the transpose's
+        row-major layout (TRANSPOSED), and per row the sum of the error terms over the tile's
+        non-zero x and their count (column pid_n of the partial grids, n_tc wide)."""
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
         rows = pid_m * BM + tl.arange(0, BM)
@@ -243,10 +244,10 @@ if triton is not None:
         term = tl.where(nz, term, 0.0)
         tl.store(err_ptr + rows * n_tc + pid_n, _sum_axis(term, 1), mask=r_ok)
         tl.store(nz_ptr + rows * n_tc + pid_n, _sum_axis(nz.to(tl.int32), 1), mask=r_ok)
-        if TRANSPOSED:
-            tl.store(codes_ptr + cols[None, :] * M + rows[:, None], code, mask=mask)
-        else:
+        if ROWS:
             tl.store(codes_ptr + rows[:, None] * N + cols[None, :], code, mask=mask)
+        if TRANSPOSED:
+            tl.store(codes_t_ptr + cols[None, :] * M + rows[:, None], code, mask=mask)
 
     _JIT_FNS = (_quant_error_kernel, _load_fp32)
 
@@ -332,12 +333,17 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
 CAST_TILE = (64, 128)
 
 
-def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, transposed: bool = False,
+# the layouts the pass writes the codes in: x2d's row-major one, x2d.T's, both
+CAST_LAYOUTS = ("rows", "transposed", "both")
+
+
+def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str = "rows",
                    fp8_cast: str = "auto", launcher=None) -> tuple:
     """The fast path's pass over a 2-D operand (fp32 or bf16, any strides) whose encode-scale grid
     ``scale`` (fp32, (ceil(M / R), ceil(N / C)) for ``block`` (R, C), any strides) is given:
-    ``(codes, err, nz)``: the E4M3 codes of x * scale, (M, N) row-major or with ``transposed`` the
-    (N, M) row-major codes of x.T; per row of x and 128-column tile (M, ceil(N / 128)), the fp32
+    ``(codes, codes_t, err, nz)``: the E4M3 codes of x * scale, (M, N) row-major, and those of x.T,
+    (N, M) row-major, each where ``layouts`` asks for it (else an empty tensor); per row of x and
+    128-column tile (M, ceil(N / 128)), the fp32
     sum of the error terms over its non-zero x and their count (int32). Codes bit for bit torch's
     cast of the clamped product; each term as ``lowprec.methods.mor_fast.operand_error`` forms it.
     A grid that varies across a tile both ways (neither the tile's columns nor its rows in one scale
@@ -356,6 +362,7 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, transposed: bo
         raise ValueError(f"mor_cast_error: scale must be a float32 grid of shape {grid_shape} for x of shape "
                          f"{(M, N)} in blocks {(sbr, sbc)}, got {scale.dtype} {tuple(scale.shape)}")
     one_of("fp8_cast", fp8_cast, _FP8_CASTS)
+    one_of("layouts", layouts, CAST_LAYOUTS)
     hw = _hw_fp8(x2d)
     if fp8_cast == "native" and not hw:
         raise ValueError("fp8_cast='native' needs a compiled kernel on CUDA with capability >= 8.9")
@@ -369,16 +376,19 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, transposed: bo
         raise ValueError(f"mor_cast_error: scale blocks {(sbr, sbc)} cut the {bm} x {bn} tiles both ways")
     n_tc = _cdiv(N, bn)
     dev = x2d.device
-    codes = torch.empty((N, M) if transposed else (M, N), dtype=torch.float8_e4m3fn, device=dev)
+    rows, trans = layouts != "transposed", layouts != "rows"
+    codes = torch.empty((M, N) if rows else (0,), dtype=torch.float8_e4m3fn, device=dev)
+    codes_t = torch.empty((N, M) if trans else (0,), dtype=torch.float8_e4m3fn, device=dev)
     err = torch.empty((M, n_tc), dtype=torch.float32, device=dev)
     nz = torch.empty((M, n_tc), dtype=torch.int32, device=dev)
     in_kind, x_arg = _c._in_kind(x2d)
     _c.launch(_cast_error_kernel, launcher)[(_cdiv(M, bm), n_tc)](
         x_arg, x2d.stride(0), x2d.stride(1), scale, scale.stride(0), scale.stride(1),
         codes if native else codes.view(torch.uint8), err, nz, M, N, sbr, sbc, n_tc,
-        BM=bm, BN=bn, SCALE_BY_ROW=by_row, TRANSPOSED=transposed, IN_KIND=in_kind, NATIVE=native,
+        codes_t if native else codes_t.view(torch.uint8),
+        BM=bm, BN=bn, SCALE_BY_ROW=by_row, ROWS=rows, TRANSPOSED=trans, IN_KIND=in_kind, NATIVE=native,
         num_warps=4)
-    return codes, err, nz
+    return codes, codes_t, err, nz
 
 
 def _hw_fp8(x: torch.Tensor) -> bool:

@@ -451,10 +451,12 @@ class FastPlan:
             self.reused = frozenset(target for target, source in TRANSPOSED_FROM.items()
                                     if self._specs[target] is not None and self._specs[target] == self._specs[source]
                                     and _transposable(self._specs[target]) and target not in self.delayed)
-        # the slots that quantize their tensor's transpose too, for a reused slot of theirs
+        # the slots that quantize their tensor's transpose too, for a reused slot of theirs: 1x128
+        # blocks (WITH_TRANSPOSE), and MoR's operands where its pass writes both layouts
         self.with_transpose = frozenset(TRANSPOSED_FROM[target] for target in self.reused
-                                        if isinstance(self._specs[target], QuantSpec)
-                                        and scale_kind(self._specs[target]) in WITH_TRANSPOSE)
+                                        if (isinstance(self._specs[target], QuantSpec)
+                                            and scale_kind(self._specs[target]) in WITH_TRANSPOSE)
+                                        or gemms[target[0]][0] == "mor")
 
     @classmethod
     def for_recipe(cls, recipe) -> Optional["FastPlan"]:
@@ -507,7 +509,7 @@ class FastPlan:
         if (gemm, op) in self.reused and is_quantized(source):
             return source.t()
         if self.gemms[gemm][0] == "mor":
-            return mor_operand(spec, t)
+            return mor_operand(spec, t, with_transpose=(gemm, op) in self.with_transpose)
         if self.gemms[gemm][0] == "mor_sub":
             return subtensor_operand(spec, t)
         if self.gemms[gemm][0] == "int8":  # its quantizers need the layer's call key and buffers

@@ -529,8 +529,8 @@ def _delayed_amax(layer: Optional[QLinear], gemm: str, operand: str, t) -> Optio
 
 
 def _kept(op):
-    """A reused operand as the backward keeps it (``FP8Operand.kept``)."""
-    return op.kept() if isinstance(op, FP8Operand) else op
+    """A reused operand as the backward keeps it (``FP8Operand.kept``, ``MoROperand.kept``)."""
+    return op.kept() if isinstance(op, (FP8Operand, MoROperand)) else op
 
 
 def _transpose_of(kept):

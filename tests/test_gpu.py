@@ -296,12 +296,14 @@ def test_compiled_mor_error_is_the_emulations_statistic(partition):
 
 
 @pytest.mark.parametrize("layout", ["rows", "transposed"])
-@pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
-def test_compiled_mor_operand_takes_the_cast_kernel(partition, layout, monkeypatch):
+@pytest.mark.parametrize("partition,with_transpose", [("tensor", False), ("channel", False), ("block", False),
+                                                      ("tensor", True), ("block", True)])
+def test_compiled_mor_operand_takes_the_cast_kernel(partition, with_transpose, layout, monkeypatch):
     """``mor_operand`` compiled on CUDA takes the Triton cast-and-error pass
-    (``mor_cast_error_cuda``): its codes bit for bit the emulation's, and its decision flips where
-    the emulation's error crosses the threshold (within ERROR_ATOL), for an operand and for a
-    transposed view (the weight gradient's), on an error that is not zero (E4M3 really ran)."""
+    (``mor_cast_error_cuda``): its codes bit for bit the emulation's (and, ``with_transpose``, the
+    transposed codes the backward takes), and its decision flips where the emulation's error crosses
+    the threshold (within ERROR_ATOL), for an operand and for a transposed view (the weight
+    gradient's), on an error that is not zero (E4M3 really ran)."""
     from lowprec.kernels import mor_quant
     from lowprec.linear import EAGER_NUMERICS
     from lowprec.methods.mor import MoRQuantizer, _relative_error, quantize_e4m3
@@ -325,12 +327,18 @@ def test_compiled_mor_operand_takes_the_cast_kernel(partition, layout, monkeypat
     for margin, e4m3 in ((10 * ERROR_ATOL, True), (-10 * ERROR_ATOL, False)):
         torch._dynamo.reset()
         q = MoRQuantizer(partition=partition, threshold=ref_err + margin)
-        op = torch.compile(lambda t: mor_operand(q, t), options=dict(EAGER_NUMERICS))(view)
+        op = torch.compile(lambda t: mor_operand(q, t, with_transpose), options=dict(EAGER_NUMERICS))(view)
         assert bool(op.e4m3) == e4m3
     assert calls["n"] > 0, "the compiled operand did not take the cast kernel"
     got = op.fp8.codes.cpu()
     want = ref.codes.to(torch.float8_e4m3fn)
     assert got.shape == want.shape and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    if with_transpose:
+        got_t = op.fp8.codes_t.cpu()
+        assert got_t.shape == want.t().shape and torch.equal(got_t.view(torch.uint8), want.t().view(torch.uint8))
+        assert torch.equal(op.fp8.scale_t.cpu(), op.fp8.scale.cpu().t())
+    else:
+        assert op.fp8.codes_t is None
 
 
 MOR_FAST = [{"recipe": "mor", "partition": p} for p in ("tensor", "channel", "block")]

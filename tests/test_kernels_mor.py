@@ -163,9 +163,9 @@ def test_kernel_empty_tensor_and_bad_threshold_are_named():
 # --- the fast path's pass: scales given, codes (either layout) and the error's partial sums ---
 
 # (grid of a (M, N) operand, scale block): per tensor, per row, per column (the transposed view of a
-# per-row grid), in blocks that hold whole tiles along the columns (interpreter tile 16 x 32)
+# per-row grid), in blocks 128 columns wide (whole tiles: 128 on CUDA, 32 in the interpreter)
 _GRIDS = {"tensor": lambda m, n: ((1, 1), (m, n)), "rows": lambda m, n: ((m, 1), (1, n)),
-          "cols": lambda m, n: ((1, n), (m, 1)), "blocks": lambda m, n: ((-(-m // 24), -(-n // 64)), (24, 64))}
+          "cols": lambda m, n: ((1, n), (m, 1)), "blocks": lambda m, n: ((-(-m // 24), -(-n // 128)), (24, 128))}
 
 
 def _scales(m, n, grid, seed=0):
@@ -199,21 +199,24 @@ CAST_FP8 = ["auto", "emulated"] + (["native"] if DEVICE == "cuda" and torch.cuda
 
 
 @pytest.mark.parametrize("fp8_cast", CAST_FP8)
-@pytest.mark.parametrize("transposed", [False, True], ids=["rows", "transposed"])
+@pytest.mark.parametrize("layouts", ["rows", "transposed", "both"])
 @pytest.mark.parametrize("grid", list(_GRIDS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_cast_error_pass_equals_the_fast_paths_torch_form(dtype, grid, transposed, fp8_cast):
-    """Codes bit for bit (in the operand's layout or its transpose's), the non-zero counts exactly,
-    the per-row error sums within fp32 summation order; ragged tiles at both edges."""
-    x = _data((40, 100), dtype, seed=5)
+def test_cast_error_pass_equals_the_fast_paths_torch_form(dtype, grid, layouts, fp8_cast):
+    """Codes bit for bit (in the operand's layout, its transpose's, or both), the non-zero counts
+    exactly, the per-row error sums within fp32 summation order; ragged tiles at both edges."""
+    x = _data((40, 300), dtype, seed=5)
     x[3, :7] = 0.0
     x[4, 9] = 1e-30  # flushes to zero once scaled: counts 1
-    scale, block = _scales(40, 100, grid)
-    codes, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block, transposed=transposed, fp8_cast=fp8_cast)
+    scale, block = _scales(40, 300, grid)
+    codes, codes_t, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block, layouts=layouts, fp8_cast=fp8_cast)
     want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
-    assert codes.dtype == torch.float8_e4m3fn and codes.shape == ((100, 40) if transposed else (40, 100))
-    _same_codes(codes.cpu().t() if transposed else codes.cpu(), want)
-    assert err.shape == nz.shape == (40, -(-100 // km.CAST_TILE[1]) if DEVICE == "cuda" else -(-100 // 32))
+    for got, shape, asked in ((codes, (40, 300), layouts != "transposed"), (codes_t, (300, 40), layouts != "rows")):
+        assert got.dtype == torch.float8_e4m3fn and got.shape == (shape if asked else (0,))
+        if asked:
+            _same_codes(got.cpu() if shape == (40, 300) else got.cpu().t(), want)
+    tile = km.CAST_TILE[1] if DEVICE == "cuda" else 32
+    assert err.shape == nz.shape == (40, -(-300 // tile))
     assert torch.equal(nz.cpu().sum(dim=1), want_nz.int())
     got_err = err.cpu().double().sum(dim=1)
     assert got_err.min() > 0 and torch.allclose(got_err, want_err, rtol=ERR_RTOL, atol=0)
@@ -225,7 +228,7 @@ def test_cast_error_pass_reads_through_strides_and_keeps_nan():
     base = _data((48, 40), torch.bfloat16, seed=6, special=True)
     x = base.t()
     scale, block = _scales(40, 48, "blocks")
-    codes, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block)
+    codes, _, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block)
     want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
     _same_codes(codes.cpu(), want)
     got = err.cpu().double().sum(dim=1)
@@ -250,3 +253,5 @@ def test_cast_error_pass_refuses_what_it_cannot_take():
         km.mor_cast_error(x[0], good, (16, 64))
     with pytest.raises(ValueError, match="empty"):
         km.mor_cast_error(x[:0], good, (16, 64))
+    with pytest.raises(ValueError, match="layouts"):
+        km.mor_cast_error(x, good, (16, 64), layouts="cols")

@@ -185,3 +185,20 @@ def test_compiled_mor_model_has_one_graph_and_trains_like_eager(partition, monke
     for a, b in zip(comp.parameters(), eager.parameters()):
         assert sqnr_db(b.grad, a.grad) > 25
     assert all(r["calls"] == 1 for r in recipe_c.gemm("fprop")[0].coverage())  # counted inside the graph
+
+
+def test_kept_operand_takes_the_transposed_codes_its_pass_wrote():
+    """An operand whose pass wrote the transpose's codes too is kept for the backward as the
+    transpose's operand (``fp8_t`` flipped): its transpose then multiplies those codes with no copy,
+    and its values are the operand's own."""
+    from lowprec.gemm import FP8Operand
+    x = _data(256, 384, seed=2)
+    op = mor_operand(MoRQuantizer(partition="tensor"), x)
+    f = op.fp8
+    codes_t = f.codes.t().contiguous()
+    full = op._replace(fp8=FP8Operand(f.codes, f.scale, f.spec, f.kind, codes_t, f.scale.t().contiguous()))
+    kept = full.kept()
+    assert kept.fp8.codes_t is None and kept.fp8_t and kept.fp8.codes is codes_t
+    assert kept.t().fp8_operand().codes is codes_t
+    assert torch.equal(kept.values(), op.values())
+    assert op.kept() is op  # no transposed codes: kept as it is
