@@ -42,10 +42,15 @@ and their non-zero counts per row of the operand and 128-column tile, so the gra
 those partial sums gives the statistic. Each program takes a 64 x 128 tile whose columns share one
 scale column (or whose rows share one scale row: a per-column grid), one scale load per row (column)
 instead of a gather per element; the transposed layout is stored through the tile's transpose
-(coalesced both ways). Why a kernel rather than Inductor's fusion of the same torch ops: Inductor's
-reduction over whole rows gathered a scale per element through shared memory and ran at the launch
-configuration of its heuristics (the cast of a 16384 x 5632 operand at 1 B on the H200: 353 us in
-the step, 173 us at the best configuration of a sweep; ``results/bench/inductor_kernel_h200/``).
+(coalesced both ways). The codes are the hardware cast's (stored as fp8 and widened in registers:
+bit for bit torch's on the H200, unlike the uint8 bitcast of ``_e4m3``'s native form) or the
+written-out encoder's. Why a kernel was tried in place of Inductor's fusion of the same torch ops:
+Inductor's reduction over whole rows gathers a scale per element through shared memory and runs at
+the launch configuration of its heuristics (the cast of a 16384 x 5632 operand at 1 B on the H200:
+353 us in the step, 173 us at the best configuration of a sweep; ``results/bench/inductor_kernel_h200/``).
+As it stands (untuned: one tile shape, 4 warps, correctly rounded division) it is slower in the 1 B
+step than the fusion it replaces, so the fast path takes it only on request
+(``LOWPREC_MOR_CAST_KERNEL=1``, ``lowprec.methods.mor_fast.CAST_KERNEL``).
 
 Interpreter notes (as in ``lowprec.kernels.quantize``): bf16 is read as raw 16-bit words and
 widened with a shift, the E4M3 rounding is written out (the interpreter's fp32->fp8 cast rounds

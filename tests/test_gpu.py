@@ -299,13 +299,14 @@ def test_compiled_mor_error_is_the_emulations_statistic(partition):
 @pytest.mark.parametrize("partition,with_transpose", [("tensor", False), ("channel", False), ("block", False),
                                                       ("tensor", True), ("block", True)])
 def test_compiled_mor_operand_takes_the_cast_kernel(partition, with_transpose, layout, monkeypatch):
-    """``mor_operand`` compiled on CUDA takes the Triton cast-and-error pass
-    (``mor_cast_error_cuda``): its codes bit for bit the emulation's (and, ``with_transpose``, the
+    """``mor_operand`` compiled on CUDA with the opt-in Triton cast-and-error pass
+    (``mor_cast_error_cuda``, ``LOWPREC_MOR_CAST_KERNEL=1``) takes it: its codes bit for bit the emulation's (and, ``with_transpose``, the
     transposed codes the backward takes), and its decision flips where the emulation's error crosses
     the threshold (within ERROR_ATOL), for an operand and for a transposed view (the weight
     gradient's), on an error that is not zero (E4M3 really ran)."""
     from lowprec.kernels import mor_quant
     from lowprec.linear import EAGER_NUMERICS
+    from lowprec.methods import mor_fast
     from lowprec.methods.mor import MoRQuantizer, _relative_error, quantize_e4m3
     from lowprec.methods.mor_fast import ERROR_ATOL, mor_operand
 
@@ -317,6 +318,7 @@ def test_compiled_mor_operand_takes_the_cast_kernel(partition, with_transpose, l
         return real(*args, **kw)
 
     monkeypatch.setattr(mor_quant, "mor_cast_error", spy)
+    monkeypatch.setattr(mor_fast, "CAST_KERNEL", True)  # opt-in (LOWPREC_MOR_CAST_KERNEL=1)
     torch.manual_seed(0)
     x = (torch.randn(1024, 1536, device="cuda") * torch.logspace(-3, 2, 1536, device="cuda")).bfloat16()
     x[5, :300] = 0.0

@@ -4,7 +4,8 @@ the step that waits for the device.
 Per operand (``mor_operand``), in torch ops that Inductor fuses: the E4M3 codes and scales of the
 quantizer's partition (``lowprec.gemm.quantize_fp8``: the emulation's codes and scales bit for bit,
 GAM included), the MoR relative error (``operand_error``) and the choice ``error <= threshold``, a
-0-d bool on the device. Per GEMM (``mor_mm``): the FP8 product of the two
+0-d bool on the device (with ``LOWPREC_MOR_CAST_KERNEL=1`` the codes and the error come from one
+Triton pass instead, ``mor_cast_error_cuda``: opt-in, measured slower; see ``CAST_KERNEL``). Per GEMM (``mor_mm``): the FP8 product of the two
 operands' codes on ``_scaled_mm`` (tensor, row or 128x128-block scales), always, then
 ``bf16_fixup_``, which reads the two choices on the device and, unless both are E4M3, overwrites the
 output with the product of the chosen values (the BF16 operand rounded to BF16, the E4M3 one its
@@ -30,13 +31,13 @@ that mutates the buffer and so stays in the compiled graph, forward and backward
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import torch
 
 from ..gemm import (TRANSPOSABLE, FP8Operand, dequantized, encode_scales, fp8_cast, kind_block, operand_mm,
                     scale_kind, triton_runs_on)
-from . import mor as _mor
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, e4m3_spec, mean_over_nonzero
 from ..numerics.scaling import apply_blocks
 from ..recipes import OPERANDS, SLOTS
@@ -128,11 +129,21 @@ def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
     return (scale.t(), block[::-1]) if transposed else (scale, block)
 
 
+# The Triton cast-and-error pass in place of Inductor's fusion of the same torch ops: opt in with
+# LOWPREC_MOR_CAST_KERNEL=1. Bit for bit the same codes (on the H200 with the hardware cast too), but
+# measured slower at 1 B on the H200 as it stands (one 64 x 128 tile of 4 warps a program, untuned):
+# its pass took 40.7 ms of per-block MoR's step where Inductor's fused casts took about 31; per block
+# 1.010x of compiled BF16 against 1.024x, per tensor 1.072x against 1.122x
+# (results/bench/e2e_h200_mor_cast_kernel.csv, docs/numerics.md).
+CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "0") == "1"
+
+
 def _cast_on_kernel(x2d: torch.Tensor, kind: str) -> bool:
-    """Whether an operand's codes and error come from the Triton pass (``mor_cast_error_cuda``): on
-    CUDA with MoR's kernels on (``lowprec.methods.mor.USE_KERNEL``), for bf16 or fp32 operands; off
-    CUDA, the torch ops (``operand_error``), which compute the same."""
-    return (x2d.is_cuda and _mor.USE_KERNEL and x2d.dtype in (torch.bfloat16, torch.float32)
+    """Whether an operand's codes and error come from the Triton pass (``mor_cast_error_cuda``): with
+    ``CAST_KERNEL``, on CUDA, for bf16 or fp32 operands of one scale, per-row scales or 128x128
+    blocks; else the torch ops (``operand_error``), which compute the same and which Inductor fuses
+    into the cast."""
+    return (CAST_KERNEL and x2d.is_cuda and x2d.dtype in (torch.bfloat16, torch.float32)
             and kind in ("tensor", "row", "128x128") and triton_runs_on("cuda"))
 
 
