@@ -247,3 +247,26 @@ def test_mor_linear_fast_arm_times_all_three_gemms(method, monkeypatch):
     x, dy = torch.randn(32, 64).bfloat16(), torch.randn(32, 64).bfloat16()
     layer.step(x, None, dy)
     assert len(calls) == 3 and layer.model[0].weight.grad is not None
+
+
+def test_inductor_kernel_reads_a_profiles_kernels_and_makes_its_variants(tmp_path, capsys):
+    """The kernels of a committed profile are found with their sizes, call counts and stores; each
+    variant changes only the part it names; options are checked before any GPU work."""
+    from pathlib import Path
+
+    from lowprec.bench import inductor_kernel as ik
+    kernels = ik.read_kernels(Path(ik.DEFAULT_KERNELS), "triton_red")
+    assert len(kernels) == 4 and all(k.xnumel == 16384 and not k.fp_fusion for k in kernels)
+    first = kernels[0]
+    assert first.calls == 32 and first.r0_numel == 5632
+    assert first.store_sizes() == {"out_ptr0": 16384 * 5632, "out_ptr3": 16384 * 5632, "out_ptr1": 16384,
+                                   "out_ptr2": 16384}
+    approx, no_store = first.variant_source("approx_div"), first.variant_source("no_transposed_store")
+    assert "div_rn" in first.source and "div_rn" not in approx and "(tmp16 / tmp17)" in approx
+    assert "out_ptr3" not in no_store.split("def ", 1)[1].split(":", 1)[1] and "out_ptr0 +" in no_store
+    assert kernels[2].variant_source("no_transposed_store") is None  # it has none
+    for argv, msg in ((["--variants", "fast"], "unknown ['fast']"), (["--configs", "4x512"], "is not XBLOCK"),
+                      (["--kernels", str(tmp_path / "none.txt")], "no file"), (["--match", "nothing"], "no reduction")):
+        with pytest.raises(SystemExit) as exc:
+            ik.main(["--out", str(tmp_path / "x.csv"), *argv])
+        assert exc.value.code == 2 and msg in capsys.readouterr().err
