@@ -213,7 +213,7 @@ if triton is not None:
     def _cast_error_kernel(x_ptr, sxr, sxc, s_ptr, ssr, ssc, codes_ptr, err_ptr, nz_ptr, M, N, SBR, SBC, n_tc,
                            codes_t_ptr, BM: tl.constexpr, BN: tl.constexpr, SCALE_BY_ROW: tl.constexpr,
                            ROWS: tl.constexpr, TRANSPOSED: tl.constexpr, IN_KIND: tl.constexpr,
-                           NATIVE: tl.constexpr):
+                           NATIVE: tl.constexpr, APPROX_DIV: tl.constexpr):
         """One BM x BN tile: E4M3 codes of x * scale, row-major (ROWS) and / or in the transpose's
         row-major layout (TRANSPOSED), and per row the sum of the error terms over the tile's
         non-zero x and their count (column pid_n of the partial grids, n_tc wide)."""
@@ -245,7 +245,11 @@ if triton is not None:
         nz = (x != 0.0) & mask
         # a value that underflows (y == 0) counts 1; NaN and Inf make the term NaN
         flushed = y == 0.0
-        term = tl.where(flushed, 1.0, tl.math.div_rn(tl.abs(q - y), tl.where(flushed, 1.0, tl.abs(y))))
+        den = tl.where(flushed, 1.0, tl.abs(y))
+        if APPROX_DIV:  # Triton's fp32 '/': div.full on CUDA, within 2 ulp
+            term = tl.where(flushed, 1.0, tl.abs(q - y) / den)
+        else:
+            term = tl.where(flushed, 1.0, tl.math.div_rn(tl.abs(q - y), den))
         term = tl.where(nz, term, 0.0)
         tl.store(err_ptr + rows * n_tc + pid_n, _sum_axis(term, 1), mask=r_ok)
         tl.store(nz_ptr + rows * n_tc + pid_n, _sum_axis(nz.to(tl.int32), 1), mask=r_ok)
@@ -343,17 +347,21 @@ CAST_LAYOUTS = ("rows", "transposed", "both")
 
 
 def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str = "rows",
-                   fp8_cast: str = "auto", launcher=None) -> tuple:
+                   fp8_cast: str = "auto", launcher=None, tile=None, num_warps: int = 4,
+                   approx_div: bool = False) -> tuple:
     """The fast path's pass over a 2-D operand (fp32 or bf16, any strides) whose encode-scale grid
     ``scale`` (fp32, (ceil(M / R), ceil(N / C)) for ``block`` (R, C), any strides) is given:
     ``(codes, codes_t, err, nz)``: the E4M3 codes of x * scale, (M, N) row-major, and those of x.T,
     (N, M) row-major, each where ``layouts`` asks for it (else an empty tensor); per row of x and
-    128-column tile (M, ceil(N / 128)), the fp32
-    sum of the error terms over its non-zero x and their count (int32). Codes bit for bit torch's
+    tile's columns (M, ceil(N / columns)), the fp32 sum of the error terms over its non-zero x
+    and their count (int32). Codes bit for bit torch's
     cast of the clamped product; each term as ``lowprec.methods.mor_fast.operand_error`` forms it.
     A grid that varies across a tile both ways (neither the tile's columns nor its rows in one scale
     block) is refused. ``fp8_cast``: "native" (the hardware cast), "emulated" (the written-out
-    encoder), "auto" (native on CUDA with FP8 instructions, emulated elsewhere)."""
+    encoder), "auto" (native on CUDA with FP8 instructions, emulated elsewhere). Launch: ``tile``
+    (rows, columns: powers of two; ``CAST_TILE`` on CUDA), ``num_warps``; ``approx_div`` divides
+    the terms with Triton's approximate fp32 division (within 2 ulp on CUDA) in place of the
+    correctly rounded one (their speed: ``lowprec.bench.mor_cast_kernel``)."""
     nonempty(x2d)
     if x2d.dim() != 2:
         raise ValueError(f"mor_cast_error: x2d must be 2-D, got shape {tuple(x2d.shape)}")
@@ -372,7 +380,9 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
     if fp8_cast == "native" and not hw:
         raise ValueError("fp8_cast='native' needs a compiled kernel on CUDA with capability >= 8.9")
     native = hw and fp8_cast != "emulated"
-    bm, bn = (16, 32) if interpreter_active() else CAST_TILE
+    bm, bn = tile or ((16, 32) if interpreter_active() else CAST_TILE)
+    if min(bm, bn) < 1 or bm & (bm - 1) or bn & (bn - 1):
+        raise ValueError(f"mor_cast_error: tile must be two powers of two, got {(bm, bn)}")
     if sbc % bn == 0 or grid_shape[1] == 1:
         by_row = True
     elif sbr % bm == 0 or grid_shape[0] == 1:
@@ -392,7 +402,7 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
         codes if native else codes.view(torch.uint8), err, nz, M, N, sbr, sbc, n_tc,
         codes_t if native else codes_t.view(torch.uint8),
         BM=bm, BN=bn, SCALE_BY_ROW=by_row, ROWS=rows, TRANSPOSED=trans, IN_KIND=in_kind, NATIVE=native,
-        num_warps=4)
+        APPROX_DIV=approx_div, num_warps=num_warps)
     return codes, codes_t, err, nz
 
 

@@ -255,3 +255,33 @@ def test_cast_error_pass_refuses_what_it_cannot_take():
         km.mor_cast_error(x[:0], good, (16, 64))
     with pytest.raises(ValueError, match="layouts"):
         km.mor_cast_error(x, good, (16, 64), layouts="cols")
+
+
+def test_cast_error_pass_takes_its_launch_and_division_options():
+    """Another tile, more warps and the approximate division leave the codes and counts as they are
+    and the error within fp32 rounding (the interpreter divides exactly either way); a tile that is
+    not two powers of two is refused."""
+    x = _data((40, 300), torch.bfloat16, seed=8)
+    scale, block = _scales(40, 300, "blocks")
+    want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
+    codes, _, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block, tile=(8, 64), num_warps=2, approx_div=True)
+    _same_codes(codes.cpu(), want)
+    assert err.shape == (40, 5) and torch.equal(nz.cpu().sum(dim=1), want_nz.int())
+    assert torch.allclose(err.cpu().double().sum(dim=1), want_err, rtol=1e-5, atol=0)
+    with pytest.raises(ValueError, match="two powers of two"):
+        km.mor_cast_error(x, scale.to(DEVICE), block, tile=(24, 64))
+
+
+def test_cast_kernel_bench_measures_a_tiny_operand(capsys):
+    """The bench's measurement of one operand shape and partition runs end to end (here on the
+    Triton interpreter, its times meaningless): the default path, the scales, the pass at a launch,
+    codes equal to the default path's and the error at the torch form's."""
+    from lowprec.bench.mor_cast_kernel import measure
+    for view, partition in ((False, "block"), (True, "tensor"), (False, "channel")):
+        rows = measure(64, 256, view, partition, [(16, 32, 4)], ["rn", "approx"], lambda fn: (fn(), 1.0)[1], DEVICE)
+        arms = [r["arm"] for r in rows]
+        assert arms[0] == "inductor" and "scales" in arms and arms.count("kernel") == 2
+        for r in rows:
+            if r["arm"] == "kernel":
+                assert r["codes_equal"] is True and float(r["error_rel_diff"]) < 1e-5
+        assert rows[0]["layouts"] == ("rows" if partition == "channel" else "both")
