@@ -213,7 +213,8 @@ if triton is not None:
     def _cast_error_kernel(x_ptr, sxr, sxc, s_ptr, ssr, ssc, codes_ptr, err_ptr, nz_ptr, M, N, SBR, SBC, n_tc,
                            codes_t_ptr, BM: tl.constexpr, BN: tl.constexpr, SCALE_BY_ROW: tl.constexpr,
                            ROWS: tl.constexpr, TRANSPOSED: tl.constexpr, IN_KIND: tl.constexpr,
-                           NATIVE: tl.constexpr, APPROX_DIV: tl.constexpr):
+                           NATIVE: tl.constexpr, APPROX_DIV: tl.constexpr, WIDE: tl.constexpr,
+                           X_LAYOUT: tl.constexpr, EVEN: tl.constexpr):
         """One BM x BN tile: E4M3 codes of x * scale, row-major (ROWS) and / or in the transpose's
         row-major layout (TRANSPOSED), and per row the sum of the error terms over the tile's
         non-zero x and their count (column pid_n of the partial grids, n_tc wide)."""
@@ -221,18 +222,37 @@ if triton is not None:
         pid_n = tl.program_id(1)
         rows = pid_m * BM + tl.arange(0, BM)
         cols = pid_n * BN + tl.arange(0, BN)
-        r_ok = rows < M
-        c_ok = cols < N
-        mask = r_ok[:, None] & c_ok[None, :]
-        rows = rows.to(tl.int64)
-        cols = cols.to(tl.int64)
-        x = _load_fp32(x_ptr, rows[:, None] * sxr + cols[None, :] * sxc, mask, IN_KIND)
+        if EVEN:  # whole tiles: no masks, so that loads and stores vectorize
+            r_ok = None
+            c_ok = None
+            mask = None
+        else:
+            r_ok = rows < M
+            c_ok = cols < N
+            mask = r_ok[:, None] & c_ok[None, :]
+        if WIDE:  # offsets past 2^31 - 1: 64-bit index arithmetic, else 32-bit (half the instructions)
+            rows = rows.to(tl.int64)
+            cols = cols.to(tl.int64)
+        # a unit stride spelled out, so that the loads vectorize along it whatever the launcher
+        # specializes (a compiled graph's launch of this kernel may pass strides as plain integers)
+        if X_LAYOUT == 0:
+            offs = rows[:, None] * sxr + cols[None, :]
+        elif X_LAYOUT == 1:
+            offs = rows[:, None] + cols[None, :] * sxc
+        else:
+            offs = rows[:, None] * sxr + cols[None, :] * sxc
+        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
         if SCALE_BY_ROW:  # the tile's columns lie in one scale column
-            s = tl.load(s_ptr + (rows // SBR) * ssr + (pid_n * BN // SBC) * ssc, mask=r_ok, other=1.0)
-            y = x * s[:, None]
+            s_offs = (rows // SBR) * ssr + (pid_n * BN // SBC) * ssc
+            s_ok = r_ok
         else:  # the tile's rows lie in one scale row
-            s = tl.load(s_ptr + (pid_m * BM // SBR) * ssr + (cols // SBC) * ssc, mask=c_ok, other=1.0)
-            y = x * s[None, :]
+            s_offs = (pid_m * BM // SBR) * ssr + (cols // SBC) * ssc
+            s_ok = c_ok
+        if EVEN:
+            s = tl.load(s_ptr + s_offs)
+        else:
+            s = tl.load(s_ptr + s_offs, mask=s_ok, other=1.0)
+        y = x * (s[:, None] if SCALE_BY_ROW else s[None, :])
         if NATIVE:
             # stored as fp8 and widened in registers, as Inductor's fused cast does (the stored
             # bits are checked against torch's cast on the GPU: tests/test_gpu.py)
@@ -242,7 +262,9 @@ if triton is not None:
             q = code.to(tl.float32)
         else:
             code, q = _fp8_round(y, 448.0, 3, -6, 8)
-        nz = (x != 0.0) & mask
+        nz = x != 0.0
+        if not EVEN:
+            nz = nz & mask
         # a value that underflows (y == 0) counts 1; NaN and Inf make the term NaN
         flushed = y == 0.0
         den = tl.where(flushed, 1.0, tl.abs(y))
@@ -402,8 +424,16 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
         codes if native else codes.view(torch.uint8), err, nz, M, N, sbr, sbc, n_tc,
         codes_t if native else codes_t.view(torch.uint8),
         BM=bm, BN=bn, SCALE_BY_ROW=by_row, ROWS=rows, TRANSPOSED=trans, IN_KIND=in_kind, NATIVE=native,
-        APPROX_DIV=approx_div, num_warps=num_warps)
+        APPROX_DIV=approx_div, WIDE=_needs_int64(x2d, M, N),
+        X_LAYOUT=0 if x2d.stride(1) == 1 else 1 if x2d.stride(0) == 1 else 2, EVEN=M % bm == 0 and N % bn == 0,
+        num_warps=num_warps)
     return codes, codes_t, err, nz
+
+
+def _needs_int64(x2d: torch.Tensor, M: int, N: int) -> bool:
+    """Whether an element offset of x2d or of its codes can pass 2^31 - 1."""
+    reach = (M - 1) * abs(x2d.stride(0)) + (N - 1) * abs(x2d.stride(1))
+    return max(reach, M * N) >= 2 ** 31 - 1
 
 
 def _hw_fp8(x: torch.Tensor) -> bool:

@@ -257,6 +257,21 @@ def test_cast_error_pass_refuses_what_it_cannot_take():
         km.mor_cast_error(x, good, (16, 64), layouts="cols")
 
 
+@pytest.mark.parametrize("view", [False, True], ids=["rows", "transposed_view"])
+def test_cast_error_pass_on_whole_tiles_takes_the_unmasked_path(view):
+    """A shape of whole tiles (no masks: the vectorized loads and stores) gives the same codes and
+    sums, read in place from a row-major tensor or a transposed view."""
+    base = _data((256, 128) if view else (128, 256), torch.bfloat16, seed=9)
+    x = base.t() if view else base
+    scale, block = _scales(128, 256, "blocks")
+    codes, codes_t, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block, layouts="both")
+    want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
+    _same_codes(codes.cpu(), want)
+    _same_codes(codes_t.cpu().t(), want)
+    assert torch.equal(nz.cpu().sum(dim=1), want_nz.int())
+    assert torch.allclose(err.cpu().double().sum(dim=1), want_err, rtol=ERR_RTOL, atol=0)
+
+
 def test_cast_error_pass_takes_its_launch_and_division_options():
     """Another tile, more warps and the approximate division leave the codes and counts as they are
     and the error within fp32 rounding (the interpreter divides exactly either way); a tile that is
