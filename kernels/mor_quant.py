@@ -38,7 +38,7 @@ reference adds all terms in fp64. The tree's relative error is at most about log
 The fast path's pass (``mor_cast_error``, ``lowprec.methods.mor_fast``): the scales come from the
 compiled graph, and one pass over the operand writes its codes, in its own layout, transposed or both, with
 the sums of the fast path's error terms |code - y| / |y| (y = x * scale; ``mor_fast.operand_error``)
-and their non-zero counts per row of the operand and 128-column tile, so the graph's own reduction of
+and their non-zero counts per row of the operand and tile of columns, so the graph's own reduction of
 those partial sums gives the statistic. Each program takes a 64 x 128 tile whose columns share one
 scale column (or whose rows share one scale row: a per-column grid), one scale load per row (column)
 instead of a gather per element; the transposed layout is stored through the tile's transpose
@@ -376,8 +376,8 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
     ``(codes, codes_t, err, nz)``: the E4M3 codes of x * scale, (M, N) row-major, and those of x.T,
     (N, M) row-major, each where ``layouts`` asks for it (else an empty tensor); per row of x and
     tile's columns (M, ceil(N / columns)), the fp32 sum of the error terms over its non-zero x
-    and their count (int32). Codes bit for bit torch's
-    cast of the clamped product; each term as ``lowprec.methods.mor_fast.operand_error`` forms it.
+    and their count (int32). Codes bit for bit torch's cast of the clamped product; each term as
+    ``lowprec.methods.mor_fast.operand_error`` forms it.
     A grid that varies across a tile both ways (neither the tile's columns nor its rows in one scale
     block) is refused. ``fp8_cast``: "native" (the hardware cast), "emulated" (the written-out
     encoder), "auto" (native on CUDA with FP8 instructions, emulated elsewhere). Launch: ``tile``

@@ -300,10 +300,10 @@ def test_compiled_mor_error_is_the_emulations_statistic(partition):
                                                       ("tensor", True), ("block", True)])
 def test_compiled_mor_operand_takes_the_cast_kernel(partition, with_transpose, layout, monkeypatch):
     """``mor_operand`` compiled on CUDA with the opt-in Triton cast-and-error pass
-    (``mor_cast_error_cuda``, ``LOWPREC_MOR_CAST_KERNEL=1``) takes it: its codes bit for bit the emulation's (and, ``with_transpose``, the
-    transposed codes the backward takes), and its decision flips where the emulation's error crosses
-    the threshold (within ERROR_ATOL), for an operand and for a transposed view (the weight
-    gradient's), on an error that is not zero (E4M3 really ran)."""
+    (``mor_cast_error_cuda``, ``LOWPREC_MOR_CAST_KERNEL=1``) takes it: its codes bit for bit the
+    emulation's (and, ``with_transpose``, the transposed codes the backward takes), and its decision
+    flips where the emulation's error crosses the threshold (within ERROR_ATOL), for an operand and
+    for a transposed view (the weight gradient's), on an error that is not zero (E4M3 really ran)."""
     from lowprec.kernels import mor_quant
     from lowprec.linear import EAGER_NUMERICS
     from lowprec.methods import mor_fast

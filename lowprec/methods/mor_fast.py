@@ -5,8 +5,8 @@ Per operand (``mor_operand``), in torch ops that Inductor fuses: the E4M3 codes 
 quantizer's partition (``lowprec.gemm.quantize_fp8``: the emulation's codes and scales bit for bit,
 GAM included), the MoR relative error (``operand_error``) and the choice ``error <= threshold``, a
 0-d bool on the device (with ``LOWPREC_MOR_CAST_KERNEL=1`` the codes and the error come from one
-Triton pass instead, ``mor_cast_error_cuda``: opt-in, measured slower; see ``CAST_KERNEL``). Per GEMM (``mor_mm``): the FP8 product of the two
-operands' codes on ``_scaled_mm`` (tensor, row or 128x128-block scales), always, then
+Triton pass instead, ``mor_cast_error_cuda``: opt-in, measured slower; see ``CAST_KERNEL``). Per
+GEMM (``mor_mm``): the FP8 product of the two operands' codes on ``_scaled_mm`` (tensor, row or 128x128-block scales), always, then
 ``bf16_fixup_``, which reads the two choices on the device and, unless both are E4M3, overwrites the
 output with the product of the chosen values (the BF16 operand rounded to BF16, the E4M3 one its
 dequantized codes; fp32 accumulation): on CUDA the fix-up mode of the Triton MoR GEMM
@@ -99,8 +99,9 @@ class MoROperand(NamedTuple):
 def mor_operand(q: MoRQuantizer, t: torch.Tensor, with_transpose: bool = False) -> MoROperand:
     """E4M3 quantization, relative error and choice of one 2-D operand (reduction last);
     ``with_transpose``: a backward GEMM takes the operand's transpose (``FastPlan.with_transpose``),
-    whose codes the Triton pass writes too (``FP8Operand.codes_t``), in place of a transposing copy
-    (Inductor's of the 1 B step's 16384 x 5632 codes: 0.54 ms)."""
+    whose codes the opt-in Triton pass then writes too (``FP8Operand.codes_t``), in place of a
+    transposing copy of its codes (Inductor's, of the 1 B step's 16384 x 5632 codes: 0.54 ms); the
+    default path leaves that copy to Inductor, which fuses it into the cast."""
     x2d = _as_2d(t)
     spec = e4m3_spec(q.partition, q.block, q.scale, cols=x2d.shape[1])
     kind = _kind(spec)
