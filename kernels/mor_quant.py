@@ -396,12 +396,9 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
     if scale.dtype != torch.float32 or tuple(scale.shape) != grid_shape:
         raise ValueError(f"mor_cast_error: scale must be a float32 grid of shape {grid_shape} for x of shape "
                          f"{(M, N)} in blocks {(sbr, sbc)}, got {scale.dtype} {tuple(scale.shape)}")
-    one_of("fp8_cast", fp8_cast, _FP8_CASTS)
     one_of("layouts", layouts, CAST_LAYOUTS)
-    hw = _hw_fp8(x2d)
-    if fp8_cast == "native" and not hw:
-        raise ValueError("fp8_cast='native' needs a compiled kernel on CUDA with capability >= 8.9")
-    native = hw and fp8_cast != "emulated"
+    # unlike the two-pass kernels, "auto" takes the hardware cast: stored as fp8, it is exact
+    native = _use_native(x2d, fp8_cast) or (fp8_cast == "auto" and _hw_fp8(x2d))
     bm, bn = tile or ((16, 32) if interpreter_active() else CAST_TILE)
     if min(bm, bn) < 1 or bm & (bm - 1) or bn & (bn - 1):
         raise ValueError(f"mor_cast_error: tile must be two powers of two, got {(bm, bn)}")

@@ -105,10 +105,11 @@ def parse_int_list(prog: str, flag: str, text: str, allowed=None) -> list:
     return values
 
 
-def parse_shapes(prog: str, flag: str, text: str, dims: int = 3) -> list:
+def parse_shapes(prog: str, flag: str, text: str, dims: int = 3, form: str | None = None) -> list:
     """The comma-separated shapes of option `flag` as tuples of `dims` positive integers (M x N x K GEMM
-    shapes by default, ROWS x COLS with dims=2); exit 2 for an item that is not one."""
-    form = "x".join(("M", "N", "K") if dims == 3 else ("ROWS", "COLS") if dims == 2 else ("D",) * dims)
+    shapes by default, ROWS x COLS with dims=2; ``form`` names the items otherwise, as launch
+    configurations); exit 2 for an item that is not one."""
+    form = form or "x".join(("M", "N", "K") if dims == 3 else ("ROWS", "COLS") if dims == 2 else ("D",) * dims)
     out = []
     for item in parse_list(prog, flag, text, str.strip):
         try:

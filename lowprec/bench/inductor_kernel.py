@@ -33,7 +33,8 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
-                                  parse_list, provenance_path, require_cuda_triton, write_provenance, write_rows)
+                                  parse_names, parse_shapes, provenance_path, require_cuda_triton, write_provenance,
+                                  write_rows)
 
 PROG = "inductor_kernel"
 DEFAULT_KERNELS = "results/bench/profiles/llama_1b_mor_block_e6882e4.kernels.txt"
@@ -111,11 +112,12 @@ def _compile(source: str, name: str):
     from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
 
     # triton.jit reads the function's source from its file: write it to one
+    text = "import triton\nimport triton.language as tl\n" + source
     fh = tempfile.NamedTemporaryFile("w", suffix=".py", delete=False)
-    fh.write("import triton\nimport triton.language as tl\n" + source)
+    fh.write(text)
     fh.close()
     scope = {"triton": triton, "tl": tl, "triton_helpers": triton_helpers, "tl_math": tl_math, "libdevice": libdevice}
-    exec(compile("import triton\nimport triton.language as tl\n" + source, fh.name, "exec"), scope)
+    exec(compile(text, fh.name, "exec"), scope)
     return scope[name]
 
 
@@ -153,17 +155,8 @@ def main(argv=None) -> int:
     path = Path(args.kernels)
     if not path.is_file():
         fail(PROG, f"--kernels: no file {path}")
-    variants = parse_list(PROG, "--variants", args.variants, str.strip)
-    if set(variants) - set(VARIANTS):
-        fail(PROG, f"--variants: unknown {sorted(set(variants) - set(VARIANTS))}; known: {list(VARIANTS)}")
-    configs = []
-    for item in parse_list(PROG, "--configs", args.configs, str.strip):
-        try:
-            configs.append(tuple(int(v) for v in item.split("x")))
-        except ValueError:
-            configs.append(())
-        if len(configs[-1]) != 3:
-            fail(PROG, f"--configs: {item!r} is not XBLOCKxR0_BLOCKxWARPS")
+    variants = parse_names(PROG, "--variants", args.variants, VARIANTS)
+    configs = parse_shapes(PROG, "--configs", args.configs, form="XBLOCKxR0_BLOCKxWARPS")
     kernels = read_kernels(path, args.match)
     if not kernels:
         fail(PROG, f"--match: no reduction kernel of {path} has {args.match!r} in its name")

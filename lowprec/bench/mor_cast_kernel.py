@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
+from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, gpu_provenance,
                                   parse_list, parse_names, parse_shapes, provenance_path, require_cuda_triton,
                                   write_provenance, write_rows)
 
@@ -44,19 +44,6 @@ def _shapes(text: str) -> list:
         view = item.endswith("t")
         [(rows, cols)] = parse_shapes(PROG, "--shapes", item.rstrip("t"), dims=2)
         out.append((rows, cols, view))
-    return out
-
-
-def _configs(text: str) -> list:
-    out = []
-    for item in parse_list(PROG, "--configs", text, str.strip):
-        try:
-            cfg = tuple(int(v) for v in item.split("x"))
-        except ValueError:
-            cfg = ()
-        if len(cfg) != 3 or min(cfg) < 1:
-            fail(PROG, f"--configs: {item!r} is not ROWSxCOLSxWARPS")
-        out.append(cfg)
     return out
 
 
@@ -151,7 +138,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     shapes = _shapes(args.shapes)
     partitions = parse_names(PROG, "--partitions", args.partitions, PARTITIONS)
-    configs = _configs(args.configs)
+    configs = parse_shapes(PROG, "--configs", args.configs, form="ROWSxCOLSxWARPS")
     divs = parse_names(PROG, "--divs", args.divs, DIVS)
     torch, _ = require_cuda_triton(PROG)
     bench, timer = do_bench_median(args.warmup, args.rep, args.cudagraph)
