@@ -39,7 +39,7 @@ The fast path's pass (``mor_cast_error``, ``lowprec.methods.mor_fast``): the sca
 compiled graph, and one pass over the operand writes its codes, in its own layout, transposed or both, with
 the sums of the fast path's error terms |code - y| / |y| (y = x * scale; ``mor_fast.operand_error``)
 and their non-zero counts per row of the operand and tile of columns, so the graph's own reduction of
-those partial sums gives the statistic. Each program takes a 64 x 128 tile whose columns share one
+those partial sums gives the statistic. Each program takes a 32 x 128 tile whose columns share one
 scale column (or whose rows share one scale row: a per-column grid), one scale load per row (column)
 instead of a gather per element; the transposed layout is stored through the tile's transpose
 (coalesced both ways). The codes are the hardware cast's (stored as fp8 and widened in registers:
@@ -360,8 +360,11 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     return codes.reshape(x.shape), scales, rel
 
 
-# the fast path's tile: 64 rows x 128 columns (a 128-column GAM block holds whole tiles)
-CAST_TILE = (64, 128)
+# the fast path's tile: 32 rows x 128 columns (a 128-column GAM block holds whole tiles), 4 warps:
+# the fastest launch of lowprec.bench.mor_cast_kernel on the H200 (16384 x 5632 bf16, both layouts:
+# 0.268 ms, 0.206 with the approximate division, against 0.339 / 0.220 for 64 x 128 tiles and
+# 0.417 for Inductor's fusion; results/bench/mor_cast_kernel_h200.csv)
+CAST_TILE = (32, 128)
 
 
 # the layouts the pass writes the codes in: x2d's row-major one, x2d.T's, both

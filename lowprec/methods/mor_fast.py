@@ -137,6 +137,11 @@ def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
 # 1.010x of compiled BF16 against 1.024x, per tensor 1.072x against 1.122x
 # (results/bench/e2e_h200_mor_cast_kernel.csv, docs/numerics.md).
 CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "0") == "1"
+# The pass divides each error term with the approximate fp32 division (within 2 ulp on CUDA, a few u
+# more on a term that ERROR_ATOL's bound already allows 9 u): its correctly rounded division cost a
+# quarter of the pass (16384 x 5632 on the H200: 0.206 ms against 0.268, the statistic 1.5e-9 and
+# 6.9e-9 relative from operand_error's; results/bench/mor_cast_kernel_h200.csv). Codes unchanged.
+CAST_APPROX_DIV = True
 
 
 def _cast_on_kernel(x2d: torch.Tensor, kind: str) -> bool:
@@ -150,7 +155,8 @@ def _cast_on_kernel(x2d: torch.Tensor, kind: str) -> bool:
 
 # operand_error against the emulation's statistic, absolute. Each form rounds a term (at most 1)
 # a few times in fp32, so the two terms of one element differ by at most about 9 u (u = 2^-24, 5.4e-7)
-# in the worst case; the fp32 row sums add a few u more. Measured: up to 1.2e-8 on the tests' data.
+# in the worst case (11 u with the pass's approximate division, CAST_APPROX_DIV); the fp32 row sums add
+# a few u more. Measured: up to 1.2e-8 on the tests' data.
 ERROR_ATOL = 2.0 ** -20
 
 
@@ -195,7 +201,8 @@ def mor_cast_error_cuda(base: torch.Tensor, scale: torch.Tensor, block: list[int
     128-column tile) for the scale grid ``scale`` over ``block`` of ``base``
     (``lowprec.kernels.mor_quant.mor_cast_error``)."""
     from ..kernels import mor_quant as kq
-    return kq.mor_cast_error(base, scale, tuple(block), layouts, launcher=torch.library.wrap_triton)
+    return kq.mor_cast_error(base, scale, tuple(block), layouts, launcher=torch.library.wrap_triton,
+                             approx_div=CAST_APPROX_DIV)
 
 
 def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
