@@ -4,8 +4,8 @@ the step that waits for the device.
 Per operand (``mor_operand``), in torch ops that Inductor fuses: the E4M3 codes and scales of the
 quantizer's partition (``lowprec.gemm.quantize_fp8``: the emulation's codes and scales bit for bit,
 GAM included), the MoR relative error (``operand_error``) and the choice ``error <= threshold``, a
-0-d bool on the device (with ``LOWPREC_MOR_CAST_KERNEL=1`` the codes and the error come from one
-Triton pass instead, ``mor_cast_error_cuda``: opt-in, measured slower; see ``CAST_KERNEL``). Per
+0-d bool on the device (on CUDA, for one scale or 128x128 blocks, the codes and the error come from one
+Triton pass instead, ``mor_cast_error_cuda``, measured faster there; see ``CAST_KERNEL``). Per
 GEMM (``mor_mm``): the FP8 product of the two operands' codes on ``_scaled_mm`` (tensor, row or 128x128-block scales), always, then
 ``bf16_fixup_``, which reads the two choices on the device and, unless both are E4M3, overwrites the
 output with the product of the chosen values (the BF16 operand rounded to BF16, the E4M3 one its
@@ -99,9 +99,9 @@ class MoROperand(NamedTuple):
 def mor_operand(q: MoRQuantizer, t: torch.Tensor, with_transpose: bool = False) -> MoROperand:
     """E4M3 quantization, relative error and choice of one 2-D operand (reduction last);
     ``with_transpose``: a backward GEMM takes the operand's transpose (``FastPlan.with_transpose``),
-    whose codes the opt-in Triton pass then writes too (``FP8Operand.codes_t``), in place of a
+    whose codes the Triton pass then writes too (``FP8Operand.codes_t``), in place of a
     transposing copy of its codes (Inductor's, of the 1 B step's 16384 x 5632 codes: 0.54 ms); the
-    default path leaves that copy to Inductor, which fuses it into the cast."""
+    torch path (the pass off) leaves that copy to Inductor, which fuses it into the cast."""
     x2d = _as_2d(t)
     spec = e4m3_spec(q.partition, q.block, q.scale, cols=x2d.shape[1])
     kind = _kind(spec)
@@ -130,13 +130,14 @@ def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
     return (scale.t(), block[::-1]) if transposed else (scale, block)
 
 
-# The Triton cast-and-error pass in place of Inductor's fusion of the same torch ops: opt in with
-# LOWPREC_MOR_CAST_KERNEL=1. Bit for bit the same codes (on the H200 with the hardware cast too), but
-# measured slower at 1 B on the H200 as it stands (one 64 x 128 tile of 4 warps a program, untuned):
-# its pass took 40.7 ms of per-block MoR's step where Inductor's fused casts took about 31; per block
-# 1.010x of compiled BF16 against 1.024x, per tensor 1.072x against 1.122x
-# (results/bench/e2e_h200_mor_cast_kernel.csv, docs/numerics.md).
-CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "0") == "1"
+# The Triton cast-and-error pass in place of Inductor's fusion of the same torch ops, for per-tensor
+# and 128x128-block MoR (LOWPREC_MOR_CAST_KERNEL=0 turns it off). Bit for bit the same codes (on the
+# H200 with the hardware cast too). At 1 B on the H200 (e9fb5eb, 32 x 128 tiles, the approximate
+# division; results/bench/e2e_h200_mor_cast_tuned.csv): per block 1.065x of compiled BF16, per tensor
+# 1.131x, against 1.024x and 1.122x with Inductor's fusion (results/bench/e2e_h200.csv); per channel
+# 0.708x against 0.906x, so per-channel MoR keeps the fusion (why the pass is slower there is not yet
+# profiled; its backward operands are transposed views scaled along their columns).
+CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "1") == "1"
 # The pass divides each error term with the approximate fp32 division (within 2 ulp on CUDA, a few u
 # more on a term that ERROR_ATOL's bound already allows 9 u): its correctly rounded division cost a
 # quarter of the pass (16384 x 5632 on the H200: 0.206 ms against 0.268, the statistic 1.5e-9 and
@@ -146,11 +147,11 @@ CAST_APPROX_DIV = True
 
 def _cast_on_kernel(x2d: torch.Tensor, kind: str) -> bool:
     """Whether an operand's codes and error come from the Triton pass (``mor_cast_error_cuda``): with
-    ``CAST_KERNEL``, on CUDA, for bf16 or fp32 operands of one scale, per-row scales or 128x128
-    blocks; else the torch ops (``operand_error``), which compute the same and which Inductor fuses
-    into the cast."""
+    ``CAST_KERNEL``, on CUDA, for bf16 or fp32 operands of one scale or of 128x128 blocks; else the
+    torch ops (``operand_error``), which compute the same and which Inductor fuses into the cast
+    (per-channel scales: measured faster there, see ``CAST_KERNEL``)."""
     return (CAST_KERNEL and x2d.is_cuda and x2d.dtype in (torch.bfloat16, torch.float32)
-            and kind in ("tensor", "row", "128x128") and triton_runs_on("cuda"))
+            and kind in ("tensor", "128x128") and triton_runs_on("cuda"))
 
 
 # operand_error against the emulation's statistic, absolute. Each form rounds a term (at most 1)
