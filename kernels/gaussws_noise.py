@@ -219,10 +219,11 @@ class NoiseResult(NamedTuple):
 def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32, 32), seed: int = 0, *,
                      return_r: bool = False, return_delta: bool = False, return_bits: bool = False,
                      rounds: int = PHILOX_ROUNDS, bf16_cast: str = "auto",
-                     check_b_values: bool = True) -> NoiseResult:
+                     check_b_values: bool = True, out: Optional[torch.Tensor] = None) -> NoiseResult:
     """W_c plus, on request, R (int8), the Delta grid (fp32) and the raw Philox words (int32).
     b is checked as ``lowprec.methods.gaussws.check_b`` does (check_b_values=False leaves a grid's values
-    unread: reading them would wait for the device)."""
+    unread: reading them would wait for the device). ``out``: a contiguous bf16 tensor of w's shape on
+    its device that W_c is written into (and returned as), in place of a new one."""
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise ValueError("w must be a 2-D tensor")
     nonempty(w, "w")
@@ -253,7 +254,12 @@ def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32
     else:
         b_arg, b_const, b_grid = None, int(b), False
 
-    out = torch.empty((M, N), dtype=torch.bfloat16, device=dev)
+    if out is None:
+        out = torch.empty((M, N), dtype=torch.bfloat16, device=dev)
+    elif (out.dtype != torch.bfloat16 or tuple(out.shape) != (M, N) or out.device != dev
+          or not out.is_contiguous()):
+        raise ValueError(f"out must be a contiguous bfloat16 tensor of shape {(M, N)} on {dev}, got "
+                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
     delta = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=dev) if return_delta else None
     r = torch.empty((M, N), dtype=torch.int8, device=dev) if return_r else None
     bits = torch.empty((M, N), dtype=torch.int32, device=dev) if return_bits else None

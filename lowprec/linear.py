@@ -418,6 +418,15 @@ def transformed_layers(model: nn.Module) -> list:
     return [m for m in model.modules() if isinstance(m, QLinear) and m.weight_transform is not None]
 
 
+def unstable_weight_layers(model: nn.Module) -> list:
+    """The transformed layers whose transform makes a new tensor at every call: those without
+    ``stable_output`` (GaussWS's ``GaussWSWeight`` has it; the STE arms' transform has not). CUDA
+    graphs read a recorded kernel's inputs at fixed addresses, so their graphs would be recorded
+    again at every step (measured before GaussWS had it: 1 B at 0.18x of BF16, 770 ms of host time
+    per step against 156 ms of GPU kernels, results/bench/e2e_h200_cudagraphs.csv)."""
+    return [m for m in transformed_layers(model) if not hasattr(m.weight_transform, "stable_output")]
+
+
 class compiled:
     """A converted model for training and evaluation with its blocks compiled (``compile_blocks``):
     before each call the QLinear layers' weight transforms run eagerly (their draws and caches stay
@@ -426,18 +435,23 @@ class compiled:
     weights through them). The same model module is called, so its state dict, hooks and
     optimizer are unchanged; ``compile_kw`` go to ``torch.compile``. With ``cudagraphs`` each call
     begins a new step of Inductor's CUDA graphs (``compile_blocks``): call it once per forward whose
-    backward has run, as a training or evaluation loop does."""
+    backward has run, as a training or evaluation loop does; the transforms then write their weights
+    into the same tensors at every call (``stable_output``; a transform without it is refused,
+    ``unstable_weight_layers``), and a weight that still moves raises."""
 
     def __init__(self, model: nn.Module, *, cudagraphs: bool = False, **compile_kw):
         self._transformed = transformed_layers(model)
-        if cudagraphs and self._transformed:
-            # measured (1B, results/bench/e2e_h200_cudagraphs.csv): GaussWS at 0.18x of BF16, 770 ms
-            # of host time per step against 156 ms of GPU kernels, the graphs not replayed for
-            # weights that are new tensors at every call
-            raise ValueError("compiled: cudagraphs=True with weight transforms (GaussWS) is not supported; "
-                             "compile without CUDA graphs")
+        if cudagraphs:
+            unstable = unstable_weight_layers(model)
+            if unstable:
+                raise ValueError(f"compiled: cudagraphs=True with a weight transform that makes a new tensor at "
+                                 f"every call ({type(unstable[0].weight_transform).__name__}) is not supported; "
+                                 "compile without CUDA graphs")
+            for m in self._transformed:
+                m.weight_transform.stable_output = True
         self.model = compile_blocks(model, cudagraphs=cudagraphs, **compile_kw)
         self.cudagraphs = cudagraphs
+        self._addresses: dict = {}  # (layer, training) -> the address its weight had in the graphs
 
     def eager(self, *args, **kwargs):
         """A call with the compiled blocks run eagerly (telemetry steps: QLinear records only
@@ -450,11 +464,22 @@ class compiled:
             torch.compiler.cudagraph_mark_step_begin()
         for m in self._transformed:
             m._weight_now = m.graph_weight()
+            if self.cudagraphs:
+                self._same_address(m)
         try:
             return self.model(*args, **kwargs)
         finally:
             for m in self._transformed:
                 m._weight_now = None
+
+
+    def _same_address(self, m) -> None:
+        ptr = m._weight_now.data_ptr()
+        if self._addresses.setdefault((id(m), m.training), ptr) != ptr:
+            raise RuntimeError(f"compiled: with CUDA graphs a transformed weight must stay at one address, but "
+                               f"{type(m.weight_transform).__name__} gave a new tensor ({m._weight_now.dtype}; "
+                               "stable only where the compiled GEMMs take its own dtype); compile without "
+                               "CUDA graphs")
 
 
 def _fast_linear(x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype,

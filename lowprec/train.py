@@ -387,19 +387,20 @@ def _processes(place: dict) -> int:
     return per_node * int(place["num_nodes"])
 
 
-def use_cudagraphs(t: dict, place: dict, compiled_on: bool, transformed: list) -> bool:
-    """train.cudagraphs resolved: CUDA graphs need blocks compiled on one GPU whose weights are
-    graph inputs (``transformed``: layers that make new weights at every call, GaussWS's); auto
-    takes them where they can be, true refuses a run where they cannot."""
+def use_cudagraphs(t: dict, place: dict, compiled_on: bool, unstable: list) -> bool:
+    """train.cudagraphs resolved: CUDA graphs need blocks compiled on one GPU and weights at fixed
+    addresses (``unstable``: layers whose weight transform makes a new tensor at every call,
+    ``lowprec.linear.unstable_weight_layers``; GaussWS's keeps one); auto takes them where they can
+    be, true refuses a run where they cannot."""
     want = t.get("cudagraphs", False)
     if not want:
         return False
     why = None
     if not compiled_on or place["accelerator"] != "gpu":
         why = "the blocks are not compiled on a GPU here (train.compile, train.accelerator)"
-    elif transformed:
-        why = (f"the method makes new weights at every call ({type(transformed[0]).__name__}, GaussWS's "
-               "sampling), so the graphs would be recorded again at every step")
+    elif unstable:
+        why = (f"the method's weight transform makes a new tensor at every call "
+               f"({type(unstable[0].weight_transform).__name__}), so the graphs would be recorded again at every step")
     elif _processes(place) > 1:
         why = "it is not validated with more than one process (train.devices, train.num_nodes)"
     if why is None:
@@ -426,9 +427,9 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     L.seed_everything(cfg["seed"], workers=True, verbose=False)
     module = LitLM(cfg, data.vocab_size, precision)
     compile_numerics = t.get("compile_numerics", "eager")
-    from .linear import compile_numerics_options, compiled, transformed_layers
+    from .linear import compile_numerics_options, compiled, unstable_weight_layers
     compile_on = use_compile(t, place)
-    cudagraphs = use_cudagraphs(t, place, compile_on, transformed_layers(module.model))
+    cudagraphs = use_cudagraphs(t, place, compile_on, unstable_weight_layers(module.model))
     if compile_on:
         module.compiled = compiled(module.model, cudagraphs=cudagraphs,
                                    options=compile_numerics_options(compile_numerics))

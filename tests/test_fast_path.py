@@ -216,9 +216,32 @@ def test_compile_blocks_settings(monkeypatch):
     compiled_model(torch.randint(0, 128, (1, 8)))
     assert steps == [1]  # each call begins a new step of the CUDA graphs
     from lowprec.recipes import recipe_from_config
-    convert(model, recipe_from_config({"recipe": "gaussws", "b": 6}))
-    with pytest.raises(ValueError, match="cudagraphs=True with weight transforms"):
-        lin.compiled(model, cudagraphs=True)
+    gauss = copy.deepcopy(model)
+    convert(gauss, recipe_from_config({"recipe": "gaussws", "b": 6}))
+    # the fast path, as on CUDA: the graph takes GaussWS's bf16 W_c itself (an fp32 copy would be new)
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    graphed = lin.compiled(gauss, cudagraphs=True)  # GaussWS draws into fixed tensors
+    layers = lin.transformed_layers(gauss)
+    assert layers and not lin.unstable_weight_layers(gauss)
+    assert all(m.weight_transform.stable_output for m in layers)
+    opt = torch.optim.SGD(gauss.parameters(), lr=1e-3)
+    ids = torch.randint(0, 128, (1, 8))
+    for _ in range(2):
+        out = graphed(ids)
+        (out.logits if hasattr(out, "logits") else out).float().square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    assert steps == [1, 1, 1] and all(m.weight_transform.samples == 2 for m in layers)
+    # a transform that still hands a new tensor is caught at the call
+    monkeypatch.setattr(lin.QLinear, "graph_weight", lambda self: self.weight.detach().to(torch.bfloat16))
+    with pytest.raises(RuntimeError, match="must stay at one address"):
+        graphed(ids)
+        graphed(ids)
+    ste = copy.deepcopy(model)
+    convert(ste, recipe_from_config({"recipe": "ste", "fmt": "mxfp4"}))
+    assert lin.unstable_weight_layers(ste)
+    with pytest.raises(ValueError, match=r"new tensor at every call \(STEWeight\)"):
+        lin.compiled(ste, cudagraphs=True)
 
 
 def test_train_compile_setting():
@@ -244,13 +267,16 @@ def test_train_cudagraphs_setting():
     one_gpu = {"accelerator": "gpu", "strategy": "auto", "devices": 1, "num_nodes": 1}
     two_gpus = {**one_gpu, "devices": 2}
     cpu = {"accelerator": "cpu", "strategy": "auto", "devices": 1, "num_nodes": 1}
-    gaussws = [object()]
+    from types import SimpleNamespace
+
+    from lowprec.methods.gaussws import STEWeight
+    ste = [SimpleNamespace(weight_transform=STEWeight("mxfp4"))]
     assert not use_cudagraphs({}, one_gpu, True, []) and not use_cudagraphs({"cudagraphs": False}, one_gpu, True, [])
     for want in ("auto", True):
         assert use_cudagraphs({"cudagraphs": want}, one_gpu, True, [])
     for place, on, transformed, why in ((cpu, True, [], "not compiled on a GPU"),
                                         (one_gpu, False, [], "not compiled on a GPU"),
-                                        (one_gpu, True, gaussws, "new weights at every call"),
+                                        (one_gpu, True, ste, r"new tensor at every call \(STEWeight\)"),
                                         (two_gpus, True, [], "more than one process")):
         assert not use_cudagraphs({"cudagraphs": "auto"}, place, on, transformed)
         with pytest.raises(ConfigError, match=f"train.cudagraphs.*{why}"):

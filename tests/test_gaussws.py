@@ -405,6 +405,34 @@ def test_resample_once_per_optimizer_step_and_eval_noise_free():
     assert not torch.equal(tq.weight_transform(tq.weight), tq.weight_transform(tq.weight))
 
 
+def test_stable_output_draws_each_step_into_one_tensor():
+    """``stable_output`` (set for CUDA graphs): every step's W_c lands in the same bf16 tensor with
+    the values a transform without it draws, and evaluation's bf16(W) in a tensor of its own, so the
+    step's W_c survives an evaluation in the middle of it."""
+    w = nn.Parameter(torch.randn(64, 96))
+    plain = gw.GaussWSWeight((64, 96), seed=3, b=4, backend="torch")
+    stable = gw.GaussWSWeight((64, 96), seed=3, b=4, backend="torch")
+    stable.stable_output = True
+    seen = []
+    for _ in range(3):
+        want, got = plain(w, torch.bfloat16), stable(w, torch.bfloat16)
+        assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+        assert (got != w.detach().to(torch.bfloat16)).any()  # noise was added
+        seen.append((got.data_ptr(), got.clone()))
+        stable.eval()
+        ev = stable(w, torch.bfloat16)
+        assert torch.equal(ev, w.detach().to(torch.bfloat16)) and ev.data_ptr() != got.data_ptr()
+        assert stable(w, torch.bfloat16).data_ptr() == ev.data_ptr()
+        stable.train()
+        assert torch.equal(stable(w, torch.bfloat16), want)  # the same step: the cached W_c, intact
+        gw.mark_step()
+    assert len({p for p, _ in seen}) == 1 and not torch.equal(seen[0][1], seen[1][1])
+    # the gradient still reaches the master weight (identity)
+    g = torch.randn(64, 96)
+    (stable(w, torch.bfloat16).float() * g).sum().backward()
+    assert torch.equal(w.grad, g.bfloat16().float())  # through the bf16 W_c: g as bf16 carries it
+
+
 def test_reproducible_from_seed_and_across_save_load(tmp_path):
     recipe = gw.gaussws_recipe({"recipe": "gaussws", "b": 5})
     x = torch.randn(8, 64)

@@ -784,11 +784,14 @@ def test_training_on_gpu(prepared_data, tmp_path, method):
         assert rec["method"]["numerics"].startswith("bf16 autocast")
 
 
-@pytest.mark.parametrize("method", ["bf16", "fp8_hybrid", "int8_block"])
-def test_training_with_cuda_graphs_records_the_same_curve(prepared_data, tmp_path, method):
+@pytest.mark.parametrize("paper,method", [("baselines", "bf16"), ("baselines", "fp8_hybrid"),
+                                          ("baselines", "int8_block"), ("gaussws", "gaussws_b6"),
+                                          ("gaussws", "gaussws_learnable")])
+def test_training_with_cuda_graphs_records_the_same_curve(prepared_data, tmp_path, paper, method):
     """train.cudagraphs replays the compiled blocks' kernels as CUDA graphs: the same kernels, so the
     run records the same training and validation losses as without them (telemetry steps run
-    eagerly in both), and its provenance says the graphs ran."""
+    eagerly in both), and its provenance says the graphs ran; GaussWS's W_c, drawn into the same
+    tensors at every step (``stable_output``), included."""
     import pandas as pd
 
     from conftest import smoke_run_config
@@ -797,7 +800,7 @@ def test_training_with_cuda_graphs_records_the_same_curve(prepared_data, tmp_pat
     curves = []
     for graphs in (False, True):
         torch._dynamo.reset()
-        cfg = smoke_run_config("baselines", "gpt2", method, prepared_data, tmp_path / str(graphs), max_steps=20,
+        cfg = smoke_run_config(paper, "gpt2", method, prepared_data, tmp_path / str(graphs), max_steps=20,
                                lr=1e-2, compile=True, cudagraphs=graphs)
         rec = train.run(cfg)
         assert rec["status"] == "completed" and rec["compiled"] and rec["cudagraphs"] is graphs

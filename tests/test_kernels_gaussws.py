@@ -142,6 +142,20 @@ def test_kernel_rejects_unsupported(device):
         kg.gaussws_noise(w, 6, (0, 32))
 
 
+def test_kernel_writes_into_out(device):
+    """``out=``: W_c written into the given tensor (the same values as a new one), which is returned;
+    an out of the wrong dtype, shape or layout is named."""
+    w = _weights((64, 96), torch.float32, device, seed=4)
+    want = kg.gaussws_noise_ex(w, 6, (32, 32), seed=9).w_c
+    out = torch.zeros((64, 96), dtype=torch.bfloat16, device=device)
+    got = kg.gaussws_noise_ex(w, 6, (32, 32), seed=9, out=out).w_c
+    assert got is out and _same_bf16(out, want) and (out != 0).any()
+    for bad in (torch.empty((64, 96), device=device), torch.empty((96, 64), dtype=torch.bfloat16, device=device),
+                torch.empty((96, 64), dtype=torch.bfloat16, device=device).t()):
+        with pytest.raises(ValueError, match=r"out must be a contiguous bfloat16 tensor of shape \(64, 96\)"):
+            kg.gaussws_noise_ex(w, 6, (32, 32), seed=9, out=bad)
+
+
 def test_weight_transform_uses_kernel_and_matches_torch_path(device):
     w = torch.nn.Parameter(_weights((96, 64), torch.float32, device, seed=6))
     tk = gw.GaussWSWeight(w.shape, seed=11, b=5, backend="triton")
@@ -162,6 +176,14 @@ def test_weight_transform_uses_kernel_and_matches_torch_path(device):
     cr = gw.GaussWSWeight((64, 96), seed=3, transposed=True, block=(32, 16), backend="torch", rng="philox")
     wt = _weights((64, 96), torch.float32, device, seed=7)
     assert ct.stored_block == (16, 32) and torch.equal(ct(wt), cr(wt))
+    # stable_output (CUDA graphs): the kernel draws into one tensor, the same values
+    st = gw.GaussWSWeight(w.shape, seed=11, b=5, backend="triton")
+    st.stable_output = True
+    first = st(w, torch.bfloat16)
+    assert st.last_backend == "triton" and torch.equal(first.float(), a)
+    gw.mark_step()
+    second = st(w, torch.bfloat16)
+    assert second.data_ptr() == first.data_ptr() == st._out.data_ptr() and not torch.equal(second.float(), a)
 
 
 def test_philox_matches_triton_randint4x():

@@ -37,7 +37,8 @@ MoR's block-scaled GEMM counts, twice per GEMM with 128-high blocks: one launch 
 tensor cores, one for the tiles on BF16 ones).
 ``--cudagraphs`` compiles every compiled arm, the baseline included, with Inductor's CUDA graphs
 (``compile_blocks(cudagraphs=True)``; ``path`` reads ``cudagraphs``): the host launches a graph per
-block instead of each kernel; arms with weight transforms (GaussWS) stay without graphs. Replayed
+block instead of each kernel (GaussWS's transforms then draw into the same tensors at every step;
+an arm whose weight transform cannot stays without graphs, ``unstable_weight_layers``). Replayed
 kernels leave no operator event, so the count then reads the kernels' names (``_LOWP_CUBLAS`` for
 cuBLAS's).
 ``--inductor KEY=VALUE`` (repeatable) compiles every compiled arm, the baseline included, with that
@@ -173,7 +174,7 @@ def build_arm(arm: str, shape: dict, cudagraphs: bool = False, inductor: dict | 
     ``inductor``: settings over the compiled blocks' defaults (``--inductor``)."""
     options = {"options": inductor} if inductor else {}
     from ..gemm import FastPlan
-    from ..linear import compiled, convert, transformed_layers
+    from ..linear import compiled, convert, unstable_weight_layers
     from ..recipes import recipe_from_config
     from .train_step import build_model
 
@@ -188,7 +189,7 @@ def build_arm(arm: str, shape: dict, cudagraphs: bool = False, inductor: dict | 
         convert(model, recipe)
         if FastPlan.for_recipe(recipe) is None:
             return compiled(model, **options), model, "compiled emulation"
-    cudagraphs = cudagraphs and not transformed_layers(model)  # GaussWS: compiled.__init__ says why
+    cudagraphs = cudagraphs and not unstable_weight_layers(model)  # compiled.__init__ says why
     return compiled(model, cudagraphs=cudagraphs, **options), model, "cudagraphs" if cudagraphs else "compiled"
 
 

@@ -39,7 +39,12 @@ class GaussWSWeight(nn.Module):
     values in the master weight's dtype (QLinear's emulation then keeps an fp32 weight gradient, as
     in the bf16 recipe); torch.bfloat16 returns the cached bf16 tensor itself (autocast path). A
     call may ask for its own (``forward(w, out_dtype)``: ``QLinear.graph_weight`` for a compiled
-    graph whose GEMMs are bf16)."""
+    graph whose GEMMs are bf16).
+
+    ``stable_output`` (an attribute, off by default; ``lowprec.linear.compiled`` sets it for CUDA
+    graphs, whose recorded kernels read their inputs at fixed addresses): every draw writes its W_c
+    into the same bf16 tensor instead of a new one. A draw then overwrites the W_c of the last one,
+    so each forward's backward must run before the next draw, as a training loop does."""
 
     def __init__(self, shape, *, seed: int = 0, transposed: bool = False, noise: str = "rounded_gaussian",
                  b: int = 6, block=(32, 32), learnable_b: bool = False, b_min: int = 4, b_max: int = 16,
@@ -88,6 +93,9 @@ class GaussWSWeight(nn.Module):
         # one would have.
         self.samples = 0
         self._cache: Optional[dict] = None
+        self.stable_output = False
+        self._out: Optional[torch.Tensor] = None  # the W_c tensor every draw writes with stable_output
+        self._eval_out: Optional[torch.Tensor] = None  # and bf16(W) in evaluation
         self.last_backend: Optional[str] = None
         step_hook.install()
 
@@ -152,21 +160,31 @@ class GaussWSWeight(nn.Module):
         else:
             b_arg = self.b
         keep_unit = self.learnable_b
+        out = self._stable_out(w2d) if self.stable_output else None
         if self._use_triton(w2d):
             kg = _triton_module()
             res = kg.gaussws_noise_ex(w2d, b_arg, self.stored_block, seed, return_r=keep_unit,
-                                      return_delta=keep_unit, check_b_values=False)
+                                      return_delta=keep_unit, check_b_values=False, out=out)
             w_c, unit, delta = res.w_c, res.r, res.delta
             self.last_backend = "triton"
         else:
             # b_arg is this module's own (clamped to [b_min, b_max]): reading it would wait for the device
             w_c, unit, delta = gaussws_reference(w2d, b_arg, self.stored_block, seed=seed, sampler=self.sampler,
                                                  rng=self.rng, noise=self.noise, check_b_values=False)
+            if out is not None:
+                w_c = out.copy_(w_c)
             self.last_backend = "torch"
         self.samples += 1
         if not keep_unit:
             unit = delta = None
         return w_c, unit, delta
+
+    def _stable_out(self, w2d: torch.Tensor) -> torch.Tensor:
+        """The bf16 tensor of the stored layout that every draw writes with ``stable_output``."""
+        o = self._out
+        if o is None or o.device != w2d.device or o.shape != w2d.shape:
+            o = self._out = torch.empty(w2d.shape, dtype=torch.bfloat16, device=w2d.device)
+        return o
 
     def forward(self, w: torch.Tensor, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """W_c (training) or bf16(W) (evaluation) in ``out_dtype``, else the transform's
@@ -175,6 +193,10 @@ class GaussWSWeight(nn.Module):
             raise ValueError(f"weight shape {tuple(w.shape)} != the transform's {self.shape}")
         out_dtype = out_dtype or self.out_dtype or w.dtype
         if not self.training:
+            if self.stable_output:  # a tensor of its own: the cached W_c may serve this step again
+                if self._eval_out is None or self._eval_out.shape != w.shape or self._eval_out.device != w.device:
+                    self._eval_out = torch.empty(w.shape, dtype=torch.bfloat16, device=w.device)
+                return self._eval_out.copy_(w.detach()).to(out_dtype)
             return w.to(torch.bfloat16).to(out_dtype)
         b_eff = self.effective_bits() if self.learnable_b else None
         key = self._key(w)
