@@ -419,12 +419,23 @@ def transformed_layers(model: nn.Module) -> list:
 
 
 def unstable_weight_layers(model: nn.Module) -> list:
-    """The transformed layers whose transform makes a new tensor at every call: those without
-    ``stable_output`` (GaussWS's ``GaussWSWeight`` has it; the STE arms' transform has not). CUDA
-    graphs read a recorded kernel's inputs at fixed addresses, so their graphs would be recorded
-    again at every step (measured before GaussWS had it: 1 B at 0.18x of BF16, 770 ms of host time
-    per step against 156 ms of GPU kernels, results/bench/e2e_h200_cudagraphs.csv)."""
-    return [m for m in transformed_layers(model) if not hasattr(m.weight_transform, "stable_output")]
+    """The transformed layers whose weights CUDA graphs cannot take: transforms that make a new
+    tensor at every call (without ``stable_output``: the STE arms'; GaussWS's ``GaussWSWeight`` has
+    it) or that say they are not ``graph_stable`` (GaussWS with a learnable b). CUDA graphs read a
+    recorded kernel's inputs at fixed addresses, so their graphs would be recorded again at every
+    step (measured before GaussWS had it: 1 B at 0.18x of BF16, 770 ms of host time per step against
+    156 ms of GPU kernels, results/bench/e2e_h200_cudagraphs.csv)."""
+    return [m for m in transformed_layers(model)
+            if not (hasattr(m.weight_transform, "stable_output") and getattr(m.weight_transform, "graph_stable", True))]
+
+
+def unstable_why(layer) -> str:
+    """Why CUDA graphs cannot take this layer's transformed weight (``unstable_weight_layers``)."""
+    t = layer.weight_transform
+    if hasattr(t, "stable_output"):
+        return f"{type(t).__name__} {t.extra_repr()}: not validated under CUDA graphs"
+    return f"{type(t).__name__}: makes a new tensor at every call"
+
 
 
 class compiled:
@@ -444,9 +455,8 @@ class compiled:
         if cudagraphs:
             unstable = unstable_weight_layers(model)
             if unstable:
-                raise ValueError(f"compiled: cudagraphs=True with a weight transform that makes a new tensor at "
-                                 f"every call ({type(unstable[0].weight_transform).__name__}) is not supported; "
-                                 "compile without CUDA graphs")
+                raise ValueError(f"compiled: cudagraphs=True with this weight transform is not supported "
+                                 f"({unstable_why(unstable[0])}); compile without CUDA graphs")
             for m in self._transformed:
                 m.weight_transform.stable_output = True
         self.model = compile_blocks(model, cudagraphs=cudagraphs, **compile_kw)

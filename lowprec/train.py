@@ -399,8 +399,8 @@ def use_cudagraphs(t: dict, place: dict, compiled_on: bool, unstable: list) -> b
     if not compiled_on or place["accelerator"] != "gpu":
         why = "the blocks are not compiled on a GPU here (train.compile, train.accelerator)"
     elif unstable:
-        why = (f"the method's weight transform makes a new tensor at every call "
-               f"({type(unstable[0].weight_transform).__name__}), so the graphs would be recorded again at every step")
+        from .linear import unstable_why
+        why = f"CUDA graphs cannot take the method's transformed weights ({unstable_why(unstable[0])})"
     elif _processes(place) > 1:
         why = "it is not validated with more than one process (train.devices, train.num_nodes)"
     if why is None:

@@ -237,10 +237,15 @@ def test_compile_blocks_settings(monkeypatch):
     with pytest.raises(RuntimeError, match="must stay at one address"):
         graphed(ids)
         graphed(ids)
+    learn = copy.deepcopy(model)
+    convert(learn, recipe_from_config({"recipe": "gaussws", "learnable_b": True}))
+    assert lin.unstable_weight_layers(learn)
+    with pytest.raises(ValueError, match="learnable b.*not validated under CUDA graphs"):
+        lin.compiled(learn, cudagraphs=True)
     ste = copy.deepcopy(model)
     convert(ste, recipe_from_config({"recipe": "ste", "fmt": "mxfp4"}))
     assert lin.unstable_weight_layers(ste)
-    with pytest.raises(ValueError, match=r"new tensor at every call \(STEWeight\)"):
+    with pytest.raises(ValueError, match=r"\(STEWeight: makes a new tensor at every call\)"):
         lin.compiled(ste, cudagraphs=True)
 
 
@@ -269,14 +274,16 @@ def test_train_cudagraphs_setting():
     cpu = {"accelerator": "cpu", "strategy": "auto", "devices": 1, "num_nodes": 1}
     from types import SimpleNamespace
 
-    from lowprec.methods.gaussws import STEWeight
+    from lowprec.methods.gaussws import GaussWSWeight, STEWeight
     ste = [SimpleNamespace(weight_transform=STEWeight("mxfp4"))]
+    learnable = [SimpleNamespace(weight_transform=GaussWSWeight((64, 64), learnable_b=True))]
     assert not use_cudagraphs({}, one_gpu, True, []) and not use_cudagraphs({"cudagraphs": False}, one_gpu, True, [])
     for want in ("auto", True):
         assert use_cudagraphs({"cudagraphs": want}, one_gpu, True, [])
     for place, on, transformed, why in ((cpu, True, [], "not compiled on a GPU"),
                                         (one_gpu, False, [], "not compiled on a GPU"),
-                                        (one_gpu, True, ste, r"new tensor at every call \(STEWeight\)"),
+                                        (one_gpu, True, ste, r"STEWeight: makes a new tensor at every call"),
+                                        (one_gpu, True, learnable, r"GaussWSWeight .*learnable b.*not validated"),
                                         (two_gpus, True, [], "more than one process")):
         assert not use_cudagraphs({"cudagraphs": "auto"}, place, on, transformed)
         with pytest.raises(ConfigError, match=f"train.cudagraphs.*{why}"):

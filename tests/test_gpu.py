@@ -785,8 +785,7 @@ def test_training_on_gpu(prepared_data, tmp_path, method):
 
 
 @pytest.mark.parametrize("paper,method", [("baselines", "bf16"), ("baselines", "fp8_hybrid"),
-                                          ("baselines", "int8_block"), ("gaussws", "gaussws_b6"),
-                                          ("gaussws", "gaussws_learnable")])
+                                          ("baselines", "int8_block"), ("gaussws", "gaussws_b6")])
 def test_training_with_cuda_graphs_records_the_same_curve(prepared_data, tmp_path, paper, method):
     """train.cudagraphs replays the compiled blocks' kernels as CUDA graphs: the same kernels, so the
     run records the same training and validation losses as without them (telemetry steps run
