@@ -437,7 +437,6 @@ def unstable_why(layer) -> str:
     return f"{type(t).__name__}: makes a new tensor at every call"
 
 
-
 class compiled:
     """A converted model for training and evaluation with its blocks compiled (``compile_blocks``):
     before each call the QLinear layers' weight transforms run eagerly (their draws and caches stay
@@ -482,8 +481,9 @@ class compiled:
             for m in self._transformed:
                 m._weight_now = None
 
-
     def _same_address(self, m) -> None:
+        """Raise if layer m's weight is not where the graphs recorded it (a transform that still
+        hands a new tensor: e.g. an fp32 copy, where the compiled GEMMs do not take its bf16 W_c)."""
         ptr = m._weight_now.data_ptr()
         if self._addresses.setdefault((id(m), m.training), ptr) != ptr:
             raise RuntimeError(f"compiled: with CUDA graphs a transformed weight must stay at one address, but "

@@ -160,7 +160,7 @@ class GaussWSWeight(nn.Module):
         else:
             b_arg = self.b
         keep_unit = self.learnable_b
-        out = self._stable_out(w2d) if self.stable_output else None
+        out = self._kept("_out", w2d) if self.stable_output else None
         if self._use_triton(w2d):
             kg = _triton_module()
             res = kg.gaussws_noise_ex(w2d, b_arg, self.stored_block, seed, return_r=keep_unit,
@@ -183,16 +183,19 @@ class GaussWSWeight(nn.Module):
     def graph_stable(self) -> bool:
         """Whether CUDA graphs may take this transform's weights (``lowprec.linear.compiled``): with a
         fixed b. A learnable b is refused: its training curve under graphs left the one without them
-        (the loss 3.8475 against 3.8440 at step 20 of a GPT2 smoke run on the H200; both draw into
-        the same tensors, the cause not found yet, tests/test_gpu.py)."""
+        (at step 20 of a GPT2 smoke run on the H200 the loss read 3.8475 with graphs, 3.8440 without;
+        the cause not found yet; tests/test_gpu.py)."""
         return not self.learnable_b
 
-    def _stable_out(self, w2d: torch.Tensor) -> torch.Tensor:
-        """The bf16 tensor of the stored layout that every draw writes with ``stable_output``."""
-        o = self._out
-        if o is None or o.device != w2d.device or o.shape != w2d.shape:
-            o = self._out = torch.empty(w2d.shape, dtype=torch.bfloat16, device=w2d.device)
-        return o
+    def _kept(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """The bf16 tensor of ``like``'s shape and device kept in attribute ``name`` (made the
+        first time): what the draws (``_out``) or evaluation (``_eval_out``) write with
+        ``stable_output``."""
+        t = getattr(self, name)
+        if t is None or t.device != like.device or t.shape != like.shape:
+            t = torch.empty(like.shape, dtype=torch.bfloat16, device=like.device)
+            setattr(self, name, t)
+        return t
 
     def forward(self, w: torch.Tensor, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """W_c (training) or bf16(W) (evaluation) in ``out_dtype``, else the transform's
@@ -202,9 +205,7 @@ class GaussWSWeight(nn.Module):
         out_dtype = out_dtype or self.out_dtype or w.dtype
         if not self.training:
             if self.stable_output:  # a tensor of its own: the cached W_c may serve this step again
-                if self._eval_out is None or self._eval_out.shape != w.shape or self._eval_out.device != w.device:
-                    self._eval_out = torch.empty(w.shape, dtype=torch.bfloat16, device=w.device)
-                return self._eval_out.copy_(w.detach()).to(out_dtype)
+                return self._kept("_eval_out", w).copy_(w.detach()).to(out_dtype)
             return w.to(torch.bfloat16).to(out_dtype)
         b_eff = self.effective_bits() if self.learnable_b else None
         key = self._key(w)
