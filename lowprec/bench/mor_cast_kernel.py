@@ -9,9 +9,11 @@ row-major (COLS, ROWS) tensor, as the weight gradient's X^T and dY^T are) and Mo
 rows are:
 
 * ``inductor``: ``lowprec.methods.mor_fast.mor_operand`` compiled as the training blocks compile it
-  (``EAGER_NUMERICS``), the default path: amax, scales, codes, error, and the backward's transposed
-  codes where the partition's transpose reuses them (the copy Inductor fuses);
-* ``kernel_path``: the same with the Triton pass (``LOWPREC_MOR_CAST_KERNEL=1``, default launch);
+  (``EAGER_NUMERICS``) with the pass off (``mor_fast.CAST_KERNEL``; per-channel MoR's default path):
+  amax, scales, codes, error, and the backward's transposed codes where the partition's transpose
+  reuses them (the copy Inductor fuses);
+* ``kernel_path``: the same with the Triton pass (per-tensor and per-block MoR's default path, at
+  its default launch);
 * ``scales``: the compiled amax and scales alone (``gemm.encode_scales``), which the pass takes;
 * ``kernel``: the pass alone at each ``--configs`` launch (tile rows x columns x warps) and
   division (``rn``: correctly rounded, ``approx``: Triton's fp32 ``/``), with its bandwidth (x read
