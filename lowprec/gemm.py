@@ -441,16 +441,21 @@ class FastPlan:
                                  if isinstance(spec, QuantSpec) and spec.scaling == "delayed")
         self.has_mor = any(kind == "mor" for kind, _, _ in gemms.values())
         self.int8 = any(kind == "int8" for kind, _, _ in gemms.values())
-        # (GEMM, operand) pairs whose quantized operand is the transpose of an earlier one's; not a
-        # delayed slot: each records its own history, as the emulation's does. INT8 slots: where the
-        # rounding and the fallback rule of both slots allow it (lowprec.methods.int8_fast)
+        # (GEMM, operand) pairs whose quantized operand is the transpose of an earlier one's. Delayed
+        # slots too: each still records its own history (the emulation's state), with the amax of the
+        # tensor its source quantized; two slots of one spec record the same amaxes (a tensor and its
+        # transpose), so their histories, and the scales they give, are equal, as long as each
+        # training forward's backward runs, as training does. INT8 slots: where the rounding and the
+        # fallback rule of both slots allow it (lowprec.methods.int8_fast)
         if self.int8:
             from .methods.int8_fast import reused_slots
             self.reused = reused_slots(self)
         else:
             self.reused = frozenset(target for target, source in TRANSPOSED_FROM.items()
                                     if self._specs[target] is not None and self._specs[target] == self._specs[source]
-                                    and _transposable(self._specs[target]) and target not in self.delayed)
+                                    and _transposable(self._specs[target]))
+        # the reused delayed slots: they record the amax their source's tensor had
+        self.delayed_reused = self.reused & self.delayed
         # the slots that quantize their tensor's transpose too, for a reused slot of theirs: 1x128
         # blocks (WITH_TRANSPOSE), and MoR's operands where its pass writes both layouts
         self.with_transpose = frozenset(TRANSPOSED_FROM[target] for target in self.reused

@@ -244,14 +244,17 @@ class QLinear(nn.Module):
             return None
         return _stream.next_call_key_(self.seed_key, self.calls, ranks.rank(), self.training)
 
-    def delayed_amax(self, gemm: str, operand: str, t: torch.Tensor) -> Optional[torch.Tensor]:
+    def delayed_amax(self, gemm: str, operand: str, t: Optional[torch.Tensor],
+                     current: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
         """The amax a delayed-scaling slot quantizes ``t`` with, from its history (a training call
         records ``t``'s amax, reduced over the ranks; evaluation reads the history only); None for
-        a slot without delayed scaling."""
+        a slot without delayed scaling. ``current``: ``t``'s amax where the caller has it
+        (``tensor_amax``; ``t`` may then be None)."""
         scaler = self.scalers.get((gemm, operand))
         if scaler is None:
             return None
-        current = block_amax(t, tuple(t.shape)).reshape(())  # NaN/Inf ignored, as in every amax
+        if current is None:
+            current = tensor_amax(t)
         state = self._history(gemm, operand)
         return scaler.step(current, state) if self.training else scaler.amax(current, state)
 
@@ -413,6 +416,11 @@ def compile_blocks(model: nn.Module, *, cudagraphs: bool = False, **compile_kw) 
     return model
 
 
+def tensor_amax(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's amax as delayed scaling records it: 0-d fp32, NaN and Inf ignored (as in every amax)."""
+    return block_amax(t, tuple(t.shape)).reshape(())
+
+
 def transformed_layers(model: nn.Module) -> list:
     """The QLinear layers of a model whose weights pass a transform before each call (GaussWS)."""
     return [m for m in model.modules() if isinstance(m, QLinear) and m.weight_transform is not None]
@@ -512,15 +520,19 @@ class _FastLinearFn(torch.autograd.Function):
     per scale layout: where the backward GEMMs' operands are transposes with the same scales
     (``FastPlan.reused``), their codes (and MoR decisions) are transposed copies of the forward's,
     and the forward keeps the quantized activation for the weight gradient instead of the
-    high-precision one. ``counts``: the layer's MoR decision counts (training calls only);
-    ``layer``: the QLinear of delayed-scaling slots (``_fast_linear``)."""
+    high-precision one. A reused delayed-scaling slot still records its tensor's amax in its own
+    history: the source's, which the forward keeps for the backward (``FastPlan.reused``). ``counts``:
+    the layer's MoR decision counts (training calls only); ``layer``: the QLinear of delayed-scaling
+    slots (``_fast_linear``)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype, counts, layer):
         w = weight.t() if transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
-        qx = plan.operand("fprop", "x", x2d, amax=_delayed_amax(layer, "fprop", "x", x2d))
-        qw = plan.operand("fprop", "w", w, amax=_delayed_amax(layer, "fprop", "w", w))
+        amax_x, cur_x = _delayed_amaxes(layer, "fprop", "x", x2d)
+        amax_w, cur_w = _delayed_amaxes(layer, "fprop", "w", w)
+        qx = plan.operand("fprop", "x", x2d, amax=amax_x)
+        qw = plan.operand("fprop", "w", w, amax=amax_w)
         _count(counts, "fprop", qx, qw)
         y = plan.mm("fprop", qx, qw, out_dtype)
         if bias is not None:
@@ -531,26 +543,34 @@ class _FastLinearFn(torch.autograd.Function):
         x_keep = _kept(qx) if ("wgrad", "x") in plan.reused else x2d
         w_keep = _kept(qw) if ("dgrad", "w") in plan.reused else w
         ctx.x_meta, ctx.w_meta = _meta(x_keep), _meta(w_keep)
-        ctx.save_for_backward(*_tensors(x_keep), *_tensors(w_keep))
+        # the amaxes the backward's reused delayed slots record (None where a slot is not one)
+        recorded = (cur_x if ("wgrad", "x") in plan.delayed_reused else None,
+                    cur_w if ("dgrad", "w") in plan.delayed_reused else None)
+        ctx.save_for_backward(*_tensors(x_keep), *_tensors(w_keep), *recorded)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
     def backward(ctx, dy):
         plan = ctx.plan
         saved = ctx.saved_tensors
-        x_keep, w_keep = _unpack(saved[:4], ctx.x_meta), _unpack(saved[4:], ctx.w_meta)
+        x_keep, w_keep = _unpack(saved[:4], ctx.x_meta), _unpack(saved[4:8], ctx.w_meta)
+        cur_x, cur_w = saved[8:]
+        layer = ctx.layer
         dy2d = dy.reshape(-1, dy.shape[-1])
-        dx = dw = db = qdy = None
+        dx = dw = db = qdy = cur_dy = None
         if ctx.needs_input_grad[0]:
-            qdy = plan.operand("dgrad", "dy", dy2d, amax=_delayed_amax(ctx.layer, "dgrad", "dy", dy2d))
+            amax_dy, cur_dy = _delayed_amaxes(layer, "dgrad", "dy", dy2d)
+            qdy = plan.operand("dgrad", "dy", dy2d, amax=amax_dy)
             wt = _transpose_of(w_keep)
-            qw = plan.operand("dgrad", "w", wt, source=w_keep, amax=_delayed_amax(ctx.layer, "dgrad", "w", wt))
+            qw = plan.operand("dgrad", "w", wt, source=w_keep, amax=_delayed_amax(layer, "dgrad", "w", wt, cur_w))
             _count(ctx.counts, "dgrad", qdy, qw)
             dx = plan.mm("dgrad", qdy, qw, ctx.x_dtype).reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
             dyt, xt = dy2d.t(), _transpose_of(x_keep)  # views; unused where an operand is reused
-            a = plan.operand("wgrad", "dy", dyt, source=qdy, amax=_delayed_amax(ctx.layer, "wgrad", "dy", dyt))
-            b = plan.operand("wgrad", "x", xt, source=x_keep, amax=_delayed_amax(ctx.layer, "wgrad", "x", xt))
+            reuse_dy = ("wgrad", "dy") in plan.delayed_reused and is_quantized(qdy)
+            a = plan.operand("wgrad", "dy", dyt, source=qdy,
+                             amax=_delayed_amax(layer, "wgrad", "dy", dyt, cur_dy if reuse_dy else None))
+            b = plan.operand("wgrad", "x", xt, source=x_keep, amax=_delayed_amax(layer, "wgrad", "x", xt, cur_x))
             _count(ctx.counts, "wgrad", a, b)
             dw = plan.mm("wgrad", a, b, torch.float32)
             dw = (dw.t() if ctx.transposed else dw).to(ctx.w_dtype)
@@ -559,8 +579,18 @@ class _FastLinearFn(torch.autograd.Function):
         return dx, dw, db, None, None, None, None, None
 
 
-def _delayed_amax(layer: Optional[QLinear], gemm: str, operand: str, t) -> Optional[torch.Tensor]:
-    return None if layer is None else layer.delayed_amax(gemm, operand, t)
+def _delayed_amax(layer: Optional[QLinear], gemm: str, operand: str, t,
+                  current: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+    return None if layer is None else layer.delayed_amax(gemm, operand, t, current)
+
+
+def _delayed_amaxes(layer: Optional[QLinear], gemm: str, operand: str, t) -> tuple:
+    """(the amax a delayed slot quantizes ``t`` with, ``t``'s own amax, which it records), or
+    (None, None) for a slot without delayed scaling."""
+    if layer is None or (gemm, operand) not in layer.scalers:
+        return None, None
+    current = tensor_amax(t)
+    return layer.delayed_amax(gemm, operand, t, current), current
 
 
 def _kept(op):

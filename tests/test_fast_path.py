@@ -11,7 +11,7 @@ from torch import nn
 import lowprec.linear as lin
 from conftest import autocast_loss
 from lowprec import RECIPES, convert
-from lowprec.gemm import FastPlan, quantize_fp8
+from lowprec.gemm import TRANSPOSED_FROM, FastPlan, quantize_fp8
 from lowprec.numerics import QuantSpec, quantize, sqnr_db
 from lowprec.recipes import Gemm, Recipe, recipe_from_config
 
@@ -59,7 +59,9 @@ def test_fast_plan_covers_exactly_the_recipes_it_can_run():
     planned = {name for name, r in RECIPES.items() if FastPlan.for_recipe(r) is not None}
     assert planned == {"bf16", "fp8_tensorwise_current", "fp8_hybrid", "fp8_delayed", "fp8_blockwise", "int8_block"}
     delayed = FastPlan.for_recipe(RECIPES["fp8_delayed"])
-    assert len(delayed.delayed) == 6 and not delayed.reused  # each slot records its own history
+    # its transposed slots reuse their source's codes and record their own histories
+    assert len(delayed.delayed) == 6 and delayed.reused == delayed.delayed_reused == {
+        ("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
     for partition in ("tensor", "channel", "block"):
         assert FastPlan.for_recipe(recipe_from_config({"recipe": "mor", "partition": partition})).has_mor
     for rule in ("absmax", "topk", "error", "dynamic", "none"):
@@ -345,16 +347,18 @@ def test_compiled_delayed_scaling_trains_like_eager():
     assert comp[0].scalers[("fprop", "x")].history.numel() == 3  # the scaler's own state is the layer's
 
 
-def _delayed_steps(monkeypatch, paths: list, on_step) -> dict:
-    """Three training steps of fp8_delayed layers (one per path: "off", "all" or "compiled"), with an
-    amax that grows, then shrinks (the history, not the tensor, sets the scale); ``on_step(models)``
-    after each."""
+def _delayed_steps(monkeypatch, paths: list, on_step, setup=None) -> dict:
+    """Three training steps of fp8_delayed layers (one per path: "off", "compiled", or any other
+    name for the eager fast path), with an amax that grows, then shrinks (the history, not the
+    tensor, sets the scale); ``setup(models)`` once converted, ``on_step(models)`` after each step."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(64, 96))
     models = {p: copy.deepcopy(base) for p in paths}
     for m in models.values():
         convert(m, RECIPES["fp8_delayed"])
+    if setup is not None:
+        setup(models)
     g = torch.randn(32, 96)
     loss = autocast_loss(None, g)
     loss_c = torch.compile(loss, options=lin.EAGER_NUMERICS, fullgraph=True)
@@ -383,6 +387,9 @@ def test_fast_delayed_scaling_records_the_emulations_histories(monkeypatch, scal
         assert want.keys() == got.keys() and len(want) == 6
         for key in want:
             assert torch.equal(got[key], want[key]), key
+        # what the fast path's reuse rests on: a slot and the one it reuses record the same amaxes
+        for target, source in TRANSPOSED_FROM.items():
+            assert torch.equal(want[target], want[source]), target
     check.calls = 0
     fast = _delayed_steps(monkeypatch, ["off", "all"], check)["all"]
     assert _histories(fast)[("wgrad", "x")].numel() == 3
@@ -390,6 +397,22 @@ def test_fast_delayed_scaling_records_the_emulations_histories(monkeypatch, scal
         fast.eval()
         fast(torch.randn(8, 64))
     assert _histories(fast)[("fprop", "x")].numel() == 3
+
+
+def test_fast_delayed_scaling_reuse_is_bit_for_bit(monkeypatch):
+    """The transposed slots' reuse of their sources' codes (``FastPlan.reused``) changes nothing:
+    step by step, the same gradients bit for bit and the same histories as a plan that quantizes
+    every slot's own tensor with its own history."""
+    plain = copy.copy(FastPlan.for_recipe(RECIPES["fp8_delayed"]))
+    plain.reused = plain.delayed_reused = plain.with_transpose = frozenset()
+
+    def check(models):
+        a, b = models["reuse"][0], models["no_reuse"][0]
+        assert torch.equal(a.weight.grad, b.weight.grad) and torch.equal(a.bias.grad, b.bias.grad)
+        want, got = _histories(models["no_reuse"]), _histories(models["reuse"])
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    _delayed_steps(monkeypatch, ["reuse", "no_reuse"], check,
+                   setup=lambda models: setattr(models["no_reuse"][0], "fast_plan", plain))
 
 
 @pytest.mark.slow
@@ -435,10 +458,10 @@ def test_each_tensor_is_quantized_once_per_scale_layout(monkeypatch):
     monkeypatch.setattr(gemm_mod, "quantize_fp8_with_transpose",
                         lambda t, spec: paired.append(tuple(t.shape)) or real_pair(t, spec))
     monkeypatch.setattr(lin, "FAST_PATH", "all")
-    # delayed scaling: every slot quantizes its own tensor (each records its own amax history);
+    # delayed scaling: each tensor once too (the transposed slots record their amaxes all the same);
     # blockwise: the weight once, x and dy each with its transpose (two quantizations off CUDA)
     for name, n, pairs in (("fp8_tensorwise_current", 3, []), ("fp8_blockwise", 5, [(128, 256), (128, 384)]),
-                           ("fp8_delayed", 6, [])):
+                           ("fp8_delayed", 3, [])):
         seen.clear(), paired.clear()
         layer = nn.Sequential(nn.Linear(256, 384))
         convert(layer, RECIPES[name])
