@@ -427,20 +427,20 @@ def transformed_layers(model: nn.Module) -> list:
 
 
 def unstable_weight_layers(model: nn.Module) -> list:
-    """The transformed layers whose weights CUDA graphs cannot take: transforms that make a new
-    tensor at every call (without ``stable_output``: the STE arms'; GaussWS's ``GaussWSWeight`` has
-    it) or that say they are not ``graph_stable`` (GaussWS with a learnable b). CUDA graphs read a
+    """The transformed layers whose weights CUDA graphs cannot take: transforms that are not
+    ``graph_stable`` (a transform that can draw into fixed tensors, ``stable_output``, says whether
+    it may: GaussWS's ``GaussWSWeight``, unless b is learnable) or that make a new tensor at every
+    call (without ``graph_stable`` at all: the STE arms'). CUDA graphs read a
     recorded kernel's inputs at fixed addresses, so their graphs would be recorded again at every
     step (measured before GaussWS had it: 1 B at 0.18x of BF16, 770 ms of host time per step against
     156 ms of GPU kernels, results/bench/e2e_h200_cudagraphs.csv)."""
-    return [m for m in transformed_layers(model)
-            if not (hasattr(m.weight_transform, "stable_output") and getattr(m.weight_transform, "graph_stable", True))]
+    return [m for m in transformed_layers(model) if not getattr(m.weight_transform, "graph_stable", False)]
 
 
 def unstable_why(layer) -> str:
     """Why CUDA graphs cannot take this layer's transformed weight (``unstable_weight_layers``)."""
     t = layer.weight_transform
-    if hasattr(t, "stable_output"):
+    if hasattr(t, "graph_stable"):
         return f"{type(t).__name__} {t.extra_repr()}: not validated under CUDA graphs"
     return f"{type(t).__name__}: makes a new tensor at every call"
 
@@ -529,8 +529,8 @@ class _FastLinearFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype, counts, layer):
         w = weight.t() if transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
-        amax_x, cur_x = _delayed_amaxes(layer, "fprop", "x", x2d)
-        amax_w, cur_w = _delayed_amaxes(layer, "fprop", "w", w)
+        amax_x, cur_x = _delayed_amax(layer, "fprop", "x", x2d)
+        amax_w, cur_w = _delayed_amax(layer, "fprop", "w", w)
         qx = plan.operand("fprop", "x", x2d, amax=amax_x)
         qw = plan.operand("fprop", "w", w, amax=amax_w)
         _count(counts, "fprop", qx, qw)
@@ -559,18 +559,18 @@ class _FastLinearFn(torch.autograd.Function):
         dy2d = dy.reshape(-1, dy.shape[-1])
         dx = dw = db = qdy = cur_dy = None
         if ctx.needs_input_grad[0]:
-            amax_dy, cur_dy = _delayed_amaxes(layer, "dgrad", "dy", dy2d)
+            amax_dy, cur_dy = _delayed_amax(layer, "dgrad", "dy", dy2d)
             qdy = plan.operand("dgrad", "dy", dy2d, amax=amax_dy)
             wt = _transpose_of(w_keep)
-            qw = plan.operand("dgrad", "w", wt, source=w_keep, amax=_delayed_amax(layer, "dgrad", "w", wt, cur_w))
+            qw = plan.operand("dgrad", "w", wt, source=w_keep, amax=_delayed_amax(layer, "dgrad", "w", wt, cur_w)[0])
             _count(ctx.counts, "dgrad", qdy, qw)
             dx = plan.mm("dgrad", qdy, qw, ctx.x_dtype).reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
             dyt, xt = dy2d.t(), _transpose_of(x_keep)  # views; unused where an operand is reused
             reuse_dy = ("wgrad", "dy") in plan.delayed_reused and is_quantized(qdy)
             a = plan.operand("wgrad", "dy", dyt, source=qdy,
-                             amax=_delayed_amax(layer, "wgrad", "dy", dyt, cur_dy if reuse_dy else None))
-            b = plan.operand("wgrad", "x", xt, source=x_keep, amax=_delayed_amax(layer, "wgrad", "x", xt, cur_x))
+                             amax=_delayed_amax(layer, "wgrad", "dy", dyt, cur_dy if reuse_dy else None)[0])
+            b = plan.operand("wgrad", "x", xt, source=x_keep, amax=_delayed_amax(layer, "wgrad", "x", xt, cur_x)[0])
             _count(ctx.counts, "wgrad", a, b)
             dw = plan.mm("wgrad", a, b, torch.float32)
             dw = (dw.t() if ctx.transposed else dw).to(ctx.w_dtype)
@@ -580,16 +580,13 @@ class _FastLinearFn(torch.autograd.Function):
 
 
 def _delayed_amax(layer: Optional[QLinear], gemm: str, operand: str, t,
-                  current: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
-    return None if layer is None else layer.delayed_amax(gemm, operand, t, current)
-
-
-def _delayed_amaxes(layer: Optional[QLinear], gemm: str, operand: str, t) -> tuple:
-    """(the amax a delayed slot quantizes ``t`` with, ``t``'s own amax, which it records), or
-    (None, None) for a slot without delayed scaling."""
+                  current: Optional[torch.Tensor] = None) -> tuple:
+    """(the amax a delayed slot quantizes ``t`` with, the amax it records: ``current`` where the
+    caller has it, a reused slot's source's, else ``t``'s own), or (None, None) for a slot without
+    delayed scaling."""
     if layer is None or (gemm, operand) not in layer.scalers:
         return None, None
-    current = tensor_amax(t)
+    current = tensor_amax(t) if current is None else current
     return layer.delayed_amax(gemm, operand, t, current), current
 
 
