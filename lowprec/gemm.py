@@ -16,7 +16,7 @@ reciprocal of the encode scale instead of dividing by it.
 The pairs of scale kinds with a hardware GEMM are ``FP8_PAIRS``: ``torch._scaled_mm``
 (``lowprec.numerics.scaled_mm``: per-tensor and per-row scales, and on CUDA 1x128 x 128x128 and
 1x128 x 1x128 blocks, the latter the weight gradient of DeepSeek-style recipes; on CUDA a block-scaled
-pair whose K holds no multiple of 4 blocks is padded with zeros to one, ``padded_k``). Where cuBLAS
+pair whose K ends in a partial block is padded with zeros to whole blocks, ``padded_k``). Where cuBLAS
 does not take that pair (another device, a shape ``shape_fits`` refuses), the Triton GEMM of
 ``lowprec.kernels.block_fp8_gemm`` scales each K-step's FP8 product by its blocks' scales
 (``TRITON_PAIRS``, ``block_scaled_mm``, which sub-tensor MoR's GEMMs use too; on CUDA a ``triton_op``
@@ -229,23 +229,22 @@ def dequantized(codes: torch.Tensor, scale: torch.Tensor, block) -> torch.Tensor
 
 def shape_fits(a: torch.Tensor, b: torch.Tensor, kind_a: str, kind_b: str, k: Optional[int] = None) -> bool:
     """cuBLASLt's shape rules for a (M, K) @ b (N, K).T: K and N multiples of 16, M > 0; for block
-    scales whole 128-blocks and K a multiple of 512. ``k``: the K to judge instead of the operands'
-    (a padded one, ``padded_k``)."""
+    scales whole 128-blocks of K (and of N for a 128x128 grid). ``k``: the K to judge instead of
+    the operands' (a padded one, ``padded_k``)."""
     (m, k_own), n = a.shape, b.shape[0]
     k = k_own if k is None else k
     if m == 0 or k % 16 or n % 16:
         return False
     if kind_b == "128x128":
-        # cuBLAS wants the K-blocks of the scales padded to a multiple of 4 (pytorch/pytorch#166752);
-        # only unpadded layouts were verified on the H200, so K must hold a multiple of 4 blocks
-        return k % 512 == 0 and n % 128 == 0
+        # a K of no multiple of 4 blocks goes as the pair 1x128 x 1x128 (``fp8_mm``)
+        return k % 128 == 0 and n % 128 == 0
     if kind_b == "1x128":
-        return k % 512 == 0
+        return k % 128 == 0
     return True
 
 
-# K of cuBLAS's block-scaled GEMMs: a multiple of 4 blocks of 128 (``shape_fits``)
-_BLOCK_K = 512
+# a block-scaled pair's K on cuBLAS: whole blocks (``shape_fits``)
+_BLOCK_K = 128
 
 
 def padded_k(k: int) -> int:
@@ -254,19 +253,18 @@ def padded_k(k: int) -> int:
 
 
 def _pad_k(op: "FP8Operand", k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """An operand's codes and scale grid padded along K to ``k``: zero codes (0x00 is +0 in both FP8
-    formats) in blocks of scale 1, so every added product is 0 and the sums are the unpadded ones."""
-    codes, scale = op.codes, op.scale
-    codes = F.pad(codes.view(torch.uint8), (0, k - codes.shape[1])).view(codes.dtype)
-    return codes, F.pad(scale, (0, k // 128 - scale.shape[1]), value=1.0)
+    """An operand's codes padded along K to ``k`` (whole blocks: the grid is unchanged) with zero
+    codes (0x00 is +0 in both FP8 formats), so every added product is 0 and the sums are the
+    unpadded ones."""
+    codes = F.pad(op.codes.view(torch.uint8), (0, k - op.codes.shape[1])).view(op.codes.dtype)
+    return codes, op.scale
 
 
 def hardware_route(a: "FP8Operand", b: "FP8Operand") -> Optional[str]:
     """What multiplies two quantized operands: "scaled_mm", "scaled_mm_padded" (a block-scaled pair
-    on cuBLAS whose K holds no multiple of 4 blocks, padded with zeros: the 98 M model's 768
-    features, whose fp32 GEMMs of dequantized operands held blockwise FP8 and per-block MoR at
-    0.33-0.36x of compiled BF16), "triton" (``FP8_PAIRS``), or None for the fp32 GEMM of the
-    dequantized codes (another pair, two E5M2 operands, a device or shape refused)."""
+    on cuBLAS whose K ends in a partial block, padded with zeros to whole blocks), "triton"
+    (``FP8_PAIRS``), or None for the fp32 GEMM of the dequantized codes (another pair, two E5M2
+    operands, a device or shape refused)."""
     where = FP8_PAIRS.get((a.kind, b.kind))
     if where is None or a.spec.fmt == b.spec.fmt == "e5m2":
         return None

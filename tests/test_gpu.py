@@ -575,19 +575,23 @@ def test_blockwise_fp8_mm(kind_b):
     assert sqnr_db(ref, fp8_mm(a8, ga, "1x128", b8, gb, kind_b, torch.float32)) > 45
 
 
-@pytest.mark.parametrize("kind_a,kind_b,k", [("1x128", "128x128", 768), ("128x128", "128x128", 768),
-                                              ("1x128", "1x128", 640), ("1x128", "128x128", 200)])
-def test_block_scaled_pair_with_k_off_cublas_alignment_is_padded(kind_a, kind_b, k, scaled_mm_calls):
-    """A block-scaled pair whose K holds no multiple of 4 blocks (the 98 M model's 768 features;
-    200: a partial last block) runs on cuBLAS padded with zero codes in unit-scale blocks: the fp32
-    GEMM of the same codes to the GEMM's rounding, one _scaled_mm call, and really quantized."""
+@pytest.mark.parametrize("kind_a,kind_b,k,route", [
+    ("1x128", "128x128", 768, "scaled_mm"), ("128x128", "128x128", 768, "scaled_mm"),
+    ("1x128", "1x128", 640, "scaled_mm"), ("1x128", "128x128", 1152, "scaled_mm"),
+    ("1x128", "128x128", 200, "scaled_mm_padded"), ("1x128", "1x128", 208, "scaled_mm_padded")])
+def test_block_scaled_pair_with_k_off_cublas_alignment(kind_a, kind_b, k, route, scaled_mm_calls):
+    """A block-scaled pair whose K holds no multiple of 4 blocks (the 98 M model's 768 features) runs
+    on cuBLAS as 1x128 x 1x128 (a 128x128 grid as its rows' scales); one whose K ends in a partial
+    block (200, 208) padded with zero codes: the fp32 GEMM of the same codes to the GEMM's rounding,
+    one _scaled_mm call, and really quantized."""
     from lowprec.gemm import FP8Operand, hardware_route, operand_mm
 
     torch.manual_seed(0)
     a, b = torch.randn(256, k, device="cuda"), torch.randn(384, k, device="cuda")
+    a = a * torch.logspace(-2, 2, k, device="cuda")  # blocks of different scales along K
     specs = [QuantSpec("e4m3", "block", block=tuple(map(int, kind.split("x")))) for kind in (kind_a, kind_b)]
     qa, qb = (FP8Operand.of(t, spec) for t, spec in zip((a, b), specs))
-    assert hardware_route(qa, qb) == "scaled_mm_padded"
+    assert hardware_route(qa, qb) == route
     before = scaled_mm_calls["n"]
     out = operand_mm(qa, qb, torch.float32)
     assert scaled_mm_calls["n"] - before == 1

@@ -8,9 +8,10 @@ an FP8 product to cuBLAS (``lowprec.kernels.mor_gemm``). Operands are row-major 
     row x row            scale_a (M, 1), scale_b (1, N)                   bf16 output
     1x128 x 128x128      scale_a (M, K/128), scale_b (K/128, N/128),       bf16 output, CUDA only,
                          strides below; K a multiple of 512
-    1x128 x 1x128        scale_a (M, K/128), scale_b (K/128, N) row-major  the same
+    1x128 x 1x128        scale_a (M, K/128), scale_b (K/128, N) row-major  the same, any K
 (a tensor scale pairs with a row scale by broadcasting it to a vector; a 128x128 grid on the left
-goes as the 1x128 scales of its rows). 1x128 x 1x128 is the weight gradient of DeepSeek-style
+goes as the 1x128 scales of its rows, and so does one on the right where K holds no multiple of 4
+blocks, ``blocks_aligned``). 1x128 x 1x128 is the weight gradient of DeepSeek-style
 recipes.
 """
 
@@ -23,6 +24,11 @@ _TENSOR = "tensor"
 # the one binding every FP8 GEMM of the suite calls (the tests count calls here, never by patching
 # torch itself: Dynamo keeps the torch functions it first saw, and a wrapper seen once would stay)
 _scaled_mm = torch._scaled_mm
+
+
+def blocks_aligned(k: int) -> bool:
+    """Whether K holds a multiple of 4 blocks of 128, as cuBLAS's 128x128 scale grids need."""
+    return k % 512 == 0
 
 
 def _decode(scale: torch.Tensor) -> torch.Tensor:
@@ -39,6 +45,11 @@ def fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, kind_a: str, b8: torch.Tenso
     inv_a, inv_b = _decode(scale_a), _decode(scale_b)
     if kind_a == "128x128":  # each row takes its block's scale
         inv_a, kind_a = inv_a.repeat_interleave(128, dim=0)[: a8.shape[0]], "1x128"
+    if kind_b == "128x128" and not blocks_aligned(a8.shape[1]):
+        # cuBLAS's 128x128 grid wants its K-blocks padded to a multiple of 4 (pytorch/pytorch#166752),
+        # a layout torch 2.11 refuses and whose unpadded form gave NaN on the H200; the 1x128 x 1x128
+        # pair has no such rule, so b's rows take their block's scale, as a's do above
+        inv_b, kind_b = inv_b.repeat_interleave(128, dim=0)[: b8.shape[0]], "1x128"
     if kind_a == "1x128":
         # a's grid (M, K/128) with stride 1 along M ("outer-dim-major"); b's 128x128 grid
         # transposed to (K/128, N/128) with stride 1 along K/128, or b's 1x128 grid transposed to a
