@@ -258,14 +258,18 @@ def test_cast_error_pass_refuses_what_it_cannot_take():
         km.mor_cast_error(x, good, (16, 64), layouts="cols")
 
 
+@pytest.mark.parametrize("approx_div", [False, True], ids=["rn", "approx"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("view", [False, True], ids=["rows", "transposed_view"])
-def test_cast_error_pass_on_whole_tiles_takes_the_unmasked_path(view):
+def test_cast_error_pass_on_whole_tiles_takes_the_unmasked_path(view, dtype, approx_div):
     """A shape of whole tiles (no masks: the vectorized loads and stores) gives the same codes and
-    sums, read in place from a row-major tensor or a transposed view."""
-    base = _data((256, 128) if view else (128, 256), torch.bfloat16, seed=9)
+    sums, read in place from a row-major tensor or a transposed view, for bf16 and fp32 operands and
+    either division (the fast path's fp32 operands stay off the pass until this holds on the GPU:
+    ``lowprec.methods.mor_fast._cast_on_kernel``)."""
+    base = _data((256, 128) if view else (128, 256), dtype, seed=9)
     x = base.t() if view else base
     scale, block = _scales(128, 256, "blocks")
-    codes, codes_t, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block, layouts="both")
+    codes, codes_t, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block, layouts="both", approx_div=approx_div)
     want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
     _same_codes(codes.cpu(), want)
     _same_codes(codes_t.cpu().t(), want)

@@ -135,8 +135,13 @@ def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
 # H200 with the hardware cast too). At 1 B on the H200 (e9fb5eb, 32 x 128 tiles, the approximate
 # division; results/bench/e2e_h200_mor_cast_tuned.csv): per block 1.065x of compiled BF16, per tensor
 # 1.131x, against 1.024x and 1.122x with Inductor's fusion (results/bench/e2e_h200.csv); per channel
-# 0.708x against 0.906x, so per-channel MoR keeps the fusion (why the pass is slower there is not yet
-# profiled; its backward operands are transposed views scaled along their columns).
+# 0.708x against 0.906x, so per-channel MoR keeps the fusion. Profiled at 48cad10: per-channel MoR
+# quantizes each operand twice (row scales for one GEMM, column scales for the other: no transposed
+# codes to reuse), and Inductor fuses both into one reduction whose column-scaled codes are stored
+# transposed, element by element (0.2-0.5 ms per 1 B operand, 55 ms of the step against 59 ms of FP8
+# GEMMs; profiles/llama_1b_mor_channel_48cad10). The pass alone is 3-4x faster per operand
+# (results/bench/mor_cast_kernel_h200_channel.csv), but with it the step still spent about 60 ms in
+# quantization and amax kernels and measured 0.889x against 0.909x (an uncommitted run at 6f637f6).
 CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "1") == "1"
 # The pass divides each error term with the approximate fp32 division (within 2 ulp on CUDA, a few u
 # more on a term that ERROR_ATOL's bound already allows 9 u): its correctly rounded division cost a
@@ -147,10 +152,20 @@ CAST_APPROX_DIV = True
 
 def _cast_on_kernel(x2d: torch.Tensor, kind: str) -> bool:
     """Whether an operand's codes and error come from the Triton pass (``mor_cast_error_cuda``): with
-    ``CAST_KERNEL``, on CUDA, for bf16 or fp32 operands of one scale or of 128x128 blocks; else the
-    torch ops (``operand_error``), which compute the same and which Inductor fuses into the cast
-    (per-channel scales: measured faster there, see ``CAST_KERNEL``)."""
-    return (CAST_KERNEL and x2d.is_cuda and x2d.dtype in (torch.bfloat16, torch.float32)
+    ``CAST_KERNEL``, on CUDA, for bf16 operands of one scale or of 128x128 blocks; else the torch ops
+    (``operand_error``), which compute the same and which Inductor fuses into the cast (per-channel
+    scales: measured faster there, see ``CAST_KERNEL``).
+
+    bf16 only: the configuration checked on the H200 (the activations and gradients of autocast
+    training). fp32 operands (a master weight, a layer run without autocast) take the torch ops:
+    on the H200 (70f82cf) the MoR linear benchmark's layer check, fp32 and eager, gave the fast path
+    29-32 dB from the Triton MoR GEMM's path for per-tensor and per-block MoR, where it had been bit
+    for bit before the pass was the default, and per-channel MoR (no pass) still was; the pass's GPU
+    tests cover fp32 only on ragged tiles, not the unmasked whole-tile path with the approximate
+    division, and Triton 3.6 is known to store wrong FP8 codes for some vectorized fp32 casts
+    (``tests/test_gpu.py``, ``_REGISTER_DECODE_BUG``). Not yet reproduced: under the interpreter the
+    pass equals the torch ops there."""
+    return (CAST_KERNEL and x2d.is_cuda and x2d.dtype == torch.bfloat16
             and kind in ("tensor", "128x128") and triton_runs_on("cuda"))
 
 
