@@ -121,6 +121,11 @@ class QLinear(nn.Module):
             for part, t in zip(("ring", "count"), scaler.new_state(weight.device)):
                 self.register_buffer(f"amax_{part}_{g}_{op}", t, persistent=False)
             scaler.state = self._history(g, op)
+        # whether every delayed slot's history is known (on the host) to hold an amax
+        # (``refresh_histories_recorded``): the fast path then quantizes with the histories' amaxes
+        # without waiting for this call's (``DelayedScaler.step``'s ``recorded``)
+        self.histories_recorded = False
+        self._history_reads = 0
         self.weight_transform = recipe.weight_transform(self) if recipe.weight_transform else None
         self.fast_plan = FastPlan.for_recipe(recipe)
         for q in self._quantizers():
@@ -173,6 +178,7 @@ class QLinear(nn.Module):
     def set_extra_state(self, state):
         for g, op in self.scalers:
             load_history(*self._history(g, op), (state or {}).get(f"{g}.{op}"))
+        self.histories_recorded, self._history_reads = False, 0  # loaded histories may be empty: asked again
         saved = (state or {}).get("quantizers") or []
         for i, q in enumerate(self._quantizers()):
             q.load_state_for_layer(self.name, saved[i] if i < len(saved) else {})
@@ -245,18 +251,30 @@ class QLinear(nn.Module):
         return _stream.next_call_key_(self.seed_key, self.calls, ranks.rank(), self.training)
 
     def delayed_amax(self, gemm: str, operand: str, t: Optional[torch.Tensor],
-                     current: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+                     current: Optional[torch.Tensor] = None, recorded: bool = False) -> Optional[torch.Tensor]:
         """The amax a delayed-scaling slot quantizes ``t`` with, from its history (a training call
         records ``t``'s amax, reduced over the ranks; evaluation reads the history only); None for
         a slot without delayed scaling. ``current``: ``t``'s amax where the caller has it
-        (``tensor_amax``; ``t`` may then be None)."""
+        (``tensor_amax``; ``t`` may then be None). ``recorded``: the history holds an amax
+        (``histories_recorded`` when the call began; ``DelayedScaler.step``)."""
         scaler = self.scalers.get((gemm, operand))
         if scaler is None:
             return None
         if current is None:
             current = tensor_amax(t)
         state = self._history(gemm, operand)
-        return scaler.step(current, state) if self.training else scaler.amax(current, state)
+        return scaler.step(current, state, recorded) if self.training else scaler.amax(current, state)
+
+    def refresh_histories_recorded(self) -> bool:
+        """``histories_recorded``, read from the devices' counts while it is False (a host read,
+        so the compiled training loop asks before a step, ``compiled``, and stops once it holds:
+        a history never empties but by loading one, which clears the flag). At most
+        ``HISTORY_READS`` reads: a slot that never records (a layer without a backward) leaves the
+        flag False, and the step its original form, rather than a host read at every step."""
+        if not self.histories_recorded and self.scalers and self._history_reads < HISTORY_READS:
+            self._history_reads += 1
+            self.histories_recorded = all(bool(self._history(g, op)[1] > 0) for g, op in self.scalers)
+        return self.histories_recorded
 
     def _operand(self, gemm: str, operand: str, t: torch.Tensor, spec: QuantSpec, key=None):
         """The operand's QTensor under ``spec`` (``key``: the call's random key, for stochastic
@@ -417,8 +435,12 @@ def compile_blocks(model: nn.Module, *, cudagraphs: bool = False, **compile_kw) 
 
 
 def tensor_amax(t: torch.Tensor) -> torch.Tensor:
-    """A tensor's amax as delayed scaling records it: 0-d fp32, NaN and Inf ignored (as in every amax)."""
-    return block_amax(t, tuple(t.shape)).reshape(())
+    """A tensor's amax as delayed scaling records it: 0-d fp32, NaN and Inf ignored (as in every amax).
+    Reduced per row first (the same max): a reduction over rows is one that a compiled graph can
+    compute in the kernel that casts the rows, where the cast does not wait for it
+    (``DelayedScaler.step``'s ``recorded``)."""
+    t2d = t.reshape(1, -1) if t.dim() < 2 else t.reshape(-1, t.shape[-1])
+    return block_amax(t2d, (1, t2d.shape[1])).max()
 
 
 def transformed_layers(model: nn.Module) -> list:
@@ -445,6 +467,11 @@ def unstable_why(layer) -> str:
     return f"{type(t).__name__}: makes a new tensor at every call"
 
 
+# host reads of a delayed-scaling layer's history counts before it stops asking
+# (``QLinear.refresh_histories_recorded``): the first training step records every slot
+HISTORY_READS = 3
+
+
 class compiled:
     """A converted model for training and evaluation with its blocks compiled (``compile_blocks``):
     before each call the QLinear layers' weight transforms run eagerly (their draws and caches stay
@@ -455,10 +482,15 @@ class compiled:
     begins a new step of Inductor's CUDA graphs (``compile_blocks``): call it once per forward whose
     backward has run, as a training or evaluation loop does; the transforms then write their weights
     into the same tensors at every call (``stable_output``; a transform without it is refused,
-    ``unstable_weight_layers``), and a weight that still moves raises."""
+    ``unstable_weight_layers``), and a weight that still moves raises. Before a training call,
+    delayed-scaling layers are asked whether their histories hold an amax
+    (``QLinear.refresh_histories_recorded``: a host read per layer for the first steps), so that the
+    compiled steps after it quantize with the histories' amaxes without waiting for the current
+    ones (one graph more)."""
 
     def __init__(self, model: nn.Module, *, cudagraphs: bool = False, **compile_kw):
         self._transformed = transformed_layers(model)
+        self._delayed = [m for m in model.modules() if isinstance(m, QLinear) and m.scalers]
         if cudagraphs:
             unstable = unstable_weight_layers(model)
             if unstable:
@@ -479,6 +511,9 @@ class compiled:
     def __call__(self, *args, **kwargs):
         if self.cudagraphs:
             torch.compiler.cudagraph_mark_step_begin()
+        for m in self._delayed:  # a host read per layer until the histories hold an amax (two steps)
+            if m.training:
+                m.refresh_histories_recorded()
         for m in self._transformed:
             m._weight_now = m.graph_weight()
             if self.cudagraphs:
@@ -529,8 +564,10 @@ class _FastLinearFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype, counts, layer):
         w = weight.t() if transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
-        amax_x, cur_x = _delayed_amax(layer, "fprop", "x", x2d)
-        amax_w, cur_w = _delayed_amax(layer, "fprop", "w", w)
+        # read once: the backward of this call takes the same (the flag may change before it runs)
+        ctx.recorded = recorded = layer is not None and layer.histories_recorded
+        amax_x, cur_x = _delayed_amax(layer, "fprop", "x", x2d, recorded=recorded)
+        amax_w, cur_w = _delayed_amax(layer, "fprop", "w", w, recorded=recorded)
         qx = plan.operand("fprop", "x", x2d, amax=amax_x)
         qw = plan.operand("fprop", "w", w, amax=amax_w)
         _count(counts, "fprop", qx, qw)
@@ -555,22 +592,24 @@ class _FastLinearFn(torch.autograd.Function):
         saved = ctx.saved_tensors
         x_keep, w_keep = _unpack(saved[:4], ctx.x_meta), _unpack(saved[4:8], ctx.w_meta)
         cur_x, cur_w = saved[8:]
-        layer = ctx.layer
+        layer, recorded = ctx.layer, ctx.recorded
         dy2d = dy.reshape(-1, dy.shape[-1])
         dx = dw = db = qdy = cur_dy = None
         if ctx.needs_input_grad[0]:
-            amax_dy, cur_dy = _delayed_amax(layer, "dgrad", "dy", dy2d)
+            amax_dy, cur_dy = _delayed_amax(layer, "dgrad", "dy", dy2d, recorded=recorded)
             qdy = plan.operand("dgrad", "dy", dy2d, amax=amax_dy)
             wt = _transpose_of(w_keep)
-            qw = plan.operand("dgrad", "w", wt, source=w_keep, amax=_delayed_amax(layer, "dgrad", "w", wt, cur_w)[0])
+            qw = plan.operand("dgrad", "w", wt, source=w_keep,
+                              amax=_delayed_amax(layer, "dgrad", "w", wt, cur_w, recorded)[0])
             _count(ctx.counts, "dgrad", qdy, qw)
             dx = plan.mm("dgrad", qdy, qw, ctx.x_dtype).reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
             dyt, xt = dy2d.t(), _transpose_of(x_keep)  # views; unused where an operand is reused
             reuse_dy = ("wgrad", "dy") in plan.delayed_reused and is_quantized(qdy)
             a = plan.operand("wgrad", "dy", dyt, source=qdy,
-                             amax=_delayed_amax(layer, "wgrad", "dy", dyt, cur_dy if reuse_dy else None)[0])
-            b = plan.operand("wgrad", "x", xt, source=x_keep, amax=_delayed_amax(layer, "wgrad", "x", xt, cur_x)[0])
+                             amax=_delayed_amax(layer, "wgrad", "dy", dyt, cur_dy if reuse_dy else None, recorded)[0])
+            b = plan.operand("wgrad", "x", xt, source=x_keep,
+                             amax=_delayed_amax(layer, "wgrad", "x", xt, cur_x, recorded)[0])
             _count(ctx.counts, "wgrad", a, b)
             dw = plan.mm("wgrad", a, b, torch.float32)
             dw = (dw.t() if ctx.transposed else dw).to(ctx.w_dtype)
@@ -580,14 +619,14 @@ class _FastLinearFn(torch.autograd.Function):
 
 
 def _delayed_amax(layer: Optional[QLinear], gemm: str, operand: str, t,
-                  current: Optional[torch.Tensor] = None) -> tuple:
+                  current: Optional[torch.Tensor] = None, recorded: bool = False) -> tuple:
     """(the amax a delayed slot quantizes ``t`` with, the amax it records: ``current`` where the
     caller has it, a reused slot's source's, else ``t``'s own), or (None, None) for a slot without
-    delayed scaling."""
+    delayed scaling; ``recorded``: ``QLinear.delayed_amax``'s."""
     if layer is None or (gemm, operand) not in layer.scalers:
         return None, None
     current = tensor_amax(t) if current is None else current
-    return layer.delayed_amax(gemm, operand, t, current), current
+    return layer.delayed_amax(gemm, operand, t, current, recorded), current
 
 
 def _kept(op):

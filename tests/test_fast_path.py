@@ -348,9 +348,11 @@ def test_compiled_delayed_scaling_trains_like_eager():
 
 
 def _delayed_steps(monkeypatch, paths: list, on_step, setup=None) -> dict:
-    """Three training steps of fp8_delayed layers (one per path: "off", "compiled", or any other
-    name for the eager fast path), with an amax that grows, then shrinks (the history, not the
-    tensor, sets the scale); ``setup(models)`` once converted, ``on_step(models)`` after each step."""
+    """Three training steps of fp8_delayed layers (one per path: "off", "compiled...", or any other
+    name for the eager fast path; a name with "recorded" asks before each step whether the histories
+    hold an amax, as ``lowprec.linear.compiled`` does), with an amax that grows, then shrinks (the
+    history, not the tensor, sets the scale); ``setup(models)`` once converted, ``on_step(models)``
+    after each step."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(64, 96))
@@ -366,7 +368,9 @@ def _delayed_steps(monkeypatch, paths: list, on_step, setup=None) -> dict:
         x = (scale * torch.randn(32, 64)).requires_grad_()  # dgrad's slots too
         for p, m in models.items():
             monkeypatch.setattr(lin, "FAST_PATH", "off" if p == "off" else "all")
-            (loss_c if p == "compiled" else loss)(m, x).backward()
+            if "recorded" in p:
+                m[0].refresh_histories_recorded()
+            (loss_c if p.startswith("compiled") else loss)(m, x).backward()
         on_step(models)
     return models
 
@@ -415,15 +419,52 @@ def test_fast_delayed_scaling_reuse_is_bit_for_bit(monkeypatch):
                    setup=lambda models: setattr(models["no_reuse"][0], "fast_plan", plain))
 
 
+def test_fast_delayed_scaling_from_recorded_histories_is_bit_for_bit(monkeypatch):
+    """Once every slot's history holds an amax (after the first step), a call that knows it
+    (``QLinear.histories_recorded``) quantizes with the histories' amaxes without waiting for its
+    own: step by step the same gradients bit for bit and the same histories as the calls that ask
+    the history operator."""
+    def check(models):
+        a, b = models["recorded"][0], models["all"][0]
+        check.steps += 1
+        assert a.histories_recorded == (check.steps > 1)  # asked before the step: empty before the first
+        assert torch.equal(a.weight.grad, b.weight.grad) and torch.equal(a.bias.grad, b.bias.grad)
+        want, got = _histories(models["all"]), _histories(models["recorded"])
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    check.steps = 0
+    _delayed_steps(monkeypatch, ["all", "recorded"], check)
+
+
+def test_histories_recorded_is_asked_a_few_times_and_cleared_by_a_load():
+    """The host reads stop once the histories hold an amax, or after HISTORY_READS tries (a slot
+    that never records); loading histories asks again."""
+    layer = nn.Sequential(nn.Linear(16, 8))
+    convert(layer, RECIPES["fp8_delayed"])
+    q = layer[0]
+    for _ in range(lin.HISTORY_READS + 2):
+        assert not q.refresh_histories_recorded()
+    assert q._history_reads == lin.HISTORY_READS
+    for key in q.scalers:
+        q._history(*key)[1].fill_(1)
+    assert not q.refresh_histories_recorded()  # no more reads
+    q.set_extra_state(q.get_extra_state())
+    assert q.refresh_histories_recorded()
+    q.set_extra_state({})  # empty histories
+    assert not q.histories_recorded and not q.refresh_histories_recorded()
+
+
 @pytest.mark.slow
 def test_compiled_fast_delayed_scaling_equals_eager(monkeypatch):
     """The compiled fast path (one graph: the history operators in its forward and backward) steps
-    as the eager fast path does, bit for bit: gradients and histories."""
+    as the eager fast path does, bit for bit: gradients and histories; also once it quantizes with
+    the recorded histories' amaxes (a graph of its own, the histories read before they record)."""
     def check(models):
-        assert torch.equal(models["compiled"][0].weight.grad, models["all"][0].weight.grad)
-        want, got = _histories(models["all"]), _histories(models["compiled"])
-        assert all(torch.equal(got[k], want[k]) for k in want)
-    _delayed_steps(monkeypatch, ["all", "compiled"], check)
+        for p in ("compiled", "compiled_recorded"):
+            assert torch.equal(models[p][0].weight.grad, models["all"][0].weight.grad), p
+            want, got = _histories(models["all"]), _histories(models[p])
+            assert all(torch.equal(got[k], want[k]) for k in want), p
+    models = _delayed_steps(monkeypatch, ["all", "compiled", "compiled_recorded"], check)
+    assert models["compiled_recorded"][0].histories_recorded  # its last steps took the recorded path
 
 
 @pytest.mark.parametrize("spec", [QuantSpec("e4m3", "tensor"), QuantSpec("e5m2", "tensor", margin=1),

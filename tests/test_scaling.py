@@ -281,6 +281,29 @@ def test_delayed_scaler_most_recent_and_megatron():
         DelayedScaler().amax()
 
 
+@pytest.mark.parametrize("reduction,length", [("max", 3), ("most_recent", 4), ("max", 1)])
+def test_delayed_step_from_a_recorded_history_is_the_same_step(reduction, length):
+    """``step(..., recorded=True)`` (the caller knows the history holds an amax) returns what
+    ``step`` returns and records the same history, across the ring's wrap; the first call of an
+    empty history takes the current amax and is not a recorded one."""
+    a, b = DelayedScaler(history_len=length, reduction=reduction), DelayedScaler(history_len=length, reduction=reduction)
+    assert a.step(torch.tensor(3.0)).item() == b.step(torch.tensor(3.0)).item() == 3.0
+    for cur in [1.0, 8.0, 0.5, math.inf, 2.0, 0.25, 0.125]:
+        want, got = a.step(torch.tensor(cur)), b.step(torch.tensor(cur), recorded=True)
+        assert got.item() == want.item() and got.shape == want.shape
+        assert torch.equal(b.history, a.history) and int(b.state[1]) == int(a.state[1])
+
+
+def test_tensor_amax_ignores_nonfinite_values_at_any_rank():
+    from lowprec.linear import tensor_amax
+    x = torch.randn(6, 5, 3, generator=gen(3))
+    x[1, 2, 0], x[0, 0, 1], x[4, 1, 2] = math.nan, math.inf, -math.inf
+    for t in (x, x[0], x[0, 0], x[2, 3, 1]):
+        want = torch.where(t.isfinite(), t, 0.0).abs().max()
+        got = tensor_amax(t)
+        assert got.dtype == torch.float32 and got.shape == () and got.item() == want.item()
+
+
 def test_delayed_scaler_defaults_and_bad_amax():
     sc = DelayedScaler()
     assert (sc.history_len, sc.reduction, sc.fmax) == (1024, "max", 448.0)

@@ -427,13 +427,23 @@ class DelayedScaler:
     def scale(self, current=None, state: Optional[tuple] = None) -> torch.Tensor:
         return scale_from_amax(self.amax(current, state), self.fmax, self.margin, self.pow2)
 
-    def step(self, current, state: Optional[tuple] = None) -> torch.Tensor:
+    def step(self, current, state: Optional[tuple] = None, recorded: bool = False) -> torch.Tensor:
         """One training call: this call's amax is reduced over the ranks, the amax to quantize
         with is taken from the history before this call (on the first call: the reduced current
         amax), and then the reduced amax is recorded: one all_reduce per call (none in a single
-        process)."""
+        process).
+
+        ``recorded``: the caller knows that the history holds an amax already (``count > 0``), so
+        the amax to quantize with is the history's alone and does not wait for ``current``: a
+        compiled graph can then compute this call's amax in the same pass that casts with the
+        history's (the same value either way)."""
         ring, count = self._state(state, current)
-        return record_amax(ring, count, self._reduced(current, ring), self.reduction == "max")
+        use_max = self.reduction == "max"
+        if not recorded:
+            return record_amax(ring, count, self._reduced(current, ring), use_max)
+        past = _recorded_amax(ring, count, use_max)
+        record_amax(ring, count, self._reduced(current, ring), use_max, after=past)
+        return past
 
     def update(self, amax, state: Optional[tuple] = None) -> None:
         """Record this step's amax (max over the ranks) without using the history."""
@@ -459,8 +469,12 @@ class DelayedScaler:
 def _history_amax(ring: torch.Tensor, count: torch.Tensor, current: torch.Tensor, use_max: bool) -> torch.Tensor:
     """The amax a delayed scaler quantizes with: the history's max or its latest entry, ``current``
     while the history is empty."""
-    past = ring.max() if use_max else ring[(count - 1).remainder(ring.numel())]
-    return torch.where(count > 0, past, current)
+    return torch.where(count > 0, _recorded_amax(ring, count, use_max), current)
+
+
+def _recorded_amax(ring: torch.Tensor, count: torch.Tensor, use_max: bool) -> torch.Tensor:
+    """The max or the latest entry of a history that holds at least one amax."""
+    return ring.max() if use_max else ring[(count - 1).remainder(ring.numel())]
 
 
 def ordered_history(ring: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
@@ -483,8 +497,11 @@ def load_history(ring: torch.Tensor, count: torch.Tensor, history: Optional[torc
 # backward graph (the gradients' amaxes are recorded in the backward), where an in-place update of
 # a layer's buffer inside a backward graph would not be kept.
 @torch.library.custom_op("lowprec::delayed_step_", mutates_args=("ring", "count"))
-def delayed_step_(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, use_max: bool) -> torch.Tensor:
-    """The amax to quantize with (``_history_amax``), then ring[count % len(ring)] = amax, count += 1."""
+def delayed_step_(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, use_max: bool,
+                  after: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The amax to quantize with (``_history_amax``), then ring[count % len(ring)] = amax, count += 1.
+    ``after``: unused, an input that orders the update after its computation (a read of the
+    history before this update, ``DelayedScaler.step``)."""
     out = _history_amax(ring, count, amax, use_max)
     ring.index_copy_(0, count.remainder(ring.numel()).reshape(1), amax.reshape(1).to(ring.dtype))
     count.add_(1)
@@ -492,7 +509,7 @@ def delayed_step_(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, u
 
 
 @delayed_step_.register_fake
-def _(ring, count, amax, use_max):
+def _(ring, count, amax, use_max, after=None):
     return torch.empty_like(amax)
 
 
@@ -500,7 +517,8 @@ def _(ring, count, amax, use_max):
 # code; the opaque operator cost a Python call and five eager launches per slot and call (the host
 # set the pace of a 1 B delayed-scaling step; lowprec.kernels.buffer_updates).
 @torch.library.triton_op("lowprec::delayed_step_cuda_", mutates_args=("ring", "count"))
-def delayed_step_cuda_(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, use_max: bool) -> torch.Tensor:
+def delayed_step_cuda_(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, use_max: bool,
+                       after: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``delayed_step_`` on a CUDA device where Triton runs."""
     from ..kernels import buffer_updates as kb
     out = torch.empty_like(amax)
@@ -508,11 +526,12 @@ def delayed_step_cuda_(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tens
     return out
 
 
-def record_amax(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, use_max: bool) -> torch.Tensor:
+def record_amax(ring: torch.Tensor, count: torch.Tensor, amax: torch.Tensor, use_max: bool,
+                after: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``delayed_step_``: on its Triton kernel where the history is on a CUDA device Triton runs on."""
     from ..kernels import buffer_updates as kb
     op = delayed_step_cuda_ if kb.takes_kernel(ring) else delayed_step_
-    return op(ring, count, amax, use_max)
+    return op(ring, count, amax, use_max, after)
 
 
 # ----------------------------------------------------------------------------------------------
