@@ -57,18 +57,25 @@ def check_kernel(torch, kg, rows: list, block, scale, shape, backend: str, floor
 
 def check_qlinear(torch, rows: list, block, scale) -> None:
     """QLinear with a MoR recipe, per partition: the fused path (kernel GEMMs, counted) against the
-    emulated one (LOWPREC_MOR_KERNEL off), forward and both gradients; then one fused step under
-    torch.cuda.set_sync_debug_mode("error") (a host sync raises). An error is a failed row."""
-    for part in ("tensor", "channel", "block"):
-        try:
-            rows.append(_check_qlinear_one(torch, part, block, scale))
-        except Exception as exc:  # report and go on: the timings still say something
-            rows.append({"check": "qlinear fused vs emulated (y, dx, dw)", "partition": part, "backend": "auto",
-                         "formats": "", "ran": f"error: {type(exc).__name__}: {exc}"[:300], "sqnr_db": "nan",
-                         "floor_db": 45.0, "ok": False})
+    emulated one (LOWPREC_MOR_KERNEL off; on CUDA the compiled training path's fast path),
+    forward and both gradients, on fp32 data and under bf16 autocast (training's: bf16 activations
+    and gradients, an fp32 weight); then one fused step under torch.cuda.set_sync_debug_mode("error")
+    (a host sync raises). An error is a failed row."""
+    for autocast in (False, True):
+        for part in ("tensor", "channel", "block"):
+            try:
+                rows.append(_check_qlinear_one(torch, part, block, scale, autocast))
+            except Exception as exc:  # report and go on: the timings still say something
+                rows.append({"check": _qlinear_check_name(autocast), "partition": part, "backend": "auto",
+                             "formats": "", "ran": f"error: {type(exc).__name__}: {exc}"[:300], "sqnr_db": "nan",
+                             "floor_db": 45.0, "ok": False})
 
 
-def _check_qlinear_one(torch, part: str, block, scale: str) -> dict:
+def _qlinear_check_name(autocast: bool) -> str:
+    return "qlinear fused vs emulated (y, dx, dw)" + (", bf16 autocast" if autocast else "")
+
+
+def _check_qlinear_one(torch, part: str, block, scale: str, autocast: bool = False) -> dict:
     import copy
 
     from torch import nn
@@ -98,8 +105,9 @@ def _check_qlinear_one(torch, part: str, block, scale: str) -> dict:
     def run(model):
         model.zero_grad(set_to_none=True)
         xi = x.clone().requires_grad_()
-        y = model(xi)
-        y.backward(g)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            y = model(xi)
+        y.backward(g.to(y.dtype))
         return y.detach(), xi.grad, model[0].weight.grad
 
     kg.mor_gemm = counting
@@ -124,7 +132,7 @@ def _check_qlinear_one(torch, part: str, block, scale: str) -> dict:
     ran = ",".join(RAN.get(int(i[2]), "?") for i in infos[:3])
     dbs = [sqnr_db(w.double(), f.double()) for w, f in zip(want, got)]
     fmts = ",".join(f"{int(i[0])}{int(i[1])}" for i in infos[:3])
-    return {"check": "qlinear fused vs emulated (y, dx, dw)", "partition": part, "backend": "auto",
+    return {"check": _qlinear_check_name(autocast), "partition": part, "backend": "auto",
             "formats": f"e4m3 flags a/b per gemm {fmts}", "ran": f"{ran}; sync_free={sync_free}",
             "sqnr_db": "/".join(f"{d:.1f}" for d in dbs), "floor_db": 45.0,
             "ok": len(infos) == 6 and min(dbs) > 45.0 and sync_free is True}
