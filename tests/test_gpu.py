@@ -362,7 +362,8 @@ EMULATED = [{"recipe": "mor", "partition": "block", "block": [64, 64]},
                          + SUBTENSOR_FAST + INT8_FAST + EMULATED, ids=lambda m: "_".join(str(v) for v in m.values()))
 def test_compiled_model_has_no_graph_breaks(method):
     """A converted model's blocks compile whole (``lowprec.linear.compiled``), forward and backward,
-    into one graph that every block and step between telemetry steps reuses."""
+    into one graph that every block and step between telemetry steps reuses (delayed scaling: one
+    more from the step its histories hold an amax, ``QLinear.histories_recorded``)."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 
@@ -386,7 +387,7 @@ def test_compiled_model_has_no_graph_breaks(method):
         loss.backward()
         assert torch.isfinite(loss)
     assert not counters["graph_break"], dict(counters["graph_break"])
-    assert counters["stats"]["unique_graphs"] == 1
+    assert counters["stats"]["unique_graphs"] == (2 if method.get("recipe") == "fp8_delayed" else 1)
 
 
 @pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
