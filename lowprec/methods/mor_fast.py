@@ -4,8 +4,9 @@ the step that waits for the device.
 Per operand (``mor_operand``), in torch ops that Inductor fuses: the E4M3 codes and scales of the
 quantizer's partition (``lowprec.gemm.quantize_fp8``: the emulation's codes and scales bit for bit,
 GAM included), the MoR relative error (``operand_error``) and the choice ``error <= threshold``, a
-0-d bool on the device (on CUDA, for one scale or 128x128 blocks, the codes and the error come from one
-Triton pass instead, ``mor_cast_error_cuda``, measured faster there; see ``CAST_KERNEL``). Per
+0-d bool on the device (on CUDA, for bf16 operands of one scale or of 128x128 blocks, the codes and
+the error come from one Triton pass instead, ``mor_cast_error_cuda``, measured faster there; see
+``CAST_KERNEL`` and ``_cast_on_kernel``). Per
 GEMM (``mor_mm``): the FP8 product of the two operands' codes on ``_scaled_mm`` (tensor, row or 128x128-block scales), always, then
 ``bf16_fixup_``, which reads the two choices on the device and, unless both are E4M3, overwrites the
 output with the product of the chosen values (the BF16 operand rounded to BF16, the E4M3 one its
@@ -131,8 +132,8 @@ def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
 
 
 # The Triton cast-and-error pass in place of Inductor's fusion of the same torch ops, for per-tensor
-# and 128x128-block MoR (LOWPREC_MOR_CAST_KERNEL=0 turns it off). Bit for bit the same codes (on the
-# H200 with the hardware cast too). At 1 B on the H200 (e9fb5eb, 32 x 128 tiles, the approximate
+# and 128x128-block MoR (LOWPREC_MOR_CAST_KERNEL=0 turns it off). Bit for bit the same codes for bf16
+# operands (on the H200 with the hardware cast too; fp32 ones: ``_cast_on_kernel``). At 1 B on the H200 (e9fb5eb, 32 x 128 tiles, the approximate
 # division; results/bench/e2e_h200_mor_cast_tuned.csv): per block 1.065x of compiled BF16, per tensor
 # 1.131x, against 1.024x and 1.122x with Inductor's fusion (results/bench/e2e_h200.csv); per channel
 # 0.708x against 0.906x, so per-channel MoR keeps the fusion. Profiled at 48cad10: per-channel MoR

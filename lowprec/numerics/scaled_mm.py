@@ -52,9 +52,9 @@ def fp8_mm(a8: torch.Tensor, scale_a: torch.Tensor, kind_a: str, b8: torch.Tenso
         inv_b, kind_b = inv_b.repeat_interleave(128, dim=0)[: b8.shape[0]], "1x128"
     if kind_a == "1x128":
         # a's grid (M, K/128) with stride 1 along M ("outer-dim-major"); b's 128x128 grid
-        # transposed to (K/128, N/128) with stride 1 along K/128, or b's 1x128 grid transposed to a
-        # row-major (K/128, N): the layouts that ran on the H200 (torch 2.11) with K/128 a multiple
-        # of 4 (``lowprec.gemm.shape_fits``); cuBLAS refused the 1x128 one in b's 128x128 layout
+        # transposed to (K/128, N/128) with stride 1 along K/128 (K/128 a multiple of 4), or b's 1x128
+        # grid transposed to a row-major (K/128, N) (any whole blocks: K = 640, 768, 1152 checked): the
+        # layouts that ran on the H200 (torch 2.11); cuBLAS refused the 1x128 one in b's 128x128 layout
         inv_a = inv_a.t().contiguous().t()
         inv_b = inv_b.contiguous().t() if kind_b == "128x128" else inv_b.t().contiguous()
         # no fast accumulation here: cuBLAS refuses it with block scales (torch 2.11, H200)
