@@ -117,7 +117,9 @@ def _parse(argv):
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {list(ARMS)}")
     p.add_argument("--steps", type=int, default=5, help="optimizer steps per timed repeat")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps per arm (compilation happens here)")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="untimed steps per arm (compilation happens here; fp8_delayed compiles its second graph "
+                        "at its second step, once its histories hold an amax)")
     p.add_argument("--cudagraphs", action="store_true",
                    help="compiled arms (the baseline too) replay their blocks as CUDA graphs")
     p.add_argument("--merge", action="store_true", help="keep the rows of other (shape, arm) pairs in --out")
