@@ -4,7 +4,8 @@ default), on the 1 B step's operands.
 
     python -m lowprec.bench.mor_cast_kernel --out results/bench/mor_cast_kernel_h200.csv
 
-Per operand shape (``ROWSxCOLS``; a trailing ``t``: the operand is the transposed view of a
+Per operand dtype (``--dtypes``: bf16, training's activations and gradients, by default; fp32, a
+master weight's, which the fast path keeps off the pass: ``mor_fast._cast_on_kernel``), shape (``ROWSxCOLS``; a trailing ``t``: the operand is the transposed view of a
 row-major (COLS, ROWS) tensor, as the weight gradient's X^T and dY^T are) and MoR partition, the
 rows are:
 
@@ -36,7 +37,8 @@ DEFAULT_SHAPES = "16384x5632,16384x2048,5632x16384t,2048x16384t"
 PARTITIONS = ("block", "tensor", "channel")
 DEFAULT_CONFIGS = "32x128x4,64x128x4,64x128x8,128x128x8,32x256x4,64x256x8"
 DIVS = ("rn", "approx")
-FIELDS = ("shape", "transposed_view", "partition", "layouts", "arm", "tile", "num_warps", "div", "ms", "gbps",
+DTYPES = ("bf16", "fp32")
+FIELDS = ("dtype", "shape", "transposed_view", "partition", "layouts", "arm", "tile", "num_warps", "div", "ms", "gbps",
           "clone_gbps", "share_of_clone", "speedup_vs_inductor", "codes_equal", "error_rel_diff")
 
 
@@ -49,8 +51,9 @@ def _shapes(text: str) -> list:
     return out
 
 
-def measure(m: int, n: int, view: bool, partition: str, configs: list, divs: list, bench, device) -> list:
-    """The rows of one operand shape and partition (module docstring); ``bench(fn)`` -> ms."""
+def measure(m: int, n: int, view: bool, partition: str, configs: list, divs: list, bench, device,
+            dtype: str = "bf16") -> list:
+    """The rows of one operand dtype, shape and partition (module docstring); ``bench(fn)`` -> ms."""
     import torch
 
     from lowprec.gemm import TRANSPOSABLE, FP8Operand, encode_scales, kind_block
@@ -61,16 +64,17 @@ def measure(m: int, n: int, view: bool, partition: str, configs: list, divs: lis
 
     torch.manual_seed(0)
     base = torch.randn((n, m) if view else (m, n), device=device)
-    base = (base * torch.logspace(-3, 2, base.shape[1], device=device)).bfloat16()
+    base = (base * torch.logspace(-3, 2, base.shape[1], device=device)).to(
+        torch.bfloat16 if dtype == "bf16" else torch.float32)
     x2d = base.t() if view else base
     clone_ms = bench(lambda: base.clone())
-    clone_gbps = 2 * base.numel() * 2 / clone_ms / 1e6
+    clone_gbps = 2 * base.numel() * base.element_size() / clone_ms / 1e6
     q = MoRQuantizer(partition=partition)
     spec = e4m3_spec(partition, q.block, q.scale, cols=n)
     kind = mor_fast._kind(spec)
     both = kind in TRANSPOSABLE
     layouts = "both" if both else ("transposed" if view else "rows")
-    common = {"shape": f"{m}x{n}", "transposed_view": view, "partition": partition, "layouts": layouts}
+    common = {"dtype": dtype, "shape": f"{m}x{n}", "transposed_view": view, "partition": partition, "layouts": layouts}
     rows = []
 
     def row(arm, ms, base_ms=None, **kw):
@@ -105,7 +109,7 @@ def measure(m: int, n: int, view: bool, partition: str, configs: list, divs: lis
     scale = scales_fn(x2d)
     row("scales", bench(lambda: scales_fn(x2d)), t_ind)
     grid, block = mor_fast._base_grid(scale, kind_block(kind, (m, n)), view)
-    moved = base.numel() * (2 + (2 if both else 1))
+    moved = base.numel() * (base.element_size() + (2 if both else 1))
     for bm, bn, warps in configs:
         for div in divs:
             def run(bm=bm, bn=bn, warps=warps, div=div):
@@ -136,18 +140,21 @@ def main(argv=None) -> int:
     p.add_argument("--partitions", default="block,tensor", help=f"subset of {','.join(PARTITIONS)}")
     p.add_argument("--configs", default=DEFAULT_CONFIGS, help="the pass's launches, ROWSxCOLSxWARPS")
     p.add_argument("--divs", default=",".join(DIVS), help=f"subset of {','.join(DIVS)}")
+    p.add_argument("--dtypes", default="bf16", help=f"operand dtypes, a subset of {','.join(DTYPES)}")
     add_do_bench_args(p)
     args = p.parse_args(argv)
     shapes = _shapes(args.shapes)
     partitions = parse_names(PROG, "--partitions", args.partitions, PARTITIONS)
     configs = parse_shapes(PROG, "--configs", args.configs, form="ROWSxCOLSxWARPS")
     divs = parse_names(PROG, "--divs", args.divs, DIVS)
+    dtypes = parse_names(PROG, "--dtypes", args.dtypes, DTYPES)
     torch, _ = require_cuda_triton(PROG)
     bench, timer = do_bench_median(args.warmup, args.rep, args.cudagraph)
     rows = []
-    for m, n, view in shapes:
-        for partition in partitions:
-            rows += measure(m, n, view, partition, configs, divs, bench, torch.device("cuda"))
+    for dtype in dtypes:
+        for m, n, view in shapes:
+            for partition in partitions:
+                rows += measure(m, n, view, partition, configs, divs, bench, torch.device("cuda"), dtype)
     out = Path(args.out)
     write_rows(out, FIELDS, rows)
     write_provenance(provenance_path(out), gpu_provenance(timer=timer))
