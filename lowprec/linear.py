@@ -436,7 +436,7 @@ def compile_blocks(model: nn.Module, *, cudagraphs: bool = False, **compile_kw) 
 
 def tensor_amax(t: torch.Tensor) -> torch.Tensor:
     """A tensor's amax as delayed scaling records it: 0-d fp32, NaN and Inf ignored (as in every amax).
-    Reduced per row first (the same max): a reduction over rows is one that a compiled graph can
+    Reduced per row first (the same max): a reduction over rows is one that a compiled graph may
     compute in the kernel that casts the rows, where the cast does not wait for it
     (``DelayedScaler.step``'s ``recorded``)."""
     t2d = t.reshape(1, -1) if t.dim() < 2 else t.reshape(-1, t.shape[-1])
@@ -581,9 +581,9 @@ class _FastLinearFn(torch.autograd.Function):
         w_keep = _kept(qw) if ("dgrad", "w") in plan.reused else w
         ctx.x_meta, ctx.w_meta = _meta(x_keep), _meta(w_keep)
         # the amaxes the backward's reused delayed slots record (None where a slot is not one)
-        recorded = (cur_x if ("wgrad", "x") in plan.delayed_reused else None,
-                    cur_w if ("dgrad", "w") in plan.delayed_reused else None)
-        ctx.save_for_backward(*_tensors(x_keep), *_tensors(w_keep), *recorded)
+        source_amaxes = (cur_x if ("wgrad", "x") in plan.delayed_reused else None,
+                         cur_w if ("dgrad", "w") in plan.delayed_reused else None)
+        ctx.save_for_backward(*_tensors(x_keep), *_tensors(w_keep), *source_amaxes)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     @staticmethod

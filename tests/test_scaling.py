@@ -286,7 +286,7 @@ def test_delayed_step_from_a_recorded_history_is_the_same_step(reduction, length
     """``step(..., recorded=True)`` (the caller knows the history holds an amax) returns what
     ``step`` returns and records the same history, across the ring's wrap; the first call of an
     empty history takes the current amax and is not a recorded one."""
-    a, b = DelayedScaler(history_len=length, reduction=reduction), DelayedScaler(history_len=length, reduction=reduction)
+    a, b = (DelayedScaler(history_len=length, reduction=reduction) for _ in range(2))
     assert a.step(torch.tensor(3.0)).item() == b.step(torch.tensor(3.0)).item() == 3.0
     for cur in [1.0, 8.0, 0.5, math.inf, 2.0, 0.25, 0.125]:
         want, got = a.step(torch.tensor(cur)), b.step(torch.tensor(cur), recorded=True)

@@ -5,9 +5,9 @@ default), on the 1 B step's operands.
     python -m lowprec.bench.mor_cast_kernel --out results/bench/mor_cast_kernel_h200.csv
 
 Per operand dtype (``--dtypes``: bf16, training's activations and gradients, by default; fp32, a
-master weight's, which the fast path keeps off the pass: ``mor_fast._cast_on_kernel``), shape (``ROWSxCOLS``; a trailing ``t``: the operand is the transposed view of a
-row-major (COLS, ROWS) tensor, as the weight gradient's X^T and dY^T are) and MoR partition, the
-rows are:
+master weight's, which the fast path keeps off the pass: ``mor_fast._cast_on_kernel``), shape
+(``ROWSxCOLS``; a trailing ``t``: the operand is the transposed view of a row-major (COLS, ROWS)
+tensor, as the weight gradient's X^T and dY^T are) and MoR partition, the rows are:
 
 * ``inductor``: ``lowprec.methods.mor_fast.mor_operand`` compiled as the training blocks compile it
   (``EAGER_NUMERICS``) with the pass off (``mor_fast.CAST_KERNEL``; per-channel MoR's default path):
@@ -38,8 +38,8 @@ PARTITIONS = ("block", "tensor", "channel")
 DEFAULT_CONFIGS = "32x128x4,64x128x4,64x128x8,128x128x8,32x256x4,64x256x8"
 DIVS = ("rn", "approx")
 DTYPES = ("bf16", "fp32")
-FIELDS = ("dtype", "shape", "transposed_view", "partition", "layouts", "arm", "tile", "num_warps", "div", "ms", "gbps",
-          "clone_gbps", "share_of_clone", "speedup_vs_inductor", "codes_equal", "error_rel_diff")
+FIELDS = ("dtype", "shape", "transposed_view", "partition", "layouts", "arm", "tile", "num_warps", "div", "ms",
+          "gbps", "clone_gbps", "share_of_clone", "speedup_vs_inductor", "codes_equal", "error_rel_diff")
 
 
 def _shapes(text: str) -> list:
@@ -74,7 +74,8 @@ def measure(m: int, n: int, view: bool, partition: str, configs: list, divs: lis
     kind = mor_fast._kind(spec)
     both = kind in TRANSPOSABLE
     layouts = "both" if both else ("transposed" if view else "rows")
-    common = {"dtype": dtype, "shape": f"{m}x{n}", "transposed_view": view, "partition": partition, "layouts": layouts}
+    common = {"dtype": dtype, "shape": f"{m}x{n}", "transposed_view": view, "partition": partition,
+              "layouts": layouts}
     rows = []
 
     def row(arm, ms, base_ms=None, **kw):

@@ -133,10 +133,10 @@ def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
 
 # The Triton cast-and-error pass in place of Inductor's fusion of the same torch ops, for per-tensor
 # and 128x128-block MoR (LOWPREC_MOR_CAST_KERNEL=0 turns it off). Bit for bit the same codes for bf16
-# operands (on the H200 with the hardware cast too; fp32 ones: ``_cast_on_kernel``). At 1 B on the H200 (e9fb5eb, 32 x 128 tiles, the approximate
-# division; results/bench/e2e_h200_mor_cast_tuned.csv): per block 1.065x of compiled BF16, per tensor
-# 1.131x, against 1.024x and 1.122x with Inductor's fusion (results/bench/e2e_h200.csv); per channel
-# 0.708x against 0.906x, so per-channel MoR keeps the fusion. Profiled at 48cad10: per-channel MoR
+# operands (on the H200 with the hardware cast too; fp32 ones: ``_cast_on_kernel``). At 1 B on the
+# H200 (e9fb5eb, 32 x 128 tiles, the approximate division; results/bench/e2e_h200_mor_cast_tuned.csv):
+# per block 1.065x of compiled BF16, per tensor 1.131x, against 1.024x and 1.122x with Inductor's
+# fusion (results/bench/e2e_h200.csv); per channel 0.708x against 0.906x, so per-channel MoR keeps the fusion. Profiled at 48cad10: per-channel MoR
 # quantizes each operand twice (row scales for one GEMM, column scales for the other: no transposed
 # codes to reuse), and Inductor fuses both into one reduction whose column-scaled codes are stored
 # transposed, element by element (0.2-0.5 ms per 1 B operand, 55 ms of the step against 59 ms of FP8
