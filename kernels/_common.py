@@ -163,7 +163,12 @@ if triton is not None:
         """A program of a kernel that holds G block-rows x K block-columns as a 4-D tile
         [G, RP, K, CP]: its (pid_r, pid_c), the row and column aranges r [1, RP, 1, 1] and
         c [1, 1, 1, CP], and the block indices brow [G, 1, 1, 1] and bcol [1, 1, K, 1]."""
-        pid = tl.program_id(0)
+        return _block_grid_at(tl.program_id(0), n_bcol, G, RP, K, CP)
+
+    @triton.jit
+    def _block_grid_at(pid, n_bcol, G: tl.constexpr, RP: tl.constexpr, K: tl.constexpr, CP: tl.constexpr):
+        """``_block_grid`` for the tile numbered ``pid`` of its tensor (a grouped kernel's programs
+        number the tiles of each of its tensors from 0)."""
         n_cgrp = (n_bcol + K - 1) // K
         pid_r = pid // n_cgrp
         pid_c = pid % n_cgrp

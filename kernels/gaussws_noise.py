@@ -5,6 +5,7 @@ API::
     gaussws_noise(w, b=6, block=(32, 32), seed=0) -> w_c            # bf16, w's shape
     gaussws_noise_ex(w, b, block, seed, return_r=False, return_delta=False, return_bits=False)
         -> NoiseResult(w_c, r, delta, bits)                          # r int8, delta fp32 grid, bits int32
+    gaussws_noise_group(ws, b, block, seeds, outs=None) -> [w_c, ...]   # several weights, one launch
     triton_available(device=None), interpreter_active(), supports_block(block)
 
 w: 2-D fp32 or bf16 (the master weight in its stored layout); block (rows, cols) with rows
@@ -43,7 +44,8 @@ rounds, default 10) is exposed for the benchmark only.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Union
+import functools
+from typing import NamedTuple, Optional, Sequence, Union
 
 import torch
 
@@ -56,7 +58,7 @@ from ._common import _cdiv, _next_pow2
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["gaussws_noise", "gaussws_noise_ex", "NoiseResult", "triton_available", "interpreter_active",
+__all__ = ["gaussws_noise", "gaussws_noise_ex", "gaussws_noise_group", "GROUP_COLUMNS", "NoiseResult", "triton_available", "interpreter_active",
            "supports_block"]
 
 # Elements (all four lanes) one program holds; tuning knobs for the benchmark.
@@ -72,7 +74,7 @@ _JIT_FNS: tuple = ()  # the kernel and the _common helper it calls (mode checks)
 
 
 if triton is not None:
-    from ._common import _block_grid, _finite_abs, _load_fp32, _max_axis
+    from ._common import _block_grid_at, _finite_abs, _load_fp32, _max_axis
 
     @triton.jit
     def _philox(c0, c1, k0, k1, ROUNDS: tl.constexpr):
@@ -111,10 +113,9 @@ if triton is not None:
         if WRITE_BITS:
             tl.store(bits_ptr + offs, u.to(tl.int32, bitcast=True), mask=mask)
 
-    # k0/k1/B_CONST: values of 1 must not turn into constexprs (they are used as tensors)
-    @triton.jit(do_not_specialize=["k0", "k1", "B_CONST"])
-    def _gaussws_kernel(
-        w_ptr, out_ptr, b_ptr, delta_ptr, r_ptr, bits_ptr,
+    @triton.jit
+    def _noise_tile(
+        pid, w_ptr, out_ptr, b_ptr, delta_ptr, r_ptr, bits_ptr,
         M, N, n_brow, n_bcol, k0, k1, B_CONST,
         Q: tl.constexpr, QP: tl.constexpr, BC: tl.constexpr, CP: tl.constexpr,
         G: tl.constexpr, K: tl.constexpr, IN_KIND: tl.constexpr, B_GRID: tl.constexpr,
@@ -122,9 +123,10 @@ if triton is not None:
         NATIVE_BF16: tl.constexpr, WIDE: tl.constexpr, ROUNDS: tl.constexpr,
         T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr,
     ):
-        """One program: G block-rows x K block-columns of (4Q, BC) blocks, each block held as four
-        lanes [G, QP, K, CP] of rows 4q + lane (lane l uses Philox output l of counter q*N + col)."""
-        pid_r, pid_c, j, c, brow, bcol = _block_grid(n_bcol, G, QP, K, CP)
+        """Tile ``pid`` of one tensor: G block-rows x K block-columns of (4Q, BC) blocks, each block
+        held as four lanes [G, QP, K, CP] of rows 4q + lane (lane l uses Philox output l of counter
+        q*N + col)."""
+        pid_r, pid_c, j, c, brow, bcol = _block_grid_at(pid, n_bcol, G, QP, K, CP)
         col = bcol * BC + c
         ok = (j < Q) & (c < BC) & (col < N) & (brow < n_brow)
         if WIDE:  # offsets or counters past 2^31
@@ -176,7 +178,58 @@ if triton is not None:
         _lane(x2, u2, d4, out_ptr, r_ptr, bits_ptr, offs + 2 * N, m2, T0, T1, T2, WRITE_R, WRITE_BITS, NATIVE_BF16)
         _lane(x3, u3, d4, out_ptr, r_ptr, bits_ptr, offs + 3 * N, m3, T0, T1, T2, WRITE_R, WRITE_BITS, NATIVE_BF16)
 
-    _JIT_FNS = (_gaussws_kernel, _load_fp32)
+    # k0/k1/B_CONST: values of 1 must not turn into constexprs (they are used as tensors)
+    @triton.jit(do_not_specialize=["k0", "k1", "B_CONST"])
+    def _gaussws_kernel(
+        w_ptr, out_ptr, b_ptr, delta_ptr, r_ptr, bits_ptr,
+        M, N, n_brow, n_bcol, k0, k1, B_CONST,
+        Q: tl.constexpr, QP: tl.constexpr, BC: tl.constexpr, CP: tl.constexpr,
+        G: tl.constexpr, K: tl.constexpr, IN_KIND: tl.constexpr, B_GRID: tl.constexpr,
+        WRITE_DELTA: tl.constexpr, WRITE_R: tl.constexpr, WRITE_BITS: tl.constexpr,
+        NATIVE_BF16: tl.constexpr, WIDE: tl.constexpr, ROUNDS: tl.constexpr,
+        T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr,
+    ):
+        _noise_tile(tl.program_id(0), w_ptr, out_ptr, b_ptr, delta_ptr, r_ptr, bits_ptr,
+                    M, N, n_brow, n_bcol, k0, k1, B_CONST, Q, QP, BC, CP, G, K, IN_KIND, B_GRID,
+                    WRITE_DELTA, WRITE_R, WRITE_BITS, NATIVE_BF16, WIDE, ROUNDS, T0, T1, T2)
+
+    @triton.jit
+    def _gaussws_group_kernel(
+        table_ptr, tensor_of_ptr, WIDTH: tl.constexpr, ALIGNED: tl.constexpr,
+        Q: tl.constexpr, QP: tl.constexpr, BC: tl.constexpr, CP: tl.constexpr,
+        G: tl.constexpr, K: tl.constexpr, IN_KIND: tl.constexpr,
+        NATIVE_BF16: tl.constexpr, WIDE: tl.constexpr, ROUNDS: tl.constexpr,
+        T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr,
+    ):
+        """The tiles of several tensors in one launch: program p draws tile p - first of tensor
+        tensor_of[p], whose row of the table (WIDTH int64 columns, ``GROUP_COLUMNS``) gives its
+        addresses, sizes, key, b and first program. Fixed b, W_c only. ALIGNED: every weight's rows
+        and both addresses are multiples of 16 elements / bytes, said to the compiler (what the
+        single launch learns from its arguments), so that loads and stores vectorize."""
+        pid = tl.program_id(0)
+        row = table_ptr + tl.load(tensor_of_ptr + pid).to(tl.int64) * WIDTH
+        if IN_KIND == 0:
+            w_ptr = tl.load(row + 0).to(tl.pointer_type(tl.float32))
+        else:
+            w_ptr = tl.load(row + 0).to(tl.pointer_type(tl.int16))
+        out_ptr = tl.load(row + 1).to(tl.pointer_type(tl.int16))
+        M = tl.load(row + 2).to(tl.int32)
+        N = tl.load(row + 3).to(tl.int32)
+        n_brow = tl.load(row + 4).to(tl.int32)
+        n_bcol = tl.load(row + 5).to(tl.int32)
+        k0 = tl.load(row + 6).to(tl.int32)
+        k1 = tl.load(row + 7).to(tl.int32)
+        b = tl.load(row + 8).to(tl.int32)
+        first = tl.load(row + 9).to(tl.int32)
+        if ALIGNED:
+            w_ptr = tl.multiple_of(w_ptr, 16)
+            out_ptr = tl.multiple_of(out_ptr, 16)
+            N = tl.multiple_of(N, 16)
+        _noise_tile(pid - first, w_ptr, out_ptr, out_ptr, out_ptr, out_ptr, out_ptr,
+                    M, N, n_brow, n_bcol, k0, k1, b, Q, QP, BC, CP, G, K, IN_KIND, False,
+                    False, False, False, NATIVE_BF16, WIDE, ROUNDS, T0, T1, T2)
+
+    _JIT_FNS = (_gaussws_kernel, _gaussws_group_kernel, _load_fp32)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -216,6 +269,59 @@ class NoiseResult(NamedTuple):
     bits: Optional[torch.Tensor]
 
 
+def _checked_weight(w, name: str = "w") -> torch.Tensor:
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
+        raise ValueError(f"{name} must be a 2-D tensor")
+    nonempty(w, name)
+    if w.dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"{name} must be float32 or bfloat16, got {w.dtype}")
+    _c.require_triton("lowprec.kernels.gaussws_noise", "lowprec.methods.gaussws.gaussws_reference", _TRITON_IMPORT_ERROR,
+                      _JIT_FNS, w.device)
+    return w.contiguous()
+
+
+def _checked_block(block) -> tuple[int, int]:
+    br, bc = block_pair(block)
+    if not supports_block((br, bc)):
+        raise ValueError(f"block {(br, bc)}: rows must be a multiple of 4 and a block at most "
+                         f"{_MAX_BLOCK_ELEMS} elements (padded); use lowprec.methods.gaussws.gaussws_reference")
+    return br, bc
+
+
+def _philox_key_of(seed: int) -> tuple[int, int]:
+    if not 0 <= int(seed) < 2**62:
+        raise ValueError(f"seed must be in [0, 2^62), got {seed}")
+    return philox_key(int(seed))
+
+
+def _native_cast(bf16_cast: str) -> bool:
+    one_of("bf16_cast", bf16_cast, _BF16_CASTS)
+    if bf16_cast == "native" and interpreter_active():
+        raise ValueError("bf16_cast='native' is not available under the Triton interpreter")
+    return bf16_cast == "native" or (bf16_cast == "auto" and not interpreter_active())
+
+
+def _output(w: torch.Tensor, out: Optional[torch.Tensor], name: str = "out") -> torch.Tensor:
+    """``out`` checked as W_c's destination for w, or a new bf16 tensor."""
+    if out is None:
+        return torch.empty(w.shape, dtype=torch.bfloat16, device=w.device)
+    if (out.dtype != torch.bfloat16 or out.shape != w.shape or out.device != w.device
+            or not out.is_contiguous()):
+        raise ValueError(f"{name} must be a contiguous bfloat16 tensor of shape {tuple(w.shape)} on {w.device}, "
+                         f"got {out.dtype} {tuple(out.shape)} on {out.device}")
+    return out
+
+
+def _wide(M: int, N: int, br: int) -> bool:
+    """Offsets or Philox counters past int32 (the kernel's int64 path)."""
+    quads = _cdiv(M, br) * (br // 4)
+    return _FORCE_WIDE or max(M * N, (quads + 1) * N * 4) >= 2**31 - 1
+
+
+def _num_warps(t: dict) -> int:
+    return _NUM_WARPS or (8 if 4 * t["G"] * t["QP"] * t["K"] * t["CP"] >= 4096 else 4)
+
+
 def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32, 32), seed: int = 0, *,
                      return_r: bool = False, return_delta: bool = False, return_bits: bool = False,
                      rounds: int = PHILOX_ROUNDS, bf16_cast: str = "auto",
@@ -224,26 +330,12 @@ def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32
     b is checked as ``lowprec.methods.gaussws.check_b`` does (check_b_values=False leaves a grid's values
     unread: reading them would wait for the device). ``out``: a contiguous bf16 tensor of w's shape on
     its device that W_c is written into (and returned as), in place of a new one."""
-    if not isinstance(w, torch.Tensor) or w.dim() != 2:
-        raise ValueError("w must be a 2-D tensor")
-    nonempty(w, "w")
-    if w.dtype not in (torch.float32, torch.bfloat16):
-        raise TypeError(f"w must be float32 or bfloat16, got {w.dtype}")
-    _c.require_triton("lowprec.kernels.gaussws_noise", "lowprec.methods.gaussws.gaussws_reference", _TRITON_IMPORT_ERROR,
-                      _JIT_FNS, w.device)
+    w = _checked_weight(w)
     b = check_b(b, read_tensor=check_b_values)
-    br, bc = block_pair(block)
-    if not supports_block((br, bc)):
-        raise ValueError(f"block {(br, bc)}: rows must be a multiple of 4 and a block at most "
-                         f"{_MAX_BLOCK_ELEMS} elements (padded); use lowprec.methods.gaussws.gaussws_reference")
-    if not 0 <= int(seed) < 2**62:
-        raise ValueError(f"seed must be in [0, 2^62), got {seed}")
-    one_of("bf16_cast", bf16_cast, _BF16_CASTS)
-    if bf16_cast == "native" and interpreter_active():
-        raise ValueError("bf16_cast='native' is not available under the Triton interpreter")
-    native = bf16_cast == "native" or (bf16_cast == "auto" and not interpreter_active())
+    br, bc = _checked_block(block)
+    k0, k1 = _philox_key_of(seed)
+    native = _native_cast(bf16_cast)
 
-    w = w.contiguous()
     M, N = w.shape
     n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
     dev = w.device
@@ -254,12 +346,7 @@ def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32
     else:
         b_arg, b_const, b_grid = None, int(b), False
 
-    if out is None:
-        out = torch.empty((M, N), dtype=torch.bfloat16, device=dev)
-    elif (out.dtype != torch.bfloat16 or tuple(out.shape) != (M, N) or out.device != dev
-          or not out.is_contiguous()):
-        raise ValueError(f"out must be a contiguous bfloat16 tensor of shape {(M, N)} on {dev}, got "
-                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
+    out = _output(w, out)
     delta = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=dev) if return_delta else None
     r = torch.empty((M, N), dtype=torch.int8, device=dev) if return_r else None
     bits = torch.empty((M, N), dtype=torch.int32, device=dev) if return_bits else None
@@ -268,20 +355,78 @@ def gaussws_noise_ex(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32
     out_arg = out.view(torch.int16)
     dummy = out_arg  # never read or written when the matching flag is off
     t = _tiling(br, bc, n_brow, n_bcol)
-    quads = n_brow * t["Q"]
-    wide = _FORCE_WIDE or max(M * N, (quads + 1) * N * 4) >= 2**31 - 1
-    k0, k1 = philox_key(int(seed))
     grid = (_cdiv(n_brow, t["G"]) * _cdiv(n_bcol, t["K"]),)
-    num_warps = _NUM_WARPS or (8 if 4 * t["G"] * t["QP"] * t["K"] * t["CP"] >= 4096 else 4)
     _gaussws_kernel[grid](
         w_arg, out_arg, b_arg if b_grid else dummy, delta if delta is not None else dummy,
         r if r is not None else dummy, bits if bits is not None else dummy,
         M, N, n_brow, n_bcol, k0, k1, b_const,
         IN_KIND=in_kind, B_GRID=b_grid, WRITE_DELTA=delta is not None,
-        WRITE_R=r is not None, WRITE_BITS=bits is not None, NATIVE_BF16=native, WIDE=wide,
-        ROUNDS=int(rounds), T0=T0, T1=T1, T2=T2, num_warps=num_warps, **t,
+        WRITE_R=r is not None, WRITE_BITS=bits is not None, NATIVE_BF16=native, WIDE=_wide(M, N, br),
+        ROUNDS=int(rounds), T0=T0, T1=T1, T2=T2, num_warps=_num_warps(t), **t,
     )
     return NoiseResult(out, r, delta, bits)
+
+
+# A grouped launch's table: one int64 row per weight.
+GROUP_COLUMNS = ("w", "out", "rows", "cols", "block_rows", "block_cols", "k0", "k1", "b", "first_program")
+
+
+@functools.lru_cache(maxsize=32)
+def _tensor_of(programs: tuple, device: torch.device) -> torch.Tensor:
+    """Program -> weight index of a grouped launch whose weights take ``programs`` programs each
+    (kept: the same model draws the same group at every step)."""
+    counts = torch.tensor(programs)
+    return torch.repeat_interleave(torch.arange(len(programs), dtype=torch.int32), counts).to(device)
+
+
+def gaussws_noise_group(ws: Sequence[torch.Tensor], b: Union[int, Sequence[int]], block, seeds: Sequence[int], *,
+                        outs: Optional[Sequence[Optional[torch.Tensor]]] = None, rounds: int = PHILOX_ROUNDS,
+                        bf16_cast: str = "auto") -> list[torch.Tensor]:
+    """W_c of several weights, each bit for bit ``gaussws_noise(ws[i], b[i], block, seeds[i],
+    out=outs[i])``, in one launch per tiling (weights whose block grids tile alike share one: every
+    linear weight of a transformer, typically): a training step's draws cost one launch instead of
+    one per layer, where the host's launches set the pace. b: a fixed b for all or one per weight
+    (learnable b grids take ``gaussws_noise_ex``); the weights share a device."""
+    ws = [_checked_weight(w, f"ws[{i}]") for i, w in enumerate(ws)]
+    if not ws:
+        return []
+    n = len(ws)
+    bs = [b] * n if isinstance(b, (int, float)) and not isinstance(b, bool) else list(b)
+    if len(seeds) != n or len(bs) != n or (outs is not None and len(outs) != n):
+        raise ValueError(f"gaussws_noise_group: {n} weights need as many seeds, b values and outs, got "
+                         f"{len(seeds)} seeds, {len(bs)} b values, {None if outs is None else len(outs)} outs")
+    bs = [check_b(v) for v in bs]
+    dev = ws[0].device
+    if any(w.device != dev for w in ws):
+        raise ValueError(f"gaussws_noise_group: the weights must share a device, got {sorted({str(w.device) for w in ws})}")
+    br, bc = _checked_block(block)
+    native = _native_cast(bf16_cast)
+    results = [_output(w, None if outs is None else outs[i], f"outs[{i}]") for i, w in enumerate(ws)]
+    groups: dict = {}  # (tiling, IN_KIND) -> weight indices
+    for i, w in enumerate(ws):
+        M, N = w.shape
+        t = _tiling(br, bc, _cdiv(M, br), _cdiv(N, bc))
+        groups.setdefault((tuple(sorted(t.items())), _c._in_kind(w)[0]), []).append(i)
+    for (items, in_kind), members in groups.items():
+        t = dict(items)
+        rows, programs, first = [], [], 0
+        for i in members:
+            M, N = ws[i].shape
+            n_brow, n_bcol = _cdiv(M, br), _cdiv(N, bc)
+            count = _cdiv(n_brow, t["G"]) * _cdiv(n_bcol, t["K"])
+            k0, k1 = _philox_key_of(seeds[i])
+            rows.append([ws[i].data_ptr(), results[i].data_ptr(), M, N, n_brow, n_bcol, k0, k1, int(bs[i]), first])
+            programs.append(count)
+            first += count
+        table = torch.tensor(rows, dtype=torch.int64).to(dev)
+        wide = any(_wide(*ws[i].shape, br) for i in members)
+        aligned = all(ws[i].shape[1] % 16 == 0 and ws[i].data_ptr() % 16 == 0 and results[i].data_ptr() % 16 == 0
+                      for i in members)
+        _gaussws_group_kernel[(first,)](
+            table, _tensor_of(tuple(programs), dev), WIDTH=len(GROUP_COLUMNS), ALIGNED=aligned, IN_KIND=in_kind,
+            NATIVE_BF16=native, WIDE=wide, ROUNDS=int(rounds), T0=T0, T1=T1, T2=T2, num_warps=_num_warps(t), **t,
+        )
+    return results
 
 
 def gaussws_noise(w: torch.Tensor, b: Union[int, torch.Tensor] = 6, block=(32, 32), seed: int = 0,

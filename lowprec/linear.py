@@ -198,16 +198,23 @@ class QLinear(nn.Module):
         one_of("LOWPREC_FAST_PATH", FAST_PATH, _FAST_PATH_CHOICES)
         return not (FAST_PATH == "off" or (FAST_PATH == "cuda" and device.type != "cuda"))
 
-    def graph_weight(self) -> torch.Tensor:
-        """The transformed weight ``compiled`` hands the compiled graph. Where the layer's fast plan
-        multiplies in high precision (GaussWS: BF16 GEMMs) and the transform can give its weight in
-        that dtype (``out_dtype``), it comes in it: GaussWS's W_c is a BF16 tensor, which an fp32
-        copy for the graph to cast back cost 112 copies and 96 casts per step at 1 B (about 5 ms
-        of 180); the values and the master weight's gradient are the same bit for bit."""
+    def graph_weight_dtype(self) -> Optional[torch.dtype]:
+        """The dtype ``compiled`` asks the weight transform for (None: the transform's own). Where
+        the layer's fast plan multiplies in high precision (GaussWS: BF16 GEMMs) and the transform
+        can give its weight in that dtype (``out_dtype``), it comes in it: GaussWS's W_c is a BF16
+        tensor, which an fp32 copy for the graph to cast back cost 112 copies and 96 casts per step
+        at 1 B (about 5 ms of 180); the values and the master weight's gradient are the same bit
+        for bit."""
         t, plan = self.weight_transform, self.fast_plan
         if self._fast_on(self.weight.device) and plan.all_hp and hasattr(t, "out_dtype"):
-            return t(self.weight, out_dtype=plan.high_precision)
-        return t(self.weight)
+            return plan.high_precision
+        return None
+
+    def graph_weight(self) -> torch.Tensor:
+        """The transformed weight ``compiled`` hands the compiled graph (``graph_weight_dtype``)."""
+        dtype = self.graph_weight_dtype()
+        t = self.weight_transform
+        return t(self.weight) if dtype is None else t(self.weight, out_dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_autocast_enabled(x.device.type):
@@ -448,6 +455,26 @@ def transformed_layers(model: nn.Module) -> list:
     return [m for m in model.modules() if isinstance(m, QLinear) and m.weight_transform is not None]
 
 
+def graph_weights(layers: list) -> list:
+    """``[m.graph_weight() for m in layers]``, where a transform class that transforms several
+    weights at once (``forward_many(transforms, weights, out_dtypes)``: GaussWS's draws in one
+    launch and one autograd node) takes all of its layers in one call."""
+    by_class: dict = {}
+    for i, m in enumerate(layers):
+        by_class.setdefault(type(m.weight_transform), []).append(i)
+    out: list = [None] * len(layers)
+    for cls, idx in by_class.items():
+        many = getattr(cls, "forward_many", None)
+        if many is None:
+            got = [layers[i].graph_weight() for i in idx]
+        else:
+            got = many([layers[i].weight_transform for i in idx], [layers[i].weight for i in idx],
+                       [layers[i].graph_weight_dtype() for i in idx])
+        for i, w in zip(idx, got):
+            out[i] = w
+    return out
+
+
 def unstable_weight_layers(model: nn.Module) -> list:
     """The transformed layers whose weights CUDA graphs cannot take: transforms that are not
     ``graph_stable`` (a transform that can draw into fixed tensors, ``stable_output``, says whether
@@ -477,7 +504,7 @@ class compiled:
     before each call the QLinear layers' weight transforms run eagerly (their draws and caches stay
     in Python; the compiled graph takes the transformed weights as inputs, in the dtype its GEMMs
     take where the transform can give it, ``QLinear.graph_weight``, and gradients reach the master
-    weights through them). The same model module is called, so its state dict, hooks and
+    weights through them), all layers of a transform class that can at once (``graph_weights``). The same model module is called, so its state dict, hooks and
     optimizer are unchanged; ``compile_kw`` go to ``torch.compile``. With ``cudagraphs`` each call
     begins a new step of Inductor's CUDA graphs (``compile_blocks``): call it once per forward whose
     backward has run, as a training or evaluation loop does; the transforms then write their weights
@@ -514,8 +541,8 @@ class compiled:
         for m in self._delayed:  # a host read per layer until the histories hold an amax (two steps)
             if m.training:
                 m.refresh_histories_recorded()
-        for m in self._transformed:
-            m._weight_now = m.graph_weight()
+        for m, w in zip(self._transformed, graph_weights(self._transformed)):
+            m._weight_now = w
             if self.cudagraphs:
                 self._same_address(m)
         try:

@@ -235,7 +235,7 @@ def test_compile_blocks_settings(monkeypatch):
         opt.zero_grad()
     assert steps == [1, 1, 1] and all(m.weight_transform.samples == 2 for m in layers)
     # a transform that still hands a new tensor is caught at the call
-    monkeypatch.setattr(lin.QLinear, "graph_weight", lambda self: self.weight.detach().to(torch.bfloat16))
+    monkeypatch.setattr(lin, "graph_weights", lambda ms: [m.weight.detach().to(torch.bfloat16) for m in ms])
     with pytest.raises(RuntimeError, match="must stay at one address"):
         graphed(ids)
         graphed(ids)

@@ -365,6 +365,33 @@ def test_weight_in_the_consumers_dtype_is_the_same_weight(learnable, monkeypatch
         assert q.graph_weight().dtype == want
 
 
+def test_graph_weights_hands_each_class_its_layers_at_once(monkeypatch):
+    """``lowprec.linear.graph_weights`` (what ``compiled`` calls before a step): each layer's
+    ``graph_weight``, with the layers of a transform class that has ``forward_many`` given to it in
+    one call (in its layers' order, with the dtype each layer asks for) and the others one by one."""
+    from lowprec import linear as lin
+
+    gauss = _mlp(gw.gaussws_recipe({"recipe": "gaussws", "b": 6}))
+    ste = _mlp(gw.ste_recipe("mxfp4"))
+    layers = [gauss[0], ste[0], gauss[2], ste[2]]
+    calls = []
+    real = gw.GaussWSWeight.forward_many.__func__
+
+    def spy(cls, transforms, ws, out_dtypes):
+        calls.append(([id(t) for t in transforms], out_dtypes))
+        return real(cls, transforms, ws, out_dtypes)
+    monkeypatch.setattr(gw.GaussWSWeight, "forward_many", classmethod(spy))
+    got = lin.graph_weights(layers)
+    assert calls == [([id(gauss[0].weight_transform), id(gauss[2].weight_transform)], [None, None])]
+    want = [m.graph_weight() for m in layers]  # the same step: the cached draws
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert not torch.equal(got[0], gauss[0].weight.detach())  # noised
+    assert torch.equal(got[1], gw.mx_rtn(ste[0].weight.detach(), "mxfp4"))
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    lin.graph_weights(layers)
+    assert calls[-1][1] == [torch.bfloat16, torch.bfloat16]  # GaussWS's fast plan multiplies in bf16
+
+
 def test_resample_once_per_optimizer_step_and_eval_noise_free():
     m = _mlp(gw.gaussws_recipe({"recipe": "gaussws", "b": 4}))
     q, t = m[0], m[0].weight_transform

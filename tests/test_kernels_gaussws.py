@@ -156,6 +156,46 @@ def test_kernel_writes_into_out(device):
             kg.gaussws_noise_ex(w, 6, (32, 32), seed=9, out=bad)
 
 
+def test_group_launch_equals_one_launch_per_weight(device, monkeypatch):
+    """``gaussws_noise_group``: each weight's W_c bit for bit its own launch's (shapes of one tiling
+    and of two, ragged sizes, fp32 and bf16 weights, a b and a seed per weight, into given outs or
+    new tensors), with the launches counted: one per (tiling, dtype)."""
+    shapes = [(64, 64), (96, 64), (64, 160), (50, 70), (64, 64)]
+    dtypes = [torch.float32, torch.float32, torch.float32, torch.float32, torch.bfloat16]
+    ws = [_weights(s, d, device, seed=20 + i) for i, (s, d) in enumerate(zip(shapes, dtypes))]
+    ws[3][7, 9] = float("nan")
+    seeds, bs = [SEED + i for i in range(5)], [6, 5, 9, 4, 6]
+    launches = []
+    real = kg._gaussws_group_kernel
+
+    class Counting:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return real[grid]
+    monkeypatch.setattr(kg, "_gaussws_group_kernel", Counting())
+    outs = [torch.zeros(s, dtype=torch.bfloat16, device=device) if i % 2 else None for i, s in enumerate(shapes)]
+    got = kg.gaussws_noise_group(ws, bs, (32, 32), seeds, outs=outs)
+    groups = {(tuple(sorted(kg._tiling(32, 32, -(-m // 32), -(-n // 32)).items())), d) for (m, n), d in zip(shapes, dtypes)}
+    assert len(launches) == len(groups) < len(ws)
+    for i, w in enumerate(ws):
+        want = kg.gaussws_noise(w, bs[i], (32, 32), seeds[i])
+        assert _same_bf16(got[i], want), i
+        assert outs[i] is None or got[i] is outs[i]
+        assert (got[i].float() != w.float()).any()  # noise was drawn
+    # a shared b, the int64 path
+    monkeypatch.setattr(kg, "_FORCE_WIDE", True)
+    again = kg.gaussws_noise_group(ws[:2], 7, (16, 16), seeds[:2])
+    for i in range(2):
+        assert _same_bf16(again[i], kg.gaussws_noise(ws[i], 7, (16, 16), seeds[i]))
+    assert kg.gaussws_noise_group([], 6, (32, 32), []) == []
+    with pytest.raises(ValueError, match="2 weights need as many seeds"):
+        kg.gaussws_noise_group(ws[:2], 6, (32, 32), seeds[:1])
+    with pytest.raises(ValueError, match=r"outs\[1\] must be a contiguous bfloat16 tensor"):
+        kg.gaussws_noise_group(ws[:2], 6, (32, 32), seeds[:2], outs=[None, torch.empty(3, device=device)])
+    with pytest.raises(ValueError, match=r"^b: must be an integer"):
+        kg.gaussws_noise_group(ws[:2], [6, 0], (32, 32), seeds[:2])
+
+
 def test_weight_transform_uses_kernel_and_matches_torch_path(device):
     w = torch.nn.Parameter(_weights((96, 64), torch.float32, device, seed=6))
     tk = gw.GaussWSWeight(w.shape, seed=11, b=5, backend="triton")
@@ -184,6 +224,72 @@ def test_weight_transform_uses_kernel_and_matches_torch_path(device):
     gw.mark_step()
     second = st(w, torch.bfloat16)
     assert second.data_ptr() == first.data_ptr() == st._out.data_ptr() and not torch.equal(second.float(), a)
+
+
+def test_forward_many_draws_in_one_launch_what_each_transform_draws(device, monkeypatch):
+    """``GaussWSWeight.forward_many`` (what a compiled model calls before each step): every W_c,
+    gradient and draw count the same bit for bit as each transform's own call, with the fixed-b
+    training draws in one launch and one autograd node; evaluation and a learnable b take their
+    own calls; a second call in the step draws nothing, the next step draws again, and with
+    ``stable_output`` into the same tensors."""
+    shapes = [(96, 64), (64, 96), (96, 64), (64, 64)]
+
+    def make(stable):
+        ts = [gw.GaussWSWeight(s, seed=40 + i, b=5 + i % 2, backend="triton", transposed=i == 1,
+                               block=(32, 16) if i == 1 else (32, 32)) for i, s in enumerate(shapes)]
+        ts.append(gw.GaussWSWeight((64, 64), seed=9, learnable_b=True, backend="triton"))
+        for t in ts:
+            t.stable_output = stable
+            t.to(device)
+        return ts
+    ws = [torch.nn.Parameter(_weights(s, torch.float32, device, seed=30 + i)) for i, s in enumerate(shapes + [(64, 64)])]
+    dtypes = [torch.bfloat16, None, torch.bfloat16, torch.float32, torch.bfloat16]
+    launches = []
+    real = kg._gaussws_group_kernel
+
+    class Counting:
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return real[grid]
+    monkeypatch.setattr(kg, "_gaussws_group_kernel", Counting())
+    gs = [torch.randn(w.shape, generator=torch.Generator().manual_seed(i)).to(device) for i, w in enumerate(ws)]
+    tilings = set()
+    for t in make(False)[:4]:
+        (br, bc), (m, n) = t.stored_block, t.shape
+        tilings.add((br, bc, tuple(sorted(kg._tiling(br, bc, -(-m // br), -(-n // bc)).items()))))
+    for stable in (False, True):
+        one, many = make(stable), make(stable)
+        for step in range(2):
+            launches.clear()
+            want = [t(w, d) for t, w, d in zip(one, ws, dtypes)]
+            sum((y.float() * g).sum() for y, g in zip(want, gs)).backward()
+            want_grads = [w.grad.clone() for w in ws]
+            for w in ws:
+                w.grad = None
+            got = gw.GaussWSWeight.forward_many(many, ws, dtypes)
+            assert len(launches) == len(tilings) < 4  # a launch per stored block and tiling
+            assert len({y.grad_fn for y in got[:4]}) == 1 and got[4].grad_fn is not got[0].grad_fn
+            sum((y.float() * g).sum() for y, g in zip(got, gs)).backward()
+            for i in range(5):
+                assert got[i].dtype == want[i].dtype and _same_bf16(got[i].to(torch.bfloat16), want[i].to(torch.bfloat16))
+                assert torch.equal(ws[i].grad, want_grads[i]), i
+                assert many[i].samples == one[i].samples == step + 1
+                assert not torch.equal(got[i].float(), ws[i].detach().float())  # noised
+                if stable:
+                    assert many[i]._cache["w_c"].data_ptr() == many[i]._out.data_ptr()
+            assert torch.equal(many[4].bits.grad, one[4].bits.grad)
+            for w in ws:
+                w.grad = None
+            launches.clear()
+            again = gw.GaussWSWeight.forward_many(many, ws, dtypes)  # the same step: the cached draws
+            assert not launches and all(torch.equal(a, b) for a, b in zip(again, got))
+            gw.mark_step()
+    for t in many:
+        t.eval()
+    evaluated = gw.GaussWSWeight.forward_many(many, ws, dtypes)
+    assert not launches and torch.equal(evaluated[0], ws[0].detach().to(torch.bfloat16))
+    with pytest.raises(ValueError, match=r"weight shape \(64, 96\) != the transform's \(96, 64\)"):
+        gw.GaussWSWeight.forward_many(many[:1], ws[1:2], dtypes[:1])
 
 
 def test_philox_matches_triton_randint4x():

@@ -13,7 +13,7 @@ from torch import nn
 from ...numerics import QuantSpec, fake_quantize
 from ...numerics.checks import one_of
 from . import step_hook
-from .autograd import _CachedWeight, _STEBits
+from .autograd import _CachedWeight, _CachedWeights, _STEBits
 from .noise import NOISES, RNGS, gaussws_reference
 from .sampler import SAMPLERS, noise_seed
 from .step import B_RANGE, block_pair, grid_shape
@@ -197,11 +197,19 @@ class GaussWSWeight(nn.Module):
             setattr(self, name, t)
         return t
 
+    def _check_shape(self, w: torch.Tensor) -> None:
+        if tuple(w.shape) != self.shape:
+            raise ValueError(f"weight shape {tuple(w.shape)} != the transform's {self.shape}")
+
+    def _stale(self, key) -> bool:
+        """Whether this call draws a new W_c (the cache is of another step or weight version)."""
+        c = self._cache
+        return self.resample == "microbatch" or c is None or c["key"] != key
+
     def forward(self, w: torch.Tensor, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """W_c (training) or bf16(W) (evaluation) in ``out_dtype``, else the transform's
         ``out_dtype``, else the master weight's dtype."""
-        if tuple(w.shape) != self.shape:
-            raise ValueError(f"weight shape {tuple(w.shape)} != the transform's {self.shape}")
+        self._check_shape(w)
         out_dtype = out_dtype or self.out_dtype or w.dtype
         if not self.training:
             if self.stable_output:  # a tensor of its own: the cached W_c may serve this step again
@@ -209,14 +217,57 @@ class GaussWSWeight(nn.Module):
             return w.to(torch.bfloat16).to(out_dtype)
         b_eff = self.effective_bits() if self.learnable_b else None
         key = self._key(w)
-        c = self._cache
-        if self.resample == "microbatch" or c is None or c["key"] != key:
+        if self._stale(key):
             with torch.no_grad():
                 w_c, unit, delta = self._draw(w, b_eff.detach() if b_eff is not None else None)
             # draws never bump w's version, so the key taken before the draw is the one to match
-            c = self._cache = {"key": key, "w_c": w_c, "unit": unit, "delta": delta}
+            self._cache = {"key": key, "w_c": w_c, "unit": unit, "delta": delta}
+        c = self._cache
         return _CachedWeight.apply(w, b_eff, c["w_c"], c["unit"], c["delta"], self.stored_block,
                                    self.transposed, out_dtype)
+
+    def _groupable(self, w: torch.Tensor) -> bool:
+        """Whether ``forward_many`` draws this call with others: training, a fixed b, the kernel."""
+        return self.training and not self.learnable_b and self._use_triton(w.detach())
+
+    @classmethod
+    def forward_many(cls, transforms: list, ws: list, out_dtypes: list) -> list:
+        """``[t(w, out_dtype) for ...]``, each value and gradient the same bit for bit, with the
+        training draws of fixed-b transforms on the kernel's device made by one launch per stored
+        block and tiling (``gaussws_noise_group``) and their W_c's handed out by one autograd node
+        (``_CachedWeights``): what ``lowprec.linear.compiled`` calls before each step, where 84
+        draws, nodes and gradient casts a step set the pace of a 98 M model's CUDA graphs.
+        The others (evaluation, a learnable b, the torch backend) take their own ``forward``."""
+        for t, w in zip(transforms, ws):
+            t._check_shape(w)
+        grouped = [i for i, (t, w) in enumerate(zip(transforms, ws)) if t._groupable(w)]
+        results: list = [None] * len(transforms)
+        for i in sorted(set(range(len(transforms))) - set(grouped)):
+            results[i] = transforms[i](ws[i], out_dtypes[i])
+        if not grouped:
+            return results
+        keys = {i: transforms[i]._key(ws[i]) for i in grouped}
+        stale: dict = {}  # stored block -> indices whose W_c is drawn now
+        for i in grouped:
+            if transforms[i]._stale(keys[i]):
+                stale.setdefault(transforms[i].stored_block, []).append(i)
+        kg = _triton_module()
+        with torch.no_grad():
+            for block, idx in stale.items():
+                ts = [transforms[i] for i in idx]
+                w2d = [ws[i].detach() for i in idx]
+                outs = [t._kept("_out", w) if t.stable_output else None for t, w in zip(ts, w2d)]
+                drawn = kg.gaussws_noise_group(w2d, [t.b for t in ts], block,
+                                               [noise_seed(t.layer_seed, t.samples) for t in ts], outs=outs)
+                for i, t, w_c in zip(idx, ts, drawn):
+                    t.samples += 1
+                    t.last_backend = "triton"
+                    t._cache = {"key": keys[i], "w_c": w_c, "unit": None, "delta": None}
+        caches = [transforms[i]._cache["w_c"] for i in grouped]
+        dtypes = [out_dtypes[i] or transforms[i].out_dtype or ws[i].dtype for i in grouped]
+        for i, y in zip(grouped, _CachedWeights.apply((caches, dtypes), *[ws[i] for i in grouped])):
+            results[i] = y
+        return results
 
     @classmethod
     def factory(cls, **opts):
