@@ -1,0 +1,233 @@
+"""The kernels Inductor generates for one transformer block of an arm, forward and backward, as it
+would for a GPU, on a machine without one: its Triton kernels (reductions and pointwise), their
+launches and the calls it leaves to other code (GEMMs, the suite's operators), per graph.
+
+    python -m lowprec.bench.inductor_plan --shape llama_100m --arms bf16_compiled,fp8_delayed \\
+        --out results/bench/inductor_plan_cpu.csv --sources DIR
+
+What a change to a fast path does to a step's kernels (does an amax fuse into its cast? does a
+decision cost a pass of its own?) shows here in seconds of CPU time, before a GPU minute is spent
+on it. How: Inductor compiles the block with its Triton backend for the CPU device
+(``cpu_backend = "triton"``), and the generated module's source is taken before it is loaded, so
+no Triton kernel is compiled and nothing runs on a GPU. The scheduler and its fusion heuristics are the GPU's; what differs
+is what the suite's code decides by the device: paths that need CUDA take their CPU form (MoR's
+cast pass, the cuBLAS block-scaled pair of blockwise FP8 and per-block MoR, which shows as a BF16
+``mm`` here, the INT8 GEMM's operator, flash attention), and the GPU's Triton autotuning does not
+happen (launch configurations are not part of the plan). Both graphs come from one
+compilation: AOTAutograd lowers the backward with the forward (its eager backward lowering), and
+the traced call stops where the forward would first run. The block is one layer of the shape's
+model (``lowprec.bench.e2e_step.SHAPES``), compiled as training compiles it
+(``lowprec.linear.compiled``: the eager numerics, the graph passes), under bf16 autocast, with the
+fast paths on (``LOWPREC_FAST_PATH=all``) and delayed scaling in its steady state (histories
+recorded, ``QLinear.histories_recorded``). ``--tokens`` sets the tokens of the traced call (default
+the shape's step: reductions over a whole tensor split by its size).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import re
+import sys
+from pathlib import Path
+
+from .common import bench_parser, fail, parse_names, write_rows
+
+PROG = "inductor_plan"
+FIELDS = ["shape", "arm", "graph", "tokens", "triton_kernels", "reductions", "pointwise", "launches",
+          "extern_calls", "commit"]
+GRAPHS = ("forward", "backward")
+
+
+class _Captured(Exception):
+    """Raised by a call of a generated module that was captured, not loaded."""
+
+
+class NoFastPath(ValueError):
+    """An arm whose recipe has no fast plan: its compiled step is the emulation's, not planned."""
+
+
+class _Unloaded:
+    """Stands for a generated module that was not loaded: its ``call`` stops the traced call
+    (``_Captured``); it has no other attribute, as a module without a runner has none."""
+
+    def __init__(self, path: str):
+        self.path = self.__file__ = path
+
+    def call(self, *args, **kwargs):
+        raise _Captured(self.path)
+
+
+@contextlib.contextmanager
+def triton_codegen_on_cpu(sources: list):
+    """Inductor generates Triton code for CPU tensors; each generated module's source is appended
+    to ``sources`` and its loading raises ``_Captured``. Restores Inductor's settings after."""
+    import torch._inductor.config as inductor_config
+    import torch.utils._triton as torch_triton
+    from torch._inductor import codecache
+
+    def capture(key, path, *args, **kwargs):
+        sources.append(Path(path).read_text())
+        return _Unloaded(path)
+
+    saved = (inductor_config.cpu_backend, torch_triton.triton_hash_with_backend,
+             codecache.PyCodeCache.__dict__["load_by_key_path"])
+    # without a GPU Triton has no active driver to name the backend's hash with
+    inductor_config.cpu_backend = "triton"
+    torch_triton.triton_hash_with_backend = lambda: "cpu-plan"
+    codecache.PyCodeCache.load_by_key_path = staticmethod(capture)
+    try:
+        yield sources
+    finally:
+        inductor_config.cpu_backend, torch_triton.triton_hash_with_backend = saved[:2]
+        codecache.PyCodeCache.load_by_key_path = saved[2]
+
+
+def _until_captured(call, sources: list) -> None:
+    """Run ``call`` with Inductor generating Triton code, until a captured module is called (the
+    stop comes in whatever error Inductor wraps it in; any other error is raised)."""
+    with triton_codegen_on_cpu(sources):
+        try:
+            call()
+        except Exception as exc:
+            if not (sources and _Captured.__name__ in f"{type(exc).__name__}: {exc}"):
+                raise
+
+
+def summarize(source: str) -> dict:
+    """A generated module's Triton kernels (``triton_per`` / ``triton_red``: reductions; the others
+    pointwise), their launches, and its calls to other code by name (``extern_kernels.mm``,
+    ``torch.ops.<ns>.<op>``)."""
+    kernels = re.findall(r"^def (triton_\w+)\(", source, re.MULTILINE)
+    externs = collections.Counter(
+        re.findall(r"(extern_kernels\.\w+|torch\.ops\.\w+\.\w+)(?:\.\w+)?\(", source))
+    reductions = sum(k.startswith(("triton_per_", "triton_red_")) for k in kernels)
+    return {"triton_kernels": len(kernels), "reductions": reductions, "pointwise": len(kernels) - reductions,
+            "launches": len(re.findall(r"^\s+\w+\.run\(", source, re.MULTILINE)),
+            "extern_calls": ";".join(f"{name}:{n}" for name, n in sorted(externs.items()))}
+
+
+def _block_model(arm: str, shape: dict, recorded: bool):
+    """One layer of the shape's model, converted for the arm and wrapped as training compiles it."""
+    import torch
+
+    from ..gemm import FastPlan
+    from ..linear import QLinear, compiled, convert
+    from ..models import build_model
+    from ..recipes import recipe_from_config
+    from .e2e_step import BASELINE, METHODS
+    from .train_step import VOCAB
+
+    torch.manual_seed(0)
+    model = build_model({**shape["model"], "layers": 1}, VOCAB)
+    model.train()
+    if arm != BASELINE:
+        recipe = recipe_from_config(METHODS[arm])
+        convert(model, recipe)
+        if FastPlan.for_recipe(recipe) is None:
+            raise NoFastPath(f"{arm}: no fast path (its compiled training runs the emulation)")
+    for m in model.modules():
+        if isinstance(m, QLinear):
+            m.histories_recorded = recorded
+    return compiled(model)
+
+
+def plan(arm: str, shape_name: str, tokens: int | None = None, recorded: bool = True) -> dict:
+    """{graph: generated source} of one block of ``shape_name`` under ``arm`` (``tokens``: of the
+    traced call, whole sequences of the shape's length or one shorter sequence; default the shape's
+    step). ``recorded``: delayed scaling's histories hold an amax (its steady state)."""
+    import torch
+    import torch._functorch.config as functorch_config
+
+    from .. import linear
+    from .e2e_step import SHAPES
+
+    shape = SHAPES[shape_name]
+    tokens = tokens or shape["batch"] * shape["seq"]
+    seq = min(shape["seq"], tokens)
+    ids = torch.randint(0, 100, (max(1, tokens // seq), seq), generator=torch.Generator().manual_seed(0))
+    fast_path, linear.FAST_PATH = linear.FAST_PATH, "all"
+    sources: list = []
+    torch._dynamo.reset()
+    try:
+        model = _block_model(arm, shape, recorded)
+        # the backward lowered with the forward (AOTAutograd's eager backward lowering), so that
+        # both are generated before the forward would run
+        with functorch_config.patch(force_non_lazy_backward_lowering=True), \
+                torch.autocast("cpu", dtype=torch.bfloat16):
+            _until_captured(lambda: model(ids), sources)
+    finally:
+        linear.FAST_PATH = fast_path
+        torch._dynamo.reset()
+    if len(sources) != len(GRAPHS):
+        raise RuntimeError(f"{arm}: Inductor generated {len(sources)} modules for one block, expected a forward and "
+                           "a backward (is the block compiled, and does it take gradients?)")
+    return dict(zip(GRAPHS, sources))
+
+
+def _parse(argv):
+    from .e2e_step import ARMS, SHAPES
+    p = bench_parser(f"lowprec.bench.{PROG}", __doc__)
+    p.add_argument("--shapes", default="llama_100m", help=f"comma-separated subset of {list(SHAPES)}")
+    p.add_argument("--arms", default=",".join(a for a in _plannable(ARMS) if a not in CUDA_FORM_ONLY),
+                   help="comma-separated subset of the end-to-end benchmark's compiled arms (default: all but "
+                        f"{', '.join(CUDA_FORM_ONLY)}, whose GEMMs have no CPU form like the GPU's)")
+    p.add_argument("--tokens", type=int, default=None, help="tokens of the traced call (default: the shape's step)")
+    p.add_argument("--sources", default=None, help="write each graph's generated module to DIR/<shape>_<arm>_<graph>.py")
+    return p.parse_args(argv)
+
+
+def _plannable(arms) -> tuple:
+    """The arms a plan is made for: the suite's compiled ones (torchao's convert outside it, eager
+    BF16 has no graph)."""
+    return tuple(a for a in arms if not a.startswith("torchao_") and a != "bf16_eager")
+
+
+# arms whose GEMMs and quantization passes are CUDA-only Triton operators: on the CPU their plan is
+# the emulation's form of those, not the GPU's (asked for by name only)
+CUDA_FORM_ONLY = ("int8_block", "int8_fallback", "int8_fallback_b128")
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    from .. import provenance
+    from ..io import provenance_path, write_json
+    from .e2e_step import ARMS, SHAPES
+
+    shapes = parse_names(PROG, "--shapes", args.shapes, tuple(SHAPES))
+    arms = parse_names(PROG, "--arms", args.arms, _plannable(ARMS))
+    if args.tokens is not None and args.tokens < 1:
+        fail(PROG, f"--tokens must be positive, got {args.tokens}")
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    commit = provenance.git_commit()
+    rows, skipped = [], {}
+    for shape in shapes:
+        for arm in arms:
+            try:
+                sources = plan(arm, shape, args.tokens)
+            except NoFastPath as exc:
+                skipped[f"{shape}/{arm}"] = str(exc)
+                print(f"# {shape} {arm}: skipped ({exc})", flush=True)
+                continue
+            for graph, source in sources.items():
+                row = {"shape": shape, "arm": arm, "graph": graph, "tokens": args.tokens or "step",
+                       **summarize(source), "commit": commit}
+                rows.append(row)
+                print(f"{shape:10s} {arm:24s} {graph:8s} {row['triton_kernels']:3d} kernels  {row['launches']:3d} "
+                      f"launches  {row['extern_calls']}", flush=True)
+                if args.sources:
+                    path = Path(args.sources) / f"{shape}_{arm}_{graph}.py"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(source)
+    write_rows(Path(args.out), FIELDS, rows)
+    write_json(provenance_path(Path(args.out)), {
+        **provenance.collect(), "time": provenance.now(), "argv": sys.argv[1:] if argv is None else list(argv),
+        "what": __doc__.strip().split("\n")[0], "skipped": skipped,
+        "note": "generated on the CPU for Inductor's Triton backend: fusion decisions, not a GPU measurement"})
+    print(f"# wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

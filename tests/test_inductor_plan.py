@@ -1,0 +1,64 @@
+"""The kernel plan of a compiled block (lowprec.bench.inductor_plan): Inductor's Triton code for one
+block, forward and backward, generated on the CPU without compiling or running a kernel."""
+
+import csv
+import json
+
+import pytest
+
+from lowprec.bench import inductor_plan as ip
+
+
+def test_summarize_counts_kernels_launches_and_extern_calls():
+    source = '''
+def triton_per_fused_amax_0(in_ptr0, out_ptr0):
+    pass
+def triton_poi_fused_cast_1(in_ptr0):
+    pass
+class Runner:
+    def call(self, args):
+        triton_per_fused_amax_0.run(buf0, buf1, stream=s)
+        triton_poi_fused_cast_1.run(buf1, stream=s)
+        triton_poi_fused_cast_1.run(buf2, stream=s)
+        extern_kernels._scaled_mm(buf1, buf2, out=buf3)
+        torch.ops.lowprec.delayed_step_.default(buf4)
+        torch.ops.lowprec.delayed_step_.default(buf5)
+'''
+    assert ip.summarize(source) == {
+        "triton_kernels": 2, "reductions": 1, "pointwise": 1, "launches": 3,
+        "extern_calls": "extern_kernels._scaled_mm:1;torch.ops.lowprec.delayed_step_:2"}
+
+
+def test_delayed_scaling_steady_state_fuses_each_amax_into_its_cast():
+    """The plan of FP8 delayed scaling's block: every GEMM an FP8 ``_scaled_mm`` (7 in the forward,
+    14 in the backward) with a history update per operand; once the histories hold an amax
+    (``QLinear.histories_recorded``) the forward computes each operand's amax in the kernel that
+    casts it, where before the casts waited for amax reductions of their own: fewer kernels and
+    launches (the reason the recorded path exists; Inductor fuses it on its Triton backend, which
+    the C++ backend of a CPU run does not show)."""
+    steady = {g: ip.summarize(s) for g, s in ip.plan("fp8_delayed", "llama_100m", tokens=1024).items()}
+    first = ip.summarize(ip.plan("fp8_delayed", "llama_100m", tokens=1024, recorded=False)["forward"])
+    assert "extern_kernels._scaled_mm:7" in steady["forward"]["extern_calls"]
+    assert "extern_kernels._scaled_mm:14" in steady["backward"]["extern_calls"]
+    assert "torch.ops.lowprec.delayed_step_:14" in steady["forward"]["extern_calls"]
+    assert steady["forward"]["triton_kernels"] < first["triton_kernels"]
+    assert steady["forward"]["launches"] < first["launches"]
+
+
+def test_cli_writes_the_plan_with_provenance_and_refuses_what_it_cannot_plan(tmp_path, capsys):
+    out = tmp_path / "plan.csv"
+    assert ip.main(["--shapes", "llama_100m", "--arms", "bf16_compiled", "--tokens", "512", "--out", str(out),
+                    "--sources", str(tmp_path / "src")]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["arm"], r["graph"]) for r in rows] == [("bf16_compiled", "forward"), ("bf16_compiled", "backward")]
+    assert rows[0]["extern_calls"].startswith("extern_kernels.mm:7") and int(rows[0]["triton_kernels"]) > 0
+    assert "extern_kernels.mm:14" in rows[1]["extern_calls"] and rows[0]["tokens"] == "512"
+    assert (tmp_path / "src" / "llama_100m_bf16_compiled_backward.py").read_text().count("def triton_") > 0
+    prov = json.loads((tmp_path / "plan.provenance.json").read_text())
+    assert "not a GPU measurement" in prov["note"] and prov["argv"]
+    for argv, message in ((["--arms", "torchao_tensorwise"], "--arms: unknown"),
+                          (["--arms", "bf16_compiled", "--tokens", "0"], "--tokens must be positive")):
+        with pytest.raises(SystemExit) as e:
+            ip.main([*argv, "--out", str(tmp_path / "x.csv")])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()
