@@ -156,7 +156,21 @@ def test_kernel_writes_into_out(device):
             kg.gaussws_noise_ex(w, 6, (32, 32), seed=9, out=bad)
 
 
-def test_group_launch_equals_one_launch_per_weight(device, monkeypatch):
+@pytest.fixture
+def launches(monkeypatch):
+    """The grids of the grouped kernel's launches, appended as they are made."""
+    grids = []
+    real = kg._gaussws_group_kernel
+
+    class Counting:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return real[grid]
+    monkeypatch.setattr(kg, "_gaussws_group_kernel", Counting())
+    return grids
+
+
+def test_group_launch_equals_one_launch_per_weight(device, monkeypatch, launches):
     """``gaussws_noise_group``: each weight's W_c bit for bit its own launch's (shapes of one tiling
     and of two, ragged sizes, fp32 and bf16 weights, a b and a seed per weight, into given outs or
     new tensors), with the launches counted: one per (tiling, dtype)."""
@@ -165,14 +179,6 @@ def test_group_launch_equals_one_launch_per_weight(device, monkeypatch):
     ws = [_weights(s, d, device, seed=20 + i) for i, (s, d) in enumerate(zip(shapes, dtypes))]
     ws[3][7, 9] = float("nan")
     seeds, bs = [SEED + i for i in range(5)], [6, 5, 9, 4, 6]
-    launches = []
-    real = kg._gaussws_group_kernel
-
-    class Counting:
-        def __getitem__(self, grid):
-            launches.append(grid)
-            return real[grid]
-    monkeypatch.setattr(kg, "_gaussws_group_kernel", Counting())
     outs = [torch.zeros(s, dtype=torch.bfloat16, device=device) if i % 2 else None for i, s in enumerate(shapes)]
     got = kg.gaussws_noise_group(ws, bs, (32, 32), seeds, outs=outs)
     groups = {(tuple(sorted(kg._tiling(32, 32, -(-m // 32), -(-n // 32)).items())), d) for (m, n), d in zip(shapes, dtypes)}
@@ -226,7 +232,7 @@ def test_weight_transform_uses_kernel_and_matches_torch_path(device):
     assert second.data_ptr() == first.data_ptr() == st._out.data_ptr() and not torch.equal(second.float(), a)
 
 
-def test_forward_many_draws_in_one_launch_what_each_transform_draws(device, monkeypatch):
+def test_forward_many_draws_in_one_launch_what_each_transform_draws(device, launches):
     """``GaussWSWeight.forward_many`` (what a compiled model calls before each step): every W_c,
     gradient and draw count the same bit for bit as each transform's own call, with the fixed-b
     training draws in one launch and one autograd node; evaluation and a learnable b take their
@@ -244,14 +250,6 @@ def test_forward_many_draws_in_one_launch_what_each_transform_draws(device, monk
         return ts
     ws = [torch.nn.Parameter(_weights(s, torch.float32, device, seed=30 + i)) for i, s in enumerate(shapes + [(64, 64)])]
     dtypes = [torch.bfloat16, None, torch.bfloat16, torch.float32, torch.bfloat16]
-    launches = []
-    real = kg._gaussws_group_kernel
-
-    class Counting:
-        def __getitem__(self, grid):
-            launches.append(grid)
-            return real[grid]
-    monkeypatch.setattr(kg, "_gaussws_group_kernel", Counting())
     gs = [torch.randn(w.shape, generator=torch.Generator().manual_seed(i)).to(device) for i, w in enumerate(ws)]
     tilings = set()
     for t in make(False)[:4]:
