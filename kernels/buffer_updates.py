@@ -35,8 +35,8 @@ from ._common import _next_pow2
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["delayed_step", "add_rows", "count_choices", "set_level", "take_count", "takes_kernel", "triton_available", "cuda_ready",
-           "interpreter_active"]
+__all__ = ["delayed_step", "add_rows", "count_choices", "set_level", "take_count", "takes_kernel", "triton_available",
+           "cuda_ready", "interpreter_active"]
 
 # the ring's elements one loop step reads (histories are 1024 long by default: one step)
 _RING_STEP = 1024

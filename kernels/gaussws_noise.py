@@ -275,8 +275,8 @@ def _checked_weight(w, name: str = "w") -> torch.Tensor:
     nonempty(w, name)
     if w.dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"{name} must be float32 or bfloat16, got {w.dtype}")
-    _c.require_triton("lowprec.kernels.gaussws_noise", "lowprec.methods.gaussws.gaussws_reference", _TRITON_IMPORT_ERROR,
-                      _JIT_FNS, w.device)
+    _c.require_triton("lowprec.kernels.gaussws_noise", "lowprec.methods.gaussws.gaussws_reference",
+                      _TRITON_IMPORT_ERROR, _JIT_FNS, w.device)
     return w.contiguous()
 
 
@@ -398,7 +398,8 @@ def gaussws_noise_group(ws: Sequence[torch.Tensor], b: Union[int, Sequence[int]]
     bs = [check_b(v) for v in bs]
     dev = ws[0].device
     if any(w.device != dev for w in ws):
-        raise ValueError(f"gaussws_noise_group: the weights must share a device, got {sorted({str(w.device) for w in ws})}")
+        devices = sorted({str(w.device) for w in ws})
+        raise ValueError(f"gaussws_noise_group: the weights must share a device, got {devices}")
     br, bc = _checked_block(block)
     native = _native_cast(bf16_cast)
     results = [_output(w, None if outs is None else outs[i], f"outs[{i}]") for i, w in enumerate(ws)]

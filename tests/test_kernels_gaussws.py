@@ -181,7 +181,8 @@ def test_group_launch_equals_one_launch_per_weight(device, monkeypatch, launches
     seeds, bs = [SEED + i for i in range(5)], [6, 5, 9, 4, 6]
     outs = [torch.zeros(s, dtype=torch.bfloat16, device=device) if i % 2 else None for i, s in enumerate(shapes)]
     got = kg.gaussws_noise_group(ws, bs, (32, 32), seeds, outs=outs)
-    groups = {(tuple(sorted(kg._tiling(32, 32, -(-m // 32), -(-n // 32)).items())), d) for (m, n), d in zip(shapes, dtypes)}
+    groups = {(tuple(sorted(kg._tiling(32, 32, -(-m // 32), -(-n // 32)).items())), d)
+              for (m, n), d in zip(shapes, dtypes)}
     assert len(launches) == len(groups) < len(ws)
     for i, w in enumerate(ws):
         want = kg.gaussws_noise(w, bs[i], (32, 32), seeds[i])
@@ -248,7 +249,8 @@ def test_forward_many_draws_in_one_launch_what_each_transform_draws(device, laun
             t.stable_output = stable
             t.to(device)
         return ts
-    ws = [torch.nn.Parameter(_weights(s, torch.float32, device, seed=30 + i)) for i, s in enumerate(shapes + [(64, 64)])]
+    ws = [torch.nn.Parameter(_weights(s, torch.float32, device, seed=30 + i))
+          for i, s in enumerate(shapes + [(64, 64)])]
     dtypes = [torch.bfloat16, None, torch.bfloat16, torch.float32, torch.bfloat16]
     gs = [torch.randn(w.shape, generator=torch.Generator().manual_seed(i)).to(device) for i, w in enumerate(ws)]
     tilings = set()
@@ -269,7 +271,8 @@ def test_forward_many_draws_in_one_launch_what_each_transform_draws(device, laun
             assert len({y.grad_fn for y in got[:4]}) == 1 and got[4].grad_fn is not got[0].grad_fn
             sum((y.float() * g).sum() for y, g in zip(got, gs)).backward()
             for i in range(5):
-                assert got[i].dtype == want[i].dtype and _same_bf16(got[i].to(torch.bfloat16), want[i].to(torch.bfloat16))
+                assert got[i].dtype == want[i].dtype
+                assert _same_bf16(got[i].to(torch.bfloat16), want[i].to(torch.bfloat16))
                 assert torch.equal(ws[i].grad, want_grads[i]), i
                 assert many[i].samples == one[i].samples == step + 1
                 assert not torch.equal(got[i].float(), ws[i].detach().float())  # noised
@@ -288,6 +291,26 @@ def test_forward_many_draws_in_one_launch_what_each_transform_draws(device, laun
     assert not launches and torch.equal(evaluated[0], ws[0].detach().to(torch.bfloat16))
     with pytest.raises(ValueError, match=r"weight shape \(64, 96\) != the transform's \(96, 64\)"):
         gw.GaussWSWeight.forward_many(many[:1], ws[1:2], dtypes[:1])
+
+
+def test_forward_many_falls_back_to_one_launch_per_weight_when_the_group_fails(device, monkeypatch):
+    """A grouped launch that fails (a Triton or GPU it does not build for) is said once, and every
+    draw from then on takes its own launch, with the draws an uninterrupted run makes."""
+    ts = [gw.GaussWSWeight((64, 64), seed=s, b=6, backend="triton").to(device) for s in (1, 2)]
+    ref = [gw.GaussWSWeight((64, 64), seed=s, b=6, backend="triton").to(device) for s in (1, 2)]
+    ws = [torch.nn.Parameter(_weights((64, 64), torch.float32, device, seed=s)) for s in (3, 4)]
+    monkeypatch.setattr(gw.GaussWSWeight, "_group_error", None)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("PassManager::run failed\nmore lines")
+    monkeypatch.setattr(kg, "gaussws_noise_group", broken)
+    with pytest.warns(RuntimeWarning, match=r"grouped noise launch failed \(RuntimeError: PassManager::run failed\)"):
+        got = gw.GaussWSWeight.forward_many(ts, ws, [None, None])
+    assert all(torch.equal(a, r(w)) for a, r, w in zip(got, ref, ws))
+    assert [t.samples for t in ts] == [1, 1] and not ts[0]._groupable(ws[0])
+    gw.mark_step()
+    again = gw.GaussWSWeight.forward_many(ts, ws, [None, None])  # no warning, no grouped call
+    assert all(torch.equal(a, r(w)) for a, r, w in zip(again, ref, ws)) and ts[0].samples == 2
 
 
 def test_philox_matches_triton_randint4x():

@@ -9,11 +9,11 @@ What a change to a fast path does to a step's kernels (does an amax fuse into it
 decision cost a pass of its own?) shows here in seconds of CPU time, before a GPU minute is spent
 on it. How: Inductor compiles the block with its Triton backend for the CPU device
 (``cpu_backend = "triton"``), and the generated module's source is taken before it is loaded, so
-no Triton kernel is compiled and nothing runs on a GPU. The scheduler and its fusion heuristics are the GPU's; what differs
-is what the suite's code decides by the device: paths that need CUDA take their CPU form (MoR's
-cast pass, the cuBLAS block-scaled pair of blockwise FP8 and per-block MoR, which shows as a BF16
-``mm`` here, the INT8 GEMM's operator, flash attention), and the GPU's Triton autotuning does not
-happen (launch configurations are not part of the plan). Both graphs come from one
+no Triton kernel is compiled and nothing runs on a GPU. The scheduler and its fusion heuristics
+are the GPU's; what differs is what the suite's code decides by the device: paths that need CUDA
+take their CPU form (MoR's cast pass, the cuBLAS block-scaled pair of blockwise FP8 and per-block
+MoR, which shows as a BF16 ``mm`` here, the INT8 GEMM's operator, flash attention), and the GPU's
+Triton autotuning does not happen (launch configurations are not part of the plan). Both graphs come from one
 compilation: AOTAutograd lowers the backward with the forward (its eager backward lowering), and
 the traced call stops where the forward would first run. The block is one layer of the shape's
 model (``lowprec.bench.e2e_step.SHAPES``), compiled as training compiles it
@@ -174,7 +174,8 @@ def _parse(argv):
                    help="comma-separated subset of the end-to-end benchmark's compiled arms (default: all but "
                         f"{', '.join(CUDA_FORM_ONLY)}, whose GEMMs have no CPU form like the GPU's)")
     p.add_argument("--tokens", type=int, default=None, help="tokens of the traced call (default: the shape's step)")
-    p.add_argument("--sources", default=None, help="write each graph's generated module to DIR/<shape>_<arm>_<graph>.py")
+    p.add_argument("--sources", default=None,
+                   help="write each graph's generated module to DIR/<shape>_<arm>_<graph>.py")
     return p.parse_args(argv)
 
 

@@ -5,6 +5,7 @@ MX round-to-nearest they and the post-training export share."""
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional
 
 import torch
@@ -226,9 +227,14 @@ class GaussWSWeight(nn.Module):
         return _CachedWeight.apply(w, b_eff, c["w_c"], c["unit"], c["delta"], self.stored_block,
                                    self.transposed, out_dtype)
 
+    # why the grouped launch failed in this process (then every draw takes its own launch)
+    _group_error: Optional[str] = None
+
     def _groupable(self, w: torch.Tensor) -> bool:
-        """Whether ``forward_many`` draws this call with others: training, a fixed b, the kernel."""
-        return self.training and not self.learnable_b and self._use_triton(w.detach())
+        """Whether ``forward_many`` draws this call with others: training, a fixed b, the kernel,
+        and the grouped launch not failed before."""
+        return (self.training and not self.learnable_b and GaussWSWeight._group_error is None
+                and self._use_triton(w.detach()))
 
     @classmethod
     def forward_many(cls, transforms: list, ws: list, out_dtypes: list) -> list:
@@ -252,17 +258,28 @@ class GaussWSWeight(nn.Module):
             if transforms[i]._stale(keys[i]):
                 stale.setdefault(transforms[i].stored_block, []).append(i)
         kg = _triton_module()
-        with torch.no_grad():
-            for block, idx in stale.items():
-                ts = [transforms[i] for i in idx]
-                w2d = [ws[i].detach() for i in idx]
-                outs = [t._kept("_out", w) if t.stable_output else None for t, w in zip(ts, w2d)]
-                drawn = kg.gaussws_noise_group(w2d, [t.b for t in ts], block,
-                                               [noise_seed(t.layer_seed, t.samples) for t in ts], outs=outs)
-                for i, t, w_c in zip(idx, ts, drawn):
-                    t.samples += 1
-                    t.last_backend = "triton"
-                    t._cache = {"key": keys[i], "w_c": w_c, "unit": None, "delta": None}
+        drawn: dict = {}
+        try:
+            with torch.no_grad():
+                for block, idx in stale.items():
+                    ts = [transforms[i] for i in idx]
+                    w2d = [ws[i].detach() for i in idx]
+                    outs = [t._kept("_out", w) if t.stable_output else None for t, w in zip(ts, w2d)]
+                    seeds = [noise_seed(t.layer_seed, t.samples) for t in ts]
+                    drawn.update(zip(idx, kg.gaussws_noise_group(w2d, [t.b for t in ts], block, seeds, outs=outs)))
+        except Exception as exc:
+            # the grouped kernel failing to build for a GPU or Triton not yet seen (its tests run on
+            # the CPU's interpreter and the H200): each weight's own launch, the same draws (nothing
+            # was counted yet), and the reason said once
+            GaussWSWeight._group_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            warnings.warn(f"GaussWS: the grouped noise launch failed ({GaussWSWeight._group_error}); "
+                          "drawing each weight with its own launch from now on", RuntimeWarning)
+            return [t(w, d) for t, w, d in zip(transforms, ws, out_dtypes)]
+        for i, w_c in drawn.items():
+            t = transforms[i]
+            t.samples += 1
+            t.last_backend = "triton"
+            t._cache = {"key": keys[i], "w_c": w_c, "unit": None, "delta": None}
         caches = [transforms[i]._cache["w_c"] for i in grouped]
         dtypes = [out_dtypes[i] or transforms[i].out_dtype or ws[i].dtype for i in grouped]
         for i, y in zip(grouped, _CachedWeights.apply((caches, dtypes), *[ws[i] for i in grouped])):
