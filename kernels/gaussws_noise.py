@@ -253,6 +253,11 @@ def supports_block(block) -> bool:
     return br % 4 == 0 and br >= 4 and bc >= 1 and 4 * _next_pow2(br // 4) * _next_pow2(bc) <= _MAX_BLOCK_ELEMS
 
 
+@functools.lru_cache(maxsize=256)  # a model's few weight shapes, asked at every draw
+def _tiling_items(br: int, bc: int, n_brow: int, n_bcol: int) -> tuple:
+    return tuple(sorted(_tiling(br, bc, n_brow, n_bcol).items()))
+
+
 def _tiling(br: int, bc: int, n_brow: int, n_bcol: int) -> dict:
     q = br // 4
     qp, cp = _next_pow2(q), _next_pow2(bc)
@@ -269,14 +274,17 @@ class NoiseResult(NamedTuple):
     bits: Optional[torch.Tensor]
 
 
-def _checked_weight(w, name: str = "w") -> torch.Tensor:
+def _checked_weight(w, name: str = "w", device_checked: bool = False) -> torch.Tensor:
+    """w, contiguous, after its checks (``device_checked``: Triton's availability on its device
+    was checked already, for a group of weights on one device)."""
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise ValueError(f"{name} must be a 2-D tensor")
     nonempty(w, name)
     if w.dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"{name} must be float32 or bfloat16, got {w.dtype}")
-    _c.require_triton("lowprec.kernels.gaussws_noise", "lowprec.methods.gaussws.gaussws_reference",
-                      _TRITON_IMPORT_ERROR, _JIT_FNS, w.device)
+    if not device_checked:
+        _c.require_triton("lowprec.kernels.gaussws_noise", "lowprec.methods.gaussws.gaussws_reference",
+                          _TRITON_IMPORT_ERROR, _JIT_FNS, w.device)
     return w.contiguous()
 
 
@@ -387,9 +395,10 @@ def gaussws_noise_group(ws: Sequence[torch.Tensor], b: Union[int, Sequence[int]]
     linear weight of a transformer, typically): a training step's draws cost one launch instead of
     one per layer, where the host's launches set the pace. b: a fixed b for all or one per weight
     (learnable b grids take ``gaussws_noise_ex``); the weights share a device."""
-    ws = [_checked_weight(w, f"ws[{i}]") for i, w in enumerate(ws)]
     if not ws:
         return []
+    ws = [_checked_weight(ws[0], "ws[0]")] + [_checked_weight(w, f"ws[{i}]", device_checked=w.device == ws[0].device)
+                                               for i, w in enumerate(ws[1:], 1)]
     n = len(ws)
     bs = [b] * n if isinstance(b, (int, float)) and not isinstance(b, bool) else list(b)
     if len(seeds) != n or len(bs) != n or (outs is not None and len(outs) != n):
@@ -406,8 +415,7 @@ def gaussws_noise_group(ws: Sequence[torch.Tensor], b: Union[int, Sequence[int]]
     groups: dict = {}  # (tiling, IN_KIND) -> weight indices
     for i, w in enumerate(ws):
         M, N = w.shape
-        t = _tiling(br, bc, _cdiv(M, br), _cdiv(N, bc))
-        groups.setdefault((tuple(sorted(t.items())), _c._in_kind(w)[0]), []).append(i)
+        groups.setdefault((_tiling_items(br, bc, _cdiv(M, br), _cdiv(N, bc)), _c._in_kind(w)[0]), []).append(i)
     for (items, in_kind), members in groups.items():
         t = dict(items)
         rows, programs, first = [], [], 0

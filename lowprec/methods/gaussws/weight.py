@@ -98,6 +98,7 @@ class GaussWSWeight(nn.Module):
         self._out: Optional[torch.Tensor] = None  # the W_c tensor every draw writes with stable_output
         self._eval_out: Optional[torch.Tensor] = None  # and bf16(W) in evaluation
         self.last_backend: Optional[str] = None
+        self._triton_on: dict = {}  # device -> whether the kernel draws there (_use_triton)
         step_hook.install()
 
     def get_extra_state(self):
@@ -139,6 +140,13 @@ class GaussWSWeight(nn.Module):
         return key
 
     def _use_triton(self, w: torch.Tensor) -> bool:
+        # asked at every draw; the answer is the device's (the options are fixed)
+        known = self._triton_on.get(w.device)
+        if known is None:
+            known = self._triton_on[w.device] = self._triton_for(w)
+        return known
+
+    def _triton_for(self, w: torch.Tensor) -> bool:
         if self.backend == "torch":
             return False
         kernel_ok = self.noise == "rounded_gaussian" and self.sampler == "threshold"
