@@ -15,6 +15,12 @@ def triton_per_fused_amax_0(in_ptr0, out_ptr0):
     pass
 def triton_poi_fused_cast_1(in_ptr0):
     pass
+triton_poi_fused_cast_1 = async_compile.triton('triton_poi_fused_cast_1', \'\'\'
+@triton_heuristics.pointwise(inductor_meta={'kernel_name': 'triton_poi_fused_cast_1', 'kernel_num_gb': 0.25})
+\'\'\', device_str='cuda')
+triton_per_fused_amax_0 = async_compile.triton('triton_per_fused_amax_0', \'\'\'
+@triton_heuristics.persistent_reduction(inductor_meta={'kernel_num_gb': 1.5e-3, 'x': 1})
+\'\'\', device_str='cuda')
 class Runner:
     def call(self, args):
         triton_per_fused_amax_0.run(buf0, buf1, stream=s)
@@ -25,8 +31,10 @@ class Runner:
         torch.ops.lowprec.delayed_step_.default(buf5)
 '''
     assert ip.summarize(source) == {
-        "triton_kernels": 2, "reductions": 1, "pointwise": 1, "launches": 3,
+        "triton_kernels": 2, "reductions": 1, "pointwise": 1, "launches": 3, "triton_gb": 0.5015,
         "extern_calls": "extern_kernels._scaled_mm:1;torch.ops.lowprec.delayed_step_:2"}
+    # without the estimate of one launched kernel, none is summed
+    assert ip.summarize(source.replace("'kernel_num_gb': 0.25", ""))["triton_gb"] == ""
 
 
 def test_delayed_scaling_steady_state_fuses_each_amax_into_its_cast():
@@ -43,6 +51,7 @@ def test_delayed_scaling_steady_state_fuses_each_amax_into_its_cast():
     assert "torch.ops.lowprec.delayed_step_:14" in steady["forward"]["extern_calls"]
     assert steady["forward"]["triton_kernels"] < first["triton_kernels"]
     assert steady["forward"]["launches"] < first["launches"]
+    assert 0 < steady["forward"]["triton_gb"] < first["triton_gb"]  # a read of each operand fewer
 
 
 def test_cli_writes_the_plan_with_provenance_and_refuses_what_it_cannot_plan(tmp_path, capsys):

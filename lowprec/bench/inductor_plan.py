@@ -1,6 +1,7 @@
 """The kernels Inductor generates for one transformer block of an arm, forward and backward, as it
 would for a GPU, on a machine without one: its Triton kernels (reductions and pointwise), their
-launches and the calls it leaves to other code (GEMMs, the suite's operators), per graph.
+launches, the bytes those launches move by Inductor's estimate, and the calls it leaves to other
+code (GEMMs, the suite's operators), per graph.
 
     python -m lowprec.bench.inductor_plan --shape llama_100m --arms bf16_compiled,fp8_delayed \\
         --out results/bench/inductor_plan_cpu.csv --sources DIR
@@ -36,7 +37,7 @@ from .common import bench_parser, fail, parse_names, write_rows
 
 PROG = "inductor_plan"
 FIELDS = ["shape", "arm", "graph", "tokens", "triton_kernels", "reductions", "pointwise", "launches",
-          "extern_calls", "commit"]
+          "triton_gb", "extern_calls", "commit"]
 GRAPHS = ("forward", "backward")
 
 
@@ -95,16 +96,28 @@ def _until_captured(call, sources: list) -> None:
                 raise
 
 
+_KERNEL_SOURCE = re.compile(r"async_compile\.triton\('(\w+)', '{3}(.*?)'{3}", re.DOTALL)
+
+
 def summarize(source: str) -> dict:
     """A generated module's Triton kernels (``triton_per`` / ``triton_red``: reductions; the others
-    pointwise), their launches, and its calls to other code by name (``extern_kernels.mm``,
-    ``torch.ops.<ns>.<op>``)."""
+    pointwise), their launches, the gigabytes those launches move by Inductor's estimate (each
+    kernel's ``kernel_num_gb``: its inputs read and outputs written once; empty where a launched
+    kernel lacks it), and its calls to other code by name (``extern_kernels.mm``,
+    ``torch.ops.<ns>.<op>``), whose traffic is not counted."""
     kernels = re.findall(r"^def (triton_\w+)\(", source, re.MULTILINE)
     externs = collections.Counter(
         re.findall(r"(extern_kernels\.\w+|torch\.ops\.\w+\.\w+)(?:\.\w+)?\(", source))
     reductions = sum(k.startswith(("triton_per_", "triton_red_")) for k in kernels)
+    launches = re.findall(r"^\s+(\w+)\.run\(", source, re.MULTILINE)
+    gb = {}
+    for name, body in _KERNEL_SOURCE.findall(source):
+        m = re.search(r"'kernel_num_gb': ([0-9.eE+-]+)", body)
+        if m:
+            gb[name] = float(m.group(1))
+    moved = round(sum(gb[k] for k in launches), 4) if launches and all(k in gb for k in launches) else ""
     return {"triton_kernels": len(kernels), "reductions": reductions, "pointwise": len(kernels) - reductions,
-            "launches": len(re.findall(r"^\s+\w+\.run\(", source, re.MULTILINE)),
+            "launches": len(launches), "triton_gb": moved,
             "extern_calls": ";".join(f"{name}:{n}" for name, n in sorted(externs.items()))}
 
 
@@ -139,6 +152,7 @@ def plan(arm: str, shape_name: str, tokens: int | None = None, recorded: bool = 
     step). ``recorded``: delayed scaling's histories hold an amax (its steady state)."""
     import torch
     import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
 
     from .. import linear
     from .e2e_step import SHAPES
@@ -154,8 +168,9 @@ def plan(arm: str, shape_name: str, tokens: int | None = None, recorded: bool = 
         model = _block_model(arm, shape, recorded)
         # the backward lowered with the forward (AOTAutograd's eager backward lowering), so that
         # both are generated before the forward would run
+        # benchmark_kernel: each kernel's metadata says the bytes it moves (kernel_num_gb)
         with functorch_config.patch(force_non_lazy_backward_lowering=True), \
-                torch.autocast("cpu", dtype=torch.bfloat16):
+                inductor_config.patch(benchmark_kernel=True), torch.autocast("cpu", dtype=torch.bfloat16):
             _until_captured(lambda: model(ids), sources)
     finally:
         linear.FAST_PATH = fast_path
@@ -216,7 +231,7 @@ def main(argv=None) -> int:
                        **summarize(source), "commit": commit}
                 rows.append(row)
                 print(f"{shape:10s} {arm:24s} {graph:8s} {row['triton_kernels']:3d} kernels  {row['launches']:3d} "
-                      f"launches  {row['extern_calls']}", flush=True)
+                      f"launches  {row['triton_gb']} GB  {row['extern_calls']}", flush=True)
                 if args.sources:
                     path = Path(args.sources) / f"{shape}_{arm}_{graph}.py"
                     path.parent.mkdir(parents=True, exist_ok=True)
