@@ -11,15 +11,19 @@ from lowprec.bench import inductor_plan as ip
 
 def test_summarize_counts_kernels_launches_and_extern_calls():
     source = '''
-def triton_per_fused_amax_0(in_ptr0, out_ptr0):
-    pass
-def triton_poi_fused_cast_1(in_ptr0):
-    pass
-triton_poi_fused_cast_1 = async_compile.triton('triton_poi_fused_cast_1', \'\'\'
-@triton_heuristics.pointwise(inductor_meta={'kernel_name': 'triton_poi_fused_cast_1', 'kernel_num_gb': 0.25})
-\'\'\', device_str='cuda')
 triton_per_fused_amax_0 = async_compile.triton('triton_per_fused_amax_0', \'\'\'
 @triton_heuristics.persistent_reduction(inductor_meta={'kernel_num_gb': 1.5e-3, 'x': 1})
+@triton.jit
+def triton_per_fused_amax_0(in_ptr0, out_ptr0):
+    pass
+def call(args):
+    triton_per_fused_amax_0.run(*args, stream=stream0)
+\'\'\', device_str='cuda')
+triton_poi_fused_cast_1 = async_compile.triton('triton_poi_fused_cast_1', \'\'\'
+@triton_heuristics.pointwise(inductor_meta={'kernel_name': 'triton_poi_fused_cast_1', 'kernel_num_gb': 0.25})
+@triton.jit
+def triton_poi_fused_cast_1(in_ptr0):
+    pass
 \'\'\', device_str='cuda')
 class Runner:
     def call(self, args):

@@ -101,17 +101,22 @@ _KERNEL_SOURCE = re.compile(r"async_compile\.triton\('(\w+)', '{3}(.*?)'{3}", re
 
 def summarize(source: str) -> dict:
     """A generated module's Triton kernels (``triton_per`` / ``triton_red``: reductions; the others
-    pointwise), their launches, the gigabytes those launches move by Inductor's estimate (each
+    pointwise; distinct by code and sizes, since the benchmark harness names each kernel's sizes),
+    their launches, the gigabytes those launches move by Inductor's estimate (each
     kernel's ``kernel_num_gb``: its inputs read and outputs written once; empty where a launched
     kernel lacks it), and its calls to other code by name (``extern_kernels.mm``,
     ``torch.ops.<ns>.<op>``), whose traffic is not counted."""
-    kernels = re.findall(r"^def (triton_\w+)\(", source, re.MULTILINE)
+    # each kernel's source is a string of the module (with a benchmark harness of its own that
+    # launches it): kernels are counted by those strings, launches and calls outside them
+    blocks = _KERNEL_SOURCE.findall(source)
+    kernels = [name for name, _ in blocks if name.startswith("triton_")]
+    outside = _KERNEL_SOURCE.sub("", source)
     externs = collections.Counter(
-        re.findall(r"(extern_kernels\.\w+|torch\.ops\.\w+\.\w+)(?:\.\w+)?\(", source))
+        re.findall(r"(extern_kernels\.\w+|torch\.ops\.\w+\.\w+)(?:\.\w+)?\(", outside))
     reductions = sum(k.startswith(("triton_per_", "triton_red_")) for k in kernels)
-    launches = re.findall(r"^\s+(\w+)\.run\(", source, re.MULTILINE)
+    launches = re.findall(r"^\s+(\w+)\.run\(", outside, re.MULTILINE)
     gb = {}
-    for name, body in _KERNEL_SOURCE.findall(source):
+    for name, body in blocks:
         m = re.search(r"'kernel_num_gb': ([0-9.eE+-]+)", body)
         if m:
             gb[name] = float(m.group(1))
