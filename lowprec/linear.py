@@ -504,10 +504,11 @@ class compiled:
     before each call the QLinear layers' weight transforms run eagerly (their draws and caches stay
     in Python; the compiled graph takes the transformed weights as inputs, in the dtype its GEMMs
     take where the transform can give it, ``QLinear.graph_weight``, and gradients reach the master
-    weights through them), all layers of a transform class that can at once (``graph_weights``). The same model module is called, so its state dict, hooks and
-    optimizer are unchanged; ``compile_kw`` go to ``torch.compile``. With ``cudagraphs`` each call
-    begins a new step of Inductor's CUDA graphs (``compile_blocks``): call it once per forward whose
-    backward has run, as a training or evaluation loop does; the transforms then write their weights
+    weights through them), all layers of a transform class that can at once (``graph_weights``).
+    The same model module is called, so its state dict, hooks and optimizer are unchanged;
+    ``compile_kw`` go to ``torch.compile``. With ``cudagraphs`` each call begins a new step of
+    Inductor's CUDA graphs (``compile_blocks``): call it once per forward whose backward has run, as
+    a training or evaluation loop does; the transforms then write their weights
     into the same tensors at every call (``stable_output``; a transform without it is refused,
     ``unstable_weight_layers``), and a weight that still moves raises. Before a training call,
     delayed-scaling layers are asked whether their histories hold an amax

@@ -62,11 +62,11 @@ class _CachedWeights(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *gs):
-        grads = [None] * len(gs)
-        present = [i for i, g in enumerate(gs) if g is not None]
-        by_kind: dict = {}  # one copy per (device, dtypes): _foreach_copy_ wants them alike
-        for i in present:
-            by_kind.setdefault((gs[i].device, gs[i].dtype, ctx.w_dtypes[i]), []).append(i)
+        grads = [g if g is None or g.dtype == dt else None for g, dt in zip(gs, ctx.w_dtypes)]
+        by_kind: dict = {}  # one copy per (device, dtypes) to cast: _foreach_copy_ wants them alike
+        for i, g in enumerate(gs):
+            if g is not None and grads[i] is None:
+                by_kind.setdefault((g.device, g.dtype, ctx.w_dtypes[i]), []).append(i)
         for (_, _, w_dtype), idx in by_kind.items():
             dst = [torch.empty_like(gs[i], dtype=w_dtype) for i in idx]
             torch._foreach_copy_(dst, [gs[i] for i in idx])
