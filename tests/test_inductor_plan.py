@@ -3,6 +3,7 @@ block, forward and backward, generated on the CPU without compiling or running a
 
 import csv
 import json
+import os
 
 import pytest
 
@@ -58,7 +59,10 @@ def test_delayed_scaling_steady_state_fuses_each_amax_into_its_cast():
     assert 0 < steady["forward"]["triton_gb"] < first["triton_gb"]  # a read of each operand fewer
 
 
-def test_cli_writes_the_plan_with_provenance_and_refuses_what_it_cannot_plan(tmp_path, capsys):
+def test_cli_writes_the_plan_with_provenance_and_refuses_what_it_cannot_plan(tmp_path, capsys, monkeypatch):
+    # a process whose kernels run under the Triton interpreter (the kernel tests set it): the plan
+    # generates kernels without loading them, and leaves the setting as it found it
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     out = tmp_path / "plan.csv"
     assert ip.main(["--shapes", "llama_100m", "--arms", "bf16_compiled", "--tokens", "512", "--out", str(out),
                     "--sources", str(tmp_path / "src")]) == 0
@@ -67,6 +71,7 @@ def test_cli_writes_the_plan_with_provenance_and_refuses_what_it_cannot_plan(tmp
     assert rows[0]["extern_calls"].startswith("extern_kernels.mm:7") and int(rows[0]["triton_kernels"]) > 0
     assert "extern_kernels.mm:14" in rows[1]["extern_calls"] and rows[0]["tokens"] == "512"
     assert (tmp_path / "src" / "llama_100m_bf16_compiled_backward.py").read_text().count("def triton_") > 0
+    assert os.environ["TRITON_INTERPRET"] == "1"
     prov = json.loads((tmp_path / "plan.provenance.json").read_text())
     assert "not a GPU measurement" in prov["note"] and prov["argv"]
     for argv, message in ((["--arms", "torchao_tensorwise"], "--arms: unknown"),

@@ -73,16 +73,20 @@ def triton_codegen_on_cpu(sources: list):
         return _Unloaded(path)
 
     saved = (inductor_config.cpu_backend, torch_triton.triton_hash_with_backend,
-             codecache.PyCodeCache.__dict__["load_by_key_path"])
+             codecache.PyCodeCache.__dict__["load_by_key_path"], os.environ.pop("TRITON_INTERPRET", None))
     # without a GPU Triton has no active driver to name the backend's hash with
     inductor_config.cpu_backend = "triton"
     torch_triton.triton_hash_with_backend = lambda: "cpu-plan"
     codecache.PyCodeCache.load_by_key_path = staticmethod(capture)
+    # under the Triton interpreter Inductor loads each kernel's source in the process as it
+    # generates it; here kernels are only generated
     try:
         yield sources
     finally:
         inductor_config.cpu_backend, torch_triton.triton_hash_with_backend = saved[:2]
         codecache.PyCodeCache.load_by_key_path = saved[2]
+        if saved[3] is not None:
+            os.environ["TRITON_INTERPRET"] = saved[3]
 
 
 def _until_captured(call, sources: list) -> None:
