@@ -293,6 +293,48 @@ def test_forward_many_draws_in_one_launch_what_each_transform_draws(device, laun
         gw.GaussWSWeight.forward_many(many[:1], ws[1:2], dtypes[:1])
 
 
+def test_compiled_model_draws_its_layers_in_one_launch_and_trains_like_the_model(device, monkeypatch, launches):
+    """``lowprec.linear.compiled`` (blocks left uncompiled here: what is tested is the call before
+    them) hands a GaussWS model's layers their W_c through ``forward_many``: a grouped launch a
+    step for each tiling among the model's weights, and the loss and every gradient the same bit for
+    bit as the model called directly (each layer drawing its own)."""
+    import copy
+
+    from lowprec import linear as lin
+    from lowprec.models import build_model
+    from lowprec.recipes import recipe_from_config
+
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: None)
+    torch.manual_seed(0)
+    base = build_model({"family": "llama", "layers": 2, "d_model": 64, "heads": 2, "ffn": 128,
+                        "max_seq_len": 32}, 128).to(device)
+    recipe = recipe_from_config({"recipe": "gaussws", "b": 6, "backend": "triton"})
+    plain, wrapped = copy.deepcopy(base), copy.deepcopy(base)
+    lin.convert(plain, recipe)
+    lin.convert(wrapped, recipe)
+    model = lin.compiled(wrapped)
+    layers = lin.transformed_layers(wrapped)
+    tilings = set()
+    for m in layers:
+        (br, bc), (rows, cols) = m.weight_transform.stored_block, m.weight.shape
+        tilings.add((br, bc, kg._tiling_items(br, bc, -(-rows // br), -(-cols // bc))))
+    ids = torch.randint(0, 128, (2, 16), device=device)
+    for _ in range(2):
+        launches.clear()
+        losses = []
+        for m, call in ((plain, plain), (wrapped, model)):
+            m.zero_grad()
+            loss = call(ids).logits.float().square().mean()
+            loss.backward()
+            losses.append(loss.detach())
+        assert len(launches) == len(tilings) < len(layers)  # a launch per tiling, not per weight
+        assert torch.equal(losses[0], losses[1])
+        for (name, a), b in zip(plain.named_parameters(), wrapped.parameters()):
+            assert (a.grad is None) == (b.grad is None) and (a.grad is None or torch.equal(a.grad, b.grad)), name
+        gw.mark_step()
+    assert all(m.weight_transform.samples == 2 for m in lin.transformed_layers(wrapped))
+
+
 def test_forward_many_falls_back_to_one_launch_per_weight_when_the_group_fails(device, monkeypatch):
     """A grouped launch that fails (a Triton or GPU it does not build for) is said once, and every
     draw from then on takes its own launch, with the draws an uninterrupted run makes."""
