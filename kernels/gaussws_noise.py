@@ -397,18 +397,18 @@ def gaussws_noise_group(ws: Sequence[torch.Tensor], b: Union[int, Sequence[int]]
     (learnable b grids take ``gaussws_noise_ex``); the weights share a device."""
     if not ws:
         return []
-    ws = [_checked_weight(ws[0], "ws[0]")] + [_checked_weight(w, f"ws[{i}]", device_checked=w.device == ws[0].device)
-                                               for i, w in enumerate(ws[1:], 1)]
+    # Triton's availability asked once, for the first weight's device; the others must share it
+    ws = [_checked_weight(w, f"ws[{i}]", device_checked=i > 0) for i, w in enumerate(ws)]
+    dev = ws[0].device
+    if any(w.device != dev for w in ws):
+        devices = sorted({str(w.device) for w in ws})
+        raise ValueError(f"gaussws_noise_group: the weights must share a device, got {devices}")
     n = len(ws)
     bs = [b] * n if isinstance(b, (int, float)) and not isinstance(b, bool) else list(b)
     if len(seeds) != n or len(bs) != n or (outs is not None and len(outs) != n):
         raise ValueError(f"gaussws_noise_group: {n} weights need as many seeds, b values and outs, got "
                          f"{len(seeds)} seeds, {len(bs)} b values, {None if outs is None else len(outs)} outs")
     bs = [check_b(v) for v in bs]
-    dev = ws[0].device
-    if any(w.device != dev for w in ws):
-        devices = sorted({str(w.device) for w in ws})
-        raise ValueError(f"gaussws_noise_group: the weights must share a device, got {devices}")
     br, bc = _checked_block(block)
     native = _native_cast(bf16_cast)
     results = [_output(w, None if outs is None else outs[i], f"outs[{i}]") for i, w in enumerate(ws)]

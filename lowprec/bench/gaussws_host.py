@@ -39,10 +39,17 @@ class _NoLaunch:
 
 
 def linear_weight_shapes(model: dict) -> list:
-    """(out, in) of every linear weight of the model's blocks (Llama-style: q, k, v, o, gate, up, down)."""
-    d, f, layers = model["d_model"], model["ffn"], model["layers"]
-    kv = d * model.get("kv_heads", model["heads"]) // model["heads"]
-    return [(d, d), (kv, d), (kv, d), (d, d), (f, d), (f, d), (d, f)] * layers
+    """The stored shapes of the linear weights that converting the model swaps
+    (``lowprec.linear.linear_layers``: every one but the LM head), read from the model built on
+    the meta device."""
+    import torch
+
+    from ..linear import linear_layers
+    from ..models import build_model
+    from .train_step import VOCAB
+    with torch.device("meta"):
+        built = build_model(model, VOCAB)
+    return [tuple(layer.weight.shape) for _, _, _, layer, _ in linear_layers(built)]
 
 
 def time_paths(shapes: list, steps: int, warmup: int, device) -> dict:

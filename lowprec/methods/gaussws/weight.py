@@ -210,6 +210,10 @@ class GaussWSWeight(nn.Module):
         if tuple(w.shape) != self.shape:
             raise ValueError(f"weight shape {tuple(w.shape)} != the transform's {self.shape}")
 
+    def _out_dtype(self, w: torch.Tensor, asked: Optional[torch.dtype]) -> torch.dtype:
+        """The dtype a call returns W_c in: the one asked for, else the transform's, else w's."""
+        return asked or self.out_dtype or w.dtype
+
     def _stale(self, key) -> bool:
         """Whether this call draws a new W_c (the cache is of another step or weight version)."""
         c = self._cache
@@ -219,7 +223,7 @@ class GaussWSWeight(nn.Module):
         """W_c (training) or bf16(W) (evaluation) in ``out_dtype``, else the transform's
         ``out_dtype``, else the master weight's dtype."""
         self._check_shape(w)
-        out_dtype = out_dtype or self.out_dtype or w.dtype
+        out_dtype = self._out_dtype(w, out_dtype)
         if not self.training:
             if self.stable_output:  # a tensor of its own: the cached W_c may serve this step again
                 return self._kept("_eval_out", w).copy_(w.detach()).to(out_dtype)
@@ -254,10 +258,9 @@ class GaussWSWeight(nn.Module):
         The others (evaluation, a learnable b, the torch backend) take their own ``forward``."""
         for t, w in zip(transforms, ws):
             t._check_shape(w)
-        grouped = [i for i, (t, w) in enumerate(zip(transforms, ws)) if t._groupable(w)]
-        results: list = [None] * len(transforms)
-        for i in sorted(set(range(len(transforms))) - set(grouped)):
-            results[i] = transforms[i](ws[i], out_dtypes[i])
+        groupable = [t._groupable(w) for t, w in zip(transforms, ws)]
+        results = [None if g else t(w, d) for g, t, w, d in zip(groupable, transforms, ws, out_dtypes)]
+        grouped = [i for i, g in enumerate(groupable) if g]
         if not grouped:
             return results
         keys = {i: transforms[i]._key(ws[i]) for i in grouped}
@@ -282,14 +285,16 @@ class GaussWSWeight(nn.Module):
             GaussWSWeight._group_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             warnings.warn(f"GaussWS: the grouped noise launch failed ({GaussWSWeight._group_error}); "
                           "drawing each weight with its own launch from now on", RuntimeWarning)
-            return [t(w, d) for t, w, d in zip(transforms, ws, out_dtypes)]
+            for i in grouped:
+                results[i] = transforms[i](ws[i], out_dtypes[i])
+            return results
         for i, w_c in drawn.items():
             t = transforms[i]
             t.samples += 1
             t.last_backend = "triton"
             t._cache = {"key": keys[i], "w_c": w_c, "unit": None, "delta": None}
         caches = [transforms[i]._cache["w_c"] for i in grouped]
-        dtypes = [out_dtypes[i] or transforms[i].out_dtype or ws[i].dtype for i in grouped]
+        dtypes = [transforms[i]._out_dtype(ws[i], out_dtypes[i]) for i in grouped]
         for i, y in zip(grouped, _CachedWeights.apply((caches, dtypes), *[ws[i] for i in grouped])):
             results[i] = y
         return results
