@@ -229,6 +229,8 @@ class QLinear(nn.Module):
             w = self._weight_now
             if w is None:
                 w = self.weight if self.weight_transform is None else self.weight_transform(self.weight)
+            else:
+                w = linked_weight(self.weight, w)
             if fast:
                 counts = getattr(self, "mor_counts", None) if self.training else None
                 int8 = None
@@ -458,7 +460,8 @@ def transformed_layers(model: nn.Module) -> list:
 def graph_weights(layers: list) -> list:
     """``[m.graph_weight() for m in layers]``, where a transform class that transforms several
     weights at once (``forward_many(transforms, weights, out_dtypes)``: GaussWS's draws in one
-    launch and one autograd node) takes all of its layers in one call."""
+    launch, handed out detached for each layer to link, ``linked_weight``) takes all of its layers
+    in one call."""
     by_class: dict = {}
     for i, m in enumerate(layers):
         by_class.setdefault(type(m.weight_transform), []).append(i)
@@ -473,6 +476,29 @@ def graph_weights(layers: list) -> list:
         for i, w in zip(idx, got):
             out[i] = w
     return out
+
+
+def linked_weight(weight: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A layer's transformed weight ``w`` as its GEMMs take it: where a transform handed it over
+    detached (``graph_weights``), linked to the master ``weight`` with the identity gradient, cast
+    to the master's dtype (the straight-through gradient of GaussWS's fixed-b W_c). Applied inside
+    the layer, so in a compiled block the link is part of the block's graph: its backward makes
+    the master weights' gradients as it ends (DDP reduces them while the blocks before it run
+    theirs), where an autograd node made before the step would run after the whole backward."""
+    if w.requires_grad or not weight.requires_grad:
+        return w
+    return _StraightThrough.apply(weight, w)
+
+
+class _StraightThrough(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, weight, w):
+        ctx.weight_dtype = weight.dtype
+        return w.view_as(w)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(ctx.weight_dtype), None
 
 
 def unstable_weight_layers(model: nn.Module) -> list:

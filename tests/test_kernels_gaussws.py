@@ -23,6 +23,7 @@ from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noq
 [kg] = kernel_modules("lowprec.kernels.gaussws_noise")
 
 from lowprec.methods import gaussws as gw  # noqa: E402
+from lowprec import linear as lin  # noqa: E402
 
 DEVICES = kernel_devices(kg)
 
@@ -236,7 +237,8 @@ def test_weight_transform_uses_kernel_and_matches_torch_path(device):
 def test_forward_many_draws_in_one_launch_what_each_transform_draws(device, launches):
     """``GaussWSWeight.forward_many`` (what a compiled model calls before each step): every W_c,
     gradient and draw count the same bit for bit as each transform's own call, with the fixed-b
-    training draws in one launch and one autograd node; evaluation and a learnable b take their
+    training draws in one launch and handed out detached, for the layer to link with the identity
+    gradient (``lowprec.linear.linked_weight``); evaluation and a learnable b take their
     own calls; a second call in the step draws nothing, the next step draws again, and with
     ``stable_output`` into the same tensors."""
     shapes = [(96, 64), (64, 96), (96, 64), (64, 64)]
@@ -268,7 +270,8 @@ def test_forward_many_draws_in_one_launch_what_each_transform_draws(device, laun
                 w.grad = None
             got = gw.GaussWSWeight.forward_many(many, ws, dtypes)
             assert len(launches) == len(tilings) < 4  # a launch per stored block and tiling
-            assert len({y.grad_fn for y in got[:4]}) == 1 and got[4].grad_fn is not got[0].grad_fn
+            assert not any(y.requires_grad for y in got[:4]) and got[4].requires_grad  # learnable b: its own
+            got = [lin.linked_weight(w, y) for w, y in zip(ws, got)]
             sum((y.float() * g).sum() for y, g in zip(got, gs)).backward()
             for i in range(5):
                 assert got[i].dtype == want[i].dtype
@@ -297,10 +300,11 @@ def test_compiled_model_draws_its_layers_in_one_launch_and_trains_like_the_model
     """``lowprec.linear.compiled`` (blocks left uncompiled here: what is tested is the call before
     them) hands a GaussWS model's layers their W_c through ``forward_many``: a grouped launch a
     step for each tiling among the model's weights, and the loss and every gradient the same bit for
-    bit as the model called directly (each layer drawing its own)."""
+    bit as the model called directly (each layer drawing its own); the last block's master weights
+    have their gradients before the first block's backward begins (each layer links its W_c in its
+    own graph: DDP reduces a block's gradients while the blocks before it run backward)."""
     import copy
 
-    from lowprec import linear as lin
     from lowprec.models import build_model
     from lowprec.recipes import recipe_from_config
 
@@ -319,8 +323,15 @@ def test_compiled_model_draws_its_layers_in_one_launch_and_trains_like_the_model
         (br, bc), (rows, cols) = m.weight_transform.stored_block, m.weight.shape
         tilings.add((br, bc, kg._tiling_items(br, bc, -(-rows // br), -(-cols // bc))))
     ids = torch.randint(0, 128, (2, 16), device=device)
+    blocks = lin.repeated_blocks(wrapped)
+    events = []
+    blocks[0].register_full_backward_pre_hook(lambda module, grads: events.append("first block's backward"))
+    for b, block in enumerate(blocks):
+        for m in lin.transformed_layers(block):
+            m.weight.register_post_accumulate_grad_hook(lambda p, b=b: events.append(b))
     for _ in range(2):
         launches.clear()
+        events.clear()
         losses = []
         for m, call in ((plain, plain), (wrapped, model)):
             m.zero_grad()
@@ -328,6 +339,8 @@ def test_compiled_model_draws_its_layers_in_one_launch_and_trains_like_the_model
             loss.backward()
             losses.append(loss.detach())
         assert len(launches) == len(tilings) < len(layers)  # a launch per tiling, not per weight
+        per_block = len(layers) // len(blocks)
+        assert events == [1] * per_block + ["first block's backward"] + [0] * per_block, events
         assert torch.equal(losses[0], losses[1])
         for (name, a), b in zip(plain.named_parameters(), wrapped.parameters()):
             assert (a.grad is None) == (b.grad is None) and (a.grad is None or torch.equal(a.grad, b.grad)), name

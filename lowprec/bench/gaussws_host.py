@@ -1,7 +1,9 @@
 """Host time of GaussWS's weight transforms in one training step of a compiled model: the draws of
-W_c for every linear weight and the identity gradient's backward, one transform at a time
-(``GaussWSWeight.__call__``) against all at once (``GaussWSWeight.forward_many``, what
-``lowprec.linear.compiled`` calls), with the noise kernel's launches stubbed out.
+W_c for every linear weight and the eager backward of their identity gradient, one transform at a
+time (``GaussWSWeight.__call__``: an autograd node and a cast per weight) against all at once
+(``GaussWSWeight.forward_many``, what ``lowprec.linear.compiled`` calls: the W_c's detached, their
+gradient inside the compiled blocks' graphs, so nothing of it on the host), with the noise kernel's
+launches stubbed out.
 
     python -m lowprec.bench.gaussws_host --shape llama_100m --out results/gaussws/host_cpu.csv
 
@@ -78,7 +80,12 @@ def time_paths(shapes: list, steps: int, warmup: int, device) -> dict:
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
-                torch.autograd.backward(calls[path](), grads)
+                got = calls[path]()
+                # the eager autograd nodes a path leaves on the host (forward_many's W_c's come
+                # detached: their identity gradient is part of the compiled blocks' graphs)
+                linked = [(y, g) for y, g in zip(got, grads) if y.requires_grad]
+                if linked:
+                    torch.autograd.backward(*map(list, zip(*linked)))
                 elapsed = time.perf_counter() - t0
                 if i >= warmup:
                     times.append(elapsed)

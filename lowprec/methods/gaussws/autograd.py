@@ -1,5 +1,5 @@
 """GaussWS's autograd Functions: the cached W_c with an identity Jacobian for W (and -ln2 * R * Delta
-for a learnable b), alone or several in one node, and the straight-through rounding of a learnable b."""
+for a learnable b), and the straight-through rounding of a learnable b."""
 
 from __future__ import annotations
 
@@ -43,36 +43,6 @@ class _CachedWeight(torch.autograd.Function):
             if ctx.transposed:
                 gb = gb.t()
         return gw, gb, None, None, None, None, None, None
-
-
-class _CachedWeights(torch.autograd.Function):
-    """``_CachedWeight`` of several fixed-b weights as one autograd node: W_c's in, the identity
-    gradient out, each cast to its master weight's dtype by one multi-tensor copy. A model's draws
-    thus add one node and one copy kernel to a step instead of one node and one cast per layer
-    (98 M Llama with CUDA graphs: 84 of each, 3.7 ms of host time in a host-bound step). Its
-    backward runs once every W_c has its gradient (the master weights' gradients then arrive
-    together, at the end of the backward)."""
-
-    @staticmethod
-    def forward(ctx, caches_and_dtypes, *ws):
-        caches, out_dtypes = caches_and_dtypes
-        ctx.w_dtypes = [w.dtype for w in ws]
-        ctx.set_materialize_grads(False)
-        return tuple(c.view_as(c) if d == c.dtype else c.to(d) for c, d in zip(caches, out_dtypes))
-
-    @staticmethod
-    def backward(ctx, *gs):
-        grads = [g if g is None or g.dtype == dt else None for g, dt in zip(gs, ctx.w_dtypes)]
-        by_kind: dict = {}  # one copy per (device, dtypes) to cast: _foreach_copy_ wants them alike
-        for i, g in enumerate(gs):
-            if g is not None and grads[i] is None:
-                by_kind.setdefault((g.device, g.dtype, ctx.w_dtypes[i]), []).append(i)
-        for (_, _, w_dtype), idx in by_kind.items():
-            dst = [torch.empty_like(gs[i], dtype=w_dtype) for i in idx]
-            torch._foreach_copy_(dst, [gs[i] for i in idx])
-            for i, d in zip(idx, dst):
-                grads[i] = d
-        return (None, *grads)
 
 
 class _STEBits(torch.autograd.Function):

@@ -14,7 +14,7 @@ from torch import nn
 from ...numerics import QuantSpec, fake_quantize
 from ...numerics.checks import one_of
 from . import step_hook
-from .autograd import _CachedWeight, _CachedWeights, _STEBits
+from .autograd import _CachedWeight, _STEBits
 from .noise import NOISES, RNGS, gaussws_reference
 from .sampler import SAMPLERS, noise_seed
 from .step import B_RANGE, block_pair, grid_shape
@@ -250,12 +250,16 @@ class GaussWSWeight(nn.Module):
 
     @classmethod
     def forward_many(cls, transforms: list, ws: list, out_dtypes: list) -> list:
-        """``[t(w, out_dtype) for ...]``, each value and gradient the same bit for bit, with the
-        training draws of fixed-b transforms on the kernel's device made by one launch per stored
-        block and tiling (``gaussws_noise_group``) and their W_c's handed out by one autograd node
-        (``_CachedWeights``): what ``lowprec.linear.compiled`` calls before each step, where 84
-        draws, nodes and gradient casts a step set the pace of a 98 M model's CUDA graphs.
-        The others (evaluation, a learnable b, the torch backend) take their own ``forward``."""
+        """``[t(w, out_dtype) for ...]``, each value the same bit for bit, with the training draws
+        of fixed-b transforms on the kernel's device made by one launch per stored block and tiling
+        (``gaussws_noise_group``) and their W_c's handed out detached: their gradient is the
+        identity's, which the layer that multiplies a W_c applies in its own graph
+        (``lowprec.linear.linked_weight``), so that a compiled block's backward makes its master
+        weights' gradients, block by block, with no autograd node or cast of its own. What
+        ``lowprec.linear.compiled`` calls before each step, where 84 draws, autograd nodes and
+        gradient casts a step set the pace of a 98 M model's CUDA graphs (and one node for all
+        would hand every master weight its gradient at the end of the backward only). The others
+        (evaluation, a learnable b, the torch backend) take their own ``forward``."""
         for t, w in zip(transforms, ws):
             t._check_shape(w)
         groupable = [t._groupable(w) for t, w in zip(transforms, ws)]
@@ -293,10 +297,9 @@ class GaussWSWeight(nn.Module):
             t.samples += 1
             t.last_backend = "triton"
             t._cache = {"key": keys[i], "w_c": w_c, "unit": None, "delta": None}
-        caches = [transforms[i]._cache["w_c"] for i in grouped]
-        dtypes = [transforms[i]._out_dtype(ws[i], out_dtypes[i]) for i in grouped]
-        for i, y in zip(grouped, _CachedWeights.apply((caches, dtypes), *[ws[i] for i in grouped])):
-            results[i] = y
+        for i in grouped:
+            w_c, dtype = transforms[i]._cache["w_c"], transforms[i]._out_dtype(ws[i], out_dtypes[i])
+            results[i] = w_c if dtype == w_c.dtype else w_c.to(dtype)
         return results
 
     @classmethod
