@@ -2,7 +2,7 @@
 
 import pytest
 
-from lowprec.bench.common import parse_int_list, parse_names
+from lowprec.bench.common import inductor_options, parse_int_list, parse_names
 
 
 def test_parse_names_keeps_order_and_names_the_unknown(capsys):
@@ -80,13 +80,15 @@ def test_e2e_counts_low_precision_gemms_by_operator_or_by_kernel():
 
 def test_e2e_inductor_options_are_parsed_checked_and_kept_out_of_the_default_file(capsys):
     from lowprec.bench import e2e_step as e2e
-    got = e2e.inductor_options(["emulate_precision_casts=false", "max_autotune=True", "coordinate_descent_tuning=1"])
+    got = inductor_options("e2e_step", ["emulate_precision_casts=false", "max_autotune=True",
+                                        "coordinate_descent_tuning=1"])
     assert got == {"emulate_precision_casts": False, "max_autotune": True, "coordinate_descent_tuning": 1}
     for bad, says in (("nosuch_setting=1", "has no setting 'nosuch_setting'"),
                       ("emulate_precision_casts", "KEY=VALUE")):
         with pytest.raises(SystemExit) as exc:
-            e2e.inductor_options([bad])
-        assert exc.value.code == 2 and says in capsys.readouterr().err
+            inductor_options("e2e_step", [bad])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and says in err and err.startswith("e2e_step: ")
     with pytest.raises(SystemExit) as exc:  # the suite's rows keep the suite's numerics
         e2e.main(["--inductor", "emulate_precision_casts=false"])
     assert exc.value.code == 2 and "its own --out" in capsys.readouterr().err

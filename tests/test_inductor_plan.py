@@ -70,13 +70,31 @@ def test_cli_writes_the_plan_with_provenance_and_refuses_what_it_cannot_plan(tmp
     assert [(r["arm"], r["graph"]) for r in rows] == [("bf16_compiled", "forward"), ("bf16_compiled", "backward")]
     assert rows[0]["extern_calls"].startswith("extern_kernels.mm:7") and int(rows[0]["triton_kernels"]) > 0
     assert "extern_kernels.mm:14" in rows[1]["extern_calls"] and rows[0]["tokens"] == "512"
+    assert rows[0]["inductor_options"] == ""
     assert (tmp_path / "src" / "llama_100m_bf16_compiled_backward.py").read_text().count("def triton_") > 0
     assert os.environ["TRITON_INTERPRET"] == "1"
     prov = json.loads((tmp_path / "plan.provenance.json").read_text())
     assert "not a GPU measurement" in prov["note"] and prov["argv"]
     for argv, message in ((["--arms", "torchao_tensorwise"], "--arms: unknown"),
-                          (["--arms", "bf16_compiled", "--tokens", "0"], "--tokens must be positive")):
+                          (["--arms", "bf16_compiled", "--tokens", "0"], "--tokens must be positive"),
+                          (["--arms", "bf16_compiled", "--inductor", "no_such_setting=1"], "has no setting")):
         with pytest.raises(SystemExit) as e:
             ip.main([*argv, "--out", str(tmp_path / "x.csv")])
         assert e.value.code == 2 and message in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_combo_kernels_launch_independent_kernels_together():
+    """``--inductor combo_kernels=true``: the plan groups the CPU's independent kernels as Inductor
+    groups a GPU's (it leaves a CPU's out on its own), so FP8 current scaling's block shows fewer
+    launches for the same kernels' work (the bytes moved are unchanged), and the plan after it
+    is the default one again (the grouping and the settings restored, no cached graph reused)."""
+    default = {g: ip.summarize(s) for g, s in ip.plan("fp8_tensorwise_current", "llama_100m", tokens=512).items()}
+    combo = {g: ip.summarize(s) for g, s in ip.plan("fp8_tensorwise_current", "llama_100m", tokens=512,
+                                                     inductor={"combo_kernels": True}).items()}
+    again = {g: ip.summarize(s) for g, s in ip.plan("fp8_tensorwise_current", "llama_100m", tokens=512).items()}
+    for graph in ip.GRAPHS:
+        assert combo[graph]["launches"] < default[graph]["launches"], graph
+        assert combo[graph]["triton_gb"] == pytest.approx(default[graph]["triton_gb"], rel=1e-3)
+        assert combo[graph]["extern_calls"] == default[graph]["extern_calls"]
+        assert again[graph] == default[graph]

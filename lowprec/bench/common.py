@@ -45,6 +45,32 @@ def fail(prog: str, msg: str) -> NoReturn:
     sys.exit(2)
 
 
+def inductor_options(prog: str, items: list) -> dict:
+    """``--inductor`` KEY=VALUE items (``lowprec.bench.e2e_step``, ``inductor_plan``) as a dict of Inductor settings (true / false, integers and
+    numbers converted); exit 2 naming an item that is not KEY=VALUE or a KEY Inductor lacks."""
+    import torch._inductor.config as inductor_config
+
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            fail(prog, f"--inductor: {item!r} is not KEY=VALUE")
+        node = inductor_config
+        for part in key.split("."):
+            if not hasattr(node, part):
+                fail(prog, f"--inductor: torch._inductor.config has no setting {key!r}")
+            node = getattr(node, part)
+        value = {"true": True, "false": False}.get(text.lower(), text)
+        for conv in (int, float):
+            if isinstance(value, str):
+                try:
+                    value = conv(value)
+                except ValueError:
+                    pass
+        out[key] = value
+    return out
+
+
 def require_cuda(prog: str, hint: str = ""):
     """torch, or exit 2 without a CUDA device; hint is appended to the message."""
     import torch

@@ -59,7 +59,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import bench_parser, fail, fresh_compilation, parse_names, provenance_path, require_cuda
+from .common import bench_parser, fail, fresh_compilation, inductor_options, parse_names, provenance_path, require_cuda
 from .train_step import MODEL, optimizer, random_batches, step
 
 PROG = "e2e_step"
@@ -133,32 +133,6 @@ def _parse(argv):
                    help="write the CUDA kernels of each arm's profiled step, by total time, to <dir>/<shape>_<arm>.txt, "
                         "and the source of its slowest Inductor-generated Triton kernels to <dir>/<shape>_<arm>.kernels.txt")
     return p.parse_args(argv)
-
-
-def inductor_options(items: list) -> dict:
-    """``--inductor`` KEY=VALUE items as a dict of Inductor settings (true / false, integers and
-    numbers converted); exit 2 naming an item that is not KEY=VALUE or a KEY Inductor lacks."""
-    import torch._inductor.config as inductor_config
-
-    out = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            fail(PROG, f"--inductor: {item!r} is not KEY=VALUE")
-        node = inductor_config
-        for part in key.split("."):
-            if not hasattr(node, part):
-                fail(PROG, f"--inductor: torch._inductor.config has no setting {key!r}")
-            node = getattr(node, part)
-        value = {"true": True, "false": False}.get(text.lower(), text)
-        for conv in (int, float):
-            if isinstance(value, str):
-                try:
-                    value = conv(value)
-                except ValueError:
-                    pass
-        out[key] = value
-    return out
 
 
 def _torchao_convert(model, recipe: str):
@@ -411,7 +385,7 @@ def main(argv=None) -> int:
     if args.merge_from:
         merge_outputs(Path(args.out), args.merge_from)
         return 0
-    args.inductor_options = inductor_options(args.inductor)
+    args.inductor_options = inductor_options(PROG, args.inductor)
     from .. import provenance
     switches = provenance.switches()
     nondefault = [f"--inductor {' '.join(args.inductor)}"] if args.inductor_options else []

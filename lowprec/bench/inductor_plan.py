@@ -21,7 +21,12 @@ model (``lowprec.bench.e2e_step.SHAPES``), compiled as training compiles it
 (``lowprec.linear.compiled``: the eager numerics, the graph passes), under bf16 autocast, with the
 fast paths on (``LOWPREC_FAST_PATH=all``) and delayed scaling in its steady state (histories
 recorded, ``QLinear.histories_recorded``). ``--tokens`` sets the tokens of the traced call (default
-the shape's step: reductions over a whole tensor split by its size).
+the shape's step: reductions over a whole tensor split by its size). ``--inductor KEY=VALUE``
+(repeatable, as in ``lowprec.bench.e2e_step``) plans under other Inductor settings, named in each
+row's ``inductor_options``: ``combo_kernels=true``, for one, shows how many launches Inductor's
+combo kernels (independent kernels of a graph launched as one) would save; Inductor groups them for
+GPU devices only, so the plan groups the CPU's nodes as it would a GPU's (``_combo_groups``). Every
+plan compiles afresh (Inductor's caches off: a cached graph would not show a setting's effect).
 """
 
 from __future__ import annotations
@@ -33,11 +38,11 @@ import re
 import sys
 from pathlib import Path
 
-from .common import bench_parser, fail, parse_names, write_rows
+from .common import bench_parser, fail, inductor_options, parse_names, write_rows
 
 PROG = "inductor_plan"
 FIELDS = ["shape", "arm", "graph", "tokens", "triton_kernels", "reductions", "pointwise", "launches",
-          "triton_gb", "extern_calls", "commit"]
+          "triton_gb", "extern_calls", "inductor_options", "commit"]
 GRAPHS = ("forward", "backward")
 
 
@@ -72,12 +77,17 @@ def triton_codegen_on_cpu(sources: list):
         sources.append(Path(path).read_text())
         return _Unloaded(path)
 
+    from torch._inductor.scheduler import ForeachKernelSchedulerNode as combos
+
     saved = (inductor_config.cpu_backend, torch_triton.triton_hash_with_backend,
-             codecache.PyCodeCache.__dict__["load_by_key_path"], os.environ.pop("TRITON_INTERPRET", None))
+             codecache.PyCodeCache.__dict__["load_by_key_path"], os.environ.pop("TRITON_INTERPRET", None),
+             combos.group_algorithm_for_combo_kernels, inductor_config.force_disable_caches)
     # without a GPU Triton has no active driver to name the backend's hash with
     inductor_config.cpu_backend = "triton"
+    inductor_config.force_disable_caches = True
     torch_triton.triton_hash_with_backend = lambda: "cpu-plan"
     codecache.PyCodeCache.load_by_key_path = staticmethod(capture)
+    combos.set_group_algorithm_for_combo_kernels(_combo_groups)
     # under the Triton interpreter Inductor loads each kernel's source in the process as it
     # generates it; here kernels are only generated
     try:
@@ -87,6 +97,29 @@ def triton_codegen_on_cpu(sources: list):
         codecache.PyCodeCache.load_by_key_path = saved[2]
         if saved[3] is not None:
             os.environ["TRITON_INTERPRET"] = saved[3]
+        combos.set_group_algorithm_for_combo_kernels(saved[4])
+        inductor_config.force_disable_caches = saved[5]
+
+
+def _combo_groups(scheduler) -> list:
+    """The candidate groups of combo kernels (``combo_kernels=True``) for a plan on the CPU: in each
+    set of nodes that the scheduler's topological order leaves independent of one another, the
+    nodes with a device, in runs of at most ``combo_kernel_max_num_nodes``. Inductor's own grouping
+    is the same for a GPU's nodes but leaves a CPU's out; nodes that read the outputs of a fused
+    mix-order reduction stay out here as there. Which groups become combo kernels is then
+    Inductor's decision, as on a GPU."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.scheduler import FusedMixOrderReductions
+
+    layers = scheduler._topological_sort_nodes()
+    mixed = {name for layer in layers for node in layer if isinstance(node, FusedMixOrderReductions)
+             for name in node.get_buffer_names()}
+    size = inductor_config.combo_kernel_max_num_nodes
+    groups = []
+    for layer in layers:
+        nodes = [n for n in layer if n.get_device() is not None and not (n.used_buffer_names() & mixed)]
+        groups += [nodes[i:i + size] for i in range(0, len(nodes), size)]
+    return groups
 
 
 def _until_captured(call, sources: list) -> None:
@@ -130,8 +163,9 @@ def summarize(source: str) -> dict:
             "extern_calls": ";".join(f"{name}:{n}" for name, n in sorted(externs.items()))}
 
 
-def _block_model(arm: str, shape: dict, recorded: bool):
-    """One layer of the shape's model, converted for the arm and wrapped as training compiles it."""
+def _block_model(arm: str, shape: dict, recorded: bool, inductor: dict | None = None):
+    """One layer of the shape's model, converted for the arm and wrapped as training compiles it
+    (``inductor``: Inductor settings over the compiled blocks' own)."""
     import torch
 
     from ..gemm import FastPlan
@@ -152,13 +186,15 @@ def _block_model(arm: str, shape: dict, recorded: bool):
     for m in model.modules():
         if isinstance(m, QLinear):
             m.histories_recorded = recorded
-    return compiled(model)
+    return compiled(model, options=dict(inductor or {}))
 
 
-def plan(arm: str, shape_name: str, tokens: int | None = None, recorded: bool = True) -> dict:
+def plan(arm: str, shape_name: str, tokens: int | None = None, recorded: bool = True,
+         inductor: dict | None = None) -> dict:
     """{graph: generated source} of one block of ``shape_name`` under ``arm`` (``tokens``: of the
     traced call, whole sequences of the shape's length or one shorter sequence; default the shape's
-    step). ``recorded``: delayed scaling's histories hold an amax (its steady state)."""
+    step). ``recorded``: delayed scaling's histories hold an amax (its steady state). ``inductor``:
+    Inductor settings over the compiled blocks' own (``--inductor``)."""
     import torch
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
@@ -174,7 +210,7 @@ def plan(arm: str, shape_name: str, tokens: int | None = None, recorded: bool = 
     sources: list = []
     torch._dynamo.reset()
     try:
-        model = _block_model(arm, shape, recorded)
+        model = _block_model(arm, shape, recorded, inductor)
         # the backward lowered with the forward (AOTAutograd's eager backward lowering), so that
         # both are generated before the forward would run
         # benchmark_kernel: each kernel's metadata says the bytes it moves (kernel_num_gb)
@@ -198,6 +234,8 @@ def _parse(argv):
                    help="comma-separated subset of the end-to-end benchmark's compiled arms (default: all but "
                         f"{', '.join(CUDA_FORM_ONLY)}, whose GEMMs have no CPU form like the GPU's)")
     p.add_argument("--tokens", type=int, default=None, help="tokens of the traced call (default: the shape's step)")
+    p.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
+                   help="an Inductor setting over the compiled blocks' own (e.g. combo_kernels=true); repeatable")
     p.add_argument("--sources", default=None,
                    help="write each graph's generated module to DIR/<shape>_<arm>_<graph>.py")
     return p.parse_args(argv)
@@ -224,20 +262,22 @@ def main(argv=None) -> int:
     arms = parse_names(PROG, "--arms", args.arms, _plannable(ARMS))
     if args.tokens is not None and args.tokens < 1:
         fail(PROG, f"--tokens must be positive, got {args.tokens}")
+    inductor = inductor_options(PROG, args.inductor)
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     commit = provenance.git_commit()
     rows, skipped = [], {}
     for shape in shapes:
         for arm in arms:
             try:
-                sources = plan(arm, shape, args.tokens)
+                sources = plan(arm, shape, args.tokens, inductor=inductor)
             except NoFastPath as exc:
                 skipped[f"{shape}/{arm}"] = str(exc)
                 print(f"# {shape} {arm}: skipped ({exc})", flush=True)
                 continue
             for graph, source in sources.items():
                 row = {"shape": shape, "arm": arm, "graph": graph, "tokens": args.tokens or "step",
-                       **summarize(source), "commit": commit}
+                       **summarize(source), "inductor_options": ";".join(f"{k}={v}" for k, v in inductor.items()),
+                       "commit": commit}
                 rows.append(row)
                 print(f"{shape:10s} {arm:24s} {graph:8s} {row['triton_kernels']:3d} kernels  {row['launches']:3d} "
                       f"launches  {row['triton_gb']} GB  {row['extern_calls']}", flush=True)
