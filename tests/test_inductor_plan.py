@@ -98,3 +98,15 @@ def test_combo_kernels_launch_independent_kernels_together():
         assert combo[graph]["triton_gb"] == pytest.approx(default[graph]["triton_gb"], rel=1e-3)
         assert combo[graph]["extern_calls"] == default[graph]["extern_calls"]
         assert again[graph] == default[graph]
+
+
+def test_the_scheduler_plans_as_for_a_gpu():
+    """Inductor runs loop ordering after fusion for GPU nodes only; the plan schedules the CPU's
+    Triton nodes as a GPU's, so that (as on the H200, ``profiles/llama_1b_mor_channel_48cad10``)
+    per-channel MoR's transposed casts fuse into the reductions that read the same tensor: fewer
+    kernels, and fewer bytes, than with that pass switched off, which a CPU plan without it could
+    not tell apart."""
+    on = ip.summarize(ip.plan("mor_channel", "llama_100m", tokens=1024)["backward"])
+    off = ip.summarize(ip.plan("mor_channel", "llama_100m", tokens=1024,
+                               inductor={"loop_ordering_after_fusion": False})["backward"])
+    assert on["triton_kernels"] < off["triton_kernels"] and on["triton_gb"] < off["triton_gb"]

@@ -11,7 +11,7 @@ decision cost a pass of its own?) shows here in seconds of CPU time, before a GP
 on it. How: Inductor compiles the block with its Triton backend for the CPU device
 (``cpu_backend = "triton"``), and the generated module's source is taken before it is loaded, so
 no Triton kernel is compiled and nothing runs on a GPU. The scheduler and its fusion heuristics
-are the GPU's; what differs is what the suite's code decides by the device: paths that need CUDA
+are the GPU's (its GPU-only passes run for the CPU's nodes, ``_schedule_as_gpu``); what differs is what the suite's code decides by the device: paths that need CUDA
 take their CPU form (MoR's cast pass, the cuBLAS block-scaled pair of blockwise FP8 and per-block
 MoR, which shows as a BF16 ``mm`` here, the INT8 GEMM's operator, flash attention), and the GPU's
 Triton autotuning does not happen (launch configurations are not part of the plan). Both graphs come from one
@@ -88,6 +88,7 @@ def triton_codegen_on_cpu(sources: list):
     torch_triton.triton_hash_with_backend = lambda: "cpu-plan"
     codecache.PyCodeCache.load_by_key_path = staticmethod(capture)
     combos.set_group_algorithm_for_combo_kernels(_combo_groups)
+    undo_gpu = _schedule_as_gpu()
     # under the Triton interpreter Inductor loads each kernel's source in the process as it
     # generates it; here kernels are only generated
     try:
@@ -99,6 +100,45 @@ def triton_codegen_on_cpu(sources: list):
             os.environ["TRITON_INTERPRET"] = saved[3]
         combos.set_group_algorithm_for_combo_kernels(saved[4])
         inductor_config.force_disable_caches = saved[5]
+        undo_gpu()
+
+
+def _schedule_as_gpu():
+    """Make Inductor's scheduler decide for the CPU's Triton nodes as it does for a GPU's; returns
+    what undoes it. Some of its passes run for GPU nodes only: loop ordering after fusion (a node's
+    loops kept unmerged, so that a consumer may fuse in another loop order: e.g. a transposed store
+    into a row reduction, which the H200's profile of per-channel MoR shows and a plan without it
+    did not) and the reindexing and loop inversion that go with it. Here the scheduler's device
+    test (``is_gpu``) answers yes for the CPU and a node's ``is_cpu`` no, except where a GPU's
+    answer is not about scheduling: creating the device's backend (which asks a GPU for its index)
+    and 0-d CPU tensors, which on a GPU are host scalars (here every tensor is the CPU's, as none is
+    on a GPU). Other GPU-only decisions (mixed-order reductions, for CUDA and XPU by name) stay the
+    CPU's."""
+    from torch._inductor import scheduler
+
+    saved = (scheduler.is_gpu, scheduler.BaseSchedulerNode.is_cpu, scheduler.Scheduler.create_backend,
+             scheduler.Scheduler.update_zero_dim_cpu_tensor)
+    device_is_gpu, create_backend = saved[0], saved[2]
+
+    def create_backend_as_itself(self, device):
+        scheduler.is_gpu = device_is_gpu
+        try:
+            return create_backend(self, device)
+        finally:
+            scheduler.is_gpu = is_gpu
+
+    def is_gpu(device_type) -> bool:
+        return device_type == "cpu" or device_is_gpu(device_type)
+
+    scheduler.is_gpu = is_gpu
+    scheduler.BaseSchedulerNode.is_cpu = lambda self: False
+    scheduler.Scheduler.create_backend = create_backend_as_itself
+    scheduler.Scheduler.update_zero_dim_cpu_tensor = lambda self: None
+
+    def undo():
+        (scheduler.is_gpu, scheduler.BaseSchedulerNode.is_cpu, scheduler.Scheduler.create_backend,
+         scheduler.Scheduler.update_zero_dim_cpu_tensor) = saved
+    return undo
 
 
 def _combo_groups(scheduler) -> list:
