@@ -110,3 +110,6 @@ def test_the_scheduler_plans_as_for_a_gpu():
     off = ip.summarize(ip.plan("mor_channel", "llama_100m", tokens=1024,
                                inductor={"loop_ordering_after_fusion": False})["backward"])
     assert on["triton_kernels"] < off["triton_kernels"] and on["triton_gb"] < off["triton_gb"]
+    from torch._inductor import scheduler  # the scheduler's own answers again after a plan
+    assert not scheduler.is_gpu("cpu") and scheduler.BaseSchedulerNode.is_cpu.__name__ == "is_cpu"
+    assert scheduler.Scheduler.create_backend.__name__ == "create_backend"
