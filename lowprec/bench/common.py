@@ -46,8 +46,9 @@ def fail(prog: str, msg: str) -> NoReturn:
 
 
 def inductor_options(prog: str, items: list) -> dict:
-    """``--inductor`` KEY=VALUE items (``lowprec.bench.e2e_step``, ``inductor_plan``) as a dict of Inductor settings (true / false, integers and
-    numbers converted); exit 2 naming an item that is not KEY=VALUE or a KEY Inductor lacks."""
+    """``--inductor`` KEY=VALUE items (``lowprec.bench.e2e_step``, ``inductor_plan``) as a dict of
+    Inductor settings (true / false, integers and numbers converted); exit 2 naming an item that is
+    not KEY=VALUE or a KEY Inductor lacks."""
     import torch._inductor.config as inductor_config
 
     out = {}

@@ -11,11 +11,11 @@ decision cost a pass of its own?) shows here in seconds of CPU time, before a GP
 on it. How: Inductor compiles the block with its Triton backend for the CPU device
 (``cpu_backend = "triton"``), and the generated module's source is taken before it is loaded, so
 no Triton kernel is compiled and nothing runs on a GPU. The scheduler and its fusion heuristics
-are the GPU's (its GPU-only passes run for the CPU's nodes, ``_schedule_as_gpu``); what differs is what the suite's code decides by the device: paths that need CUDA
-take their CPU form (MoR's cast pass, the cuBLAS block-scaled pair of blockwise FP8 and per-block
-MoR, which shows as a BF16 ``mm`` here, the INT8 GEMM's operator, flash attention), and the GPU's
-Triton autotuning does not happen (launch configurations are not part of the plan). Both graphs come from one
-compilation: AOTAutograd lowers the backward with the forward (its eager backward lowering), and
+are the GPU's (its GPU-only passes run for the CPU's nodes, ``_schedule_as_gpu``); what differs
+is what the suite's code decides by the device: paths that need CUDA take their CPU form (MoR's
+cast pass, the cuBLAS block-scaled pair of blockwise FP8 and per-block MoR, which shows as a BF16
+``mm`` here, the INT8 GEMM's operator, flash attention), and the GPU's Triton autotuning does not
+happen (launch configurations are not part of the plan). Both graphs come from one compilation: AOTAutograd lowers the backward with the forward (its eager backward lowering), and
 the traced call stops where the forward would first run. The block is one layer of the shape's
 model (``lowprec.bench.e2e_step.SHAPES``), compiled as training compiles it
 (``lowprec.linear.compiled``: the eager numerics, the graph passes), under bf16 autocast, with the
@@ -149,10 +149,11 @@ def _combo_groups(scheduler) -> list:
     mix-order reduction stay out here as there. Which groups become combo kernels is then
     Inductor's decision, as on a GPU."""
     import torch._inductor.config as inductor_config
-    from torch._inductor.scheduler import FusedMixOrderReductions
+    from torch._inductor import scheduler as inductor_scheduler
 
+    fused_mixed = getattr(inductor_scheduler, "FusedMixOrderReductions", ())  # absent from older torch
     layers = scheduler._topological_sort_nodes()
-    mixed = {name for layer in layers for node in layer if isinstance(node, FusedMixOrderReductions)
+    mixed = {name for layer in layers for node in layer if isinstance(node, fused_mixed)
              for name in node.get_buffer_names()}
     size = inductor_config.combo_kernel_max_num_nodes
     groups = []
