@@ -108,13 +108,13 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
     results/bench/int8_gemm_h200_tune.csv; the 3-stage tiles won the 1 B step's forward shapes,
     results/bench/int8_gemm_h200_3stage/). The software-pipelined loop (``pipelined``: one K-group
     a step, its dot in flight while the previous product is rescaled) for the 128x128 and the
-    4-warp tiles. The warp-specialized loop (``warp_specialize``) for the 8-warp tiles: Triton
-    (3.6, the GPU machine's, and 3.9) compiles it for sm_90 there, pointer and descriptor loads,
-    fused second parts or not (``tests/test_kernels_int8_fallback.py`` compiles each for the target
-    without a GPU), but not for the 4-warp tiles whose scales are one per K-group and tile
+    4-warp tiles. The warp-specialized loop (``warp_specialize``) for the 8-warp tiles and the
+    64x128 4-warp tile on descriptor loads: Triton (3.6, the GPU machine's, and 3.9) compiles it
+    for sm_90 there, fused second parts or not (``tests/test_kernels_int8_fallback.py`` compiles
+    each for the target without a GPU), but not for the 4-warp tiles on pointer loads
     (NVGPUWarpSpecialization: "operation destroyed but still has uses"; the H200 run at bfc9b5d
-    tried only such a tile), which are left out. A candidate that fails to build on a GPU is
-    ruled out by the tuner with its error (``tuning_log``)."""
+    tried only such a tile) nor for every group on the 128x64 one, which are left out. A candidate
+    that fails to build on a GPU is ruled out by the tuner with its error (``tuning_log``)."""
     kg = _default_k_groups(gk)
     tiles = ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4))
     out = [GemmConfig(bm, bn, kg, w, st) for bm, bn, w, st in tiles]
@@ -128,6 +128,10 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
     out += [GemmConfig(bm, bn, 1, w, st, pipelined=True) for bm, bn, w, st in tiles[:2] + tiles[4:]]
     if tma:
         out += [replace(c, tma=True) for c in out]
+        # the 4-warp tile that the 1 B step's shapes chose (on descriptor loads) compiles warp-
+        # specialized on descriptor loads; its 128x64 twin does not for every group
+        out += [replace(c, warp_specialize=True) for c in out
+                if c.tma and not c.pipelined and (c.block_m, c.block_n, c.num_warps) == (64, 128, 4)]
     fitted = []
     for cfg in out:
         while smem_bytes(cfg, gk) > SMEM_BUDGET and cfg.num_stages > 2:
