@@ -84,36 +84,35 @@ def test_cli_writes_the_plan_with_provenance_and_refuses_what_it_cannot_plan(tmp
     assert not (tmp_path / "x.csv").exists()
 
 
-def test_combo_kernels_launch_independent_kernels_together():
-    """``--inductor combo_kernels=true``: the plan groups the CPU's independent kernels as Inductor
-    groups a GPU's (it leaves a CPU's out on its own), so FP8 current scaling's block shows fewer
-    launches for the same kernels' work (the bytes moved are unchanged), and Inductor's own
-    grouping and settings come back after the plan."""
-    import torch._inductor.config as inductor_config
-    from torch._inductor.scheduler import ForeachKernelSchedulerNode
+def test_combo_kernels_and_the_gpus_scheduling():
+    """FP8 current scaling's block at 512 tokens planned as it is, under ``--inductor
+    combo_kernels=true`` and with loop ordering after fusion off (one test: each plan is a
+    compilation).
 
-    grouping = ForeachKernelSchedulerNode.group_algorithm_for_combo_kernels
-    default = {g: ip.summarize(s) for g, s in ip.plan("fp8_tensorwise_current", "llama_100m", tokens=512).items()}
-    combo = {g: ip.summarize(s) for g, s in ip.plan("fp8_tensorwise_current", "llama_100m", tokens=512,
-                                                     inductor={"combo_kernels": True}).items()}
+    Combo kernels: the plan groups the CPU's independent kernels as Inductor groups a GPU's (it
+    leaves a CPU's out on its own), so the block shows fewer launches for the same kernels' work
+    (the bytes moved are unchanged). Scheduling: Inductor runs loop ordering after fusion for GPU
+    nodes only; the plan schedules the CPU's Triton nodes as a GPU's, so that the backward's
+    transposed casts fuse with kernels that read the same tensor, as on the H200 (where per-channel
+    MoR's fused into its error reductions, ``profiles/llama_1b_mor_channel_48cad10``): fewer
+    launches and bytes than with that pass switched off, which a plan without it could not tell
+    apart. Inductor's own grouping, settings and device answers come back after the plans."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor import scheduler
+
+    grouping = scheduler.ForeachKernelSchedulerNode.group_algorithm_for_combo_kernels
+    plans = {name: {g: ip.summarize(s) for g, s in ip.plan("fp8_tensorwise_current", "llama_100m", tokens=512,
+                                                            inductor=opts).items()}
+             for name, opts in (("default", {}), ("combo", {"combo_kernels": True}),
+                                ("no_loop_ordering", {"loop_ordering_after_fusion": False}))}
+    default, combo = plans["default"], plans["combo"]
     for graph in ip.GRAPHS:
         assert combo[graph]["launches"] < default[graph]["launches"], graph
         assert combo[graph]["triton_gb"] == pytest.approx(default[graph]["triton_gb"], rel=1e-3)
         assert combo[graph]["extern_calls"] == default[graph]["extern_calls"]
-    assert ForeachKernelSchedulerNode.group_algorithm_for_combo_kernels is grouping
+    on, off = default["backward"], plans["no_loop_ordering"]["backward"]
+    assert on["launches"] < off["launches"] and on["triton_gb"] < off["triton_gb"]
+    assert scheduler.ForeachKernelSchedulerNode.group_algorithm_for_combo_kernels is grouping
     assert not inductor_config.combo_kernels and not inductor_config.force_disable_caches
-
-
-def test_the_scheduler_plans_as_for_a_gpu():
-    """Inductor runs loop ordering after fusion for GPU nodes only; the plan schedules the CPU's
-    Triton nodes as a GPU's, so that (as on the H200, ``profiles/llama_1b_mor_channel_48cad10``)
-    per-channel MoR's transposed casts fuse into the reductions that read the same tensor: fewer
-    kernels, and fewer bytes, than with that pass switched off, which a CPU plan without it could
-    not tell apart."""
-    on = ip.summarize(ip.plan("mor_channel", "llama_100m", tokens=1024)["backward"])
-    off = ip.summarize(ip.plan("mor_channel", "llama_100m", tokens=1024,
-                               inductor={"loop_ordering_after_fusion": False})["backward"])
-    assert on["triton_kernels"] < off["triton_kernels"] and on["triton_gb"] < off["triton_gb"]
-    from torch._inductor import scheduler  # the scheduler's own answers again after a plan
     assert not scheduler.is_gpu("cpu") and scheduler.BaseSchedulerNode.is_cpu.__name__ == "is_cpu"
     assert scheduler.Scheduler.create_backend.__name__ == "create_backend"
