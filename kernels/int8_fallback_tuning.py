@@ -111,7 +111,7 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
     4-warp tiles. The warp-specialized loop (``warp_specialize``) for the 8-warp tiles and the
     64x128 4-warp tile on descriptor loads: Triton (3.6, the GPU machine's, and 3.9) compiles it
     for sm_90 there, fused second parts or not (``tests/test_kernels_int8_fallback.py`` compiles
-    each for the target without a GPU), but not for the 4-warp tiles on pointer loads
+    one of each kind for the target without a GPU), but not for the 4-warp tiles on pointer loads
     (NVGPUWarpSpecialization: "operation destroyed but still has uses"; the H200 run at bfc9b5d
     tried only such a tile) nor for every group on the 128x64 one, which are left out. A candidate
     that fails to build on a GPU is ruled out by the tuner with its error (``tuning_log``)."""
