@@ -109,7 +109,7 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
     results/bench/int8_gemm_h200_3stage/). The software-pipelined loop (``pipelined``: one K-group
     a step, its dot in flight while the previous product is rescaled) for the 128x128 and the
     4-warp tiles. The warp-specialized loop (``warp_specialize``) for the 8-warp tiles and the
-    64x128 4-warp tile on descriptor loads: Triton (3.6, the GPU machine's, and 3.9) compiles it
+    64x128 4-warp tile on descriptor loads: Triton (3.6, the H200's, and 3.9) compiles it
     for sm_90 there, fused second parts or not (``tests/test_kernels_int8_fallback.py`` compiles
     one of each kind for the target without a GPU), but not for the 4-warp tiles on pointer loads
     (NVGPUWarpSpecialization: "operation destroyed but still has uses"; the H200 run at bfc9b5d
