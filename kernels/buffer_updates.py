@@ -1,7 +1,6 @@
 """Triton kernels for the small in-place updates of a layer's state buffers inside a compiled step: a
 delayed scaler's amax history (``lowprec.numerics.scaling.delayed_step_``), the rows added to a
-counts buffer (``lowprec.methods.layer_buffers.add_rows_``) or the calls and choices of a GEMM's
-operands counted in it (``count_choices_``), the dynamic fallback rule's level of
+counts buffer (``lowprec.methods.layer_buffers.add_rows_``), the dynamic fallback rule's level of
 a slot (``lowprec.methods.int8_fallback_state.set_level_``) and a layer's call counter, read for its
 random key and advanced (``lowprec.numerics.rounding_stream.take_count_``).
 
@@ -16,7 +15,6 @@ API (each takes ``launcher``: None to launch here, or ``torch.library.wrap_trito
 
     delayed_step(ring, count, amax, use_max, out)   # out = the amax to quantize with; then record amax
     add_rows(buffer, row, update)                   # buffer[row:row + R, :C] += update (R, C) or (R,)
-    count_choices(buffer, row, choices)             # buffer[row + i, :2] += (1, choices[i])
     set_level(levels, steps, slot, level)           # levels[slot] = level; steps[slot] += 1
     take_count(count, out, advance)                 # out = count; then count += 1 if advance
     takes_kernel(buffer), triton_available(device=None), cuda_ready(), interpreter_active()
@@ -35,7 +33,7 @@ from ._common import _next_pow2
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["delayed_step", "add_rows", "count_choices", "set_level", "take_count", "takes_kernel", "triton_available",
+__all__ = ["delayed_step", "add_rows", "set_level", "take_count", "takes_kernel", "triton_available",
            "cuda_ready", "interpreter_active"]
 
 # the ring's elements one loop step reads (histories are 1024 long by default: one step)
@@ -74,15 +72,6 @@ if triton is not None:
         m = (r < R) & (c < C)
         dst = buf_ptr + (row + r) * stride_b + c
         tl.store(dst, tl.load(dst, mask=m) + tl.load(upd_ptr + r * C + c, mask=m), mask=m)
-
-    @triton.jit
-    def _count_choices_kernel(buf_ptr, choices_ptr, row, R, stride_b, BLOCK_R: tl.constexpr):
-        r = tl.arange(0, BLOCK_R)
-        m = r < R
-        calls = buf_ptr + (row + r) * stride_b
-        tl.store(calls, tl.load(calls, mask=m) + 1, mask=m)
-        chosen = tl.load(choices_ptr + r, mask=m, other=0).to(tl.int32)
-        tl.store(calls + 1, tl.load(calls + 1, mask=m) + chosen.to(buf_ptr.dtype.element_ty), mask=m)
 
     @triton.jit
     def _set_level_kernel(levels_ptr, steps_ptr, slot, level_ptr):
@@ -167,25 +156,6 @@ def add_rows(buffer: torch.Tensor, row: int, update: torch.Tensor, launcher=None
     launch = _c.launch(_add_rows_kernel, launcher)
     launch[(1,)](buffer, update.contiguous(), row, R, C, stride, BLOCK_R=_next_pow2(R), BLOCK_C=_next_pow2(C),
                  num_warps=1)
-
-
-def count_choices(buffer: torch.Tensor, row: int, choices: torch.Tensor, launcher=None) -> None:
-    """buffer[row + i, 0] += 1 and buffer[row + i, 1] += choices[i] for each of the R choices (a 1-D
-    bool tensor): R calls and what each chose, counted in one launch where a (R, 2) update built
-    beside it cost two launches more (a column of ones, the choices cast into the other)."""
-    _require(buffer, "lowprec.methods.layer_buffers.count_choices_")
-    if buffer.dim() != 2 or buffer.shape[1] < 2 or buffer.stride(-1) != 1 or buffer.dtype.is_floating_point:
-        raise ValueError(f"buffer must be a 2-D integer tensor of at least 2 columns, the last contiguous, got "
-                         f"{buffer.dtype} {tuple(buffer.shape)}")
-    if choices.dim() != 1 or choices.dtype != torch.bool:
-        raise ValueError(f"choices must be a 1-D bool tensor, got {choices.dtype} {tuple(choices.shape)}")
-    R = choices.numel()
-    if not 0 <= row <= buffer.shape[0] - R or R > _MAX_UPDATE:
-        raise ValueError(f"rows {row}..{row + R} outside the buffer {tuple(buffer.shape)} (or over {_MAX_UPDATE})")
-    if R == 0:
-        return
-    launch = _c.launch(_count_choices_kernel, launcher)
-    launch[(1,)](buffer, choices.contiguous(), row, R, buffer.stride(0), BLOCK_R=_next_pow2(R), num_warps=1)
 
 
 def set_level(levels: torch.Tensor, steps: torch.Tensor, slot: int, level: torch.Tensor, launcher=None) -> None:

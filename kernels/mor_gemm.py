@@ -228,14 +228,14 @@ if triton is not None:
 
     @triton.jit
     def _mor_gemm_kernel(ac_ptr, ah_ptr, as_ptr, ae_ptr, bc_ptr, bh_ptr, bs_ptr, be_ptr, c_ptr, info_ptr,
-                         M, N, K, thr_a, thr_b,
+                         cnt_ptr, cnt_row, s_cnt, M, N, K, thr_a, thr_b,
                          s_acm, s_ack, s_ahm, s_ahk, s_asr, s_asc, a_br, a_bc,
                          s_bcn, s_bck, s_bhn, s_bhk, s_bsr, s_bsc, b_br, b_bc,
                          A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K8: tl.constexpr,
                          BLOCK_K16: tl.constexpr, GROUP_M: tl.constexpr, PROMOTE: tl.constexpr,
                          EVEN: tl.constexpr, OUT_BF16: tl.constexpr, FIXUP: tl.constexpr,
-                         INTERP: tl.constexpr):
+                         COUNT: tl.constexpr, INTERP: tl.constexpr):
         if not INTERP:
             # fp8 codes are read as their bits (uint8 in the interpreter already): the BF16 loop
             # decodes them, and a masked load's fill must be an integer
@@ -248,6 +248,16 @@ if triton is not None:
         first = pid == 0
         tl.store(info_ptr, e4a.to(tl.int32), mask=first)
         tl.store(info_ptr + 1, e4b.to(tl.int32), mask=first)
+        if COUNT:
+            # one call and each operand's choice added to the GEMM's two rows of (calls, E4M3
+            # choices), by program 0: where a launch of its own per GEMM did it, 21 more per block
+            ca = cnt_ptr + cnt_row * s_cnt
+            cb = ca + s_cnt
+            ty = cnt_ptr.dtype.element_ty
+            tl.store(ca, tl.load(ca, mask=first, other=0) + 1, mask=first)
+            tl.store(ca + 1, tl.load(ca + 1, mask=first, other=0) + e4a.to(ty), mask=first)
+            tl.store(cb, tl.load(cb, mask=first, other=0) + 1, mask=first)
+            tl.store(cb + 1, tl.load(cb + 1, mask=first, other=0) + e4b.to(ty), mask=first)
         if FIXUP:
             # torch._scaled_mm already wrote the FP8 product: only a BF16 choice has work to do. A
             # persistent grid (``_fixup_programs``) walks the tiles, so that the common case, where
@@ -409,20 +419,35 @@ def _check_pair(a: MoROperand, b: MoROperand) -> tuple:
 
 
 def bf16_fixup(a: MoROperand, b: MoROperand, out: torch.Tensor, info: Optional[torch.Tensor] = None,
-               launcher=None) -> None:
+               counts: Optional[torch.Tensor] = None, count_row: int = 0, launcher=None) -> None:
     """The fix-up mode on its own, for an FP8 product computed elsewhere (``lowprec.methods.mor_fast``): ``out``
     (M, N, row-major fp32 or bf16) is left as it is when both operands chose E4M3 (decided on the
     device; every program returns at once), else overwritten with the BF16 loop's product. info as
-    in ``mor_gemm`` (3 when both chose E4M3, 2 for the BF16 loop). launcher: see ``_launch``."""
+    in ``mor_gemm`` (3 when both chose E4M3, 2 for the BF16 loop). ``counts``: a 2-D integer buffer
+    (a layer's MoR decision counts) to which the kernel adds this call and each operand's choice:
+    ``counts[count_row + i, :2] += (1, operand i chose E4M3)`` for a, b (an empty product counts
+    too). launcher: see ``_launch``."""
     M, N, K = _check_pair(a, b)
     if tuple(out.shape) != (M, N) or out.dtype not in _OUT_DTYPES or not out.is_contiguous() \
             or out.device != a.hp.device:
         raise ValueError(f"out must be a row-major float32 or bfloat16 ({M}, {N}) tensor on {a.hp.device}, got "
                          f"{out.dtype} {tuple(out.shape)} on {out.device}")
+    if counts is not None:
+        _check_counts(counts, count_row, out.device)
     if info is None:
         info = torch.empty(3, dtype=torch.int32, device=out.device)
-    if M and N and K:
-        _launch(a, b, out, info, "precise", None, fixup=True, launcher=launcher)
+    if (M and N and K) or counts is not None:
+        _launch(a, b, out, info, "precise", None, fixup=True, launcher=launcher, counts=counts,
+                count_row=count_row)
+
+
+def _check_counts(counts: torch.Tensor, row: int, device: torch.device) -> None:
+    if (counts.dim() != 2 or counts.shape[1] < 2 or counts.stride(-1) != 1 or counts.dtype.is_floating_point
+            or counts.dtype == torch.bool or counts.device != device):
+        raise ValueError(f"counts must be a 2-D integer tensor of at least 2 columns on {device}, the last "
+                         f"contiguous, got {counts.dtype} {tuple(counts.shape)} on {counts.device}")
+    if not 0 <= row <= counts.shape[0] - 2:
+        raise ValueError(f"count_row {row}: rows {row} and {row + 1} outside counts {tuple(counts.shape)}")
 
 
 def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float32, fp8_accum: str = "precise",
@@ -470,13 +495,17 @@ BACKENDS = ("auto", "triton", "scaled_mm")
 
 
 def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor, fp8_accum: str,
-            config: Optional[GemmConfig], fixup: bool, launcher=None) -> None:
+            config: Optional[GemmConfig], fixup: bool, launcher=None, counts: Optional[torch.Tensor] = None,
+            count_row: int = 0) -> None:
     """launcher: None to launch the kernel here, or ``torch.library.wrap_triton`` inside a
     ``triton_op`` that a compiled graph traces (the launch then happens in Inductor's code, with
     the shape's first configuration: the smaller ones tried after a compile out of shared memory
-    need a launch to find out)."""
+    need a launch to find out). counts, count_row: ``bf16_fixup``'s (fix-up mode only); an empty
+    product then launches with no tile (M = N = 0), so that it decides and counts."""
     M, K = a.hp.shape
     N = b.hp.shape[0]
+    if not (M and N and K):
+        M = N = 0
     a_kstep, b_kstep = a.block[1] < K, b.block[1] < K
     widths = [w for w, ks in ((a.block[1], a_kstep), (b.block[1], b_kstep)) if ks]
     hp_fp32 = torch.float32 in (a.hp.dtype, b.hp.dtype)
@@ -488,7 +517,8 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
             raise ValueError(f"config {cfg}: K-steps must divide the block width {w}")
     ah, bh = _hp_arg(a.hp), _hp_arg(b.hp)
     args = (_codes_arg(a.codes), ah, a.scales, a.rel_error, _codes_arg(b.codes), bh,
-            b.scales, b.rel_error, out, info, M, N, K, fp32_threshold(a.threshold), fp32_threshold(b.threshold),
+            b.scales, b.rel_error, out, info, info if counts is None else counts, count_row,
+            0 if counts is None else counts.stride(0), M, N, K, fp32_threshold(a.threshold), fp32_threshold(b.threshold),
             *a.codes.stride(), *ah.stride(), *a.scales.stride(), a.block[0], a.block[1],
             *b.codes.stride(), *bh.stride(), *b.scales.stride(), b.block[0], b.block[1])
     traced = launcher is not None
@@ -498,11 +528,12 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
         even = K % c.block_k8 == 0
         try:
             tiles = _cdiv(M, c.block_m) * _cdiv(N, c.block_n)
-            kernel[(min(tiles, _fixup_programs(out.device)) if fixup else tiles,)](
+            kernel[(max(1, min(tiles, _fixup_programs(out.device))) if fixup else tiles,)](
                 *args, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
                 BLOCK_K8=c.block_k8, BLOCK_K16=c.block_k16, GROUP_M=_GROUP_M,
                 PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, OUT_BF16=out.dtype == torch.bfloat16,
-                FIXUP=fixup, INTERP=interpreter_active(), num_warps=c.num_warps, num_stages=c.num_stages)
+                FIXUP=fixup, COUNT=counts is not None, INTERP=interpreter_active(), num_warps=c.num_warps,
+                num_stages=c.num_stages)
         except _OutOfResources:
             if i + 1 == len(tried):
                 raise

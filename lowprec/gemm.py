@@ -519,16 +519,20 @@ class FastPlan:
             raise ValueError("FastPlan.operand: INT8 GEMMs run through lowprec.methods.int8_fast.int8_linear")
         return FP8Operand.of(t, spec, amax=amax, with_transpose=(gemm, op) in self.with_transpose)
 
-    def mm(self, name: str, a: Operand, b: Operand, out_dtype: torch.dtype) -> torch.Tensor:
-        """``a @ b.T`` of GEMM ``name`` from its two operands (``operand``), in ``out_dtype``."""
+    def mm(self, name: str, a: Operand, b: Operand, out_dtype: torch.dtype,
+           counts: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``a @ b.T`` of GEMM ``name`` from its two operands (``operand``), in ``out_dtype``;
+        ``counts``: a layer's MoR decision counts, to which a MoR GEMM adds its call and choices."""
         kind = self.gemms[name][0]
         if kind == "hp":
             return hp_mm(a, b, self.high_precision, out_dtype)
         if kind == "mor":
             from .methods.mor_fast import mor_mm
-            return mor_mm(a, b, out_dtype, fast_accum=name in FAST_ACCUM)
+            return mor_mm(a, b, out_dtype, fast_accum=name in FAST_ACCUM, counts=counts, gemm=name)
         if kind == "mor_sub":
-            from .methods.mor_subtensor_fast import subtensor_mm
+            from .methods.mor_subtensor_fast import count_subtensor_gemm, subtensor_mm
+            if counts is not None:
+                count_subtensor_gemm(counts, name, a, b)
             return subtensor_mm(a, b, out_dtype)
         return operand_mm(a, b, out_dtype, fast_accum=name in FAST_ACCUM)
 

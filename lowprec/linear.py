@@ -33,8 +33,8 @@ from .compile_passes import realize_shared_operands
 from .gemm import FastPlan, FP8Operand, fast_path_applies, is_quantized, scaled_mm
 from .methods.int8_fallback_state import FallbackBuffers
 from .methods.int8_fast import int8_linear
-from .methods.mor_fast import MoROperand, count_gemm
-from .methods.mor_subtensor_fast import SubTensorOperand, count_subtensor_gemm
+from .methods.mor_fast import MoROperand
+from .methods.mor_subtensor_fast import SubTensorOperand
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
 from .numerics.scaling import load_history, ordered_history
 from .numerics import rounding_stream as _stream
@@ -624,8 +624,7 @@ class _FastLinearFn(torch.autograd.Function):
         amax_w, cur_w = _delayed_amax(layer, "fprop", "w", w, recorded=recorded)
         qx = plan.operand("fprop", "x", x2d, amax=amax_x)
         qw = plan.operand("fprop", "w", w, amax=amax_w)
-        _count(counts, "fprop", qx, qw)
-        y = plan.mm("fprop", qx, qw, out_dtype)
+        y = plan.mm("fprop", qx, qw, out_dtype, counts)
         if bias is not None:
             y = y + bias.to(out_dtype)
         ctx.plan, ctx.transposed, ctx.has_bias = plan, transposed, bias is not None
@@ -655,8 +654,7 @@ class _FastLinearFn(torch.autograd.Function):
             wt = _transpose_of(w_keep)
             qw = plan.operand("dgrad", "w", wt, source=w_keep,
                               amax=_delayed_amax(layer, "dgrad", "w", wt, cur_w, recorded)[0])
-            _count(ctx.counts, "dgrad", qdy, qw)
-            dx = plan.mm("dgrad", qdy, qw, ctx.x_dtype).reshape(ctx.x_shape)
+            dx = plan.mm("dgrad", qdy, qw, ctx.x_dtype, ctx.counts).reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
             dyt, xt = dy2d.t(), _transpose_of(x_keep)  # views; unused where an operand is reused
             reuse_dy = ("wgrad", "dy") in plan.delayed_reused and is_quantized(qdy)
@@ -664,8 +662,7 @@ class _FastLinearFn(torch.autograd.Function):
                              amax=_delayed_amax(layer, "wgrad", "dy", dyt, cur_dy if reuse_dy else None, recorded)[0])
             b = plan.operand("wgrad", "x", xt, source=x_keep,
                              amax=_delayed_amax(layer, "wgrad", "x", xt, cur_x, recorded)[0])
-            _count(ctx.counts, "wgrad", a, b)
-            dw = plan.mm("wgrad", a, b, torch.float32)
+            dw = plan.mm("wgrad", a, b, torch.float32, ctx.counts)
             dw = (dw.t() if ctx.transposed else dw).to(ctx.w_dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.float().sum(0)
@@ -692,13 +689,6 @@ def _transpose_of(kept):
     """The high-precision transpose of a kept operand, or None for a quantized one (its transpose
     comes from ``FastPlan.operand``'s source)."""
     return None if is_quantized(kept) else kept.t()
-
-
-def _count(counts, gemm: str, a, b) -> None:
-    if counts is not None and isinstance(a, MoROperand):  # a "mor" GEMM: both operands decided
-        count_gemm(counts, gemm, a, b)
-    elif counts is not None and isinstance(a, SubTensorOperand):
-        count_subtensor_gemm(counts, gemm, a, b)
 
 
 # an operand kept for the backward travels through save_for_backward as four tensors (or Nones)

@@ -179,7 +179,7 @@ def test_fast_delayed_scaling_equals_emulation(monkeypatch, scaled_mm_calls):
 
 @pytest.mark.parametrize("method, kernel, buffers", [
     ({"recipe": "fp8_delayed"}, "_delayed_step_kernel", "scalers"),
-    ({"recipe": "mor", "partition": "tensor"}, "_count_choices_kernel", "mor_counts"),
+    ({"recipe": "mor", "partition": "tensor"}, "_mor_gemm_kernel", "mor_counts"),
     ({"recipe": "int8_fallback", "rule": "dynamic"}, "_set_level_kernel _take_count_kernel", "fallback_levels")],
     ids=["delayed", "mor_counts", "int8_dynamic_levels"])
 def test_compiled_step_updates_layer_buffers_in_triton_kernels(method, kernel, buffers, monkeypatch):
@@ -230,7 +230,7 @@ def test_compiled_step_updates_layer_buffers_in_triton_kernels(method, kernel, b
             code = "\n".join(code)
             for k in kernel.split():
                 assert k in code, f"{k} not launched by the compiled step"
-            for op in ("delayed_step_.default", "add_rows_.default", "count_choices_.default", "set_level_.default",
+            for op in ("delayed_step_.default", "add_rows_.default", "mor_bf16_fixup_.default", "set_level_.default",
                        "take_count_.default"):
                 assert op not in code, f"the opaque operator {op} is still called"
         else:

@@ -13,7 +13,7 @@ from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noq
 [kb] = kernel_modules("lowprec.kernels.buffer_updates")
 
 from lowprec.methods.int8_fallback_state import set_level_  # noqa: E402
-from lowprec.methods.layer_buffers import add_rows_, count_choices_  # noqa: E402
+from lowprec.methods.layer_buffers import add_rows_  # noqa: E402
 from lowprec.numerics.rounding_stream import take_count_  # noqa: E402
 from lowprec.numerics.scaling import delayed_step_  # noqa: E402
 
@@ -69,28 +69,6 @@ def test_add_rows_is_the_operators(shape, row, update_shape, dtype):
         kb.add_rows(got, row, update.to(DEVICE))
         assert torch.equal(got.cpu(), want)
     assert not torch.equal(want, torch.randint(0, 100, shape, generator=torch.Generator().manual_seed(1)).to(dtype))
-
-
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=str)
-def test_count_choices_is_add_rows_of_ones_and_the_choices(dtype):
-    """``count_choices`` (the kernel) and ``count_choices_`` (the torch operator) each add what
-    ``add_rows_`` adds for the (R, 2) update of ones and the choices, rows other than the R and
-    columns past the first two untouched; bad buffers and choices are named."""
-    g = torch.Generator().manual_seed(2)
-    want = torch.randint(0, 100, (6, 3), generator=g).to(dtype)
-    op, kernel = want.clone(), want.clone().to(DEVICE)
-    for row, choices in ((0, [True, False]), (4, [False, False]), (1, [True, True, False]), (2, [True])):
-        c = torch.tensor(choices)
-        add_rows_(want, row, torch.stack([torch.ones_like(c), c], dim=1).to(dtype))
-        count_choices_(op, row, c)
-        kb.count_choices(kernel, row, c.to(DEVICE))
-        assert torch.equal(op, want) and torch.equal(kernel.cpu(), want)
-    with pytest.raises(ValueError, match="choices must be a 1-D bool tensor"):
-        kb.count_choices(kernel, 0, torch.ones(2, dtype=torch.int64, device=DEVICE))
-    with pytest.raises(ValueError, match=r"rows 5..7 outside the buffer \(6, 3\)"):
-        kb.count_choices(kernel, 5, torch.ones(2, dtype=torch.bool, device=DEVICE))
-    with pytest.raises(ValueError, match="buffer must be a 2-D integer tensor"):
-        kb.count_choices(kernel.float(), 0, torch.ones(2, dtype=torch.bool, device=DEVICE))
 
 
 def test_set_level_is_the_operators():

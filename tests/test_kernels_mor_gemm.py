@@ -222,18 +222,22 @@ def test_empty_operand_is_an_error_naming_it():
 
 @pytest.mark.parametrize("threshold_a,threshold_b", [(E4M3_TH, E4M3_TH), (E4M3_TH, BF16_TH), (BF16_TH, BF16_TH)])
 @pytest.mark.parametrize("partition", ["tensor", "channel", "block"])
-def test_fast_path_fixup_reads_the_choice_on_the_device(partition, threshold_a, threshold_b):
+def test_fast_path_fixup_reads_the_choice_on_the_device(partition, threshold_a, threshold_b, monkeypatch):
     """lowprec.methods.mor_fast's GEMM: the FP8 product of the codes, then this kernel's fix-up mode, which
     leaves it where both chose E4M3 and otherwise writes the product of the chosen values; the
-    backward's operands come transposed (a view of the forward's codes and tensor)."""
+    backward's operands come transposed (a view of the forward's codes and tensor). The fix-up counts
+    the call and both choices into the GEMM's two rows of a layer's counts; the torch operator where
+    Triton does not run computes and counts the same."""
     from lowprec.gemm import operand_mm
     from lowprec.methods.mor_fast import mor_mm, mor_operand
+    from lowprec.recipes import OPERANDS, SLOTS
 
     a, b = _data((256, 128), 11).to(DEVICE), _data((256, 256), 12).to(DEVICE)
     qa = mor_operand(mor.MoRQuantizer(partition, block=(128, 128), threshold=threshold_a), a.t())
     qb = mor_operand(mor.MoRQuantizer(partition, block=(128, 128), threshold=threshold_b), b)
     assert qa.hp_t  # a.T travels as its row-major base
-    out = mor_mm(qa, qb, torch.float32)
+    counts = torch.full((len(SLOTS), 4), 5, dtype=torch.int64, device=DEVICE)
+    out = mor_mm(qa, qb, torch.float32, counts=counts, gemm="wgrad")
     fp8 = operand_mm(qa.fp8_operand(), qb.fp8_operand(), torch.float32)
     (va, fa), (vb, fb) = (_emulated(x, partition, th) for x, th in ((a.t(), threshold_a), (b, threshold_b)))
     assert (fa, fb) == tuple("e4m3" if th == E4M3_TH else "bf16" for th in (threshold_a, threshold_b))
@@ -242,3 +246,29 @@ def test_fast_path_fixup_reads_the_choice_on_the_device(partition, threshold_a, 
     else:
         assert not torch.equal(out, fp8)
         assert sqnr_db(va @ vb.t(), out.double().cpu()) >= FLOOR_DB
+    row = SLOTS.index(("wgrad", OPERANDS["wgrad"][0]))
+    want = torch.full_like(counts, 5).cpu()
+    want[row:row + 2, 0] += 1
+    want[row:row + 2, 1] += torch.tensor([fa == "e4m3", fb == "e4m3"])
+    assert torch.equal(counts.cpu(), want)
+    monkeypatch.setattr(kg, "triton_available", lambda device=None: False)
+    if DEVICE == "cpu":  # the operator's torch branch (on CUDA the triton_op runs either way)
+        again = mor_mm(qa, qb, torch.float32, counts=counts, gemm="wgrad")
+        want[row:row + 2] += want[row:row + 2] - 5
+        assert torch.equal(counts, want)
+        assert torch.equal(again, out) if fa == fb == "e4m3" else sqnr_db(out.double(), again.double()) > FLOOR_DB
+
+
+def test_fixup_counts_an_empty_product_and_names_bad_counts():
+    """A GEMM of no tokens still counts its call and choices (the emulation counts it); a counts
+    buffer the kernel cannot add to is an error naming it, before anything runs."""
+    b = _operand(_data((24, 64), 23), "channel", E4M3_TH)
+    a = b._replace(hp=b.hp[:0], codes=b.codes[:0], scales=b.scales[:0], threshold=BF16_TH)
+    out = torch.empty((0, 24), device=DEVICE)
+    counts = torch.zeros(6, 2, dtype=torch.int32, device=DEVICE)
+    kg.bf16_fixup(a, b, out, counts=counts, count_row=4)
+    assert counts.cpu().tolist() == [[0, 0]] * 4 + [[1, 0], [1, 1]]
+    with pytest.raises(ValueError, match=r"count_row 5: rows 5 and 6 outside counts \(6, 2\)"):
+        kg.bf16_fixup(a, b, out, counts=counts, count_row=5)
+    with pytest.raises(ValueError, match="counts must be a 2-D integer tensor"):
+        kg.bf16_fixup(a, b, out, counts=counts.float(), count_row=0)

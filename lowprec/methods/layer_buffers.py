@@ -37,32 +37,3 @@ def add_rows(buffer: torch.Tensor, row: int, update: torch.Tensor) -> None:
     from ..kernels import buffer_updates as kb
     op = add_rows_cuda_ if kb.takes_kernel(buffer) else add_rows_
     op(buffer, row, update)
-
-
-@torch.library.custom_op("lowprec::count_choices_", mutates_args=("buffer",))
-def count_choices_(buffer: torch.Tensor, row: int, choices: torch.Tensor) -> None:
-    """buffer[row + i, 0] += 1 and buffer[row + i, 1] += choices[i] (a 1-D bool tensor): a call and
-    its choice counted per row, as ``add_rows_`` of the (R, 2) update (1, choices) would, without
-    that update built as tensors of its own."""
-    rows = buffer.narrow(0, row, choices.numel())
-    rows[:, 0].add_(1)
-    rows[:, 1].add_(choices.to(buffer.dtype))
-
-
-@count_choices_.register_fake
-def _(buffer, row, choices):
-    return None
-
-
-@torch.library.triton_op("lowprec::count_choices_cuda_", mutates_args=("buffer",))
-def count_choices_cuda_(buffer: torch.Tensor, row: int, choices: torch.Tensor) -> None:
-    """``count_choices_`` on a CUDA device where Triton runs (``lowprec.kernels.buffer_updates``)."""
-    from ..kernels import buffer_updates as kb
-    kb.count_choices(buffer, row, choices, launcher=torch.library.wrap_triton)
-
-
-def count_choices(buffer: torch.Tensor, row: int, choices: torch.Tensor) -> None:
-    """``count_choices_``, on its Triton kernel where the buffer is on a CUDA device Triton runs on."""
-    from ..kernels import buffer_updates as kb
-    op = count_choices_cuda_ if kb.takes_kernel(buffer) else count_choices_
-    op(buffer, row, choices)

@@ -401,8 +401,8 @@ class _Coverage:
     "share of tensors in FP8", which telemetry (sampled every N steps) only estimates.
 
     The counts live in a buffer of each layer (``mor_counts``, registered by ``attach_layer``) and
-    grow through ``add_rows``, an operator that mutates its buffer: the emulation, the fast path
-    (``lowprec.methods.mor_fast.count_gemm``) and a compiled step of either count into the same
+    grow through operators that mutate it: the emulation's ``add_rows``, the fast path's GEMM
+    fix-up (``lowprec.methods.mor_fast.mor_mm``); a compiled step of either counts into the same
     tensor, inside the graph and without waiting for the device. Not saved in checkpoints: a
     resumed run counts from the resume on."""
 

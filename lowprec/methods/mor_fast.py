@@ -26,14 +26,15 @@ of a forward one with the same scales (per-tensor and 128x128 blocks) reuses tha
 scales and decision.
 
 Decisions are counted for the coverage table (``MoRQuantizer.coverage``) in the layer's buffer
-(``mor_counts``, the emulation's too) by ``lowprec.methods.layer_buffers.count_choices``, an
-operator that mutates the buffer and so stays in the compiled graph, forward and backward.
+(``mor_counts``, the emulation's too) by the fix-up itself (``mor_mm``'s ``counts``), which reads
+the two choices anyway: an operator that mutates the buffer and so stays in the compiled graph,
+forward and backward, with no launch of its own for the count.
 """
 
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -42,7 +43,6 @@ from ..gemm import (TRANSPOSABLE, FP8Operand, dequantized, encode_scales, fp8_ca
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, e4m3_spec, mean_over_nonzero
 from ..numerics.scaling import apply_blocks
 from ..recipes import OPERANDS, SLOTS
-from .layer_buffers import count_choices
 
 
 def fast_mor_quantizer(q) -> bool:
@@ -222,12 +222,17 @@ def mor_cast_error_cuda(base: torch.Tensor, scale: torch.Tensor, block: list[int
                              approx_div=CAST_APPROX_DIV)
 
 
-def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False) -> torch.Tensor:
+def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False,
+           counts: Optional[torch.Tensor] = None, gemm: Optional[str] = None) -> torch.Tensor:
     """``a @ b.T``: the FP8 product, overwritten on the device by the product of the chosen values
-    unless both operands chose E4M3 (module docstring). ``fast_accum`` as in ``operand_mm``."""
+    unless both operands chose E4M3 (module docstring). ``fast_accum`` as in ``operand_mm``.
+    ``counts``: a layer's decision counts (``lowprec.methods.mor.COUNT_COLUMNS``), to which the
+    fix-up adds one call and each operand's choice in GEMM ``gemm``'s two slots (``SLOTS``: one (2, 2)
+    block of (calls, E4M3 choices) rows), without a host read."""
     out = operand_mm(a.fp8_operand(), b.fp8_operand(), out_dtype, fast_accum=fast_accum)
     fixup = bf16_fixup_cuda_ if out.is_cuda and triton_runs_on("cuda") else bf16_fixup_
-    fixup(out, *_fixup_args(a), *_fixup_args(b))
+    row = 0 if counts is None else SLOTS.index((gemm, OPERANDS[gemm][0]))
+    fixup(out, *_fixup_args(a), *_fixup_args(b), counts, row)
     return out
 
 
@@ -246,24 +251,31 @@ def _from_args(codes, scale, hp, kind, fp8_t, hp_t) -> MoROperand:
 
 # Off CUDA (the CPU, or the Triton interpreter): an operator the compiled graph keeps as one opaque
 # node, which Inductor neither traces into nor reads the choices of; the output is updated in place.
-@torch.library.custom_op("lowprec::mor_bf16_fixup_", mutates_args=("out",))
+@torch.library.custom_op("lowprec::mor_bf16_fixup_", mutates_args=("out", "counts"))
 def bf16_fixup_(out: torch.Tensor,
                 a_codes: torch.Tensor, a_scale: torch.Tensor, a_hp: torch.Tensor, a_error: torch.Tensor,
                 a_kind: str, a_fp8_t: bool, a_hp_t: bool,
                 b_codes: torch.Tensor, b_scale: torch.Tensor, b_hp: torch.Tensor, b_error: torch.Tensor,
-                b_kind: str, b_fp8_t: bool, b_hp_t: bool) -> None:
+                b_kind: str, b_fp8_t: bool, b_hp_t: bool,
+                counts: Optional[torch.Tensor], count_row: int) -> None:
     """Unless both operands chose E4M3, ``out = values(a) @ values(b).T`` (``MoROperand.values``,
     fp32 accumulation): on the Triton MoR GEMM's fix-up mode where Triton runs on ``out``'s device
-    (the choice read there), else in torch (the host reads the choice)."""
+    (the choice read there), else in torch (the host reads the choice). Then, with ``counts``,
+    ``counts[count_row + i, :2] += (1, operand i chose E4M3)`` for a, b (``mor_mm``)."""
     from ..kernels import mor_gemm as kg
     a = _from_args(a_codes, a_scale, a_hp, a_kind, a_fp8_t, a_hp_t)
     b = _from_args(b_codes, b_scale, b_hp, b_kind, b_fp8_t, b_hp_t)
     if kg.triton_available(out.device):
-        kg.bf16_fixup(_kernel_operand(a, a_error), _kernel_operand(b, b_error), out)
-    else:
-        a, b = a._replace(e4m3=a_error == 0), b._replace(e4m3=b_error == 0)
-        if not bool(torch.logical_and(a.e4m3, b.e4m3)):
-            out.copy_(a.values() @ b.values().t())
+        kg.bf16_fixup(_kernel_operand(a, a_error), _kernel_operand(b, b_error), out, counts=counts,
+                      count_row=count_row)
+        return
+    e4m3 = torch.stack([a_error == 0, b_error == 0]).reshape(2)
+    if not bool(e4m3.all()):
+        out.copy_(a._replace(e4m3=e4m3[0]).values() @ b._replace(e4m3=e4m3[1]).values().t())
+    if counts is not None:
+        rows = counts.narrow(0, count_row, 2)
+        rows[:, 0].add_(1)
+        rows[:, 1].add_(e4m3.to(counts.dtype))
 
 
 @bf16_fixup_.register_fake
@@ -274,18 +286,19 @@ def _(out, *args):
 # On CUDA: the same as a triton_op, which Inductor traces at compile time down to the kernel launch
 # and launches from its own code. As an opaque operator the launch cost about 300 us of Python per
 # GEMM, and at the 1B shape that made the step wait on the host (profile in results/bench/profiles/).
-@torch.library.triton_op("lowprec::mor_bf16_fixup_cuda_", mutates_args=("out",))
+@torch.library.triton_op("lowprec::mor_bf16_fixup_cuda_", mutates_args=("out", "counts"))
 def bf16_fixup_cuda_(out: torch.Tensor,
                      a_codes: torch.Tensor, a_scale: torch.Tensor, a_hp: torch.Tensor, a_error: torch.Tensor,
                      a_kind: str, a_fp8_t: bool, a_hp_t: bool,
                      b_codes: torch.Tensor, b_scale: torch.Tensor, b_hp: torch.Tensor, b_error: torch.Tensor,
-                     b_kind: str, b_fp8_t: bool, b_hp_t: bool) -> None:
+                     b_kind: str, b_fp8_t: bool, b_hp_t: bool,
+                     counts: Optional[torch.Tensor], count_row: int) -> None:
     """``bf16_fixup_`` on a CUDA device where Triton runs."""
     from ..kernels import mor_gemm as kg
     a = _from_args(a_codes, a_scale, a_hp, a_kind, a_fp8_t, a_hp_t)
     b = _from_args(b_codes, b_scale, b_hp, b_kind, b_fp8_t, b_hp_t)
-    kg.bf16_fixup(_kernel_operand(a, a_error), _kernel_operand(b, b_error), out,
-                  launcher=torch.library.wrap_triton)
+    kg.bf16_fixup(_kernel_operand(a, a_error), _kernel_operand(b, b_error), out, counts=counts,
+                  count_row=count_row, launcher=torch.library.wrap_triton)
 
 
 def _kernel_operand(op: MoROperand, error: torch.Tensor):
@@ -295,17 +308,3 @@ def _kernel_operand(op: MoROperand, error: torch.Tensor):
     codes, scale = (op.fp8.codes.t(), op.fp8.scale.t()) if op.fp8_t else (op.fp8.codes, op.fp8.scale)
     hp = op.hp.t() if op.hp_t else op.hp
     return kg.MoROperand(hp, codes, scale, kind_block(op.fp8.kind, codes.shape), error, 0.0)
-
-
-# ----------------------------------------------------------------------------------------------
-# Decision counts
-
-
-def count_gemm(counts: torch.Tensor, gemm: str, a: MoROperand, b: MoROperand) -> None:
-    """Adds one call and each operand's choice to the GEMM's two slots of a layer's decision counts
-    (``lowprec.methods.mor.COUNT_COLUMNS``; the two slots side by side in ``SLOTS``: one (2, 2) block
-    of (calls, E4M3 choices) rows), without a host read."""
-    slot = SLOTS.index((gemm, OPERANDS[gemm][0]))
-    # the pair of choices is written by the kernels that decide them (Inductor aliases the stack
-    # into their outputs); one launch counts it
-    count_choices(counts, slot, torch.stack([a.e4m3, b.e4m3]))
