@@ -33,6 +33,8 @@ from .compile_passes import realize_shared_operands
 from .gemm import FastPlan, FP8Operand, fast_path_applies, is_quantized, scaled_mm
 from .methods.int8_fallback_state import FallbackBuffers
 from .methods.int8_fast import int8_linear
+from .methods.layer_buffers import pass_buffers
+from .methods.mor import COUNTS_BUFFER
 from .methods.mor_fast import MoROperand
 from .methods.mor_subtensor_fast import SubTensorOperand
 from .numerics import DelayedScaler, QuantSpec, block_amax, quantize, ranks
@@ -232,7 +234,7 @@ class QLinear(nn.Module):
             else:
                 w = linked_weight(self.weight, w)
             if fast:
-                counts = getattr(self, "mor_counts", None) if self.training else None
+                counts = pass_buffers(self, COUNTS_BUFFER) if self.training else None
                 int8 = None
                 if self.fast_plan.int8:  # its draws and fallback state: keys and buffers on the device
                     int8 = (self._next_key(), FallbackBuffers.of(self), self.training)
@@ -590,7 +592,7 @@ class compiled:
 
 
 def _fast_linear(x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: torch.dtype,
-                 counts: Optional[torch.Tensor] = None, int8: Optional[tuple] = None,
+                 counts: Optional[tuple] = None, int8: Optional[tuple] = None,
                  layer: Optional[QLinear] = None) -> torch.Tensor:
     """The layer's three GEMMs on ``plan``; ``layer``: the QLinear whose delayed scalers' histories
     the delayed slots read and record (``QLinear.delayed_amax``)."""
@@ -611,7 +613,8 @@ class _FastLinearFn(torch.autograd.Function):
     and the forward keeps the quantized activation for the weight gradient instead of the
     high-precision one. A reused delayed-scaling slot still records its tensor's amax in its own
     history: the source's, which the forward keeps for the backward (``FastPlan.reused``). ``counts``:
-    the layer's MoR decision counts (training calls only); ``layer``: the QLinear of delayed-scaling
+    the layer's MoR decision counts, the forward's and the backward's tensors (training calls only;
+    ``lowprec.methods.layer_buffers.register_pass_buffers``); ``layer``: the QLinear of delayed-scaling
     slots (``_fast_linear``)."""
 
     @staticmethod
@@ -624,11 +627,11 @@ class _FastLinearFn(torch.autograd.Function):
         amax_w, cur_w = _delayed_amax(layer, "fprop", "w", w, recorded=recorded)
         qx = plan.operand("fprop", "x", x2d, amax=amax_x)
         qw = plan.operand("fprop", "w", w, amax=amax_w)
-        y = plan.mm("fprop", qx, qw, out_dtype, counts)
+        y = plan.mm("fprop", qx, qw, out_dtype, None if counts is None else counts[0])
         if bias is not None:
             y = y + bias.to(out_dtype)
         ctx.plan, ctx.transposed, ctx.has_bias = plan, transposed, bias is not None
-        ctx.counts, ctx.layer = counts, layer
+        ctx.counts, ctx.layer = None if counts is None else counts[1], layer
         ctx.x_shape, ctx.x_dtype, ctx.w_dtype = x.shape, x.dtype, weight.dtype
         x_keep = _kept(qx) if ("wgrad", "x") in plan.reused else x2d
         w_keep = _kept(qw) if ("dgrad", "w") in plan.reused else w

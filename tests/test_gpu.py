@@ -13,6 +13,7 @@ from lowprec import RECIPES, convert
 from lowprec import gemm as gemm_mod
 from lowprec.numerics import QuantSpec, sqnr_db
 from lowprec.recipes import Gemm, Recipe
+from lowprec.methods.mor import layer_counts
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -220,7 +221,7 @@ def test_compiled_step_updates_layer_buffers_in_triton_kernels(method, kernel, b
         if buffers == "fallback_levels":
             return {n: getattr(model[0], n).clone()
                     for n in ("fallback_levels", "fallback_steps", "fallback_counts", "calls")}
-        return {"counts": model[0].mor_counts.clone()}
+        return {"counts": layer_counts(model[0])}
 
     for i, scale in enumerate((1.0, 8.0, 0.5)):
         x = scale * torch.randn(384, 512, device="cuda")
@@ -412,7 +413,7 @@ def test_compiled_mor_layers_never_wait_for_the_device(partition):
     step_c()
     with no_host_sync():
         step_c()
-    counts = model[0].mor_counts
+    counts = layer_counts(model[0])
     # two steps of fprop and wgrad, two operand slots each (x needs no gradient: no dgrad)
     assert int(counts[:, 0].sum()) == 2 * 2 * 2
 
@@ -491,7 +492,7 @@ def test_compiled_triton_ops_equal_eager(method):
     for r, o in zip(ref[1:], got[1:]):
         assert sqnr_db(r.double(), o.double()) >= 45
     if "threshold" in method:
-        counts = comp[0].mor_counts
+        counts = layer_counts(comp[0])
         assert int(counts[:, 0].sum()) > 0 and int(counts[:, 1].sum()) == 0  # every operand chose BF16
 
 

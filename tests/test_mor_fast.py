@@ -13,7 +13,7 @@ import lowprec.linear as lin
 from conftest import compiled_and_eager_mor_models, fast_and_emulated_mor_steps
 from lowprec import convert
 from lowprec.gemm import FastPlan
-from lowprec.methods.mor import COUNT_COLUMNS, MoRQuantizer, _relative_error, mor_recipe, quantize_e4m3
+from lowprec.methods.mor import COUNT_COLUMNS, MoRQuantizer, _relative_error, layer_counts, mor_recipe, quantize_e4m3
 from lowprec.methods.mor_fast import ERROR_ATOL, fast_mor_quantizer, mor_mm, mor_operand
 from lowprec.numerics import sqnr_db
 
@@ -92,9 +92,11 @@ def test_decision_counts_live_on_the_layers_device():
     with torch.device("meta"):  # a model built on its device before convert (as on a GPU)
         model = nn.Sequential(nn.Linear(256, 128))
     convert(model, mor_recipe({"partition": "tensor"}))
-    # one row per operand slot, one column per count (sub-tensor MoR's blocks too: one layout)
-    assert model[0].mor_counts.device.type == "meta" and model[0].mor_counts.shape == (6, len(COUNT_COLUMNS))
-    assert "mor_counts" not in model.state_dict()  # not a checkpoint's business (coverage restarts)
+    # one row per operand slot, one column per count (sub-tensor MoR's blocks too: one layout), in
+    # a tensor per pass
+    for t in (model[0].mor_counts, model[0].mor_counts_backward, layer_counts(model[0])):
+        assert t.device.type == "meta" and t.shape == (6, len(COUNT_COLUMNS))
+    assert not any("mor_counts" in k for k in model.state_dict())  # not a checkpoint's business (coverage restarts)
 
 
 def test_which_quantizers_take_the_fast_path():

@@ -70,7 +70,7 @@ from ..numerics.scaling import (
 )
 from .mor_rules import DEFAULT_THRESHOLD, check_threshold, decide
 from ..recipes import GEMMS, OPERANDS, SLOTS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
-from .layer_buffers import add_rows
+from .layer_buffers import add_rows, merged_slots, pass_buffer, pass_buffers, register_pass_buffers
 
 __all__ = [
     "E4M3_MAX", "E5M2_MAX", "E4M3_DYNAMIC_RANGE", "E5M2_DYNAMIC_RANGE", "SUBTENSOR_E4M3_RANGE",
@@ -396,28 +396,39 @@ def counts_buffer(device=None) -> torch.Tensor:
     return torch.zeros(len(SLOTS), len(COUNT_COLUMNS), dtype=torch.int64, device=device)
 
 
+# the name of a layer's decision counts (its forward GEMM's tensor; the backward's has a suffix)
+COUNTS_BUFFER = "mor_counts"
+
+
+def layer_counts(layer) -> Optional[torch.Tensor]:
+    """A layer's decision counts as one (len(SLOTS), len(COUNT_COLUMNS)) tensor (a copy), or None
+    for a layer without MoR."""
+    buffers = pass_buffers(layer, COUNTS_BUFFER)
+    return None if buffers is None else merged_slots(*buffers)
+
+
 class _Coverage:
     """Counts decisions per (layer, GEMM, operand) over training calls, for the paper's headline
     "share of tensors in FP8", which telemetry (sampled every N steps) only estimates.
 
-    The counts live in a buffer of each layer (``mor_counts``, registered by ``attach_layer``) and
-    grow through operators that mutate it: the emulation's ``add_rows``, the fast path's GEMM
-    fix-up (``lowprec.methods.mor_fast.mor_mm``); a compiled step of either counts into the same
-    tensor, inside the graph and without waiting for the device. Not saved in checkpoints: a
-    resumed run counts from the resume on."""
+    The counts live in buffers of each layer (``mor_counts`` for the forward's GEMM and
+    ``mor_counts_backward`` for the backward's, registered by ``attach_layer``:
+    ``lowprec.methods.layer_buffers.register_pass_buffers`` says why two; ``layer_counts`` reads
+    them as one) and grow through operators that mutate them: the emulation's ``add_rows``, the
+    fast path's GEMM fix-up (``lowprec.methods.mor_fast.mor_mm``); a compiled step of either counts
+    into the same tensors, inside the graph and without waiting for the device. Not saved in
+    checkpoints: a resumed run counts from the resume on."""
 
     columns = COUNT_COLUMNS[:2]
 
     def attach_layer(self, layer) -> None:
-        if not hasattr(layer, "mor_counts"):
-            layer.register_buffer("mor_counts", counts_buffer(layer.weight.device), persistent=False)
+        register_pass_buffers(layer, COUNTS_BUFFER, counts_buffer(layer.weight.device))
         slots = [SLOTS.index((g, op)) for g in GEMMS for op, q in zip(OPERANDS[g], layer.recipe.gemm(g)) if q is self]
         self._layers[str(layer.name)] = (layer, slots)
 
-    def _buffer(self, layer, device) -> torch.Tensor:
-        counts = getattr(layer, "mor_counts", None)
-        if counts is not None:
-            return counts
+    def _buffer(self, layer, device, gemm: str) -> torch.Tensor:
+        if pass_buffers(layer, COUNTS_BUFFER) is not None:
+            return pass_buffer(layer, COUNTS_BUFFER, gemm)
         # a call from outside a QLinear (a quantizer used on its own): counts of its own, by layer name
         name = str(getattr(layer, "name", ""))
         if name not in self._layers:
@@ -432,19 +443,23 @@ class _Coverage:
         like = next(v for v in values if isinstance(v, torch.Tensor))
         row = torch.stack([v.to(torch.int64) if isinstance(v, torch.Tensor) else torch.full_like(like, v, dtype=torch.int64)
                            for v in values])
-        add_rows(self._buffer(call.layer, like.device), SLOTS.index((call.gemm, call.operand)), row.reshape(1, -1))
+        add_rows(self._buffer(call.layer, like.device, call.gemm), SLOTS.index((call.gemm, call.operand)),
+                 row.reshape(1, -1))
 
     def _rows(self):
+        """(layer name, the tensors its counts live in, the slots this quantizer counts)."""
         for name, (holder, slots) in self._layers.items():
-            counts = holder.mor_counts if isinstance(holder, torch.nn.Module) else holder
-            yield name, counts, range(len(SLOTS)) if slots is None else slots
+            if isinstance(holder, torch.nn.Module):
+                yield name, pass_buffers(holder, COUNTS_BUFFER), slots
+            else:
+                yield name, (holder,), range(len(SLOTS))
 
     def coverage(self) -> list[dict]:
         """One row per (layer, GEMM, operand) that counted a training call: layer, gemm, operand and
         ``columns`` (read on the host)."""
         rows = []
-        for name, counts, slots in self._rows():
-            host = counts.detach().cpu()
+        for name, buffers, slots in self._rows():
+            host = (merged_slots(*buffers) if len(buffers) == 2 else buffers[0]).detach().cpu()
             for i in slots:
                 if host[i, 0]:
                     rows.append({"layer": name, "gemm": SLOTS[i][0], "operand": SLOTS[i][1],
@@ -452,8 +467,9 @@ class _Coverage:
         return sorted(rows, key=lambda r: (r["layer"], r["gemm"], r["operand"]))
 
     def reset_coverage(self) -> None:
-        for _, counts, slots in self._rows():
-            counts[list(slots)] = 0
+        for _, buffers, slots in self._rows():
+            for counts in buffers:
+                counts[list(slots)] = 0
 
 
 class _ErrorByPartition:
