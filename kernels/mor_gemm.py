@@ -6,7 +6,8 @@ API::
     MoROperand(hp, codes, scales, block, rel_error, threshold)   # one operand, reduction dim last
     mor_gemm(a, b, out_dtype=torch.float32, fp8_accum="precise", backend="auto", config=None, info=None)
         -> (M, N) tensor
-    bf16_fixup(a, b, out, info=None)      # the fix-up mode alone, over an FP8 product made elsewhere
+    bf16_fixup(a, b, out, info=None, counts=None, count_row=0)
+        # the fix-up mode alone, over an FP8 product made elsewhere; adds the call and choices to counts
     fp32_threshold(threshold) -> float
     supported(block_a, block_b, k=None) -> bool, scaled_mm_applies(a, b) -> kind or None
     triton_available(device=None), interpreter_active()
