@@ -92,6 +92,21 @@ def test_e2e_inductor_options_are_parsed_checked_and_kept_out_of_the_default_fil
     with pytest.raises(SystemExit) as exc:  # the suite's rows keep the suite's numerics
         e2e.main(["--inductor", "emulate_precision_casts=false"])
     assert exc.value.code == 2 and "its own --out" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        e2e.main(["--inductor-arms-only", "--out", "x.csv"])
+    assert exc.value.code == 2 and "give the settings with --inductor" in capsys.readouterr().err
+    # --inductor-arms-only: the baseline compiles at the defaults, each row names its own settings
+    args = e2e._parse(["--inductor", "combo_kernels=true", "--inductor-arms-only", "--out", "x.csv"])
+    args.inductor_options = inductor_options("e2e_step", args.inductor)
+    assert e2e.arm_inductor_options(e2e.BASELINE, args) == {}
+    assert e2e.arm_inductor_options("mor_block", args) == {"combo_kernels": True}
+    args.inductor_arms_only = False
+    assert e2e.arm_inductor_options(e2e.BASELINE, args) == {"combo_kernels": True}
+    measured = [{"shape": "llama_100m", "arm": a, "path": "compiled", "reps": [100.0], "peak_mem_gib": 1.0,
+                 "lowp_gemms_per_step": 0, "batch": 1, "seq": 10, "n_params": 1, "warmup_s": 1.0,
+                 "inductor_options": o} for a, o in ((e2e.BASELINE, {}), ("mor_block", {"combo_kernels": True}))]
+    rows = e2e._rows(measured, {"llama_100m": 100.0}, args, "c")
+    assert [r["inductor_options"] for r in rows] == ["", "combo_kernels=True"]
 
 
 def test_e2e_runs_under_a_switch_stay_out_of_the_default_file(tmp_path, monkeypatch, capsys):

@@ -44,7 +44,9 @@ cuBLAS's).
 ``--inductor KEY=VALUE`` (repeatable) compiles every compiled arm, the baseline included, with that
 Inductor setting over the ones that keep eager's numerics (``lowprec.linear.EAGER_NUMERICS``), to
 measure what those cost (``inductor_options`` names them in each row; such a run writes to a file
-of its own).
+of its own). With ``--inductor-arms-only`` the baseline compiles at the suite's defaults: the
+ratios then read what a setting is worth to an arm against the BF16 a user runs (a setting that
+helps one recipe and slows BF16, as combo kernels at 98 M, would otherwise cancel out).
 ``--merge`` keeps the rows of other (shape, arm) pairs already in ``--out``; ``--merge-from`` merges the
 CSVs of other runs (a GPU job's output) into ``--out`` without measuring. Each run measures its own
 baseline: a row's ratio is against ``baseline_tokens_per_s`` of its own run (``commit``), and the
@@ -129,6 +131,9 @@ def _parse(argv):
                    help="an Inductor setting for every compiled arm, the baseline included, over the ones that "
                         "keep eager's numerics (lowprec.linear.EAGER_NUMERICS), e.g. emulate_precision_casts=false; "
                         "repeatable; such a run writes to its own --out, never the default file or a --merge")
+    p.add_argument("--inductor-arms-only", action="store_true",
+                   help="apply the --inductor settings to the measured arms only; the baseline compiles at the "
+                        "suite's defaults")
     p.add_argument("--profile-dir", default=None,
                    help="write the CUDA kernels of each arm's profiled step, by total time, to <dir>/<shape>_<arm>.txt, "
                         "and the source of its slowest Inductor-generated Triton kernels to <dir>/<shape>_<arm>.kernels.txt")
@@ -270,7 +275,8 @@ def measure(arm: str, shape_name: str, args) -> dict:
     fresh_compilation()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    fn, model, path = build_arm(arm, shape, args.cudagraphs, args.inductor_options)
+    options = arm_inductor_options(arm, args)
+    fn, model, path = build_arm(arm, shape, args.cudagraphs, options)
     opt = optimizer(model)
     batches = random_batches(shape["batch"], shape["seq"])
     t0 = time.perf_counter()
@@ -284,7 +290,7 @@ def measure(arm: str, shape_name: str, args) -> dict:
         fail(PROG, f"arm {arm} ({shape_name}): no low-precision GEMM ran in a profiled step; the measurement "
                    "would be of BF16 or emulated GEMMs")
     reps = [time_steps(fn, opt, batches, args.steps) for _ in range(args.repeats)]
-    row = {"shape": shape_name, "arm": arm, "path": path, "reps": reps,
+    row = {"shape": shape_name, "arm": arm, "path": path, "reps": reps, "inductor_options": options,
            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "lowp_gemms_per_step": n_lowp,
            "batch": shape["batch"], "seq": shape["seq"], "n_params": sum(p.numel() for p in model.parameters()),
            "warmup_s": warm_s}
@@ -306,8 +312,14 @@ def _rows(measured: list[dict], base: dict, args, commit: str) -> list[dict]:
             "lowp_gemms_per_step": m["lowp_gemms_per_step"], "step_ms": f"{tokens / med * 1e3:.2f}",
             "batch": m["batch"], "seq": m["seq"], "n_params": m["n_params"], "steps": args.steps,
             "repeats": args.repeats, "baseline_tokens_per_s": f"{base[m['shape']]:.0f}", "commit": commit,
-            "inductor_options": ";".join(f"{k}={v}" for k, v in args.inductor_options.items())})
+            "inductor_options": ";".join(f"{k}={v}" for k, v in m["inductor_options"].items())})
     return rows
+
+
+def arm_inductor_options(arm: str, args) -> dict:
+    """The ``--inductor`` settings one arm compiles with: none for the baseline under
+    ``--inductor-arms-only``."""
+    return {} if arm == BASELINE and args.inductor_arms_only else args.inductor_options
 
 
 def _merged(old: list[dict], rows: list[dict]) -> list[dict]:
@@ -386,6 +398,8 @@ def main(argv=None) -> int:
         merge_outputs(Path(args.out), args.merge_from)
         return 0
     args.inductor_options = inductor_options(PROG, args.inductor)
+    if args.inductor_arms_only and not args.inductor_options:
+        fail(PROG, "--inductor-arms-only: give the settings with --inductor KEY=VALUE")
     from .. import provenance
     switches = provenance.switches()
     nondefault = [f"--inductor {' '.join(args.inductor)}"] if args.inductor_options else []
@@ -399,7 +413,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     old_rows, old_runs = _previous(out, args.merge)
     run = {"commit": provenance.git_commit(), "time": provenance.now(), "arms": [BASELINE, *arms],
-           "inductor_options": args.inductor_options, "switches": switches, "timer": TIMER,
+           "inductor_options": args.inductor_options, "inductor_arms_only": args.inductor_arms_only,
+           "switches": switches, "timer": TIMER,
            "shapes": {}, "failed": {}, "device": provenance.collect().get("device")}
     rows = []
     for shape in shapes:
