@@ -251,6 +251,8 @@ def test_fast_path_fixup_reads_the_choice_on_the_device(partition, threshold_a, 
     want[row:row + 2, 0] += 1
     want[row:row + 2, 1] += torch.tensor([fa == "e4m3", fb == "e4m3"])
     assert torch.equal(counts.cpu(), want)
+    with pytest.raises(ValueError, match="counts need the GEMM they count"):
+        mor_mm(qa, qb, torch.float32, counts=counts)
     monkeypatch.setattr(kg, "triton_available", lambda device=None: False)
     if DEVICE == "cpu":  # the operator's torch branch (on CUDA the triton_op runs either way)
         again = mor_mm(qa, qb, torch.float32, counts=counts, gemm="wgrad")

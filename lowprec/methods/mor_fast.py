@@ -229,6 +229,8 @@ def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: boo
     ``counts``: a layer's decision counts (``lowprec.methods.mor.COUNT_COLUMNS``), to which the
     fix-up adds one call and each operand's choice in GEMM ``gemm``'s two slots (``SLOTS``: one (2, 2)
     block of (calls, E4M3 choices) rows), without a host read."""
+    if counts is not None and gemm not in OPERANDS:
+        raise ValueError(f"mor_mm: counts need the GEMM they count, one of {tuple(OPERANDS)}; got gemm={gemm!r}")
     out = operand_mm(a.fp8_operand(), b.fp8_operand(), out_dtype, fast_accum=fast_accum)
     fixup = bf16_fixup_cuda_ if out.is_cuda and triton_runs_on("cuda") else bf16_fixup_
     row = 0 if counts is None else SLOTS.index((gemm, OPERANDS[gemm][0]))
