@@ -72,6 +72,11 @@ def inductor_options(prog: str, items: list) -> dict:
     return out
 
 
+def inductor_options_text(options: dict) -> str:
+    """Inductor settings as a CSV cell, ``KEY=VALUE;...`` (the ``inductor_options`` column)."""
+    return ";".join(f"{k}={v}" for k, v in options.items())
+
+
 def require_cuda(prog: str, hint: str = ""):
     """torch, or exit 2 without a CUDA device; hint is appended to the message."""
     import torch

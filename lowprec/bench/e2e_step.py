@@ -61,7 +61,8 @@ import sys
 import time
 from pathlib import Path
 
-from .common import bench_parser, fail, fresh_compilation, inductor_options, parse_names, provenance_path, require_cuda
+from .common import (bench_parser, fail, fresh_compilation, inductor_options, inductor_options_text, parse_names,
+                     provenance_path, require_cuda)
 from .train_step import MODEL, optimizer, random_batches, step
 
 PROG = "e2e_step"
@@ -312,7 +313,7 @@ def _rows(measured: list[dict], base: dict, args, commit: str) -> list[dict]:
             "lowp_gemms_per_step": m["lowp_gemms_per_step"], "step_ms": f"{tokens / med * 1e3:.2f}",
             "batch": m["batch"], "seq": m["seq"], "n_params": m["n_params"], "steps": args.steps,
             "repeats": args.repeats, "baseline_tokens_per_s": f"{base[m['shape']]:.0f}", "commit": commit,
-            "inductor_options": ";".join(f"{k}={v}" for k, v in m["inductor_options"].items())})
+            "inductor_options": inductor_options_text(m["inductor_options"])})
     return rows
 
 

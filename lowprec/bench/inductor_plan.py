@@ -38,7 +38,7 @@ import re
 import sys
 from pathlib import Path
 
-from .common import bench_parser, fail, inductor_options, parse_names, write_rows
+from .common import bench_parser, fail, inductor_options, inductor_options_text, parse_names, write_rows
 
 PROG = "inductor_plan"
 FIELDS = ["shape", "arm", "graph", "tokens", "triton_kernels", "reductions", "pointwise", "launches",
@@ -317,7 +317,7 @@ def main(argv=None) -> int:
                 continue
             for graph, source in sources.items():
                 row = {"shape": shape, "arm": arm, "graph": graph, "tokens": args.tokens or "step",
-                       **summarize(source), "inductor_options": ";".join(f"{k}={v}" for k, v in inductor.items()),
+                       **summarize(source), "inductor_options": inductor_options_text(inductor),
                        "commit": commit}
                 rows.append(row)
                 print(f"{shape:10s} {arm:24s} {graph:8s} {row['triton_kernels']:3d} kernels  {row['launches']:3d} "

@@ -44,10 +44,10 @@ def pass_buffers(module, name: str) -> Optional[tuple]:
     return None if fwd is None else (fwd, getattr(module, name + BACKWARD_SUFFIX))
 
 
-def pass_buffer(module, name: str, gemm: str) -> torch.Tensor:
-    """The tensor of ``name`` that GEMM ``gemm``'s slots update."""
-    fwd, bwd = pass_buffers(module, name)
-    return fwd if gemm == "fprop" else bwd
+def pass_buffer(module, name: str, gemm: str) -> Optional[torch.Tensor]:
+    """The tensor of ``name`` that GEMM ``gemm``'s slots update, or None."""
+    buffers = pass_buffers(module, name)
+    return None if buffers is None else buffers[0 if gemm == "fprop" else 1]
 
 
 def merged_slots(fwd: torch.Tensor, bwd: torch.Tensor) -> torch.Tensor:

@@ -427,8 +427,9 @@ class _Coverage:
         self._layers[str(layer.name)] = (layer, slots)
 
     def _buffer(self, layer, device, gemm: str) -> torch.Tensor:
-        if pass_buffers(layer, COUNTS_BUFFER) is not None:
-            return pass_buffer(layer, COUNTS_BUFFER, gemm)
+        counts = pass_buffer(layer, COUNTS_BUFFER, gemm)
+        if counts is not None:
+            return counts
         # a call from outside a QLinear (a quantizer used on its own): counts of its own, by layer name
         name = str(getattr(layer, "name", ""))
         if name not in self._layers:
