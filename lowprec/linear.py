@@ -237,7 +237,7 @@ class QLinear(nn.Module):
                 counts = pass_buffers(self, COUNTS_BUFFER) if self.training else None
                 int8 = None
                 if self.fast_plan.int8:  # its draws and fallback state: keys and buffers on the device
-                    int8 = (self._next_key(), FallbackBuffers.of(self), self.training)
+                    int8 = (self._next_key(), FallbackBuffers.passes(self) or None, self.training)
                 # the other fast plans draw nothing: `calls` stays
                 return _fast_linear(x, w, self.bias, self.fast_plan, self.transposed, out_dtype, counts, int8,
                                     self if self.scalers else None)
@@ -596,7 +596,7 @@ def _fast_linear(x, weight, bias, plan: FastPlan, transposed: bool, out_dtype: t
                  layer: Optional[QLinear] = None) -> torch.Tensor:
     """The layer's three GEMMs on ``plan``; ``layer``: the QLinear whose delayed scalers' histories
     the delayed slots read and record (``QLinear.delayed_amax``)."""
-    if plan.int8:  # int8: (call key, the layer's FallbackBuffers or None, training)
+    if plan.int8:  # int8: (call key, the layer's FallbackBuffers per pass or None, training)
         return int8_linear(x, weight, bias, plan, transposed, out_dtype, *int8)
     if plan.all_hp:  # plain autograd: the GEMMs are autocast's, in the recipe's dtype
         dt = plan.high_precision

@@ -169,13 +169,23 @@ def assert_one_graph(fn, *args) -> None:
         [str(b.reason)[:300] for b in explained.break_reasons]
 
 
+def assert_no_buffer_written_back(code: list) -> None:
+    """Inductor's generated ``code`` (``run_and_get_code``) of a training step holds no kernel that
+    copies a layer buffer and writes it back: per-slot state that both passes update lives in a
+    tensor per pass (``lowprec.methods.layer_buffers``); a tensor the forward updated too would be
+    copied by the backward, in kernels named for the functional view (as_strided) of the buffer."""
+    import re
+
+    copies = re.findall(r"\b(?:cpp|triton)_\w*as_strided\w*", "\n".join(code))
+    assert not copies, f"the compiled step copies a buffer back: {copies}"
+
+
 def compiled_and_eager_mor_models(method: dict, width: int = 256):
     """Two copies of a two-layer model of ``width`` features converted under ``mor_recipe(method)``:
     the compiled one traced as one graph (asserted), its coverage reset, then one autocast step of
     each on ``width`` tokens, the same data. Returns (compiled model, eager model, the compiled model's
     recipe) for their gradients and the decision counts the compiled graph made."""
     import copy
-    import re
 
     import torch
     import torch._dynamo as dynamo
@@ -196,11 +206,7 @@ def compiled_and_eager_mor_models(method: dict, width: int = 256):
     recipe_c.gemm("fprop")[0].reset_coverage()
     dynamo.reset()
     _, code = run_and_get_code(lambda: torch.compile(loss)(comp).backward())
-    # each layer's decision counts in a tensor per pass: a tensor the forward updated too would be
-    # copied and written back by the backward (lowprec.methods.layer_buffers), in kernels named for
-    # the functional view (as_strided) of the mutated buffer
-    copies = re.findall(r"\b(?:cpp|triton)_\w*as_strided\w*", "\n".join(code))
-    assert not copies, f"the compiled step copies a buffer back: {copies}"
+    assert_no_buffer_written_back(code)
     loss(eager).backward()
     return comp, eager, recipe_c
 

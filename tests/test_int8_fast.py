@@ -10,10 +10,11 @@ import torch
 from torch import nn
 
 import lowprec.linear as lin
-from conftest import assert_one_graph, autocast_loss, linear_reference64
+from conftest import assert_no_buffer_written_back, assert_one_graph, autocast_loss, linear_reference64
 from lowprec import convert
 from lowprec.methods import int8_fast, int8_ops
 from lowprec.methods.int8_fallback import fallback_quantize, int8_block_gemm_reference
+from lowprec.methods.int8_fallback_state import FallbackBuffers
 from lowprec.numerics import rounding_stream as rs
 from lowprec.numerics import sqnr_db
 from lowprec.recipes import recipe_from_config
@@ -140,9 +141,8 @@ def _state(model):
     rows = {}
     for name, m in model.named_modules():
         if isinstance(m, lin.QLinear):
-            rows[name] = [int(m.calls)] + [t.tolist() for t in (getattr(m, n, None) for n in
-                                                               ("fallback_levels", "fallback_steps", "fallback_counts"))
-                                           if t is not None]
+            bufs = FallbackBuffers.passes(m) and FallbackBuffers.merged(m)
+            rows[name] = [int(m.calls)] + ([t.tolist() for t in bufs] if bufs else [])
     return rows
 
 
@@ -318,10 +318,12 @@ def test_compiled_layer_equals_the_emulation_bit_for_bit(monkeypatch):
     for bit, with Inductor keeping eager's roundings to bf16 (``emulate_precision_casts``; by
     default it keeps a fused bf16 intermediate, such as dX on its way back to fp32, in fp32)."""
     import torch._inductor.config as icfg
+    from torch._inductor.utils import run_and_get_code
     fast, emu = _pair(CONFIGS["dynamic"], layers=1)  # one layer: compiling takes minutes on two cores
     monkeypatch.setattr(lin, "FAST_PATH", "all")
     with icfg.patch(emulate_precision_casts=True):
-        got = _compiled_steps(fast)
+        got, code = run_and_get_code(_compiled_steps, fast)
+    assert_no_buffer_written_back(code)  # levels, steps and counts: a tensor per pass
     monkeypatch.setattr(lin, "FAST_PATH", "off")
     want = _steps(emu, evaluate=False)
     for a, b in zip(got, want):

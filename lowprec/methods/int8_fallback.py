@@ -325,14 +325,19 @@ class FallbackInt8Quantizer(OperandQuantizer):
         FallbackBuffers.register(layer)
         self._layers[str(layer.name)] = layer
 
-    def _buffers(self, layer, device) -> FallbackBuffers:
-        bufs = FallbackBuffers.of(layer)
-        if bufs is None:
-            name = str(getattr(layer, "name", ""))
-            if name not in self._layers:
-                self._layers[name] = FallbackBuffers.new(device)
-            bufs = FallbackBuffers.of(self._layers[name])
-        return bufs
+    def _holder(self, layer, device):
+        """What holds ``layer``'s state: the layer (``FallbackBuffers.register`` equipped it), else
+        a FallbackBuffers kept here under its name."""
+        if FallbackBuffers.of(layer, "fprop") is not None:
+            return layer
+        name = str(getattr(layer, "name", ""))
+        if name not in self._layers:
+            self._layers[name] = FallbackBuffers.new(device)
+        return self._layers[name]
+
+    def _buffers(self, layer, device, gemm: str) -> FallbackBuffers:
+        """The buffers that GEMM ``gemm``'s slots of ``layer`` update."""
+        return FallbackBuffers.of(self._holder(layer, device), gemm)
 
     def _dynamic_threshold(self, amax: torch.Tensor, bufs: FallbackBuffers, slot: int,
                            training: bool) -> torch.Tensor:
@@ -368,14 +373,16 @@ class FallbackInt8Quantizer(OperandQuantizer):
         if layer is None:
             return {}
         return {f"{r['gemm']}.{r['operand']}": {"level": r["level"].clone(), "steps": r["steps"]}
-                for r in FallbackBuffers.of(layer).slot_rows() if r["steps"]}
+                for r in FallbackBuffers.merged(layer).slot_rows() if r["steps"]}
 
     def load_state_for_layer(self, name: str, state: dict) -> None:
-        bufs = self._buffers(self._layers.get(name, _Named(name)), None)
-        bufs.reset_level()
+        holder = self._holder(self._layers.get(name, _Named(name)), None)
+        for bufs in FallbackBuffers.passes(holder):
+            bufs.reset_level()
         for key, v in (state or {}).items():
             g, _, o = key.partition(".")
             i = SLOTS.index((g, o))
+            bufs = FallbackBuffers.of(holder, g)
             bufs.levels[i] = torch.as_tensor(v["level"], dtype=torch.float32)
             bufs.steps[i] = int(v["steps"])
 
@@ -385,12 +392,13 @@ class FallbackInt8Quantizer(OperandQuantizer):
         device, so ask on telemetry steps or at the end."""
         return [{"layer": n, "gemm": r["gemm"], "operand": r["operand"], "calls": r["calls"], "blocks": r["blocks"],
                  "fallback_blocks": r["fallback_blocks"]}
-                for n, layer in sorted(self._layers.items()) for r in FallbackBuffers.of(layer).slot_rows()
+                for n, layer in sorted(self._layers.items()) for r in FallbackBuffers.merged(layer).slot_rows()
                 if r["calls"]]
 
     def reset_counts(self) -> None:
         for layer in self._layers.values():
-            FallbackBuffers.of(layer).counts.zero_()
+            for bufs in FallbackBuffers.passes(layer):
+                bufs.counts.zero_()
 
     def to_dict(self) -> dict:
         d = super().to_dict()
@@ -413,7 +421,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
         rounding = self.rounding(call.operand)
         active = self.falls_back(call.gemm, call.operand)
         slot = SLOTS.index((call.gemm, call.operand))
-        bufs = self._buffers(call.layer, t2d.device)
+        bufs = self._buffers(call.layer, t2d.device, call.gemm)
         mask, thr = None, math.nan
         if active:
             amax = block_amax(t2d, self.block)
@@ -441,7 +449,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
         ``quantize`` does; the fast path calls it for an operand it took, transposed, from another
         slot instead of quantizing it (``lowprec.gemm.FastPlan.reused``)."""
         if call.training:
-            bufs = self._buffers(call.layer, fq.mask.device)
+            bufs = self._buffers(call.layer, fq.mask.device, call.gemm)
             count_call(bufs.counts, SLOTS.index((call.gemm, call.operand)), fq.mask)
 
     def quantize_operand(self, t: torch.Tensor, call: OperandCall):
@@ -450,7 +458,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
         only when telemetry records them. The GPU path feeds the result to
         ``lowprec.kernels.int8_fallback_gemm.gemm_fallback_qtensors``."""
         fq, thr = self.quantize(t, call)
-        counts = self._buffers(call.layer, fq.codes.device).counts[SLOTS.index((call.gemm, call.operand))]
+        counts = self._buffers(call.layer, fq.codes.device, call.gemm).counts[SLOTS.index((call.gemm, call.operand))]
         active = self.falls_back(call.gemm, call.operand)
         stats = LazyStats(format="int8", rule=self.rule if active else "none",
                           fallback_ratio=lambda: fq.fallback_ratio, n_blocks=int(fq.mask.numel()),

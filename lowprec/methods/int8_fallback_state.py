@@ -6,8 +6,12 @@ They are buffers of the layer (``FallbackBuffers.register``), so an eager step (
 telemetry step) and a compiled step update the same tensors, and a compiled step updates them in its
 graph: through operators that mutate their buffer (``set_level`` here; for the counts
 ``add_rows`` of ``lowprec.methods.layer_buffers``), which Dynamo keeps as nodes in the forward and
-the backward graph alike. Nothing here reads a device tensor on the host
-except ``FallbackBuffers.slot_rows``, which a checkpoint or a report calls.
+the backward graph alike. Each is a pair of pass buffers (``layer_buffers.register_pass_buffers``:
+one tensor for the forward GEMM's slots, one for the backward's, so that the backward does not
+copy and write back what the forward updated); a GEMM's quantizer takes its pass's
+(``FallbackBuffers.of(layer, gemm)``), readers take them merged (``FallbackBuffers.merged``).
+Nothing here reads a device tensor on the host except ``FallbackBuffers.slot_rows``, which a
+checkpoint or a report calls.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from ..recipes import SLOTS
-from .layer_buffers import add_rows
+from .layer_buffers import add_rows, merged_slots, pass_buffer, pass_buffers, register_pass_buffers
 
 # the buffers' names on a layer, in FallbackBuffers' field order
 BUFFER_NAMES = ("fallback_levels", "fallback_steps", "fallback_counts")
@@ -43,23 +47,38 @@ class FallbackBuffers(NamedTuple):
 
     @classmethod
     def register(cls, layer: torch.nn.Module) -> None:
-        """The buffers on ``layer`` (once; on its parameters' device). Not in the state dict: the
-        level travels in the quantizer's extra state (``state_for_layer``), and the counts restart
-        with a run, like MoR's decision counts."""
-        if hasattr(layer, BUFFER_NAMES[0]):
-            return
+        """The buffers on ``layer`` (once; on its parameters' device), a pair per pass. Not in the
+        state dict: the level travels in the quantizer's extra state (``state_for_layer``), and the
+        counts restart with a run, like MoR's decision counts."""
         param = next(layer.parameters(), None)
         for name, t in zip(BUFFER_NAMES, cls.new(None if param is None else param.device)):
-            layer.register_buffer(name, t, persistent=False)
+            register_pass_buffers(layer, name, t)
 
     @classmethod
-    def of(cls, layer) -> Optional["FallbackBuffers"]:
-        """The buffers of ``layer`` (a layer that ``register`` equipped, or a FallbackBuffers), else None."""
+    def of(cls, layer, gemm: str) -> Optional["FallbackBuffers"]:
+        """The buffers that GEMM ``gemm``'s slots update: of a layer that ``register`` equipped,
+        its pass's; a FallbackBuffers (state kept outside a layer, never compiled) is both passes'.
+        None for anything else."""
         if isinstance(layer, FallbackBuffers):
             return layer
-        if all(hasattr(layer, n) for n in BUFFER_NAMES):
-            return cls(*(getattr(layer, n) for n in BUFFER_NAMES))
-        return None
+        bufs = [pass_buffer(layer, n, gemm) for n in BUFFER_NAMES]
+        return None if any(b is None for b in bufs) else cls(*bufs)
+
+    @classmethod
+    def passes(cls, layer) -> tuple:
+        """Every FallbackBuffers of ``layer``: the forward's and the backward's; one outside a layer;
+        none for a layer without them."""
+        if isinstance(layer, FallbackBuffers):
+            return (layer,)
+        pairs = [pass_buffers(layer, n) for n in BUFFER_NAMES]
+        return () if any(p is None for p in pairs) else tuple(cls(*ts) for ts in zip(*pairs))
+
+    @classmethod
+    def merged(cls, layer) -> "FallbackBuffers":
+        """One FallbackBuffers to read: each slot's rows from the pass that updates them (copies)."""
+        if isinstance(layer, FallbackBuffers):
+            return layer
+        return cls(*(merged_slots(*pass_buffers(layer, n)) for n in BUFFER_NAMES))
 
     def reset_level(self) -> None:
         self.levels.fill_(math.inf)

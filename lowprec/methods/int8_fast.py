@@ -131,12 +131,13 @@ def _kernel_operands(f: FallbackQTensor) -> tuple:
 
 
 def int8_linear(x, weight, bias, plan, transposed: bool, out_dtype: torch.dtype, key: torch.Tensor,
-                buffers: Optional[FallbackBuffers], training: bool) -> torch.Tensor:
+                buffers: Optional[tuple], training: bool) -> torch.Tensor:
     """``y = x W^T + b`` of a QLinear whose plan has INT8 GEMMs (``FastPlan.int8``). ``key``: this
     call's random key (``rounding_stream.call_key``); ``buffers``: the layer's fallback state, for
-    an INT8 fallback recipe."""
-    bufs = (None, None, None) if buffers is None else tuple(buffers)
-    return _Int8LinearFn.apply(x, weight, bias, plan, transposed, out_dtype, key, *bufs, training)
+    an INT8 fallback recipe: its forward's and its backward's FallbackBuffers
+    (``FallbackBuffers.passes``)."""
+    flat = None if buffers is None else tuple(t for bufs in buffers for t in bufs)
+    return _Int8LinearFn.apply(x, weight, bias, plan, transposed, out_dtype, key, flat, training)
 
 
 def _gemm(plan, name: str, a, b, key, buffers, training: bool, reused_t=(False, False)) -> tuple:
@@ -233,8 +234,11 @@ class _Int8LinearFn(torch.autograd.Function):
     their tensors' dtypes as the emulation's are."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, plan, transposed, out_dtype, key, levels, steps, counts, training):
-        buffers = None if levels is None else FallbackBuffers(levels, steps, counts)
+    def forward(ctx, x, weight, bias, plan, transposed, out_dtype, key, buffers, training):
+        # the forward's tensors here, the backward's kept for it (``FallbackBuffers.passes``)
+        n = len(FallbackBuffers._fields)
+        ctx.buffers = None if buffers is None else FallbackBuffers(*buffers[n:])
+        buffers = None if buffers is None else FallbackBuffers(*buffers[:n])
         w = weight.t() if transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
         reused_t = (("wgrad", "x") in plan.reused, ("dgrad", "w") in plan.reused)
@@ -243,8 +247,6 @@ class _Int8LinearFn(torch.autograd.Function):
         if bias is not None:  # after the reshape: Inductor would fold a 2-D GEMM and its bias into
             y = y + bias.float()  # one addmm on the CPU, whose sums round differently
         ctx.plan, ctx.transposed, ctx.has_bias, ctx.training = plan, transposed, bias is not None, training
-        # the buffers the backward's quantizers update, as MoR's fast path keeps its counts
-        ctx.levels, ctx.steps, ctx.counts = levels, steps, counts
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
         # X's and W's codes where the backward takes their transposes (else X itself; W is saved anyway)
         ctx.x_meta = (tuple(qx.block), qx.maybe_fallback) if ("wgrad", "x") in plan.reused else None
@@ -259,7 +261,7 @@ class _Int8LinearFn(torch.autograd.Function):
         weight, key, *saved = ctx.saved_tensors
         kx, kw = tuple(saved[:5]), tuple(saved[5:])
         plan = ctx.plan
-        buffers = None if ctx.levels is None else FallbackBuffers(ctx.levels, ctx.steps, ctx.counts)
+        buffers = ctx.buffers
         w = weight.t() if ctx.transposed else weight
         dy2d = dy.reshape(-1, dy.shape[-1])
         dx = dw = db = qdy = None
@@ -277,4 +279,4 @@ class _Int8LinearFn(torch.autograd.Function):
             dw = (dw.t() if ctx.transposed else dw).to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.float().sum(0)
-        return dx, dw, db, None, None, None, None, None, None, None, None
+        return dx, dw, db, None, None, None, None, None, None

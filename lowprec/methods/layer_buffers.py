@@ -12,7 +12,10 @@ forward's GEMM slots update and one the backward's. A backward that updates a te
 updated too gets the forward's result as an input of its own (AOTAutograd's functional view of the
 mutation), so Inductor copies it, updates the copy and writes it back at the end: two launches per
 layer and step for a few dozen bytes (per-tensor MoR: 14 of a 98 M block's 92 backward launches).
-Readers take ``merged_slots``: each slot's row from the tensor its GEMM updates."""
+Readers take ``merged_slots``: each slot's row from the tensor its GEMM updates. Users: MoR's
+decision counts (``lowprec.methods.mor``), INT8 fallback's levels, steps and counts
+(``lowprec.methods.int8_fallback_state``: on the CPU, a one-layer dynamic-rule step compiled to 25
+kernels, 9 of them over such copies, and to 23 with none after)."""
 
 from __future__ import annotations
 
