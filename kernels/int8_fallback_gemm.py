@@ -29,7 +29,7 @@ written; ``lowprec.numerics.rounding_stream``). Bit-exact with
 stochastic rounding with the same uniforms). ``lowprec.methods.int8_ops`` makes it a graph operator
 (``launcher``: ``torch.library.wrap_triton`` inside its ``triton_op``).
 
-GEMM. A (M, K) and B (N, K), both int8 with K contiguous (B "column-major" as cuBLAS and
+GEMM. A (M, K) and B (N, K), both int8 (or both fp16, below) with K contiguous (B "column-major" as cuBLAS and
 ``torch._int_mm`` want it), per-block DECODE scales (x ~= q * d) on grids (ceil(M/BM), ceil(K/G))
 and (ceil(N/BN), ceil(K/G)), with G the K-group of both operands. One program computes a
 BLOCK_M x BLOCK_N output tile; per K-group an int32 ``tl.dot`` of the int8 tiles, converted to fp32
@@ -43,6 +43,14 @@ the FP32 rate. Launch configurations (``GemmConfig``) are tuned once per shape c
 (``lowprec.kernels.int8_fallback_tuning``: M, N, K rounded up to powers of two, the group, the scale
 blocks; ``candidate_configs``, ``tuned_configs``, ``tuning_log``); GEMMs under ``TUNE_MIN_MACS``
 and the interpreter take ``default_config``.
+
+Codes in fp16 (``CODE_DTYPES``): the same integers, multiplied on the FP16 MMA into fp32 (exact:
+products below 2^14, a K-group's sums below 2^24), at half the INT8 MMA's rate but with no int32 ->
+fp32 conversion in the rescale, two CUDA-core operations per output and K-group instead of three
+and an integer add. Where the rescale bounds the kernel (small groups: on Hopper the CUDA cores run
+about 1/30 of the INT8 MMA's operations per second, and a K-group of 32 gives each output 64 MMA
+operations against those few) that can be the faster route; the benchmark's ``f16`` sweep measures
+it. Tuned over its own candidates (``candidate_configs(f16_codes=True)``).
 
 The second parts (blocks of A or B with a flag), ``fallback=``:
 
