@@ -305,10 +305,10 @@ def test_compiled_mor_operand_takes_the_cast_kernel(partition, with_transpose, l
     """``mor_operand`` compiled on CUDA with the Triton cast-and-error pass on
     (``mor_cast_error_cuda``, ``LOWPREC_MOR_CAST_KERNEL``) takes it for bf16 operands of per-tensor
     and per-block MoR and leaves per-channel MoR and fp32 operands to Inductor's fusion
-    (``mor_fast._cast_on_kernel``): its codes bit for bit the emulation's (and,
-    ``with_transpose``, the transposed codes the backward takes), and its decision flips where the
-    emulation's error crosses the threshold (within ERROR_ATOL), for an operand and for a transposed
-    view (the weight gradient's), on an error that is not zero (E4M3 really ran)."""
+    (``mor_fast._cast_on_kernel``): its codes bit for bit the emulation's (and, ``with_transpose``,
+    the transposed codes the backward takes, which only the pass writes), and its decision flips
+    where the emulation's error crosses the threshold (within ERROR_ATOL), for an operand and for a
+    transposed view (the weight gradient's), on an error that is not zero (E4M3 really ran)."""
     from lowprec.kernels import mor_quant
     from lowprec.linear import EAGER_NUMERICS
     from lowprec.methods import mor_fast
@@ -341,7 +341,7 @@ def test_compiled_mor_operand_takes_the_cast_kernel(partition, with_transpose, l
     got = op.fp8.codes.cpu()
     want = ref.codes.to(torch.float8_e4m3fn)
     assert got.shape == want.shape and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
-    if with_transpose:
+    if with_transpose and takes:  # the pass writes the transposes; Inductor's fusion leaves them to the GEMM
         got_t = op.fp8.codes_t.cpu()
         assert got_t.shape == want.t().shape and torch.equal(got_t.view(torch.uint8), want.t().view(torch.uint8))
         assert torch.equal(op.fp8.scale_t.cpu(), op.fp8.scale.cpu().t())
