@@ -29,7 +29,7 @@ written; ``lowprec.numerics.rounding_stream``). Bit-exact with
 stochastic rounding with the same uniforms). ``lowprec.methods.int8_ops`` makes it a graph operator
 (``launcher``: ``torch.library.wrap_triton`` inside its ``triton_op``).
 
-GEMM. A (M, K) and B (N, K), both int8 (or both fp16, below) with K contiguous (B "column-major" as cuBLAS and
+GEMM. A (M, K) and B (N, K), both int8 with K contiguous (B "column-major" as cuBLAS and
 ``torch._int_mm`` want it), per-block DECODE scales (x ~= q * d) on grids (ceil(M/BM), ceil(K/G))
 and (ceil(N/BN), ceil(K/G)), with G the K-group of both operands. One program computes a
 BLOCK_M x BLOCK_N output tile; per K-group an int32 ``tl.dot`` of the int8 tiles, converted to fp32
@@ -43,14 +43,6 @@ the FP32 rate. Launch configurations (``GemmConfig``) are tuned once per shape c
 (``lowprec.kernels.int8_fallback_tuning``: M, N, K rounded up to powers of two, the group, the scale
 blocks; ``candidate_configs``, ``tuned_configs``, ``tuning_log``); GEMMs under ``TUNE_MIN_MACS``
 and the interpreter take ``default_config``.
-
-Codes in fp16 (``CODE_DTYPES``): the same integers, multiplied on the FP16 MMA into fp32 (exact:
-products below 2^14, a K-group's sums below 2^24), at half the INT8 MMA's rate but with no int32 ->
-fp32 conversion in the rescale, two CUDA-core operations per output and K-group instead of three
-and an integer add. Where the rescale bounds the kernel (small groups: on Hopper the CUDA cores run
-about 1/30 of the INT8 MMA's operations per second, and a K-group of 32 gives each output 64 MMA
-operations against those few) that can be the faster route; the benchmark's ``f16`` sweep measures
-it. Tuned over its own candidates (``candidate_configs(f16_codes=True)``).
 
 The second parts (blocks of A or B with a flag), ``fallback=``:
 
@@ -145,9 +137,6 @@ _QUANT_STACK = 1024
 # the exponent trick needs |partial product| < 2^22
 _MAGIC_MAX_GROUP = (1 << 22) // (127 * 127)
 FALLBACK_IMPLS = ("sparse", "fused")
-# the dtypes the GEMM takes its codes in: int8 (the INT8 MMA), or fp16 holding the same integers
-# (the FP16 MMA: exact, at half the INT8 MMA's rate, but no int32 -> fp32 conversion per K-group)
-CODE_DTYPES = (torch.int8, torch.float16)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -332,13 +321,9 @@ class _Gemm:
 
     def __init__(self, qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, launcher=None):
         for name, q in (("qa", qa), ("qb", qb)):
-            if q.dtype not in CODE_DTYPES or q.dim() != 2:
-                raise TypeError(f"{name} must be a 2-D int8 (or fp16) tensor of codes, got {q.dtype} {tuple(q.shape)}")
+            if q.dtype != torch.int8 or q.dim() != 2:
+                raise TypeError(f"{name} must be a 2-D int8 tensor, got {q.dtype} {tuple(q.shape)}")
             nonempty(q, name)
-        if qa.dtype != qb.dtype:
-            raise TypeError(f"qa and qb must hold their codes in one dtype, got {qa.dtype} and {qb.dtype}")
-        # fp16 codes (integers in [-127, 127], exact): the dots on the FP16 MMA
-        self.f16 = qa.dtype == torch.float16
         M, K = qa.shape
         N = qb.shape[0]
         if qb.shape[1] != K:
@@ -371,15 +356,15 @@ class _Gemm:
         """An operand's optional second part (codes, decode scales, flags), checked and laid out."""
         if r is None:
             return None, None, None
-        if dr is None or f is None or r.shape != q.shape or r.dtype != q.dtype:
-            raise ValueError(f"r{name} needs codes of q{name}'s shape and dtype ({q.dtype}), dr{name} and f{name}")
+        if dr is None or f is None or r.shape != q.shape or r.dtype != torch.int8:
+            raise ValueError(f"r{name} needs int8 codes of q{name}'s shape, dr{name} and f{name}")
         f = f.to(device=self.dev, dtype=torch.int8).contiguous()
         if tuple(f.shape) != (rows, self.n_kb):
             raise ValueError(f"f{name}: flag grid {tuple(f.shape)} != {(rows, self.n_kb)}")
         return r.contiguous(), self._scales(dr, rows, f"dr{name}"), f
 
     def key(self) -> tuple:
-        return ("main_f16" if self.f16 else "main", _kt.bucket(self.M), _kt.bucket(self.N), _kt.bucket(self.K), self.gk, self.bms, self.bns,
+        return ("main", _kt.bucket(self.M), _kt.bucket(self.N), _kt.bucket(self.K), self.gk, self.bms, self.bns,
                 self.even_k, self.tma_usable)
 
     # -- the main kernel
@@ -400,17 +385,11 @@ class _Gemm:
         meta = dict(BMS=self.bms, BNS=self.bns, GK=self.gk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
                     KG=kg, GROUP_M=cfg.group_m, EVEN_K=self.even_k,
                     MAGIC=cfg.magic and self.gk <= _MAGIC_MAX_GROUP, USE_TMA=tma, HAS_RA=fused_a, HAS_RB=fused_b,
-                    WS=cfg.warp_specialize, PIPE=pipe, FDOT=self._fdot(cfg.f16_mma),
-                    num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                    WS=cfg.warp_specialize, PIPE=pipe, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                     **self._fp_fusion(cfg.fp_fusion))
         if warmup:
             return _kk._gemm_kernel.warmup(*args, grid=grid, **meta)
         _c.launch(_kk._gemm_kernel, self.launcher)[grid](*args, **meta)
-
-    def _fdot(self, f16_mma: bool) -> int:
-        """The kernels' FDOT (``_int_dot``): the FP16 MMA for fp16 codes or where asked, in fp32 under
-        the interpreter."""
-        return (32 if interpreter_active() else 16) if (f16_mma or self.f16) else 0
 
     def _fp_fusion(self, on: bool) -> dict:
         """The compile option, given only where it is off: a traced launch takes launch options
@@ -426,7 +405,7 @@ class _Gemm:
         Tuned on the first parts alone; the fused second parts run in the same configuration."""
         if (interpreter_active() or not _kt.autotune_enabled()
                 or self.M * self.N * self.K < _kt.TUNE_MIN_MACS):
-            return replace(_kt.default_config(self.gk, self.M, self.N), f16_mma=self.f16)
+            return _kt.default_config(self.gk, self.M, self.N)
         return _kt.tuned_config(self.key(), self._tune)
 
     def _tune(self) -> tuple:
@@ -435,7 +414,7 @@ class _Gemm:
             with _disable_current_modes():
                 return self._stand_in()._tune()
         c = torch.empty((self.M, self.N), dtype=torch.float32, device=self.dev)
-        return _kt.time_candidates(self.key(), _kt.candidate_configs(self.gk, tma=self.tma_usable, f16_codes=self.f16),
+        return _kt.time_candidates(self.key(), _kt.candidate_configs(self.gk, tma=self.tma_usable),
                                    lambda cfg, warmup=False: self.launch_main(c, cfg, warmup=warmup), self.dev)
 
     def _stand_in(self) -> "_Gemm":
@@ -445,8 +424,7 @@ class _Gemm:
         qb = torch.randint(-127, 128, (self.N, self.K), dtype=torch.int8, device=self.dev)
         da = torch.ones((_cdiv(self.M, self.bms), self.n_kb), device=self.dev)
         db = torch.ones((_cdiv(self.N, self.bns), self.n_kb), device=self.dev)
-        real = _Gemm(qa.to(self.qa.dtype), da, qb.to(self.qa.dtype), db, (self.bms, self.gk), (self.bns, self.gk),
-                     *(None,) * 6)
+        real = _Gemm(qa, da, qb, db, (self.bms, self.gk), (self.bns, self.gk), *(None,) * 6)
         real.tma_usable = self.tma_usable  # the traced call's shape class: pointer loads
         return real
 
@@ -468,7 +446,7 @@ class _Gemm:
         args = (r, dr, fr, y, dy, yr, dyr, fy, c, R, Y, self.K, self.n_kb, stride_cr, stride_cy, n_ysplit)
         meta = dict(RBS=rbs, YBS=ybs, GK=self.gk, BLOCK_R=rcfg.block_r, BLOCK_Y=rcfg.block_y,
                     BLOCK_K=_next_pow2(self.gk), NRB=nrb, KCHUNK=kchunk, EVEN_K=self.even_k,
-                    MAGIC=self.gk <= _MAGIC_MAX_GROUP, HAS_CROSS=cross, FDOT=self._fdot(False), num_warps=rcfg.num_warps,
+                    MAGIC=self.gk <= _MAGIC_MAX_GROUP, HAS_CROSS=cross, num_warps=rcfg.num_warps,
                     num_stages=rcfg.num_stages, **self._fp_fusion(rcfg.fp_fusion))
         if warmup:
             return _kk._residual_kernel.warmup(*args, grid=grid, **meta)

@@ -218,32 +218,14 @@ if triton is not None and _kq.triton is not None:
             return sa[:, None] * sb[None, :]
 
     @triton.jit
-    def _int_dot(a, b, FDOT: tl.constexpr = 0):
-        """The exact product of two int8 tiles: FDOT 0, on the INT8 MMA into int32; FDOT 16, on the
-        FP16 MMA into fp32 (int8 codes are exact in fp16, their products and a K-group's sums below
-        2^24 exact in fp32: the same integers, at half the INT8 MMA's rate but with no int32 -> fp32
-        conversion in the rescale); FDOT 32, the same in fp32 (the interpreter, whose fp16 dot
-        would sum in fp16)."""
-        if FDOT == 16:
-            return tl.dot(a.to(tl.float16), b.to(tl.float16), out_dtype=tl.float32)
-        elif FDOT == 32:
-            return tl.dot(a.to(tl.float32), b.to(tl.float32), out_dtype=tl.float32)
-        else:
-            return tl.dot(a, b, out_dtype=tl.int32)
+    def _add_scaled(acc, p, s, MAGIC: tl.constexpr):
+        """acc + p * s: an int32 product tile as fp32 (exact), times its scale tile."""
+        return acc + _exact_f32(p, MAGIC) * s
 
     @triton.jit
-    def _add_scaled(acc, p, s, MAGIC: tl.constexpr, FDOT: tl.constexpr = 0):
-        """acc + p * s: a product tile of ``_int_dot`` as fp32 (exact), times its scale tile."""
-        if FDOT == 0:
-            return acc + _exact_f32(p, MAGIC) * s
-        else:
-            return acc + p * s
-
-    @triton.jit
-    def _add_scaled_dot(acc, a, b, sa, sb, MAGIC: tl.constexpr, UA: tl.constexpr = False, UB: tl.constexpr = False,
-                        FDOT: tl.constexpr = 0):
-        """acc + (a . b) * (sa x sb): the exact dot (``_int_dot``), rescaled (``_scale_tile``)."""
-        return _add_scaled(acc, _int_dot(a, b, FDOT), _scale_tile(sa, sb, UA, UB), MAGIC, FDOT)
+    def _add_scaled_dot(acc, a, b, sa, sb, MAGIC: tl.constexpr, UA: tl.constexpr = False, UB: tl.constexpr = False):
+        """acc + (a . b) * (sa x sb): the int8 dot into int32, rescaled (``_scale_tile``)."""
+        return _add_scaled(acc, tl.dot(a, b, out_dtype=tl.int32), _scale_tile(sa, sb, UA, UB), MAGIC)
 
     @triton.jit
     def _ab_tiles(a_ptr, a_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K,
@@ -286,12 +268,12 @@ if triton is not None and _kq.triton is not None:
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      KG: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr,
                      USE_TMA: tl.constexpr, HAS_RA: tl.constexpr, HAS_RB: tl.constexpr, WS: tl.constexpr,
-                     PIPE: tl.constexpr = False, FDOT: tl.constexpr = 0):
+                     PIPE: tl.constexpr = False):
         """One BLOCK_M x BLOCK_N tile of C = A @ B.T; KG K-groups per loop iteration (n_kb % KG == 0),
         each its own int32 dot and fp32 rescale. HAS_RA / HAS_RB: the fused second parts (a
         uniform branch per K-group where a row-block of the tile is flagged). PIPE (neither fused
         part, KG 1): the loop issues the next K-group's dot before rescaling the last one's
-        product, the same sums in the same order. FDOT: the MMA of the dots (``_int_dot``)."""
+        product, the same sums in the same order."""
         pid = tl.program_id(0)
         pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
@@ -325,16 +307,16 @@ if triton is not None and _kq.triton is not None:
                              GK, BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
             sa = tl.load(da_ptr + sa_idx)
             sb = tl.load(db_ptr + sb_idx)
-            p = _int_dot(a, b, FDOT)
+            p = tl.dot(a, b, out_dtype=tl.int32)
             for kb in tl.range(1, n_kb):
                 a, b = _ab_tiles(a_ptr, a_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K,
                                  GK, BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
                 sa_next = tl.load(da_ptr + sa_idx + kb)
                 sb_next = tl.load(db_ptr + sb_idx + kb)
-                p_next = _int_dot(a, b, FDOT)
-                acc = _add_scaled(acc, p, _scale_tile(sa, sb, UA, UB), MAGIC, FDOT)
+                p_next = tl.dot(a, b, out_dtype=tl.int32)
+                acc = _add_scaled(acc, p, _scale_tile(sa, sb, UA, UB), MAGIC)
                 p, sa, sb = p_next, sa_next, sb_next
-            acc = _add_scaled(acc, p, _scale_tile(sa, sb, UA, UB), MAGIC, FDOT)
+            acc = _add_scaled(acc, p, _scale_tile(sa, sb, UA, UB), MAGIC)
         else:
             for it in tl.range(0, n_kb // KG, warp_specialize=WS):
                 for j in tl.static_range(KG):
@@ -344,24 +326,24 @@ if triton is not None and _kq.triton is not None:
                     db = tl.load(db_ptr + sb_idx + kb)
                     a, b = _ab_tiles(a_ptr, a_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K,
                                      GK, BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
-                    acc = _add_scaled_dot(acc, a, b, da, db, MAGIC, UA, UB, FDOT)
+                    acc = _add_scaled_dot(acc, a, b, da, db, MAGIC, UA, UB)
                     if HAS_RA:
                         fa = tl.load(fa_ptr + sa_idx + kb).to(tl.int32)
                         dra = tl.where(fa != 0, tl.load(dra_ptr + sa_idx + kb), 0.0)
                         any_a = _max_axis(fa, 0) > 0
                         if any_a:
                             a2 = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
-                            acc = _add_scaled_dot(acc, a2, b, dra, db, MAGIC, FDOT=FDOT)
+                            acc = _add_scaled_dot(acc, a2, b, dra, db, MAGIC)
                     if HAS_RB:
                         fb = tl.load(fb_ptr + sb_idx + kb).to(tl.int32)
                         drb = tl.where(fb != 0, tl.load(drb_ptr + sb_idx + kb), 0.0)
                         if _max_axis(fb, 0) > 0:
                             b2 = _cols_tile(rb_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
-                            acc = _add_scaled_dot(acc, a, b2, da, drb, MAGIC, FDOT=FDOT)
+                            acc = _add_scaled_dot(acc, a, b2, da, drb, MAGIC)
                             if HAS_RA:
                                 if any_a:
                                     a2b = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
-                                    acc = _add_scaled_dot(acc, a2b, b2, dra, drb, MAGIC, FDOT=FDOT)
+                                    acc = _add_scaled_dot(acc, a2b, b2, dra, drb, MAGIC)
         c_offs = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
         tl.store(c_ptr + c_offs, acc, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
 
@@ -382,7 +364,7 @@ if triton is not None and _kq.triton is not None:
                          RBS: tl.constexpr, YBS: tl.constexpr, GK: tl.constexpr,
                          BLOCK_R: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_K: tl.constexpr,
                          NRB: tl.constexpr, KCHUNK: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr,
-                         HAS_CROSS: tl.constexpr, FDOT: tl.constexpr = 0):
+                         HAS_CROSS: tl.constexpr):
         """The second part of one operand (R: codes r, decode scales dr, flags fr) against the first
         part of the other (Y), added to C[r, y] (strides stride_cr, stride_cy); HAS_CROSS adds Y's
         second part against R's in the same K-group. A program owns BLOCK_R rows of R and every
@@ -424,13 +406,13 @@ if triton is not None and _kq.triton is not None:
                         dy = tl.load(dy_ptr + sy_idx + kb)
                         r = _rows_tile(r_ptr, r_rows, kb, offs_k, K, GK, EVEN_K)
                         yv = _cols_tile(y_ptr, y_cols, kb, offs_k, K, GK, EVEN_K)
-                        acc = _add_scaled_dot(acc, r, yv, dr, dy, MAGIC, FDOT=FDOT)
+                        acc = _add_scaled_dot(acc, r, yv, dr, dy, MAGIC)
                         if HAS_CROSS:
                             fy = tl.load(fy_ptr + sy_idx + kb).to(tl.int32)
                             if _max_axis(fy, 0) > 0:
                                 dyr = tl.where(fy != 0, tl.load(dyr_ptr + sy_idx + kb), 0.0)
                                 y2 = _cols_tile(yr_ptr, y_cols, kb, offs_k, K, GK, EVEN_K)
-                                acc = _add_scaled_dot(acc, r, y2, dr, dyr, MAGIC, FDOT=FDOT)
+                                acc = _add_scaled_dot(acc, r, y2, dr, dyr, MAGIC)
                 c_offs = offs_r.to(tl.int64)[:, None] * stride_cr + offs_y.to(tl.int64)[None, :] * stride_cy
                 c_mask = r_ok[:, None] & (offs_y < Y)[None, :]
                 c = tl.load(c_ptr + c_offs, mask=c_mask, other=0.0)

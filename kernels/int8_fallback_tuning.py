@@ -42,13 +42,12 @@ class GemmConfig:
     warp_specialize: bool = False
     fp_fusion: bool = True   # False: no FMA contraction, so CUDA equals the torch reference bit for bit
     pipelined: bool = False  # the next K-group's dot issued before the last one's rescale (one group a step)
-    f16_mma: bool = False    # the dots on the FP16 MMA into fp32 (exact; no int32 -> fp32 conversion in the rescale)
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}_kg{self.k_groups}_w{self.num_warps}_s{self.num_stages}"
                 f"_gm{self.group_m}{'' if self.magic else '_cvt'}{'_tma' if self.tma else ''}"
                 f"{'_ws' if self.warp_specialize else ''}{'' if self.fp_fusion else '_nofma'}"
-                f"{'_pipe' if self.pipelined else ''}{'_f16' if self.f16_mma else ''}")
+                f"{'_pipe' if self.pipelined else ''}")
 
 
 @dataclass(frozen=True)
@@ -87,9 +86,7 @@ def _default_k_groups(gk: int) -> int:
 
 
 def smem_bytes(cfg: GemmConfig, gk: int) -> int:
-    """The pipeline's shared memory: int8 tiles, or fp16 ones on the FP16 MMA (fp16 codes)."""
-    tiles = cfg.num_stages * (cfg.block_m + cfg.block_n) * _next_pow2(gk) * (1 if cfg.pipelined else cfg.k_groups)
-    return tiles * (2 if cfg.f16_mma else 1)
+    return cfg.num_stages * (cfg.block_m + cfg.block_n) * _next_pow2(gk) * (1 if cfg.pipelined else cfg.k_groups)
 
 
 def default_config(gk: int, M: int = 1 << 12, N: int = 1 << 12) -> GemmConfig:
@@ -102,7 +99,7 @@ def default_config(gk: int, M: int = 1 << 12, N: int = 1 << 12) -> GemmConfig:
     return GemmConfig(k_groups=kg, num_stages=3 if _next_pow2(gk) * kg <= 128 else 2)
 
 
-def candidate_configs(gk: int, tma: bool = True, f16_codes: bool = False) -> list:
+def candidate_configs(gk: int, tma: bool = True) -> list:
     """The configurations tuning tries for K-group gk on Hopper-class GPUs (H100/H200): 128-256
     tiles with 8 warps and 64-128 tiles with 4 (in 3 stages too: three programs an SM), 3-4
     stages, about 128 bytes of K per iteration (twice that for the 4-warp tile; half that too for
@@ -117,18 +114,7 @@ def candidate_configs(gk: int, tma: bool = True, f16_codes: bool = False) -> lis
     one of each kind for the target without a GPU), but not for the 4-warp tiles on pointer loads
     (NVGPUWarpSpecialization: "operation destroyed but still has uses"; the H200 run at bfc9b5d
     tried only such a tile) nor for every group on the 128x64 one, which are left out. A candidate
-    that fails to build on a GPU is ruled out by the tuner with its error (``tuning_log``).
-
-    ``f16_codes``: the codes come as fp16 (``int8_fallback_gemm``'s FP16 route), so every candidate
-    multiplies on the FP16 MMA (``f16_mma``), in the tiles of a BF16 GEMM, its pipeline sized for two
-    bytes an element. int8 codes are not offered that MMA: converting the tiles in the kernel costs
-    two conversion instructions an element (sm_90 PTX of Triton 3.6), which issue at a fraction of
-    the FP32 rate."""
-    if f16_codes:
-        return _fitted([GemmConfig(bm, bn, kg, w, st, tma=t, f16_mma=True)
-                        for bm, bn, w, st in ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3),
-                                              (128, 64, 4, 4), (64, 128, 4, 4))
-                        for kg in (_default_k_groups(gk),) for t in ((False, True) if tma else (False,))], gk)
+    that fails to build on a GPU is ruled out by the tuner with its error (``tuning_log``)."""
     kg = _default_k_groups(gk)
     tiles = ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4))
     out = [GemmConfig(bm, bn, kg, w, st) for bm, bn, w, st in tiles]
@@ -146,13 +132,8 @@ def candidate_configs(gk: int, tma: bool = True, f16_codes: bool = False) -> lis
         # specialized on descriptor loads; its 128x64 twin does not for every group
         out += [replace(c, warp_specialize=True) for c in out
                 if c.tma and not c.pipelined and (c.block_m, c.block_n, c.num_warps) == (64, 128, 4)]
-    return _fitted(out, gk)
-
-
-def _fitted(cands: list, gk: int) -> list:
-    """The candidates with their pipelines cut to the shared-memory budget (those that fit, once)."""
     fitted = []
-    for cfg in cands:
+    for cfg in out:
         while smem_bytes(cfg, gk) > SMEM_BUDGET and cfg.num_stages > 2:
             cfg = replace(cfg, num_stages=cfg.num_stages - 1)
         if cfg.k_groups >= 1 and smem_bytes(cfg, gk) <= SMEM_BUDGET and cfg not in fitted:

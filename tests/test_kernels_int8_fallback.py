@@ -14,7 +14,6 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from dataclasses import replace
 
 import pytest
 import torch
@@ -375,16 +374,13 @@ def _int_operands(M, N, K, rows_a, rows_b, group, seed, pattern="random", ratio=
     ((50, 33, 160), (8, 16), 32, kt.GemmConfig(32, 32, num_warps=4, num_stages=1, pipelined=True)),
     ((40, 56, 100), (32, 32), 32, kt.GemmConfig(32, 32, num_warps=4, num_stages=1, tma=True, pipelined=True)),
     ((24, 40, 64), (64, 8), 64, kt.GemmConfig(16, 32, k_groups=2, num_warps=4, num_stages=1, pipelined=True)),
-    ((50, 33, 160), (32, 32), 32, kt.GemmConfig(32, 32, k_groups=2, num_warps=4, num_stages=1, f16_mma=True)),
-    ((40, 56, 100), (8, 16), 32, kt.GemmConfig(16, 32, num_warps=4, num_stages=1, tma=True, pipelined=True,
-                                                f16_mma=True)),
 ], ids=["kg4", "kg2-cvt", "kg-odd-groups", "tma", "tma-ragged", "uniform-a", "uniform-b", "pipelined",
-        "pipelined-tma-uniform", "pipelined-one-group", "f16-mma", "f16-mma-pipelined-tma"])
+        "pipelined-tma-uniform", "pipelined-one-group"])
 def test_gemm_configurations_are_bit_identical(device, dims, rows, group, config):
     """Every configuration (groups per iteration, tiles that do not divide the shape, the exact
     int32 -> fp32 add trick or the conversion, descriptor loads, a scale block covering the tile on
-    one side or both, the software-pipelined loop down to a single K-group, the dots on the FP16
-    MMA) gives the reference's result."""
+    one side or both, the software-pipelined loop down to a single K-group) gives the reference's
+    result."""
     M, N, K = dims
     (qa, da, *_), (qb, db, *_) = _int_operands(M, N, K, rows[0], rows[1], group, seed=11, device=device)
     block_a, block_b = (rows[0], group), (rows[1], group)
@@ -411,27 +407,6 @@ def test_fallback_patterns(device, pattern, impl):
             assert torch.equal(got, plain)
         else:
             assert not torch.equal(got, plain)
-
-
-@pytest.mark.parametrize("impl", kf.FALLBACK_IMPLS)
-def test_fp16_codes_give_the_int8_codes_result(device, impl):
-    """Codes held in fp16 (the FP16 MMA route) give what the same codes in int8 give, bit for bit
-    under the interpreter, second parts, ragged shapes and a K tail included; dtypes that are not
-    codes, or two different ones, are refused by name."""
-    M, N, K, block_a, block_b = 72, 40, 160, (8, 32), (16, 32)
-    (qa, da, ra, dra, fa), (qb, db, rb, drb, fb) = _int_operands(M, N, K, 8, 16, 32, seed=14, pattern="random",
-                                                                 device=device)
-    want = kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, fallback=impl)
-    h = [t.half() for t in (qa, qb, ra, rb)]
-    got = kf.int8_fallback_gemm(h[0], da, h[1], db, block_a, block_b, h[2], dra, fa, h[3], drb, fb, fallback=impl)
-    _assert_gemm_equal(got, want, device)
-    assert not torch.equal(got, kf.int8_fallback_gemm(h[0], da, h[1], db, block_a, block_b, fallback=impl))
-    with pytest.raises(TypeError, match="one dtype"):
-        kf.int8_fallback_gemm(h[0], da, qb, db, block_a, block_b)
-    with pytest.raises(TypeError, match="qa must be a 2-D int8"):
-        kf.int8_fallback_gemm(qa.float(), da, qb.float(), db, block_a, block_b)
-    with pytest.raises(ValueError, match="dtype"):
-        kf.int8_fallback_gemm(h[0], da, h[1], db, block_a, block_b, ra, dra, fa)
 
 
 @pytest.mark.parametrize("residual,rows", [
@@ -464,10 +439,6 @@ def test_configuration_space():
     assert [kt.whole_k_groups(4, n) for n in (256, 6, 5, 1)] == [4, 2, 1, 1]
     assert kt.default_config(32).k_groups == (1 if kf.interpreter_active() else 4)
     assert "_tma" in kt.GemmConfig(tma=True).label() and "_cvt" in kt.GemmConfig(magic=False).label()
-    assert "_f16" in kt.GemmConfig(f16_mma=True).label() and not any(c.f16_mma for c in kt.candidate_configs(32))
-    f16 = kt.candidate_configs(32, f16_codes=True)  # fp16 codes: the FP16 MMA, two bytes an element
-    assert f16 and all(c.f16_mma and kt.smem_bytes(c, 32) <= kt.SMEM_BUDGET for c in f16)
-    assert kt.smem_bytes(f16[0], 32) == 2 * kt.smem_bytes(replace(f16[0], f16_mma=False), 32)
 
 
 def test_kernel_path_end_to_end(device):
@@ -600,12 +571,10 @@ def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
     out = tmp_path / "gemm.csv"
     argv = ["--out", str(out), "--sizes", "32", "--groups", "32", "--ratio-groups", "32", "--ratios", "0.25",
             "--patterns", "random", "--shapes", "32x16x64", "--shape-group", "32", "--ablation-groups", "32",
-            "--block-rows", "16", "--quant-chunks", "64x8", "--sweeps", "check,group,ratio,shapes,ablation,quantize,f16"]
+            "--block-rows", "16", "--quant-chunks", "64x8", "--sweeps", "check,group,ratio,shapes,ablation,quantize"]
     assert bench.main(argv, _device="cpu") == 0
     rows = list(_csv.DictReader(out.open()))
-    assert {r["sweep"] for r in rows} == {"check", "baseline", "group", "ratio", "shapes", "ablation", "quantize", "f16"}
-    assert {r["variant"] for r in rows if r["sweep"] == "f16" and r["kind"] == "int8_block"} == {
-        "int8 codes, INT8 MMA (tuned)", "fp16 codes, FP16 MMA (tuned)"}
+    assert {r["sweep"] for r in rows} == {"check", "baseline", "group", "ratio", "shapes", "ablation", "quantize"}
     assert {r["kind"] for r in rows if r["sweep"] == "quantize"} == {
         f"quantize_fallback_{m}" for m in ("threshold", "mask", "training", "training_chunk64x8")}
     checks = [r for r in rows if r["sweep"] == "check"]

@@ -28,9 +28,6 @@ the paper's figure dims):
   95th amax percentile, with a 5 % mask, and as training runs it: the threshold, the rounding
   stream drawn in the kernel, the codes' transposes written too), as GB/s of the bytes it must
   move; --quant-chunks times the training pass again at other chunk shapes.
-* f16: at the largest size and --ablation-groups, the codes held in fp16 and multiplied on the FP16
-  MMA (the same integers, exact; ``int8_fallback_gemm``'s fp16 route), tuned over its own
-  candidates, beside the INT8 MMA's tuned time. Kind ``int8_block``, sweep ``f16``, column ``variant``.
 * ws (opt-in, last, after the summary): the tuned configuration with the loop warp-specialized
   (``tl.range(warp_specialize=True)``; documented for Blackwell, tried on what runs this).
 
@@ -58,7 +55,7 @@ from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_medi
                                   provenance_path, write_provenance, write_rows)
 from lowprec.bench.int8_gemm_runner import FIELDS, Bench
 from lowprec.bench.int8_gemm_sweeps import (ablation_sweep, check_sweep, quantize_sweep, shapes_sweep,
-                                            square_sweeps, f16_sweep, ws_sweep)
+                                            square_sweeps, ws_sweep)
 
 PROG = "int8_gemm"
 
@@ -69,7 +66,7 @@ DEFAULT_RATIOS = "0,0.01,0.02,0.05,0.1,0.2,0.5"
 # weight gradients (K = tokens)
 DEFAULT_SHAPES = ("16384x2048x2048,16384x5632x2048,16384x2048x5632,16384x5632x5632,"
                   "2048x2048x16384,5632x2048x16384,2048x5632x16384")
-SWEEPS = ("check", "group", "ratio", "shapes", "ablation", "quantize", "f16", "ws")
+SWEEPS = ("check", "group", "ratio", "shapes", "ablation", "quantize", "ws")
 # goals of the kernel (ratio to BF16 torch.matmul in the same run): (sweep, group, fallback share) -> ratio
 GOALS = {("group", 128, 0.0): 1.6, ("ratio", 128, 0.05): 1.45, ("ratio", 128, 0.1): 1.3, ("group", 32, 0.0): 1.1,
          ("shapes", 128, 0.0): 1.4}
@@ -227,8 +224,6 @@ def main(argv=None, _device: str = "cuda") -> int:
                 shapes_sweep(b, shapes, args.shape_group, args.shape_ratio)
             if "ablation" in sweeps and not b.fixed:
                 b.guarded("ablation", lambda: ablation_sweep(b, max(sizes), ablation_groups))
-            if "f16" in sweeps and not b.fixed:
-                b.guarded("f16", lambda: f16_sweep(b, max(sizes), ablation_groups))
         finally:
             prov["tuned_configs"] = b.kt.tuned_configs()
             prov["tuning_log"] = str(tune_path.name)

@@ -360,30 +360,6 @@ def quantize_sweep(b: Bench, S, ratio_groups, chunks=()):
                     "gbps": f"{nbytes / t / 1e6:.1f}"})
 
 
-def f16_sweep(b: Bench, S, groups):
-    """At S^3, per group: the codes held in fp16, multiplied on the FP16 MMA (exact: the same
-    integers), tuned over its own candidates, beside the INT8 MMA's tuned time: which route is faster
-    where the rescale, not the MMA, bounds the kernel (small groups)."""
-    kf = b.kf
-    qa, qb, t_bf16, t_int = _baselines(b, "f16", S, S, S)
-    ha, hb = qa.half(), qb.half()
-    flop = 2.0 * S ** 3
-    for g in groups:
-        if b.over_budget(f"f16 g={g}"):
-            return
-        nkb = -(-S // g)
-        da, db = b.scales(-(-S // b.br), nkb), b.scales(-(-S // b.br), nkb)
-        for variant, (x, y) in (("int8 codes, INT8 MMA (tuned)", (qa, qb)), ("fp16 codes, FP16 MMA (tuned)", (ha, hb))):
-            fn = (lambda x=x, y=y: b.gemm(x, da, y, db, g))
-            err = b.checked(f"f16 {variant} g={g}", fn, qa, da, qb, db, g)
-            if err is None:
-                continue
-            b.guarded(f"f16 {variant} g={g} timing", lambda: _time_row(
-                b, {"M": S, "N": S, "K": S, "group": g, "block_rows": b.br, "sweep": "f16", "kind": "int8_block",
-                    "variant": variant, "config": b.config_label(x, y, g), "max_rel_err": err},
-                fn, flop, t_bf16, t_int))
-
-
 def ws_sweep(b: Bench, g):
     """The warp-specialized loop, last: a compiler path documented for other GPUs."""
     kf, S = b.kf, b.largest
