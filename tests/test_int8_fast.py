@@ -164,6 +164,38 @@ def _assert_fast_steps_equal_emulation(fast, emu, monkeypatch):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("fast_path", ["all", "off"])
+def test_each_pass_updates_its_own_buffers(fast_path, monkeypatch):
+    """A layer's levels, steps and counts are a pair of tensors per pass
+    (``layer_buffers.register_pass_buffers``): the forward's GEMM updates only its slots' rows of the
+    forward tensors, the backward's only theirs of the backward tensors, on the fast path and on the
+    emulation; the merged view is what the quantizer reports and checkpoints, and a level loaded
+    into a fresh model lands in the pass of its slot."""
+    from lowprec.methods.layer_buffers import FORWARD_SLOTS
+
+    monkeypatch.setattr(lin, "FAST_PATH", fast_path)
+    model = _model(layers=1)
+    convert(model, recipe_from_config(CONFIGS["dynamic"]))
+    _steps(model, steps=1, evaluate=False)
+    layer = model[0]
+    fwd, bwd = FallbackBuffers.passes(layer)
+    others = [i for i in range(len(fwd.steps)) if i not in FORWARD_SLOTS]
+    for own, rows, not_rows in ((fwd, list(FORWARD_SLOTS), others), (bwd, others, list(FORWARD_SLOTS))):
+        assert bool((own.steps[rows] == 1).all()) and bool((own.counts[rows, 0] == 1).all())
+        assert not own.steps[not_rows].any() and not own.counts[not_rows].any()
+        assert bool(torch.isinf(own.levels[not_rows]).all()) and bool(torch.isfinite(own.levels[rows]).all())
+    merged = FallbackBuffers.merged(layer)
+    quantizer = layer.recipe.fprop.a
+    assert [r["calls"] for r in quantizer.fallback_counts()] == [1] * len(merged.steps)
+    state = quantizer.state_dict()
+    assert len(state) == len(merged.steps)
+    fresh = _model(layers=1)
+    convert(fresh, recipe_from_config(CONFIGS["dynamic"]))
+    fresh[0].recipe.fprop.a.load_state_dict(state)
+    assert torch.equal(FallbackBuffers.merged(fresh[0]).levels, merged.levels)
+    assert torch.equal(FallbackBuffers.passes(fresh[0])[1].levels[others], bwd.levels[others])
+
+
 @pytest.mark.parametrize("name", CONFIGS)
 def test_fast_layer_equals_the_emulation_bit_for_bit(name, monkeypatch):
     fast, emu = _pair(CONFIGS[name])
