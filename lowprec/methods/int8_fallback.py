@@ -328,7 +328,7 @@ class FallbackInt8Quantizer(OperandQuantizer):
     def _holder(self, layer, device):
         """What holds ``layer``'s state: the layer (``FallbackBuffers.register`` equipped it), else
         a FallbackBuffers kept here under its name."""
-        if FallbackBuffers.of(layer, "fprop") is not None:
+        if FallbackBuffers.passes(layer):
             return layer
         name = str(getattr(layer, "name", ""))
         if name not in self._layers:

@@ -50,6 +50,8 @@ class FallbackBuffers(NamedTuple):
         """The buffers on ``layer`` (once; on its parameters' device), a pair per pass. Not in the
         state dict: the level travels in the quantizer's extra state (``state_for_layer``), and the
         counts restart with a run, like MoR's decision counts."""
+        if cls.passes(layer):
+            return
         param = next(layer.parameters(), None)
         for name, t in zip(BUFFER_NAMES, cls.new(None if param is None else param.device)):
             register_pass_buffers(layer, name, t)
@@ -75,10 +77,9 @@ class FallbackBuffers(NamedTuple):
 
     @classmethod
     def merged(cls, layer) -> "FallbackBuffers":
-        """One FallbackBuffers to read: each slot's rows from the pass that updates them (copies)."""
-        if isinstance(layer, FallbackBuffers):
-            return layer
-        return cls(*(merged_slots(*pass_buffers(layer, n)) for n in BUFFER_NAMES))
+        """One FallbackBuffers to read: each slot's rows from the pass that updates them (copies of a
+        layer's pair)."""
+        return cls(*(merged_slots(*pair) for pair in zip(*cls.passes(layer))))
 
     def reset_level(self) -> None:
         self.levels.fill_(math.inf)

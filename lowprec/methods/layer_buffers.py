@@ -53,8 +53,11 @@ def pass_buffer(module, name: str, gemm: str) -> Optional[torch.Tensor]:
     return None if buffers is None else buffers[0 if gemm == "fprop" else 1]
 
 
-def merged_slots(fwd: torch.Tensor, bwd: torch.Tensor) -> torch.Tensor:
-    """One per-slot tensor: the forward slots' rows of ``fwd``, the others' of ``bwd``."""
+def merged_slots(fwd: torch.Tensor, bwd: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """One per-slot tensor: the forward slots' rows of ``fwd``, the others' of ``bwd`` (a copy);
+    without ``bwd``, ``fwd`` itself: state kept outside a layer, one tensor for both passes."""
+    if bwd is None:
+        return fwd
     out = bwd.clone()
     out[list(FORWARD_SLOTS)] = fwd[list(FORWARD_SLOTS)]
     return out

@@ -460,7 +460,7 @@ class _Coverage:
         ``columns`` (read on the host)."""
         rows = []
         for name, buffers, slots in self._rows():
-            host = (merged_slots(*buffers) if len(buffers) == 2 else buffers[0]).detach().cpu()
+            host = merged_slots(*buffers).detach().cpu()
             for i in slots:
                 if host[i, 0]:
                     rows.append({"layer": name, "gemm": SLOTS[i][0], "operand": SLOTS[i][1],
