@@ -287,3 +287,31 @@ def test_inductor_kernel_reads_a_profiles_kernels_and_makes_its_variants(tmp_pat
         with pytest.raises(SystemExit) as exc:
             ik.main(["--out", str(tmp_path / "x.csv"), *argv])
         assert exc.value.code == 2 and msg in capsys.readouterr().err
+
+
+def test_kernel_sass_options_are_checked_before_compiling(tmp_path, capsys):
+    """One scale-block height per group, and machine code only without the interpreter: exit 2
+    naming the option, nothing written."""
+    from lowprec.bench import kernel_sass
+
+    out = tmp_path / "sass.csv"
+    with pytest.raises(SystemExit) as e:
+        kernel_sass.main(["--groups", "32,128", "--block-rows", "32", "--out", str(out)])
+    assert e.value.code == 2 and "--block-rows: one per group (2), got 1" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_kernel_sass_finds_the_longest_loop_and_counts_its_classes():
+    """The hot loop is the longest span from a backward branch's target to the branch (an inner
+    loop inside it counts with it); predicated and uniform instructions are classed by opcode."""
+    from lowprec.bench.kernel_sass import Instruction, hot_loop, loop_counts
+
+    code = [(0x00, "MOV", "R1, R2"), (0x10, "LDG.E", "R3, desc[UR4][R4.64]"), (0x20, "FFMA", "R5, R3, R6, R5"),
+            (0x30, "BRA", "0x20"), (0x40, "IGMMA.64x128x32", "gdesc[UR8]"), (0x50, "UIADD3", "UR4, UR4, 0x1, URZ"),
+            (0x60, "LDL", "R7, [R1]"), (0x70, "FMUL", "R8, R7, R7"), (0x80, "BRA", "0x10"), (0x90, "EXIT", "")]
+    loop = hot_loop([Instruction(*c) for c in code])
+    assert [i.address for i in loop] == list(range(0x10, 0x90, 0x10))
+    counts = loop_counts(loop)
+    assert counts == {"loop_instructions": 8, "fp32": 2, "fmul": 1, "int": 1, "moves": 0, "global_loads": 1,
+                      "spills": 1, "mma": 1}
+    assert hot_loop([Instruction(*c) for c in code[:3]]) == []
