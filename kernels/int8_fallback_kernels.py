@@ -218,6 +218,14 @@ if triton is not None and _kq.triton is not None:
             return sa[:, None] * sb[None, :]
 
     @triton.jit
+    def _expand(v, R: tl.constexpr, BS: tl.constexpr, BLOCKED: tl.constexpr):
+        """With BLOCKED, the [R] vector of a [R // BS] vector's values, each repeated BS times."""
+        if BLOCKED:
+            return tl.broadcast_to(v[:, None], [R // BS, BS]).reshape(R)
+        else:
+            return v
+
+    @triton.jit
     def _add_scaled(acc, p, s, MAGIC: tl.constexpr):
         """acc + p * s: an int32 product tile as fp32 (exact), times its scale tile."""
         return acc + _exact_f32(p, MAGIC) * s
@@ -287,17 +295,28 @@ if triton is not None and _kq.triton is not None:
         b_cols = rn.to(tl.int64) * K
         # a scale block that covers the tile along M (N) gives one scale per K-group: loaded once
         # per program and broadcast (UA / UB of _add_scaled_dot); not with fused second parts, whose
-        # flags are read per row-block
+        # flags are read per row-block. Blocks that divide the tile (BA / BB) are loaded once per
+        # block and repeated over its rows (_expand): the same values, but the compiler sees them
+        # equal, so a thread loads and multiplies each block's scale once, not once per element
+        # (Jetfire's 32x32 blocks in 128x128 tiles on sm_90: 144 -> 28 loads, 256 -> 16 products
+        # and 162 -> 0 spilled registers per loop iteration, results/bench/int8_gemm_sass_sm90.csv).
+        # Block indices are clamped to the last block, which rows past the edge read.
         UA: tl.constexpr = BMS % BLOCK_M == 0 and not (HAS_RA or HAS_RB)
         UB: tl.constexpr = BNS % BLOCK_N == 0 and not (HAS_RA or HAS_RB)
+        BA: tl.constexpr = not UA and BLOCK_M % BMS == 0
+        BB: tl.constexpr = not UB and BLOCK_N % BNS == 0
         if UA:
             sa_idx = ((pid_m * BLOCK_M) // BMS) * n_kb
+        elif BA:
+            sa_idx = tl.minimum(pid_m * (BLOCK_M // BMS) + tl.arange(0, BLOCK_M // BMS), tl.cdiv(M, BMS) - 1) * n_kb
         else:
-            sa_idx = (rm // BMS) * n_kb
+            sa_idx = tl.minimum(offs_m // BMS, tl.cdiv(M, BMS) - 1) * n_kb
         if UB:
             sb_idx = ((pid_n * BLOCK_N) // BNS) * n_kb
+        elif BB:
+            sb_idx = tl.minimum(pid_n * (BLOCK_N // BNS) + tl.arange(0, BLOCK_N // BNS), tl.cdiv(N, BNS) - 1) * n_kb
         else:
-            sb_idx = (rn // BNS) * n_kb
+            sb_idx = tl.minimum(offs_n // BNS, tl.cdiv(N, BNS) - 1) * n_kb
 
         acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
         if PIPE:
@@ -305,14 +324,14 @@ if triton is not None and _kq.triton is not None:
             # tensor cores have work while the rescale runs (the sums keep their order)
             a, b = _ab_tiles(a_ptr, a_desc, a_rows, b_ptr, b_desc, b_cols, 0, offs_k, pid_m, pid_n, K,
                              GK, BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
-            sa = tl.load(da_ptr + sa_idx)
-            sb = tl.load(db_ptr + sb_idx)
+            sa = _expand(tl.load(da_ptr + sa_idx), BLOCK_M, BMS, BA)
+            sb = _expand(tl.load(db_ptr + sb_idx), BLOCK_N, BNS, BB)
             p = tl.dot(a, b, out_dtype=tl.int32)
             for kb in tl.range(1, n_kb):
                 a, b = _ab_tiles(a_ptr, a_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K,
                                  GK, BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
-                sa_next = tl.load(da_ptr + sa_idx + kb)
-                sb_next = tl.load(db_ptr + sb_idx + kb)
+                sa_next = _expand(tl.load(da_ptr + sa_idx + kb), BLOCK_M, BMS, BA)
+                sb_next = _expand(tl.load(db_ptr + sb_idx + kb), BLOCK_N, BNS, BB)
                 p_next = tl.dot(a, b, out_dtype=tl.int32)
                 acc = _add_scaled(acc, p, _scale_tile(sa, sb, UA, UB), MAGIC)
                 p, sa, sb = p_next, sa_next, sb_next
@@ -322,21 +341,21 @@ if triton is not None and _kq.triton is not None:
                 for j in tl.static_range(KG):
                     kb = it * KG + j
                     # scales first: their loads are in flight during the dot
-                    da = tl.load(da_ptr + sa_idx + kb)
-                    db = tl.load(db_ptr + sb_idx + kb)
+                    da = _expand(tl.load(da_ptr + sa_idx + kb), BLOCK_M, BMS, BA)
+                    db = _expand(tl.load(db_ptr + sb_idx + kb), BLOCK_N, BNS, BB)
                     a, b = _ab_tiles(a_ptr, a_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K,
                                      GK, BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
                     acc = _add_scaled_dot(acc, a, b, da, db, MAGIC, UA, UB)
                     if HAS_RA:
                         fa = tl.load(fa_ptr + sa_idx + kb).to(tl.int32)
-                        dra = tl.where(fa != 0, tl.load(dra_ptr + sa_idx + kb), 0.0)
+                        dra = _expand(tl.where(fa != 0, tl.load(dra_ptr + sa_idx + kb), 0.0), BLOCK_M, BMS, BA)
                         any_a = _max_axis(fa, 0) > 0
                         if any_a:
                             a2 = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
                             acc = _add_scaled_dot(acc, a2, b, dra, db, MAGIC)
                     if HAS_RB:
                         fb = tl.load(fb_ptr + sb_idx + kb).to(tl.int32)
-                        drb = tl.where(fb != 0, tl.load(drb_ptr + sb_idx + kb), 0.0)
+                        drb = _expand(tl.where(fb != 0, tl.load(drb_ptr + sb_idx + kb), 0.0), BLOCK_N, BNS, BB)
                         if _max_axis(fb, 0) > 0:
                             b2 = _cols_tile(rb_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
                             acc = _add_scaled_dot(acc, a, b2, da, drb, MAGIC)
