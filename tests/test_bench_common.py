@@ -304,14 +304,13 @@ def test_kernel_sass_options_are_checked_before_compiling(tmp_path, capsys):
 def test_kernel_sass_finds_the_longest_loop_and_counts_its_classes():
     """The hot loop is the longest span from a backward branch's target to the branch (an inner
     loop inside it counts with it); predicated and uniform instructions are classed by opcode."""
-    from lowprec.bench.kernel_sass import Instruction, hot_loop, loop_counts
+    from lowprec.bench.kernel_sass import Instruction, counts, hot_loop
 
     code = [(0x00, "MOV", "R1, R2"), (0x10, "LDG.E", "R3, desc[UR4][R4.64]"), (0x20, "FFMA", "R5, R3, R6, R5"),
             (0x30, "BRA", "0x20"), (0x40, "IGMMA.64x128x32", "gdesc[UR8]"), (0x50, "UIADD3", "UR4, UR4, 0x1, URZ"),
             (0x60, "LDL", "R7, [R1]"), (0x70, "FMUL", "R8, R7, R7"), (0x80, "BRA", "0x10"), (0x90, "EXIT", "")]
     loop = hot_loop([Instruction(*c) for c in code])
     assert [i.address for i in loop] == list(range(0x10, 0x90, 0x10))
-    counts = loop_counts(loop)
-    assert counts == {"loop_instructions": 8, "fp32": 2, "fmul": 1, "int": 1, "moves": 0, "global_loads": 1,
-                      "spills": 1, "mma": 1}
+    assert counts(loop) == {"fp32": 2, "fmul": 1, "int": 1, "moves": 0, "global_loads": 1, "spills": 1, "mma": 1,
+                            "conversions": 0, "global_stores": 0, "shared_accesses": 0, "barriers": 0}
     assert hot_loop([Instruction(*c) for c in code[:3]]) == []

@@ -1,27 +1,36 @@
-"""What the INT8 GEMM's main loop costs in instructions on the H100/H200 (sm_90), read from its
-machine code on a machine without a GPU.
+"""What the suite's hottest Triton kernels cost in instructions on the H100/H200 (sm_90), read from
+their machine code on a machine without a GPU.
 
-    python -m lowprec.bench.kernel_sass --groups 32,128 --out results/bench/int8_gemm_sass_sm90.csv
+    python -m lowprec.bench.kernel_sass --kernel int8_gemm --groups 32,128 --out results/bench/int8_gemm_sass_sm90.csv
+    python -m lowprec.bench.kernel_sass --kernel mor_cast --out results/bench/mor_cast_sass_sm90.csv
 
-Each tuning candidate of ``lowprec.kernels.int8_fallback_tuning`` (at a K-group, in scale blocks of
-``--block-rows`` rows on both sides) is compiled by Triton for sm_90 (its own ptxas, no GPU), its
-machine code disassembled (Triton's ``cuobjdump``), and the kernel's hottest loop -- the longest
-backward branch, the K loop -- counted by instruction. Per K-group, the tensor cores multiply 32
-to 256 products per output element; what the CUDA cores add is the rescale of the int32 product
-(at least three instructions per element: the accumulator's exact-add constant, its subtraction,
-the fused multiply-add with the scale) and whatever the loop spends besides. At group 32 that
-rescale, not the tensor cores, paces the kernel (``results/bench/profiles``'s INT8 rows), so the
-instructions per element and K-group are its cost model, and spills (local loads and stores in
-the loop) and per-element scale loads show here before a GPU minute is spent on them.
+A kernel is compiled by Triton for sm_90 (its own ptxas, no GPU), its machine code disassembled
+(Triton's ``cuobjdump``) and its instructions counted by class. Static counts, not timings: an issue
+slot per instruction and warp is the model, latency and the overlap with the tensor cores are not;
+the GPU benchmarks time the same kernels. What it shows before a GPU minute is spent: spills,
+per-element loads of values shared by a block, and work the compiler does twice.
 
-Columns: the candidate's ``config`` label, ``group``, ``block_rows``, ``loop_instructions`` (one
-loop iteration: ``k_groups`` K-groups), ``per_element_group`` (loop instructions / (elements a
-thread holds x k_groups)), the counts of ``fp32`` (FADD, FMUL, FFMA), ``fmul``, ``int`` (IADD3,
-IMAD, LOP3, SHF, LEA, ISETP, VIADD and their uniform forms), ``moves`` (MOV), ``global_loads``
-(LDG, LDGSTS), ``spills`` (LDL, STL), ``mma`` (warpgroup MMAs), and the kernel's ``registers``,
-``shared`` and ``local`` bytes; ``error`` where a candidate did not compile. Static counts, not
-timings: an issue slot per instruction and warp is the model, latency and the tensor cores'
-overlap are not (the GPU benchmark ``lowprec.bench.int8_gemm`` times the same candidates).
+``int8_gemm``: each tuning candidate of ``lowprec.kernels.int8_fallback_tuning`` (at a K-group, in
+scale blocks of ``--block-rows`` rows on both sides), its hottest loop (the longest backward branch,
+the K loop) counted. Per K-group the tensor cores multiply 32 to 256 products per output element;
+what the CUDA cores add is the rescale of the int32 product (at least three instructions an element:
+the accumulator's exact-add constant, its subtraction, the fused multiply-add with the scale) and
+whatever the loop spends besides. At group 32 that rescale, not the tensor cores, paces the kernel
+(``results/bench/profiles``' INT8 rows). Columns: ``config``, ``group``, ``block_rows``, ``tma``,
+``loop_instructions`` (one iteration: ``k_groups`` K-groups), ``per_element_group`` (loop
+instructions / (elements a thread holds x k_groups)), ``fp32`` (FADD, FMUL, FFMA), ``fmul``, ``int``
+(IADD3, IMAD, LOP3, SHF, LEA, ISETP, VIADD and their uniform forms, ...), ``moves`` (MOV),
+``global_loads`` (LDG, LDGSTS), ``spills`` (LDL, STL), ``mma`` (warpgroup MMAs), ``registers``,
+``shared`` and ``local`` bytes, ``error`` where a candidate did not compile.
+
+``mor_cast``: MoR's cast-and-error pass (``lowprec.kernels.mor_quant._cast_error_kernel``, one
+32 x 128 tile a program as the fast path launches it, bf16 operands, whole tiles) for each layout
+it writes (``rows``, ``transposed``, ``both``), with the hardware cast (``native``, the fast path's
+on the H200) or the written-out encoder, and with the approximate division or the correctly rounded
+one. Columns: those of the tile (``layouts``, ``native``, ``approx_div``, ``tile``, ``num_warps``),
+``instructions`` (the kernel's), ``per_element`` (instructions / elements a thread holds), the
+classes above plus ``conversions`` (F2I, I2F, F2FP, MUFU: the quarter-rate pipes), ``global_stores``
+(STG), ``shared_accesses`` (LDS, STS: a layout conversion's traffic) and ``barriers``.
 """
 
 from __future__ import annotations
@@ -38,8 +47,13 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 PROG = "kernel_sass"
-FIELDS = ("config", "group", "block_rows", "tma", "loop_instructions", "per_element_group", "fp32", "fmul", "int",
-          "moves", "global_loads", "spills", "mma", "registers", "shared", "local", "error")
+_CLASSES = ("fp32", "fmul", "int", "moves", "global_loads", "spills", "mma")
+FIELDS = {
+    "int8_gemm": ("config", "group", "block_rows", "tma", "loop_instructions", "per_element_group", *_CLASSES,
+                  "registers", "shared", "local", "error"),
+    "mor_cast": ("layouts", "native", "approx_div", "tile", "num_warps", "instructions", "per_element", *_CLASSES,
+                 "conversions", "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
+}
 
 _INT_OPS = ("IADD3", "IMAD", "LOP3", "SHF", "LEA", "ISETP", "VIADD", "IABS", "SEL", "PRMT")
 _LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s*(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
@@ -99,12 +113,10 @@ def hot_loop(instrs: list) -> list:
     return best
 
 
-def loop_counts(loop: list) -> dict:
-    """Instruction classes of a loop body (the columns of this module's table)."""
-    ops = collections.Counter(i.op.lstrip("U") if i.op.startswith("U") and i.op[1:] in _INT_OPS else i.op
-                              for i in loop)
+def counts(instrs: list) -> dict:
+    """Instruction classes of a stretch of code (the columns of this module's tables)."""
+    ops = collections.Counter(i.op[1:] if i.op.startswith("U") and i.op[1:] in _INT_OPS else i.op for i in instrs)
     return {
-        "loop_instructions": len(loop),
         "fp32": ops["FADD"] + ops["FMUL"] + ops["FFMA"],
         "fmul": ops["FMUL"],
         "int": sum(ops[o] for o in _INT_OPS),
@@ -112,13 +124,39 @@ def loop_counts(loop: list) -> dict:
         "global_loads": ops["LDG"] + ops["LDGSTS"],
         "spills": ops["LDL"] + ops["STL"],
         "mma": ops["HGMMA"] + ops["IGMMA"] + ops["QGMMA"],
+        "conversions": ops["F2I"] + ops["I2F"] + ops["F2FP"] + ops["MUFU"],
+        "global_stores": ops["STG"],
+        "shared_accesses": ops["LDS"] + ops["STS"],
+        "barriers": ops["BAR"],
     }
+
+
+def _error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+
+
+def compile_sm90(fn, kinds: dict, constexprs: dict, aligned: tuple, num_warps: int, num_stages: int = 3,
+                 fp_fusion: bool = True):
+    """A jit function compiled for sm_90: argument types from ``kinds`` (the others constexprs, of
+    which ``constexprs`` gives the values), the arguments in ``aligned`` 16-divisible, as Triton
+    specializes pointers and sizes at launch."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(inspect.signature(fn.fn).parameters)
+    sig = {n: kinds.get(n, "constexpr") for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in aligned}
+    src = ASTSource(fn, sig, constexprs={k: v for k, v in constexprs.items() if k in names}, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages, "enable_fp_fusion": fp_fusion})
 
 
 def _require_compiled_kernels() -> None:
     from lowprec.kernels import int8_fallback_kernels as kk
+    from lowprec.kernels import mor_quant as kq
 
-    if kk.interpreter_active():
+    if kk.interpreter_active() or kq.interpreter_active():
         raise RuntimeError("the kernels were built for the Triton interpreter (TRITON_INTERPRET=1): machine code "
                            "needs a process without it")
 
@@ -128,30 +166,20 @@ def compile_int8_gemm(cfg, group: int, block_rows: int, fused: bool = False):
     ``cfg`` (a ``GemmConfig``), compiled for sm_90: K-groups of ``group``, scale blocks of
     ``block_rows`` rows on both operands, K a multiple of the group, pointers and sizes 16-aligned
     (as Triton specializes them at launch), ``fused``: with both second parts in the loop."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from lowprec.kernels import int8_fallback_kernels as kk
 
     _require_compiled_kernels()
-    names = list(inspect.signature(kk._gemm_kernel.fn).parameters)
     kinds = dict.fromkeys(("a_ptr", "a_desc", "b_ptr", "b_desc", "ra_ptr", "fa_ptr", "rb_ptr", "fb_ptr"), "*i8")
     kinds.update(dict.fromkeys(("da_ptr", "db_ptr", "dra_ptr", "drb_ptr", "c_ptr"), "*fp32"))
     kinds.update(dict.fromkeys(("M", "N", "K", "n_kb"), "i32"))
-    sig = {n: kinds.get(n, "constexpr") for n in names}
     if cfg.tma:
-        sig["a_desc"] = f"tensordesc<i8[{cfg.block_m}, {group}]>"
-        sig["b_desc"] = f"tensordesc<i8[{cfg.block_n}, {group}]>"
+        kinds["a_desc"] = f"tensordesc<i8[{cfg.block_m}, {group}]>"
+        kinds["b_desc"] = f"tensordesc<i8[{cfg.block_n}, {group}]>"
     const = dict(BMS=block_rows, BNS=block_rows, GK=group, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  BLOCK_K=group, KG=cfg.k_groups, GROUP_M=cfg.group_m, EVEN_K=True, MAGIC=cfg.magic,
                  USE_TMA=cfg.tma, HAS_RA=fused, HAS_RB=fused, WS=cfg.warp_specialize, PIPE=cfg.pipelined)
-    aligned = ("a_ptr", "b_ptr", "da_ptr", "db_ptr", "c_ptr", "M", "N", "K")
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in aligned}
-    src = ASTSource(kk._gemm_kernel, sig, constexprs={k: v for k, v in const.items() if k in names}, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
-                                   "enable_fp_fusion": cfg.fp_fusion})
+    return compile_sm90(kk._gemm_kernel, kinds, const, ("a_ptr", "b_ptr", "da_ptr", "db_ptr", "c_ptr", "M", "N", "K"),
+                        cfg.num_warps, cfg.num_stages, cfg.fp_fusion)
 
 
 def int8_gemm_row(cfg, group: int, block_rows: int) -> dict:
@@ -160,57 +188,107 @@ def int8_gemm_row(cfg, group: int, block_rows: int) -> dict:
     try:
         kernel = compile_int8_gemm(cfg, group, block_rows)
     except Exception as exc:  # a candidate Triton cannot build for sm_90 is a finding of the table
-        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        row["error"] = _error(exc)
         return row
     instrs, usage = disassemble(kernel.asm["cubin"])
-    counts = loop_counts(hot_loop(instrs))
+    loop = hot_loop(instrs)
     elements = cfg.block_m * cfg.block_n / (32 * cfg.num_warps)
-    row.update(counts, **usage)
+    row.update({k: v for k, v in counts(loop).items() if k in FIELDS["int8_gemm"]}, **usage)
     row["shared"] = kernel.metadata.shared  # the pipeline's buffers too (the cubin lists static shared memory only)
-    row["per_element_group"] = round(counts["loop_instructions"] / (elements * cfg.k_groups), 2)
+    row["loop_instructions"] = len(loop)
+    row["per_element_group"] = round(len(loop) / (elements * cfg.k_groups), 2)
     return row
 
 
+MOR_CAST_LAYOUTS = ("rows", "transposed", "both")
+
+
+def mor_cast_row(layouts: str, native: bool, approx_div: bool, tile: Optional[tuple] = None,
+                 num_warps: int = 4) -> dict:
+    """This module's table row for MoR's cast-and-error pass over whole tiles of a bf16 operand
+    with per-row scales (128x128 GAM blocks, or one scale), as ``mor_quant.mor_cast_error`` launches it."""
+    from lowprec.kernels import mor_quant as kq
+
+    _require_compiled_kernels()
+    bm, bn = tile or kq.CAST_TILE
+    row = {"layouts": layouts, "native": native, "approx_div": approx_div, "tile": f"{bm}x{bn}", "num_warps": num_warps}
+    code = "*fp8e4nv" if native else "*u8"
+    kinds = {"x_ptr": "*i16", "s_ptr": "*fp32", "err_ptr": "*fp32", "nz_ptr": "*i32", "codes_ptr": code,
+             "codes_t_ptr": code, **dict.fromkeys(("sxr", "sxc", "ssr", "ssc", "M", "N", "SBR", "SBC", "n_tc"), "i32")}
+    const = dict(BM=bm, BN=bn, SCALE_BY_ROW=True, ROWS=layouts != "transposed", TRANSPOSED=layouts != "rows",
+                 IN_KIND=1, NATIVE=native, APPROX_DIV=approx_div, WIDE=False, X_LAYOUT=0, EVEN=True)
+    aligned = ("x_ptr", "s_ptr", "codes_ptr", "codes_t_ptr", "err_ptr", "nz_ptr", "sxr", "M", "N", "n_tc")
+    try:
+        kernel = compile_sm90(kq._cast_error_kernel, kinds, const, aligned, num_warps)
+    except Exception as exc:
+        row["error"] = _error(exc)
+        return row
+    instrs, usage = disassemble(kernel.asm["cubin"])
+    row.update({k: v for k, v in counts(instrs).items() if k in FIELDS["mor_cast"]}, **usage)
+    row.pop("shared")
+    row["instructions"] = len(instrs)
+    row["per_element"] = round(len(instrs) / (bm * bn / (32 * num_warps)), 1)
+    return row
+
+
+def _int8_gemm_rows(prog: str, args, wanted: list) -> list:
+    from lowprec.bench.common import fail, parse_int_list
+    from lowprec.kernels import int8_fallback_tuning as kt
+
+    groups = parse_int_list(prog, "--groups", args.groups)
+    rows_per = parse_int_list(prog, "--block-rows", args.block_rows)
+    if len(rows_per) != len(groups):
+        fail(prog, f"--block-rows: one per group ({len(groups)}), got {len(rows_per)}")
+    return [(lambda: int8_gemm_row(cfg, group, block_rows))
+            for group, block_rows in zip(groups, rows_per) for cfg in kt.candidate_configs(group, tma=True)
+            if not wanted or any(w in cfg.label() for w in wanted)]
+
+
+def _mor_cast_rows(prog: str, args, wanted: list) -> list:
+    return [(lambda lay=lay, native=native, approx=approx: mor_cast_row(lay, native, approx))
+            for lay in MOR_CAST_LAYOUTS for native in (True, False) for approx in (True, False)
+            if not wanted or lay in wanted]
+
+
 def main(argv=None) -> int:
-    from lowprec.bench.common import bench_parser, fail, parse_int_list, write_rows
+    from lowprec.bench.common import bench_parser, fail, write_rows
     from lowprec.io import provenance_path, write_json
 
     p = bench_parser(PROG, __doc__)
-    p.add_argument("--groups", default="32,128", help="K-groups (comma-separated)")
+    p.add_argument("--kernel", default="int8_gemm", choices=tuple(FIELDS), help="which kernel's table")
+    p.add_argument("--groups", default="32,128", help="int8_gemm: K-groups (comma-separated)")
     p.add_argument("--block-rows", default="32,128",
-                   help="scale-block rows, one per group in --groups (Jetfire's 32 x 32 blocks, the fallback's 128 x 128)")
+                   help="int8_gemm: scale-block rows, one per group in --groups (Jetfire's 32 x 32 blocks, the "
+                        "fallback's 128 x 128)")
     p.add_argument("--configs", default="",
-                   help="only the candidates whose label contains one of these (comma-separated); default all")
+                   help="only the int8_gemm candidates whose label contains one of these, or the mor_cast layouts "
+                        "named (comma-separated); default all")
     args = p.parse_args(argv)
-    groups = parse_int_list(PROG, "--groups", args.groups)
-    rows_per = parse_int_list(PROG, "--block-rows", args.block_rows)
-    if len(rows_per) != len(groups):
-        fail(PROG, f"--block-rows: one per group ({len(groups)}), got {len(rows_per)}")
+    wanted = [w for w in args.configs.split(",") if w]
+    jobs = (_int8_gemm_rows if args.kernel == "int8_gemm" else _mor_cast_rows)(PROG, args, wanted)
     if nvidia_tool("cuobjdump") is None:
         fail(PROG, "this Triton ships no cuobjdump in its CUDA backend: install a Triton wheel built with it")
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         fail(PROG, "TRITON_INTERPRET is set: machine code needs the compiler, unset it")
-    from lowprec import provenance
-    from lowprec.kernels import int8_fallback_tuning as kt
-
-    wanted = [w for w in args.configs.split(",") if w]
-    rows = []
-    for group, block_rows in zip(groups, rows_per):
-        for cfg in kt.candidate_configs(group, tma=True):
-            if wanted and not any(w in cfg.label() for w in wanted):
-                continue
-            row = int8_gemm_row(cfg, group, block_rows)
-            rows.append(row)
-            print(", ".join(f"{k}={row[k]}" for k in FIELDS if row.get(k) not in (None, "")), flush=True)
-    out = Path(args.out)
-    write_rows(out, FIELDS, rows)
     import triton
 
+    from lowprec import provenance
+
+    fields = FIELDS[args.kernel]
+    rows = []
+    for job in jobs:
+        row = job()
+        rows.append(row)
+        print(", ".join(f"{k}={row[k]}" for k in fields if row.get(k) not in (None, "")), flush=True)
+    out = Path(args.out)
+    write_rows(out, fields, rows)
+    kernel = {"int8_gemm": "lowprec.kernels.int8_fallback_kernels._gemm_kernel",
+              "mor_cast": "lowprec.kernels.mor_quant._cast_error_kernel"}[args.kernel]
     write_json(provenance_path(out), {
         **provenance.collect(), "time": provenance.now(), "argv": sys.argv[1:] if argv is None else list(argv),
         "target": "sm_90 (H100/H200), compiled by Triton without a GPU", "triton": triton.__version__,
-        "kernel": "lowprec.kernels.int8_fallback_kernels._gemm_kernel", "what": __doc__.strip().splitlines()[0]})
-    print(f"wrote {out} ({len(rows)} configurations)")
+        "kernel": kernel, "what": __doc__.strip().splitlines()[0]})
+    print(f"wrote {out} ({len(rows)} rows)")
     return 0
 
 
