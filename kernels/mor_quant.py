@@ -279,6 +279,14 @@ if triton is not None:
         if ROWS:
             tl.store(codes_ptr + rows[:, None] * N + cols[None, :], code, mask=mask)
         if TRANSPOSED:
+            if ROWS:
+                # the transpose from the program's own row-major codes, read back after a barrier
+                # (its global stores are then visible to the whole program): Triton converts those
+                # bytes to the transposed store's layout. Stored from `code` itself, its layout pass
+                # computes the encoder a second time in that layout from a converted x instead (sm_90,
+                # Triton 3.6, 32x128 bf16 tiles: 84 -> 57 instructions an element; kernel_sass)
+                tl.debug_barrier()
+                code = tl.load(codes_ptr + rows[:, None] * N + cols[None, :], mask=mask)
             tl.store(codes_t_ptr + cols[None, :] * M + rows[:, None], code, mask=mask)
 
     _JIT_FNS = (_quant_error_kernel, _load_fp32)

@@ -224,6 +224,39 @@ def test_cast_error_pass_equals_the_fast_paths_torch_form(dtype, grid, layouts, 
     assert got_err.min() > 0 and torch.allclose(got_err, want_err, rtol=ERR_RTOL, atol=0)
 
 
+# The cast-and-error pass compiled for sm_90 (no GPU needed) in a process without the interpreter:
+# instructions per element of each layout, with the hardware cast (the fast path's on the H200)
+_CAST_SASS_PROBE = """
+import sys
+from lowprec.bench import kernel_sass as ks
+if ks.nvidia_tool("cuobjdump") is None:
+    print("SKIP"); sys.exit()
+for layouts in ("rows", "both"):
+    row = ks.mor_cast_row(layouts, native=True, approx_div=True)
+    print(layouts, row.get("per_element"), row.get("error", ""))
+"""
+
+
+def test_cast_error_pass_encodes_once_when_writing_both_layouts():
+    """Writing the transposed codes beside the row-major ones costs the pass a transposition of
+    bytes, not a second encoder: Triton's layout pass, given the codes to store transposed, computed
+    the cast again in the transposed store's layout from a converted x (sm_90: 58 instructions an
+    element against the row-major layout's 32 with Triton 3.6, 44 against 34 with 3.9); read back
+    from the program's own row-major codes, the transpose adds about 5 (static counts of
+    ``lowprec.bench.kernel_sass``)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", _CAST_SASS_PROBE], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    if out.stdout.strip() == "SKIP":
+        pytest.skip("this Triton ships no cuobjdump")
+    per = {line.split()[0]: float(line.split()[1]) for line in out.stdout.splitlines()}
+    assert per["both"] - per["rows"] < 7.5, out.stdout
+
+
 def test_cast_error_pass_reads_through_strides_and_keeps_nan():
     """A transposed view is read in place (the backward's X^T, dY^T); NaN and Inf make their row's
     sum NaN and keep NaN / saturate in the codes."""
