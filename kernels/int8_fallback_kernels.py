@@ -218,8 +218,22 @@ if triton is not None and _kq.triton is not None:
             return sa[:, None] * sb[None, :]
 
     @triton.jit
+    def _scale_rows(start, n, R: tl.constexpr, BS: tl.constexpr, BLOCKED: tl.constexpr):
+        """The scale-grid rows of a tile's R rows from ``start`` (of n, in blocks of BS rows):
+        with BLOCKED (BS divides R and start), one per block, [R // BS], which ``_expand`` repeats
+        over the block's rows; else one per row, [R]. Clamped to the last block, which the tile's
+        rows past n read (their results are not stored)."""
+        last = (n + BS - 1) // BS - 1
+        if BLOCKED:
+            return tl.minimum(start // BS + tl.arange(0, R // BS), last)
+        else:
+            return tl.minimum((start + tl.arange(0, R)) // BS, last)
+
+    @triton.jit
     def _expand(v, R: tl.constexpr, BS: tl.constexpr, BLOCKED: tl.constexpr):
-        """With BLOCKED, the [R] vector of a [R // BS] vector's values, each repeated BS times."""
+        """With BLOCKED, the [R] vector of a [R // BS] vector's values, each repeated BS times: the
+        same values per row, but the compiler sees them equal, so a thread loads and multiplies a
+        block's scale once, not once per element it holds."""
         if BLOCKED:
             return tl.broadcast_to(v[:, None], [R // BS, BS]).reshape(R)
         else:
@@ -296,27 +310,21 @@ if triton is not None and _kq.triton is not None:
         # a scale block that covers the tile along M (N) gives one scale per K-group: loaded once
         # per program and broadcast (UA / UB of _add_scaled_dot); not with fused second parts, whose
         # flags are read per row-block. Blocks that divide the tile (BA / BB) are loaded once per
-        # block and repeated over its rows (_expand): the same values, but the compiler sees them
-        # equal, so a thread loads and multiplies each block's scale once, not once per element
-        # (Jetfire's 32x32 blocks in 128x128 tiles on sm_90: 144 -> 28 loads, 256 -> 16 products
-        # and 162 -> 0 spilled registers per loop iteration, results/bench/int8_gemm_sass_sm90.csv).
-        # Block indices are clamped to the last block, which rows past the edge read.
+        # block (_scale_rows, _expand): Jetfire's 32x32 blocks in 128x128 tiles on sm_90, per loop
+        # iteration, 144 -> 28 scale loads, 256 -> 16 products, 162 -> 0 spilled registers
+        # (results/bench/int8_gemm_sass_sm90.csv); the rows' wrap-around (rm) hid the shared blocks
         UA: tl.constexpr = BMS % BLOCK_M == 0 and not (HAS_RA or HAS_RB)
         UB: tl.constexpr = BNS % BLOCK_N == 0 and not (HAS_RA or HAS_RB)
         BA: tl.constexpr = not UA and BLOCK_M % BMS == 0
         BB: tl.constexpr = not UB and BLOCK_N % BNS == 0
         if UA:
             sa_idx = ((pid_m * BLOCK_M) // BMS) * n_kb
-        elif BA:
-            sa_idx = tl.minimum(pid_m * (BLOCK_M // BMS) + tl.arange(0, BLOCK_M // BMS), tl.cdiv(M, BMS) - 1) * n_kb
         else:
-            sa_idx = tl.minimum(offs_m // BMS, tl.cdiv(M, BMS) - 1) * n_kb
+            sa_idx = _scale_rows(pid_m * BLOCK_M, M, BLOCK_M, BMS, BA) * n_kb
         if UB:
             sb_idx = ((pid_n * BLOCK_N) // BNS) * n_kb
-        elif BB:
-            sb_idx = tl.minimum(pid_n * (BLOCK_N // BNS) + tl.arange(0, BLOCK_N // BNS), tl.cdiv(N, BNS) - 1) * n_kb
         else:
-            sb_idx = tl.minimum(offs_n // BNS, tl.cdiv(N, BNS) - 1) * n_kb
+            sb_idx = _scale_rows(pid_n * BLOCK_N, N, BLOCK_N, BNS, BB) * n_kb
 
         acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)
         if PIPE:
@@ -397,7 +405,9 @@ if triton is not None and _kq.triton is not None:
         r_ok = offs_r < R
         rr = offs_r % R
         r_rows = rr.to(tl.int64) * K
-        sr_idx = (rr // RBS) * n_kb
+        BLK_R: tl.constexpr = BLOCK_R % RBS == 0
+        BLK_Y: tl.constexpr = BLOCK_Y % YBS == 0
+        sr_idx = _scale_rows(pid_r * BLOCK_R, R, BLOCK_R, RBS, BLK_R) * n_kb
         first_rb = (pid_r * BLOCK_R) // RBS
         last_rb = (tl.minimum(pid_r * BLOCK_R + BLOCK_R, R) - 1) // RBS
         rbs = first_rb + tl.arange(0, NRB)
@@ -413,7 +423,7 @@ if triton is not None and _kq.triton is not None:
                 offs_y = yt * BLOCK_Y + tl.arange(0, BLOCK_Y)
                 ry = offs_y % Y
                 y_cols = ry.to(tl.int64) * K
-                sy_idx = (ry // YBS) * n_kb
+                sy_idx = _scale_rows(yt * BLOCK_Y, Y, BLOCK_Y, YBS, BLK_Y) * n_kb
                 acc = tl.full([BLOCK_R, BLOCK_Y], 0.0, tl.float32)
                 for c0 in range(0, n_kb, KCHUNK):
                     rem = _flag_chunk(fr_ptr, rbs, rb_ok, c0, kc, n_kb)
@@ -421,15 +431,16 @@ if triton is not None and _kq.triton is not None:
                         kl = tl.reduce(tl.where(rem, kc, KCHUNK), 0, _min_combine)
                         rem = rem & (kc != kl)
                         kb = c0 + kl
-                        dr = tl.where(tl.load(fr_ptr + sr_idx + kb) != 0, tl.load(dr_ptr + sr_idx + kb), 0.0)
-                        dy = tl.load(dy_ptr + sy_idx + kb)
+                        dr = _expand(tl.where(tl.load(fr_ptr + sr_idx + kb) != 0, tl.load(dr_ptr + sr_idx + kb), 0.0),
+                                     BLOCK_R, RBS, BLK_R)
+                        dy = _expand(tl.load(dy_ptr + sy_idx + kb), BLOCK_Y, YBS, BLK_Y)
                         r = _rows_tile(r_ptr, r_rows, kb, offs_k, K, GK, EVEN_K)
                         yv = _cols_tile(y_ptr, y_cols, kb, offs_k, K, GK, EVEN_K)
                         acc = _add_scaled_dot(acc, r, yv, dr, dy, MAGIC)
                         if HAS_CROSS:
                             fy = tl.load(fy_ptr + sy_idx + kb).to(tl.int32)
                             if _max_axis(fy, 0) > 0:
-                                dyr = tl.where(fy != 0, tl.load(dyr_ptr + sy_idx + kb), 0.0)
+                                dyr = _expand(tl.where(fy != 0, tl.load(dyr_ptr + sy_idx + kb), 0.0), BLOCK_Y, YBS, BLK_Y)
                                 y2 = _cols_tile(yr_ptr, y_cols, kb, offs_k, K, GK, EVEN_K)
                                 acc = _add_scaled_dot(acc, r, y2, dr, dyr, MAGIC)
                 c_offs = offs_r.to(tl.int64)[:, None] * stride_cr + offs_y.to(tl.int64)[None, :] * stride_cy

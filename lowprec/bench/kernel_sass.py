@@ -20,7 +20,7 @@ whatever the loop spends besides. At group 32 that rescale, not the tensor cores
 ``loop_instructions`` (one iteration: ``k_groups`` K-groups), ``per_element_group`` (loop
 instructions / (elements a thread holds x k_groups)), ``fp32`` (FADD, FMUL, FFMA), ``fmul``, ``int``
 (IADD3, IMAD, LOP3, SHF, LEA, ISETP, VIADD and their uniform forms, ...), ``moves`` (MOV),
-``global_loads`` (LDG, LDGSTS), ``spills`` (LDL, STL), ``mma`` (warpgroup MMAs), ``registers``,
+``global_loads`` (LDG, LDGSTS), ``spills`` (LDL, STL), ``mma`` (MMAs: warpgroup and warp), ``registers``,
 ``shared`` and ``local`` bytes, ``error`` where a candidate did not compile.
 
 ``mor_cast``: MoR's cast-and-error pass (``lowprec.kernels.mor_quant._cast_error_kernel``, one
@@ -123,7 +123,7 @@ def counts(instrs: list) -> dict:
         "moves": ops["MOV"],
         "global_loads": ops["LDG"] + ops["LDGSTS"],
         "spills": ops["LDL"] + ops["STL"],
-        "mma": ops["HGMMA"] + ops["IGMMA"] + ops["QGMMA"],
+        "mma": ops["HGMMA"] + ops["IGMMA"] + ops["QGMMA"] + ops["HMMA"] + ops["IMMA"],
         "conversions": ops["F2I"] + ops["I2F"] + ops["F2FP"] + ops["MUFU"],
         "global_stores": ops["STG"],
         "shared_accesses": ops["LDS"] + ops["STS"],
