@@ -314,3 +314,20 @@ def test_kernel_sass_finds_the_longest_loop_and_counts_its_classes():
     assert counts(loop) == {"fp32": 2, "fmul": 1, "int": 1, "moves": 0, "global_loads": 1, "spills": 1, "mma": 1,
                             "conversions": 0, "global_stores": 0, "shared_accesses": 0, "barriers": 0}
     assert hot_loop([Instruction(*c) for c in code[:3]]) == []
+
+
+def test_kernel_sass_jobs_each_compile_their_own_configuration(monkeypatch):
+    """The table's rows are one per candidate and group, each compiled with its own configuration
+    (the jobs bind their arguments), and the mor_cast rows one per layout and variant."""
+    import argparse
+
+    from lowprec.bench import kernel_sass as ks
+
+    monkeypatch.setattr(ks, "int8_gemm_row", lambda cfg, group, rows: (cfg.label(), group, rows))
+    monkeypatch.setattr(ks, "mor_cast_row", lambda lay, native, approx: (lay, native, approx))
+    jobs = ks._int8_gemm_rows("kernel_sass", argparse.Namespace(groups="32,128", block_rows="32,128"), ["_pipe"])
+    got = [job() for job in jobs]
+    assert len(set(got)) == len(got) > 2 and {g for _, g, _ in got} == {32, 128}
+    assert all("_pipe" in label and rows == g for label, g, rows in got)
+    cast = [job() for job in ks._mor_cast_rows("kernel_sass", None, ["both"])]
+    assert sorted(cast) == sorted(("both", n, a) for n in (True, False) for a in (True, False))

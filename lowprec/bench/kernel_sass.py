@@ -239,7 +239,7 @@ def _int8_gemm_rows(prog: str, args, wanted: list) -> list:
     rows_per = parse_int_list(prog, "--block-rows", args.block_rows)
     if len(rows_per) != len(groups):
         fail(prog, f"--block-rows: one per group ({len(groups)}), got {len(rows_per)}")
-    return [(lambda: int8_gemm_row(cfg, group, block_rows))
+    return [(lambda cfg=cfg, group=group, block_rows=block_rows: int8_gemm_row(cfg, group, block_rows))
             for group, block_rows in zip(groups, rows_per) for cfg in kt.candidate_configs(group, tma=True)
             if not wanted or any(w in cfg.label() for w in wanted)]
 
