@@ -29,8 +29,9 @@ it writes (``rows``, ``transposed``, ``both``), with the hardware cast (``native
 on the H200) or the written-out encoder, and with the approximate division or the correctly rounded
 one. Columns: those of the tile (``layouts``, ``native``, ``approx_div``, ``tile``, ``num_warps``),
 ``instructions`` (the kernel's), ``per_element`` (instructions / elements a thread holds), the
-classes above plus ``conversions`` (F2I, I2F, F2FP, MUFU: the quarter-rate pipes), ``global_stores``
-(STG), ``shared_accesses`` (LDS, STS: a layout conversion's traffic) and ``barriers``.
+classes above plus ``conversions`` (F2I, I2F, I2FP, F2F, F2FP, MUFU: conversions and special
+functions, on slower pipes), ``global_stores`` (STG), ``shared_accesses`` (LDS, STS: a layout
+conversion's traffic) and ``barriers``.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def counts(instrs: list) -> dict:
         "global_loads": ops["LDG"] + ops["LDGSTS"],
         "spills": ops["LDL"] + ops["STL"],
         "mma": ops["HGMMA"] + ops["IGMMA"] + ops["QGMMA"] + ops["HMMA"] + ops["IMMA"],
-        "conversions": ops["F2I"] + ops["I2F"] + ops["F2FP"] + ops["MUFU"],
+        "conversions": sum(ops[o] for o in ("F2I", "I2F", "I2FP", "F2F", "F2FP", "MUFU")),
         "global_stores": ops["STG"],
         "shared_accesses": ops["LDS"] + ops["STS"],
         "barriers": ops["BAR"],
