@@ -248,6 +248,19 @@ def gpu_provenance(**extra) -> dict:
     }
 
 
+def jit_from_source(source: str, name: str, scope: dict):
+    """The function ``name`` that Triton source text defines, executed with ``scope`` as its globals
+    (the source's own ``@triton.jit`` applies). triton.jit reads a function's source from its file,
+    so the text is written to a file first, and kept: the compiler may read it again."""
+    import tempfile
+
+    fh = tempfile.NamedTemporaryFile("w", suffix=".py", delete=False)
+    fh.write(source)
+    fh.close()
+    exec(compile(source, fh.name, "exec"), scope)
+    return scope[name]
+
+
 def write_provenance(path: Path, prov: dict) -> None:
     """Write prov as JSON to path (creating its folder) and print the headline of the run."""
     path = Path(path)

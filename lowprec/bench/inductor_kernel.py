@@ -33,8 +33,8 @@ import sys
 from pathlib import Path
 
 from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
-                                  parse_names, parse_shapes, provenance_path, require_cuda_triton, write_provenance,
-                                  write_rows)
+                                  jit_from_source, parse_names, parse_shapes, provenance_path, require_cuda_triton,
+                                  write_provenance, write_rows)
 
 PROG = "inductor_kernel"
 DEFAULT_KERNELS = "results/bench/profiles/llama_1b_mor_block_e6882e4.kernels.txt"
@@ -104,21 +104,13 @@ def read_kernels(path: Path, match: str) -> list:
 
 def _compile(source: str, name: str):
     """The kernel function of `source` under plain triton.jit (Inductor's runtime helpers in scope)."""
-    import tempfile
-
     import triton
     import triton.language as tl
     from torch._inductor.runtime import triton_helpers
     from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
 
-    # triton.jit reads the function's source from its file: write it to one
-    text = "import triton\nimport triton.language as tl\n" + source
-    fh = tempfile.NamedTemporaryFile("w", suffix=".py", delete=False)
-    fh.write(text)
-    fh.close()
     scope = {"triton": triton, "tl": tl, "triton_helpers": triton_helpers, "tl_math": tl_math, "libdevice": libdevice}
-    exec(compile(text, fh.name, "exec"), scope)
-    return scope[name]
+    return jit_from_source("import triton\nimport triton.language as tl\n" + source, name, scope)
 
 
 def _buffers(k: Kernel, torch, dev):

@@ -3,6 +3,7 @@ their machine code on a machine without a GPU.
 
     python -m lowprec.bench.kernel_sass --kernel int8_gemm --groups 32,128 --out results/bench/int8_gemm_sass_sm90.csv
     python -m lowprec.bench.kernel_sass --kernel mor_cast --out results/bench/mor_cast_sass_sm90.csv
+    python -m lowprec.bench.kernel_sass --kernel mor_sub_values --out results/bench/mor_sub_values_sass_sm90.csv
 
 A kernel is compiled by Triton for sm_90 (its own ptxas, no GPU), its machine code disassembled
 (Triton's ``cuobjdump``) and its instructions counted by class. Static counts, not timings: an issue
@@ -32,6 +33,12 @@ one. Columns: those of the tile (``layouts``, ``native``, ``approx_div``, ``tile
 classes above plus ``conversions`` (F2I, I2F, I2FP, F2F, F2FP, MUFU: conversions and special
 functions, on slower pipes), ``global_stores`` (STG), ``shared_accesses`` (LDS, STS: a layout
 conversion's traffic) and ``barriers``.
+
+``mor_sub_values``: sub-tensor MoR's values pass (``lowprec.kernels.mor_subtensor_quant._values_kernel``,
+its default step and warps, bf16 operands) for each choice a block can make (``e4m3``, ``e5m2``,
+``bf16``): the kernel reads the choice per block at run time, so each row compiles a copy of its
+source with the choice a constant, and counts the loop that block's program runs (``per_element``:
+loop instructions / elements a thread holds per step).
 """
 
 from __future__ import annotations
@@ -54,6 +61,8 @@ FIELDS = {
                   "registers", "shared", "local", "error"),
     "mor_cast": ("layouts", "native", "approx_div", "tile", "num_warps", "instructions", "per_element", *_CLASSES,
                  "conversions", "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
+    "mor_sub_values": ("choice", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
+                       "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
 }
 
 _INT_OPS = ("IADD3", "IMAD", "LOP3", "SHF", "LEA", "ISETP", "VIADD", "IABS", "SEL", "PRMT")
@@ -156,8 +165,9 @@ def compile_sm90(fn, kinds: dict, constexprs: dict, aligned: tuple, num_warps: i
 def _require_compiled_kernels() -> None:
     from lowprec.kernels import int8_fallback_kernels as kk
     from lowprec.kernels import mor_quant as kq
+    from lowprec.kernels import mor_subtensor_quant as ks
 
-    if kk.interpreter_active() or kq.interpreter_active():
+    if kk.interpreter_active() or kq.interpreter_active() or ks.interpreter_active():
         raise RuntimeError("the kernels were built for the Triton interpreter (TRITON_INTERPRET=1): machine code "
                            "needs a process without it")
 
@@ -232,6 +242,54 @@ def mor_cast_row(layouts: str, native: bool, approx_div: bool, tile: Optional[tu
     return row
 
 
+MOR_SUB_CHOICES = ("e4m3", "e5m2", "bf16")  # lowprec.methods.mor's codes 0, 1, 2
+_RUNTIME_CHOICE = "choice = tl.load(choice_ptr + pid).to(tl.int32)"
+
+
+def _values_kernel_with_choice(choice: int):
+    """A copy of the values pass whose blocks all make ``choice`` (a constant where the kernel
+    loads it), compiled in its module's namespace."""
+    from lowprec.bench.common import jit_from_source
+    from lowprec.kernels import mor_subtensor_quant as kq
+
+    source = inspect.getsource(kq._values_kernel.fn)
+    indent = source[:len(source) - len(source.lstrip())]
+    source = "\n".join(line[len(indent):] for line in source.splitlines())
+    if _RUNTIME_CHOICE not in source:
+        raise RuntimeError("the values pass no longer loads its block's choice as kernel_sass expects: update "
+                           "_RUNTIME_CHOICE")
+    return jit_from_source(source.replace(_RUNTIME_CHOICE, f"choice = {int(choice)}"), "_values_kernel",
+                           dict(vars(kq)))
+
+
+def mor_sub_values_row(choice: str) -> dict:
+    """This module's table row for the sub-tensor values pass over blocks that all chose ``choice``."""
+    from lowprec.kernels import mor_subtensor_quant as kq
+
+    _require_compiled_kernels()
+    cfg = kq.DEFAULT_CONFIGS["values"]
+    tc = min(128, cfg.step)
+    tr = max(cfg.step // tc, 1)
+    row = {"choice": choice, "step": f"{tr}x{tc}", "num_warps": cfg.num_warps}
+    kinds = {"x_ptr": "*i16", "choice_ptr": "*i8", "s4_ptr": "*fp32", "s5_ptr": "*fp32", "values_ptr": "*i16",
+             "e4m3_ptr": "*u8", "values_t_ptr": "*i16", "e4m3_t_ptr": "*u8",
+             **dict.fromkeys(("M", "N", "sxr", "BR", "BC", "n_bcol"), "i32")}
+    aligned = ("x_ptr", "values_ptr", "e4m3_ptr", "values_t_ptr", "e4m3_t_ptr", "M", "N", "sxr", "BR", "BC")
+    try:  # a row-major operand: its unit column stride is a constant at launch, as Triton specializes a 1
+        kernel = compile_sm90(_values_kernel_with_choice(MOR_SUB_CHOICES.index(choice)), kinds,
+                              dict(TR=tr, TC=tc, IN_KIND=1, sxc=1), aligned, cfg.num_warps)
+    except Exception as exc:
+        row["error"] = _error(exc)
+        return row
+    instrs, usage = disassemble(kernel.asm["cubin"])
+    loop = hot_loop(instrs)
+    row.update({k: v for k, v in counts(loop).items() if k in FIELDS["mor_sub_values"]}, **usage)
+    row.pop("shared")
+    row["loop_instructions"] = len(loop)
+    row["per_element"] = round(len(loop) / (tr * tc / (32 * cfg.num_warps)), 1)
+    return row
+
+
 def _int8_gemm_rows(prog: str, args, wanted: list) -> list:
     from lowprec.bench.common import fail, parse_int_list
     from lowprec.kernels import int8_fallback_tuning as kt
@@ -251,6 +309,14 @@ def _mor_cast_rows(prog: str, args, wanted: list) -> list:
             if not wanted or lay in wanted]
 
 
+def _mor_sub_values_rows(prog: str, args, wanted: list) -> list:
+    return [(lambda choice=choice: mor_sub_values_row(choice)) for choice in MOR_SUB_CHOICES
+            if not wanted or choice in wanted]
+
+
+_JOBS = {"int8_gemm": _int8_gemm_rows, "mor_cast": _mor_cast_rows, "mor_sub_values": _mor_sub_values_rows}
+
+
 def main(argv=None) -> int:
     from lowprec.bench.common import bench_parser, fail, write_rows
     from lowprec.io import provenance_path, write_json
@@ -263,10 +329,10 @@ def main(argv=None) -> int:
                         "fallback's 128 x 128)")
     p.add_argument("--configs", default="",
                    help="only the int8_gemm candidates whose label contains one of these, or the mor_cast layouts "
-                        "named (comma-separated); default all")
+                        "or mor_sub_values choices named (comma-separated); default all")
     args = p.parse_args(argv)
     wanted = [w for w in args.configs.split(",") if w]
-    jobs = (_int8_gemm_rows if args.kernel == "int8_gemm" else _mor_cast_rows)(PROG, args, wanted)
+    jobs = _JOBS[args.kernel](PROG, args, wanted)
     if nvidia_tool("cuobjdump") is None:
         fail(PROG, "this Triton ships no cuobjdump in its CUDA backend: install a Triton wheel built with it")
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
@@ -284,7 +350,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     write_rows(out, fields, rows)
     kernel = {"int8_gemm": "lowprec.kernels.int8_fallback_kernels._gemm_kernel",
-              "mor_cast": "lowprec.kernels.mor_quant._cast_error_kernel"}[args.kernel]
+              "mor_cast": "lowprec.kernels.mor_quant._cast_error_kernel",
+              "mor_sub_values": "lowprec.kernels.mor_subtensor_quant._values_kernel"}[args.kernel]
     write_json(provenance_path(out), {
         **provenance.collect(), "time": provenance.now(), "argv": sys.argv[1:] if argv is None else list(argv),
         "target": "sm_90 (H100/H200), compiled by Triton without a GPU", "triton": triton.__version__,
