@@ -38,6 +38,22 @@ def kernel_devices(mod) -> list:
     return (["cpu"] if mod.interpreter_active() else []) + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def compiled_probe(code: str, skip_reason: str, timeout: int = 600) -> str:
+    """The output of ``code`` run in a Python process without the Triton interpreter (the tests of
+    kernels compiled for a GPU target on this machine: Inductor's analysis, machine code); the test
+    is skipped with ``skip_reason`` where the probe prints SKIP (this Triton or torch lacks what it
+    asks of them)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-2000:]
+    if out.stdout.strip() == "SKIP":
+        pytest.skip(skip_reason)
+    return out.stdout
+
+
 # the interpreter's numpy warnings (overflow in casts the kernels mean) in kernel test files
 INTERPRETER_WARNINGS = pytest.mark.filterwarnings("ignore::RuntimeWarning:triton.runtime.interpreter")
 

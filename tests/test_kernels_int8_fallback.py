@@ -11,14 +11,14 @@ after it (_common, quantize, int8_fallback_kernels, then the host side int8_fall
 
 import importlib
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import INTERPRETER_WARNINGS, assert_equal_or_both_nan, kernel_devices, kernel_modules  # noqa: E402
+from conftest import (INTERPRETER_WARNINGS, assert_equal_or_both_nan, compiled_probe, kernel_devices,  # noqa: E402
+                      kernel_modules)
 
 _KQ, _KK, _KF = ("lowprec.kernels.quantize", "lowprec.kernels.int8_fallback_kernels",
                  "lowprec.kernels.int8_fallback_gemm")
@@ -192,18 +192,11 @@ def test_quantize_kernel_writes_only_its_outputs(second, trans):
     keys. An input counted as written is copied before every launch, or fails to compile (x, a
     bf16 operand read as int16 words: "make_reindexer NYI on DtypeView"); a store through offsets
     returned by a helper that also took x made x count as written."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = _WRITES_PROBE.replace("SECOND_", str(second)).replace("TRANS_", str(trans))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    if out.stdout.strip() == "SKIP":
-        pytest.skip("this torch / Triton has no write analysis to ask")
+    out = compiled_probe(code, "this torch / Triton has no write analysis to ask", timeout=300)
     want = {"q1_ptr", "s1_ptr"} | ({"q2_ptr", "s2_ptr", "flag_ptr"} if second else set())
     want |= ({"q1t_ptr"} | ({"q2t_ptr"} if second else set())) if trans else set()
-    assert set(out.stdout.split()) == want
+    assert set(out.split()) == want
 
 
 # The GEMM kernel's warp-specialized tuning candidates compiled for a Hopper target (no GPU
@@ -252,14 +245,8 @@ def test_warp_specialized_candidates_compile_for_hopper():
     128-row scale blocks (INT8 fallback's 128x128 blocks) and at Jetfire's 32, and one with the
     fused second parts, compiles for sm_90 into a warp-specialized loop; the 4-warp tiles on pointer
     loads, which Triton does not compile so, are not among them."""
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", _WS_PROBE], capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    if out.stdout.strip() == "SKIP":
-        pytest.skip("this Triton cannot compile for sm_90 here")
-    lines = [line.split() for line in out.stdout.splitlines()]
+    out = compiled_probe(_WS_PROBE, "this Triton cannot compile for sm_90 here")
+    lines = [line.split() for line in out.splitlines()]
     assert len(lines) == 7 and all(line[-1] == "True" for line in lines), out.stdout
 
 
@@ -286,15 +273,9 @@ def test_gemm_loop_loads_and_multiplies_each_scale_block_once():
     element, and spills nothing: about three and a half instructions per output element and
     K-group, where the int32 product's exact rescale needs three (before: 5.9, with 256 products,
     144 loads and 162 spilled registers per loop iteration). The loop holds k_groups MMAs."""
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", _SASS_PROBE], capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    if out.stdout.strip() == "SKIP":
-        pytest.skip("this Triton ships no cuobjdump")
-    rows = [dict(kv.split("=", 1) for kv in line.split()) for line in out.stdout.splitlines()]
-    assert len(rows) == 2, out.stdout
+    out = compiled_probe(_SASS_PROBE, "this Triton ships no cuobjdump")
+    rows = [dict(kv.split("=", 1) for kv in line.split()) for line in out.splitlines()]
+    assert len(rows) == 2, out
     for row in rows:
         assert "error" not in row, row
         groups = int(row["k_groups"])

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from conftest import INTERPRETER_WARNINGS, kernel_devices, kernel_modules  # noqa: E402
+from conftest import INTERPRETER_WARNINGS, compiled_probe, kernel_devices, kernel_modules  # noqa: E402
 
 [km] = kernel_modules("lowprec.kernels.mor_quant")
 
@@ -244,17 +244,9 @@ def test_cast_error_pass_encodes_once_when_writing_both_layouts():
     element against the row-major layout's 32 with Triton 3.6, 44 against 34 with 3.9); read back
     from the program's own row-major codes, the transpose adds about 5 (static counts of
     ``lowprec.bench.kernel_sass``)."""
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", _CAST_SASS_PROBE], capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    if out.stdout.strip() == "SKIP":
-        pytest.skip("this Triton ships no cuobjdump")
-    per = {line.split()[0]: float(line.split()[1]) for line in out.stdout.splitlines()}
-    assert per["both"] - per["rows"] < 7.5, out.stdout
+    out = compiled_probe(_CAST_SASS_PROBE, "this Triton ships no cuobjdump")
+    per = {line.split()[0]: float(line.split()[1]) for line in out.splitlines()}
+    assert per["both"] - per["rows"] < 7.5, out
 
 
 def test_cast_error_pass_reads_through_strides_and_keeps_nan():
