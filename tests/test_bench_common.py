@@ -331,3 +331,27 @@ def test_kernel_sass_jobs_each_compile_their_own_configuration(monkeypatch):
     assert all("_pipe" in label and rows == g for label, g, rows in got)
     cast = [job() for job in ks._mor_cast_rows("kernel_sass", None, ["both"])]
     assert sorted(cast) == sorted(("both", n, a) for n in (True, False) for a in (True, False))
+
+
+def test_kernel_sass_writes_its_table_and_provenance(tmp_path):
+    """The command end to end, in a process without the interpreter: one row of the sub-tensor
+    values pass compiled for sm_90, written with the table's columns and the provenance beside it."""
+    import csv
+    import json
+
+    from conftest import compiled_probe
+    from lowprec.bench.kernel_sass import FIELDS
+
+    out = tmp_path / "values.csv"
+    compiled_probe(f"""
+import sys
+from lowprec.bench import kernel_sass as ks
+if ks.nvidia_tool("cuobjdump") is None:
+    print("SKIP"); sys.exit()
+ks.main(["--kernel", "mor_sub_values", "--configs", "bf16", "--out", {str(out)!r}])
+""", "this Triton ships no cuobjdump")
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 1 and tuple(rows[0]) == FIELDS["mor_sub_values"] and rows[0]["choice"] == "bf16"
+    assert not rows[0]["error"] and float(rows[0]["per_element"]) > 0 and int(rows[0]["loop_instructions"]) > 0
+    prov = json.loads((tmp_path / "values.provenance.json").read_text())
+    assert prov["kernel"].endswith("_values_kernel") and "sm_90" in prov["target"]
