@@ -165,7 +165,9 @@ def _cast_on_kernel(x2d: torch.Tensor, kind: str) -> bool:
     tests cover fp32 only on ragged tiles, not the unmasked whole-tile path with the approximate
     division, and Triton 3.6 is known to store wrong FP8 codes for some vectorized fp32 casts
     (``tests/test_gpu.py``, ``_REGISTER_DECODE_BUG``). Not yet reproduced: under the interpreter the
-    pass equals the torch ops there."""
+    pass equals the torch ops there. Since 95fe5de the transposed codes no longer come from a second
+    cast that Triton's layout pass made in the transposed store's layout (a converted x): to check
+    on the GPU whether fp32 operands now hold."""
     return (CAST_KERNEL and x2d.is_cuda and x2d.dtype == torch.bfloat16
             and kind in ("tensor", "128x128") and triton_runs_on("cuda"))
 
