@@ -91,8 +91,8 @@ def nvidia_tool(name: str) -> Optional[str]:
 
 
 def disassemble(cubin: bytes) -> tuple[list, dict]:
-    """A cubin's instructions in address order, and its resource usage (``registers``, ``shared``,
-    ``local`` bytes of its one function)."""
+    """A cubin's instructions in address order, and its resource usage (``registers``, ``local``
+    bytes of its one function)."""
     tool = nvidia_tool("cuobjdump")
     if tool is None:
         raise RuntimeError("this Triton ships no cuobjdump (its CUDA backend's bin folder): nothing to disassemble")
@@ -103,9 +103,8 @@ def disassemble(cubin: bytes) -> tuple[list, dict]:
         usage = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True, check=True).stdout
     instrs = [Instruction(int(m.group(1), 16), m.group(2), m.group(3).strip())
               for m in map(_LINE.match, sass.splitlines()) if m]
-    res = dict(re.findall(r"\b(REG|SHARED|LOCAL):(\d+)", usage))
-    return instrs, {"registers": int(res.get("REG", 0)), "shared": int(res.get("SHARED", 0)),
-                    "local": int(res.get("LOCAL", 0))}
+    res = dict(re.findall(r"\b(REG|LOCAL):(\d+)", usage))
+    return instrs, {"registers": int(res.get("REG", 0)), "local": int(res.get("LOCAL", 0))}
 
 
 def hot_loop(instrs: list) -> list:
@@ -141,8 +140,22 @@ def counts(instrs: list) -> dict:
     }
 
 
-def _error(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+def _measure(kernel: str, row: dict, build, loop: bool) -> Optional[int]:
+    """Fills ``row`` of table ``kernel`` with what ``build()`` compiles to: the instruction classes
+    of its hot loop (``loop``) or of all its code, its registers, local and shared bytes (the
+    pipeline's buffers too: the cubin lists static shared memory only). Returns the number of those
+    instructions, or None with ``error`` set where it did not compile (a candidate Triton cannot
+    build for sm_90 is a finding of the table)."""
+    try:
+        compiled = build()
+    except Exception as exc:
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        return None
+    instrs, usage = disassemble(compiled.asm["cubin"])
+    code = hot_loop(instrs) if loop else instrs
+    measured = {**counts(code), **usage, "shared": compiled.metadata.shared}
+    row.update({k: v for k, v in measured.items() if k in FIELDS[kernel]})
+    return len(code)
 
 
 def compile_sm90(fn, kinds: dict, constexprs: dict, aligned: tuple, num_warps: int, num_stages: int = 3,
@@ -196,18 +209,10 @@ def compile_int8_gemm(cfg, group: int, block_rows: int, fused: bool = False):
 def int8_gemm_row(cfg, group: int, block_rows: int) -> dict:
     """This module's table row for one configuration (``error`` set where it did not compile)."""
     row = {"config": cfg.label(), "group": group, "block_rows": block_rows, "tma": cfg.tma}
-    try:
-        kernel = compile_int8_gemm(cfg, group, block_rows)
-    except Exception as exc:  # a candidate Triton cannot build for sm_90 is a finding of the table
-        row["error"] = _error(exc)
-        return row
-    instrs, usage = disassemble(kernel.asm["cubin"])
-    loop = hot_loop(instrs)
-    elements = cfg.block_m * cfg.block_n / (32 * cfg.num_warps)
-    row.update({k: v for k, v in counts(loop).items() if k in FIELDS["int8_gemm"]}, **usage)
-    row["shared"] = kernel.metadata.shared  # the pipeline's buffers too (the cubin lists static shared memory only)
-    row["loop_instructions"] = len(loop)
-    row["per_element_group"] = round(len(loop) / (elements * cfg.k_groups), 2)
+    n = _measure("int8_gemm", row, lambda: compile_int8_gemm(cfg, group, block_rows), loop=True)
+    if n is not None:
+        elements = cfg.block_m * cfg.block_n / (32 * cfg.num_warps)
+        row.update(loop_instructions=n, per_element_group=round(n / (elements * cfg.k_groups), 2))
     return row
 
 
@@ -229,16 +234,10 @@ def mor_cast_row(layouts: str, native: bool, approx_div: bool, tile: Optional[tu
     const = dict(BM=bm, BN=bn, SCALE_BY_ROW=True, ROWS=layouts != "transposed", TRANSPOSED=layouts != "rows",
                  IN_KIND=1, NATIVE=native, APPROX_DIV=approx_div, WIDE=False, X_LAYOUT=0, EVEN=True)
     aligned = ("x_ptr", "s_ptr", "codes_ptr", "codes_t_ptr", "err_ptr", "nz_ptr", "sxr", "M", "N", "n_tc")
-    try:
-        kernel = compile_sm90(kq._cast_error_kernel, kinds, const, aligned, num_warps)
-    except Exception as exc:
-        row["error"] = _error(exc)
-        return row
-    instrs, usage = disassemble(kernel.asm["cubin"])
-    row.update({k: v for k, v in counts(instrs).items() if k in FIELDS["mor_cast"]}, **usage)
-    row.pop("shared")
-    row["instructions"] = len(instrs)
-    row["per_element"] = round(len(instrs) / (bm * bn / (32 * num_warps)), 1)
+    n = _measure("mor_cast", row, lambda: compile_sm90(kq._cast_error_kernel, kinds, const, aligned, num_warps),
+                 loop=False)
+    if n is not None:
+        row.update(instructions=n, per_element=round(n / (bm * bn / (32 * num_warps)), 1))
     return row
 
 
@@ -275,18 +274,12 @@ def mor_sub_values_row(choice: str) -> dict:
              "e4m3_ptr": "*u8", "values_t_ptr": "*i16", "e4m3_t_ptr": "*u8",
              **dict.fromkeys(("M", "N", "sxr", "BR", "BC", "n_bcol"), "i32")}
     aligned = ("x_ptr", "values_ptr", "e4m3_ptr", "values_t_ptr", "e4m3_t_ptr", "M", "N", "sxr", "BR", "BC")
-    try:  # a row-major operand: its unit column stride is a constant at launch, as Triton specializes a 1
-        kernel = compile_sm90(_values_kernel_with_choice(MOR_SUB_CHOICES.index(choice)), kinds,
-                              dict(TR=tr, TC=tc, IN_KIND=1, sxc=1), aligned, cfg.num_warps)
-    except Exception as exc:
-        row["error"] = _error(exc)
-        return row
-    instrs, usage = disassemble(kernel.asm["cubin"])
-    loop = hot_loop(instrs)
-    row.update({k: v for k, v in counts(loop).items() if k in FIELDS["mor_sub_values"]}, **usage)
-    row.pop("shared")
-    row["loop_instructions"] = len(loop)
-    row["per_element"] = round(len(loop) / (tr * tc / (32 * cfg.num_warps)), 1)
+    # a row-major operand: its unit column stride is a constant at launch, as Triton specializes a 1
+    n = _measure("mor_sub_values", row, lambda: compile_sm90(
+        _values_kernel_with_choice(MOR_SUB_CHOICES.index(choice)), kinds, dict(TR=tr, TC=tc, IN_KIND=1, sxc=1),
+        aligned, cfg.num_warps), loop=True)
+    if n is not None:
+        row.update(loop_instructions=n, per_element=round(n / (tr * tc / (32 * cfg.num_warps)), 1))
     return row
 
 
