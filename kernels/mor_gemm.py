@@ -137,23 +137,26 @@ if triton is not None:
             return h.to(tl.bfloat16)
 
     @triton.jit
-    def _tile(c_rows, h_rows, kk, mask, e4, s_ck, s_hk,
-              FP8_DOT: tl.constexpr, EVEN: tl.constexpr, INTERP: tl.constexpr):
+    def _tile(c_rows, h_rows, kk, mask, s_ck, s_hk,
+              FP8_DOT: tl.constexpr, CODES: tl.constexpr, EVEN: tl.constexpr, INTERP: tl.constexpr):
         """An operand's [rows, K-step] tile as the dot consumes it (c_rows, h_rows: the rows' base
-        pointers). FP8 loop: the codes. BF16 loop: the codes (E4M3 chosen) or the hp operand (BF16
-        chosen), the load not needed predicated off."""
-        c_ptrs = c_rows + kk[None, :] * s_ck
-        if FP8_DOT:
-            if EVEN:
-                c = tl.load(c_ptrs)
-            else:
-                c = tl.load(c_ptrs, mask=mask, other=0)
-            return _codes_value(c, True, INTERP)
+        pointers): its E4M3 codes (FP8 loop), the codes' bf16 values (BF16 loop, the operand chose
+        E4M3: ``CODES``) or its hp values rounded to bf16 (BF16 loop, the operand chose BF16). The
+        source is fixed at compile time, so that each loop loads one tensor per operand and, where
+        no conversion stands between memory and the dot, pipelines its loads."""
+        if FP8_DOT or CODES:
+            ptrs = c_rows + kk[None, :] * s_ck
+            other = 0
         else:
-            # (tl.where, not &: the interpreter turns a mask AND a scalar bool into int32)
-            c = tl.load(c_ptrs, mask=tl.where(e4, mask, False), other=0)
-            h = tl.load(h_rows + kk[None, :] * s_hk, mask=tl.where(e4, False, mask), other=0.0)
-            return tl.where(e4, _codes_value(c, False, INTERP), _hp_value(h, INTERP))
+            ptrs = h_rows + kk[None, :] * s_hk
+            other = 0.0
+        if EVEN:
+            v = tl.load(ptrs)
+        else:
+            v = tl.load(ptrs, mask=mask, other=other)
+        if FP8_DOT or CODES:
+            return _codes_value(v, FP8_DOT, INTERP)
+        return _hp_value(v, INTERP)
 
     @triton.jit
     def _inv_scale(s_ptr, srow, kb, s_sc, ok, e4):
@@ -173,7 +176,8 @@ if triton is not None:
     @triton.jit
     def _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok, a_srow, b_srow,
                   M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc, s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc,
-                  FP8_DOT: tl.constexpr, A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
+                  FP8_DOT: tl.constexpr, A_CODES: tl.constexpr, B_CODES: tl.constexpr,
+                  A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   PROMOTE: tl.constexpr, EVEN: tl.constexpr, INTERP: tl.constexpr):
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
@@ -189,8 +193,8 @@ if triton is not None:
         for k0 in range(0, K, BLOCK_K):
             kk = k0 + rk
             k_ok = (kk < K)[None, :]
-            a = _tile(a_c, a_h, kk, k_ok, e4a, s_ack, s_ahk, FP8_DOT, EVEN, INTERP)
-            b = _tile(b_c, b_h, kk, k_ok, e4b, s_bck, s_bhk, FP8_DOT, EVEN, INTERP)
+            a = _tile(a_c, a_h, kk, k_ok, s_ack, s_ahk, FP8_DOT, A_CODES, EVEN, INTERP)
+            b = _tile(b_c, b_h, kk, k_ok, s_bck, s_bhk, FP8_DOT, B_CODES, EVEN, INTERP)
             if A_KSTEP or B_KSTEP:
                 # block scales change along K: this K-step's partial product is scaled, then added
                 # (an fp32 promotion every K-step already: no partial accumulator inside the dot)
@@ -202,6 +206,34 @@ if triton is not None:
                 acc += p
             else:
                 acc = _dot(a, b, acc, FP8_DOT, PROMOTE, INTERP)
+        return acc
+
+    @triton.jit
+    def _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok, a_srow, b_srow,
+                      M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc, s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc,
+                      A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      EVEN: tl.constexpr, INTERP: tl.constexpr):
+        """The BF16 loop where at least one operand chose BF16: one loop per pair of sources,
+        chosen by a branch uniform over the grid. With both sources in one loop, selected per
+        element, every K-step decoded the codes and converted the hp values of both operands, from
+        registers into shared memory: about 36 TFLOP/s at 8192^3 on the H200
+        (``results/mor/linear_h200.csv``, threshold 0)."""
+        if e4a:
+            acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
+                            a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                            s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, True, False, A_KSTEP, B_KSTEP,
+                            BLOCK_M, BLOCK_N, BLOCK_K, None, EVEN, INTERP)
+        elif e4b:
+            acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
+                            a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                            s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, False, True, A_KSTEP, B_KSTEP,
+                            BLOCK_M, BLOCK_N, BLOCK_K, None, EVEN, INTERP)
+        else:
+            acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
+                            a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                            s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, False, False, A_KSTEP, B_KSTEP,
+                            BLOCK_M, BLOCK_N, BLOCK_K, None, EVEN, INTERP)
         return acc
 
     @triton.jit
@@ -235,7 +267,7 @@ if triton is not None:
                          A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K8: tl.constexpr,
                          BLOCK_K16: tl.constexpr, GROUP_M: tl.constexpr, PROMOTE: tl.constexpr,
-                         EVEN: tl.constexpr, OUT_BF16: tl.constexpr, FIXUP: tl.constexpr,
+                         EVEN: tl.constexpr, EVEN16: tl.constexpr, OUT_BF16: tl.constexpr, FIXUP: tl.constexpr,
                          COUNT: tl.constexpr, INTERP: tl.constexpr):
         if not INTERP:
             # fp8 codes are read as their bits (uint8 in the interpreter already): the BF16 loop
@@ -270,10 +302,10 @@ if triton is not None:
                 for t in range(pid, n_tiles, tl.num_programs(0)):
                     rm, rn, m_ok, n_ok, a_srow, b_srow = _tile_rows(t, M, N, s_asr, a_br, s_bsr, b_br,
                                                                     BLOCK_M, BLOCK_N, GROUP_M)
-                    acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
-                                    a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
-                                    s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, A_KSTEP, B_KSTEP,
-                                    BLOCK_M, BLOCK_N, BLOCK_K16, PROMOTE, False, INTERP)
+                    acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok,
+                                        n_ok, a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                        s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, A_KSTEP, B_KSTEP,
+                                        BLOCK_M, BLOCK_N, BLOCK_K16, EVEN16, INTERP)
                     _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow,
                               s_bsc, e4b, A_KSTEP, B_KSTEP, OUT_BF16)
                 tl.store(info_ptr + 2, 2, mask=first)
@@ -283,14 +315,14 @@ if triton is not None:
             if e4a & e4b:
                 acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
                                 a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
-                                s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, True, A_KSTEP, B_KSTEP,
+                                s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, True, True, True, A_KSTEP, B_KSTEP,
                                 BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, INTERP)
                 tl.store(info_ptr + 2, 1, mask=first)
             else:
-                acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
-                                a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
-                                s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, A_KSTEP, B_KSTEP,
-                                BLOCK_M, BLOCK_N, BLOCK_K16, PROMOTE, False, INTERP)
+                acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
+                                    a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                    s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, A_KSTEP, B_KSTEP,
+                                    BLOCK_M, BLOCK_N, BLOCK_K16, EVEN16, INTERP)
                 tl.store(info_ptr + 2, 2, mask=first)
             _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow, s_bsc, e4b,
                       A_KSTEP, B_KSTEP, OUT_BF16)
@@ -532,7 +564,8 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
             kernel[(max(1, min(tiles, _fixup_programs(out.device))) if fixup else tiles,)](
                 *args, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
                 BLOCK_K8=c.block_k8, BLOCK_K16=c.block_k16, GROUP_M=_GROUP_M,
-                PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, OUT_BF16=out.dtype == torch.bfloat16,
+                PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, EVEN16=K % c.block_k16 == 0,
+                OUT_BF16=out.dtype == torch.bfloat16,
                 FIXUP=fixup, COUNT=counts is not None, INTERP=interpreter_active(), num_warps=c.num_warps,
                 num_stages=c.num_stages)
         except _OutOfResources:
