@@ -4,6 +4,7 @@ their machine code on a machine without a GPU.
     python -m lowprec.bench.kernel_sass --kernel int8_gemm --groups 32,128 --out results/bench/int8_gemm_sass_sm90.csv
     python -m lowprec.bench.kernel_sass --kernel mor_cast --out results/bench/mor_cast_sass_sm90.csv
     python -m lowprec.bench.kernel_sass --kernel mor_sub_values --out results/bench/mor_sub_values_sass_sm90.csv
+    python -m lowprec.bench.kernel_sass --kernel mor_gemm --out results/bench/mor_gemm_sass_sm90.csv
 
 A kernel is compiled by Triton for sm_90 (its own ptxas, no GPU), its machine code disassembled
 (Triton's ``cuobjdump``) and its instructions counted by class. Static counts, not timings: an issue
@@ -39,6 +40,14 @@ its default step and warps, bf16 operands) for each choice a block can make (``e
 ``bf16``): the kernel reads the choice per block at run time, so each row compiles a copy of its
 source with the choice a constant, and counts the loop that block's program runs (``per_element``:
 loop instructions / elements a thread holds per step).
+
+``mor_gemm``: the MoR GEMM (``lowprec.kernels.mor_gemm._mor_gemm_kernel``, tensor scales, at its
+configuration for 8192^3) in each ``mode`` (``fixup``: after cuBLAS's FP8 product, the fast path's;
+``triton``: the kernel's own FP8 loop too) for hp operands in ``bf16`` (activations, gradients) or
+``fp32`` (master weights), as it runs: the choices read on the device. One row per K loop (the
+innermost loops that hold MMAs), ``loop`` numbering them in code order, which is the source's: the
+FP8 loop first in the triton mode, then the BF16 loops (``_bf16_product``: A's codes with B's hp
+values, A's hp values with B's codes, both hp). ``tile``: the configuration's tile and BF16 K-step.
 """
 
 from __future__ import annotations
@@ -63,6 +72,8 @@ FIELDS = {
                  "conversions", "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
     "mor_sub_values": ("choice", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
                        "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
+    "mor_gemm": ("mode", "hp", "loop", "tile", "num_warps", "loop_instructions", *_CLASSES, "conversions",
+                 "shared_accesses", "barriers", "registers", "local", "error"),
 }
 
 _INT_OPS = ("IADD3", "IMAD", "LOP3", "SHF", "LEA", "ISETP", "VIADD", "IABS", "SEL", "PRMT")
@@ -122,6 +133,21 @@ def hot_loop(instrs: list) -> list:
     return best
 
 
+def k_loops(instrs: list) -> list:
+    """The innermost loops that hold an MMA (a GEMM's K loops, also inside a persistent loop over
+    tiles), each a list of its instructions, in code order."""
+    loops = []
+    for ins in instrs:
+        target = re.search(r"0x([0-9a-f]+)", ins.operands) if ins.op == "BRA" else None
+        if target and int(target.group(1), 16) < ins.address:
+            body = [i for i in instrs if int(target.group(1), 16) <= i.address <= ins.address]
+            if counts(body)["mma"]:
+                loops.append(body)
+    inner = [b for b in loops if not any(o is not b and b[0].address <= o[0].address and o[-1].address <= b[-1].address
+                                         for o in loops)]
+    return sorted(inner, key=lambda b: b[0].address)
+
+
 def counts(instrs: list) -> dict:
     """Instruction classes of a stretch of code (the columns of this module's tables)."""
     ops = collections.Counter(i.op[1:] if i.op.startswith("U") and i.op[1:] in _INT_OPS else i.op for i in instrs)
@@ -140,6 +166,10 @@ def counts(instrs: list) -> dict:
     }
 
 
+def _error_text(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+
+
 def _measure(kernel: str, row: dict, build, loop: bool) -> Optional[int]:
     """Fills ``row`` of table ``kernel`` with what ``build()`` compiles to: the instruction classes
     of its hot loop (``loop``) or of all its code, its registers, local and shared bytes (the
@@ -149,7 +179,7 @@ def _measure(kernel: str, row: dict, build, loop: bool) -> Optional[int]:
     try:
         compiled = build()
     except Exception as exc:
-        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+        row["error"] = _error_text(exc)
         return None
     instrs, usage = disassemble(compiled.asm["cubin"])
     code = hot_loop(instrs) if loop else instrs
@@ -180,7 +210,9 @@ def _require_compiled_kernels() -> None:
     from lowprec.kernels import mor_quant as kq
     from lowprec.kernels import mor_subtensor_quant as ks
 
-    if kk.interpreter_active() or kq.interpreter_active() or ks.interpreter_active():
+    from lowprec.kernels import mor_gemm as kg
+
+    if kk.interpreter_active() or kq.interpreter_active() or ks.interpreter_active() or kg.interpreter_active():
         raise RuntimeError("the kernels were built for the Triton interpreter (TRITON_INTERPRET=1): machine code "
                            "needs a process without it")
 
@@ -283,6 +315,41 @@ def mor_sub_values_row(choice: str) -> dict:
     return row
 
 
+def mor_gemm_rows(mode: str, hp: str) -> list:
+    """This module's table rows for the MoR GEMM's K loops in one mode, for hp operands of dtype ``hp``."""
+    from lowprec.kernels import mor_gemm as kg
+
+    _require_compiled_kernels()
+    fixup = mode == "fixup"
+    cfg = kg._config(8192, 8192, 8192, [], hp == "fp32", True, fixup)
+    base = {"mode": mode, "hp": hp, "num_warps": cfg.num_warps,
+            "tile": f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k16}"}
+    ptr = {"bf16": "*bf16", "fp32": "*fp32"}[hp]
+    kinds = {**dict.fromkeys(("ac_ptr", "bc_ptr"), "*fp8e4nv"), **dict.fromkeys(("ah_ptr", "bh_ptr"), ptr),
+             **dict.fromkeys(("as_ptr", "ae_ptr", "bs_ptr", "be_ptr", "c_ptr"), "*fp32"),
+             "info_ptr": "*i32", "cnt_ptr": "*i32", "thr_a": "fp32", "thr_b": "fp32",
+             **dict.fromkeys(("cnt_row s_cnt M N K s_acm s_ahm s_asr s_asc a_br a_bc s_bcn s_bhn s_bsr s_bsc "
+                              "b_br b_bc").split(), "i32")}
+    # row-major operands: unit K strides are constants at launch, as Triton specializes a 1
+    const = dict(A_KSTEP=False, B_KSTEP=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K8=cfg.block_k8,
+                 BLOCK_K16=cfg.block_k16, GROUP_M=kg._GROUP_M, PROMOTE=cfg.block_k8, EVEN=True, EVEN16=True,
+                 OUT_BF16=True, FIXUP=fixup, COUNT=fixup, INTERP=False, s_ack=1, s_ahk=1, s_bck=1, s_bhk=1)
+    aligned = ("ac_ptr", "bc_ptr", "ah_ptr", "bh_ptr", "c_ptr", "M", "N", "K", "s_acm", "s_ahm", "s_bcn", "s_bhn")
+    try:
+        compiled = compile_sm90(kg._mor_gemm_kernel, kinds, const, aligned, cfg.num_warps, cfg.num_stages)
+    except Exception as exc:
+        return [{**base, "error": _error_text(exc)}]
+    instrs, usage = disassemble(compiled.asm["cubin"])
+    return [{**base, "loop": i, "loop_instructions": len(body),
+             **{k: v for k, v in {**counts(body), **usage}.items() if k in FIELDS["mor_gemm"]}}
+            for i, body in enumerate(k_loops(instrs))]
+
+
+def _mor_gemm_rows(prog: str, args, wanted: list) -> list:
+    return [(lambda mode=mode, hp=hp: mor_gemm_rows(mode, hp))
+            for mode in ("fixup", "triton") for hp in ("bf16", "fp32") if not wanted or mode in wanted]
+
+
 def _int8_gemm_rows(prog: str, args, wanted: list) -> list:
     from lowprec.bench.common import fail, parse_int_list
     from lowprec.kernels import int8_fallback_tuning as kt
@@ -307,7 +374,8 @@ def _mor_sub_values_rows(prog: str, args, wanted: list) -> list:
             if not wanted or choice in wanted]
 
 
-_JOBS = {"int8_gemm": _int8_gemm_rows, "mor_cast": _mor_cast_rows, "mor_sub_values": _mor_sub_values_rows}
+_JOBS = {"int8_gemm": _int8_gemm_rows, "mor_cast": _mor_cast_rows, "mor_sub_values": _mor_sub_values_rows,
+         "mor_gemm": _mor_gemm_rows}
 
 
 def main(argv=None) -> int:
@@ -322,7 +390,7 @@ def main(argv=None) -> int:
                         "fallback's 128 x 128)")
     p.add_argument("--configs", default="",
                    help="only the int8_gemm candidates whose label contains one of these, or the mor_cast layouts "
-                        "or mor_sub_values choices named (comma-separated); default all")
+                        "or mor_sub_values choices or mor_gemm modes named (comma-separated); default all")
     args = p.parse_args(argv)
     wanted = [w for w in args.configs.split(",") if w]
     jobs = _JOBS[args.kernel](PROG, args, wanted)
@@ -337,14 +405,16 @@ def main(argv=None) -> int:
     fields = FIELDS[args.kernel]
     rows = []
     for job in jobs:
-        row = job()
-        rows.append(row)
-        print(", ".join(f"{k}={row[k]}" for k in fields if row.get(k) not in (None, "")), flush=True)
+        got = job()
+        for row in got if isinstance(got, list) else [got]:  # a job gives a row, or one row per loop
+            rows.append(row)
+            print(", ".join(f"{k}={row[k]}" for k in fields if row.get(k) not in (None, "")), flush=True)
     out = Path(args.out)
     write_rows(out, fields, rows)
     kernel = {"int8_gemm": "lowprec.kernels.int8_fallback_kernels._gemm_kernel",
               "mor_cast": "lowprec.kernels.mor_quant._cast_error_kernel",
-              "mor_sub_values": "lowprec.kernels.mor_subtensor_quant._values_kernel"}[args.kernel]
+              "mor_sub_values": "lowprec.kernels.mor_subtensor_quant._values_kernel",
+              "mor_gemm": "lowprec.kernels.mor_gemm._mor_gemm_kernel"}[args.kernel]
     write_json(provenance_path(out), {
         **provenance.collect(), "time": provenance.now(), "argv": sys.argv[1:] if argv is None else list(argv),
         "target": "sm_90 (H100/H200), compiled by Triton without a GPU", "triton": triton.__version__,
