@@ -56,9 +56,10 @@ accumulation (order and, for FP8, the promotion interval) and the roundings of t
 multiplied: 1 the FP8 loop, 2 the BF16 loop, 3 torch._scaled_mm), the evidence tests use that the
 FP8 path really ran.
 
-E4M3 codes reach the BF16 loop through the hardware conversion (exact: E4M3 is a subset of bf16; a
-K-step of a mixed pair took 575-615 instructions on sm_90 with the written-out integer decode, 151-175
-with the conversion, against 82 for two bf16 operands; the GPU tests hold the products to float64).
+E4M3 codes reach the BF16 loop through the hardware conversion (on sm_90 Triton 3.6 emits
+``cvt.rn.f16x2.e4m3x2`` then ``cvt.bf16.f16``: exact, E4M3 is a subset of both; a K-step of a mixed
+pair took 575-620 instructions with the written-out integer decode, 151-175 with the conversion,
+against 82 for two bf16 operands: ``results/bench/mor_gemm_sass_sm90*.csv``).
 Interpreter: the codes and bf16 values are fed to ``tl.dot`` as fp32 (numpy has neither type) and
 fp32 -> bf16 rounding is written out (the interpreter's cast truncates); only Triton builtins are
 used (no ``tl.zeros``: triton.language's own jit helpers break the interpreter, see
