@@ -14,7 +14,10 @@ Arms (``--arms``):
   torchao_tensorwise      torchao float8 training (Float8LinearConfig "tensorwise"), compiled
   torchao_rowwise         torchao float8 training ("rowwise"), compiled
   <recipe or method>      the suite's recipes and methods (fp8_tensorwise_current, fp8_delayed, fp8_hybrid,
-                          fp8_blockwise, mor_tensor, mor_channel, mor_block, mor_sub_two_way,
+                          fp8_blockwise, mor_tensor, mor_tensor_all_bf16 (threshold 0: every operand
+                          chooses BF16, so each GEMM is the FP8 product and the BF16 loop that replaces
+                          it: the price of MoR's BF16 choice, which random batches never make at the
+                          default threshold), mor_channel, mor_block, mor_sub_two_way,
                           mor_sub_two_way_torch (its quantization by Inductor's fused torch ops, not
                           the Triton kernels of the default), gaussws,
                           int8_block, int8_fallback, int8_fallback_b128 (128x128 blocks)) through
@@ -81,6 +84,7 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     "fp8_hybrid": {"recipe": "fp8_hybrid"},
     "fp8_blockwise": {"recipe": "fp8_blockwise"},
     "mor_tensor": {"recipe": "mor", "partition": "tensor"},
+    "mor_tensor_all_bf16": {"recipe": "mor", "partition": "tensor", "threshold": 0.0},
     "mor_channel": {"recipe": "mor", "partition": "channel"},
     "mor_block": {"recipe": "mor", "partition": "block"},
     "mor_sub_two_way": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way"},
