@@ -20,12 +20,13 @@ returns, ``threshold`` the MoR threshold. E4M3 is chosen iff rel_error <= thresh
 ``lowprec.methods.mor`` decides (in fp64 there; here in fp32 against ``fp32_threshold``, the largest fp32
 not above the threshold, which is the same test for an fp32 error). A NaN error is BF16.
 
-Kernel. Every program loads the two errors and takes one of two main loops (a branch uniform over
+Kernel. Every program loads the two errors and takes one of the main loops (branches uniform over
 the whole grid):
   FP8   both operands E4M3: ``tl.dot`` of the E4M3 codes on FP8 tensor cores;
   BF16  otherwise: a BF16 ``tl.dot`` in which each operand is its codes converted to bf16 (exact:
         E4M3 is a subset of bf16) if it chose E4M3, else its hp operand rounded to bf16 (exactly
-        the emulation's BF16 value); the loads of the source not chosen are predicated off.
+        the emulation's BF16 value); one loop per pair of choices, each loading one tensor per
+        operand (two bf16 hp operands: a plain BF16 GEMM loop).
 Backends. "triton" runs the kernel as above. "scaled_mm" computes the FP8 product with
 torch._scaled_mm (cuBLAS / CUTLASS: per-tensor, per-row, or 1x128 x 128x128 block scales) without
 knowing the decision, then launches the kernel in its fix-up mode, a persistent grid of two
