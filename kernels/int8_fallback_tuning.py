@@ -114,9 +114,9 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
     one of each kind for the target without a GPU), but not for the 4-warp tiles on pointer loads
     (NVGPUWarpSpecialization: "operation destroyed but still has uses"; the H200 run at bfc9b5d
     tried only such a tile) nor for every group on the 128x64 one, which are left out. A candidate
-    that fails to build on a GPU is ruled out by the tuner with its error (``tuning_log``). For groups
-    of 64 and less, the 128x128 tile and the 4-warp tiles also convert the int32 product with the
-    conversion instruction instead of the add trick (``magic=False``)."""
+    that fails to build on a GPU is ruled out by the tuner with its error (``tuning_log``). The 128x128
+    tile and the 4-warp tiles also convert the int32 product with the conversion instruction instead
+    of the add trick (``magic=False``)."""
     kg = _default_k_groups(gk)
     tiles = ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4))
     out = [GemmConfig(bm, bn, kg, w, st) for bm, bn, w, st in tiles]
@@ -127,12 +127,12 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
     if gk <= 64:
         out += [GemmConfig(128, 128, kg // 2, 8, 4), GemmConfig(128, 128, kg * 2, 8, 3)]
     out += [replace(c, warp_specialize=True) for c in out if c.num_warps == 8]
-    if gk <= 64:
-        # the product's int32 -> fp32 by the conversion instruction, where the add trick costs two:
-        # on sm_90 ptxas emits one (I2FP.F32.S32) per element and K-group, 2.7 instructions against
-        # 3.7 in the group-32 loop (lowprec.bench.kernel_sass); its pipe's rate on the H200 is what
-        # the tuner measures
-        out += [replace(c, magic=False) for c in out[:1] + out[4:6]]
+    # the product's int32 -> fp32 by the conversion instruction, where the add trick costs two: on
+    # sm_90 ptxas emits one (I2FP.F32.S32) per element and K-group, 2.7 instructions against 3.7 in
+    # the group-32 loop (lowprec.bench.kernel_sass); on the H200 its pipe kept pace (group 32, 8192^3,
+    # 128x128 tile: 3.74 ms against 4.62 with the add trick; int8_gemm_h200_block_scales/), so every
+    # group tries it
+    out += [replace(c, magic=False) for c in out[:1] + out[4:6]]
     out += [GemmConfig(bm, bn, 1, w, st, pipelined=True) for bm, bn, w, st in tiles[:2] + tiles[4:]]
     if tma:
         out += [replace(c, tma=True) for c in out]

@@ -458,8 +458,8 @@ def test_configuration_space():
         assert all(kt.smem_bytes(c, gk) <= kt.SMEM_BUDGET for c in cands)
         assert {c.tma for c in cands} == {False, True} and not any(c.tma for c in kt.candidate_configs(gk, tma=False))
         assert max(c.k_groups * gk for c in cands) >= 128 and min(c.k_groups for c in cands) >= 1
-        # small groups also try the conversion instruction in place of the add trick
-        assert any(not c.magic for c in cands) == (gk <= 64)
+        # every group also tries the conversion instruction in place of the add trick
+        assert any(not c.magic for c in cands) and any(c.magic for c in cands)
     assert [kt.whole_k_groups(4, n) for n in (256, 6, 5, 1)] == [4, 2, 1, 1]
     assert kt.default_config(32).k_groups == (1 if kf.interpreter_active() else 4)
     assert "_tma" in kt.GemmConfig(tma=True).label() and "_cvt" in kt.GemmConfig(magic=False).label()
