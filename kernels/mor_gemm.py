@@ -184,13 +184,21 @@ if triton is not None:
                   FP8_DOT: tl.constexpr, A_CODES: tl.constexpr, B_CODES: tl.constexpr,
                   A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  PROMOTE: tl.constexpr, EVEN: tl.constexpr, INTERP: tl.constexpr):
+                  PROMOTE: tl.constexpr, EVEN: tl.constexpr, WHOLE_MN: tl.constexpr, INTERP: tl.constexpr):
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
         rk = tl.arange(0, BLOCK_K)
         # rows past the end read the last row instead of being masked (their results are not
-        # stored): only K is ever masked, which keeps the loads vectorized and the registers free
-        rm_ld = tl.minimum(rm, M - 1)
-        rn_ld = tl.minimum(rn, N - 1)
+        # stored): only K is ever masked, which keeps the loads vectorized and the registers free.
+        # Where every tile is whole there is nothing to clamp, and a clamp would hide from Triton
+        # that the rows are contiguous: an operand read through a transposed view (the backward's
+        # hp operands, rows at unit stride) then loads element by element, without the async copy
+        # (sm_90: 349-461 instructions a 64-deep K-step against 82-175; kernel_sass)
+        if WHOLE_MN:
+            rm_ld = rm
+            rn_ld = rn
+        else:
+            rm_ld = tl.minimum(rm, M - 1)
+            rn_ld = tl.minimum(rn, N - 1)
         a_c = ac_ptr + rm_ld[:, None] * s_acm
         a_h = ah_ptr + rm_ld[:, None] * s_ahm
         b_c = bc_ptr + rn_ld[:, None] * s_bcn
@@ -218,7 +226,7 @@ if triton is not None:
                       M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc, s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc,
                       A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      EVEN: tl.constexpr, INTERP: tl.constexpr):
+                      EVEN: tl.constexpr, WHOLE_MN: tl.constexpr, INTERP: tl.constexpr):
         """The BF16 loop where at least one operand chose BF16: one loop per pair of sources,
         chosen by a branch uniform over the grid. With both sources in one loop, selected per
         element, every K-step decoded the codes and converted the hp values of both operands, from
@@ -228,17 +236,17 @@ if triton is not None:
             acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
                             a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
                             s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, True, False, A_KSTEP, B_KSTEP,
-                            BLOCK_M, BLOCK_N, BLOCK_K, None, EVEN, INTERP)
+                            BLOCK_M, BLOCK_N, BLOCK_K, None, EVEN, WHOLE_MN, INTERP)
         elif e4b:
             acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
                             a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
                             s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, False, True, A_KSTEP, B_KSTEP,
-                            BLOCK_M, BLOCK_N, BLOCK_K, None, EVEN, INTERP)
+                            BLOCK_M, BLOCK_N, BLOCK_K, None, EVEN, WHOLE_MN, INTERP)
         else:
             acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
                             a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
                             s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, False, False, A_KSTEP, B_KSTEP,
-                            BLOCK_M, BLOCK_N, BLOCK_K, None, EVEN, INTERP)
+                            BLOCK_M, BLOCK_N, BLOCK_K, None, EVEN, WHOLE_MN, INTERP)
         return acc
 
     @triton.jit
@@ -272,7 +280,8 @@ if triton is not None:
                          A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K8: tl.constexpr,
                          BLOCK_K16: tl.constexpr, GROUP_M: tl.constexpr, PROMOTE: tl.constexpr,
-                         EVEN: tl.constexpr, EVEN16: tl.constexpr, OUT_BF16: tl.constexpr, FIXUP: tl.constexpr,
+                         EVEN: tl.constexpr, EVEN16: tl.constexpr, WHOLE_MN: tl.constexpr, OUT_BF16: tl.constexpr,
+                         FIXUP: tl.constexpr,
                          COUNT: tl.constexpr, INTERP: tl.constexpr):
         if not INTERP:
             # fp8 codes are read as their bits (uint8 in the interpreter already): the BF16 loop
@@ -310,7 +319,7 @@ if triton is not None:
                     acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok,
                                         n_ok, a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
                                         s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, A_KSTEP, B_KSTEP,
-                                        BLOCK_M, BLOCK_N, BLOCK_K16, EVEN16, INTERP)
+                                        BLOCK_M, BLOCK_N, BLOCK_K16, EVEN16, WHOLE_MN, INTERP)
                     _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow,
                               s_bsc, e4b, A_KSTEP, B_KSTEP, OUT_BF16)
                 tl.store(info_ptr + 2, 2, mask=first)
@@ -321,13 +330,13 @@ if triton is not None:
                 acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
                                 a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
                                 s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, True, True, True, A_KSTEP, B_KSTEP,
-                                BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, INTERP)
+                                BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, WHOLE_MN, INTERP)
                 tl.store(info_ptr + 2, 1, mask=first)
             else:
                 acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
                                     a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
                                     s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, A_KSTEP, B_KSTEP,
-                                    BLOCK_M, BLOCK_N, BLOCK_K16, EVEN16, INTERP)
+                                    BLOCK_M, BLOCK_N, BLOCK_K16, EVEN16, WHOLE_MN, INTERP)
                 tl.store(info_ptr + 2, 2, mask=first)
             _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow, s_bsc, e4b,
                       A_KSTEP, B_KSTEP, OUT_BF16)
@@ -570,6 +579,7 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
                 *args, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
                 BLOCK_K8=c.block_k8, BLOCK_K16=c.block_k16, GROUP_M=_GROUP_M,
                 PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, EVEN16=K % c.block_k16 == 0,
+                WHOLE_MN=M % c.block_m == 0 and N % c.block_n == 0,
                 OUT_BF16=out.dtype == torch.bfloat16,
                 FIXUP=fixup, COUNT=counts is not None, INTERP=interpreter_active(), num_warps=c.num_warps,
                 num_stages=c.num_stages)

@@ -277,15 +277,17 @@ def test_fixup_counts_an_empty_product_and_names_bad_counts():
 
 
 # The kernel compiled for sm_90 (no GPU needed) in a process without the interpreter: each K loop
-# of each mode, bf16 hp operands, as ``lowprec.bench.kernel_sass`` counts them
+# of each mode, bf16 hp operands, row-major and (fix-up) through transposed views, as
+# ``lowprec.bench.kernel_sass`` counts them
 _SASS_PROBE = """
 import sys
 from lowprec.bench import kernel_sass as ks
 if ks.nvidia_tool("cuobjdump") is None:
     print("SKIP"); sys.exit()
-for mode in ("fixup", "triton"):
-    for row in ks.mor_gemm_rows(mode, "bf16"):
-        print(mode, row.get("loop_instructions"), row.get("conversions"), row.get("spills"), row.get("error", ""))
+for mode, view in (("fixup", "rows"), ("fixup", "transposed"), ("triton", "rows")):
+    for row in ks.mor_gemm_rows(mode, "bf16", view):
+        print(mode + "_" + view, row.get("loop_instructions"), row.get("conversions"), row.get("spills"),
+              row.get("global_loads"), row.get("error", ""))
 """
 
 
@@ -294,13 +296,15 @@ def test_bf16_loops_load_one_source_per_operand():
     compile time: two BF16 operands make a plain BF16 GEMM loop (no conversion between memory and
     the MMA), a mixed pair converts the codes' side only. With both sources of both operands in
     one loop, selected per element, every 64-deep K-step took 1322 instructions on sm_90, and the
-    fix-up, the fast path's BF16 product, ran at about 36 TFLOP/s on the H200. Both modes compile
-    (the interpreter type-checks nothing); the triton mode adds its FP8 loop."""
+    fix-up, the fast path's BF16 product, ran at about 36 TFLOP/s on the H200. The backward's
+    transposed views (rows at unit stride) keep the async copies on whole tiles, where clamped row
+    indices made every element a load of its own (64 a K-step, 349-461 instructions). Both modes
+    compile (the interpreter type-checks nothing); the triton mode adds its FP8 loop."""
     out = compiled_probe(_SASS_PROBE, "this Triton ships no cuobjdump")
-    loops = {mode: [line.split()[1:] for line in out.splitlines() if line.startswith(mode)]
-             for mode in ("fixup", "triton")}
-    assert [len(loops["fixup"]), len(loops["triton"])] == [3, 4], out
-    for mode, rows in loops.items():
+    loops = {key: [line.split()[1:] for line in out.splitlines() if line.startswith(key + " ")]
+             for key in ("fixup_rows", "fixup_transposed", "triton_rows")}
+    assert [len(v) for v in loops.values()] == [3, 3, 4], out
+    for key, rows in loops.items():
         bf16 = rows[-3:]
-        assert all(int(n) <= 200 and int(spills) == 0 for n, _, spills in bf16), out
+        assert all(int(n) <= 220 and int(spills) == 0 and int(loads) <= 8 for n, _, spills, loads in bf16), out
         assert int(bf16[-1][0]) <= 100 and int(bf16[-1][1]) == 0, out  # both hp: no conversion

@@ -44,7 +44,9 @@ loop instructions / elements a thread holds per step).
 ``mor_gemm``: the MoR GEMM (``lowprec.kernels.mor_gemm._mor_gemm_kernel``, tensor scales, at its
 configuration for 8192^3) in each ``mode`` (``fixup``: after cuBLAS's FP8 product, the fast path's;
 ``triton``: the kernel's own FP8 loop too) for hp operands in ``bf16`` (activations, gradients) or
-``fp32`` (master weights), as it runs: the choices read on the device. One row per K loop (the
+``fp32`` (master weights), read along K (``view`` ``rows``: row-major operands, the forward's) or
+through transposed views (``transposed``: rows at unit stride, the backward's hp operands), as it
+runs: the choices read on the device, whole tiles. One row per K loop (the
 innermost loops that hold MMAs), ``loop`` numbering them in code order, which is the source's: the
 FP8 loop first in the triton mode, then the BF16 loops (``_bf16_product``: A's codes with B's hp
 values, A's hp values with B's codes, both hp). ``tile``: the configuration's tile and BF16 K-step.
@@ -72,7 +74,7 @@ FIELDS = {
                  "conversions", "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
     "mor_sub_values": ("choice", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
                        "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
-    "mor_gemm": ("mode", "hp", "loop", "tile", "num_warps", "loop_instructions", *_CLASSES, "conversions",
+    "mor_gemm": ("mode", "hp", "view", "loop", "tile", "num_warps", "loop_instructions", *_CLASSES, "conversions",
                  "shared_accesses", "barriers", "registers", "local", "error"),
 }
 
@@ -315,26 +317,31 @@ def mor_sub_values_row(choice: str) -> dict:
     return row
 
 
-def mor_gemm_rows(mode: str, hp: str) -> list:
-    """This module's table rows for the MoR GEMM's K loops in one mode, for hp operands of dtype ``hp``."""
+def mor_gemm_rows(mode: str, hp: str, view: str = "rows") -> list:
+    """This module's table rows for the MoR GEMM's K loops in one mode, for hp operands of dtype
+    ``hp`` read through ``view`` (``rows`` or ``transposed``), on whole tiles."""
     from lowprec.kernels import mor_gemm as kg
 
     _require_compiled_kernels()
     fixup = mode == "fixup"
     cfg = kg._config(8192, 8192, 8192, [], hp == "fp32", True, fixup)
-    base = {"mode": mode, "hp": hp, "num_warps": cfg.num_warps,
+    base = {"mode": mode, "hp": hp, "view": view, "num_warps": cfg.num_warps,
             "tile": f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k16}"}
     ptr = {"bf16": "*bf16", "fp32": "*fp32"}[hp]
+    # the unit strides are constants at launch, as Triton specializes a 1: along K for row-major
+    # operands, along the rows for transposed views
+    unit = {"rows": ("s_ack", "s_ahk", "s_bck", "s_bhk"), "transposed": ("s_acm", "s_ahm", "s_bcn", "s_bhn")}[view]
+    strides = ("s_acm", "s_ack", "s_ahm", "s_ahk", "s_bcn", "s_bck", "s_bhn", "s_bhk")
     kinds = {**dict.fromkeys(("ac_ptr", "bc_ptr"), "*fp8e4nv"), **dict.fromkeys(("ah_ptr", "bh_ptr"), ptr),
              **dict.fromkeys(("as_ptr", "ae_ptr", "bs_ptr", "be_ptr", "c_ptr"), "*fp32"),
              "info_ptr": "*i32", "cnt_ptr": "*i32", "thr_a": "fp32", "thr_b": "fp32",
-             **dict.fromkeys(("cnt_row s_cnt M N K s_acm s_ahm s_asr s_asc a_br a_bc s_bcn s_bhn s_bsr s_bsc "
-                              "b_br b_bc").split(), "i32")}
-    # row-major operands: unit K strides are constants at launch, as Triton specializes a 1
+             **dict.fromkeys(("cnt_row s_cnt M N K s_asr s_asc a_br a_bc s_bsr s_bsc b_br b_bc").split(), "i32"),
+             **{k: "i32" for k in strides if k not in unit}}
     const = dict(A_KSTEP=False, B_KSTEP=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K8=cfg.block_k8,
                  BLOCK_K16=cfg.block_k16, GROUP_M=kg._GROUP_M, PROMOTE=cfg.block_k8, EVEN=True, EVEN16=True,
-                 OUT_BF16=True, FIXUP=fixup, COUNT=fixup, INTERP=False, s_ack=1, s_ahk=1, s_bck=1, s_bhk=1)
-    aligned = ("ac_ptr", "bc_ptr", "ah_ptr", "bh_ptr", "c_ptr", "M", "N", "K", "s_acm", "s_ahm", "s_bcn", "s_bhn")
+                 WHOLE_MN=True, OUT_BF16=True, FIXUP=fixup, COUNT=fixup, INTERP=False, **dict.fromkeys(unit, 1))
+    aligned = ("ac_ptr", "bc_ptr", "ah_ptr", "bh_ptr", "c_ptr", "M", "N", "K",
+               *(k for k in strides if k not in unit))
     try:
         compiled = compile_sm90(kg._mor_gemm_kernel, kinds, const, aligned, cfg.num_warps, cfg.num_stages)
     except Exception as exc:
@@ -346,8 +353,9 @@ def mor_gemm_rows(mode: str, hp: str) -> list:
 
 
 def _mor_gemm_rows(prog: str, args, wanted: list) -> list:
-    return [(lambda mode=mode, hp=hp: mor_gemm_rows(mode, hp))
-            for mode in ("fixup", "triton") for hp in ("bf16", "fp32") if not wanted or mode in wanted]
+    return [(lambda mode=mode, hp=hp, view=view: mor_gemm_rows(mode, hp, view))
+            for mode in ("fixup", "triton") for hp in ("bf16", "fp32") for view in ("rows", "transposed")
+            if not wanted or mode in wanted]
 
 
 def _int8_gemm_rows(prog: str, args, wanted: list) -> list:
