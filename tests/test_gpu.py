@@ -437,6 +437,10 @@ def test_compiled_quantization_of_an_autocast_input_equals_eager(spec):
         return quantize_fp8(round_cast(t, torch.bfloat16), spec)
 
     want = quantize(x)
+    # a compilation of its own: the parametrizations share ``quantize``'s code, and Dynamo's
+    # automatic dynamic shapes made the block's rows symbolic when they changed from one to the next
+    # (1 -> 128 on the H200 at 1ebcc97), which the block quantizer's operator refuses
+    torch._dynamo.reset()
     got = torch.compile(quantize, options=EAGER_NUMERICS)(x)
     assert torch.equal(got[1], want[1]), "scales"
     assert torch.equal(got[0].float(), want[0].float()), "codes"
