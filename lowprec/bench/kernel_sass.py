@@ -120,31 +120,26 @@ def disassemble(cubin: bytes) -> tuple[list, dict]:
     return instrs, {"registers": int(res.get("REG", 0)), "local": int(res.get("LOCAL", 0))}
 
 
-def hot_loop(instrs: list) -> list:
-    """The instructions of the longest loop: from a backward branch's target to the branch (nested
-    loops count inside the one that holds them); empty for straight-line code."""
-    best: list = []
+def _loops(instrs: list) -> list:
+    """Every loop's instructions: from a backward branch's target to the branch."""
+    loops = []
     for ins in instrs:
-        if ins.op != "BRA":
-            continue
-        target = re.search(r"0x([0-9a-f]+)", ins.operands)
+        target = re.search(r"0x([0-9a-f]+)", ins.operands) if ins.op == "BRA" else None
         if target and int(target.group(1), 16) < ins.address:
-            body = [i for i in instrs if int(target.group(1), 16) <= i.address <= ins.address]
-            if len(body) > len(best):
-                best = body
-    return best
+            loops.append([i for i in instrs if int(target.group(1), 16) <= i.address <= ins.address])
+    return loops
+
+
+def hot_loop(instrs: list) -> list:
+    """The instructions of the longest loop (nested loops count inside the one that holds them);
+    empty for straight-line code."""
+    return max(_loops(instrs), key=len, default=[])
 
 
 def k_loops(instrs: list) -> list:
     """The innermost loops that hold an MMA (a GEMM's K loops, also inside a persistent loop over
     tiles), each a list of its instructions, in code order."""
-    loops = []
-    for ins in instrs:
-        target = re.search(r"0x([0-9a-f]+)", ins.operands) if ins.op == "BRA" else None
-        if target and int(target.group(1), 16) < ins.address:
-            body = [i for i in instrs if int(target.group(1), 16) <= i.address <= ins.address]
-            if counts(body)["mma"]:
-                loops.append(body)
+    loops = [body for body in _loops(instrs) if counts(body)["mma"]]
     inner = [b for b in loops if not any(o is not b and b[0].address <= o[0].address and o[-1].address <= b[-1].address
                                          for o in loops)]
     return sorted(inner, key=lambda b: b[0].address)
@@ -209,10 +204,9 @@ def compile_sm90(fn, kinds: dict, constexprs: dict, aligned: tuple, num_warps: i
 
 def _require_compiled_kernels() -> None:
     from lowprec.kernels import int8_fallback_kernels as kk
+    from lowprec.kernels import mor_gemm as kg
     from lowprec.kernels import mor_quant as kq
     from lowprec.kernels import mor_subtensor_quant as ks
-
-    from lowprec.kernels import mor_gemm as kg
 
     if kk.interpreter_active() or kq.interpreter_active() or ks.interpreter_active() or kg.interpreter_active():
         raise RuntimeError("the kernels were built for the Triton interpreter (TRITON_INTERPRET=1): machine code "
