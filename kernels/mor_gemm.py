@@ -144,14 +144,12 @@ if triton is not None:
     def _tile(c_rows, h_rows, kk, mask, s_ck, s_hk,
               FP8_DOT: tl.constexpr, CODES: tl.constexpr, EVEN: tl.constexpr, INTERP: tl.constexpr):
         """An operand's [rows, K-step] tile as the dot consumes it (c_rows, h_rows: the rows' base
-        pointers): its E4M3 codes (FP8 loop), the codes' bf16 values (BF16 loop, the operand chose
-        E4M3: ``CODES``) or its hp values rounded to bf16 (BF16 loop, the operand chose BF16). The
-        source is fixed at compile time, so that each loop loads one tensor per operand and, where
-        no conversion stands between memory and the dot, pipelines its loads."""
-        if FP8_DOT:
-            return _codes_value(_load_k(c_rows + kk[None, :] * s_ck, mask, 0, EVEN), True, INTERP)
-        elif CODES:
-            return _codes_value(_load_k(c_rows + kk[None, :] * s_ck, mask, 0, EVEN), False, INTERP)
+        pointers): with ``CODES`` (the FP8 loop, or an operand that chose E4M3) its codes as the dot
+        takes them (``_codes_value``), else its hp values rounded to bf16. The source is fixed at
+        compile time, so that each loop loads one tensor per operand and, where no conversion stands
+        between memory and the dot, pipelines its loads."""
+        if CODES:
+            return _codes_value(_load_k(c_rows + kk[None, :] * s_ck, mask, 0, EVEN), FP8_DOT, INTERP)
         else:
             return _hp_value(_load_k(h_rows + kk[None, :] * s_hk, mask, 0.0, EVEN), INTERP)
 
