@@ -969,8 +969,8 @@ def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
 # at 2f8af82 had no barrier before reading the codes back, and its read-back runs in another layout
 # (eight bytes a thread, which other threads stored): a race, which its decoded values would show.
 # Yet on the H200 at 1ebcc97 (this kernel, with the barrier) the register-decode cases still failed
-# as marked and the cast-only ones passed (results/kernels/gpu_tests_1ebcc97_h200.log is the kernel
-# files' run; this test ran alone): the bug is Triton's, not a race of the test.
+# as marked and the cast-only ones passed (results/kernels/gpu_reproducer_1ebcc97_h200.log): the bug
+# is Triton's, not a race of the test.
 _REGISTER_DECODE_BUG = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
     "Triton 3.6 on the H200: the stored codes of an fp32 -> E4M3 cast are wrong once the cast value is "
     "also converted to fp32 in registers; the suite's kernels keep the written-out encoder (fp8_cast='auto')"))
