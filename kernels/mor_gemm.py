@@ -148,7 +148,12 @@ if triton is not None:
         takes them (``_codes_value``), else its hp values rounded to bf16. The source is fixed at
         compile time, so that each loop loads one tensor per operand and, where no conversion stands
         between memory and the dot, pipelines its loads."""
-        if CODES:
+        if CODES and FP8_DOT and EVEN and not INTERP:
+            # loaded as fp8, not as bits cast in registers: a register cast puts the tile back into
+            # shared memory before the MMA, every K-step, which then waits for the one before it
+            fp8_rows = c_rows.to(tl.pointer_type(tl.float8e4nv), bitcast=True)
+            return tl.load(fp8_rows + kk[None, :] * s_ck)
+        elif CODES:
             return _codes_value(_load_k(c_rows + kk[None, :] * s_ck, mask, 0, EVEN), FP8_DOT, INTERP)
         else:
             return _hp_value(_load_k(h_rows + kk[None, :] * s_hk, mask, 0.0, EVEN), INTERP)
@@ -236,10 +241,14 @@ if triton is not None:
                             s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, True, False, A_KSTEP, B_KSTEP,
                             BLOCK_M, BLOCK_N, BLOCK_K, None, EVEN, WHOLE_MN, INTERP)
         elif e4b:
-            acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
-                            a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
-                            s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, False, False, True, A_KSTEP, B_KSTEP,
-                            BLOCK_M, BLOCK_N, BLOCK_K, None, EVEN, WHOLE_MN, INTERP)
+            # the transposed product B @ A.T, so that the decoded codes are the dot's first operand,
+            # which the tensor cores read from registers: as its second operand they went back to
+            # shared memory every K-step, and each product waited for the last (sm_90: ``pendings =
+            # 0``, against 3 here, as in the loop above)
+            acc = tl.trans(_mainloop(bc_ptr, bh_ptr, bs_ptr, ac_ptr, ah_ptr, as_ptr, e4b, e4a, rn, rm, n_ok, m_ok,
+                                     b_srow, a_srow, N, M, K, s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc,
+                                     s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc, False, True, False, B_KSTEP, A_KSTEP,
+                                     BLOCK_N, BLOCK_M, BLOCK_K, None, EVEN, WHOLE_MN, INTERP))
         else:
             acc = _mainloop(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
                             a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,

@@ -89,6 +89,24 @@ def test_kernel_fp8_and_bf16_loops_differ_where_the_values_do():
     assert sqnr_db(ref8, out8) > FLOOR_DB and sqnr_db(ref16, out16) > FLOOR_DB
 
 
+def test_bf16_choice_rounded_before_the_gemm_is_the_kernels_rounding():
+    """The fast path hands the GEMM an fp32 operand's BF16 choice already rounded
+    (``mor_fast.bf16_choice``, torch's round to nearest even), so that the K loop converts nothing:
+    the product is the one of the kernel rounding the fp32 values itself, bit for bit, ties included,
+    and it is the BF16 product (not the FP8 one)."""
+    from lowprec.methods.mor_fast import bf16_choice
+    a = _data((40, 72), 21)
+    a[0, :4] = torch.tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 3 * 2 ** -9 + 2 ** -17], device=DEVICE)
+    b = _data((24, 72), 22)
+    oa, ob = _operand(a, "tensor", BF16_TH), _operand(b, "tensor", E4M3_TH)
+    pre = bf16_choice(a)
+    assert pre.dtype == torch.bfloat16 and torch.equal(pre, a.to(torch.bfloat16))
+    assert bf16_choice(pre) is pre
+    got = kg.mor_gemm(oa, ob)
+    assert torch.equal(kg.mor_gemm(oa._replace(hp=pre), ob), got)
+    assert not torch.equal(kg.mor_gemm(oa._replace(threshold=E4M3_TH), ob), got)
+
+
 def test_transposed_codes_through_strides():
     """A square-block operand's transposed use (W^T in dgrad) can read its codes and scale grid
     transposed instead of being quantized again: the same result as quantizing the transpose."""
@@ -287,7 +305,7 @@ if ks.nvidia_tool("cuobjdump") is None:
 for mode, view in (("fixup", "rows"), ("fixup", "transposed"), ("triton", "rows")):
     for row in ks.mor_gemm_rows(mode, "bf16", view):
         print(mode + "_" + view, row.get("loop_instructions"), row.get("conversions"), row.get("spills"),
-              row.get("global_loads"), row.get("error", ""))
+              row.get("global_loads"), row.get("mma_in_flight"), row.get("error", ""))
 """
 
 
@@ -299,12 +317,23 @@ def test_bf16_loops_load_one_source_per_operand():
     fix-up, the fast path's BF16 product, ran at about 36 TFLOP/s on the H200. The backward's
     transposed views (rows at unit stride) keep the async copies on whole tiles, where clamped row
     indices made every element a load of its own (64 a K-step, 349-461 instructions). Both modes
-    compile (the interpreter type-checks nothing); the triton mode adds its FP8 loop."""
+    compile (the interpreter type-checks nothing); the triton mode adds its FP8 loop.
+
+    Every loop keeps a tensor-core product in flight while the next K-step loads (``mma_in_flight``
+    >= 1): the decoded codes are the dot's first operand, read from registers (A's hp with B's codes
+    computes the transposed product), and the FP8 loop loads its codes as fp8. Where a tile was
+    converted in registers as the second operand, it went back to shared memory every K-step and each
+    product waited for the last; with an fp32 hp operand the loops still do, which is why the fast path
+    hands the GEMM bf16 copies (``lowprec.methods.mor_fast.bf16_choice``)."""
     out = compiled_probe(_SASS_PROBE, "this Triton ships no cuobjdump")
     loops = {key: [line.split()[1:] for line in out.splitlines() if line.startswith(key + " ")]
              for key in ("fixup_rows", "fixup_transposed", "triton_rows")}
     assert [len(v) for v in loops.values()] == [3, 3, 4], out
     for key, rows in loops.items():
         bf16 = rows[-3:]
-        assert all(int(n) <= 220 and int(spills) == 0 and int(loads) <= 8 for n, _, spills, loads in bf16), out
+        assert all(int(n) <= 220 and int(spills) == 0 and int(loads) <= 8 for n, _, spills, loads, _ in bf16), out
         assert int(bf16[-1][0]) <= 100 and int(bf16[-1][1]) == 0, out  # both hp: no conversion
+    # the view as the forward reads it (the transposed FP8 codes of the triton mode need a transpose in
+    # shared memory, which the fast path leaves to cuBLAS)
+    assert all(int(r[4]) >= 1 for key in ("fixup_rows", "fixup_transposed") for r in loops[key]), out
+    assert all(int(r[4]) >= 1 for r in loops["triton_rows"]), out

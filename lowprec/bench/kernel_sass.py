@@ -75,7 +75,7 @@ FIELDS = {
     "mor_sub_values": ("choice", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
                        "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
     "mor_gemm": ("mode", "hp", "view", "loop", "tile", "num_warps", "loop_instructions", *_CLASSES, "conversions",
-                 "shared_accesses", "barriers", "registers", "local", "error"),
+                 "shared_accesses", "barriers", "mma_in_flight", "registers", "local", "error"),
 }
 
 _INT_OPS = ("IADD3", "IMAD", "LOP3", "SHF", "LEA", "ISETP", "VIADD", "IABS", "SEL", "PRMT")
@@ -143,6 +143,36 @@ def k_loops(instrs: list) -> list:
     inner = [b for b in loops if not any(o is not b and b[0].address <= o[0].address and o[-1].address <= b[-1].address
                                          for o in loops)]
     return sorted(inner, key=lambda b: b[0].address)
+
+
+def mma_in_flight(ttgir: str) -> list:
+    """Per K loop of a kernel's TTGIR (the innermost ``scf.for`` loops that hold a warpgroup MMA, in
+    code order, as ``k_loops`` finds them in the machine code): the fewest warpgroup MMAs each wait
+    in the loop leaves running (``ttng.warp_group_dot_wait``'s ``pendings``). 0 means a product waits
+    for the one before it to finish, which is what an operand converted in registers and stored
+    back to shared memory every K-step forces; a pipelined loop keeps one or more in flight while the
+    next K-step's operands load. Static, from the compiler's own IR: the SASS spells the same wait
+    as a scoreboard count that is hard to tie to its MMA."""
+    loops, stack = [], []
+    for line in ttgir.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if re.search(r"\bscf\.for\b", line):
+            stack.append({"indent": indent, "inner": True, "dot": False, "pendings": []})
+            continue
+        if stack and line.strip().startswith("}") and indent == stack[-1]["indent"]:
+            loop = stack.pop()
+            if stack:
+                stack[-1]["inner"] = False
+            if loop["inner"] and loop["dot"]:
+                loops.append(min(loop["pendings"], default=-1))
+            continue
+        if stack:
+            if "ttng.warp_group_dot " in line or "ttng.warp_group_dot %" in line:
+                stack[-1]["dot"] = True
+            m = re.search(r"ttng\.warp_group_dot_wait .*pendings = (\d+)", line)
+            if m:
+                stack[-1]["pendings"].append(int(m.group(1)))
+    return loops
 
 
 def counts(instrs: list) -> dict:
@@ -341,9 +371,13 @@ def mor_gemm_rows(mode: str, hp: str, view: str = "rows") -> list:
     except Exception as exc:
         return [{**base, "error": _error_text(exc)}]
     instrs, usage = disassemble(compiled.asm["cubin"])
-    return [{**base, "loop": i, "loop_instructions": len(body),
+    loops = k_loops(instrs)
+    in_flight = mma_in_flight(compiled.asm["ttgir"])
+    if len(in_flight) != len(loops):  # the two views disagree on the loops: say nothing rather than pair them wrongly
+        in_flight = [""] * len(loops)
+    return [{**base, "loop": i, "loop_instructions": len(body), "mma_in_flight": in_flight[i],
              **{k: v for k, v in {**counts(body), **usage}.items() if k in FIELDS["mor_gemm"]}}
-            for i, body in enumerate(k_loops(instrs))]
+            for i, body in enumerate(loops)]
 
 
 def _mor_gemm_rows(prog: str, args, wanted: list) -> list:

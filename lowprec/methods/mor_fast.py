@@ -122,7 +122,18 @@ def mor_operand(q: MoRQuantizer, t: torch.Tensor, with_transpose: bool = False) 
     else:
         fp8 = FP8Operand.of(x2d, spec, kind)
         err = operand_error(base, fp8, transposed=hp_t)
-    return MoROperand(fp8, _choose_e4m3(err, q.threshold), base if hp_t else x2d.contiguous(), False, hp_t)
+    return MoROperand(fp8, _choose_e4m3(err, q.threshold), bf16_choice(base if hp_t else x2d.contiguous()), False, hp_t)
+
+
+def bf16_choice(hp: torch.Tensor) -> torch.Tensor:
+    """The values a BF16 choice multiplies: ``hp`` rounded to BF16 (round to nearest even, as the
+    MoR GEMM rounds it), here in the traced ops that Inductor fuses into the operand's cast, rather
+    than inside the GEMM's K loop. There, an fp32 operand (the master weight, in the forward and in
+    the input gradient) was converted in registers and stored back to shared memory every K-step,
+    which left each tensor-core product waiting for the last (sm_90: ``pendings = 0``, against one
+    product in flight for bf16 operands; 1 B step on the H200 at 32c1b28, everything BF16: 532 ms
+    of MoR GEMMs, about 150 TFLOP/s, profile ``llama_1b_mor_tensor_all_bf16_32c1b28``)."""
+    return hp if hp.dtype == torch.bfloat16 else hp.to(torch.bfloat16)
 
 
 def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
