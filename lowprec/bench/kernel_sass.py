@@ -22,8 +22,10 @@ whatever the loop spends besides. At group 32 that rescale, not the tensor cores
 ``loop_instructions`` (one iteration: ``k_groups`` K-groups), ``per_element_group`` (loop
 instructions / (elements a thread holds x k_groups)), ``fp32`` (FADD, FMUL, FFMA), ``fmul``, ``int``
 (IADD3, IMAD, LOP3, SHF, LEA, ISETP, VIADD and their uniform forms, ...), ``moves`` (MOV),
-``global_loads`` (LDG, LDGSTS), ``spills`` (LDL, STL), ``mma`` (MMAs: warpgroup and warp), ``registers``,
-``shared`` and ``local`` bytes, ``error`` where a candidate did not compile.
+``global_loads`` (LDG, LDGSTS), ``spills`` (LDL, STL), ``mma`` (MMAs: warpgroup and warp),
+``mma_in_flight`` (``mma_in_flight``: 0 where each K-group's product is waited for before the next
+is issued, as the rescale of an int32 product forces in every variant so far, the software-pipelined
+one included), ``registers``, ``shared`` and ``local`` bytes, ``error`` where a candidate did not compile.
 
 ``mor_cast``: MoR's cast-and-error pass (``lowprec.kernels.mor_quant._cast_error_kernel``, one
 32 x 128 tile a program as the fast path launches it, bf16 operands, whole tiles) for each layout
@@ -50,6 +52,9 @@ runs: the choices read on the device, whole tiles. One row per K loop (the
 innermost loops that hold MMAs), ``loop`` numbering them in code order, which is the source's: the
 FP8 loop first in the triton mode, then the BF16 loops (``_bf16_product``: A's codes with B's hp
 values, A's hp values with B's codes, both hp). ``tile``: the configuration's tile and BF16 K-step.
+``mma_in_flight``: the tensor-core products a loop keeps running while the next K-step loads (1 or 3
+where pipelined; 0 where an operand converted in registers goes back to shared memory every K-step,
+as an fp32 hp operand still does).
 """
 
 from __future__ import annotations
@@ -69,7 +74,7 @@ PROG = "kernel_sass"
 _CLASSES = ("fp32", "fmul", "int", "moves", "global_loads", "spills", "mma")
 FIELDS = {
     "int8_gemm": ("config", "group", "block_rows", "tma", "loop_instructions", "per_element_group", *_CLASSES,
-                  "registers", "shared", "local", "error"),
+                  "mma_in_flight", "registers", "shared", "local", "error"),
     "mor_cast": ("layouts", "native", "approx_div", "tile", "num_warps", "instructions", "per_element", *_CLASSES,
                  "conversions", "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
     "mor_sub_values": ("choice", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
@@ -210,7 +215,8 @@ def _measure(kernel: str, row: dict, build, loop: bool) -> Optional[int]:
         return None
     instrs, usage = disassemble(compiled.asm["cubin"])
     code = hot_loop(instrs) if loop else instrs
-    measured = {**counts(code), **usage, "shared": compiled.metadata.shared}
+    measured = {**counts(code), **usage, "shared": compiled.metadata.shared,
+                "mma_in_flight": min(mma_in_flight(compiled.asm["ttgir"]), default="")}
     row.update({k: v for k, v in measured.items() if k in FIELDS[kernel]})
     return len(code)
 
