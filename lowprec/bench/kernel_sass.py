@@ -156,8 +156,9 @@ def mma_in_flight(ttgir: str) -> list:
     in the loop leaves running (``ttng.warp_group_dot_wait``'s ``pendings``). 0 means a product waits
     for the one before it to finish, which is what an operand converted in registers and stored
     back to shared memory every K-step forces; a pipelined loop keeps one or more in flight while the
-    next K-step's operands load. Static, from the compiler's own IR: the SASS spells the same wait
-    as a scoreboard count that is hard to tie to its MMA."""
+    next K-step's operands load; blank where the loop holds no such wait (a warp-specialized loop,
+    whose waits are barriers between its partitions). Static, from the compiler's own IR: the SASS
+    spells the same wait as a scoreboard count that is hard to tie to its MMA."""
     loops, stack = [], []
     for line in ttgir.splitlines():
         indent = len(line) - len(line.lstrip())
@@ -169,7 +170,7 @@ def mma_in_flight(ttgir: str) -> list:
             if stack:
                 stack[-1]["inner"] = False
             if loop["inner"] and loop["dot"]:
-                loops.append(min(loop["pendings"], default=-1))
+                loops.append(min(loop["pendings"], default=""))
             continue
         if stack:
             if "ttng.warp_group_dot " in line or "ttng.warp_group_dot %" in line:
@@ -216,7 +217,7 @@ def _measure(kernel: str, row: dict, build, loop: bool) -> Optional[int]:
     instrs, usage = disassemble(compiled.asm["cubin"])
     code = hot_loop(instrs) if loop else instrs
     measured = {**counts(code), **usage, "shared": compiled.metadata.shared,
-                "mma_in_flight": min(mma_in_flight(compiled.asm["ttgir"]), default="")}
+                "mma_in_flight": min((n for n in mma_in_flight(compiled.asm["ttgir"]) if n != ""), default="")}
     row.update({k: v for k, v in measured.items() if k in FIELDS[kernel]})
     return len(code)
 
