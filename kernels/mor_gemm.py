@@ -60,7 +60,12 @@ FP8 path really ran.
 E4M3 codes reach the BF16 loop through the hardware conversion (on sm_90 Triton 3.6 emits
 ``cvt.rn.f16x2.e4m3x2`` then ``cvt.bf16.f16``: exact, E4M3 is a subset of both; a K-step of a mixed
 pair took 575-620 instructions with the written-out integer decode, 151-175 with the conversion,
-against 82 for two bf16 operands: ``results/bench/mor_gemm_sass_sm90*.csv``).
+against 82 for two bf16 operands: ``results/bench/mor_gemm_sass_sm90*.csv``). The decoded codes
+are always the dot's first operand, which the tensor cores read from registers (A's hp with B's
+codes runs as the transposed product), and the hp operands are best bf16: a tile converted in
+registers as the second operand goes back to shared memory every K-step and each MMA then waits for
+the last (the table's ``mma_in_flight``; an fp32 hp operand still does, so the fast path hands the
+kernel bf16 copies, ``lowprec.methods.mor_fast.bf16_choice``).
 Interpreter: the codes and bf16 values are fed to ``tl.dot`` as fp32 (numpy has neither type) and
 fp32 -> bf16 rounding is written out (the interpreter's cast truncates); only Triton builtins are
 used (no ``tl.zeros``: triton.language's own jit helpers break the interpreter, see

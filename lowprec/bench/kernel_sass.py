@@ -23,9 +23,9 @@ whatever the loop spends besides. At group 32 that rescale, not the tensor cores
 instructions / (elements a thread holds x k_groups)), ``fp32`` (FADD, FMUL, FFMA), ``fmul``, ``int``
 (IADD3, IMAD, LOP3, SHF, LEA, ISETP, VIADD and their uniform forms, ...), ``moves`` (MOV),
 ``global_loads`` (LDG, LDGSTS), ``spills`` (LDL, STL), ``mma`` (MMAs: warpgroup and warp),
-``mma_in_flight`` (``mma_in_flight``: 0 where each K-group's product is waited for before the next
-is issued, as the rescale of an int32 product forces in every variant so far, the software-pipelined
-one included), ``registers``, ``shared`` and ``local`` bytes, ``error`` where a candidate did not compile.
+``mma_in_flight`` (tensor-core products left running at the loop's waits, read from the TTGIR:
+0 where each K-group's product is waited for before the next is issued, as the rescale of an int32
+product forces in every candidate so far, the software-pipelined one included), ``registers``, ``shared`` and ``local`` bytes, ``error`` where a candidate did not compile.
 
 ``mor_cast``: MoR's cast-and-error pass (``lowprec.kernels.mor_quant._cast_error_kernel``, one
 32 x 128 tile a program as the fast path launches it, bf16 operands, whole tiles) for each layout
