@@ -133,7 +133,7 @@ def bf16_choice(hp: torch.Tensor) -> torch.Tensor:
     which left each tensor-core product waiting for the last (sm_90: ``pendings = 0``, against one
     product in flight for bf16 operands; 1 B step on the H200 at 32c1b28, everything BF16: 532 ms
     of MoR GEMMs, about 150 TFLOP/s, profile ``llama_1b_mor_tensor_all_bf16_32c1b28``)."""
-    return hp if hp.dtype == torch.bfloat16 else hp.to(torch.bfloat16)
+    return hp.to(torch.bfloat16)  # a bf16 tensor comes back as itself
 
 
 def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
