@@ -42,12 +42,14 @@ class GemmConfig:
     warp_specialize: bool = False
     fp_fusion: bool = True   # False: no FMA contraction, so CUDA equals the torch reference bit for bit
     pipelined: bool = False  # the next K-group's dot issued before the last one's rescale (one group a step)
+    async_mma: bool = False  # the Gluon kernel (lowprec.kernels.int8_gemm_async): asynchronous warpgroup
+    #                          MMAs, one K-group's product in flight while the last is rescaled (TMA, KG 1)
 
     def label(self) -> str:
         return (f"{self.block_m}x{self.block_n}_kg{self.k_groups}_w{self.num_warps}_s{self.num_stages}"
                 f"_gm{self.group_m}{'' if self.magic else '_cvt'}{'_tma' if self.tma else ''}"
                 f"{'_ws' if self.warp_specialize else ''}{'' if self.fp_fusion else '_nofma'}"
-                f"{'_pipe' if self.pipelined else ''}")
+                f"{'_pipe' if self.pipelined else ''}{'_async' if self.async_mma else ''}")
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,13 @@ def default_config(gk: int, M: int = 1 << 12, N: int = 1 << 12) -> GemmConfig:
     return GemmConfig(k_groups=kg, num_stages=3 if _next_pow2(gk) * kg <= 128 else 2)
 
 
-def candidate_configs(gk: int, tma: bool = True) -> list:
+# tiles of the asynchronous kernel (block_m, block_n, num_warps, stages): each warpgroup holds two
+# int32 accumulators of 64 registers and the fp32 one (211 registers a thread on sm_90, no spills);
+# 4-warp tiles leave room for two programs an SM
+ASYNC_TILES = ((128, 128, 8, 4), (128, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4))
+
+
+def candidate_configs(gk: int, tma: bool = True, async_mma: bool = False) -> list:
     """The configurations tuning tries for K-group gk on Hopper-class GPUs (H100/H200): 128-256
     tiles with 8 warps and 64-128 tiles with 4 (in 3 stages too: three programs an SM), 3-4
     stages, about 128 bytes of K per iteration (twice that for the 4-warp tile; half that too for
@@ -116,7 +124,8 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
     tried only such a tile) nor for every group on the 128x64 one, which are left out. A candidate
     that fails to build on a GPU is ruled out by the tuner with its error (``tuning_log``). The 128x128
     tile and the 4-warp tiles also convert the int32 product with the conversion instruction instead
-    of the add trick (``magic=False``)."""
+    of the add trick (``magic=False``). With ``async_mma`` (the operands fit the Gluon kernel on a
+    Hopper GPU, ``lowprec.kernels.int8_gemm_async.supports``), its tiles ``ASYNC_TILES`` too."""
     kg = _default_k_groups(gk)
     tiles = ((128, 128, 8, 3), (128, 128, 8, 4), (128, 256, 8, 3), (256, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4))
     out = [GemmConfig(bm, bn, kg, w, st) for bm, bn, w, st in tiles]
@@ -140,6 +149,8 @@ def candidate_configs(gk: int, tma: bool = True) -> list:
         # specialized on descriptor loads; its 128x64 twin does not for every group
         out += [replace(c, warp_specialize=True) for c in out
                 if c.tma and not c.pipelined and (c.block_m, c.block_n, c.num_warps) == (64, 128, 4)]
+    if async_mma:
+        out += [GemmConfig(bm, bn, 1, w, st, tma=True, async_mma=True) for bm, bn, w, st in ASYNC_TILES]
     fitted = []
     for cfg in out:
         while smem_bytes(cfg, gk) > SMEM_BUDGET and cfg.num_stages > 2:

@@ -24,6 +24,8 @@ _KQ, _KK, _KF = ("lowprec.kernels.quantize", "lowprec.kernels.int8_fallback_kern
                  "lowprec.kernels.int8_fallback_gemm")
 _, _, kf = kernel_modules(_KQ, _KK, _KF)
 kt = importlib.import_module("lowprec.kernels.int8_fallback_tuning")
+_ka = importlib.import_module("lowprec.kernels.int8_gemm_async")
+_KA_AVAILABLE = not kf.interpreter_active() and _ka.available()
 
 from lowprec.methods.int8_fallback import (  # noqa: E402
     block_int8_error,
@@ -447,6 +449,77 @@ def test_sparse_pass_configurations(device, residual, rows):
     got = kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, residual=residual)
     want = _reference("sparse", (qa, da), (qb, db), block_a, block_b, (ra, dra, fa), (rb, drb, fb))
     _assert_gemm_equal(got, want, device)
+
+
+_ASYNC_ON_GPU = pytest.mark.skipif(not _KA_AVAILABLE, reason="the asynchronous kernel needs a Hopper GPU")
+
+
+@_ASYNC_ON_GPU
+@pytest.mark.parametrize("dims,rows,group,tile", [
+    ((256, 256, 512), (32, 32), 32, (128, 128, 8, 4)),     # Jetfire's blocks, 16 K-groups (even)
+    ((200, 136, 480), (32, 32), 32, (128, 128, 8, 3)),     # ragged M and N, 15 K-groups (odd)
+    ((256, 384, 1024), (128, 128), 128, (128, 128, 8, 4)),  # 128x128 blocks: one scale a tile and group
+    ((192, 130, 256), (128, 128), 128, (64, 128, 4, 4)),    # two K-groups; blocks taller than the tile
+    ((130, 192, 128), (1, 64), 64, (128, 64, 4, 4)),        # one K-group; per-row scales
+    ((96, 160, 192), (32, 16), 64, (128, 64, 4, 4)),        # three K-groups; A's and B's blocks differ
+], ids=["jetfire-even", "ragged-odd", "b128", "b128-two-groups", "one-group-rows", "three-groups"])
+def test_async_kernel_equals_reference(dims, rows, group, tile, monkeypatch):
+    """The Gluon kernel of asynchronous MMAs gives the reference's result (to the FMA contraction's
+    rounding) for an even, an odd, two and one K-groups, ragged tiles, scales per row, per 32-row
+    block and per tile; and it is the kernel that ran."""
+    M, N, K = dims
+    (qa, da, *_), (qb, db, *_) = _int_operands(M, N, K, rows[0], rows[1], group, seed=21, device="cuda")
+    block_a, block_b = (rows[0], group), (rows[1], group)
+    calls = []
+    real = _ka.int8_block_gemm_async
+    monkeypatch.setattr(_ka, "int8_block_gemm_async", lambda *a, **k: calls.append(a[-1]) or real(*a, **k))
+    cfg = kt.GemmConfig(tile[0], tile[1], 1, tile[2], tile[3], tma=True, async_mma=True)
+    got = kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, config=cfg)
+    assert len(calls) == 1
+    _assert_gemm_equal(got, int8_block_gemm_reference(qa, da, qb, db, block_a, block_b), "cuda")
+
+
+@_ASYNC_ON_GPU
+@pytest.mark.parametrize("impl", kf.FALLBACK_IMPLS)
+def test_async_kernel_with_second_parts(impl):
+    """With second parts the sparse pass adds them to the asynchronous kernel's first parts; the
+    fused loop, which the Gluon kernel does not hold, runs the Triton kernel in the same tile: both
+    the reference's result."""
+    M, N, K, rows, group = 256, 192, 640, (32, 32), 32
+    (qa, da, ra, dra, fa), (qb, db, rb, drb, fb) = _int_operands(M, N, K, *rows, group, seed=22, ratio=0.2,
+                                                                 device="cuda")
+    block_a, block_b = (rows[0], group), (rows[1], group)
+    cfg = kt.GemmConfig(128, 128, 1, 8, 4, tma=True, async_mma=True)
+    got = kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, fallback=impl, config=cfg)
+    want = _reference(impl, (qa, da), (qb, db), block_a, block_b, (ra, dra, fa), (rb, drb, fb))
+    _assert_gemm_equal(got, want, "cuda")
+
+
+# The asynchronous kernel compiled for sm_90 (no GPU needed): per tile of ASYNC_TILES at Jetfire's
+# group and blocks and at group 128 in 128-row blocks, one line of key=value pairs
+_ASYNC_SASS_PROBE = """
+import sys
+from lowprec.bench import kernel_sass as ks
+from lowprec.kernels import int8_fallback_tuning as kt
+if ks.nvidia_tool("cuobjdump") is None:
+    print("SKIP"); sys.exit()
+for group, rows in ((32, 32), (128, 128)):
+    for bm, bn, w, st in kt.ASYNC_TILES[:1] + kt.ASYNC_TILES[3:]:
+        row = ks.int8_gemm_row(kt.GemmConfig(bm, bn, 1, w, st, tma=True, async_mma=True), group, rows)
+        print(" ".join(f"{k}={row[k]}" for k in ("config", "mma_in_flight", "spills", "mma", "error") if k in row))
+"""
+
+
+def test_async_kernel_keeps_a_product_in_flight_on_hopper():
+    """Compiled for the H100/H200, the Gluon kernel's K loop leaves a warpgroup MMA in flight at
+    every wait (where each Triton candidate waits for the last one: mma_in_flight 0), issues the
+    MMAs of two K-groups an iteration and spills nothing."""
+    out = compiled_probe(_ASYNC_SASS_PROBE, "this Triton ships no cuobjdump or no Gluon")
+    rows = [dict(kv.split("=", 1) for kv in line.split()) for line in out.splitlines()]
+    assert len(rows) == 4, out
+    for row in rows:
+        assert "error" not in row, row
+        assert int(row["mma_in_flight"]) >= 1 and int(row["spills"]) == 0 and int(row["mma"]) >= 2, row
 
 
 def test_configuration_space():

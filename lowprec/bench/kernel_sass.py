@@ -203,9 +203,10 @@ def _error_text(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
 
 
-def _measure(kernel: str, row: dict, build, loop: bool) -> Optional[int]:
+def _measure(kernel: str, row: dict, build, loop) -> Optional[int]:
     """Fills ``row`` of table ``kernel`` with what ``build()`` compiles to: the instruction classes
-    of its hot loop (``loop``) or of all its code, its registers, local and shared bytes (the
+    of its hot loop (``loop`` True; a callable: the loop it picks from the instructions) or of all
+    its code, its registers, local and shared bytes (the
     pipeline's buffers too: the cubin lists static shared memory only). Returns the number of those
     instructions, or None with ``error`` set where it did not compile (a candidate Triton cannot
     build for sm_90 is a finding of the table)."""
@@ -215,7 +216,7 @@ def _measure(kernel: str, row: dict, build, loop: bool) -> Optional[int]:
         row["error"] = _error_text(exc)
         return None
     instrs, usage = disassemble(compiled.asm["cubin"])
-    code = hot_loop(instrs) if loop else instrs
+    code = (loop if callable(loop) else hot_loop)(instrs) if loop else instrs
     measured = {**counts(code), **usage, "shared": compiled.metadata.shared,
                 "mma_in_flight": min((n for n in mma_in_flight(compiled.asm["ttgir"]) if n != ""), default="")}
     row.update({k: v for k, v in measured.items() if k in FIELDS[kernel]})
@@ -258,6 +259,8 @@ def compile_int8_gemm(cfg, group: int, block_rows: int, fused: bool = False):
     from lowprec.kernels import int8_fallback_kernels as kk
 
     _require_compiled_kernels()
+    if cfg.async_mma:
+        return compile_int8_gemm_async(cfg, group, block_rows)
     kinds = dict.fromkeys(("a_ptr", "a_desc", "b_ptr", "b_desc", "ra_ptr", "fa_ptr", "rb_ptr", "fb_ptr"), "*i8")
     kinds.update(dict.fromkeys(("da_ptr", "db_ptr", "dra_ptr", "drb_ptr", "c_ptr"), "*fp32"))
     kinds.update(dict.fromkeys(("M", "N", "K", "n_kb"), "i32"))
@@ -271,13 +274,44 @@ def compile_int8_gemm(cfg, group: int, block_rows: int, fused: bool = False):
                         cfg.num_warps, cfg.num_stages, cfg.fp_fusion)
 
 
+def compile_int8_gemm_async(cfg, group: int, block_rows: int):
+    """The Gluon INT8 GEMM of asynchronous MMAs (``int8_gemm_async._gemm_kernel``) as
+    ``compile_int8_gemm`` compiles the Triton one: descriptors of ``cfg``'s tile and the group."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from lowprec.kernels import int8_gemm_async as ka
+
+    names = list(inspect.signature(ka._gemm_kernel.fn).parameters)
+    kinds = {n: "constexpr" for n in names}
+    for name, rows in (("a_desc", cfg.block_m), ("b_desc", cfg.block_n)):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, group], gl.int8)
+        kinds[name] = f"tensordesc<i8[{rows}, {group}],{layout!r}>"
+    kinds.update(dict.fromkeys(("da_ptr", "db_ptr", "c_ptr"), "*fp32"), M="i32", N="i32", n_kb="i32")
+    const = dict(BMS=block_rows, BNS=block_rows, GK=group, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                 STAGES=cfg.num_stages, GROUP_M=cfg.group_m)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in ("da_ptr", "db_ptr", "c_ptr", "M", "N")}
+    src = GluonASTSource(ka._gemm_kernel, kinds, constexprs=const, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": cfg.num_warps, "enable_fp_fusion": cfg.fp_fusion})
+
+
+def _async_k_loop(instrs: list) -> list:
+    return next((body for body in k_loops(instrs) if not counts(body)["global_stores"]), [])
+
+
 def int8_gemm_row(cfg, group: int, block_rows: int) -> dict:
     """This module's table row for one configuration (``error`` set where it did not compile)."""
     row = {"config": cfg.label(), "group": group, "block_rows": block_rows, "tma": cfg.tma}
-    n = _measure("int8_gemm", row, lambda: compile_int8_gemm(cfg, group, block_rows), loop=True)
+    # the asynchronous kernel takes two K-groups a loop iteration; its longest loop holds the tile's
+    # store (the last groups and the epilogue), so its K loop is the one that stores nothing
+    loop, groups = (_async_k_loop, 2) if cfg.async_mma else (True, cfg.k_groups)
+    n = _measure("int8_gemm", row, lambda: compile_int8_gemm(cfg, group, block_rows), loop=loop)
     if n is not None:
         elements = cfg.block_m * cfg.block_n / (32 * cfg.num_warps)
-        row.update(loop_instructions=n, per_element_group=round(n / (elements * cfg.k_groups), 2))
+        row.update(loop_instructions=n, per_element_group=round(n / (elements * groups), 2))
     return row
 
 
@@ -402,7 +436,8 @@ def _int8_gemm_rows(prog: str, args, wanted: list) -> list:
     if len(rows_per) != len(groups):
         fail(prog, f"--block-rows: one per group ({len(groups)}), got {len(rows_per)}")
     return [(lambda cfg=cfg, group=group, block_rows=block_rows: int8_gemm_row(cfg, group, block_rows))
-            for group, block_rows in zip(groups, rows_per) for cfg in kt.candidate_configs(group, tma=True)
+            for group, block_rows in zip(groups, rows_per)
+            for cfg in kt.candidate_configs(group, tma=True, async_mma=True)
             if not wanted or any(w in cfg.label() for w in wanted)]
 
 
