@@ -136,6 +136,9 @@ if gluon is not None:
         32-row blocks on sm_90)."""
         s = _scale_tile(da_ptr, sa_idx, db_ptr, sb_idx, kb, ROW_VEC, COL_VEC)
         p = warpgroup_mma_wait(num_outstanding=1, deps=(p,))
+        if gl.num_warps() > 4:
+            # each warpgroup waits for its own MMAs: the stage is refilled once both have read it
+            gl.thread_barrier()
         if kb + STAGES < n_kb:
             _load_group(a_desc, b_desc, a_smem, b_smem, ready, kb + STAGES, off_m, off_n, GK, STAGES)
         return _add_scaled(acc, p, s)
@@ -162,7 +165,8 @@ if gluon is not None:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
         fence_async_shared()
-        for i in gl.static_range(STAGES - 1):
+        # every stage filled: K-group kb's stage is refilled with kb + STAGES once kb retires
+        for i in gl.static_range(STAGES):
             if i < n_kb:
                 _load_group(a_desc, b_desc, a_smem, b_smem, ready, i, off_m, off_n, GK, STAGES)
 
