@@ -94,6 +94,9 @@ def _parse(argv):
     p.add_argument("--block-n", type=int, default=None, help="fix the output tile columns (no tuning)")
     p.add_argument("--num-warps", type=int, default=None, help="fix num_warps (no tuning)")
     p.add_argument("--num-stages", type=int, default=None, help="fix num_stages (no tuning)")
+    p.add_argument("--async-mma", action="store_true",
+                   help="time the Gluon kernel of asynchronous MMAs (lowprec.kernels.int8_gemm_async; Hopper) "
+                        "in the tile --block-m etc. fix (default 128x128, 8 warps, 4 stages), no tuning")
     p.add_argument("--budget-s", type=float, default=None,
                    help="start no timing after this many seconds (the summary still prints)")
     add_do_bench_args(p)

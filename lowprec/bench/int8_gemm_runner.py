@@ -142,7 +142,13 @@ class Bench:
         del exact
         return f"{err:.2e}"
 
+    def async_config(self):
+        """--async-mma: the Gluon kernel of asynchronous MMAs, in the tile the fixed fields give."""
+        return replace(self.kt.GemmConfig(k_groups=1, num_stages=4, tma=True, async_mma=True), **self.fixed)
+
     def gemm(self, qa, da, qb, db, g, *second, **kw):
+        if self.args.async_mma and "config" not in kw:
+            kw["config"] = self.async_config()
         if self.fixed and "config" not in kw:
             kw = {**self.fixed, **kw}
         return self.kf.int8_fallback_gemm(qa, da, qb, db, (self.br, g), (self.br, g), *second, **kw)
@@ -150,6 +156,8 @@ class Bench:
     def config_label(self, qa, qb, g, **kw):
         if "config" in kw:
             return kw["config"].label()
+        if self.args.async_mma:
+            return self.async_config().label()
         if self.fixed:
             return replace(self.kt.default_config(g), **self.fixed).label()
         return self.kf.selected_config(qa, qb, (self.br, g), (self.br, g)).label()
