@@ -42,7 +42,11 @@ INT8 MMA, bounds the kernel at small groups, and the conversion instruction issu
 the FP32 rate. Launch configurations (``GemmConfig``) are tuned once per shape class on CUDA
 (``lowprec.kernels.int8_fallback_tuning``: M, N, K rounded up to powers of two, the group, the scale
 blocks; ``candidate_configs``, ``tuned_configs``, ``tuning_log``); GEMMs under ``TUNE_MIN_MACS``
-and the interpreter take ``default_config``.
+and the interpreter take ``default_config``. On a Hopper GPU the candidates of an untraced call
+whose operands take descriptor loads include the Gluon kernel of ``lowprec.kernels.int8_gemm_async``
+(``GemmConfig.async_mma``: each K-group's product in flight while the last one is rescaled, which
+no Triton formulation keeps); a configuration of it given with fused second parts, or for
+operands it does not take, runs the Triton kernel in the same tile.
 
 The second parts (blocks of A or B with a flag), ``fallback=``:
 

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from .numerics import QuantSpec, to_torch_dtype
 from .kernels import runs_on as _kernels_run_on
 from .numerics import scaling as _scaling
+from .numerics import scaled_mm as _scaled
 from .numerics.scaled_mm import fp8_mm
 from .numerics.scaling import (_resolve_block, apply_blocks, blocks_max, expand_blocks, gam_block_scales,
                                scale_from_amax)
@@ -264,11 +265,13 @@ def hardware_route(a: "FP8Operand", b: "FP8Operand") -> Optional[str]:
     """What multiplies two quantized operands: "scaled_mm", "scaled_mm_padded" (a block-scaled pair
     on cuBLAS whose K ends in a partial block, padded with zeros to whole blocks), "triton"
     (``FP8_PAIRS``), or None for the fp32 GEMM of the dequantized codes (another pair, two E5M2
-    operands, a device or shape refused)."""
+    operands, a device or shape refused: a CPU torch whose ``_scaled_mm`` takes no row scales,
+    ``scaled_mm.CPU_ROW_SCALES``)."""
     where = FP8_PAIRS.get((a.kind, b.kind))
     if where is None or a.spec.fmt == b.spec.fmt == "e5m2":
         return None
-    if shape_fits(a.codes, b.codes, a.kind, b.kind) and (where == "scaled_mm" or a.codes.is_cuda):
+    on_device = a.codes.is_cuda or (where == "scaled_mm" and (a.kind == b.kind == _TENSOR or _scaled.CPU_ROW_SCALES))
+    if on_device and shape_fits(a.codes, b.codes, a.kind, b.kind):
         return "scaled_mm"
     if where == "scaled_mm_cuda" and a.codes.is_cuda and shape_fits(
             a.codes, b.codes, a.kind, b.kind, k=padded_k(a.codes.shape[1])):

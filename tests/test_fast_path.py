@@ -567,3 +567,27 @@ def test_compiled_blockwise_layer_has_one_graph(monkeypatch):
     layer = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
     convert(layer, RECIPES["fp8_blockwise"])
     assert_one_graph(autocast_loss(torch.randn(2, 128, 256), torch.randn(2, 128, 256)), layer)
+
+
+def test_cpu_row_scales_route_to_the_gemm_of_the_codes_where_torch_refuses_them(monkeypatch):
+    """A CPU torch whose ``_scaled_mm`` takes single-number scales only (2.11's oneDNN path asserts
+    on row scales) multiplies row-scaled operands as the fp32 GEMM of their codes, the same values
+    to fp32 summation order; per-tensor pairs stay on ``_scaled_mm``."""
+    import lowprec.gemm as gemm
+    from lowprec.gemm import FP8Operand, hardware_route, operand_mm
+    from lowprec.numerics import scaled_mm
+
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(64, 128, generator=g), torch.randn(32, 128, generator=g)
+    row, tensor = QuantSpec("e4m3", "channel", axis=-1), QuantSpec("e4m3", "tensor")
+    qa, qb = FP8Operand.of(a, row), FP8Operand.of(b, row)
+    ta, tb = FP8Operand.of(a, tensor), FP8Operand.of(b, tensor)
+    monkeypatch.setattr(scaled_mm, "CPU_ROW_SCALES", False)
+    assert hardware_route(qa, qb) is None and hardware_route(ta, qb) is None
+    assert hardware_route(ta, tb) == "scaled_mm"
+    got = operand_mm(qa, qb, torch.float32)
+    want = gemm.dequantized_mm(qa.codes, qa.scale, qa.spec, qb.codes, qb.scale, qb.spec)
+    assert torch.equal(got, want)
+    assert sqnr_db(a.double() @ b.double().t(), got.double()) < 40  # quantized
+    monkeypatch.setattr(scaled_mm, "CPU_ROW_SCALES", True)
+    assert hardware_route(qa, qb) == "scaled_mm"

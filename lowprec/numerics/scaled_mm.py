@@ -26,6 +26,21 @@ _TENSOR = "tensor"
 _scaled_mm = torch._scaled_mm
 
 
+def _cpu_takes_row_scales() -> bool:
+    """Whether this torch's CPU ``_scaled_mm`` takes per-row scales: torch 2.13's does; 2.11's
+    (oneDNN) asserts that both scales are single numbers. Asked once, at import, so that routing
+    reads a constant (Dynamo never traces the probe)."""
+    try:
+        a = torch.zeros(16, 16).to(torch.float8_e4m3fn)
+        _scaled_mm(a, a.t(), scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 16), out_dtype=torch.bfloat16)
+        return True
+    except Exception:  # noqa: BLE001 - a refusal of any kind means the fp32 GEMM of the codes
+        return False
+
+
+CPU_ROW_SCALES = _cpu_takes_row_scales()
+
+
 def blocks_aligned(k: int) -> bool:
     """Whether K holds a multiple of 4 blocks of 128, as cuBLAS's 128x128 scale grids need."""
     return k % 512 == 0
