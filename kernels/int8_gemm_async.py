@@ -37,6 +37,8 @@ try:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     # the TMA load's name: async_copy_global_to_shared up to Triton 3.6, async_load after
     _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+    # the CTA's barrier: thread_barrier up to Triton 3.6, barrier after
+    _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
     _IMPORT_ERROR = None
 except Exception as exc:  # noqa: BLE001 - no Triton, or one without Gluon's Hopper ops
     gluon = gl = None
@@ -138,7 +140,7 @@ if gluon is not None:
         p = warpgroup_mma_wait(num_outstanding=1, deps=(p,))
         if gl.num_warps() > 4:
             # each warpgroup waits for its own MMAs: the stage is refilled once both have read it
-            gl.thread_barrier()
+            _cta_barrier()
         if kb + STAGES < n_kb:
             _load_group(a_desc, b_desc, a_smem, b_smem, ready, kb + STAGES, off_m, off_n, GK, STAGES)
         return _add_scaled(acc, p, s)
