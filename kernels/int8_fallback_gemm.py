@@ -139,8 +139,6 @@ _QUANT_TILE = 4096
 _QUANT_CHUNK = 4096
 _QUANT_CHUNK_COLS = None
 _QUANT_STACK = 1024
-# the exponent trick needs |partial product| < 2^22
-_MAGIC_MAX_GROUP = (1 << 22) // (127 * 127)
 FALLBACK_IMPLS = ("sparse", "fused")
 
 
@@ -400,8 +398,8 @@ class _Gemm:
                 self.M, self.N, self.K, self.n_kb)
         meta = dict(BMS=self.bms, BNS=self.bns, GK=self.gk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
                     KG=kg, GROUP_M=cfg.group_m, EVEN_K=self.even_k,
-                    MAGIC=cfg.magic and self.gk <= _MAGIC_MAX_GROUP, USE_TMA=tma, HAS_RA=fused_a, HAS_RB=fused_b,
-                    WS=cfg.warp_specialize, PIPE=pipe, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                    MAGIC=cfg.magic and self.gk <= _kk.MAGIC_MAX_GROUP, USE_TMA=tma, HAS_RA=fused_a,
+                    HAS_RB=fused_b, WS=cfg.warp_specialize, PIPE=pipe, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                     **self._fp_fusion(cfg.fp_fusion))
         if warmup:
             return _kk._gemm_kernel.warmup(*args, grid=grid, **meta)
@@ -464,7 +462,7 @@ class _Gemm:
         args = (r, dr, fr, y, dy, yr, dyr, fy, c, R, Y, self.K, self.n_kb, stride_cr, stride_cy, n_ysplit)
         meta = dict(RBS=rbs, YBS=ybs, GK=self.gk, BLOCK_R=rcfg.block_r, BLOCK_Y=rcfg.block_y,
                     BLOCK_K=_next_pow2(self.gk), NRB=nrb, KCHUNK=kchunk, EVEN_K=self.even_k,
-                    MAGIC=self.gk <= _MAGIC_MAX_GROUP, HAS_CROSS=cross, num_warps=rcfg.num_warps,
+                    MAGIC=self.gk <= _kk.MAGIC_MAX_GROUP, HAS_CROSS=cross, num_warps=rcfg.num_warps,
                     num_stages=rcfg.num_stages, **self._fp_fusion(rcfg.fp_fusion))
         if warmup:
             return _kk._residual_kernel.warmup(*args, grid=grid, **meta)

@@ -18,6 +18,10 @@ from . import quantize as _kq
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
+# the largest K-group whose int32 products the add trick (``_exact_f32``) converts exactly:
+# |partial product| < 2^22
+MAGIC_MAX_GROUP = (1 << 22) // (127 * 127)
+
 # this module's GEMM kernel and the helpers it calls from quantize and _common (mode checks);
 # empty when Triton does not import
 _JIT_FNS: tuple = ()

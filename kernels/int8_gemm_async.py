@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from ._common import _cdiv
+from .int8_fallback_kernels import MAGIC_MAX_GROUP
 from .int8_fallback_tuning import GemmConfig
 
 try:
@@ -46,8 +47,6 @@ except Exception as exc:  # noqa: BLE001 - no Triton, or one without Gluon's Hop
 
 __all__ = ["available", "supports", "int8_block_gemm_async"]
 
-_MAGIC_MAX_GROUP = (1 << 22) // (127 * 127)
-
 
 def available(device=None) -> bool:
     """Gluon imports and the device is a Hopper GPU (warpgroup MMA, TMA)."""
@@ -63,7 +62,7 @@ def supports(qa: torch.Tensor, qb: torch.Tensor, group: int, bms: int, bns: int,
     if not (qa.is_cuda and available(qa.device)) or qa.dtype != torch.int8 or qb.dtype != torch.int8:
         return False
     K = qa.shape[1]
-    if group & (group - 1) or not 16 <= group <= min(256, _MAGIC_MAX_GROUP) or K % group:
+    if group & (group - 1) or not 16 <= group <= min(256, MAGIC_MAX_GROUP) or K % group:
         return False
     if any(t.stride(1) != 1 or t.stride(0) % 16 or t.data_ptr() % 16 for t in (qa, qb)):
         return False
@@ -75,7 +74,8 @@ if gluon is not None:
     @gluon.jit
     def _tile_of(pid, M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
         """(pid_m, pid_n): GROUP_M row-tiles at a time, so that programs sharing B tiles run
-        together (L2 reuse), as the Triton kernels order them."""
+        together (L2 reuse), as the Triton kernels order them (``_common._grouped_tile``, a Triton
+        function, which a Gluon kernel cannot call)."""
         n_pm = gl.cdiv(M, BLOCK_M)
         per_group = GROUP_M * gl.cdiv(N, BLOCK_N)
         first_m = (pid // per_group) * GROUP_M

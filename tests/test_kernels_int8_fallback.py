@@ -506,8 +506,8 @@ if ks.nvidia_tool("cuobjdump") is None:
 for group, rows in ((32, 32), (128, 128)):
     for bm, bn, w, st in kt.ASYNC_TILES[:1] + kt.ASYNC_TILES[3:]:
         row = ks.int8_gemm_row(kt.GemmConfig(bm, bn, 1, w, st, tma=True, async_mma=True), group, rows)
-        print(" ".join(f"{k}={str(row[k]).replace(' ', '_')}" for k in ("config", "mma_in_flight", "spills", "mma", "error")
-                       if k in row))
+        keys = ("config", "mma_in_flight", "spills", "mma", "error")
+        print(" ".join(f"{k}={str(row[k]).replace(' ', '_')}" for k in keys if k in row))
 """
 
 

@@ -292,7 +292,8 @@ def compile_int8_gemm_async(cfg, group: int, block_rows: int):
     kinds.update(dict.fromkeys(("da_ptr", "db_ptr", "c_ptr"), "*fp32"), M="i32", N="i32", n_kb="i32")
     const = dict(BMS=block_rows, BNS=block_rows, GK=group, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  STAGES=cfg.num_stages, GROUP_M=cfg.group_m)
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in ("da_ptr", "db_ptr", "c_ptr", "M", "N")}
+    aligned = ("da_ptr", "db_ptr", "c_ptr", "M", "N")
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in aligned}
     src = GluonASTSource(ka._gemm_kernel, kinds, constexprs=const, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": cfg.num_warps, "enable_fp_fusion": cfg.fp_fusion})
