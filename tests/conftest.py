@@ -68,6 +68,28 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: (item.name != LONGEST, item.get_closest_marker("slow") is None))
 
 
+TIMEOUT_ENV = "LOWPREC_TEST_TIMEOUT"
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard():
+    """With LOWPREC_TEST_TIMEOUT=S, a test still running after S seconds ends its process with
+    every thread's traceback (the test's name in it): a GPU kernel that never returns cannot be
+    interrupted from Python, and would otherwise hold the whole run. Under pytest-xdist the
+    worker is replaced and the test reported failed; the other tests go on."""
+    import faulthandler
+
+    limit = float(os.environ.get(TIMEOUT_ENV, "0") or 0)
+    if limit <= 0:
+        yield
+        return
+    faulthandler.dump_traceback_later(limit, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
 def pytest_terminal_summary(terminalreporter):
     """The versions this run tested (those a run's provenance records): a fresh install takes the
     newest of each, so a failure that appears overnight reads them first."""
