@@ -101,9 +101,10 @@ def default_config(gk: int, M: int = 1 << 12, N: int = 1 << 12) -> GemmConfig:
     return GemmConfig(k_groups=kg, num_stages=3 if _next_pow2(gk) * kg <= 128 else 2)
 
 
-# tiles of the asynchronous kernel (block_m, block_n, num_warps, stages): each warpgroup holds two
-# int32 accumulators of 64 registers and the fp32 one (211 registers a thread on sm_90, no spills);
-# 4-warp tiles leave room for two programs an SM
+# tiles of the asynchronous kernel (block_m, block_n, num_warps, stages): each thread holds two int32
+# accumulators of 64 registers and the fp32 one (250-255 registers a thread on sm_90; the 3-stage
+# 128x128 tile spills 2 at group 128: results/bench/int8_gemm_sass_sm90.csv); the 4-warp tiles leave
+# room for two programs an SM
 ASYNC_TILES = ((128, 128, 8, 4), (128, 128, 8, 3), (128, 64, 4, 4), (64, 128, 4, 4))
 
 

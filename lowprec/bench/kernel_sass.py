@@ -206,8 +206,8 @@ def _error_text(exc: Exception) -> str:
 def _measure(kernel: str, row: dict, build, loop) -> Optional[int]:
     """Fills ``row`` of table ``kernel`` with what ``build()`` compiles to: the instruction classes
     of its hot loop (``loop`` True; a callable: the loop it picks from the instructions) or of all
-    its code, its registers, local and shared bytes (the
-    pipeline's buffers too: the cubin lists static shared memory only). Returns the number of those
+    its code, its registers, local and shared bytes (the pipeline's buffers too: the cubin lists
+    static shared memory only). Returns the number of those
     instructions, or None with ``error`` set where it did not compile (a candidate Triton cannot
     build for sm_90 is a finding of the table)."""
     try:
