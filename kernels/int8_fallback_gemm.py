@@ -375,14 +375,19 @@ class _Gemm:
         """Whether the Gluon kernel of asynchronous MMAs takes this call's first parts in ``cfg``'s tile."""
         return self.tma_usable and _ka.supports(self.qa, self.qb, self.gk, self.bms, self.bns, cfg)
 
+    def candidates(self) -> list:
+        """The tuning candidates of this call's operands: the asynchronous kernel's tiles where it
+        takes them."""
+        cands = _kt.candidate_configs(self.gk, tma=self.tma_usable, async_mma=self.tma_usable)
+        return [cfg for cfg in cands if not cfg.async_mma or self.async_fits(cfg)]
+
     def launch_main(self, c, cfg: GemmConfig, fused_a=False, fused_b=False, warmup=False):
         if cfg.async_mma:
             if not (fused_a or fused_b) and self.async_fits(cfg):
                 return _ka.int8_block_gemm_async(self.qa, self.da, self.qb, self.db, self.gk, self.bms, self.bns, c,
                                                  cfg, warmup=warmup)
             # fused second parts, or operands the kernel does not take: the Triton kernel, same tile
-            cfg = replace(cfg, async_mma=False, k_groups=_kt.whole_k_groups(_kt.default_config(self.gk).k_groups,
-                                                                             self.n_kb))
+            cfg = replace(cfg, async_mma=False, k_groups=_kt.default_config(self.gk).k_groups)
         pipe = cfg.pipelined and not (fused_a or fused_b)
         kg = 1 if pipe else _kt.whole_k_groups(cfg.k_groups, self.n_kb)
         bk = _next_pow2(self.gk)
@@ -428,9 +433,7 @@ class _Gemm:
             with _disable_current_modes():
                 return self._stand_in()._tune()
         c = torch.empty((self.M, self.N), dtype=torch.float32, device=self.dev)
-        cands = _kt.candidate_configs(self.gk, tma=self.tma_usable, async_mma=self.tma_usable)
-        cands = [cfg for cfg in cands if not cfg.async_mma or self.async_fits(cfg)]
-        return _kt.time_candidates(self.key(), cands,
+        return _kt.time_candidates(self.key(), self.candidates(),
                                    lambda cfg, warmup=False: self.launch_main(c, cfg, warmup=warmup), self.dev)
 
     def _stand_in(self) -> "_Gemm":

@@ -64,8 +64,7 @@ def check_sweep(b: Bench, groups, ratio_groups):
         gm = kf._Gemm(*A, *B, blk, blk, *pa, *pb)
         c = torch.empty(shape[:2], device=b.dev)
         nofma = replace(kt.default_config(g), fp_fusion=False)
-        cands = kt.candidate_configs(g, tma=gm.tma_usable, async_mma=gm.tma_usable) if all_candidates else []
-        cands = [cfg for cfg in cands if not cfg.async_mma or gm.async_fits(cfg)]
+        cands = gm.candidates() if all_candidates else []
         warm += [(gm, c, cfg, False, False) for cfg in [nofma, *cands]]
         if with_fallback:
             warm += [(gm, c, nofma, fa_, fb_) for fa_, fb_ in ((True, False), (False, True), (True, True))]

@@ -25,7 +25,9 @@ instructions / (elements a thread holds x k_groups)), ``fp32`` (FADD, FMUL, FFMA
 ``global_loads`` (LDG, LDGSTS), ``spills`` (LDL, STL), ``mma`` (MMAs: warpgroup and warp),
 ``mma_in_flight`` (tensor-core products left running at the loop's waits, read from the TTGIR:
 0 where each K-group's product is waited for before the next is issued, as the rescale of an int32
-product forces in every candidate so far, the software-pipelined one included), ``registers``, ``shared`` and ``local`` bytes, ``error`` where a candidate did not compile.
+product forces in every Triton candidate, the software-pipelined one included; 1 in the Gluon
+kernel's, ``_async``), ``registers``, ``shared`` and ``local`` bytes, ``error`` where a candidate
+did not compile.
 
 ``mor_cast``: MoR's cast-and-error pass (``lowprec.kernels.mor_quant._cast_error_kernel``, one
 32 x 128 tile a program as the fast path launches it, bf16 operands, whole tiles) for each layout
@@ -207,9 +209,8 @@ def _measure(kernel: str, row: dict, build, loop) -> Optional[int]:
     """Fills ``row`` of table ``kernel`` with what ``build()`` compiles to: the instruction classes
     of its hot loop (``loop`` True; a callable: the loop it picks from the instructions) or of all
     its code, its registers, local and shared bytes (the pipeline's buffers too: the cubin lists
-    static shared memory only). Returns the number of those
-    instructions, or None with ``error`` set where it did not compile (a candidate Triton cannot
-    build for sm_90 is a finding of the table)."""
+    static shared memory only). Returns the number of those instructions, or None with ``error`` set
+    where it did not compile (a candidate Triton cannot build for sm_90 is a finding of the table)."""
     try:
         compiled = build()
     except Exception as exc:
@@ -224,14 +225,16 @@ def _measure(kernel: str, row: dict, build, loop) -> Optional[int]:
 
 
 def compile_sm90(fn, kinds: dict, constexprs: dict, aligned: tuple, num_warps: int, num_stages: int = 3,
-                 fp_fusion: bool = True):
-    """A jit function compiled for sm_90: argument types from ``kinds`` (the others constexprs, of
-    which ``constexprs`` gives the values), the arguments in ``aligned`` 16-divisible, as Triton
-    specializes pointers and sizes at launch."""
+                 fp_fusion: bool = True, gluon: bool = False):
+    """A jit function (``gluon``: a Gluon one) compiled for sm_90: argument types from ``kinds``
+    (the others constexprs, of which ``constexprs`` gives the values), the arguments in ``aligned``
+    16-divisible, as Triton specializes pointers and sizes at launch."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    if gluon:
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     names = list(inspect.signature(fn.fn).parameters)
     sig = {n: kinds.get(n, "constexpr") for n in names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in aligned}
@@ -277,26 +280,17 @@ def compile_int8_gemm(cfg, group: int, block_rows: int, fused: bool = False):
 def compile_int8_gemm_async(cfg, group: int, block_rows: int):
     """The Gluon INT8 GEMM of asynchronous MMAs (``int8_gemm_async._gemm_kernel``) as
     ``compile_int8_gemm`` compiles the Triton one: descriptors of ``cfg``'s tile and the group."""
-    import triton
-    from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon._runtime import GluonASTSource
 
     from lowprec.kernels import int8_gemm_async as ka
 
-    names = list(inspect.signature(ka._gemm_kernel.fn).parameters)
-    kinds = {n: "constexpr" for n in names}
-    for name, rows in (("a_desc", cfg.block_m), ("b_desc", cfg.block_n)):
-        layout = gl.NVMMASharedLayout.get_default_for([rows, group], gl.int8)
-        kinds[name] = f"tensordesc<i8[{rows}, {group}],{layout!r}>"
+    kinds = {name: f"tensordesc<i8[{rows}, {group}],{gl.NVMMASharedLayout.get_default_for([rows, group], gl.int8)!r}>"
+             for name, rows in (("a_desc", cfg.block_m), ("b_desc", cfg.block_n))}
     kinds.update(dict.fromkeys(("da_ptr", "db_ptr", "c_ptr"), "*fp32"), M="i32", N="i32", n_kb="i32")
     const = dict(BMS=block_rows, BNS=block_rows, GK=group, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  STAGES=cfg.num_stages, GROUP_M=cfg.group_m)
-    aligned = ("da_ptr", "db_ptr", "c_ptr", "M", "N")
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in aligned}
-    src = GluonASTSource(ka._gemm_kernel, kinds, constexprs=const, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": cfg.num_warps, "enable_fp_fusion": cfg.fp_fusion})
+    return compile_sm90(ka._gemm_kernel, kinds, const, ("da_ptr", "db_ptr", "c_ptr", "M", "N"), cfg.num_warps,
+                        cfg.num_stages, cfg.fp_fusion, gluon=True)
 
 
 def _async_k_loop(instrs: list) -> list:

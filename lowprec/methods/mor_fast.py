@@ -64,8 +64,9 @@ class MoROperand(NamedTuple):
     """An operand after the MoR decision: an E4M3 quantization (``fp8``, of the operand or, with
     ``fp8_t``, of its transpose), the choice (0-d bool, True for E4M3), and the values the BF16
     choice multiplies, the tensor rounded to bf16 (``bf16_choice``), stored row-major (``hp``; with
-    ``hp_t`` the operand is its transpose). Transposes stay flags until a GEMM needs them: the FP8 product makes the transposed
-    copy of the codes cuBLAS wants, the BF16 fix-up reads either layout in place."""
+    ``hp_t`` the operand is its transpose). Transposes stay flags until a GEMM needs them: the FP8
+    product makes the transposed copy of the codes cuBLAS wants, the BF16 fix-up reads either layout
+    in place."""
     fp8: FP8Operand
     e4m3: torch.Tensor
     hp: torch.Tensor
