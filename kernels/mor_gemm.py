@@ -118,6 +118,10 @@ class GemmConfig(NamedTuple):
     block_k16: int    # K-step of the BF16 loop
     num_warps: int
     num_stages: int
+    # the fix-up's launch only: a register cap (ptxas fits every loop of the kernel in 128 with no
+    # spill, where uncapped it takes 255, one 8-warp program an SM) and its persistent programs an SM
+    maxnreg: Optional[int] = None
+    programs_per_sm: int = 2
 
 
 if triton is not None:
@@ -478,14 +482,15 @@ def _check_pair(a: MoROperand, b: MoROperand) -> tuple:
 
 
 def bf16_fixup(a: MoROperand, b: MoROperand, out: torch.Tensor, info: Optional[torch.Tensor] = None,
-               counts: Optional[torch.Tensor] = None, count_row: int = 0, launcher=None) -> None:
+               counts: Optional[torch.Tensor] = None, count_row: int = 0, launcher=None,
+               config: Optional[GemmConfig] = None) -> None:
     """The fix-up mode on its own, for an FP8 product computed elsewhere (``lowprec.methods.mor_fast``): ``out``
     (M, N, row-major fp32 or bf16) is left as it is when both operands chose E4M3 (decided on the
     device; every program returns at once), else overwritten with the BF16 loop's product. info as
     in ``mor_gemm`` (3 when both chose E4M3, 2 for the BF16 loop). ``counts``: a 2-D integer buffer
     (a layer's MoR decision counts) to which the kernel adds this call and each operand's choice:
     ``counts[count_row + i, :2] += (1, operand i chose E4M3)`` for a, b (an empty product counts
-    too). launcher: see ``_launch``."""
+    too). launcher: see ``_launch``; config: a launch configuration instead of the shape's default."""
     M, N, K = _check_pair(a, b)
     if tuple(out.shape) != (M, N) or out.dtype not in _OUT_DTYPES or not out.is_contiguous() \
             or out.device != a.hp.device:
@@ -496,7 +501,7 @@ def bf16_fixup(a: MoROperand, b: MoROperand, out: torch.Tensor, info: Optional[t
     if info is None:
         info = torch.empty(3, dtype=torch.int32, device=out.device)
     if (M and N and K) or counts is not None:
-        _launch(a, b, out, info, "precise", None, fixup=True, launcher=launcher, counts=counts,
+        _launch(a, b, out, info, "precise", config, fixup=True, launcher=launcher, counts=counts,
                 count_row=count_row)
 
 
@@ -587,14 +592,15 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
         even = K % c.block_k8 == 0
         try:
             tiles = _cdiv(M, c.block_m) * _cdiv(N, c.block_n)
-            kernel[(max(1, min(tiles, _fixup_programs(out.device))) if fixup else tiles,)](
+            launch_opts = {} if c.maxnreg is None else {"maxnreg": c.maxnreg}
+            kernel[(max(1, min(tiles, _fixup_programs(out.device, c.programs_per_sm))) if fixup else tiles,)](
                 *args, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
                 BLOCK_K8=c.block_k8, BLOCK_K16=c.block_k16, GROUP_M=_GROUP_M,
                 PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, EVEN16=K % c.block_k16 == 0,
                 WHOLE_MN=M % c.block_m == 0 and N % c.block_n == 0,
                 OUT_BF16=out.dtype == torch.bfloat16,
                 FIXUP=fixup, COUNT=counts is not None, INTERP=interpreter_active(), num_warps=c.num_warps,
-                num_stages=c.num_stages)
+                num_stages=c.num_stages, **launch_opts)
         except _OutOfResources:
             if i + 1 == len(tried):
                 raise
@@ -654,12 +660,12 @@ def _scaled_mm(a: MoROperand, b: MoROperand, kind: str, out_dtype: torch.dtype, 
         return None
 
 
-def _fixup_programs(device: torch.device) -> int:
-    """The fix-up's persistent grid: two programs per SM (enough to fill the GPU when a BF16 choice
-    makes them work); 2 in the interpreter, so that tests walk several tiles per program."""
+def _fixup_programs(device: torch.device, per_sm: int = 2) -> int:
+    """The fix-up's persistent grid: ``per_sm`` programs per SM (enough to fill the GPU when a BF16
+    choice makes them work); 2 in the interpreter, so that tests walk several tiles per program."""
     if interpreter_active() or device.type != "cuda":
         return 2
-    return 2 * torch.cuda.get_device_properties(device).multi_processor_count
+    return per_sm * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _codes_arg(codes: torch.Tensor) -> torch.Tensor:

@@ -71,8 +71,9 @@ def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-# the environment settings that name the run's code, not choose what it runs (git_commit, git_dirty)
-_NOT_SWITCHES = ("LOWPREC_GIT_COMMIT", "LOWPREC_GIT_DIRTY")
+# the environment settings that name the run's code (git_commit, git_dirty) or bound the test
+# harness (tests/conftest.py), not choose what it runs
+_NOT_SWITCHES = ("LOWPREC_GIT_COMMIT", "LOWPREC_GIT_DIRTY", "LOWPREC_TEST_TIMEOUT")
 
 
 def switches() -> dict:

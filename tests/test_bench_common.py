@@ -115,6 +115,7 @@ def test_e2e_runs_under_a_switch_stay_out_of_the_default_file(tmp_path, monkeypa
     from lowprec import provenance
     from lowprec.bench import e2e_step as e2e
     monkeypatch.setenv("LOWPREC_GIT_COMMIT", "0" * 40)  # names the code: not a switch
+    monkeypatch.setenv("LOWPREC_TEST_TIMEOUT", "120")  # bounds the test harness: not a switch
     monkeypatch.setenv("LOWPREC_QUANT_KERNELS", "0")
     assert provenance.switches() == {"LOWPREC_QUANT_KERNELS": "0"}
     with pytest.raises(SystemExit) as exc:
