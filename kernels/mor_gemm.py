@@ -54,8 +54,13 @@ accumulation (order and, for FP8, the promotion interval) and the roundings of t
 (a few ulps): tests hold it to float64 references at an SQNR floor.
 
 ``info`` (optional int32 tensor of 3): program 0 writes (A chose E4M3, B chose E4M3, what
-multiplied: 1 the FP8 loop, 2 the BF16 loop, 3 torch._scaled_mm), the evidence tests use that the
-FP8 path really ran.
+multiplied: 1 the FP8 loop, 2 the BF16 loop, 3 torch._scaled_mm, 4 the BF16 loop on TMA loads), the
+evidence tests use that the FP8 path (or the TMA loop) really ran.
+
+Two BF16 choices of bf16 operands (the fast path's ``bf16_choice``) make a plain BF16 GEMM, which
+on Hopper loads its tiles through TMA descriptors (``_bf16_tma_product``; the launch configuration's
+``tma``): with pointer loads that loop ran at 0.35-0.40x of torch's BF16 GEMM at 8192^3 on the H100
+(``results/mor/fixup_h100.csv``), the cost every BF16 choice paid on top of the FP8 product.
 
 E4M3 codes reach the BF16 loop through the hardware conversion (on sm_90 Triton 3.6 emits
 ``cvt.rn.f16x2.e4m3x2`` then ``cvt.bf16.f16``: exact, E4M3 is a subset of both; a K-step of a mixed
@@ -122,6 +127,8 @@ class GemmConfig(NamedTuple):
     # spill, where uncapped it takes 255, one 8-warp program an SM) and its persistent programs an SM
     maxnreg: Optional[int] = None
     programs_per_sm: int = 2
+    # two BF16 choices of bf16 operands through TMA descriptors (``_tma_operand``), where they take one
+    tma: bool = True
 
 
 if triton is not None:
@@ -289,15 +296,43 @@ if triton is not None:
         return rm, rn, rm < M, rn < N, (rm // a_br) * s_asr, (rn // b_br) * s_bsr
 
     @triton.jit
+    def _bf16_tma_product(ah_desc, bh_desc, t, M, N, K, A_T: tl.constexpr, B_T: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          GROUP_M: tl.constexpr, INTERP: tl.constexpr):
+        """Tile t's product where both operands chose BF16 and are bf16 in memory: a plain BF16
+        GEMM whose tiles the TMA unit loads through descriptors over each operand's row-major base
+        (``A_T`` / ``B_T``: the operand is its base's transpose, the backward's views), zero-filled
+        past the edges. With pointer loads this loop ran at 0.35-0.40x of torch's BF16 GEMM
+        (8192^3 on the H100, ``results/mor/fixup_h100.csv``)."""
+        pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            if A_T:
+                a = tl.trans(ah_desc.load([k0, off_m]))
+            else:
+                a = ah_desc.load([off_m, k0])
+            if B_T:
+                b = bh_desc.load([k0, off_n])
+            else:
+                b = tl.trans(bh_desc.load([off_n, k0]))
+            if INTERP:  # the operands arrive widened to fp32 (bf16 values, exact products)
+                acc = tl.dot(a, b, acc, input_precision="ieee")
+            else:
+                acc = tl.dot(a, b, acc)
+        return acc
+
+    @triton.jit
     def _mor_gemm_kernel(ac_ptr, ah_ptr, as_ptr, ae_ptr, bc_ptr, bh_ptr, bs_ptr, be_ptr, c_ptr, info_ptr,
                          cnt_ptr, cnt_row, s_cnt, M, N, K, thr_a, thr_b,
                          s_acm, s_ack, s_ahm, s_ahk, s_asr, s_asc, a_br, a_bc,
-                         s_bcn, s_bck, s_bhn, s_bhk, s_bsr, s_bsc, b_br, b_bc,
+                         s_bcn, s_bck, s_bhn, s_bhk, s_bsr, s_bsc, b_br, b_bc, ah_desc, bh_desc,
                          A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K8: tl.constexpr,
                          BLOCK_K16: tl.constexpr, GROUP_M: tl.constexpr, PROMOTE: tl.constexpr,
                          EVEN: tl.constexpr, EVEN16: tl.constexpr, WHOLE_MN: tl.constexpr, OUT_BF16: tl.constexpr,
-                         FIXUP: tl.constexpr,
+                         FIXUP: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
                          COUNT: tl.constexpr, INTERP: tl.constexpr):
         if not INTERP:
             # fp8 codes are read as their bits (uint8 in the interpreter already): the BF16 loop
@@ -332,13 +367,20 @@ if triton is not None:
                 for t in range(pid, n_tiles, tl.num_programs(0)):
                     rm, rn, m_ok, n_ok, a_srow, b_srow = _tile_rows(t, M, N, s_asr, a_br, s_bsr, b_br,
                                                                     BLOCK_M, BLOCK_N, GROUP_M)
-                    acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok,
-                                        n_ok, a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
-                                        s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, A_KSTEP, B_KSTEP,
-                                        BLOCK_M, BLOCK_N, BLOCK_K16, EVEN16, WHOLE_MN, INTERP)
+                    if TMA and not (e4a | e4b):
+                        acc = _bf16_tma_product(ah_desc, bh_desc, t, M, N, K, A_T, B_T,
+                                                BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
+                    else:
+                        acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok,
+                                            n_ok, a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
+                                            s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, A_KSTEP, B_KSTEP,
+                                            BLOCK_M, BLOCK_N, BLOCK_K16, EVEN16, WHOLE_MN, INTERP)
                     _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow,
                               s_bsc, e4b, A_KSTEP, B_KSTEP, OUT_BF16)
-                tl.store(info_ptr + 2, 2, mask=first)
+                if TMA and not (e4a | e4b):
+                    tl.store(info_ptr + 2, 4, mask=first)
+                else:
+                    tl.store(info_ptr + 2, 2, mask=first)
         else:
             rm, rn, m_ok, n_ok, a_srow, b_srow = _tile_rows(pid, M, N, s_asr, a_br, s_bsr, b_br,
                                                             BLOCK_M, BLOCK_N, GROUP_M)
@@ -348,6 +390,10 @@ if triton is not None:
                                 s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, True, True, True, A_KSTEP, B_KSTEP,
                                 BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, WHOLE_MN, INTERP)
                 tl.store(info_ptr + 2, 1, mask=first)
+            elif TMA and not (e4a | e4b):
+                acc = _bf16_tma_product(ah_desc, bh_desc, pid, M, N, K, A_T, B_T,
+                                        BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
+                tl.store(info_ptr + 2, 4, mask=first)
             else:
                 acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
                                     a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
@@ -426,6 +472,12 @@ def _config(M: int, N: int, K: int, k_widths: list, hp_fp32: bool, precise: bool
     # (ptxas spills at 128 x 256 with 8 warps otherwise).
     if N >= 256 * 16 and not k_widths and not precise and not fixup:
         return GemmConfig(128, 256, cap8, min(cap8, 32), 8, 3)
+    if fixup and not k_widths and not hp_fp32:
+        # the fix-up of bf16 operands: 128 x 256 tiles, one persistent program an SM (its shared
+        # memory, 144 KB, leaves no room for a second): at 8192^3 on the H100 the pointer loops took
+        # 0.81 (two BF16 choices) and 0.81 (A's codes) of the 128 x 128 tiles' time, 1.13 (B's codes)
+        # (``results/mor/fixup_h100_sweep.csv``)
+        return GemmConfig(128, 256, cap8, 64, 8, 3, programs_per_sm=1)
     return GemmConfig(128, 128, cap8, min(cap8, 32 if hp_fp32 else 64), 8, 3)
 
 
@@ -525,7 +577,7 @@ def mor_gemm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype = torch.float3
     "auto" (scaled_mm where ``scaled_mm_applies`` and out_dtype is what it gives, else triton;
     torch refusing a shape also sends it to triton, remembered). info: an int32
     tensor of 3 that receives (A chose E4M3, B chose E4M3, what multiplied: 1 the FP8 loop, 2 the
-    BF16 loop, 3 torch._scaled_mm, 0 nothing for an empty product)."""
+    BF16 loop, 3 torch._scaled_mm, 4 the BF16 loop on TMA loads, 0 nothing for an empty product)."""
     M, N, K = _check_pair(a, b)
     if out_dtype not in _OUT_DTYPES:
         raise TypeError(f"out_dtype must be float32 or bfloat16, got {out_dtype}")
@@ -585,21 +637,25 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
             0 if counts is None else counts.stride(0), M, N, K, fp32_threshold(a.threshold), fp32_threshold(b.threshold),
             *a.codes.stride(), *ah.stride(), *a.scales.stride(), a.block[0], a.block[1],
             *b.codes.stride(), *bh.stride(), *b.scales.stride(), b.block[0], b.block[1])
+    bf16_pair = a.hp.dtype == b.hp.dtype == torch.bfloat16 and _tma_device(out.device) and M > 0
     traced = launcher is not None
     tried = [cfg] if traced or config is not None or key in _CONFIG_CACHE else [cfg, *_fallback_configs(cfg)]
     kernel = launcher(_mor_gemm_kernel) if traced else _mor_gemm_kernel
     for i, c in enumerate(tried):
         even = K % c.block_k8 == 0
+        descs = _tma_operands(ah, bh, c) if c.tma and bf16_pair else None
+        a_desc, a_t, b_desc, b_t = descs or (None, False, None, False)
         try:
             tiles = _cdiv(M, c.block_m) * _cdiv(N, c.block_n)
             launch_opts = {} if c.maxnreg is None else {"maxnreg": c.maxnreg}
             kernel[(max(1, min(tiles, _fixup_programs(out.device, c.programs_per_sm))) if fixup else tiles,)](
-                *args, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+                *args, a_desc, b_desc, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
                 BLOCK_K8=c.block_k8, BLOCK_K16=c.block_k16, GROUP_M=_GROUP_M,
                 PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, EVEN16=K % c.block_k16 == 0,
                 WHOLE_MN=M % c.block_m == 0 and N % c.block_n == 0,
                 OUT_BF16=out.dtype == torch.bfloat16,
-                FIXUP=fixup, COUNT=counts is not None, INTERP=interpreter_active(), num_warps=c.num_warps,
+                FIXUP=fixup, TMA=a_desc is not None, A_T=a_t, B_T=b_t,
+                COUNT=counts is not None, INTERP=interpreter_active(), num_warps=c.num_warps,
                 num_stages=c.num_stages, **launch_opts)
         except _OutOfResources:
             if i + 1 == len(tried):
@@ -666,6 +722,38 @@ def _fixup_programs(device: torch.device, per_sm: int = 2) -> int:
     if interpreter_active() or device.type != "cuda":
         return 2
     return per_sm * torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _tma_device(device: torch.device) -> bool:
+    """Whether Triton's TMA descriptors work on ``device``: Hopper or later, or the interpreter."""
+    if interpreter_active():
+        return True
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _tma_operands(ah: torch.Tensor, bh: torch.Tensor, cfg: GemmConfig):
+    """(A's descriptor, A transposed, B's descriptor, B transposed) for the TMA loop of two bf16
+    operands in configuration ``cfg``'s tiles, or None where TMA cannot read one of them."""
+    a, b = _tma_operand(ah, cfg.block_m, cfg.block_k16), _tma_operand(bh, cfg.block_n, cfg.block_k16)
+    return (*a, *b) if a and b else None
+
+
+def _tma_operand(hp: torch.Tensor, rows: int, k_step: int):
+    """(descriptor, transposed) of a (rows, K) operand whose K or row dimension is contiguous (a
+    transposed view is described over its row-major base, loaded [K-step, rows] and transposed in
+    shared memory), or None where TMA cannot read it: another layout, or a base whose address or row
+    stride is not a multiple of 16 bytes."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    if hp.stride(1) == 1:
+        base, transposed = hp, False
+    elif hp.stride(0) == 1:
+        base, transposed = hp.t(), True
+    else:
+        return None
+    if (base.stride(0) * base.element_size()) % 16 or base.data_ptr() % 16:
+        return None
+    return TensorDescriptor.from_tensor(base, [k_step, rows] if transposed else [rows, k_step]), transposed
 
 
 def _codes_arg(codes: torch.Tensor) -> torch.Tensor:

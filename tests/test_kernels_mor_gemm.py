@@ -304,7 +304,7 @@ if ks.nvidia_tool("cuobjdump") is None:
     print("SKIP"); sys.exit()
 for mode, view in (("fixup", "rows"), ("fixup", "transposed"), ("triton", "rows")):
     for row in ks.mor_gemm_rows(mode, "bf16", view):
-        print(mode + "_" + view, row.get("loop_instructions"), row.get("conversions"), row.get("spills"),
+        print(mode + "_" + view, row.get("tile"), row.get("loop_instructions"), row.get("conversions"), row.get("spills"),
               row.get("global_loads"), row.get("mma_in_flight"), row.get("error", ""))
 """
 
@@ -326,14 +326,57 @@ def test_bf16_loops_load_one_source_per_operand():
     product waited for the last; with an fp32 hp operand the loops still do, which is why the fast path
     hands the GEMM bf16 copies (``lowprec.methods.mor_fast.bf16_choice``)."""
     out = compiled_probe(_SASS_PROBE, "this Triton ships no cuobjdump")
-    loops = {key: [line.split()[1:] for line in out.splitlines() if line.startswith(key + " ")]
-             for key in ("fixup_rows", "fixup_transposed", "triton_rows")}
+    lines = [line.split() for line in out.splitlines()]
+    loops = {key: [line[2:] for line in lines if line[0] == key] for key in ("fixup_rows", "fixup_transposed", "triton_rows")}
+    tiles = {line[0]: line[1] for line in lines if line and line[0] in loops}
     assert [len(v) for v in loops.values()] == [3, 3, 4], out
     for key, rows in loops.items():
+        # the bounds of a 128 x 128 tile's 64-deep K-step, scaled to the shape's tile (the fix-up's
+        # 128 x 256): loads by the elements a K-step loads, instructions by the longer side, which
+        # the decoded codes may take (the transposed product)
+        bm, bn, _ = (int(v) for v in tiles[key].split("x"))
+        loads_per, instr_per = (bm + bn) / 256, max(bm, bn) / 128
         bf16 = rows[-3:]
-        assert all(int(n) <= 220 and int(spills) == 0 and int(loads) <= 8 for n, _, spills, loads, _ in bf16), out
-        assert int(bf16[-1][0]) <= 100 and int(bf16[-1][1]) == 0, out  # both hp: no conversion
+        assert all(int(n) <= 220 * instr_per and int(spills) == 0 and int(loads) <= 8 * loads_per
+                   for n, _, spills, loads, _ in bf16), out
+        assert int(bf16[-1][0]) <= 100 * instr_per and int(bf16[-1][1]) == 0, out  # both hp: no conversion
     # the view as the forward reads it (the transposed FP8 codes of the triton mode need a transpose in
     # shared memory, which the fast path leaves to cuBLAS)
     assert all(int(r[4]) >= 1 for key in ("fixup_rows", "fixup_transposed") for r in loops[key]), out
     assert all(int(r[4]) >= 1 for r in loops["triton_rows"]), out
+
+
+@pytest.mark.parametrize("mode", ["triton", "fixup"])
+@pytest.mark.parametrize("a_t,b_t", [(False, False), (False, True), (True, True), (True, False)])
+def test_two_bf16_choices_load_through_tma_in_every_layout(a_t, b_t, mode):
+    """Two BF16 choices of bf16 operands make a plain BF16 GEMM whose tiles the TMA unit loads
+    (info 4), for row-major operands and transposed views alike (fprop, dgrad's W^T, wgrad's dY^T and
+    X^T), over edges that no tile fits: the float64 GEMM of the bf16 values, and the pointer loop's
+    result (``tma=False``, info 2) up to the order of the sums. Row strides TMA cannot take (66, 39
+    or 23 bf16 values: not multiples of 16 bytes) go to the pointer loop."""
+    def operand(rows, k, seed, transposed):
+        x = _data((k, rows) if transposed else (rows, k), seed, torch.bfloat16)
+        x = x.t() if transposed else x
+        codes, scales, _ = km.mor_quantize_e4m3(x.float(), "tensor", BLOCK)
+        return kg.MoROperand(x, codes, scales, tuple(x.shape), torch.tensor(0.05, device=DEVICE), BF16_TH)
+
+    def run(a, b, config):
+        info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
+        if mode == "triton":
+            return kg.mor_gemm(a, b, backend="triton", info=info, config=config), info
+        out = torch.full((a.hp.shape[0], b.hp.shape[0]), 7.0, device=DEVICE)
+        kg.bf16_fixup(a, b, out, info=info, config=config)
+        return out, info
+
+    cfg = kg._config(40, 24, 72, [], False, True, mode == "fixup")
+    for m, n, k, tma_ran in ((40, 24, 72, True), (39, 23, 66, False)):
+        a, b = operand(m, k, 31, a_t), operand(n, k, 32, b_t)
+        got, info = run(a, b, cfg)
+        ref = a.hp.double() @ b.hp.double().t()
+        assert info.tolist() == [0, 0, 4 if tma_ran else 2], (k, info)
+        assert sqnr_db(ref, got.cpu().double()) > FLOOR_DB
+        plain, info = run(a, b, cfg._replace(tma=False))
+        assert info.tolist() == [0, 0, 2]
+        assert sqnr_db(ref, plain.cpu().double()) > FLOOR_DB
+        # the same fp32 sums of the same exact products, up to their order within a K-step
+        torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6 * float(ref.abs().max()))

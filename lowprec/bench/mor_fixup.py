@@ -16,8 +16,8 @@ the same views), which loop ran (the kernel's ``info``) and, for a pair that mul
 difference to a float64 GEMM of the chosen values relative to that GEMM's largest magnitude.
 
 ``--configs``: launch configurations ``BMxBNxBKwWsS`` with optional ``rR`` (a register cap,
-``maxnreg``) and ``pP`` (persistent programs an SM), e.g. ``128x128x64w8s3r128p2``; ``default`` is
-the shape's own (``mor_gemm._config``). A configuration Triton cannot compile for the GPU is a row
+``maxnreg``), ``pP`` (persistent programs an SM) and ``-notma`` (two BF16 choices on the pointer
+loop), e.g. ``128x128x64w8s3r128p2``; ``default`` is the shape's own (``mor_gemm._config``). A configuration Triton cannot compile for the GPU is a row
 with its error.
 """
 
@@ -35,8 +35,8 @@ LAYOUTS = ("fprop", "dgrad", "wgrad")
 PAIRS = ("bf16/bf16", "e4m3/bf16", "bf16/e4m3", "e4m3/e4m3")
 FIELDS = ("layout", "pair", "config", "tokens", "d_in", "d_out", "m", "n", "k", "ms", "tflops", "torch_bf16_ms",
           "vs_torch_bf16", "loop", "max_rel_diff", "error")
-_CONFIG = re.compile(r"^(\d+)x(\d+)x(\d+)w(\d+)s(\d+)(?:r(\d+))?(?:p(\d+))?$")
-_LOOPS = {0: "none", 2: "bf16", 3: "e4m3 (returned)"}
+_CONFIG = re.compile(r"^(\d+)x(\d+)x(\d+)w(\d+)s(\d+)(?:r(\d+))?(?:p(\d+))?(-notma)?$")
+_LOOPS = {0: "none", 2: "bf16", 3: "e4m3 (returned)", 4: "bf16 tma"}
 
 
 def parse_config(text: str):
@@ -47,9 +47,10 @@ def parse_config(text: str):
         return None
     m = _CONFIG.match(text)
     if not m:
-        fail(PROG, f"--configs: {text!r} is not BMxBNxBKwWsS[rR][pP] (e.g. 128x128x64w8s3r128p2) or 'default'")
-    bm, bn, bk, w, s, r, p = m.groups()
-    return GemmConfig(int(bm), int(bn), int(bk), int(bk), int(w), int(s), int(r) if r else None, int(p) if p else 2)
+        fail(PROG, f"--configs: {text!r} is not BMxBNxBKwWsS[rR][pP][-notma] (e.g. 128x128x64w8s3r128p2) or 'default'")
+    bm, bn, bk, w, s, r, p, notma = m.groups()
+    return GemmConfig(int(bm), int(bn), int(bk), int(bk), int(w), int(s), int(r) if r else None, int(p) if p else 2,
+                      tma=not notma)
 
 
 def _parse(argv):

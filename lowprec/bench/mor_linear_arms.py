@@ -233,7 +233,7 @@ class FastPathLinear:
         self._step(x.detach().requires_grad_(), dy)
 
 
-RAN = {1: "fp8_loop", 2: "bf16_loop", 3: "scaled_mm"}
+RAN = {1: "fp8_loop", 2: "bf16_loop", 3: "scaled_mm", 4: "bf16_tma_loop"}
 
 
 def data(torch, tokens: int, h: int, seed: int):
