@@ -473,11 +473,12 @@ def _config(M: int, N: int, K: int, k_widths: list, hp_fp32: bool, precise: bool
     if N >= 256 * 16 and not k_widths and not precise and not fixup:
         return GemmConfig(128, 256, cap8, min(cap8, 32), 8, 3)
     if fixup and not k_widths and not hp_fp32:
-        # the fix-up of bf16 operands: 128 x 256 tiles, one persistent program an SM (its shared
-        # memory, 144 KB, leaves no room for a second): at 8192^3 on the H100 the pointer loops took
-        # 0.81 (two BF16 choices) and 0.81 (A's codes) of the 128 x 128 tiles' time, 1.13 (B's codes)
-        # (``results/mor/fixup_h100_sweep.csv``)
-        return GemmConfig(128, 256, cap8, 64, 8, 3, programs_per_sm=1)
+        # the fix-up of bf16 operands: four stages, one persistent program an SM (their 128 KB of
+        # shared memory leave no room for a second). At 8192^3 on the H100 two BF16 choices on TMA
+        # loads ran at 0.81-0.97x of torch's BF16 GEMM with these tiles, 0.87-1.03x at 128 x 256, whose
+        # mixed loops ptxas spills with Triton 3.6 (B's codes) and which ran them slower
+        # (``results/mor/fixup_h100*.csv``)
+        return GemmConfig(128, 128, cap8, 64, 8, 4, programs_per_sm=1)
     return GemmConfig(128, 128, cap8, min(cap8, 32 if hp_fp32 else 64), 8, 3)
 
 
@@ -743,6 +744,7 @@ def _tma_operand(hp: torch.Tensor, rows: int, k_step: int):
     transposed view is described over its row-major base, loaded [K-step, rows] and transposed in
     shared memory), or None where TMA cannot read it: another layout, or a base whose address or row
     stride is not a multiple of 16 bytes."""
+    from torch._subclasses.fake_tensor import is_fake
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     if hp.stride(1) == 1:
@@ -751,7 +753,10 @@ def _tma_operand(hp: torch.Tensor, rows: int, k_step: int):
         base, transposed = hp.t(), True
     else:
         return None
-    if (base.stride(0) * base.element_size()) % 16 or base.data_ptr() % 16:
+    # a traced launch sees fake tensors, which have no address: their offset into the storage, which
+    # the allocator aligns, stands for it
+    misaligned = (base.storage_offset() * base.element_size()) % 16 or (not is_fake(base) and base.data_ptr() % 16)
+    if (base.stride(0) * base.element_size()) % 16 or misaligned:
         return None
     return TensorDescriptor.from_tensor(base, [k_step, rows] if transposed else [rows, k_step]), transposed
 

@@ -372,7 +372,7 @@ def test_two_bf16_choices_load_through_tma_in_every_layout(a_t, b_t, mode):
     for m, n, k, tma_ran in ((40, 24, 72, True), (39, 23, 66, False)):
         a, b = operand(m, k, 31, a_t), operand(n, k, 32, b_t)
         got, info = run(a, b, cfg)
-        ref = a.hp.double() @ b.hp.double().t()
+        ref = a.hp.cpu().double() @ b.hp.cpu().double().t()
         assert info.tolist() == [0, 0, 4 if tma_ran else 2], (k, info)
         assert sqnr_db(ref, got.cpu().double()) > FLOOR_DB
         plain, info = run(a, b, cfg._replace(tma=False))
