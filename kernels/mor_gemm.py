@@ -296,37 +296,27 @@ if triton is not None:
         return rm, rn, rm < M, rn < N, (rm // a_br) * s_asr, (rn // b_br) * s_bsr
 
     @triton.jit
-    def _bf16_tma_product(ah_ptr, bh_ptr, t, M, N, K, s_ahm, s_ahk, s_bhn, s_bhk, A_T: tl.constexpr, B_T: tl.constexpr,
+    def _bf16_tma_product(ah_desc, bh_desc, t, M, N, K, A_T: tl.constexpr, B_T: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                           GROUP_M: tl.constexpr, INTERP: tl.constexpr):
         """Tile t's product where both operands chose BF16 and are bf16 in memory: a plain BF16
         GEMM whose tiles the TMA unit loads through descriptors over each operand's row-major base
         (``A_T`` / ``B_T``: the operand is its base's transpose, the backward's views), zero-filled
-        past the edges. The descriptors are made here, on the device: host-made ones do not pass
-        through a traced launch (``torch.library.wrap_triton`` records none). With pointer loads
-        this loop ran at 0.35-0.40x of torch's BF16 GEMM (8192^3 on the H100,
-        ``results/mor/fixup_h100.csv``)."""
-        if A_T:
-            a_desc = tl.make_tensor_descriptor(ah_ptr, shape=[K, M], strides=[s_ahk, 1], block_shape=[BLOCK_K, BLOCK_M])
-        else:
-            a_desc = tl.make_tensor_descriptor(ah_ptr, shape=[M, K], strides=[s_ahm, 1], block_shape=[BLOCK_M, BLOCK_K])
-        if B_T:
-            b_desc = tl.make_tensor_descriptor(bh_ptr, shape=[K, N], strides=[s_bhk, 1], block_shape=[BLOCK_K, BLOCK_N])
-        else:
-            b_desc = tl.make_tensor_descriptor(bh_ptr, shape=[N, K], strides=[s_bhn, 1], block_shape=[BLOCK_N, BLOCK_K])
+        past the edges. With pointer loads this loop ran at 0.35-0.40x of torch's BF16 GEMM
+        (8192^3 on the H100, ``results/mor/fixup_h100.csv``)."""
         pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
         for k0 in range(0, K, BLOCK_K):
             if A_T:
-                a = tl.trans(a_desc.load([k0, off_m]))
+                a = tl.trans(ah_desc.load([k0, off_m]))
             else:
-                a = a_desc.load([off_m, k0])
+                a = ah_desc.load([off_m, k0])
             if B_T:
-                b = b_desc.load([k0, off_n])
+                b = bh_desc.load([k0, off_n])
             else:
-                b = tl.trans(b_desc.load([off_n, k0]))
+                b = tl.trans(bh_desc.load([off_n, k0]))
             if INTERP:  # the operands arrive widened to fp32 (bf16 values, exact products)
                 acc = tl.dot(a, b, acc, input_precision="ieee")
             else:
@@ -337,7 +327,7 @@ if triton is not None:
     def _mor_gemm_kernel(ac_ptr, ah_ptr, as_ptr, ae_ptr, bc_ptr, bh_ptr, bs_ptr, be_ptr, c_ptr, info_ptr,
                          cnt_ptr, cnt_row, s_cnt, M, N, K, thr_a, thr_b,
                          s_acm, s_ack, s_ahm, s_ahk, s_asr, s_asc, a_br, a_bc,
-                         s_bcn, s_bck, s_bhn, s_bhk, s_bsr, s_bsc, b_br, b_bc,
+                         s_bcn, s_bck, s_bhn, s_bhk, s_bsr, s_bsc, b_br, b_bc, ah_desc, bh_desc,
                          A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K8: tl.constexpr,
                          BLOCK_K16: tl.constexpr, GROUP_M: tl.constexpr, PROMOTE: tl.constexpr,
@@ -378,7 +368,7 @@ if triton is not None:
                     rm, rn, m_ok, n_ok, a_srow, b_srow = _tile_rows(t, M, N, s_asr, a_br, s_bsr, b_br,
                                                                     BLOCK_M, BLOCK_N, GROUP_M)
                     if TMA and not (e4a | e4b):
-                        acc = _bf16_tma_product(ah_ptr, bh_ptr, t, M, N, K, s_ahm, s_ahk, s_bhn, s_bhk, A_T, B_T,
+                        acc = _bf16_tma_product(ah_desc, bh_desc, t, M, N, K, A_T, B_T,
                                                 BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
                     else:
                         acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok,
@@ -401,7 +391,7 @@ if triton is not None:
                                 BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, WHOLE_MN, INTERP)
                 tl.store(info_ptr + 2, 1, mask=first)
             elif TMA and not (e4a | e4b):
-                acc = _bf16_tma_product(ah_ptr, bh_ptr, pid, M, N, K, s_ahm, s_ahk, s_bhn, s_bhk, A_T, B_T,
+                acc = _bf16_tma_product(ah_desc, bh_desc, pid, M, N, K, A_T, B_T,
                                         BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
                 tl.store(info_ptr + 2, 4, mask=first)
             else:
@@ -654,20 +644,18 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
     kernel = launcher(_mor_gemm_kernel) if traced else _mor_gemm_kernel
     for i, c in enumerate(tried):
         even = K % c.block_k8 == 0
-        tma = c.tma and bf16_pair and _tma_layout(ah) is not None and _tma_layout(bh) is not None
-        a_t, b_t = (_tma_layout(ah), _tma_layout(bh)) if tma else (False, False)
-        if tma and not traced and not interpreter_active():
-            _set_scratch_allocator()
+        descs = _tma_operands(ah, bh, c) if c.tma and bf16_pair else None
+        a_desc, a_t, b_desc, b_t = descs or (None, False, None, False)
         try:
             tiles = _cdiv(M, c.block_m) * _cdiv(N, c.block_n)
             launch_opts = {} if c.maxnreg is None else {"maxnreg": c.maxnreg}
             kernel[(max(1, min(tiles, _fixup_programs(out.device, c.programs_per_sm))) if fixup else tiles,)](
-                *args, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+                *args, a_desc, b_desc, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
                 BLOCK_K8=c.block_k8, BLOCK_K16=c.block_k16, GROUP_M=_GROUP_M,
                 PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, EVEN16=K % c.block_k16 == 0,
                 WHOLE_MN=M % c.block_m == 0 and N % c.block_n == 0,
                 OUT_BF16=out.dtype == torch.bfloat16,
-                FIXUP=fixup, TMA=tma, A_T=a_t, B_T=b_t,
+                FIXUP=fixup, TMA=a_desc is not None, A_T=a_t, B_T=b_t,
                 COUNT=counts is not None, INTERP=interpreter_active(), num_warps=c.num_warps,
                 num_stages=c.num_stages, **launch_opts)
         except _OutOfResources:
@@ -744,13 +732,20 @@ def _tma_device(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _tma_layout(hp: torch.Tensor) -> Optional[bool]:
-    """Whether the TMA loop reads this (rows, K) operand as the transpose of its row-major base
-    (True: rows contiguous, the backward's views), as it is (False: K contiguous), or None where TMA
-    cannot read it: another layout, or a base whose row stride or address is not a multiple of 16
-    bytes (a traced launch sees fake tensors, which have no address: their offset into the storage,
-    which the allocator aligns, stands for it)."""
+def _tma_operands(ah: torch.Tensor, bh: torch.Tensor, cfg: GemmConfig):
+    """(A's descriptor, A transposed, B's descriptor, B transposed) for the TMA loop of two bf16
+    operands in configuration ``cfg``'s tiles, or None where TMA cannot read one of them."""
+    a, b = _tma_operand(ah, cfg.block_m, cfg.block_k16), _tma_operand(bh, cfg.block_n, cfg.block_k16)
+    return (*a, *b) if a and b else None
+
+
+def _tma_operand(hp: torch.Tensor, rows: int, k_step: int):
+    """(descriptor, transposed) of a (rows, K) operand whose K or row dimension is contiguous (a
+    transposed view is described over its row-major base, loaded [K-step, rows] and transposed in
+    shared memory), or None where TMA cannot read it: another layout, or a base whose address or row
+    stride is not a multiple of 16 bytes."""
     from torch._subclasses.fake_tensor import is_fake
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     if hp.stride(1) == 1:
         base, transposed = hp, False
@@ -758,21 +753,12 @@ def _tma_layout(hp: torch.Tensor) -> Optional[bool]:
         base, transposed = hp.t(), True
     else:
         return None
-    size = base.element_size()
-    misaligned = (base.storage_offset() * size) % 16 or (not is_fake(base) and base.data_ptr() % 16)
-    return None if (base.stride(0) * size) % 16 or misaligned else transposed
-
-
-_SCRATCH_SET = False
-
-
-def _set_scratch_allocator() -> None:
-    """Device-made TMA descriptors live in global scratch memory that Triton asks an allocator for;
-    a launch from Inductor's code sets one each time, an untraced launch here once."""
-    global _SCRATCH_SET
-    if not _SCRATCH_SET and hasattr(triton, "set_allocator"):
-        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-        _SCRATCH_SET = True
+    # a traced launch sees fake tensors, which have no address: their offset into the storage, which
+    # the allocator aligns, stands for it
+    misaligned = (base.storage_offset() * base.element_size()) % 16 or (not is_fake(base) and base.data_ptr() % 16)
+    if (base.stride(0) * base.element_size()) % 16 or misaligned:
+        return None
+    return TensorDescriptor.from_tensor(base, [k_step, rows] if transposed else [rows, k_step]), transposed
 
 
 def _codes_arg(codes: torch.Tensor) -> torch.Tensor:
