@@ -58,9 +58,11 @@ multiplied: 1 the FP8 loop, 2 the BF16 loop, 3 torch._scaled_mm, 4 the BF16 loop
 evidence tests use that the FP8 path (or the TMA loop) really ran.
 
 Two BF16 choices of bf16 operands (the fast path's ``bf16_choice``) make a plain BF16 GEMM, which
-on Hopper loads its tiles through TMA descriptors (``_bf16_tma_product``; the launch configuration's
-``tma``): with pointer loads that loop ran at 0.35-0.40x of torch's BF16 GEMM at 8192^3 on the H100
-(``results/mor/fixup_h100.csv``), the cost every BF16 choice paid on top of the FP8 product.
+an untraced launch on Hopper runs on TMA loads (``_bf16_tma_product``; the launch configuration's
+``tma``): at 8192^3 on the H100 the fix-up then ran at 0.88-0.96x of torch's BF16 GEMM, against
+0.35-0.40x on pointer loads (``results/mor/fixup_h100.csv``). A traced launch (the compiled
+training path) keeps the pointer loads: torch's ``wrap_triton`` passes no TMA metadata for
+descriptors made on the host, and descriptors made on the device are not yet tried on a GPU.
 
 E4M3 codes reach the BF16 loop through the hardware conversion (on sm_90 Triton 3.6 emits
 ``cvt.rn.f16x2.e4m3x2`` then ``cvt.bf16.f16``: exact, E4M3 is a subset of both; a K-step of a mixed
@@ -458,8 +460,10 @@ def _largest_pow2_divisor(n: int, cap: int) -> int:
     return d
 
 
-def _config(M: int, N: int, K: int, k_widths: list, hp_fp32: bool, precise: bool, fixup: bool) -> GemmConfig:
-    """Tiles for this shape. k_widths: the block widths that each K-step must divide."""
+def _config(M: int, N: int, K: int, k_widths: list, hp_fp32: bool, precise: bool, fixup: bool,
+            tma: bool = False) -> GemmConfig:
+    """Tiles for this shape. k_widths: the block widths that each K-step must divide; tma: two bf16
+    operands whose BF16 choices the TMA loop may multiply."""
     cap8 = 128
     for w in k_widths:
         cap8 = min(cap8, _largest_pow2_divisor(w, 128))
@@ -472,12 +476,12 @@ def _config(M: int, N: int, K: int, k_widths: list, hp_fp32: bool, precise: bool
     # (ptxas spills at 128 x 256 with 8 warps otherwise).
     if N >= 256 * 16 and not k_widths and not precise and not fixup:
         return GemmConfig(128, 256, cap8, min(cap8, 32), 8, 3)
-    if fixup and not k_widths and not hp_fp32:
-        # the fix-up of bf16 operands: four stages, one persistent program an SM (their 128 KB of
-        # shared memory leave no room for a second). At 8192^3 on the H100 two BF16 choices on TMA
-        # loads ran at 0.81-0.97x of torch's BF16 GEMM with these tiles, 0.87-1.03x at 128 x 256, whose
-        # mixed loops ptxas spills with Triton 3.6 (B's codes) and which ran them slower
-        # (``results/mor/fixup_h100*.csv``)
+    if fixup and tma and not k_widths:
+        # the fix-up's TMA loop: four stages, one persistent program an SM (their 128 KB of shared
+        # memory leave no room for a second). At 8192^3 on the H100 it ran at 0.81-0.97x of torch's
+        # BF16 GEMM with these tiles against 0.64-0.79x with three stages and two programs, and
+        # 0.87-1.03x at 128 x 256, whose mixed loops ptxas spills with Triton 3.6 (B's codes) and which
+        # ran them slower (``results/mor/fixup_h100.csv``)
         return GemmConfig(128, 128, cap8, 64, 8, 4, programs_per_sm=1)
     return GemmConfig(128, 128, cap8, min(cap8, 32 if hp_fp32 else 64), 8, 3)
 
@@ -627,8 +631,12 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
     widths = [w for w, ks in ((a.block[1], a_kstep), (b.block[1], b_kstep)) if ks]
     hp_fp32 = torch.float32 in (a.hp.dtype, b.hp.dtype)
     precise = fp8_accum == "precise"
-    key = (M, N, K, tuple(widths), hp_fp32, precise, fixup, str(out.device))
-    cfg = config or _CONFIG_CACHE.get(key) or _config(M, N, K, widths, hp_fp32, precise, fixup)
+    traced = launcher is not None
+    # a traced launch keeps the pointer loop: torch's wrap_triton records no TMA metadata for
+    # descriptors made on the host (it passes none), and Inductor's compile fails on them
+    bf16_pair = a.hp.dtype == b.hp.dtype == torch.bfloat16 and _tma_device(out.device) and M > 0 and not traced
+    key = (M, N, K, tuple(widths), hp_fp32, precise, fixup, bf16_pair, str(out.device))
+    cfg = config or _CONFIG_CACHE.get(key) or _config(M, N, K, widths, hp_fp32, precise, fixup, bf16_pair)
     for w in widths:
         if w % cfg.block_k8 or w % cfg.block_k16:
             raise ValueError(f"config {cfg}: K-steps must divide the block width {w}")
@@ -638,8 +646,6 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
             0 if counts is None else counts.stride(0), M, N, K, fp32_threshold(a.threshold), fp32_threshold(b.threshold),
             *a.codes.stride(), *ah.stride(), *a.scales.stride(), a.block[0], a.block[1],
             *b.codes.stride(), *bh.stride(), *b.scales.stride(), b.block[0], b.block[1])
-    bf16_pair = a.hp.dtype == b.hp.dtype == torch.bfloat16 and _tma_device(out.device) and M > 0
-    traced = launcher is not None
     tried = [cfg] if traced or config is not None or key in _CONFIG_CACHE else [cfg, *_fallback_configs(cfg)]
     kernel = launcher(_mor_gemm_kernel) if traced else _mor_gemm_kernel
     for i, c in enumerate(tried):
@@ -744,7 +750,6 @@ def _tma_operand(hp: torch.Tensor, rows: int, k_step: int):
     transposed view is described over its row-major base, loaded [K-step, rows] and transposed in
     shared memory), or None where TMA cannot read it: another layout, or a base whose address or row
     stride is not a multiple of 16 bytes."""
-    from torch._subclasses.fake_tensor import is_fake
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     if hp.stride(1) == 1:
@@ -753,10 +758,7 @@ def _tma_operand(hp: torch.Tensor, rows: int, k_step: int):
         base, transposed = hp.t(), True
     else:
         return None
-    # a traced launch sees fake tensors, which have no address: their offset into the storage, which
-    # the allocator aligns, stands for it
-    misaligned = (base.storage_offset() * base.element_size()) % 16 or (not is_fake(base) and base.data_ptr() % 16)
-    if (base.stride(0) * base.element_size()) % 16 or misaligned:
+    if (base.stride(0) * base.element_size()) % 16 or base.data_ptr() % 16:
         return None
     return TensorDescriptor.from_tensor(base, [k_step, rows] if transposed else [rows, k_step]), transposed
 

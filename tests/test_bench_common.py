@@ -356,3 +356,27 @@ ks.main(["--kernel", "mor_sub_values", "--configs", "bf16", "--out", {str(out)!r
     assert not rows[0]["error"] and float(rows[0]["per_element"]) > 0 and int(rows[0]["loop_instructions"]) > 0
     prov = json.loads((tmp_path / "values.provenance.json").read_text())
     assert prov["kernel"].endswith("_values_kernel") and "sm_90" in prov["target"]
+
+
+def test_mor_fixup_configurations_are_parsed_and_bad_ones_named(capsys):
+    """The fix-up benchmark's launch configurations: tiles, warps, stages, an optional register cap,
+    programs an SM and the pointer loop; anything else exits 2 naming the item, before CUDA is asked
+    for. Each GEMM of a linear layer hands the fix-up the layout the fast path does."""
+    import torch
+    from lowprec.bench import mor_fixup as mf
+    from lowprec.kernels.mor_gemm import GemmConfig
+
+    assert mf.parse_config("default") is None
+    assert mf.parse_config("128x256x64w8s3") == GemmConfig(128, 256, 64, 64, 8, 3)
+    assert mf.parse_config("128x128x64w8s4r128p1-notma") == GemmConfig(128, 128, 64, 64, 8, 4, 128, 1, tma=False)
+    with pytest.raises(SystemExit) as exc:
+        mf.main(["--out", "x.csv", "--configs", "default,128x128w8"])
+    assert exc.value.code == 2 and "'128x128w8' is not BMxBNxBKwWsS" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        mf.main(["--out", "x.csv", "--layouts", "fprop,bprop"])
+    assert exc.value.code == 2 and "bprop" in capsys.readouterr().err
+    x, w, dy = torch.zeros(6, 4), torch.zeros(5, 4), torch.zeros(6, 5)
+    shapes = {k: tuple(((s.t() if ta else s).shape, (t.t() if tb else t).shape))
+              for k in mf.LAYOUTS for s, ta, t, tb in [mf._layout_operands(k, x, w, dy)]}
+    # A @ B.T with A (M, K), B (N, K): fprop Y (6, 5), dgrad dX (6, 4), wgrad dW (5, 4)
+    assert shapes == {"fprop": ((6, 4), (5, 4)), "dgrad": ((6, 5), (4, 5)), "wgrad": ((5, 6), (4, 6))}
