@@ -59,8 +59,9 @@ evidence tests use that the FP8 path (or the TMA loop) really ran.
 
 Two BF16 choices of bf16 operands (the fast path's ``bf16_choice``) make a plain BF16 GEMM, which
 an untraced launch on Hopper runs on TMA loads (``_bf16_tma_product``; the launch configuration's
-``tma``): at 8192^3 on the H100 the fix-up then ran at 0.88-0.96x of torch's BF16 GEMM, against
-0.35-0.40x on pointer loads (``results/mor/fixup_h100.csv``). A traced launch (the compiled
+``tma``): at 8192^3 on the H100 the fix-up then ran at 0.85-0.96x of torch's BF16 GEMM
+(``results/mor/fixup_h100.csv``), against 0.35-0.40x on pointer loads
+(``fixup_h100_pointer_sweep.csv``). A traced launch (the compiled
 training path) keeps the pointer loads: torch's ``wrap_triton`` passes no TMA metadata for
 descriptors made on the host, and descriptors made on the device are not yet tried on a GPU.
 
@@ -125,8 +126,10 @@ class GemmConfig(NamedTuple):
     block_k16: int    # K-step of the BF16 loop
     num_warps: int
     num_stages: int
-    # the fix-up's launch only: a register cap (ptxas fits every loop of the kernel in 128 with no
-    # spill, where uncapped it takes 255, one 8-warp program an SM) and its persistent programs an SM
+    # the fix-up's launch only: a register cap (ptxas fits every loop in 128 with no spill, against
+    # 255 uncapped, so that two 8-warp programs share an SM; measured slower, 0.30-0.35x of torch's
+    # BF16 GEMM against 0.35-0.40x, ``results/mor/fixup_h100_pointer_sweep.csv``) and its persistent
+    # programs an SM
     maxnreg: Optional[int] = None
     programs_per_sm: int = 2
     # two BF16 choices of bf16 operands through TMA descriptors (``_tma_operand``), where they take one
@@ -304,8 +307,7 @@ if triton is not None:
         """Tile t's product where both operands chose BF16 and are bf16 in memory: a plain BF16
         GEMM whose tiles the TMA unit loads through descriptors over each operand's row-major base
         (``A_T`` / ``B_T``: the operand is its base's transpose, the backward's views), zero-filled
-        past the edges. With pointer loads this loop ran at 0.35-0.40x of torch's BF16 GEMM
-        (8192^3 on the H100, ``results/mor/fixup_h100.csv``)."""
+        past the edges (the module docstring has its speed against the pointer loads')."""
         pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -480,8 +482,8 @@ def _config(M: int, N: int, K: int, k_widths: list, hp_fp32: bool, precise: bool
         # the fix-up's TMA loop: four stages, one persistent program an SM (their 128 KB of shared
         # memory leave no room for a second). At 8192^3 on the H100 it ran at 0.81-0.97x of torch's
         # BF16 GEMM with these tiles against 0.64-0.79x with three stages and two programs, and
-        # 0.87-1.03x at 128 x 256, whose mixed loops ptxas spills with Triton 3.6 (B's codes) and which
-        # ran them slower (``results/mor/fixup_h100.csv``)
+        # 0.80-1.03x at 128 x 256, whose mixed loops ptxas spills with Triton 3.6 (B's codes) and which
+        # ran them slower (``results/mor/fixup_h100_tma_sweep.csv``, ``fixup_h100_tma_pairs_128x256.csv``)
         return GemmConfig(128, 128, cap8, 64, 8, 4, programs_per_sm=1)
     return GemmConfig(128, 128, cap8, min(cap8, 32 if hp_fp32 else 64), 8, 3)
 
