@@ -248,6 +248,13 @@ def launch(kernel, launcher=None):
     return kernel if launcher is None else launcher(kernel)
 
 
+def tma_readable(t: torch.Tensor) -> bool:
+    """Whether a TMA descriptor can describe the 2-D tensor ``t`` as it is: its last dimension
+    contiguous, its rows and its address on 16-byte boundaries (a real tensor: a traced launch's
+    fake ones have no address)."""
+    return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 

@@ -104,7 +104,7 @@ from . import int8_fallback_kernels as _kk
 from . import int8_fallback_tuning as _kt
 from . import int8_gemm_async as _ka
 from . import quantize as _kq
-from ._common import _cdiv, _next_pow2
+from ._common import _cdiv, _next_pow2, tma_readable
 from .int8_fallback_tuning import GemmConfig, ResidualConfig
 
 try:  # host-side tensor descriptors (TMA loads on Hopper), Triton >= 3.3
@@ -302,7 +302,7 @@ def _tma_usable(qa: torch.Tensor, qb: torch.Tensor, gk: int) -> bool:
     (real tensors: a traced launch, ``_Gemm.launcher``, takes pointer loads without asking)."""
     if not _HAS_TENSOR_DESCRIPTOR or gk < 16 or gk & (gk - 1):
         return False
-    return qa.shape[1] % 16 == 0 and qa.data_ptr() % 16 == 0 and qb.data_ptr() % 16 == 0
+    return tma_readable(qa) and tma_readable(qb)
 
 
 def _is_traced(t: torch.Tensor) -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from ._common import _cdiv
+from ._common import _cdiv, tma_readable
 from .int8_fallback_kernels import MAGIC_MAX_GROUP
 from .int8_fallback_tuning import GemmConfig
 
@@ -64,7 +64,7 @@ def supports(qa: torch.Tensor, qb: torch.Tensor, group: int, bms: int, bns: int,
     K = qa.shape[1]
     if group & (group - 1) or not 16 <= group <= min(256, MAGIC_MAX_GROUP) or K % group:
         return False
-    if any(t.stride(1) != 1 or t.stride(0) % 16 or t.data_ptr() % 16 for t in (qa, qb)):
+    if not (tma_readable(qa) and tma_readable(qb)):
         return False
     return all(bs % tile == 0 or tile % bs == 0 for bs, tile in ((bms, cfg.block_m), (bns, cfg.block_n)))
 

@@ -94,7 +94,7 @@ from lowprec.numerics.checks import one_of
 from lowprec.numerics.scaled_mm import fp8_mm
 
 from . import _common as _c
-from ._common import _cdiv
+from ._common import _cdiv, tma_readable
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
@@ -754,13 +754,9 @@ def _tma_operand(hp: torch.Tensor, rows: int, k_step: int):
     stride is not a multiple of 16 bytes."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    if hp.stride(1) == 1:
-        base, transposed = hp, False
-    elif hp.stride(0) == 1:
-        base, transposed = hp.t(), True
-    else:
-        return None
-    if (base.stride(0) * base.element_size()) % 16 or base.data_ptr() % 16:
+    transposed = hp.stride(1) != 1
+    base = hp.t() if transposed else hp
+    if not tma_readable(base):
         return None
     return TensorDescriptor.from_tensor(base, [k_step, rows] if transposed else [rows, k_step]), transposed
 
