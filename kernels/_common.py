@@ -248,6 +248,12 @@ def launch(kernel, launcher=None):
     return kernel if launcher is None else launcher(kernel)
 
 
+try:  # host-side tensor descriptors (TMA loads on Hopper), Triton >= 3.3; None: pointer loads only
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except Exception:  # noqa: BLE001 - no Triton, or one without descriptors
+    TensorDescriptor = None
+
+
 def tma_readable(t: torch.Tensor) -> bool:
     """Whether a TMA descriptor can describe the 2-D tensor ``t`` as it is: its last dimension
     contiguous, its rows and its address on 16-byte boundaries (a real tensor: a traced launch's

@@ -107,12 +107,6 @@ from . import quantize as _kq
 from ._common import _cdiv, _next_pow2, tma_readable
 from .int8_fallback_tuning import GemmConfig, ResidualConfig
 
-try:  # host-side tensor descriptors (TMA loads on Hopper), Triton >= 3.3
-    from triton.tools.tensor_descriptor import TensorDescriptor as _TensorDescriptor
-    _HAS_TENSOR_DESCRIPTOR = True
-except Exception:  # noqa: BLE001 - no Triton, or one without descriptors: pointer loads
-    _TensorDescriptor, _HAS_TENSOR_DESCRIPTOR = None, False
-
 __all__ = [
     "triton_available",
     "interpreter_active",
@@ -300,7 +294,7 @@ def quantize_fallback_rule(x: torch.Tensor, block=(32, 32), rule: str = "absmax"
 def _tma_usable(qa: torch.Tensor, qb: torch.Tensor, gk: int) -> bool:
     """Descriptor loads need a power-of-two group of >= 16 bytes and 16-byte aligned rows and bases
     (real tensors: a traced launch, ``_Gemm.launcher``, takes pointer loads without asking)."""
-    if not _HAS_TENSOR_DESCRIPTOR or gk < 16 or gk & (gk - 1):
+    if _c.TensorDescriptor is None or gk < 16 or gk & (gk - 1):
         return False
     return tma_readable(qa) and tma_readable(qb)
 
@@ -394,8 +388,8 @@ class _Gemm:
         tma = cfg.tma and self.tma_usable
         a_desc, b_desc = self.qa, self.qb  # placeholders, never read unless USE_TMA
         if tma:
-            a_desc = _TensorDescriptor.from_tensor(self.qa, [cfg.block_m, bk])
-            b_desc = _TensorDescriptor.from_tensor(self.qb, [cfg.block_n, bk])
+            a_desc = _c.TensorDescriptor.from_tensor(self.qa, [cfg.block_m, bk])
+            b_desc = _c.TensorDescriptor.from_tensor(self.qb, [cfg.block_n, bk])
         grid = (_cdiv(self.M, cfg.block_m) * _cdiv(self.N, cfg.block_n),)
         args = (self.qa, a_desc, self.da, self.qb, b_desc, self.db, c,
                 self.ra if fused_a else self.qa, self.dra if fused_a else self.da, self.fa if fused_a else self.qa,

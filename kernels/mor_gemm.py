@@ -734,7 +734,10 @@ def _fixup_programs(device: torch.device, per_sm: int = 2) -> int:
 
 
 def _tma_device(device: torch.device) -> bool:
-    """Whether Triton's TMA descriptors work on ``device``: Hopper or later, or the interpreter."""
+    """Whether Triton's TMA descriptors work on ``device``: a Triton with host-side descriptors, and
+    Hopper or later, or the interpreter."""
+    if _c.TensorDescriptor is None:
+        return False
     if interpreter_active():
         return True
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
@@ -752,13 +755,11 @@ def _tma_operand(hp: torch.Tensor, rows: int, k_step: int):
     transposed view is described over its row-major base, loaded [K-step, rows] and transposed in
     shared memory), or None where TMA cannot read it: another layout, or a base whose address or row
     stride is not a multiple of 16 bytes."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     transposed = hp.stride(1) != 1
     base = hp.t() if transposed else hp
     if not tma_readable(base):
         return None
-    return TensorDescriptor.from_tensor(base, [k_step, rows] if transposed else [rows, k_step]), transposed
+    return _c.TensorDescriptor.from_tensor(base, [k_step, rows] if transposed else [rows, k_step]), transposed
 
 
 def _codes_arg(codes: torch.Tensor) -> torch.Tensor:

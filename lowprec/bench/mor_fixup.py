@@ -29,6 +29,7 @@ from pathlib import Path
 
 from .common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
                      parse_list, parse_names, parse_shapes, require_cuda_triton, write_budgeted_run)
+from .mor_linear_arms import RAN
 
 PROG = "lowprec.bench.mor_fixup"
 LAYOUTS = ("fprop", "dgrad", "wgrad")
@@ -36,7 +37,6 @@ PAIRS = ("bf16/bf16", "e4m3/bf16", "bf16/e4m3", "e4m3/e4m3")
 FIELDS = ("layout", "pair", "config", "tokens", "d_in", "d_out", "m", "n", "k", "ms", "tflops", "torch_bf16_ms",
           "vs_torch_bf16", "loop", "max_rel_diff", "error")
 _CONFIG = re.compile(r"^(\d+)x(\d+)x(\d+)w(\d+)s(\d+)(?:r(\d+))?(?:p(\d+))?(-notma)?$")
-_LOOPS = {0: "none", 2: "bf16", 3: "e4m3 (returned)", 4: "bf16 tma"}
 
 
 def parse_config(text: str):
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
                         try:
                             kg.bf16_fixup(a, b, res, info=info, config=cfg)
                             torch.cuda.synchronize()
-                            row["loop"] = _LOOPS.get(int(info[2]), str(int(info[2])))
+                            row["loop"] = RAN.get(int(info[2]), str(int(info[2])))
                             if ref is not None:
                                 row["max_rel_diff"] = f"{float((res.double() - ref).abs().max() / ref.abs().max()):.2e}"
                             ms = bench(lambda: kg.bf16_fixup(a, b, res, config=cfg))
