@@ -256,9 +256,13 @@ except Exception:  # noqa: BLE001 - no Triton, or one without descriptors
 
 def tma_readable(t: torch.Tensor) -> bool:
     """Whether a TMA descriptor can describe the 2-D tensor ``t`` as it is: its last dimension
-    contiguous, its rows and its address on 16-byte boundaries (a real tensor: a traced launch's
-    fake ones have no address)."""
-    return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+    contiguous, its rows and its address on 16-byte boundaries. A traced launch sees fake tensors,
+    which have no address: their offset into the storage, which the allocator aligns, stands for it."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    size = t.element_size()
+    address = t.storage_offset() * size if is_fake(t) else t.data_ptr()
+    return t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0 and address % 16 == 0
 
 
 def _next_pow2(n: int) -> int:

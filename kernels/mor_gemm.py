@@ -58,12 +58,11 @@ multiplied: 1 the FP8 loop, 2 the BF16 loop, 3 torch._scaled_mm, 4 the BF16 loop
 evidence tests use that the FP8 path (or the TMA loop) really ran.
 
 Two BF16 choices of bf16 operands (the fast path's ``bf16_choice``) make a plain BF16 GEMM, which
-an untraced launch on Hopper runs on TMA loads (``_bf16_tma_product``; the launch configuration's
-``tma``): at 8192^3 on the H100 the fix-up then ran at 0.85-0.96x of torch's BF16 GEMM
+on Hopper runs on TMA loads (``_bf16_tma_product``; the launch configuration's ``tma``), traced or
+not: the descriptors are made on the device, since a traced launch cannot carry host-made ones. At
+8192^3 on the H100 the fix-up ran at 0.85-0.96x of torch's BF16 GEMM with host-made descriptors
 (``results/mor/fixup_h100.csv``), against 0.35-0.40x on pointer loads
-(``fixup_h100_pointer_sweep.csv``). A traced launch (the compiled
-training path) keeps the pointer loads: torch's ``wrap_triton`` passes no TMA metadata for
-descriptors made on the host, and descriptors made on the device are not yet tried on a GPU.
+(``fixup_h100_pointer_sweep.csv``).
 
 E4M3 codes reach the BF16 loop through the hardware conversion (on sm_90 Triton 3.6 emits
 ``cvt.rn.f16x2.e4m3x2`` then ``cvt.bf16.f16``: exact, E4M3 is a subset of both; a K-step of a mixed
@@ -132,7 +131,7 @@ class GemmConfig(NamedTuple):
     # programs an SM
     maxnreg: Optional[int] = None
     programs_per_sm: int = 2
-    # two BF16 choices of bf16 operands through TMA descriptors (``_tma_operand``), where they take one
+    # two BF16 choices of bf16 operands through TMA descriptors (``_tma_layout``), where they take one
     tma: bool = True
 
 
@@ -301,6 +300,23 @@ if triton is not None:
         return rm, rn, rm < M, rn < N, (rm // a_br) * s_asr, (rn // b_br) * s_bsr
 
     @triton.jit
+    def _bf16_tma_descs(ah_ptr, bh_ptr, M, N, K, s_ahm, s_ahk, s_bhn, s_bhk, A_T: tl.constexpr,
+                        B_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """The TMA loop's descriptors over each bf16 operand's row-major base (``A_T`` / ``B_T``: the
+        operand is its base's transpose), made here on the device, once a program: a traced launch
+        cannot carry descriptors made on the host (torch's ``wrap_triton`` records no TMA metadata for
+        them, and Inductor's compile fails on them)."""
+        if A_T:
+            a_desc = tl.make_tensor_descriptor(ah_ptr, shape=[K, M], strides=[s_ahk, 1], block_shape=[BLOCK_K, BLOCK_M])
+        else:
+            a_desc = tl.make_tensor_descriptor(ah_ptr, shape=[M, K], strides=[s_ahm, 1], block_shape=[BLOCK_M, BLOCK_K])
+        if B_T:
+            b_desc = tl.make_tensor_descriptor(bh_ptr, shape=[K, N], strides=[s_bhk, 1], block_shape=[BLOCK_K, BLOCK_N])
+        else:
+            b_desc = tl.make_tensor_descriptor(bh_ptr, shape=[N, K], strides=[s_bhn, 1], block_shape=[BLOCK_N, BLOCK_K])
+        return a_desc, b_desc
+
+    @triton.jit
     def _bf16_tma_product(ah_desc, bh_desc, t, M, N, K, A_T: tl.constexpr, B_T: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                           GROUP_M: tl.constexpr, INTERP: tl.constexpr):
@@ -331,7 +347,7 @@ if triton is not None:
     def _mor_gemm_kernel(ac_ptr, ah_ptr, as_ptr, ae_ptr, bc_ptr, bh_ptr, bs_ptr, be_ptr, c_ptr, info_ptr,
                          cnt_ptr, cnt_row, s_cnt, M, N, K, thr_a, thr_b,
                          s_acm, s_ack, s_ahm, s_ahk, s_asr, s_asc, a_br, a_bc,
-                         s_bcn, s_bck, s_bhn, s_bhk, s_bsr, s_bsc, b_br, b_bc, ah_desc, bh_desc,
+                         s_bcn, s_bck, s_bhn, s_bhk, s_bsr, s_bsc, b_br, b_bc,
                          A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K8: tl.constexpr,
                          BLOCK_K16: tl.constexpr, GROUP_M: tl.constexpr, PROMOTE: tl.constexpr,
@@ -344,6 +360,11 @@ if triton is not None:
             ac_ptr = ac_ptr.to(tl.pointer_type(tl.uint8), bitcast=True)
             bc_ptr = bc_ptr.to(tl.pointer_type(tl.uint8), bitcast=True)
         pid = tl.program_id(0)
+        if TMA:
+            ah_desc, bh_desc = _bf16_tma_descs(ah_ptr, bh_ptr, M, N, K, s_ahm, s_ahk, s_bhn, s_bhk, A_T, B_T,
+                                               BLOCK_M, BLOCK_N, BLOCK_K16)
+        else:  # never read: the TMA loop is compiled out
+            ah_desc, bh_desc = ah_ptr, bh_ptr
         # the decision, on the device: E4M3 iff error <= threshold (NaN: BF16)
         e4a = tl.load(ae_ptr) <= thr_a
         e4b = tl.load(be_ptr) <= thr_b
@@ -634,9 +655,7 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
     hp_fp32 = torch.float32 in (a.hp.dtype, b.hp.dtype)
     precise = fp8_accum == "precise"
     traced = launcher is not None
-    # a traced launch keeps the pointer loop: torch's wrap_triton records no TMA metadata for
-    # descriptors made on the host (it passes none), and Inductor's compile fails on them
-    bf16_pair = a.hp.dtype == b.hp.dtype == torch.bfloat16 and _tma_device(out.device) and M > 0 and not traced
+    bf16_pair = a.hp.dtype == b.hp.dtype == torch.bfloat16 and _tma_device(out.device) and M > 0
     key = (M, N, K, tuple(widths), hp_fp32, precise, fixup, bf16_pair, str(out.device))
     cfg = config or _CONFIG_CACHE.get(key) or _config(M, N, K, widths, hp_fp32, precise, fixup, bf16_pair)
     for w in widths:
@@ -652,18 +671,20 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
     kernel = launcher(_mor_gemm_kernel) if traced else _mor_gemm_kernel
     for i, c in enumerate(tried):
         even = K % c.block_k8 == 0
-        descs = _tma_operands(ah, bh, c) if c.tma and bf16_pair else None
-        a_desc, a_t, b_desc, b_t = descs or (None, False, None, False)
+        a_t, b_t = (_tma_layout(ah), _tma_layout(bh)) if c.tma and bf16_pair else (None, None)
+        tma = a_t is not None and b_t is not None
+        if tma and not traced:
+            _set_scratch_allocator()  # (Inductor's code sets one before each launch of a traced one)
         try:
             tiles = _cdiv(M, c.block_m) * _cdiv(N, c.block_n)
             launch_opts = {} if c.maxnreg is None else {"maxnreg": c.maxnreg}
             kernel[(max(1, min(tiles, _fixup_programs(out.device, c.programs_per_sm))) if fixup else tiles,)](
-                *args, a_desc, b_desc, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+                *args, A_KSTEP=a_kstep, B_KSTEP=b_kstep, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
                 BLOCK_K8=c.block_k8, BLOCK_K16=c.block_k16, GROUP_M=_GROUP_M,
                 PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, EVEN16=K % c.block_k16 == 0,
                 WHOLE_MN=M % c.block_m == 0 and N % c.block_n == 0,
                 OUT_BF16=out.dtype == torch.bfloat16,
-                FIXUP=fixup, TMA=a_desc is not None, A_T=a_t, B_T=b_t,
+                FIXUP=fixup, TMA=tma, A_T=bool(a_t), B_T=bool(b_t),
                 COUNT=counts is not None, INTERP=interpreter_active(), num_warps=c.num_warps,
                 num_stages=c.num_stages, **launch_opts)
         except _OutOfResources:
@@ -734,32 +755,34 @@ def _fixup_programs(device: torch.device, per_sm: int = 2) -> int:
 
 
 def _tma_device(device: torch.device) -> bool:
-    """Whether Triton's TMA descriptors work on ``device``: a Triton with host-side descriptors, and
-    Hopper or later, or the interpreter."""
-    if _c.TensorDescriptor is None:
+    """Whether the TMA loop runs on ``device``: a Triton that makes tensor descriptors on the
+    device, and Hopper or later, or the interpreter."""
+    if triton is None or not hasattr(tl, "make_tensor_descriptor"):
         return False
     if interpreter_active():
         return True
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _tma_operands(ah: torch.Tensor, bh: torch.Tensor, cfg: GemmConfig):
-    """(A's descriptor, A transposed, B's descriptor, B transposed) for the TMA loop of two bf16
-    operands in configuration ``cfg``'s tiles, or None where TMA cannot read one of them."""
-    a, b = _tma_operand(ah, cfg.block_m, cfg.block_k16), _tma_operand(bh, cfg.block_n, cfg.block_k16)
-    return (*a, *b) if a and b else None
-
-
-def _tma_operand(hp: torch.Tensor, rows: int, k_step: int):
-    """(descriptor, transposed) of a (rows, K) operand whose K or row dimension is contiguous (a
-    transposed view is described over its row-major base, loaded [K-step, rows] and transposed in
-    shared memory), or None where TMA cannot read it: another layout, or a base whose address or row
-    stride is not a multiple of 16 bytes."""
+def _tma_layout(hp: torch.Tensor) -> Optional[bool]:
+    """How the TMA loop reads this (rows, K) operand: as the transpose of its row-major base (True:
+    rows contiguous, the backward's views, loaded [K-step, rows] and transposed in shared memory), as
+    it is (False: K contiguous), or not at all (None: another layout, or a base off 16-byte
+    boundaries)."""
     transposed = hp.stride(1) != 1
-    base = hp.t() if transposed else hp
-    if not tma_readable(base):
-        return None
-    return _c.TensorDescriptor.from_tensor(base, [k_step, rows] if transposed else [rows, k_step]), transposed
+    return transposed if tma_readable(hp.t() if transposed else hp) else None
+
+
+_SCRATCH_ALLOCATOR_SET = False
+
+
+def _set_scratch_allocator() -> None:
+    """Device-made descriptors live in global scratch memory that Triton asks an allocator for;
+    an untraced launch sets one, once."""
+    global _SCRATCH_ALLOCATOR_SET
+    if not _SCRATCH_ALLOCATOR_SET and not interpreter_active():
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+        _SCRATCH_ALLOCATOR_SET = True
 
 
 def _codes_arg(codes: torch.Tensor) -> torch.Tensor:

@@ -353,8 +353,8 @@ def test_two_bf16_choices_load_through_tma_in_every_layout(a_t, b_t, mode):
     (info 4), for row-major operands and transposed views alike (fprop, dgrad's W^T, wgrad's dY^T and
     X^T), over edges that no tile fits: the float64 GEMM of the bf16 values, and the pointer loop's
     result (``tma=False``, info 2) up to the order of the sums. Row strides TMA cannot take (66, 39
-    or 23 bf16 values: not multiples of 16 bytes) go to the pointer loop, as does a traced launch
-    (torch's ``wrap_triton`` passes no descriptor made on the host)."""
+    or 23 bf16 values: not multiples of 16 bytes) go to the pointer loop. A traced launch takes the
+    TMA loop too (its descriptors are made on the device)."""
     def operand(rows, k, seed, transposed):
         x = _data((k, rows) if transposed else (rows, k), seed, torch.bfloat16)
         x = x.t() if transposed else x
@@ -381,8 +381,11 @@ def test_two_bf16_choices_load_through_tma_in_every_layout(a_t, b_t, mode):
         assert sqnr_db(ref, plain.cpu().double()) > FLOOR_DB
         # the same fp32 sums of the same exact products, up to their order within a K-step
         torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6 * float(ref.abs().max()))
-    if mode == "fixup":  # a traced launch (its launcher wraps the kernel) keeps the pointer loop
-        out = torch.zeros(40, 24, device=DEVICE)
+    if mode == "fixup":  # a traced launch (its launcher wraps the kernel)
+        a, b = operand(40, 72, 31, a_t), operand(24, 72, 32, b_t)
+        untraced, _ = run(a, b, None)
+        out = torch.full((40, 24), 7.0, device=DEVICE)
         info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
-        kg.bf16_fixup(operand(40, 72, 31, a_t), operand(24, 72, 32, b_t), out, info=info, launcher=lambda kernel: kernel)
-        assert info.tolist() == [0, 0, 2]
+        kg.bf16_fixup(a, b, out, info=info, launcher=lambda kernel: kernel)
+        assert info.tolist() == [0, 0, 4]
+        assert torch.equal(out, untraced)
