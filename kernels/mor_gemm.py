@@ -673,8 +673,8 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
         even = K % c.block_k8 == 0
         a_t, b_t = (_tma_layout(ah), _tma_layout(bh)) if c.tma and bf16_pair else (None, None)
         tma = a_t is not None and b_t is not None
-        if tma and not traced:
-            _set_scratch_allocator()  # (Inductor's code sets one before each launch of a traced one)
+        if tma:
+            _set_scratch_allocator()
         try:
             tiles = _cdiv(M, c.block_m) * _cdiv(N, c.block_n)
             launch_opts = {} if c.maxnreg is None else {"maxnreg": c.maxnreg}
@@ -777,8 +777,9 @@ _SCRATCH_ALLOCATOR_SET = False
 
 
 def _set_scratch_allocator() -> None:
-    """Device-made descriptors live in global scratch memory that Triton asks an allocator for;
-    an untraced launch sets one, once."""
+    """Device-made descriptors live in global scratch memory that Triton asks an allocator for: set
+    one, once, before the first launch that makes them (a ``triton_op`` called outside a compiled
+    graph launches through ``wrap_triton`` with none; Inductor's code sets its own)."""
     global _SCRATCH_ALLOCATOR_SET
     if not _SCRATCH_ALLOCATOR_SET and not interpreter_active():
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))

@@ -970,8 +970,14 @@ def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
 # (eight bytes a thread, which other threads stored): a race, which its decoded values would show.
 # Yet on the H200 at 1ebcc97 (this kernel, with the barrier) the register-decode cases still failed
 # as marked and the cast-only ones passed (results/kernels/gpu_reproducer_1ebcc97_h200.log): the bug
-# is Triton's, not a race of the test.
-_REGISTER_DECODE_BUG = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+# is Triton's, not a race of the test. On an H100 at fc7c26a (the same Triton, the same sm_90 code)
+# both register-decode cases passed, XPASS against this mark: the failure depends on the device, so
+# the mark holds on the H200 alone and the H100 asserts the right codes.
+def _on_h200() -> bool:
+    return torch.cuda.is_available() and "H200" in torch.cuda.get_device_name()
+
+
+_REGISTER_DECODE_BUG = pytest.mark.xfail(_on_h200(), strict=True, raises=AssertionError, reason=(
     "Triton 3.6 on the H200: the stored codes of an fp32 -> E4M3 cast are wrong once the cast value is "
     "also converted to fp32 in registers; the suite's kernels keep the written-out encoder (fp8_cast='auto')"))
 
