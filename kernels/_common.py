@@ -254,6 +254,31 @@ except Exception:  # noqa: BLE001 - no Triton, or one without descriptors
     TensorDescriptor = None
 
 
+def tma_device(device: torch.device, interpreted: bool) -> bool:
+    """Whether kernels may make TMA descriptors on ``device`` (``tl.make_tensor_descriptor``): a
+    Triton that has it, and Hopper or later, or the interpreter (``interpreted``). Made on the
+    device, descriptors also pass through a traced launch, which cannot carry host-made ones
+    (torch's ``wrap_triton`` records no TMA metadata for them, and Inductor's compile fails)."""
+    if triton is None or not hasattr(tl, "make_tensor_descriptor"):
+        return False
+    if interpreted:
+        return True
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+_SCRATCH_ALLOCATOR_SET = False
+
+
+def set_scratch_allocator() -> None:
+    """Device-made descriptors live in global scratch memory that Triton asks an allocator for: set
+    one, once, before the first launch that makes them (a ``triton_op`` called outside a compiled
+    graph launches through ``wrap_triton`` with none; Inductor's code sets its own)."""
+    global _SCRATCH_ALLOCATOR_SET
+    if not _SCRATCH_ALLOCATOR_SET and triton is not None and hasattr(triton, "set_allocator"):
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+        _SCRATCH_ALLOCATOR_SET = True
+
+
 def tma_readable(t: torch.Tensor) -> bool:
     """Whether a TMA descriptor can describe the 2-D tensor ``t`` as it is: its last dimension
     contiguous, its rows and its address on 16-byte boundaries. A traced launch sees fake tensors,

@@ -36,7 +36,7 @@ BLOCK_M x BLOCK_N output tile; per K-group an int32 ``tl.dot`` of the int8 tiles
 and multiplied by the outer product of the row and column scale vectors, added to an fp32
 accumulator. A loop iteration takes ``k_groups`` K-groups (each its own dot and rescale) so that
 small groups still load wide tiles; tiles come by pointer loads or, where the operands allow it, by
-tensor descriptors (TMA on Hopper). The int32 -> fp32 conversion is an integer add into the
+tensor descriptors (TMA on Hopper), made on the device so that a traced launch takes them too. The int32 -> fp32 conversion is an integer add into the
 mantissa of 1.5 * 2^23 and a float subtract where that is exact (G <= 259): the rescale, not the
 INT8 MMA, bounds the kernel at small groups, and the conversion instruction issues at a quarter of
 the FP32 rate. Launch configurations (``GemmConfig``) are tuned once per shape class on CUDA
@@ -292,9 +292,9 @@ def quantize_fallback_rule(x: torch.Tensor, block=(32, 32), rule: str = "absmax"
 
 
 def _tma_usable(qa: torch.Tensor, qb: torch.Tensor, gk: int) -> bool:
-    """Descriptor loads need a power-of-two group of >= 16 bytes and 16-byte aligned rows and bases
-    (real tensors: a traced launch, ``_Gemm.launcher``, takes pointer loads without asking)."""
-    if _c.TensorDescriptor is None or gk < 16 or gk & (gk - 1):
+    """Descriptor loads need a device that makes them, a power-of-two group of >= 16 bytes, and
+    16-byte aligned rows and bases."""
+    if not _c.tma_device(qa.device, interpreter_active()) or gk < 16 or gk & (gk - 1):
         return False
     return tma_readable(qa) and tma_readable(qb)
 
@@ -312,9 +312,9 @@ def _is_traced(t: torch.Tensor) -> bool:
 
 class _Gemm:
     """Checked operands of one call and the launches of its kernels. ``launcher``: None to launch
-    here, or ``torch.library.wrap_triton`` inside a ``triton_op``. Traced launches take pointer
-    loads: torch traces no host-side tensor descriptor outside Dynamo (a descriptor made of a fake
-    tensor would be baked into the graph)."""
+    here, or ``torch.library.wrap_triton`` inside a ``triton_op``. Traced launches take the Triton
+    kernel, whose descriptors are made on the device, never the Gluon one, whose are made here (a
+    descriptor made of a fake tensor would be baked into the graph)."""
 
     def __init__(self, qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, launcher=None):
         for name, q in (("qa", qa), ("qb", qb)):
@@ -341,7 +341,8 @@ class _Gemm:
         self.qa, self.qb = qa.contiguous(), qb.contiguous()
         self.even_k = K % gk == 0 and _next_pow2(gk) == gk
         self.launcher = launcher
-        self.tma_usable = launcher is None and _tma_usable(self.qa, self.qb, gk)
+        self.tma_usable = _tma_usable(self.qa, self.qb, gk)
+        self.async_usable = self.tma_usable and launcher is None
 
     def _scales(self, d, rows, what):
         d = d.to(device=self.dev, dtype=torch.float32).contiguous()
@@ -362,17 +363,17 @@ class _Gemm:
 
     def key(self) -> tuple:
         return ("main", _kt.bucket(self.M), _kt.bucket(self.N), _kt.bucket(self.K), self.gk, self.bms, self.bns,
-                self.even_k, self.tma_usable)
+                self.even_k, self.tma_usable, self.async_usable)
 
     # -- the main kernel
     def async_fits(self, cfg: GemmConfig) -> bool:
         """Whether the Gluon kernel of asynchronous MMAs takes this call's first parts in ``cfg``'s tile."""
-        return self.tma_usable and _ka.supports(self.qa, self.qb, self.gk, self.bms, self.bns, cfg)
+        return self.async_usable and _ka.supports(self.qa, self.qb, self.gk, self.bms, self.bns, cfg)
 
     def candidates(self) -> list:
         """The tuning candidates of this call's operands: the asynchronous kernel's tiles where it
         takes them."""
-        cands = _kt.candidate_configs(self.gk, tma=self.tma_usable, async_mma=self.tma_usable)
+        cands = _kt.candidate_configs(self.gk, tma=self.tma_usable, async_mma=self.async_usable)
         return [cfg for cfg in cands if not cfg.async_mma or self.async_fits(cfg)]
 
     def launch_main(self, c, cfg: GemmConfig, fused_a=False, fused_b=False, warmup=False):
@@ -386,12 +387,10 @@ class _Gemm:
         kg = 1 if pipe else _kt.whole_k_groups(cfg.k_groups, self.n_kb)
         bk = _next_pow2(self.gk)
         tma = cfg.tma and self.tma_usable
-        a_desc, b_desc = self.qa, self.qb  # placeholders, never read unless USE_TMA
-        if tma:
-            a_desc = _c.TensorDescriptor.from_tensor(self.qa, [cfg.block_m, bk])
-            b_desc = _c.TensorDescriptor.from_tensor(self.qb, [cfg.block_n, bk])
+        if tma and not interpreter_active():
+            _c.set_scratch_allocator()
         grid = (_cdiv(self.M, cfg.block_m) * _cdiv(self.N, cfg.block_n),)
-        args = (self.qa, a_desc, self.da, self.qb, b_desc, self.db, c,
+        args = (self.qa, self.da, self.qb, self.db, c,
                 self.ra if fused_a else self.qa, self.dra if fused_a else self.da, self.fa if fused_a else self.qa,
                 self.rb if fused_b else self.qb, self.drb if fused_b else self.db, self.fb if fused_b else self.qb,
                 self.M, self.N, self.K, self.n_kb)
@@ -438,7 +437,7 @@ class _Gemm:
         da = torch.ones((_cdiv(self.M, self.bms), self.n_kb), device=self.dev)
         db = torch.ones((_cdiv(self.N, self.bns), self.n_kb), device=self.dev)
         real = _Gemm(qa, da, qb, db, (self.bms, self.gk), (self.bns, self.gk), *(None,) * 6)
-        real.tma_usable = self.tma_usable  # the traced call's shape class: pointer loads
+        real.async_usable = self.async_usable  # the traced call's shape class: no Gluon kernel
         return real
 
     # -- the second-part pass

@@ -287,7 +287,7 @@ if triton is not None and _kq.triton is not None:
             return tl.load(ptr + cols_off[None, :] + kk[:, None], mask=k_ok[:, None], other=0)
 
     @triton.jit(do_not_specialize=["n_kb"])  # only a loop bound and a scale-row stride
-    def _gemm_kernel(a_ptr, a_desc, da_ptr, b_ptr, b_desc, db_ptr, c_ptr,
+    def _gemm_kernel(a_ptr, da_ptr, b_ptr, db_ptr, c_ptr,
                      ra_ptr, dra_ptr, fa_ptr, rb_ptr, drb_ptr, fb_ptr,
                      M, N, K, n_kb,
                      BMS: tl.constexpr, BNS: tl.constexpr, GK: tl.constexpr,
@@ -302,6 +302,12 @@ if triton is not None and _kq.triton is not None:
         product, the same sums in the same order."""
         pid = tl.program_id(0)
         pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        if USE_TMA:
+            # made on the device, so that a traced launch takes them too (``_common.tma_device``)
+            a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+            b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
+        else:  # never read: the descriptor loads are compiled out
+            a_desc, b_desc = a_ptr, b_ptr
 
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

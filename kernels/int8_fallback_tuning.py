@@ -20,7 +20,7 @@ TUNE_MIN_MACS = 1 << 33
 SMEM_BUDGET = 200 * 1024
 # what names a shape class: the columns of the tuning log before the configuration's
 TUNE_KEY_FIELDS = ("kernel", "M_class", "N_class", "K_class", "group", "block_rows_a", "block_rows_b", "even_k",
-                   "tma_usable")
+                   "tma_usable", "async_usable")
 TUNE_LOG_FIELDS = (*TUNE_KEY_FIELDS, "config", "ms", "regs", "spills", "shared", "error")
 
 _TUNED: dict = {}      # shape class -> (GemmConfig, ms)

@@ -655,7 +655,7 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
     hp_fp32 = torch.float32 in (a.hp.dtype, b.hp.dtype)
     precise = fp8_accum == "precise"
     traced = launcher is not None
-    bf16_pair = a.hp.dtype == b.hp.dtype == torch.bfloat16 and _tma_device(out.device) and M > 0
+    bf16_pair = a.hp.dtype == b.hp.dtype == torch.bfloat16 and _c.tma_device(out.device, interpreter_active()) and M > 0
     key = (M, N, K, tuple(widths), hp_fp32, precise, fixup, bf16_pair, str(out.device))
     cfg = config or _CONFIG_CACHE.get(key) or _config(M, N, K, widths, hp_fp32, precise, fixup, bf16_pair)
     for w in widths:
@@ -673,8 +673,8 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
         even = K % c.block_k8 == 0
         a_t, b_t = (_tma_layout(ah), _tma_layout(bh)) if c.tma and bf16_pair else (None, None)
         tma = a_t is not None and b_t is not None
-        if tma:
-            _set_scratch_allocator()
+        if tma and not interpreter_active():
+            _c.set_scratch_allocator()
         try:
             tiles = _cdiv(M, c.block_m) * _cdiv(N, c.block_n)
             launch_opts = {} if c.maxnreg is None else {"maxnreg": c.maxnreg}
@@ -754,16 +754,6 @@ def _fixup_programs(device: torch.device, per_sm: int = 2) -> int:
     return per_sm * torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _tma_device(device: torch.device) -> bool:
-    """Whether the TMA loop runs on ``device``: a Triton that makes tensor descriptors on the
-    device, and Hopper or later, or the interpreter."""
-    if triton is None or not hasattr(tl, "make_tensor_descriptor"):
-        return False
-    if interpreter_active():
-        return True
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
-
-
 def _tma_layout(hp: torch.Tensor) -> Optional[bool]:
     """How the TMA loop reads this (rows, K) operand: as the transpose of its row-major base (True:
     rows contiguous, the backward's views, loaded [K-step, rows] and transposed in shared memory), as
@@ -771,19 +761,6 @@ def _tma_layout(hp: torch.Tensor) -> Optional[bool]:
     boundaries)."""
     transposed = hp.stride(1) != 1
     return transposed if tma_readable(hp.t() if transposed else hp) else None
-
-
-_SCRATCH_ALLOCATOR_SET = False
-
-
-def _set_scratch_allocator() -> None:
-    """Device-made descriptors live in global scratch memory that Triton asks an allocator for: set
-    one, once, before the first launch that makes them (a ``triton_op`` called outside a compiled
-    graph launches through ``wrap_triton`` with none; Inductor's code sets its own)."""
-    global _SCRATCH_ALLOCATOR_SET
-    if not _SCRATCH_ALLOCATOR_SET and not interpreter_active():
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-        _SCRATCH_ALLOCATOR_SET = True
 
 
 def _codes_arg(codes: torch.Tensor) -> torch.Tensor:

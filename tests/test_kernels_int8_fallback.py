@@ -213,7 +213,7 @@ from triton.compiler import ASTSource
 from lowprec.kernels import int8_fallback_kernels as kk
 from lowprec.kernels import int8_fallback_tuning as kt
 names = list(inspect.signature(kk._gemm_kernel.fn).parameters)
-ptrs = dict.fromkeys(("a_ptr", "a_desc", "b_ptr", "b_desc", "c_ptr", "ra_ptr", "fa_ptr", "rb_ptr", "fb_ptr"), "*i8")
+ptrs = dict.fromkeys(("a_ptr", "b_ptr", "c_ptr", "ra_ptr", "fa_ptr", "rb_ptr", "fb_ptr"), "*i8")
 ptrs.update(dict.fromkeys(("da_ptr", "db_ptr", "dra_ptr", "drb_ptr"), "*fp32"), c_ptr="*fp32")
 ptrs.update(dict.fromkeys(("M", "N", "K", "n_kb"), "i32"))
 for gk, fused in ((128, False), (32, False), (128, True)):
@@ -225,8 +225,6 @@ for gk, fused in ((128, False), (32, False), (128, True)):
     assert all(c.num_warps == 8 or (c.block_m, c.block_n) == (64, 128) for c in cands)
     for c in (list(kinds.values()) if not fused else cands[:1]):
         sig = {n: ptrs.get(n, "constexpr") for n in names}
-        if c.tma:
-            sig["a_desc"], sig["b_desc"] = f"tensordesc<i8[{c.block_m}, {gk}]>", f"tensordesc<i8[{c.block_n}, {gk}]>"
         const = dict(BMS=gk, BNS=gk, GK=gk, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=gk, KG=c.k_groups,
                      GROUP_M=c.group_m, EVEN_K=True, MAGIC=True, USE_TMA=c.tma, HAS_RA=fused, HAS_RB=fused,
                      WS=True, PIPE=False)
@@ -410,6 +408,35 @@ def test_gemm_configurations_are_bit_identical(device, dims, rows, group, config
     block_a, block_b = (rows[0], group), (rows[1], group)
     want = int8_block_gemm_reference(qa, da, qb, db, block_a, block_b)
     _assert_gemm_equal(kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, config=config), want, device)
+
+
+def test_traced_launch_takes_descriptor_loads(device):
+    """A traced launch (its launcher wraps the kernel, as ``wrap_triton`` does in the compiled
+    training step) loads through TMA descriptors too, which the kernel makes on the device, and
+    gives the reference's result; it never takes the Gluon kernel, whose descriptors are made on
+    the host."""
+    M, N, K, rows, group = 40, 56, 160, (8, 8), 32  # rows of 160 bytes: TMA reads them
+    (qa, da, *_), (qb, db, *_) = _int_operands(M, N, K, rows[0], rows[1], group, seed=13, device=device)
+    block_a, block_b = (rows[0], group), (rows[1], group)
+    seen = {}
+
+    class Recorder:  # stands for wrap_triton: launches the kernel and keeps its launch options
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            def call(*args, **meta):
+                seen.update(meta)
+                return self.kernel[grid](*args, **meta)
+            return call
+
+    cfg = kt.GemmConfig(16, 32, k_groups=2, num_warps=4, num_stages=1, tma=True)
+    got = kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, config=cfg, launcher=Recorder)
+    assert seen["USE_TMA"] is True
+    _assert_gemm_equal(got, int8_block_gemm_reference(qa, da, qb, db, block_a, block_b), device)
+    gemm = kf._Gemm(qa, da, qb, db, block_a, block_b, *(None,) * 6, launcher=Recorder)
+    assert gemm.tma_usable and not gemm.async_usable
+    assert not any(c.async_mma for c in gemm.candidates()) and any(c.tma for c in gemm.candidates())
 
 
 @pytest.mark.parametrize("pattern", ["none", "random", "rows", "all"])

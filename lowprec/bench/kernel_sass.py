@@ -264,12 +264,9 @@ def compile_int8_gemm(cfg, group: int, block_rows: int, fused: bool = False):
     _require_compiled_kernels()
     if cfg.async_mma:
         return compile_int8_gemm_async(cfg, group, block_rows)
-    kinds = dict.fromkeys(("a_ptr", "a_desc", "b_ptr", "b_desc", "ra_ptr", "fa_ptr", "rb_ptr", "fb_ptr"), "*i8")
+    kinds = dict.fromkeys(("a_ptr", "b_ptr", "ra_ptr", "fa_ptr", "rb_ptr", "fb_ptr"), "*i8")
     kinds.update(dict.fromkeys(("da_ptr", "db_ptr", "dra_ptr", "drb_ptr", "c_ptr"), "*fp32"))
     kinds.update(dict.fromkeys(("M", "N", "K", "n_kb"), "i32"))
-    if cfg.tma:
-        kinds["a_desc"] = f"tensordesc<i8[{cfg.block_m}, {group}]>"
-        kinds["b_desc"] = f"tensordesc<i8[{cfg.block_n}, {group}]>"
     const = dict(BMS=block_rows, BNS=block_rows, GK=group, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  BLOCK_K=group, KG=cfg.k_groups, GROUP_M=cfg.group_m, EVEN_K=True, MAGIC=cfg.magic,
                  USE_TMA=cfg.tma, HAS_RA=fused, HAS_RB=fused, WS=cfg.warp_specialize, PIPE=cfg.pipelined)
