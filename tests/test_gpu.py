@@ -921,9 +921,10 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
 
 def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
     """Inside a compiled graph the INT8 GEMM is a triton_op: a shape class new to the trace is tuned
-    while it is traced, on real operands of its shapes (the trace's are fake), over pointer-load
-    configurations only (no tensor descriptor in a traced launch), and the compiled product is the
-    eager kernel's in that configuration, bit for bit."""
+    while it is traced, on real operands of its shapes (the trace's are fake), over the Triton
+    kernel's configurations on pointer and on descriptor loads (made on the device), never the Gluon
+    kernel's (host-made descriptors), and the compiled product is the eager kernel's in that
+    configuration, bit for bit."""
     from dataclasses import replace
 
     from lowprec.methods import int8_ops
@@ -950,8 +951,8 @@ def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
     got, code = run_and_get_code(torch.compile(product, fullgraph=True), qa, da, qb, db)
     assert "_gemm_kernel" in "\n".join(code) and "lowprec.int8_block_mm" not in "\n".join(code)
     (tuned,) = kt.tuned_configs()
-    assert tuned["tma_usable"] is False and not tuned["tma"]
-    assert {r["config"] for r in kt.tuning_log()} == {c.label() for c in kt.candidate_configs(128, tma=False)}
+    assert tuned["tma_usable"] is True and tuned["async_usable"] is False and not tuned["async_mma"]
+    assert {r["config"] for r in kt.tuning_log()} == {c.label() for c in kt.candidate_configs(128, tma=True)}
     cfg = replace(kt.GemmConfig(), **{k: tuned[k] for k in kt.GemmConfig.__dataclass_fields__})
     assert torch.equal(got, kf.int8_fallback_gemm(qa, da, qb, db, tuple(blk), tuple(blk), config=cfg))
 

@@ -298,11 +298,23 @@ def measure(arm: str, shape_name: str, args) -> dict:
     row = {"shape": shape_name, "arm": arm, "path": path, "reps": reps, "inductor_options": options,
            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "lowp_gemms_per_step": n_lowp,
            "batch": shape["batch"], "seq": shape["seq"], "n_params": sum(p.numel() for p in model.parameters()),
-           "warmup_s": warm_s}
+           "warmup_s": warm_s, "int8_tuned": int8_tuned()}
     print(f"# {shape_name:10s} {arm:24s} {path:8s} {statistics.median(reps):12,.0f} tok/s  "
           f"lowp GEMMs {n_lowp:4d}  peak {row['peak_mem_gib']:.1f} GiB  warm-up {warm_s:.0f} s", flush=True)
     del fn, model, opt
     return row
+
+
+def int8_tuned() -> list[str]:
+    """The INT8 GEMM's tuned configuration of each shape class this process has met (its
+    label and median ms, which tell descriptor from pointer loads), for the provenance."""
+    import sys
+
+    kt = sys.modules.get("lowprec.kernels.int8_fallback_tuning")
+    if kt is None:
+        return []
+    return [f"{r['M_class']}x{r['N_class']}x{r['K_class']} group {r['group']} rows {r['block_rows_a']}/"
+            f"{r['block_rows_b']}: {r['config']} {r['ms']:.3f} ms" for r in kt.tuned_configs()]
 
 
 def _rows(measured: list[dict], base: dict, args, commit: str) -> list[dict]:
@@ -441,6 +453,8 @@ def main(argv=None) -> int:
                 base[shape] = statistics.median(first["reps"])
             else:
                 measured.append(m)
+            if m["int8_tuned"]:
+                info.setdefault("int8_tuned", {})[arm] = m["int8_tuned"]
             info["warmup_s"] = {x["arm"]: round(x["warmup_s"], 1) for x in measured}
             shape_rows = _rows(measured, base, args, run["commit"])
             write_bench(out, _merged(old_rows, rows + shape_rows), old_runs + [run])
