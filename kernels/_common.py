@@ -266,17 +266,18 @@ def tma_device(device: torch.device, interpreted: bool) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-_SCRATCH_ALLOCATOR_SET = False
+def _scratch(size: int, alignment: int, stream):
+    return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
 def set_scratch_allocator() -> None:
-    """Device-made descriptors live in global scratch memory that Triton asks an allocator for: set
-    one, once, before the first launch that makes them (a ``triton_op`` called outside a compiled
-    graph launches through ``wrap_triton`` with none; Inductor's code sets its own)."""
-    global _SCRATCH_ALLOCATOR_SET
-    if not _SCRATCH_ALLOCATOR_SET and triton is not None and hasattr(triton, "set_allocator"):
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-        _SCRATCH_ALLOCATOR_SET = True
+    """Device-made descriptors live in global scratch memory that Triton asks an allocator for. Set
+    before each launch that makes them: Triton keeps the allocator in a context variable, which a
+    thread does not inherit (autograd runs the backward's launches on a thread of its own), and a
+    ``triton_op`` called outside a compiled graph launches through ``wrap_triton`` with none
+    (Inductor's code sets its own)."""
+    if triton is not None and hasattr(triton, "set_allocator"):
+        triton.set_allocator(_scratch)
 
 
 def tma_readable(t: torch.Tensor) -> bool:

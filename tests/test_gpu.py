@@ -957,13 +957,11 @@ def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
     assert torch.equal(got, kf.int8_fallback_gemm(qa, da, qb, db, tuple(blk), tuple(blk), config=cfg))
 
 
-# Only a wrong value is the expected failure (a compile error or crash still fails the test). Measured
-# on the H200 with Triton 3.6 at 2f8af82: the cast alone, its value scaled by a loaded scalar and
+# The history of this reproducer. Measured on the H200 with Triton 3.6 at 2f8af82: the cast alone, its value scaled by a loaded scalar and
 # clamped or not, matches torch's on every input; once the same cast value is also converted to
 # fp32 in registers, 32,973 of the 66,041 stored codes are wrong (in both tile shapes; about one
 # byte of each pair, e.g. -448 stored as 0x60 instead of 0xFE), while the register value itself is
-# right. Strict: a Triton that fixes it fails this test as XPASS, the signal to turn the hardware
-# cast back on in lowprec.kernels.mor_quant and drop the mark.
+# right; the register-decode cases were marked as strict expected failures.
 # Read from its machine code, compiled for sm_90 without a GPU (Triton 3.6): this kernel packs each
 # pair of casts (F2FP...PACK_AB), stores both bytes at their elements' addresses and decodes them
 # (F2FP.F16.E4M3.UNPACK_B), all correctly, with or without the register decode. The version measured
@@ -971,19 +969,13 @@ def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
 # (eight bytes a thread, which other threads stored): a race, which its decoded values would show.
 # Yet on the H200 at 1ebcc97 (this kernel, with the barrier) the register-decode cases still failed
 # as marked and the cast-only ones passed (results/kernels/gpu_reproducer_1ebcc97_h200.log): the bug
-# is Triton's, not a race of the test. On an H100 at fc7c26a (the same Triton, the same sm_90 code)
-# both register-decode cases passed, XPASS against this mark: the failure depends on the device, so
-# the mark holds on the H200 alone and the H100 asserts the right codes.
-def _on_h200() -> bool:
-    return torch.cuda.is_available() and "H200" in torch.cuda.get_device_name()
+# is Triton's, not a race of the test. At 2b87233 (the same Triton 3.6, driver 580.159.04) both
+# register-decode cases passed, on an H100 and on an H200: the mark came off, and the test now
+# asserts the right codes in both forms. The suite's kernels keep the written-out encoder
+# (fp8_cast='auto') until a run of their own tests with the hardware cast says otherwise.
 
 
-_REGISTER_DECODE_BUG = pytest.mark.xfail(_on_h200(), strict=True, raises=AssertionError, reason=(
-    "Triton 3.6 on the H200: the stored codes of an fp32 -> E4M3 cast are wrong once the cast value is "
-    "also converted to fp32 in registers; the suite's kernels keep the written-out encoder (fp8_cast='auto')"))
-
-
-@pytest.mark.parametrize("register_decode", [False, pytest.param(True, marks=_REGISTER_DECODE_BUG)],
+@pytest.mark.parametrize("register_decode", [False, True],
                          ids=["cast_only", "cast_and_register_decode"])
 @pytest.mark.parametrize("tile", [(1024,), (32, 128)], ids=lambda t: f"{len(t)}d")
 def test_triton_hardware_fp8_cast_reproducer(tile, register_decode):
@@ -991,8 +983,8 @@ def test_triton_hardware_fp8_cast_reproducer(tile, register_decode):
     fp32 -> E4M3 (scaled by a loaded scalar and clamped with ``where``, as the MoR quantizer does),
     its bits stored, read back and decoded, against torch's cast, on every E4M3 value, the
     midpoints between neighbours (ties to even) and random values, in a 1-D tile and a 2-D one.
-    ``cast_only`` must hold; ``cast_and_register_decode`` also converts the cast value to fp32 in
-    registers, which corrupts the stored codes (see the mark)."""
+    ``cast_only`` casts alone; ``cast_and_register_decode`` also converts the cast value to fp32 in
+    registers, which once corrupted the stored codes (see above)."""
     triton = pytest.importorskip("triton")
     import triton.language as tl
 
