@@ -216,6 +216,13 @@ def default_residual_config(block_rows: int) -> ResidualConfig:
     return ResidualConfig()
 
 
+def forget_tuning() -> None:
+    """Drop every shape class's tuned configuration and the tuning log (the next call of each class
+    tunes it again): for a benchmark whose arms must each tune, and say, what they ran."""
+    _TUNED.clear()
+    _TUNE_LOG.clear()
+
+
 def tuned_config(key: tuple, tune) -> GemmConfig:
     """The configuration of shape class `key`: tune() -> (GemmConfig, ms) runs the first time only."""
     if key not in _TUNED:

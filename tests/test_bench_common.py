@@ -199,6 +199,24 @@ def test_fresh_compilation_keeps_every_case_compiled(monkeypatch):
         torch._dynamo.reset()
 
 
+def test_e2e_arms_record_the_int8_configurations_they_tuned(monkeypatch):
+    """Each arm starts the INT8 GEMM's tuning afresh and its provenance lists the configuration
+    chosen for each shape class it met (label and time), none for an arm that met none."""
+    from lowprec.bench import e2e_step
+    from lowprec.kernels import int8_fallback_tuning as kt
+
+    monkeypatch.setattr(kt, "_TUNED", {})
+    monkeypatch.setattr(kt, "_TUNE_LOG", [])
+    key = ("main", 16384, 2048, 2048, 32, 32, 32, True, True, False)
+    kt.tuned_config(key, lambda: (kt.GemmConfig(block_n=64, tma=True, pipelined=True), 0.4381))
+    assert e2e_step.int8_tuned() == ["16384x2048x2048 group 32 rows 32/32: 128x64_kg1_w8_s3_gm8_tma_pipe 0.438 ms"]
+    e2e_step.forget_int8_tuning()
+    assert e2e_step.int8_tuned() == [] and kt.tuning_log() == []
+    calls = []
+    kt.tuned_config(key, lambda: calls.append(1) or (kt.GemmConfig(), 1.0))
+    assert calls == [1]  # tuned again
+
+
 def test_cudagraph_timer_is_chosen_and_named(monkeypatch):
     """--cudagraph times with do_bench_cudagraph (the GPU's time, not the host's launches) and the
     provenance's timer says so; without it, do_bench."""

@@ -278,6 +278,7 @@ def measure(arm: str, shape_name: str, args) -> dict:
 
     shape = SHAPES[shape_name]
     fresh_compilation()
+    forget_int8_tuning()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     options = arm_inductor_options(arm, args)
@@ -305,9 +306,19 @@ def measure(arm: str, shape_name: str, args) -> dict:
     return row
 
 
+def forget_int8_tuning() -> None:
+    """Each arm tunes the INT8 GEMM's shape classes it meets afresh, so that ``int8_tuned`` reads
+    that arm's choices."""
+    import sys
+
+    kt = sys.modules.get("lowprec.kernels.int8_fallback_tuning")
+    if kt is not None:
+        kt.forget_tuning()
+
+
 def int8_tuned() -> list[str]:
-    """The INT8 GEMM's tuned configuration of each shape class this process has met (its
-    label and median ms, which tell descriptor from pointer loads), for the provenance."""
+    """The INT8 GEMM's tuned configuration of each shape class the arm met (its label and median
+    ms, which tell descriptor from pointer loads), for the provenance."""
     import sys
 
     kt = sys.modules.get("lowprec.kernels.int8_fallback_tuning")
