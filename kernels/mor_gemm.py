@@ -58,11 +58,14 @@ multiplied: 1 the FP8 loop, 2 the BF16 loop, 3 torch._scaled_mm, 4 the BF16 loop
 evidence tests use that the FP8 path (or the TMA loop) really ran.
 
 Two BF16 choices of bf16 operands (the fast path's ``bf16_choice``) make a plain BF16 GEMM, which
-on Hopper runs on TMA loads (``_bf16_tma_product``; the launch configuration's ``tma``), traced or
-not: the descriptors are made on the device, since a traced launch cannot carry host-made ones. At
-8192^3 on the H100 the fix-up ran at 0.85-0.96x of torch's BF16 GEMM with host-made descriptors
-(``results/mor/fixup_h100.csv``), against 0.35-0.40x on pointer loads
-(``fixup_h100_pointer_sweep.csv``).
+on Hopper runs on TMA loads (``_tma_product``; the launch configuration's ``tma``), traced or not:
+the descriptors are made on the device, since a traced launch cannot carry host-made ones. At
+8192^3 on the H100 the fix-up ran at 0.86-0.88x of torch's BF16 GEMM so
+(``results/mor/fixup_h100_device_desc.csv``), against 0.35-0.40x on pointer loads
+(``fixup_h100_pointer_sweep.csv``). One E4M3 choice beside a BF16 one takes TMA loads too where its
+scales are constant along K (per tensor, per row; GAM blocks keep the pointer loop): the codes are
+loaded by TMA and decoded in registers as the dot's first operand (not yet timed on a GPU; on
+pointer loads those pairs ran at 0.46-0.53x).
 
 E4M3 codes reach the BF16 loop through the hardware conversion (on sm_90 Triton 3.6 emits
 ``cvt.rn.f16x2.e4m3x2`` then ``cvt.bf16.f16``: exact, E4M3 is a subset of both; a K-step of a mixed
@@ -300,47 +303,72 @@ if triton is not None:
         return rm, rn, rm < M, rn < N, (rm // a_br) * s_asr, (rn // b_br) * s_bsr
 
     @triton.jit
-    def _bf16_tma_descs(ah_ptr, bh_ptr, M, N, K, s_ahm, s_ahk, s_bhn, s_bhk, A_T: tl.constexpr,
-                        B_T: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        """The TMA loop's descriptors over each bf16 operand's row-major base (``A_T`` / ``B_T``: the
-        operand is its base's transpose), made here on the device, once a program: a traced launch
-        cannot carry descriptors made on the host (torch's ``wrap_triton`` records no TMA metadata for
-        them, and Inductor's compile fails on them)."""
-        if A_T:
-            a_desc = tl.make_tensor_descriptor(ah_ptr, shape=[K, M], strides=[s_ahk, 1], block_shape=[BLOCK_K, BLOCK_M])
+    def _tma_desc(ptr, rows, K, s_rows, s_k, T: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+        """A descriptor over a (rows, K) operand's row-major base (``T``: the operand is its base's
+        transpose, the backward's views), made here on the device: a traced launch cannot carry
+        descriptors made on the host (torch's ``wrap_triton`` records no TMA metadata for them, and
+        Inductor's compile fails on them)."""
+        if T:
+            return tl.make_tensor_descriptor(ptr, shape=[K, rows], strides=[s_k, 1], block_shape=[BLOCK_K, BLOCK_R])
         else:
-            a_desc = tl.make_tensor_descriptor(ah_ptr, shape=[M, K], strides=[s_ahm, 1], block_shape=[BLOCK_M, BLOCK_K])
-        if B_T:
-            b_desc = tl.make_tensor_descriptor(bh_ptr, shape=[K, N], strides=[s_bhk, 1], block_shape=[BLOCK_K, BLOCK_N])
-        else:
-            b_desc = tl.make_tensor_descriptor(bh_ptr, shape=[N, K], strides=[s_bhn, 1], block_shape=[BLOCK_N, BLOCK_K])
-        return a_desc, b_desc
+            return tl.make_tensor_descriptor(ptr, shape=[rows, K], strides=[s_rows, 1], block_shape=[BLOCK_R, BLOCK_K])
 
     @triton.jit
-    def _bf16_tma_product(ah_desc, bh_desc, t, M, N, K, A_T: tl.constexpr, B_T: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                          GROUP_M: tl.constexpr, INTERP: tl.constexpr):
-        """Tile t's product where both operands chose BF16 and are bf16 in memory: a plain BF16
-        GEMM whose tiles the TMA unit loads through descriptors over each operand's row-major base
-        (``A_T`` / ``B_T``: the operand is its base's transpose, the backward's views), zero-filled
-        past the edges (the module docstring has its speed against the pointer loads')."""
+    def _tma_loop(x_desc, y_desc, off_x, off_y, K, X_T: tl.constexpr, Y_T: tl.constexpr, X_CODES: tl.constexpr,
+                  BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_K: tl.constexpr, INTERP: tl.constexpr):
+        """X @ Y^T of one tile, both loaded by the TMA unit (zero-filled past the edges), Y's bf16
+        values as they are, X's too or, with ``X_CODES``, its E4M3 codes decoded to bf16 in
+        registers (exact), where the dot's first operand is read from."""
+        acc = tl.full((BLOCK_X, BLOCK_Y), 0.0, tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            if X_T:
+                x = tl.trans(x_desc.load([k0, off_x]))
+            else:
+                x = x_desc.load([off_x, k0])
+            if X_CODES:
+                x = _codes_value(x, False, INTERP)
+            if Y_T:
+                y = y_desc.load([k0, off_y])
+            else:
+                y = tl.trans(y_desc.load([off_y, k0]))
+            if INTERP:  # the operands arrive widened to fp32 (bf16 values, exact products)
+                acc = tl.dot(x, y, acc, input_precision="ieee")
+            else:
+                acc = tl.dot(x, y, acc)
+        return acc
+
+    @triton.jit
+    def _tma_runs(e4a, e4b, TMA_CODES: tl.constexpr):
+        """Whether the TMA loop multiplies this pair of choices (one at least BF16): two BF16
+        choices always, one E4M3 choice where its codes are TMA-readable and scaled along M or N
+        only (``TMA_CODES``)."""
+        runs = not (e4a | e4b)
+        if TMA_CODES:
+            runs = runs | (e4a != e4b)
+        return runs
+
+    @triton.jit
+    def _tma_product(ah_desc, bh_desc, ac_desc, bc_desc, e4a, e4b, t, M, N, K, A_T: tl.constexpr,
+                     B_T: tl.constexpr, AC_T: tl.constexpr, BC_T: tl.constexpr, TMA_CODES: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                     INTERP: tl.constexpr):
+        """Tile t's product on TMA loads (``_tma_runs``): a plain BF16 GEMM of the hp operands, or
+        one operand's decoded codes times the other's hp values; B's codes as the transposed
+        product B @ A^T, so that the decoded tile is the dot's first operand, as in
+        ``_bf16_product`` (the module docstring has the speed against the pointer loads')."""
         pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            if A_T:
-                a = tl.trans(ah_desc.load([k0, off_m]))
+        if TMA_CODES:
+            if e4a:
+                acc = _tma_loop(ac_desc, bh_desc, off_m, off_n, K, AC_T, B_T, True, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
+            elif e4b:
+                acc = tl.trans(_tma_loop(bc_desc, ah_desc, off_n, off_m, K, BC_T, A_T, True, BLOCK_N, BLOCK_M,
+                                         BLOCK_K, INTERP))
             else:
-                a = ah_desc.load([off_m, k0])
-            if B_T:
-                b = bh_desc.load([k0, off_n])
-            else:
-                b = tl.trans(bh_desc.load([off_n, k0]))
-            if INTERP:  # the operands arrive widened to fp32 (bf16 values, exact products)
-                acc = tl.dot(a, b, acc, input_precision="ieee")
-            else:
-                acc = tl.dot(a, b, acc)
+                acc = _tma_loop(ah_desc, bh_desc, off_m, off_n, K, A_T, B_T, False, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
+        else:
+            acc = _tma_loop(ah_desc, bh_desc, off_m, off_n, K, A_T, B_T, False, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
         return acc
 
     @triton.jit
@@ -353,6 +381,7 @@ if triton is not None:
                          BLOCK_K16: tl.constexpr, GROUP_M: tl.constexpr, PROMOTE: tl.constexpr,
                          EVEN: tl.constexpr, EVEN16: tl.constexpr, WHOLE_MN: tl.constexpr, OUT_BF16: tl.constexpr,
                          FIXUP: tl.constexpr, TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+                         TMA_CODES: tl.constexpr, AC_T: tl.constexpr, BC_T: tl.constexpr,
                          COUNT: tl.constexpr, INTERP: tl.constexpr):
         if not INTERP:
             # fp8 codes are read as their bits (uint8 in the interpreter already): the BF16 loop
@@ -360,11 +389,14 @@ if triton is not None:
             ac_ptr = ac_ptr.to(tl.pointer_type(tl.uint8), bitcast=True)
             bc_ptr = bc_ptr.to(tl.pointer_type(tl.uint8), bitcast=True)
         pid = tl.program_id(0)
+        # descriptors once a program (placeholders where the TMA loop is compiled out)
+        ah_desc, bh_desc, ac_desc, bc_desc = ah_ptr, bh_ptr, ac_ptr, bc_ptr
         if TMA:
-            ah_desc, bh_desc = _bf16_tma_descs(ah_ptr, bh_ptr, M, N, K, s_ahm, s_ahk, s_bhn, s_bhk, A_T, B_T,
-                                               BLOCK_M, BLOCK_N, BLOCK_K16)
-        else:  # never read: the TMA loop is compiled out
-            ah_desc, bh_desc = ah_ptr, bh_ptr
+            ah_desc = _tma_desc(ah_ptr, M, K, s_ahm, s_ahk, A_T, BLOCK_M, BLOCK_K16)
+            bh_desc = _tma_desc(bh_ptr, N, K, s_bhn, s_bhk, B_T, BLOCK_N, BLOCK_K16)
+        if TMA_CODES:
+            ac_desc = _tma_desc(ac_ptr, M, K, s_acm, s_ack, AC_T, BLOCK_M, BLOCK_K16)
+            bc_desc = _tma_desc(bc_ptr, N, K, s_bcn, s_bck, BC_T, BLOCK_N, BLOCK_K16)
         # the decision, on the device: E4M3 iff error <= threshold (NaN: BF16)
         e4a = tl.load(ae_ptr) <= thr_a
         e4b = tl.load(be_ptr) <= thr_b
@@ -392,9 +424,9 @@ if triton is not None:
                 for t in range(pid, n_tiles, tl.num_programs(0)):
                     rm, rn, m_ok, n_ok, a_srow, b_srow = _tile_rows(t, M, N, s_asr, a_br, s_bsr, b_br,
                                                                     BLOCK_M, BLOCK_N, GROUP_M)
-                    if TMA and not (e4a | e4b):
-                        acc = _bf16_tma_product(ah_desc, bh_desc, t, M, N, K, A_T, B_T,
-                                                BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
+                    if TMA and _tma_runs(e4a, e4b, TMA_CODES):
+                        acc = _tma_product(ah_desc, bh_desc, ac_desc, bc_desc, e4a, e4b, t, M, N, K, A_T, B_T, AC_T,
+                                           BC_T, TMA_CODES, BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
                     else:
                         acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok,
                                             n_ok, a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
@@ -402,7 +434,7 @@ if triton is not None:
                                             BLOCK_M, BLOCK_N, BLOCK_K16, EVEN16, WHOLE_MN, INTERP)
                     _epilogue(acc, c_ptr, rm, rn, m_ok, n_ok, N, as_ptr, a_srow, s_asc, e4a, bs_ptr, b_srow,
                               s_bsc, e4b, A_KSTEP, B_KSTEP, OUT_BF16)
-                if TMA and not (e4a | e4b):
+                if TMA and _tma_runs(e4a, e4b, TMA_CODES):
                     tl.store(info_ptr + 2, 4, mask=first)
                 else:
                     tl.store(info_ptr + 2, 2, mask=first)
@@ -415,9 +447,9 @@ if triton is not None:
                                 s_bcn, s_bck, s_bhn, s_bhk, s_bsc, b_bc, True, True, True, A_KSTEP, B_KSTEP,
                                 BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, WHOLE_MN, INTERP)
                 tl.store(info_ptr + 2, 1, mask=first)
-            elif TMA and not (e4a | e4b):
-                acc = _bf16_tma_product(ah_desc, bh_desc, pid, M, N, K, A_T, B_T,
-                                        BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
+            elif TMA and _tma_runs(e4a, e4b, TMA_CODES):
+                acc = _tma_product(ah_desc, bh_desc, ac_desc, bc_desc, e4a, e4b, pid, M, N, K, A_T, B_T, AC_T, BC_T,
+                                   TMA_CODES, BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
                 tl.store(info_ptr + 2, 4, mask=first)
             else:
                 acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
@@ -662,7 +694,8 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
         if w % cfg.block_k8 or w % cfg.block_k16:
             raise ValueError(f"config {cfg}: K-steps must divide the block width {w}")
     ah, bh = _hp_arg(a.hp), _hp_arg(b.hp)
-    args = (_codes_arg(a.codes), ah, a.scales, a.rel_error, _codes_arg(b.codes), bh,
+    codes_a, codes_b = _codes_arg(a.codes), _codes_arg(b.codes)
+    args = (codes_a, ah, a.scales, a.rel_error, codes_b, bh,
             b.scales, b.rel_error, out, info, info if counts is None else counts, count_row,
             0 if counts is None else counts.stride(0), M, N, K, fp32_threshold(a.threshold), fp32_threshold(b.threshold),
             *a.codes.stride(), *ah.stride(), *a.scales.stride(), a.block[0], a.block[1],
@@ -673,6 +706,9 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
         even = K % c.block_k8 == 0
         a_t, b_t = (_tma_layout(ah), _tma_layout(bh)) if c.tma and bf16_pair else (None, None)
         tma = a_t is not None and b_t is not None
+        # one E4M3 choice on TMA loads too, where its scales are constant along K
+        ac_t, bc_t = (_tma_layout(codes_a), _tma_layout(codes_b)) if tma and not (a_kstep or b_kstep) else (None, None)
+        tma_codes = ac_t is not None and bc_t is not None
         if tma and not interpreter_active():
             _c.set_scratch_allocator()
         try:
@@ -684,7 +720,8 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
                 PROMOTE=c.block_k8 if precise and not widths else None, EVEN=even, EVEN16=K % c.block_k16 == 0,
                 WHOLE_MN=M % c.block_m == 0 and N % c.block_n == 0,
                 OUT_BF16=out.dtype == torch.bfloat16,
-                FIXUP=fixup, TMA=tma, A_T=bool(a_t), B_T=bool(b_t),
+                FIXUP=fixup, TMA=tma, A_T=bool(a_t), B_T=bool(b_t), TMA_CODES=tma_codes, AC_T=bool(ac_t),
+                BC_T=bool(bc_t),
                 COUNT=counts is not None, INTERP=interpreter_active(), num_warps=c.num_warps,
                 num_stages=c.num_stages, **launch_opts)
         except _OutOfResources:

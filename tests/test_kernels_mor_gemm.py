@@ -346,6 +346,47 @@ def test_bf16_loops_load_one_source_per_operand():
     assert all(int(r[4]) >= 1 for r in loops["triton_rows"]), out
 
 
+@pytest.mark.parametrize("a_t,b_t,codes_t,e4m3,mode", [
+    (False, False, False, "a", "fixup"), (True, True, True, "a", "fixup"), (False, True, False, "b", "fixup"),
+    (True, False, True, "b", "triton")])
+def test_one_e4m3_choice_loads_its_codes_through_tma(a_t, b_t, codes_t, e4m3, mode):
+    """One operand chose E4M3, the other BF16: where the codes' scales are constant along K (per
+    tensor, per row) the TMA unit loads the codes too (info 4), in row-major and transposed layouts
+    of the hp values and of the codes alike, over edges that no tile fits; the product equals the
+    float64 GEMM of the chosen values and the pointer loop's (``tma=False``) up to the order of the
+    sums. GAM blocks (scales that change along K), and row-major codes whose rows TMA cannot take
+    (K = 72: rows of 72 bytes), keep the pointer loop."""
+    def operand(rows, k, seed, transposed, partition, e4):
+        x = _data((k, rows) if transposed else (rows, k), seed, torch.bfloat16)
+        x = x.t() if transposed else x
+        op = _operand(x, partition, E4M3_TH if e4 else BF16_TH)
+        codes = op.codes.t().contiguous().t() if codes_t else op.codes.contiguous()
+        return op._replace(codes=codes), _emulated(x, partition, op.threshold)[0]
+
+    def run(a, b, config):
+        info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
+        if mode == "triton":
+            return kg.mor_gemm(a, b, backend="triton", info=info, config=config), info
+        out = torch.full((a.hp.shape[0], b.hp.shape[0]), 7.0, device=DEVICE)
+        kg.bf16_fixup(a, b, out, info=info, config=config)
+        return out, info
+
+    # 48 and 80 rows: transposed codes' rows (of M or N bytes) on 16-byte boundaries, tiles cut at the edges
+    for (m, n, k), partition, tma_ran in (((48, 80, 96), "tensor", True), ((48, 80, 96), "channel", True),
+                                          ((64, 64, 96), "block", False), ((48, 80, 72), "tensor", codes_t)):
+        a, va = operand(m, k, 31, a_t, partition, e4m3 == "a")
+        b, vb = operand(n, k, 32, b_t, partition, e4m3 == "b")
+        cfg = kg._config(m, n, k, [32] if partition == "block" else [], False, True, mode == "fixup", True)
+        got, info = run(a, b, cfg)
+        want = [int(e4m3 == "a"), int(e4m3 == "b"), 4 if tma_ran else 2]
+        assert info.tolist() == want, (partition, k, info)
+        ref = va @ vb.t()
+        assert sqnr_db(ref, got.cpu().double()) > FLOOR_DB
+        plain, info = run(a, b, cfg._replace(tma=False))
+        assert info.tolist()[2] == 2
+        torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6 * float(ref.abs().max()))
+
+
 @pytest.mark.parametrize("mode", ["triton", "fixup"])
 @pytest.mark.parametrize("a_t,b_t", [(False, False), (False, True), (True, True), (True, False)])
 def test_two_bf16_choices_load_through_tma_in_every_layout(a_t, b_t, mode):

@@ -397,7 +397,7 @@ def mor_gemm_rows(mode: str, hp: str, view: str = "rows") -> list:
     const = dict(A_KSTEP=False, B_KSTEP=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K8=cfg.block_k8,
                  BLOCK_K16=cfg.block_k16, GROUP_M=kg._GROUP_M, PROMOTE=cfg.block_k8, EVEN=True, EVEN16=True,
                  WHOLE_MN=True, OUT_BF16=True, FIXUP=fixup, TMA=False, A_T=False, B_T=False,
-                 COUNT=fixup, INTERP=False, **dict.fromkeys(unit, 1))
+                 TMA_CODES=False, AC_T=False, BC_T=False, COUNT=fixup, INTERP=False, **dict.fromkeys(unit, 1))
     aligned = ("ac_ptr", "bc_ptr", "ah_ptr", "bh_ptr", "c_ptr", "M", "N", "K",
                *(k for k in strides if k not in unit))
     try:
