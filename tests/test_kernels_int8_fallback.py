@@ -410,6 +410,30 @@ def test_gemm_configurations_are_bit_identical(device, dims, rows, group, config
     _assert_gemm_equal(kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, config=config), want, device)
 
 
+def test_scratch_allocator_is_set_by_every_thread_that_launches():
+    """Triton keeps the scratch allocator of device-made descriptors in a context variable, which a
+    thread does not inherit: a thread that launches (autograd runs the backward's launches on one
+    of its own) sets it itself, whatever another thread set before. The GPU run of a once-a-process
+    setting failed with "no allocator was set"."""
+    import threading
+
+    from lowprec.kernels import _common as _c
+
+    allocation = pytest.importorskip("triton.runtime._allocation")
+    seen = []
+
+    def launching_thread():
+        seen.append(allocation._allocator.get() is _c._scratch)
+        _c.set_scratch_allocator()
+        seen.append(allocation._allocator.get() is _c._scratch)
+
+    for _ in range(2):  # the first thread sets it, the second starts without it all the same
+        thread = threading.Thread(target=launching_thread)
+        thread.start()
+        thread.join()
+    assert seen == [False, True, False, True]
+
+
 def test_traced_launch_takes_descriptor_loads(device):
     """A traced launch (its launcher wraps the kernel, as ``wrap_triton`` does in the compiled
     training step) loads through TMA descriptors too, which the kernel makes on the device, and
