@@ -346,6 +346,17 @@ def test_bf16_loops_load_one_source_per_operand():
     assert all(int(r[4]) >= 1 for r in loops["triton_rows"]), out
 
 
+def _run_tma_mode(mode, a, b, config):
+    """(product, info) of the ``triton`` backend's GEMM, or of the fix-up over a buffer of sevens
+    (``fixup``), in launch configuration ``config``."""
+    info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
+    if mode == "triton":
+        return kg.mor_gemm(a, b, backend="triton", info=info, config=config), info
+    out = torch.full((a.hp.shape[0], b.hp.shape[0]), 7.0, device=DEVICE)
+    kg.bf16_fixup(a, b, out, info=info, config=config)
+    return out, info
+
+
 @pytest.mark.parametrize("a_t,b_t,codes_t,e4m3,mode", [
     (False, False, False, "a", "fixup"), (True, True, True, "a", "fixup"), (False, True, False, "b", "fixup"),
     (True, False, True, "b", "triton")])
@@ -363,26 +374,18 @@ def test_one_e4m3_choice_loads_its_codes_through_tma(a_t, b_t, codes_t, e4m3, mo
         codes = op.codes.t().contiguous().t() if codes_t else op.codes.contiguous()
         return op._replace(codes=codes), _emulated(x, partition, op.threshold)[0]
 
-    def run(a, b, config):
-        info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
-        if mode == "triton":
-            return kg.mor_gemm(a, b, backend="triton", info=info, config=config), info
-        out = torch.full((a.hp.shape[0], b.hp.shape[0]), 7.0, device=DEVICE)
-        kg.bf16_fixup(a, b, out, info=info, config=config)
-        return out, info
-
     # 48 and 80 rows: transposed codes' rows (of M or N bytes) on 16-byte boundaries, tiles cut at the edges
     for (m, n, k), partition, tma_ran in (((48, 80, 96), "tensor", True), ((48, 80, 96), "channel", True),
                                           ((64, 64, 96), "block", False), ((48, 80, 72), "tensor", codes_t)):
         a, va = operand(m, k, 31, a_t, partition, e4m3 == "a")
         b, vb = operand(n, k, 32, b_t, partition, e4m3 == "b")
         cfg = kg._config(m, n, k, [32] if partition == "block" else [], False, True, mode == "fixup", True)
-        got, info = run(a, b, cfg)
+        got, info = _run_tma_mode(mode, a, b, cfg)
         want = [int(e4m3 == "a"), int(e4m3 == "b"), 4 if tma_ran else 2]
         assert info.tolist() == want, (partition, k, info)
         ref = va @ vb.t()
         assert sqnr_db(ref, got.cpu().double()) > FLOOR_DB
-        plain, info = run(a, b, cfg._replace(tma=False))
+        plain, info = _run_tma_mode(mode, a, b, cfg._replace(tma=False))
         assert info.tolist()[2] == 2
         torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6 * float(ref.abs().max()))
 
@@ -402,29 +405,21 @@ def test_two_bf16_choices_load_through_tma_in_every_layout(a_t, b_t, mode):
         codes, scales, _ = km.mor_quantize_e4m3(x.float(), "tensor", BLOCK)
         return kg.MoROperand(x, codes, scales, tuple(x.shape), torch.tensor(0.05, device=DEVICE), BF16_TH)
 
-    def run(a, b, config):
-        info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
-        if mode == "triton":
-            return kg.mor_gemm(a, b, backend="triton", info=info, config=config), info
-        out = torch.full((a.hp.shape[0], b.hp.shape[0]), 7.0, device=DEVICE)
-        kg.bf16_fixup(a, b, out, info=info, config=config)
-        return out, info
-
     cfg = kg._config(40, 24, 72, [], False, True, mode == "fixup")
     for m, n, k, tma_ran in ((40, 24, 72, True), (39, 23, 66, False)):
         a, b = operand(m, k, 31, a_t), operand(n, k, 32, b_t)
-        got, info = run(a, b, cfg)
+        got, info = _run_tma_mode(mode, a, b, cfg)
         ref = a.hp.cpu().double() @ b.hp.cpu().double().t()
         assert info.tolist() == [0, 0, 4 if tma_ran else 2], (k, info)
         assert sqnr_db(ref, got.cpu().double()) > FLOOR_DB
-        plain, info = run(a, b, cfg._replace(tma=False))
+        plain, info = _run_tma_mode(mode, a, b, cfg._replace(tma=False))
         assert info.tolist() == [0, 0, 2]
         assert sqnr_db(ref, plain.cpu().double()) > FLOOR_DB
         # the same fp32 sums of the same exact products, up to their order within a K-step
         torch.testing.assert_close(got, plain, rtol=1e-6, atol=1e-6 * float(ref.abs().max()))
     if mode == "fixup":  # a traced launch (its launcher wraps the kernel)
         a, b = operand(40, 72, 31, a_t), operand(24, 72, 32, b_t)
-        untraced, _ = run(a, b, None)
+        untraced, _ = _run_tma_mode(mode, a, b, None)
         out = torch.full((40, 24), 7.0, device=DEVICE)
         info = torch.zeros(3, dtype=torch.int32, device=DEVICE)
         kg.bf16_fixup(a, b, out, info=info, launcher=lambda kernel: kernel)
