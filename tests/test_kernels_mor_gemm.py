@@ -302,9 +302,10 @@ import sys
 from lowprec.bench import kernel_sass as ks
 if ks.nvidia_tool("cuobjdump") is None:
     print("SKIP"); sys.exit()
-for mode, view in (("fixup", "rows"), ("fixup", "transposed"), ("triton", "rows")):
-    for row in ks.mor_gemm_rows(mode, "bf16", view):
-        print(mode + "_" + view, row.get("tile"), row.get("loop_instructions"), row.get("conversions"), row.get("spills"),
+for mode, view, loads in (("fixup", "rows", "pointer"), ("fixup", "transposed", "pointer"),
+                          ("triton", "rows", "pointer"), ("fixup", "rows", "tma"), ("fixup", "transposed", "tma")):
+    for row in ks.mor_gemm_rows(mode, "bf16", view, loads):
+        print(mode + "_" + view + ("_tma" if loads == "tma" else ""), row.get("tile"), row.get("loop_instructions"), row.get("conversions"), row.get("spills"),
               row.get("global_loads"), row.get("mma_in_flight"), row.get("error", ""))
 """
 
@@ -344,6 +345,13 @@ def test_bf16_loops_load_one_source_per_operand():
     # shared memory, which the fast path leaves to cuBLAS)
     assert all(int(r[4]) >= 1 for key in ("fixup_rows", "fixup_transposed") for r in loops[key]), out
     assert all(int(r[4]) >= 1 for r in loops["triton_rows"]), out
+    # on TMA loads (Hopper's launch): the fix-up's three loops, no global load of their own, no
+    # spill, the BF16 pair's loop a plain BF16 GEMM's; the mixed pairs' decode their codes (179-221
+    # instructions a K-step with Triton 3.9, the transposed codes' the most)
+    for key in ("fixup_rows_tma", "fixup_transposed_tma"):
+        rows = [line[2:] for line in lines if line[0] == key]
+        assert len(rows) == 3 and all(int(r[3]) == 0 and int(r[2]) == 0 for r in rows), out  # loads, spills
+        assert all(int(r[0]) <= 240 for r in rows) and int(rows[-1][0]) <= 100 and int(rows[-1][1]) == 0, out
 
 
 def _run_tma_mode(mode, a, b, config):

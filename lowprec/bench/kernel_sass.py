@@ -56,7 +56,12 @@ FP8 loop first in the triton mode, then the BF16 loops (``_bf16_product``: A's c
 values, A's hp values with B's codes, both hp). ``tile``: the configuration's tile and BF16 K-step.
 ``mma_in_flight``: the tensor-core products a loop keeps running while the next K-step loads (1 or 3
 where pipelined; 0 where an operand converted in registers goes back to shared memory every K-step,
-as an fp32 hp operand still does).
+as an fp32 hp operand still does). ``loads``: ``pointer``, or ``tma`` (bf16 operands, the launch a
+Hopper GPU makes: the configuration of ``tma``, tiles loaded through descriptors made on the device,
+one E4M3 choice's codes too); in the fix-up the compiler then keeps the three TMA loops alone (A's
+codes, B's codes, both hp: no pair that reaches them takes the pointer loops), and
+``mma_in_flight`` stays blank where the IR's loops, the pointer loops among them, outnumber the
+machine code's.
 """
 
 from __future__ import annotations
@@ -81,7 +86,7 @@ FIELDS = {
                  "conversions", "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
     "mor_sub_values": ("choice", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
                        "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
-    "mor_gemm": ("mode", "hp", "view", "loop", "tile", "num_warps", "loop_instructions", *_CLASSES, "conversions",
+    "mor_gemm": ("mode", "hp", "view", "loads", "loop", "tile", "num_warps", "loop_instructions", *_CLASSES, "conversions",
                  "shared_accesses", "barriers", "mma_in_flight", "registers", "local", "error"),
 }
 
@@ -145,8 +150,12 @@ def hot_loop(instrs: list) -> list:
 
 def k_loops(instrs: list) -> list:
     """The innermost loops that hold an MMA (a GEMM's K loops, also inside a persistent loop over
-    tiles), each a list of its instructions, in code order."""
+    tiles), each a list of its instructions, in code order. A backward branch from code placed after
+    the kernel's body into a loop (ptxas moves cold paths there) spans a range that starts inside
+    that loop and ends past it: no loop, left out."""
     loops = [body for body in _loops(instrs) if counts(body)["mma"]]
+    loops = [b for b in loops if not any(o[0].address < b[0].address <= o[-1].address < b[-1].address
+                                         for o in loops)]
     inner = [b for b in loops if not any(o is not b and b[0].address <= o[0].address and o[-1].address <= b[-1].address
                                          for o in loops)]
     return sorted(inner, key=lambda b: b[0].address)
@@ -374,15 +383,19 @@ def mor_sub_values_row(choice: str) -> dict:
     return row
 
 
-def mor_gemm_rows(mode: str, hp: str, view: str = "rows") -> list:
+def mor_gemm_rows(mode: str, hp: str, view: str = "rows", loads: str = "pointer") -> list:
     """This module's table rows for the MoR GEMM's K loops in one mode, for hp operands of dtype
-    ``hp`` read through ``view`` (``rows`` or ``transposed``), on whole tiles."""
+    ``hp`` read through ``view`` (``rows`` or ``transposed``), on whole tiles, on pointer loads or
+    (``loads="tma"``: bf16 operands, codes in the view's layout) on TMA loads."""
     from lowprec.kernels import mor_gemm as kg
 
     _require_compiled_kernels()
     fixup = mode == "fixup"
-    cfg = kg._config(8192, 8192, 8192, [], hp == "fp32", True, fixup)
-    base = {"mode": mode, "hp": hp, "view": view, "num_warps": cfg.num_warps,
+    tma = loads == "tma"
+    if tma and hp != "bf16":
+        raise ValueError("loads='tma': the TMA loop takes bf16 operands only")
+    cfg = kg._config(8192, 8192, 8192, [], hp == "fp32", True, fixup, tma)
+    base = {"mode": mode, "hp": hp, "view": view, "loads": loads, "num_warps": cfg.num_warps,
             "tile": f"{cfg.block_m}x{cfg.block_n}x{cfg.block_k16}"}
     ptr = {"bf16": "*bf16", "fp32": "*fp32"}[hp]
     # the unit strides are constants at launch, as Triton specializes a 1: along K for row-major
@@ -396,8 +409,9 @@ def mor_gemm_rows(mode: str, hp: str, view: str = "rows") -> list:
              **{k: "i32" for k in strides if k not in unit}}
     const = dict(A_KSTEP=False, B_KSTEP=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K8=cfg.block_k8,
                  BLOCK_K16=cfg.block_k16, GROUP_M=kg._GROUP_M, PROMOTE=cfg.block_k8, EVEN=True, EVEN16=True,
-                 WHOLE_MN=True, OUT_BF16=True, FIXUP=fixup, TMA=False, A_T=False, B_T=False,
-                 TMA_CODES=False, AC_T=False, BC_T=False, COUNT=fixup, INTERP=False, **dict.fromkeys(unit, 1))
+                 WHOLE_MN=True, OUT_BF16=True, FIXUP=fixup, TMA=tma,
+                 A_T=tma and view == "transposed", B_T=tma and view == "transposed", TMA_CODES=tma,
+                 AC_T=tma and view == "transposed", BC_T=tma and view == "transposed", COUNT=fixup, INTERP=False, **dict.fromkeys(unit, 1))
     aligned = ("ac_ptr", "bc_ptr", "ah_ptr", "bh_ptr", "c_ptr", "M", "N", "K",
                *(k for k in strides if k not in unit))
     try:
@@ -415,8 +429,9 @@ def mor_gemm_rows(mode: str, hp: str, view: str = "rows") -> list:
 
 
 def _mor_gemm_rows(prog: str, args, wanted: list) -> list:
-    return [(lambda mode=mode, hp=hp, view=view: mor_gemm_rows(mode, hp, view))
+    return [(lambda mode=mode, hp=hp, view=view, loads=loads: mor_gemm_rows(mode, hp, view, loads))
             for mode in ("fixup", "triton") for hp in ("bf16", "fp32") for view in ("rows", "transposed")
+            for loads in (("pointer", "tma") if hp == "bf16" else ("pointer",))
             if not wanted or mode in wanted]
 
 
