@@ -62,10 +62,10 @@ on Hopper runs on TMA loads (``_tma_product``; the launch configuration's ``tma`
 the descriptors are made on the device, since a traced launch cannot carry host-made ones. At
 8192^3 on the H100 the fix-up ran at 0.86-0.88x of torch's BF16 GEMM so
 (``results/mor/fixup_h100_device_desc.csv``), against 0.35-0.40x on pointer loads
-(``fixup_h100_pointer_sweep.csv``). One E4M3 choice beside a BF16 one takes TMA loads too where its
-scales are constant along K (per tensor, per row; GAM blocks keep the pointer loop): the codes are
-loaded by TMA and decoded in registers as the dot's first operand (not yet timed on a GPU; on
-pointer loads those pairs ran at 0.46-0.53x).
+(``fixup_h100_pointer_sweep.csv``). One E4M3 choice beside a BF16 one takes TMA loads too: the codes are
+loaded by TMA and decoded in registers as the dot's first operand, block scales that change along K
+applied to each K-step's product (not yet timed on a GPU; on pointer loads those pairs ran at
+0.46-0.53x).
 
 E4M3 codes reach the BF16 loop through the hardware conversion (on sm_90 Triton 3.6 emits
 ``cvt.rn.f16x2.e4m3x2`` then ``cvt.bf16.f16``: exact, E4M3 is a subset of both; a K-step of a mixed
@@ -134,7 +134,8 @@ class GemmConfig(NamedTuple):
     # programs an SM
     maxnreg: Optional[int] = None
     programs_per_sm: int = 2
-    # two BF16 choices of bf16 operands through TMA descriptors (``_tma_layout``), where they take one
+    # BF16 choices of bf16 operands (and one E4M3 choice's codes) through TMA descriptors
+    # (``_tma_layout``), where they take one
     tma: bool = True
 
 
@@ -314,11 +315,15 @@ if triton is not None:
             return tl.make_tensor_descriptor(ptr, shape=[rows, K], strides=[s_rows, 1], block_shape=[BLOCK_R, BLOCK_K])
 
     @triton.jit
-    def _tma_loop(x_desc, y_desc, off_x, off_y, K, X_T: tl.constexpr, Y_T: tl.constexpr, X_CODES: tl.constexpr,
+    def _tma_loop(x_desc, y_desc, off_x, off_y, K, s_ptr, srow, s_sc, x_bc, x_ok,
+                  X_T: tl.constexpr, Y_T: tl.constexpr, X_CODES: tl.constexpr, X_KSTEP: tl.constexpr,
                   BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_K: tl.constexpr, INTERP: tl.constexpr):
         """X @ Y^T of one tile, both loaded by the TMA unit (zero-filled past the edges), Y's bf16
         values as they are, X's too or, with ``X_CODES``, its E4M3 codes decoded to bf16 in
-        registers (exact), where the dot's first operand is read from."""
+        registers (exact), where the dot's first operand is read from. ``X_KSTEP``: X's block
+        scales change along K (GAM blocks), so each K-step's product is scaled by its rows' inverse
+        scales (``s_ptr``, ``srow``, ``s_sc``, blocks ``x_bc`` wide) before it is added, as in the
+        pointer loop; else the epilogue scales the sum."""
         acc = tl.full((BLOCK_X, BLOCK_Y), 0.0, tl.float32)
         for k0 in range(0, K, BLOCK_K):
             if X_T:
@@ -331,25 +336,35 @@ if triton is not None:
                 y = y_desc.load([k0, off_y])
             else:
                 y = tl.trans(y_desc.load([off_y, k0]))
-            if INTERP:  # the operands arrive widened to fp32 (bf16 values, exact products)
-                acc = tl.dot(x, y, acc, input_precision="ieee")
+            if X_KSTEP:
+                p = _bf16_dot(x, y, tl.full((BLOCK_X, BLOCK_Y), 0.0, tl.float32), INTERP)
+                acc += p * _inv_scale(s_ptr, srow, k0 // x_bc, s_sc, x_ok, True)[:, None]
             else:
-                acc = tl.dot(x, y, acc)
+                acc = _bf16_dot(x, y, acc, INTERP)
         return acc
+
+    @triton.jit
+    def _bf16_dot(x, y, acc, INTERP: tl.constexpr):
+        """acc + x @ y, y a [K-step, columns] tile as TMA loads it."""
+        if INTERP:  # the operands arrive widened to fp32 (bf16 values, exact products)
+            return tl.dot(x, y, acc, input_precision="ieee")
+        else:
+            return tl.dot(x, y, acc)
 
     @triton.jit
     def _tma_runs(e4a, e4b, TMA_CODES: tl.constexpr):
         """Whether the TMA loop multiplies this pair of choices (one at least BF16): two BF16
-        choices always, one E4M3 choice where its codes are TMA-readable and scaled along M or N
-        only (``TMA_CODES``)."""
+        choices always, one E4M3 choice where its codes are TMA-readable (``TMA_CODES``)."""
         runs = not (e4a | e4b)
         if TMA_CODES:
             runs = runs | (e4a != e4b)
         return runs
 
     @triton.jit
-    def _tma_product(ah_desc, bh_desc, ac_desc, bc_desc, e4a, e4b, t, M, N, K, A_T: tl.constexpr,
-                     B_T: tl.constexpr, AC_T: tl.constexpr, BC_T: tl.constexpr, TMA_CODES: tl.constexpr,
+    def _tma_product(ah_desc, bh_desc, ac_desc, bc_desc, e4a, e4b, t, M, N, K,
+                     as_ptr, a_srow, s_asc, a_bc, m_ok, bs_ptr, b_srow, s_bsc, b_bc, n_ok,
+                     A_KSTEP: tl.constexpr, B_KSTEP: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr,
+                     AC_T: tl.constexpr, BC_T: tl.constexpr, TMA_CODES: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                      INTERP: tl.constexpr):
         """Tile t's product on TMA loads (``_tma_runs``): a plain BF16 GEMM of the hp operands, or
@@ -361,14 +376,17 @@ if triton is not None:
         off_n = pid_n * BLOCK_N
         if TMA_CODES:
             if e4a:
-                acc = _tma_loop(ac_desc, bh_desc, off_m, off_n, K, AC_T, B_T, True, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
+                acc = _tma_loop(ac_desc, bh_desc, off_m, off_n, K, as_ptr, a_srow, s_asc, a_bc, m_ok,
+                                AC_T, B_T, True, A_KSTEP, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
             elif e4b:
-                acc = tl.trans(_tma_loop(bc_desc, ah_desc, off_n, off_m, K, BC_T, A_T, True, BLOCK_N, BLOCK_M,
-                                         BLOCK_K, INTERP))
+                acc = tl.trans(_tma_loop(bc_desc, ah_desc, off_n, off_m, K, bs_ptr, b_srow, s_bsc, b_bc, n_ok,
+                                         BC_T, A_T, True, B_KSTEP, BLOCK_N, BLOCK_M, BLOCK_K, INTERP))
             else:
-                acc = _tma_loop(ah_desc, bh_desc, off_m, off_n, K, A_T, B_T, False, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
+                acc = _tma_loop(ah_desc, bh_desc, off_m, off_n, K, as_ptr, a_srow, s_asc, a_bc, m_ok,
+                                A_T, B_T, False, False, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
         else:
-            acc = _tma_loop(ah_desc, bh_desc, off_m, off_n, K, A_T, B_T, False, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
+            acc = _tma_loop(ah_desc, bh_desc, off_m, off_n, K, as_ptr, a_srow, s_asc, a_bc, m_ok,
+                            A_T, B_T, False, False, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
         return acc
 
     @triton.jit
@@ -425,8 +443,10 @@ if triton is not None:
                     rm, rn, m_ok, n_ok, a_srow, b_srow = _tile_rows(t, M, N, s_asr, a_br, s_bsr, b_br,
                                                                     BLOCK_M, BLOCK_N, GROUP_M)
                     if TMA and _tma_runs(e4a, e4b, TMA_CODES):
-                        acc = _tma_product(ah_desc, bh_desc, ac_desc, bc_desc, e4a, e4b, t, M, N, K, A_T, B_T, AC_T,
-                                           BC_T, TMA_CODES, BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
+                        acc = _tma_product(ah_desc, bh_desc, ac_desc, bc_desc, e4a, e4b, t, M, N, K,
+                                           as_ptr, a_srow, s_asc, a_bc, m_ok, bs_ptr, b_srow, s_bsc, b_bc, n_ok,
+                                           A_KSTEP, B_KSTEP, A_T, B_T, AC_T, BC_T, TMA_CODES,
+                                           BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
                     else:
                         acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok,
                                             n_ok, a_srow, b_srow, M, N, K, s_acm, s_ack, s_ahm, s_ahk, s_asc, a_bc,
@@ -448,8 +468,10 @@ if triton is not None:
                                 BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, WHOLE_MN, INTERP)
                 tl.store(info_ptr + 2, 1, mask=first)
             elif TMA and _tma_runs(e4a, e4b, TMA_CODES):
-                acc = _tma_product(ah_desc, bh_desc, ac_desc, bc_desc, e4a, e4b, pid, M, N, K, A_T, B_T, AC_T, BC_T,
-                                   TMA_CODES, BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
+                acc = _tma_product(ah_desc, bh_desc, ac_desc, bc_desc, e4a, e4b, pid, M, N, K,
+                                   as_ptr, a_srow, s_asc, a_bc, m_ok, bs_ptr, b_srow, s_bsc, b_bc, n_ok,
+                                   A_KSTEP, B_KSTEP, A_T, B_T, AC_T, BC_T, TMA_CODES,
+                                   BLOCK_M, BLOCK_N, BLOCK_K16, GROUP_M, INTERP)
                 tl.store(info_ptr + 2, 4, mask=first)
             else:
                 acc = _bf16_product(ac_ptr, ah_ptr, as_ptr, bc_ptr, bh_ptr, bs_ptr, e4a, e4b, rm, rn, m_ok, n_ok,
@@ -706,8 +728,8 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
         even = K % c.block_k8 == 0
         a_t, b_t = (_tma_layout(ah), _tma_layout(bh)) if c.tma and bf16_pair else (None, None)
         tma = a_t is not None and b_t is not None
-        # one E4M3 choice on TMA loads too, where its scales are constant along K
-        ac_t, bc_t = (_tma_layout(codes_a), _tma_layout(codes_b)) if tma and not (a_kstep or b_kstep) else (None, None)
+        # one E4M3 choice on TMA loads too (block scales along K applied per K-step, as the pointer loop does)
+        ac_t, bc_t = (_tma_layout(codes_a), _tma_layout(codes_b)) if tma else (None, None)
         tma_codes = ac_t is not None and bc_t is not None
         if tma and not interpreter_active():
             _c.set_scratch_allocator()

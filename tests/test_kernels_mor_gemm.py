@@ -369,12 +369,12 @@ def _run_tma_mode(mode, a, b, config):
     (False, False, False, "a", "fixup"), (True, True, True, "a", "fixup"), (False, True, False, "b", "fixup"),
     (True, False, True, "b", "triton")])
 def test_one_e4m3_choice_loads_its_codes_through_tma(a_t, b_t, codes_t, e4m3, mode):
-    """One operand chose E4M3, the other BF16: where the codes' scales are constant along K (per
-    tensor, per row) the TMA unit loads the codes too (info 4), in row-major and transposed layouts
-    of the hp values and of the codes alike, over edges that no tile fits; the product equals the
+    """One operand chose E4M3, the other BF16: the TMA unit loads the codes too (info 4), in
+    row-major and transposed layouts of the hp values and of the codes alike, over edges that no
+    tile fits; the product equals the
     float64 GEMM of the chosen values and the pointer loop's (``tma=False``) up to the order of the
-    sums. GAM blocks (scales that change along K), and row-major codes whose rows TMA cannot take
-    (K = 72: rows of 72 bytes), keep the pointer loop."""
+    sums, GAM blocks (scales that change along K, applied to each K-step's product) included.
+    Row-major codes whose rows TMA cannot take (K = 72: rows of 72 bytes) keep the pointer loop."""
     def operand(rows, k, seed, transposed, partition, e4):
         x = _data((k, rows) if transposed else (rows, k), seed, torch.bfloat16)
         x = x.t() if transposed else x
@@ -384,7 +384,7 @@ def test_one_e4m3_choice_loads_its_codes_through_tma(a_t, b_t, codes_t, e4m3, mo
 
     # 48 and 80 rows: transposed codes' rows (of M or N bytes) on 16-byte boundaries, tiles cut at the edges
     for (m, n, k), partition, tma_ran in (((48, 80, 96), "tensor", True), ((48, 80, 96), "channel", True),
-                                          ((64, 64, 96), "block", False), ((48, 80, 72), "tensor", codes_t)):
+                                          ((64, 64, 96), "block", True), ((48, 80, 72), "tensor", codes_t)):
         a, va = operand(m, k, 31, a_t, partition, e4m3 == "a")
         b, vb = operand(n, k, 32, b_t, partition, e4m3 == "b")
         cfg = kg._config(m, n, k, [32] if partition == "block" else [], False, True, mode == "fixup", True)
