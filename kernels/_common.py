@@ -248,12 +248,6 @@ def launch(kernel, launcher=None):
     return kernel if launcher is None else launcher(kernel)
 
 
-try:  # host-side tensor descriptors (TMA loads on Hopper), Triton >= 3.3; None: pointer loads only
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except Exception:  # noqa: BLE001 - no Triton, or one without descriptors
-    TensorDescriptor = None
-
-
 def tma_device(device: torch.device, interpreted: bool) -> bool:
     """Whether kernels may make TMA descriptors on ``device`` (``tl.make_tensor_descriptor``): a
     Triton that has it, and Hopper or later, or the interpreter (``interpreted``). Made on the

@@ -36,14 +36,15 @@ BLOCK_M x BLOCK_N output tile; per K-group an int32 ``tl.dot`` of the int8 tiles
 and multiplied by the outer product of the row and column scale vectors, added to an fp32
 accumulator. A loop iteration takes ``k_groups`` K-groups (each its own dot and rescale) so that
 small groups still load wide tiles; tiles come by pointer loads or, where the operands allow it, by
-tensor descriptors (TMA on Hopper), made on the device so that a traced launch takes them too. The int32 -> fp32 conversion is an integer add into the
-mantissa of 1.5 * 2^23 and a float subtract where that is exact (G <= 259): the rescale, not the
-INT8 MMA, bounds the kernel at small groups, and the conversion instruction issues at a quarter of
-the FP32 rate. Launch configurations (``GemmConfig``) are tuned once per shape class on CUDA
-(``lowprec.kernels.int8_fallback_tuning``: M, N, K rounded up to powers of two, the group, the scale
-blocks; ``candidate_configs``, ``tuned_configs``, ``tuning_log``); GEMMs under ``TUNE_MIN_MACS``
-and the interpreter take ``default_config``. On a Hopper GPU the candidates of an untraced call
-whose operands take descriptor loads include the Gluon kernel of ``lowprec.kernels.int8_gemm_async``
+tensor descriptors (TMA on Hopper), made on the device so that a traced launch takes them too. The
+int32 -> fp32 conversion is an integer add into the mantissa of 1.5 * 2^23 and a float subtract
+where that is exact (G <= 259): the rescale, not the INT8 MMA, bounds the kernel at small groups,
+and the conversion instruction issues at a quarter of the FP32 rate. Launch configurations
+(``GemmConfig``) are tuned once per shape class on CUDA (``lowprec.kernels.int8_fallback_tuning``:
+M, N, K rounded up to powers of two, the group, the scale blocks; ``candidate_configs``,
+``tuned_configs``, ``tuning_log``); GEMMs under ``TUNE_MIN_MACS`` and the interpreter take
+``default_config``. On a Hopper GPU the candidates of an untraced call whose operands take
+descriptor loads include the Gluon kernel of ``lowprec.kernels.int8_gemm_async``
 (``GemmConfig.async_mma``: each K-group's product in flight while the last one is rescaled, which
 no Triton formulation keeps); a configuration of it given with fused second parts, or for
 operands it does not take, runs the Triton kernel in the same tile.

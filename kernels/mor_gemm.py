@@ -709,7 +709,8 @@ def _launch(a: MoROperand, b: MoROperand, out: torch.Tensor, info: torch.Tensor,
     hp_fp32 = torch.float32 in (a.hp.dtype, b.hp.dtype)
     precise = fp8_accum == "precise"
     traced = launcher is not None
-    bf16_pair = a.hp.dtype == b.hp.dtype == torch.bfloat16 and _c.tma_device(out.device, interpreter_active()) and M > 0
+    bf16_pair = (a.hp.dtype == b.hp.dtype == torch.bfloat16 and M > 0
+                 and _c.tma_device(out.device, interpreter_active()))
     key = (M, N, K, tuple(widths), hp_fp32, precise, fixup, bf16_pair, str(out.device))
     cfg = config or _CONFIG_CACHE.get(key) or _config(M, N, K, widths, hp_fp32, precise, fixup, bf16_pair)
     for w in widths:
