@@ -64,9 +64,9 @@ bits in integer ops, ``_common._e4m3_to_f32``); "auto" keeps the written-out enc
 the H200 with Triton 3.6 the stored codes of the hardware cast are wrong once the cast value has a
 second use in registers (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer: a cast whose
 bits are only stored matches torch's; converted to fp32 in registers too, about one stored code of
-each pair is wrong; here the integer decode of the bits is that second use). At 2b87233 the
-reproducer passed on an H100 and on an H200 (the same Triton, driver 580.159.04); "auto" stays on the
-encoder until this module's own GPU tests pass with the hardware cast.
+each pair is wrong; here the integer decode of the bits is that second use). At fc7c26a the
+reproducer passed on an H100 (the same Triton, driver 580.159.04); on the H200 it is not yet
+re-read. "auto" stays on the encoder until this module's own GPU tests pass with the hardware cast.
 """
 
 from __future__ import annotations

@@ -969,9 +969,11 @@ def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
 # (eight bytes a thread, which other threads stored): a race, which its decoded values would show.
 # Yet on the H200 at 1ebcc97 (this kernel, with the barrier) the register-decode cases still failed
 # as marked and the cast-only ones passed (results/kernels/gpu_reproducer_1ebcc97_h200.log): the bug
-# is Triton's, not a race of the test. At 2b87233 (the same Triton 3.6, driver 580.159.04) both
-# register-decode cases passed, on an H100 and on an H200: the mark came off, and the test now
-# asserts the right codes in both forms. The suite's kernels keep the written-out encoder
+# is Triton's, not a race of the test. At fc7c26a (the same Triton 3.6, driver 580.159.04) both
+# register-decode cases passed on an H100 (XPASS against the mark); at 2b87233 an H200 reported
+# both as failing under the strict mark, which an unexpected pass gives, but the run was cut off
+# before its messages. The mark came off: the test asserts the right codes in both forms, and its
+# next run on an H200 says which it was. The suite's kernels keep the written-out encoder
 # (fp8_cast='auto') until a run of their own tests with the hardware cast says otherwise.
 
 

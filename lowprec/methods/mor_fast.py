@@ -182,7 +182,7 @@ def _cast_on_kernel(x2d: torch.Tensor, kind: str) -> bool:
     tests cover fp32 only on ragged tiles, not the unmasked whole-tile path with the approximate
     division, and Triton 3.6 stored wrong FP8 codes for some vectorized fp32 casts on the H200 in
     earlier runs (``tests/test_gpu.py``, ``test_triton_hardware_fp8_cast_reproducer``; it passed
-    on an H100 and an H200 at 2b87233). Not yet reproduced: under the interpreter the
+    on an H100 at fc7c26a). Not yet reproduced: under the interpreter the
     pass equals the torch ops there. Since 95fe5de the transposed codes no longer come from a second
     cast that Triton's layout pass made in the transposed store's layout (a converted x): to check
     on the GPU whether fp32 operands now hold."""
