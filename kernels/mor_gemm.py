@@ -60,12 +60,12 @@ evidence tests use that the FP8 path (or the TMA loop) really ran.
 Two BF16 choices of bf16 operands (the fast path's ``bf16_choice``) make a plain BF16 GEMM, which
 on Hopper runs on TMA loads (``_tma_product``; the launch configuration's ``tma``), traced or not:
 the descriptors are made on the device, since a traced launch cannot carry host-made ones. At
-8192^3 on the H100 the fix-up ran at 0.86-0.88x of torch's BF16 GEMM so
+8192^3 on the H100 the fix-up ran so at 0.86-0.88x of torch's BF16 GEMM
 (``results/mor/fixup_h100_device_desc.csv``), against 0.35-0.40x on pointer loads
-(``fixup_h100_pointer_sweep.csv``). One E4M3 choice beside a BF16 one takes TMA loads too: the codes are
-loaded by TMA and decoded in registers as the dot's first operand, block scales that change along K
-applied to each K-step's product (not yet timed on a GPU; on pointer loads those pairs ran at
-0.46-0.53x).
+(``fixup_h100_pointer_sweep.csv``). One E4M3 choice beside a BF16 one takes TMA loads too: the
+codes are loaded by TMA and decoded in registers as the dot's first operand, block scales that
+change along K applied to each K-step's product (not yet timed on a GPU; on pointer loads those
+pairs ran at 0.46-0.53x).
 
 E4M3 codes reach the BF16 loop through the hardware conversion (on sm_90 Triton 3.6 emits
 ``cvt.rn.f16x2.e4m3x2`` then ``cvt.bf16.f16``: exact, E4M3 is a subset of both; a K-step of a mixed
@@ -333,23 +333,15 @@ if triton is not None:
             if X_CODES:
                 x = _codes_value(x, False, INTERP)
             if Y_T:
-                y = y_desc.load([k0, off_y])
+                y = tl.trans(y_desc.load([k0, off_y]))
             else:
-                y = tl.trans(y_desc.load([off_y, k0]))
+                y = y_desc.load([off_y, k0])
             if X_KSTEP:
-                p = _bf16_dot(x, y, tl.full((BLOCK_X, BLOCK_Y), 0.0, tl.float32), INTERP)
+                p = _dot(x, y, tl.full((BLOCK_X, BLOCK_Y), 0.0, tl.float32), False, None, INTERP)
                 acc += p * _inv_scale(s_ptr, srow, k0 // x_bc, s_sc, x_ok, True)[:, None]
             else:
-                acc = _bf16_dot(x, y, acc, INTERP)
+                acc = _dot(x, y, acc, False, None, INTERP)
         return acc
-
-    @triton.jit
-    def _bf16_dot(x, y, acc, INTERP: tl.constexpr):
-        """acc + x @ y, y a [K-step, columns] tile as TMA loads it."""
-        if INTERP:  # the operands arrive widened to fp32 (bf16 values, exact products)
-            return tl.dot(x, y, acc, input_precision="ieee")
-        else:
-            return tl.dot(x, y, acc)
 
     @triton.jit
     def _tma_runs(e4a, e4b, TMA_CODES: tl.constexpr):
@@ -374,17 +366,13 @@ if triton is not None:
         pid_m, pid_n = _grouped_tile(t, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        if TMA_CODES:
-            if e4a:
-                acc = _tma_loop(ac_desc, bh_desc, off_m, off_n, K, as_ptr, a_srow, s_asc, a_bc, m_ok,
-                                AC_T, B_T, True, A_KSTEP, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
-            elif e4b:
-                acc = tl.trans(_tma_loop(bc_desc, ah_desc, off_n, off_m, K, bs_ptr, b_srow, s_bsc, b_bc, n_ok,
-                                         BC_T, A_T, True, B_KSTEP, BLOCK_N, BLOCK_M, BLOCK_K, INTERP))
-            else:
-                acc = _tma_loop(ah_desc, bh_desc, off_m, off_n, K, as_ptr, a_srow, s_asc, a_bc, m_ok,
-                                A_T, B_T, False, False, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
-        else:
+        if TMA_CODES and e4a:
+            acc = _tma_loop(ac_desc, bh_desc, off_m, off_n, K, as_ptr, a_srow, s_asc, a_bc, m_ok,
+                            AC_T, B_T, True, A_KSTEP, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
+        elif TMA_CODES and e4b:
+            acc = tl.trans(_tma_loop(bc_desc, ah_desc, off_n, off_m, K, bs_ptr, b_srow, s_bsc, b_bc, n_ok,
+                                     BC_T, A_T, True, B_KSTEP, BLOCK_N, BLOCK_M, BLOCK_K, INTERP))
+        else:  # two BF16 choices
             acc = _tma_loop(ah_desc, bh_desc, off_m, off_n, K, as_ptr, a_srow, s_asc, a_bc, m_ok,
                             A_T, B_T, False, False, BLOCK_M, BLOCK_N, BLOCK_K, INTERP)
         return acc

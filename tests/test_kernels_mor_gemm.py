@@ -305,8 +305,9 @@ if ks.nvidia_tool("cuobjdump") is None:
 for mode, view, loads in (("fixup", "rows", "pointer"), ("fixup", "transposed", "pointer"),
                           ("triton", "rows", "pointer"), ("fixup", "rows", "tma"), ("fixup", "transposed", "tma")):
     for row in ks.mor_gemm_rows(mode, "bf16", view, loads):
-        print(mode + "_" + view + ("_tma" if loads == "tma" else ""), row.get("tile"), row.get("loop_instructions"), row.get("conversions"), row.get("spills"),
-              row.get("global_loads"), row.get("mma_in_flight"), row.get("error", ""))
+        print(mode + "_" + view + ("_tma" if loads == "tma" else ""), row.get("tile"), row.get("loop_instructions"),
+              row.get("conversions"), row.get("spills"), row.get("global_loads"), row.get("mma_in_flight"),
+              row.get("error", ""))
 """
 
 
@@ -354,6 +355,12 @@ def test_bf16_loops_load_one_source_per_operand():
         assert all(int(r[0]) <= 240 for r in rows) and int(rows[-1][0]) <= 100 and int(rows[-1][1]) == 0, out
 
 
+def _bf16_view(rows, k, seed, transposed):
+    """A (rows, K) bf16 operand, row-major or the transpose of a row-major base (the backward's views)."""
+    x = _data((k, rows) if transposed else (rows, k), seed, torch.bfloat16)
+    return x.t() if transposed else x
+
+
 def _run_tma_mode(mode, a, b, config):
     """(product, info) of the ``triton`` backend's GEMM, or of the fix-up over a buffer of sevens
     (``fixup``), in launch configuration ``config``."""
@@ -371,13 +378,12 @@ def _run_tma_mode(mode, a, b, config):
 def test_one_e4m3_choice_loads_its_codes_through_tma(a_t, b_t, codes_t, e4m3, mode):
     """One operand chose E4M3, the other BF16: the TMA unit loads the codes too (info 4), in
     row-major and transposed layouts of the hp values and of the codes alike, over edges that no
-    tile fits; the product equals the
-    float64 GEMM of the chosen values and the pointer loop's (``tma=False``) up to the order of the
-    sums, GAM blocks (scales that change along K, applied to each K-step's product) included.
-    Row-major codes whose rows TMA cannot take (K = 72: rows of 72 bytes) keep the pointer loop."""
+    tile fits; the product equals the float64 GEMM of the chosen values and the pointer loop's
+    (``tma=False``) up to the order of the sums, GAM blocks (scales that change along K, applied to
+    each K-step's product) included. Row-major codes whose rows TMA cannot take (K = 72: rows of 72
+    bytes) keep the pointer loop."""
     def operand(rows, k, seed, transposed, partition, e4):
-        x = _data((k, rows) if transposed else (rows, k), seed, torch.bfloat16)
-        x = x.t() if transposed else x
+        x = _bf16_view(rows, k, seed, transposed)
         op = _operand(x, partition, E4M3_TH if e4 else BF16_TH)
         codes = op.codes.t().contiguous().t() if codes_t else op.codes.contiguous()
         return op._replace(codes=codes), _emulated(x, partition, op.threshold)[0]
@@ -409,8 +415,7 @@ def test_two_bf16_choices_load_through_tma_in_every_layout(a_t, b_t, mode):
     or 23 bf16 values: not multiples of 16 bytes) go to the pointer loop. A traced launch takes the
     TMA loop too (its descriptors are made on the device)."""
     def operand(rows, k, seed, transposed):
-        x = _data((k, rows) if transposed else (rows, k), seed, torch.bfloat16)
-        x = x.t() if transposed else x
+        x = _bf16_view(rows, k, seed, transposed)
         codes, scales, _ = km.mor_quantize_e4m3(x.float(), "tensor", BLOCK)
         return kg.MoROperand(x, codes, scales, tuple(x.shape), torch.tensor(0.05, device=DEVICE), BF16_TH)
 

@@ -306,12 +306,17 @@ def measure(arm: str, shape_name: str, args) -> dict:
     return row
 
 
+def _int8_tuning():
+    """The INT8 GEMM's tuning module where an arm has imported it (None: no arm has met the GEMM)."""
+    import sys
+
+    return sys.modules.get("lowprec.kernels.int8_fallback_tuning")
+
+
 def forget_int8_tuning() -> None:
     """Each arm tunes the INT8 GEMM's shape classes it meets afresh, so that ``int8_tuned`` reads
     that arm's choices."""
-    import sys
-
-    kt = sys.modules.get("lowprec.kernels.int8_fallback_tuning")
+    kt = _int8_tuning()
     if kt is not None:
         kt.forget_tuning()
 
@@ -319,9 +324,7 @@ def forget_int8_tuning() -> None:
 def int8_tuned() -> list[str]:
     """The INT8 GEMM's tuned configuration of each shape class the arm met (its label and median
     ms, which tell descriptor from pointer loads), for the provenance."""
-    import sys
-
-    kt = sys.modules.get("lowprec.kernels.int8_fallback_tuning")
+    kt = _int8_tuning()
     if kt is None:
         return []
     return [f"{r['M_class']}x{r['N_class']}x{r['K_class']} group {r['group']} rows {r['block_rows_a']}/"

@@ -86,8 +86,8 @@ FIELDS = {
                  "conversions", "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
     "mor_sub_values": ("choice", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
                        "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
-    "mor_gemm": ("mode", "hp", "view", "loads", "loop", "tile", "num_warps", "loop_instructions", *_CLASSES, "conversions",
-                 "shared_accesses", "barriers", "mma_in_flight", "registers", "local", "error"),
+    "mor_gemm": ("mode", "hp", "view", "loads", "loop", "tile", "num_warps", "loop_instructions", *_CLASSES,
+                 "conversions", "shared_accesses", "barriers", "mma_in_flight", "registers", "local", "error"),
 }
 
 _INT_OPS = ("IADD3", "IMAD", "LOP3", "SHF", "LEA", "ISETP", "VIADD", "IABS", "SEL", "PRMT")
@@ -409,9 +409,9 @@ def mor_gemm_rows(mode: str, hp: str, view: str = "rows", loads: str = "pointer"
              **{k: "i32" for k in strides if k not in unit}}
     const = dict(A_KSTEP=False, B_KSTEP=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K8=cfg.block_k8,
                  BLOCK_K16=cfg.block_k16, GROUP_M=kg._GROUP_M, PROMOTE=cfg.block_k8, EVEN=True, EVEN16=True,
-                 WHOLE_MN=True, OUT_BF16=True, FIXUP=fixup, TMA=tma,
-                 A_T=tma and view == "transposed", B_T=tma and view == "transposed", TMA_CODES=tma,
-                 AC_T=tma and view == "transposed", BC_T=tma and view == "transposed", COUNT=fixup, INTERP=False, **dict.fromkeys(unit, 1))
+                 WHOLE_MN=True, OUT_BF16=True, FIXUP=fixup, TMA=tma, TMA_CODES=tma, COUNT=fixup, INTERP=False,
+                 **dict.fromkeys(("A_T", "B_T", "AC_T", "BC_T"), tma and view == "transposed"),
+                 **dict.fromkeys(unit, 1))
     aligned = ("ac_ptr", "bc_ptr", "ah_ptr", "bh_ptr", "c_ptr", "M", "N", "K",
                *(k for k in strides if k not in unit))
     try:

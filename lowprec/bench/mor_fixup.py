@@ -7,8 +7,8 @@ layer and over launch configurations, against torch's BF16 GEMM of the same layo
 A linear layer of ``tokens`` x ``in`` inputs and ``out`` features (``--shapes`` TOKENSxINxOUT) runs
 fprop ``X W^T`` (both operands row-major along K), dgrad ``dY W`` (W read through its transpose)
 and wgrad ``dY^T X`` (both through transposes: K is the token dimension), as
-``lowprec.methods.mor_fast`` hands them to the fix-up. Per-tensor E4M3 codes and scales are made
-from the bf16 operands; each operand's choice is set through its error (0: E4M3, inf: BF16) for the
+``lowprec.methods.mor_fast`` hands them to the fix-up. Per-tensor E4M3 codes and scales are MoR's
+own of the bf16 operands (``lowprec.kernels.mor_quant.mor_quantize_e4m3``); each operand's choice is set through its error (0: E4M3, inf: BF16) for the
 pairs ``--pairs`` (``bf16/bf16``: a plain BF16 GEMM; ``e4m3/bf16`` and ``bf16/e4m3``: one operand's
 decoded codes; ``e4m3/e4m3``: the common case, every program returning at once). Each row: the
 median time (do_bench), TFLOP/s, the ratio to torch's BF16 GEMM of the same layout (``x @ w.t()`` on
@@ -69,7 +69,7 @@ def _operand(kg, torch, hp, codes_base, scale, transposed: bool, e4m3: bool):
     codes = codes_base.t() if transposed else codes_base
     view = hp.t() if transposed else hp
     err = torch.tensor(0.0 if e4m3 else float("inf"), device=hp.device)
-    return kg.MoROperand(view, codes, scale.reshape(1, 1), tuple(view.shape), err, 0.0)
+    return kg.MoROperand(view, codes, scale, tuple(view.shape), err, 0.0)
 
 
 def _layout_operands(layout: str, x, w, dy):
@@ -85,6 +85,7 @@ def main(argv=None) -> int:
     configs = [(c, parse_config(c)) for c in parse_list(PROG, "--configs", args.configs, str.strip)]
     torch, _ = require_cuda_triton(PROG, "tests/test_kernels_mor_gemm.py")
     from lowprec.kernels import mor_gemm as kg
+    from lowprec.kernels import mor_quant as kq
 
     bench, timer = do_bench_median(args.warmup, args.rep, args.cudagraph)
     prov = gpu_provenance(timer=timer)
@@ -97,10 +98,7 @@ def main(argv=None) -> int:
             x = torch.randn(tokens, d_in, device="cuda", generator=gen).to(torch.bfloat16)
             w = (torch.randn(d_out, d_in, device="cuda", generator=gen) * d_in ** -0.5).to(torch.bfloat16)
             dy = (torch.randn(tokens, d_out, device="cuda", generator=gen) * 1e-3).to(torch.bfloat16)
-            fp8 = {}
-            for name, t in (("x", x), ("w", w), ("dy", dy)):
-                scale = 448.0 / t.float().abs().amax().clamp_min(1e-30)
-                fp8[name] = ((t.float() * scale).to(torch.float8_e4m3fn), scale.float())
+            fp8 = {name: kq.mor_quantize_e4m3(t, "tensor")[:2] for name, t in (("x", x), ("w", w), ("dy", dy))}
             names = {id(x): "x", id(w): "w", id(dy): "dy"}
             for layout in layouts:
                 a_src, a_t, b_src, b_t = _layout_operands(layout, x, w, dy)
