@@ -8,8 +8,9 @@ API::
         -> (q1, s1, q2, s2, flags)                            # one pass
     quantize_fallback_rule(x, block, rule, **rule_kw, noise=None) -> same   # two passes
     int8_fallback_gemm(qa, da, qb, db, block_a, block_b, ra=None, dra=None, fa=None,
-                       rb=None, drb=None, fb=None, *, fallback="sparse", config=None, launcher=None)
-        -> fp32 (M, N) = A @ B.T
+                       rb=None, drb=None, fb=None, *, fallback="sparse", config=None, launcher=None,
+                       out_dtype=torch.float32)
+        -> (M, N) = A @ B.T, summed in fp32
     gemm_fallback_qtensors(fqa, fqb) -> fp32                  # from two FallbackQTensors
     triton_available(device=None), interpreter_active()
 
@@ -66,6 +67,15 @@ The second parts (blocks of A or B with a flag), ``fallback=``:
   ``int8_block_gemm_reference`` itself. A tile issues the extra product when any of its
   BLOCK_M / BM row-blocks falls back at that K-group, so the issued share (the bench's
   ``tile_ratio``) can exceed the block fallback ratio when fallback blocks are scattered.
+* "tail": after the main loop (which keeps its software pipeline and its per-tile scales), the
+  program finds the K-groups where a row-block of its tile is flagged in A's flag grid (on the
+  device, 64 flags at a load, in increasing order) and adds q2a.q1b for those only, then the same
+  over B's flags with q1a.q2b and, where A's are flagged too, q2a.q2b: work follows the flagged
+  tiles, C is written once (in its own dtype: the sparse passes' read-modify-write of an fp32 C
+  is gone), and a tile without a flag pays a load of its flags. Order of the fp32 sums, per
+  element: the first parts over all K-groups, then A's second part over its K-groups, then per
+  K-group B's second part against A's first and second parts (``int8_block_gemm_reference``
+  with ``order="tail"``; the terms of unflagged blocks are exact zeros there).
 
 The residual is stored densely (an int8 tensor of A's shape, zero outside fallback blocks): simple
 addressing, twice A's INT8 memory; a compact layout indexed by fallback block would save that memory.
@@ -134,7 +144,11 @@ _QUANT_TILE = 4096
 _QUANT_CHUNK = 4096
 _QUANT_CHUNK_COLS = None
 _QUANT_STACK = 1024
-FALLBACK_IMPLS = ("sparse", "fused")
+# flags the tail of the main kernel reads at once, per row-block of its tile (a K-group each)
+_TAIL_KCHUNK = 64
+FALLBACK_IMPLS = ("sparse", "fused", "tail")
+# C's dtypes: fp32, or bf16 rounded once to nearest from the fp32 sum (a layer's output under autocast)
+OUT_DTYPES = (torch.float32, torch.bfloat16)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -187,6 +201,11 @@ def _prep_x(x: torch.Tensor, block, chunked: bool = False):
         g = min(_next_pow2(n_brow), max(_QUANT_TILE // (rp * cp), 1))
         t = dict(BR=br, BC=bc, RP=rp, CP=cp, G=g, IN_KIND=kind, num_warps=_warps(g * rp * cp))
     return x2d, (arg, *x2d.stride()), M, N, n_brow, n_bcol, t, (_cdiv(n_brow, g) * n_bcol,)
+
+
+def _blocks_met(rows: int, block_rows: int) -> int:
+    """A power of two at least the blocks of ``block_rows`` rows that ``rows`` consecutive rows meet."""
+    return _next_pow2(_cdiv(rows - 1, block_rows) + 1)
 
 
 def _warps(elems: int) -> int:
@@ -317,7 +336,8 @@ class _Gemm:
     kernel, whose descriptors are made on the device, never the Gluon one, whose are made here (a
     descriptor made of a fake tensor would be baked into the graph)."""
 
-    def __init__(self, qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, launcher=None):
+    def __init__(self, qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, launcher=None, tail=False,
+                 out_dtype=torch.float32):
         for name, q in (("qa", qa), ("qb", qb)):
             if q.dtype != torch.int8 or q.dim() != 2:
                 raise TypeError(f"{name} must be a 2-D int8 tensor, got {q.dtype} {tuple(q.shape)}")
@@ -344,6 +364,10 @@ class _Gemm:
         self.launcher = launcher
         self.tma_usable = _tma_usable(self.qa, self.qb, gk)
         self.async_usable = self.tma_usable and launcher is None
+        # the second parts the main kernel takes after its loop (``fallback="tail"``), and C's dtype:
+        # both change the kernel tuned and run (its registers, its epilogue)
+        self.tail_a, self.tail_b = tail and self.ra is not None, tail and self.rb is not None
+        self.out_dtype = out_dtype
 
     def _scales(self, d, rows, what):
         d = d.to(device=self.dev, dtype=torch.float32).contiguous()
@@ -363,8 +387,10 @@ class _Gemm:
         return r.contiguous(), self._scales(dr, rows, f"dr{name}"), f
 
     def key(self) -> tuple:
-        return ("main", _kt.bucket(self.M), _kt.bucket(self.N), _kt.bucket(self.K), self.gk, self.bms, self.bns,
-                self.even_k, self.tma_usable, self.async_usable)
+        tail = "_tail_" + "a" * self.tail_a + "b" * self.tail_b if self.tail_a or self.tail_b else ""
+        out = "" if self.out_dtype == torch.float32 else "_" + str(self.out_dtype).removeprefix("torch.")
+        return ("main" + tail + out, _kt.bucket(self.M), _kt.bucket(self.N), _kt.bucket(self.K), self.gk, self.bms,
+                self.bns, self.even_k, self.tma_usable, self.async_usable)
 
     # -- the main kernel
     def async_fits(self, cfg: GemmConfig) -> bool:
@@ -375,19 +401,25 @@ class _Gemm:
         """The tuning candidates of this call's operands: the asynchronous kernel's tiles where it
         takes them."""
         cands = _kt.candidate_configs(self.gk, tma=self.tma_usable, async_mma=self.async_usable)
-        return [cfg for cfg in cands if not cfg.async_mma or self.async_fits(cfg)]
+        plain = not (self.tail_a or self.tail_b) and self.out_dtype == torch.float32  # what the Gluon kernel runs
+        return [cfg for cfg in cands if not cfg.async_mma or (plain and self.async_fits(cfg))]
 
-    def launch_main(self, c, cfg: GemmConfig, fused_a=False, fused_b=False, warmup=False):
+    def launch_main(self, c, cfg: GemmConfig, fused_a=False, fused_b=False, warmup=False, tail=False):
+        """The main kernel into c, with A's / B's second part (fused_a / fused_b) in its main loop
+        or, with ``tail``, after it."""
+        in_loop = (fused_a or fused_b) and not tail
         if cfg.async_mma:
-            if not (fused_a or fused_b) and self.async_fits(cfg):
+            if not (fused_a or fused_b) and c.dtype == torch.float32 and self.async_fits(cfg):
                 return _ka.int8_block_gemm_async(self.qa, self.da, self.qb, self.db, self.gk, self.bms, self.bns, c,
                                                  cfg, warmup=warmup)
-            # fused second parts, or operands the kernel does not take: the Triton kernel, same tile
+            # second parts, a bf16 C, or operands the kernel does not take: the Triton kernel, same tile
             cfg = replace(cfg, async_mma=False, k_groups=_kt.default_config(self.gk).k_groups)
-        pipe = cfg.pipelined and not (fused_a or fused_b)
+        pipe = cfg.pipelined and not in_loop
         kg = 1 if pipe else _kt.whole_k_groups(cfg.k_groups, self.n_kb)
         bk = _next_pow2(self.gk)
-        tma = cfg.tma and self.tma_usable
+        # the tail loads the second parts as the main loop loads the first: by descriptor where all are readable
+        tma = cfg.tma and self.tma_usable and not (tail and not all(
+            tma_readable(r) for r, on in ((self.ra, fused_a), (self.rb, fused_b)) if on))
         if tma and not interpreter_active():
             _c.set_scratch_allocator()
         grid = (_cdiv(self.M, cfg.block_m) * _cdiv(self.N, cfg.block_n),)
@@ -398,7 +430,9 @@ class _Gemm:
         meta = dict(BMS=self.bms, BNS=self.bns, GK=self.gk, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=bk,
                     KG=kg, GROUP_M=cfg.group_m, EVEN_K=self.even_k,
                     MAGIC=cfg.magic and self.gk <= _kk.MAGIC_MAX_GROUP, USE_TMA=tma, HAS_RA=fused_a,
-                    HAS_RB=fused_b, WS=cfg.warp_specialize, PIPE=pipe, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                    HAS_RB=fused_b, WS=cfg.warp_specialize, PIPE=pipe, TAIL=tail and (fused_a or fused_b),
+                    KCHUNK=min(_next_pow2(self.n_kb), _TAIL_KCHUNK), NRB=_blocks_met(cfg.block_m, self.bms),
+                    NCB=_blocks_met(cfg.block_n, self.bns), num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                     **self._fp_fusion(cfg.fp_fusion))
         if warmup:
             return _kk._gemm_kernel.warmup(*args, grid=grid, **meta)
@@ -415,7 +449,8 @@ class _Gemm:
 
     def config(self) -> GemmConfig:
         """The tuned configuration of this shape class (tuning it now if it is new), or the default.
-        Tuned on the first parts alone; the fused second parts run in the same configuration."""
+        Tuned on the first parts (with the tail's second parts, flags as they are: the tail compiled
+        in changes the main loop's registers); second parts in the loop run in the same configuration."""
         if (interpreter_active() or not _kt.autotune_enabled()
                 or self.M * self.N * self.K < _kt.TUNE_MIN_MACS):
             return _kt.default_config(self.gk, self.M, self.N)
@@ -426,18 +461,27 @@ class _Gemm:
             from torch.utils._python_dispatch import _disable_current_modes
             with _disable_current_modes():
                 return self._stand_in()._tune()
-        c = torch.empty((self.M, self.N), dtype=torch.float32, device=self.dev)
-        return _kt.time_candidates(self.key(), self.candidates(),
-                                   lambda cfg, warmup=False: self.launch_main(c, cfg, warmup=warmup), self.dev)
+        c = torch.empty((self.M, self.N), dtype=self.out_dtype, device=self.dev)
+        tail = self.tail_a or self.tail_b
+        return _kt.time_candidates(
+            self.key(), self.candidates(),
+            lambda cfg, warmup=False: self.launch_main(c, cfg, self.tail_a, self.tail_b, warmup=warmup, tail=tail),
+            self.dev)
 
     def _stand_in(self) -> "_Gemm":
-        """First parts of this call's shapes, blocks and device in real memory (random codes, unit
-        scales; the timing does not depend on the values); call it outside the trace's modes."""
+        """Operands of this call's shapes, blocks and device in real memory (random codes, unit
+        scales, the tail's second parts without a flag; the timing of the main loop does not depend
+        on the values); call it outside the trace's modes."""
         qa = torch.randint(-127, 128, (self.M, self.K), dtype=torch.int8, device=self.dev)
         qb = torch.randint(-127, 128, (self.N, self.K), dtype=torch.int8, device=self.dev)
         da = torch.ones((_cdiv(self.M, self.bms), self.n_kb), device=self.dev)
         db = torch.ones((_cdiv(self.N, self.bns), self.n_kb), device=self.dev)
-        real = _Gemm(qa, da, qb, db, (self.bms, self.gk), (self.bns, self.gk), *(None,) * 6)
+
+        def second(q, d, on):
+            return (torch.zeros_like(q), d, torch.zeros_like(d, dtype=torch.int8)) if on else (None,) * 3
+
+        real = _Gemm(qa, da, qb, db, (self.bms, self.gk), (self.bns, self.gk), *second(qa, da, self.tail_a),
+                     *second(qb, db, self.tail_b), tail=True, out_dtype=self.out_dtype)
         real.async_usable = self.async_usable  # the traced call's shape class: no Gluon kernel
         return real
 
@@ -453,7 +497,7 @@ class _Gemm:
             yr, dyr, fy = (self.ra, self.dra, self.fa) if cross else (self.qa, self.da, self.fb)
         n_rt = _cdiv(R, rcfg.block_r)
         n_ysplit = max(1, min(_cdiv(Y, rcfg.block_y), _cdiv(rcfg.programs, n_rt)))
-        nrb = _next_pow2(_cdiv(rcfg.block_r - 1, rbs) + 1)
+        nrb = _blocks_met(rcfg.block_r, rbs)
         kchunk = min(_next_pow2(self.n_kb), _next_pow2(rcfg.k_chunk), max(16, 8192 // nrb))
         grid = (n_rt * n_ysplit,)
         args = (r, dr, fr, y, dy, yr, dyr, fy, c, R, Y, self.K, self.n_kb, stride_cr, stride_cy, n_ysplit)
@@ -471,12 +515,15 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
                        config: Optional[GemmConfig] = None, residual: Optional[ResidualConfig] = None,
                        block_m: Optional[int] = None, block_n: Optional[int] = None,
                        num_warps: Optional[int] = None, num_stages: Optional[int] = None,
-                       launcher=None) -> torch.Tensor:
-    """fp32 ``A @ B.T`` from block-scaled INT8 operands (DECODE scales), with optional second
-    parts; the argument meanings are those of ``lowprec.methods.int8_fallback.int8_block_gemm_reference``.
+                       launcher=None, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``A @ B.T`` from block-scaled INT8 operands (DECODE scales), with optional second parts;
+    the argument meanings are those of ``lowprec.methods.int8_fallback.int8_block_gemm_reference``.
+    Summed in fp32; returned in ``out_dtype`` (fp32, or bf16 rounded once to nearest from the fp32
+    sum: by the kernel as it stores C, except after the sparse passes, which add into an fp32 C).
 
     fallback: "sparse" (the first parts in the main kernel, then one pass per operand with a second
-    part over its flagged K-groups only) or "fused" (the second parts inside the main loop).
+    part over its flagged K-groups only), "fused" (the second parts inside the main loop) or
+    "tail" (the second parts after the main loop, over the flagged K-groups of each tile).
     config: a GemmConfig; block_m, block_n, num_warps, num_stages override fields of it (or of the
     default). Without any of them the configuration is tuned once per shape class on CUDA
     (``tuned_configs()``; LOWPREC_INT8_GEMM_AUTOTUNE=0 turns tuning off). launcher: None to launch
@@ -485,14 +532,17 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
     operands of its shapes."""
     _require_triton(qa)
     one_of("fallback", fallback, FALLBACK_IMPLS)
-    g = _Gemm(qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, launcher=launcher)
-    c = torch.empty((g.M, g.N), dtype=torch.float32, device=g.dev)
+    one_of("out_dtype", out_dtype, OUT_DTYPES)
+    has_ra, has_rb = ra is not None, rb is not None
+    passes = fallback == "sparse" and (has_ra or has_rb)
+    g = _Gemm(qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, launcher=launcher, tail=fallback == "tail",
+              out_dtype=torch.float32 if passes else out_dtype)
+    c = torch.empty((g.M, g.N), dtype=torch.float32 if passes else out_dtype, device=g.dev)
     if g.M == 0 or g.N == 0:
-        return c
+        return c.to(out_dtype)
     if g.K == 0:
-        return c.zero_()
-    has_ra, has_rb = g.ra is not None, g.rb is not None
-    fused = fallback == "fused"
+        return c.zero_().to(out_dtype)
+    fused = fallback != "sparse"
     fused_a, fused_b = fused and has_ra, fused and has_rb
     over = {k: v for k, v in (("block_m", block_m), ("block_n", block_n), ("num_warps", num_warps),
                               ("num_stages", num_stages)) if v is not None}
@@ -500,14 +550,14 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
         cfg = g.config()
     else:
         cfg = replace(config or _kt.default_config(g.gk, g.M, g.N), **over)
-    g.launch_main(c, cfg, fused_a, fused_b)
-    if not fused:
+    g.launch_main(c, cfg, fused_a, fused_b, tail=fallback == "tail")
+    if passes:
         rcfg = residual or _kt.default_residual_config(g.bms)
         if has_ra:
             g.launch_residual(c, "a", rcfg, cross=False)
         if has_rb:
             g.launch_residual(c, "b", rcfg, cross=has_ra)
-    return c
+    return c.to(out_dtype)
 
 
 def selected_config(qa, qb, block_a=(32, 32), block_b=(32, 32)) -> GemmConfig:

@@ -27,7 +27,8 @@ MAGIC_MAX_GROUP = (1 << 22) // (127 * 127)
 _JIT_FNS: tuple = ()
 
 if triton is not None and _kq.triton is not None:
-    from ._common import _finite_abs, _grouped_tile, _load_fp32, _max_axis, _stream_uniforms, _sum_axis
+    from ._common import (_finite_abs, _grouped_tile, _load_fp32, _max_axis, _round_bf16, _stream_uniforms,
+                          _sum_axis)
     from .quantize import _encode, _nonfinite, _scale_from_amax
 
     @triton.jit
@@ -258,13 +259,27 @@ if triton is not None and _kq.triton is not None:
                   GK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_K: tl.constexpr,
                   USE_TMA: tl.constexpr):
         """K-group kb's [BLOCK_M, BLOCK_K] tile of A and [BLOCK_K, BLOCK_N] tile of B."""
-        if USE_TMA:
-            a = a_desc.load([pid_m * BLOCK_M, kb * GK])
-            b = tl.trans(b_desc.load([pid_n * BLOCK_N, kb * GK]))
-        else:
-            a = _rows_tile(a_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
-            b = _cols_tile(b_ptr, b_cols, kb, offs_k, K, GK, EVEN_K)
+        a = _a_tile(a_ptr, a_desc, a_rows, kb, offs_k, pid_m, K, GK, BLOCK_M, EVEN_K, USE_TMA)
+        b = _b_tile(b_ptr, b_desc, b_cols, kb, offs_k, pid_n, K, GK, BLOCK_N, EVEN_K, USE_TMA)
         return a, b
+
+    @triton.jit
+    def _a_tile(ptr, desc, rows_off, kb, offs_k, pid_m, K, GK: tl.constexpr, BLOCK_M: tl.constexpr,
+                EVEN_K: tl.constexpr, USE_TMA: tl.constexpr):
+        """K-group kb's [BLOCK_M, BLOCK_K] tile of a K-contiguous operand, by its descriptor or pointers."""
+        if USE_TMA:
+            return desc.load([pid_m * BLOCK_M, kb * GK])
+        else:
+            return _rows_tile(ptr, rows_off, kb, offs_k, K, GK, EVEN_K)
+
+    @triton.jit
+    def _b_tile(ptr, desc, cols_off, kb, offs_k, pid_n, K, GK: tl.constexpr, BLOCK_N: tl.constexpr,
+                EVEN_K: tl.constexpr, USE_TMA: tl.constexpr):
+        """The same as a [BLOCK_K, BLOCK_N] tile (the right-hand operand of tl.dot)."""
+        if USE_TMA:
+            return tl.trans(desc.load([pid_n * BLOCK_N, kb * GK]))
+        else:
+            return _cols_tile(ptr, cols_off, kb, offs_k, K, GK, EVEN_K)
 
     @triton.jit
     def _rows_tile(ptr, rows_off, kb, offs_k, K, GK: tl.constexpr, EVEN_K: tl.constexpr):
@@ -294,12 +309,15 @@ if triton is not None and _kq.triton is not None:
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      KG: tl.constexpr, GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr,
                      USE_TMA: tl.constexpr, HAS_RA: tl.constexpr, HAS_RB: tl.constexpr, WS: tl.constexpr,
-                     PIPE: tl.constexpr = False):
+                     PIPE: tl.constexpr = False, TAIL: tl.constexpr = False, KCHUNK: tl.constexpr = 16,
+                     NRB: tl.constexpr = 2, NCB: tl.constexpr = 2):
         """One BLOCK_M x BLOCK_N tile of C = A @ B.T; KG K-groups per loop iteration (n_kb % KG == 0),
-        each its own int32 dot and fp32 rescale. HAS_RA / HAS_RB: the fused second parts (a
-        uniform branch per K-group where a row-block of the tile is flagged). PIPE (neither fused
-        part, KG 1): the loop issues the next K-group's dot before rescaling the last one's
-        product, the same sums in the same order."""
+        each its own int32 dot and fp32 rescale. HAS_RA / HAS_RB: A's / B's second part, in the
+        main loop (a uniform branch per K-group where a row-block of the tile is flagged) or, with
+        TAIL, after it (``_tail_a``, ``_tail_b``: only the K-groups where one is, found KCHUNK flags
+        at a time; NRB / NCB: a power of two at least the row- / column-blocks a tile meets). PIPE (no second part in the main loop, KG 1): the loop issues the next K-group's
+        dot before rescaling the last one's product, the same sums in the same order. C is written
+        in its own dtype (fp32, or bf16 rounded once to nearest from the fp32 sum)."""
         pid = tl.program_id(0)
         pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         if USE_TMA:
@@ -308,6 +326,11 @@ if triton is not None and _kq.triton is not None:
             b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
         else:  # never read: the descriptor loads are compiled out
             a_desc, b_desc = a_ptr, b_ptr
+        ra_desc, rb_desc = a_desc, b_desc  # the tail's second parts, by descriptor where the first parts are
+        if USE_TMA and TAIL and HAS_RA:
+            ra_desc = tl.make_tensor_descriptor(ra_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+        if USE_TMA and TAIL and HAS_RB:
+            rb_desc = tl.make_tensor_descriptor(rb_ptr, shape=[N, K], strides=[K, 1], block_shape=[BLOCK_N, BLOCK_K])
 
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -319,12 +342,13 @@ if triton is not None and _kq.triton is not None:
         b_cols = rn.to(tl.int64) * K
         # a scale block that covers the tile along M (N) gives one scale per K-group: loaded once
         # per program and broadcast (UA / UB of _add_scaled_dot); not with fused second parts, whose
-        # flags are read per row-block. Blocks that divide the tile (BA / BB) are loaded once per
+        # flags are read per row-block (the tail reads them apart). Blocks that divide the tile (BA / BB) are loaded once per
         # block (_scale_rows, _expand): Jetfire's 32x32 blocks in 128x128 tiles on sm_90, per loop
         # iteration, 144 -> 28 scale loads, 256 -> 16 products, 162 -> 0 spilled registers
         # (results/bench/int8_gemm_sass_sm90.csv); the rows' wrap-around (rm) hid the shared blocks
-        UA: tl.constexpr = BMS % BLOCK_M == 0 and not (HAS_RA or HAS_RB)
-        UB: tl.constexpr = BNS % BLOCK_N == 0 and not (HAS_RA or HAS_RB)
+        IN_LOOP: tl.constexpr = (HAS_RA or HAS_RB) and not TAIL
+        UA: tl.constexpr = BMS % BLOCK_M == 0 and not IN_LOOP
+        UB: tl.constexpr = BNS % BLOCK_N == 0 and not IN_LOOP
         BA: tl.constexpr = not UA and BLOCK_M % BMS == 0
         BB: tl.constexpr = not UB and BLOCK_N % BNS == 0
         if UA:
@@ -364,14 +388,14 @@ if triton is not None and _kq.triton is not None:
                     a, b = _ab_tiles(a_ptr, a_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K,
                                      GK, BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
                     acc = _add_scaled_dot(acc, a, b, da, db, MAGIC, UA, UB)
-                    if HAS_RA:
+                    if HAS_RA and not TAIL:
                         fa = tl.load(fa_ptr + sa_idx + kb).to(tl.int32)
                         dra = _expand(tl.where(fa != 0, tl.load(dra_ptr + sa_idx + kb), 0.0), BLOCK_M, BMS, BA)
                         any_a = _max_axis(fa, 0) > 0
                         if any_a:
                             a2 = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
                             acc = _add_scaled_dot(acc, a2, b, dra, db, MAGIC)
-                    if HAS_RB:
+                    if HAS_RB and not TAIL:
                         fb = tl.load(fb_ptr + sb_idx + kb).to(tl.int32)
                         drb = _expand(tl.where(fb != 0, tl.load(drb_ptr + sb_idx + kb), 0.0), BLOCK_N, BNS, BB)
                         if _max_axis(fb, 0) > 0:
@@ -381,8 +405,19 @@ if triton is not None and _kq.triton is not None:
                                 if any_a:
                                     a2b = _rows_tile(ra_ptr, a_rows, kb, offs_k, K, GK, EVEN_K)
                                     acc = _add_scaled_dot(acc, a2b, b2, dra, drb, MAGIC)
+        if TAIL:
+            if HAS_RA:
+                acc = _tail_a(acc, ra_ptr, ra_desc, dra_ptr, fa_ptr, b_ptr, b_desc, db_ptr, a_rows, b_cols, sa_idx,
+                              sb_idx, pid_m, pid_n, M, K, n_kb, offs_k, BMS, BNS, GK, BLOCK_M, BLOCK_N, KCHUNK, NRB,
+                              EVEN_K, MAGIC, UA, UB, BA, BB, USE_TMA)
+            if HAS_RB:
+                acc = _tail_b(acc, a_ptr, a_desc, da_ptr, ra_ptr, ra_desc, dra_ptr, fa_ptr, rb_ptr, rb_desc, drb_ptr,
+                              fb_ptr, a_rows, b_cols, sa_idx, sb_idx, pid_m, pid_n, M, N, K, n_kb, offs_k, BMS, BNS,
+                              GK, BLOCK_M, BLOCK_N, KCHUNK, NRB, NCB, EVEN_K, MAGIC, UA, UB, BA, BB, HAS_RA, USE_TMA)
+        if c_ptr.dtype.element_ty == tl.bfloat16:
+            acc = _round_bf16(acc)  # to nearest, then the cast is exact (the interpreter's truncates)
         c_offs = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
-        tl.store(c_ptr + c_offs, acc, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
+        tl.store(c_ptr + c_offs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
 
     @triton.jit
     def _min_combine(a, b):
@@ -394,6 +429,78 @@ if triton is not None and _kq.triton is not None:
         f = tl.load(fr_ptr + rbs[:, None] * n_kb + (c0 + kc)[None, :],
                     mask=rb_ok[:, None] & ((c0 + kc) < n_kb)[None, :], other=0)
         return _max_axis(f.to(tl.int32), 0) != 0
+
+    @triton.jit
+    def _tile_blocks(start, n, R: tl.constexpr, BS: tl.constexpr, NB: tl.constexpr):
+        """The scale-grid rows (blocks of BS rows) that rows start .. start + R of n meet, and which
+        of them exist: a [NB] vector (NB: a power of two, at least as many as a tile meets)."""
+        bs = start // BS + tl.arange(0, NB)
+        return bs, bs <= (tl.minimum(start + R, n) - 1) // BS
+
+    @triton.jit
+    def _next_flagged(rem, kc, KCHUNK: tl.constexpr):
+        """(the lowest K-group offset set in rem, rem without it)."""
+        kl = tl.reduce(tl.where(rem, kc, KCHUNK), 0, _min_combine)
+        return kl, rem & (kc != kl)
+
+    @triton.jit
+    def _flagged_scales(f_ptr, d_ptr, idx, kb, R: tl.constexpr, BS: tl.constexpr, BLOCKED: tl.constexpr):
+        """A second part's decode scales of K-group kb for a tile's rows (idx: ``_scale_rows``, or
+        one index for a block covering the tile), zero where a block is not flagged: its codes and
+        scale are then never read into the sum."""
+        return _expand(tl.where(tl.load(f_ptr + idx + kb) != 0, tl.load(d_ptr + idx + kb), 0.0), R, BS, BLOCKED)
+
+    @triton.jit
+    def _tail_a(acc, ra_ptr, ra_desc, dra_ptr, fa_ptr, b_ptr, b_desc, db_ptr, a_rows, b_cols, sa_idx, sb_idx, pid_m,
+                pid_n, M, K, n_kb, offs_k, BMS: tl.constexpr, BNS: tl.constexpr, GK: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KCHUNK: tl.constexpr, NRB: tl.constexpr,
+                EVEN_K: tl.constexpr, MAGIC: tl.constexpr, UA: tl.constexpr, UB: tl.constexpr, BA: tl.constexpr,
+                BB: tl.constexpr, USE_TMA: tl.constexpr):
+        """acc + A's second part against B's first part, over the K-groups (increasing) where a
+        row-block of the tile is flagged."""
+        rbs, rb_ok = _tile_blocks(pid_m * BLOCK_M, M, BLOCK_M, BMS, NRB)
+        kc = tl.arange(0, KCHUNK)
+        for c0 in range(0, n_kb, KCHUNK):
+            rem = _flag_chunk(fa_ptr, rbs, rb_ok, c0, kc, n_kb)
+            for _ in range(0, _sum_axis(rem.to(tl.int32), 0)):
+                kl, rem = _next_flagged(rem, kc, KCHUNK)
+                kb = c0 + kl
+                dra = _flagged_scales(fa_ptr, dra_ptr, sa_idx, kb, BLOCK_M, BMS, BA)
+                db = _expand(tl.load(db_ptr + sb_idx + kb), BLOCK_N, BNS, BB)
+                a2, b = _ab_tiles(ra_ptr, ra_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K, GK,
+                                  BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
+                acc = _add_scaled_dot(acc, a2, b, dra, db, MAGIC, UA, UB)
+        return acc
+
+    @triton.jit
+    def _tail_b(acc, a_ptr, a_desc, da_ptr, ra_ptr, ra_desc, dra_ptr, fa_ptr, rb_ptr, rb_desc, drb_ptr, fb_ptr, a_rows,
+                b_cols, sa_idx, sb_idx, pid_m, pid_n, M, N, K, n_kb, offs_k, BMS: tl.constexpr, BNS: tl.constexpr,
+                GK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KCHUNK: tl.constexpr,
+                NRB: tl.constexpr, NCB: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr, UA: tl.constexpr,
+                UB: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, HAS_RA: tl.constexpr, USE_TMA: tl.constexpr):
+        """acc + A's first part against B's second part, then (HAS_RA) A's second part against it
+        where a row-block of the tile is flagged too, over the K-groups (increasing) where a
+        column-block of the tile is flagged."""
+        cbs, cb_ok = _tile_blocks(pid_n * BLOCK_N, N, BLOCK_N, BNS, NCB)
+        rbs, rb_ok = _tile_blocks(pid_m * BLOCK_M, M, BLOCK_M, BMS, NRB)
+        kc = tl.arange(0, KCHUNK)
+        for c0 in range(0, n_kb, KCHUNK):
+            rem = _flag_chunk(fb_ptr, cbs, cb_ok, c0, kc, n_kb)
+            for _ in range(0, _sum_axis(rem.to(tl.int32), 0)):
+                kl, rem = _next_flagged(rem, kc, KCHUNK)
+                kb = c0 + kl
+                da = _expand(tl.load(da_ptr + sa_idx + kb), BLOCK_M, BMS, BA)
+                drb = _flagged_scales(fb_ptr, drb_ptr, sb_idx, kb, BLOCK_N, BNS, BB)
+                a, b2 = _ab_tiles(a_ptr, a_desc, a_rows, rb_ptr, rb_desc, b_cols, kb, offs_k, pid_m, pid_n, K, GK,
+                                  BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
+                acc = _add_scaled_dot(acc, a, b2, da, drb, MAGIC, UA, UB)
+                if HAS_RA:
+                    fa = tl.load(fa_ptr + rbs * n_kb + kb, mask=rb_ok, other=0).to(tl.int32)
+                    if _max_axis(fa, 0) > 0:
+                        dra = _flagged_scales(fa_ptr, dra_ptr, sa_idx, kb, BLOCK_M, BMS, BA)
+                        a2 = _a_tile(ra_ptr, ra_desc, a_rows, kb, offs_k, pid_m, K, GK, BLOCK_M, EVEN_K, USE_TMA)
+                        acc = _add_scaled_dot(acc, a2, b2, dra, drb, MAGIC, UA, UB)
+        return acc
 
     @triton.jit(do_not_specialize=["n_kb", "n_ysplit"])
     def _residual_kernel(r_ptr, dr_ptr, fr_ptr, y_ptr, dy_ptr, yr_ptr, dyr_ptr, fy_ptr, c_ptr,
@@ -438,11 +545,9 @@ if triton is not None and _kq.triton is not None:
                 for c0 in range(0, n_kb, KCHUNK):
                     rem = _flag_chunk(fr_ptr, rbs, rb_ok, c0, kc, n_kb)
                     for i in range(0, _sum_axis(rem.to(tl.int32), 0)):
-                        kl = tl.reduce(tl.where(rem, kc, KCHUNK), 0, _min_combine)
-                        rem = rem & (kc != kl)
+                        kl, rem = _next_flagged(rem, kc, KCHUNK)
                         kb = c0 + kl
-                        dr = _expand(tl.where(tl.load(fr_ptr + sr_idx + kb) != 0, tl.load(dr_ptr + sr_idx + kb), 0.0),
-                                     BLOCK_R, RBS, BLK_R)
+                        dr = _flagged_scales(fr_ptr, dr_ptr, sr_idx, kb, BLOCK_R, RBS, BLK_R)
                         dy = _expand(tl.load(dy_ptr + sy_idx + kb), BLOCK_Y, YBS, BLK_Y)
                         r = _rows_tile(r_ptr, r_rows, kb, offs_k, K, GK, EVEN_K)
                         yv = _cols_tile(y_ptr, y_cols, kb, offs_k, K, GK, EVEN_K)

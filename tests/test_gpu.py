@@ -917,6 +917,20 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     for cfg in {cands[0], chosen, *[c for c in cands if c.tma][:1]}:  # pointer and descriptor loads
         y = kf.int8_fallback_gemm(qa, da, qb, db, blk, blk, config=replace(cfg, fp_fusion=False))
         assert torch.equal(y, want), cfg.label()
+    # A's second part after the main loop, into a bf16 product: a kernel of its own, tuned as such
+    fa = (torch.rand(M // 32, K // 128, device="cuda", generator=g) < 0.2).to(torch.int8)
+    full = fa.bool().repeat_interleave(32, 0).repeat_interleave(128, 1)
+    ra = torch.where(full, torch.randint(-127, 128, (M, K), device="cuda", generator=g, dtype=torch.int8), 0)
+    ra = ra.to(torch.int8)
+    want = int8_block_gemm_reference(qa, da, qb, db, blk, blk, ra, da / 254, fa, order="tail")
+    got = kf.int8_fallback_gemm(qa, da, qb, db, blk, blk, ra, da / 254, fa, fallback="tail", out_dtype=torch.bfloat16)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.to(torch.bfloat16).float(), rtol=2**-7, atol=0)
+    assert {r["kernel"] for r in kt.tuned_configs()} == {"main", "main_tail_a_bfloat16"}
+    for cfg in kt.candidate_configs(128, tma=kf._tma_usable(qa, qb, 128))[:1] + [c for c in cands if c.tma][:1]:
+        y = kf.int8_fallback_gemm(qa, da, qb, db, blk, blk, ra, da / 254, fa, fallback="tail",
+                                  config=replace(cfg, fp_fusion=False))
+        assert torch.equal(y, want), cfg.label()
 
 
 def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):

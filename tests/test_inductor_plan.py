@@ -4,6 +4,7 @@ block, forward and backward, generated on the CPU without compiling or running a
 import csv
 import json
 import os
+import re
 
 import pytest
 
@@ -116,3 +117,24 @@ def test_combo_kernels_and_the_gpus_scheduling():
     assert not inductor_config.combo_kernels and not inductor_config.force_disable_caches
     assert not scheduler.is_gpu("cpu") and scheduler.BaseSchedulerNode.is_cpu.__name__ == "is_cpu"
     assert scheduler.Scheduler.create_backend.__name__ == "create_backend"
+
+
+def test_int8_arms_are_planned_with_their_operators():
+    """INT8 fallback's block is planned in its GPU form: the quantize and GEMM operators as nodes
+    of the graph (7 GEMMs forward, 14 backward, no BF16 ``mm``), Inductor's kernels around them.
+    The GEMMs write what their consumers take, bf16 under autocast (the forward's outputs, the
+    input gradients; the weight gradients in the weights' fp32), with the second parts after the
+    kernel's main loop; and the setting that put the operators on the CPU is undone after."""
+    from lowprec.methods import int8_ops
+
+    before = int8_ops.KERNEL_DEVICES
+    sources = ip.plan("int8_fallback_b128", "llama_100m", tokens=512)
+    plan = {g: ip.summarize(s) for g, s in sources.items()}
+    assert "torch.ops.lowprec.int8_block_mm:7" in plan["forward"]["extern_calls"]
+    assert "torch.ops.lowprec.int8_block_mm:14" in plan["backward"]["extern_calls"]
+    assert "extern_kernels.mm" not in plan["forward"]["extern_calls"] + plan["backward"]["extern_calls"]
+    assert "torch.ops.lowprec.int8_quantize" in plan["forward"]["extern_calls"]
+    calls = {g: re.findall(r"int8_block_mm\.default\(.*\], (torch\.\w+), (True|False)\)", s) for g, s in sources.items()}
+    assert calls["forward"] == [("torch.bfloat16", "True")] * 7
+    assert sorted(calls["backward"]) == [("torch.bfloat16", "True")] * 7 + [("torch.float32", "True")] * 7
+    assert int8_ops.KERNEL_DEVICES == before

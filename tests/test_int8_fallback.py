@@ -413,6 +413,16 @@ def test_invalid_rule_parameters_are_named(kwargs, message):
         int8_fallback_recipe(kwargs)
 
 
+@pytest.mark.parametrize("key,value,message", [
+    ("gemm", "cublas", r"gemm: must be 'emulated' or 'kernel', got 'cublas'"),
+    ("second_parts", "fused", r"second_parts: must be one of \('tail', 'sparse'\), got 'fused'"),
+])
+def test_invalid_gemm_options_are_named(key, value, message):
+    with pytest.raises(ValueError, match=r"^method \(int8_fallback\): " + message):
+        int8_fallback_recipe({key: value})
+    assert int8_fallback_recipe({"second_parts": "sparse"}).gemm("fprop")[0].second_parts == "sparse"
+
+
 @pytest.mark.parametrize("kwargs,message", [
     (dict(ema=1.0), r"^ema: must be a finite number >= 0 and < 1, got 1.0"),
     (dict(ema=-0.5), r"^ema: .* got -0.5"),

@@ -308,19 +308,26 @@ def test_int8_block_mm_operator_is_the_kernel_reference(fallback, monkeypatch):
     monkeypatch.setattr(kf, "triton_available", lambda device=None: False)  # the torch reference
     a = _operands(0, 96, 160, (32, 32), fallback)
     b = _operands(1, 64, 160, (32, 32), fallback)
-    got = int8_fast.int8_mm(a, b, kernel=True)
     qa, da, ra, dra, fa = a.gemm_operands()
     qb, db, rb, drb, fb = b.gemm_operands()
-    want = int8_block_gemm_reference(qa, da, qb, db, (32, 32), (32, 32), ra, dra, fa, rb, drb, fb)
-    if not fallback:
-        want = int8_block_gemm_reference(qa, da, qb, db, (32, 32), (32, 32))
-    assert torch.equal(got, want)
+    for tail in (True, False):
+        got = int8_fast.int8_mm(a, b, kernel=True, tail=tail)
+        order = "tail" if tail else "k"
+        want = int8_block_gemm_reference(qa, da, qb, db, (32, 32), (32, 32), ra, dra, fa, rb, drb, fb, order=order)
+        if not fallback:
+            want = int8_block_gemm_reference(qa, da, qb, db, (32, 32), (32, 32))
+        assert torch.equal(got, want)
+        # in the layer's dtype: the same sum rounded once
+        half = int8_fast.int8_mm(a, b, kernel=True, out_dtype=torch.bfloat16, tail=tail)
+        assert half.dtype == torch.bfloat16 and torch.equal(half, want.to(torch.bfloat16))
     # the same product as the emulation's fp32 GEMM of the values, up to the order of the sums
     assert sqnr_db(a.dequantize().double() @ b.dequantize().double().t(), got.double()) > 120
     with torch._subclasses.FakeTensorMode() as mode:
-        fake = int8_ops.int8_block_mm(*(mode.from_tensor(t) for t in (qa, da)), None, None, None, [32, 32],
-                                       *(mode.from_tensor(t) for t in (qb, db)), None, None, None, [32, 32])
-    assert fake.shape == (96, 64) and fake.dtype == torch.float32
+        for dtype in (torch.float32, torch.bfloat16):
+            fake = int8_ops.int8_block_mm(*(mode.from_tensor(t) for t in (qa, da)), None, None, None, [32, 32],
+                                           *(mode.from_tensor(t) for t in (qb, db)), None, None, None, [32, 32],
+                                           dtype, True)
+            assert fake.shape == (96, 64) and fake.dtype == dtype
 
 
 # ----------------------------------------------------------------------------------------------

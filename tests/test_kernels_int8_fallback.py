@@ -310,11 +310,11 @@ def _operands(x, w, block_a, block_b, rho_b=0.25):
 
 def _reference(impl, A, B, block_a, block_b, ra=(None, None, None), rb=(None, None, None)):
     """What int8_fallback_gemm computes, in its order of fp32 sums, from the torch reference: the
-    fused kernel in int8_block_gemm_reference's own order; the sparse passes as
-    (first parts + A's second part) + B's second part, each sum from zero over the K-groups."""
+    fused kernel in int8_block_gemm_reference's own order, the tail in its "tail" order; the sparse
+    passes as (first parts + A's second part) + B's second part, each sum from zero over the K-groups."""
     ref = int8_block_gemm_reference
-    if impl == "fused" or (ra[0] is None and rb[0] is None):
-        return ref(*A[:2], *B[:2], block_a, block_b, *ra, *rb)
+    if impl != "sparse" or (ra[0] is None and rb[0] is None):
+        return ref(*A[:2], *B[:2], block_a, block_b, *ra, *rb, order="tail" if impl == "tail" else "k")
     y = ref(*A[:2], *B[:2], block_a, block_b)
     if ra[0] is not None:
         r, dr, f = ra
@@ -482,6 +482,41 @@ def test_fallback_patterns(device, pattern, impl):
             assert torch.equal(got, plain)
         else:
             assert not torch.equal(got, plain)
+
+
+@pytest.mark.parametrize("dims,rows,config", [
+    ((72, 40, 160), (8, 16), kt.GemmConfig(32, 32, num_warps=4, num_stages=1)),            # tiles over several blocks
+    ((96, 64, 320), (32, 32), kt.GemmConfig(32, 32, num_warps=4, num_stages=1, pipelined=True, tma=True)),  # uniform
+    ((50, 33, 704), (16, 8), kt.GemmConfig(16, 16, k_groups=2, num_warps=4, num_stages=1)),  # 22 groups, 2 chunks
+    ((40, 48, 96), (64, 64), kt.GemmConfig(32, 16, num_warps=4, num_stages=1)),             # blocks over tiles
+], ids=["multi-block", "pipelined-tma", "chunks", "tall-blocks"])
+def test_tail_second_parts_and_bf16_output(device, dims, rows, config, monkeypatch):
+    """The second parts after the main loop equal the reference in its "tail" order whatever the
+    tile against the blocks (several row-blocks a tile, one block over several tiles), with the
+    pipelined and descriptor-load loops and with more K-groups than one load of flags holds; a
+    bf16 C is the fp32 result rounded once to nearest, from every implementation."""
+    monkeypatch.setattr(kf, "_TAIL_KCHUNK", 16)
+    M, N, K = dims
+    group = 32
+    (qa, da, ra, dra, fa), (qb, db, rb, drb, fb) = _int_operands(M, N, K, rows[0], rows[1], group, seed=14,
+                                                                 ratio=0.15, device=device)
+    block_a, block_b = (rows[0], group), (rows[1], group)
+    pa, pb = (ra, dra, fa), (rb, drb, fb)
+    for impl in kf.FALLBACK_IMPLS:
+        want = _reference(impl, (qa, da), (qb, db), block_a, block_b, pa, pb)
+        got = kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, *pa, *pb, fallback=impl, config=config)
+        _assert_gemm_equal(got, want, device)
+        half = kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, *pa, *pb, fallback=impl, config=config,
+                                     out_dtype=torch.bfloat16)
+        assert half.dtype == torch.bfloat16
+        if device == "cpu":
+            assert torch.equal(half, want.to(torch.bfloat16)), impl
+        else:
+            _assert_gemm_equal(half.float(), want.to(torch.bfloat16).float(), device)
+    plain = kf.int8_fallback_gemm(qa, da, qb, db, block_a, block_b, config=config, out_dtype=torch.bfloat16)
+    assert torch.equal(plain, int8_block_gemm_reference(qa, da, qb, db, block_a, block_b).to(torch.bfloat16)) \
+        or device != "cpu"
+    assert not torch.equal(half, plain)  # the second parts were added
 
 
 @pytest.mark.parametrize("residual,rows", [
@@ -728,7 +763,8 @@ def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
         f"quantize_fallback_{m}" for m in ("threshold", "mask", "training", "training_chunk64x8")}
     checks = [r for r in rows if r["sweep"] == "check"]
     assert len(checks) > 10 and all(r["bitwise_equal"] == "true" for r in checks)
-    assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback", "int8_fallback_fused"}
+    assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback", "int8_fallback_fused",
+                                                                  "int8_fallback_tail"}
     assert all(r["config"] for r in rows if r["kind"].startswith("int8") and r["sweep"] != "check")
     assert (tmp_path / "gemm.provenance.json").is_file() and (tmp_path / "gemm_tune.csv").is_file()
     printed = capsys.readouterr().out
@@ -744,7 +780,7 @@ def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(kf, "int8_fallback_gemm", broken)
     assert bench.main([*argv[:-1], "group,ratio"], _device="cpu") == 1
     rows = list(_csv.DictReader(out.open()))
-    assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback"}
+    assert {r["kind"] for r in rows if r["sweep"] == "ratio"} == {"int8_fallback", "int8_fallback_tail"}
     assert "# FAILED: fused 32 g=32 random 0.25: RuntimeError: no such kernel" in capsys.readouterr().out
 # ----------------------------------------------------------------------------------------------
 # Non-finite values and bad arguments

@@ -20,7 +20,9 @@ Arms (``--arms``):
                           default threshold), mor_channel, mor_block, mor_sub_two_way,
                           mor_sub_two_way_torch (its quantization by Inductor's fused torch ops, not
                           the Triton kernels of the default), gaussws,
-                          int8_block, int8_fallback, int8_fallback_b128 (128x128 blocks)) through
+                          int8_block, int8_fallback, int8_fallback_b128 (128x128 blocks),
+                          int8_fallback_b128_sparse (the same with the second parts in passes of
+                          their own, adding into an fp32 product: ``second_parts: sparse``)) through
                           lowprec.convert, compiled with lowprec.linear.compiled as training compiles
                           them on the GPU (train.compile: auto): on the fast path where the recipe has one (``FastPlan``), else the
                           emulation compiled (``path`` reads ``compiled emulation``, never with CUDA graphs)
@@ -96,12 +98,15 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     # the fallback recipe at 128x128 blocks: the K-group at which the INT8 GEMM nears BF16's rate on the
     # H200 (results/bench/int8_gemm_h200_1b_shapes/), against the paper's 32 above
     "int8_fallback_b128": {"recipe": "int8_fallback", "block": [128, 128]},
+    # the same with the second parts in passes of their own over an fp32 C (the default until 2026-12)
+    "int8_fallback_b128_sparse": {"recipe": "int8_fallback", "block": [128, 128], "second_parts": "sparse"},
 }
 ARMS = PEERS + tuple(METHODS)
 # arms whose GEMMs run on low-precision codes on CUDA
 HARDWARE_ARMS = {"torchao_tensorwise", "torchao_rowwise", "fp8_tensorwise_current", "fp8_delayed", "fp8_hybrid",
                  "fp8_blockwise", "mor_tensor", "mor_channel", "mor_block", "mor_sub_two_way",
-                 "mor_sub_two_way_torch", "int8_block", "int8_fallback", "int8_fallback_b128"}
+                 "mor_sub_two_way_torch", "int8_block", "int8_fallback", "int8_fallback_b128",
+                 "int8_fallback_b128_sparse"}
 FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs_bf16_compiled", "peak_mem_gib",
           "lowp_gemms_per_step", "step_ms", "batch", "seq", "n_params", "steps", "repeats", "baseline_tokens_per_s",
           "commit", "inductor_options"]

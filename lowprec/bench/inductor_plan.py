@@ -14,8 +14,11 @@ no Triton kernel is compiled and nothing runs on a GPU. The scheduler and its fu
 are the GPU's (its GPU-only passes run for the CPU's nodes, ``_schedule_as_gpu``); what differs
 is what the suite's code decides by the device: paths that need CUDA take their CPU form (MoR's
 cast pass, the cuBLAS block-scaled pair of blockwise FP8 and per-block MoR, which shows as a BF16
-``mm`` here, the INT8 GEMM's operator, flash attention), and the GPU's Triton autotuning does not
-happen (launch configurations are not part of the plan). Both graphs come from one compilation: AOTAutograd lowers the backward with the forward (its eager backward lowering), and
+``mm`` here, flash attention), and the GPU's Triton autotuning does not happen (launch
+configurations are not part of the plan). The INT8 arms (``KERNEL_FORM``) are planned in their
+GPU form: their quantize and GEMM operators run on the CPU too (``lowprec.methods.int8_ops``), so
+the graph holds them as the GPU's does, one node each (whose own traffic is not counted), with
+Inductor's kernels around them. Both graphs come from one compilation: AOTAutograd lowers the backward with the forward (its eager backward lowering), and
 the traced call stops where the forward would first run. The block is one layer of the shape's
 model (``lowprec.bench.e2e_step.SHAPES``), compiled as training compiles it
 (``lowprec.linear.compiled``: the eager numerics, the graph passes), under bf16 autocast, with the
@@ -247,7 +250,12 @@ def plan(arm: str, shape_name: str, tokens: int | None = None, recorded: bool = 
     tokens = tokens or shape["batch"] * shape["seq"]
     seq = min(shape["seq"], tokens)
     ids = torch.randint(0, 100, (max(1, tokens // seq), seq), generator=torch.Generator().manual_seed(0))
+    from ..methods import int8_ops
+
     fast_path, linear.FAST_PATH = linear.FAST_PATH, "all"
+    kernel_devices = int8_ops.KERNEL_DEVICES
+    if arm in KERNEL_FORM:
+        int8_ops.KERNEL_DEVICES = (*kernel_devices, "cpu")
     sources: list = []
     torch._dynamo.reset()
     try:
@@ -260,6 +268,7 @@ def plan(arm: str, shape_name: str, tokens: int | None = None, recorded: bool = 
             _until_captured(lambda: model(ids), sources)
     finally:
         linear.FAST_PATH = fast_path
+        int8_ops.KERNEL_DEVICES = kernel_devices
         torch._dynamo.reset()
     if len(sources) != len(GRAPHS):
         raise RuntimeError(f"{arm}: Inductor generated {len(sources)} modules for one block, expected a forward and "
@@ -271,9 +280,8 @@ def _parse(argv):
     from .e2e_step import ARMS, SHAPES
     p = bench_parser(f"lowprec.bench.{PROG}", __doc__)
     p.add_argument("--shapes", default="llama_100m", help=f"comma-separated subset of {list(SHAPES)}")
-    p.add_argument("--arms", default=",".join(a for a in _plannable(ARMS) if a not in CUDA_FORM_ONLY),
-                   help="comma-separated subset of the end-to-end benchmark's compiled arms (default: all but "
-                        f"{', '.join(CUDA_FORM_ONLY)}, whose GEMMs have no CPU form like the GPU's)")
+    p.add_argument("--arms", default=",".join(_plannable(ARMS)),
+                   help="comma-separated subset of the end-to-end benchmark's compiled arms (default: all)")
     p.add_argument("--tokens", type=int, default=None, help="tokens of the traced call (default: the shape's step)")
     p.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
                    help="an Inductor setting over the compiled blocks' own (e.g. combo_kernels=true); repeatable")
@@ -288,9 +296,9 @@ def _plannable(arms) -> tuple:
     return tuple(a for a in arms if not a.startswith("torchao_") and a != "bf16_eager")
 
 
-# arms whose GEMMs and quantization passes are CUDA-only Triton operators: on the CPU their plan is
-# the emulation's form of those, not the GPU's (asked for by name only)
-CUDA_FORM_ONLY = ("int8_block", "int8_fallback", "int8_fallback_b128")
+# arms whose GEMMs and quantization passes are Triton operators on CUDA: planned with the operators
+# on the CPU too (``int8_ops.KERNEL_DEVICES``), as opaque nodes of the graph where the GPU's are
+KERNEL_FORM = ("int8_block", "int8_fallback", "int8_fallback_b128", "int8_fallback_b128_sparse")
 
 
 def main(argv=None) -> int:

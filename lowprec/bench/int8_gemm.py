@@ -79,7 +79,8 @@ def _parse(argv):
     p.add_argument("--ratios", default=DEFAULT_RATIOS, help=f"fallback shares of A blocks (default {DEFAULT_RATIOS})")
     p.add_argument("--ratio-groups", default="128,32", help="groups for the ratio sweep (default 128,32)")
     p.add_argument("--patterns", default="random,rows", help="where fallback blocks sit: random,rows")
-    p.add_argument("--impls", default="sparse,fused", help="second-part implementations timed (default sparse,fused)")
+    p.add_argument("--impls", default="sparse,fused,tail",
+                   help="second-part implementations timed (default sparse,fused,tail)")
     p.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK list for the shapes sweep")
     p.add_argument("--shape-group", type=int, default=128, help="K-group of the shapes sweep (default 128)")
     p.add_argument("--shape-ratio", type=float, default=0.05, help="fallback share timed in the shapes sweep")
@@ -183,10 +184,10 @@ def main(argv=None, _device: str = "cuda") -> int:
     ablation_groups = parse_int_list(PROG, "--ablation-groups", args.ablation_groups)
     quant_chunks = parse_shapes(PROG, "--quant-chunks", args.quant_chunks, dims=2) if args.quant_chunks else []
     patterns = parse_names(PROG, "--patterns", args.patterns, ("random", "rows"))
-    impls = parse_names(PROG, "--impls", args.impls, ("sparse", "fused"))
+    impls = parse_names(PROG, "--impls", args.impls, ("sparse", "fused", "tail"))
     shapes = parse_shapes(PROG, "--shapes", args.shapes) if "shapes" in sweeps else []
     if not impls:
-        fail(PROG, "--impls: give at least one of sparse,fused")
+        fail(PROG, "--impls: give at least one of sparse,fused,tail")
     if any(not 0.0 <= r <= 1.0 for r in ratios) or not 0.0 <= args.shape_ratio <= 1.0:
         fail(PROG, "--ratios / --shape-ratio: shares must be within [0, 1]")
     if not sizes:

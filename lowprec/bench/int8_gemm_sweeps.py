@@ -99,7 +99,8 @@ def check_sweep(b: Bench, groups, ratio_groups):
             for sides in ("a", "b", "ab"):
                 sa = pa if "a" in sides else (None, None, None)
                 sb = pb if "b" in sides else (None, None, None)
-                w = sparse_ref(A, B, blk, sa, sb) if impl == "sparse" else ref(*A, *B, blk, blk, *sa, *sb)
+                w = (sparse_ref(A, B, blk, sa, sb) if impl == "sparse"
+                     else ref(*A, *B, blk, blk, *sa, *sb, order="tail" if impl == "tail" else "k"))
                 b.guarded(f"check {impl} {sides} {shape} g={g}", lambda: record(
                     shape, g, f"int8_fallback_{impl}", f"second parts of {sides}, no FMA contraction: bit for bit",
                     kf.int8_fallback_gemm(*A, *B, blk, blk, *sa, *sb, fallback=impl, config=nofma,
@@ -193,7 +194,7 @@ def square_sweeps(b: Bench, S, groups, ratios, ratio_groups, patterns, impls, sw
                         if err is None:
                             continue
                         kind = "int8_fallback" if impl == default_impl else f"int8_fallback_{impl}"
-                        issued = 1 + (tr if impl == "fused" else actual)
+                        issued = 1 + (actual if impl == "sparse" else tr)  # the others issue whole tiles
                         _time_row(b, {**base, "sweep": "ratio", "kind": kind, "impl": impl, "pattern": pattern,
                                       "fallback_target": ratio, "fallback_ratio": f"{actual:.4f}",
                                       "tile_ratio": f"{tr:.4f}", "max_rel_err": err,
@@ -205,7 +206,7 @@ def square_sweeps(b: Bench, S, groups, ratios, ratio_groups, patterns, impls, sw
 
 def ablation_sweep(b: Bench, S, groups):
     """At S^3: the tuned configuration, then one change at a time; then the second parts at 5 %
-    random blocks in several pass configurations and in the fused loop. Built in parallel first."""
+    random blocks in several pass configurations, in the fused loop and after it. Built in parallel first."""
     kf, torch = b.kf, b.torch
     kt = b.kt
     qa, qb, t_bf16, t_int = _baselines(b, "ablation", S, S, S, emit=False)
@@ -245,6 +246,7 @@ def ablation_sweep(b: Bench, S, groups):
                            ("sparse pass, 8 warps", replace(rdef, num_warps=8, block_y=256))):
             todo.append((name, "sparse", sel, rcfg))
         todo.append(("fused loop", "fused", sel, None))
+        todo.append(("tail after the loop", "tail", sel, None))
         gm = kf._Gemm(qa, da, qb, db, (b.br, g), (b.br, g), ra, dra, fa, None, None, None)
         c = torch.empty((M, N), device=b.dev)
 
@@ -252,7 +254,7 @@ def ablation_sweep(b: Bench, S, groups):
             name, kind, cfg, rcfg = item
             if kind == "sparse":
                 return gm.launch_residual(c, "a", rcfg, False, warmup=True)
-            return gm.launch_main(c, cfg, kind == "fused", False, warmup=True)
+            return gm.launch_main(c, cfg, kind != "block", False, warmup=True, tail=kind == "tail")
 
         kt.precompile(warm, todo)
         base = dict(M=M, N=N, K=K, group=g, block_rows=b.br, sweep="ablation")

@@ -263,22 +263,28 @@ def _require_compiled_kernels() -> None:
                            "needs a process without it")
 
 
-def compile_int8_gemm(cfg, group: int, block_rows: int, fused: bool = False):
+def compile_int8_gemm(cfg, group: int, block_rows: int, fused: bool = False, tail: bool = False,
+                      out: str = "fp32"):
     """The INT8 GEMM kernel (``int8_fallback_kernels._gemm_kernel``) under launch configuration
     ``cfg`` (a ``GemmConfig``), compiled for sm_90: K-groups of ``group``, scale blocks of
     ``block_rows`` rows on both operands, K a multiple of the group, pointers and sizes 16-aligned
-    (as Triton specializes them at launch), ``fused``: with both second parts in the loop."""
+    (as Triton specializes them at launch), ``fused``: with both second parts, in the loop or with
+    ``tail`` after it; C of dtype ``out`` ("fp32" or "bf16")."""
     from lowprec.kernels import int8_fallback_kernels as kk
+    from lowprec.kernels.int8_fallback_gemm import _TAIL_KCHUNK, _blocks_met
 
     _require_compiled_kernels()
     if cfg.async_mma:
         return compile_int8_gemm_async(cfg, group, block_rows)
     kinds = dict.fromkeys(("a_ptr", "b_ptr", "ra_ptr", "fa_ptr", "rb_ptr", "fb_ptr"), "*i8")
-    kinds.update(dict.fromkeys(("da_ptr", "db_ptr", "dra_ptr", "drb_ptr", "c_ptr"), "*fp32"))
+    kinds.update(dict.fromkeys(("da_ptr", "db_ptr", "dra_ptr", "drb_ptr"), "*fp32"), c_ptr=f"*{out}")
     kinds.update(dict.fromkeys(("M", "N", "K", "n_kb"), "i32"))
     const = dict(BMS=block_rows, BNS=block_rows, GK=group, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                  BLOCK_K=group, KG=cfg.k_groups, GROUP_M=cfg.group_m, EVEN_K=True, MAGIC=cfg.magic,
-                 USE_TMA=cfg.tma, HAS_RA=fused, HAS_RB=fused, WS=cfg.warp_specialize, PIPE=cfg.pipelined)
+                 USE_TMA=cfg.tma, HAS_RA=fused, HAS_RB=fused, WS=cfg.warp_specialize,
+                 PIPE=cfg.pipelined and not (fused and not tail), TAIL=tail and fused,
+                 NRB=_blocks_met(cfg.block_m, block_rows), NCB=_blocks_met(cfg.block_n, block_rows),
+                 KCHUNK=_TAIL_KCHUNK)
     return compile_sm90(kk._gemm_kernel, kinds, const, ("a_ptr", "b_ptr", "da_ptr", "db_ptr", "c_ptr", "M", "N", "K"),
                         cfg.num_warps, cfg.num_stages, cfg.fp_fusion)
 

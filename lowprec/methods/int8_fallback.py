@@ -73,10 +73,10 @@ import torch
 
 from ..numerics import block_amax, cast, quantize, scale_from_amax
 from ..numerics import rounding_stream as _stream
-from ..numerics.checks import block_shape, nonempty, number
+from ..numerics.checks import block_shape, nonempty, number, one_of
 from ..numerics.scaling import apply_blocks, expand_blocks
-from .int8_fallback_rules import (DEFAULTS, QMAX, RULES, _as_2d, _int8_spec, _positive_quantile,  # noqa: F401
-                                  block_int8_error, check_rule_params, select_blocks)
+from .int8_fallback_rules import (DEFAULTS, QMAX, RULES, SECOND_PARTS, _as_2d, _int8_spec,  # noqa: F401
+                                  _positive_quantile, block_int8_error, check_rule_params, select_blocks)
 from .int8_fallback_state import FallbackBuffers, count_call, set_level
 from ..recipes import GEMMS, OPERANDS, SLOTS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
 
@@ -207,7 +207,7 @@ def _rows(grid: torch.Tensor, rows_per: int, n: int) -> torch.Tensor:
 
 
 def int8_block_gemm_reference(qa, da, qb, db, block_a, block_b, ra=None, dra=None, fa=None,
-                              rb=None, drb=None, fb=None) -> torch.Tensor:
+                              rb=None, drb=None, fb=None, order: str = "k") -> torch.Tensor:
     """``A @ B.T`` in fp32 from block-scaled INT8 operands, the way the kernel computes it.
 
     qa (M, K), qb (N, K): integer codes (any integer or integer-valued dtype). da, db: DECODE scales
@@ -218,9 +218,11 @@ def int8_block_gemm_reference(qa, da, qb, db, block_a, block_b, ra=None, dra=Non
 
     Per K-group k, int32 partial products (computed in int64, checked to fit int32) are converted
     to fp32 and scaled by the fp32 outer product of the two scale vectors, then added to an fp32
-    accumulator in this order: q1a.q1b, q2a.q1b, q1a.q2b, q2a.q2b. The Triton kernel does the same
-    fp32 operations in the same order, so the results are equal bit for bit (terms it skips for
-    tiles without a flag are exact zeros here)."""
+    accumulator. ``order`` "k": per K-group q1a.q1b, q2a.q1b, q1a.q2b, q2a.q2b (the kernel's
+    second parts in its main loop); "tail": q1a.q1b over all K-groups, then q2a.q1b over all,
+    then per K-group q1a.q2b, q2a.q2b (its second parts after the main loop). The Triton kernel
+    does the same fp32 operations in the same order, so the results are equal bit for bit (terms
+    it skips for tiles without a flag are exact zeros here)."""
     nonempty(qa, "qa")
     nonempty(qb, "qb")
     M, K = qa.shape
@@ -242,25 +244,30 @@ def int8_block_gemm_reference(qa, da, qb, db, block_a, block_b, ra=None, dra=Non
                                                          torch.zeros_like(d))))
         return parts
 
+    one_of("order", order, ("k", "tail"))
     pa = prep(qa, da, ra, dra, fa, bm, M)
     pb = prep(qb, db, rb, drb, fb, bn, N)
-    # the kernel's term order: b's first part against each a part, then b's second part
-    order = [(ia, ib) for ib in range(len(pb)) for ia in range(len(pa))]
+    # (K-group, a part, b part) in the kernel's order of terms
+    pairs = [(ia, ib) for ib in range(len(pb)) for ia in range(len(pa))]
+    if order == "k":
+        terms = [(kb, ia, ib) for kb in range(nkb) for ia, ib in pairs]
+    else:
+        terms = ([(kb, 0, 0) for kb in range(nkb)] + [(kb, 1, 0) for kb in range(nkb) if len(pa) > 1]
+                 + [(kb, ia, 1) for kb in range(nkb) if len(pb) > 1 for ia in range(len(pa))])
     y = torch.zeros(M, N, dtype=torch.float32, device=qa.device)
     lim = 2**31 - 1
-    for kb in range(nkb):
+    for kb, ia, ib in terms:
         k0, k1 = kb * bk, min((kb + 1) * bk, K)
-        for ia, ib in order:
-            (a, sa), (b, sb) = pa[ia], pb[ib]
-            if a.is_cuda:
-                # CUDA has no int64 matmul; float64 is exact here (integer terms, |sums| < 2^53)
-                p = (a[:, k0:k1].double() @ b[:, k0:k1].double().t()).to(torch.int64)
-            else:
-                p = a[:, k0:k1] @ b[:, k0:k1].t()
-            if p.numel() and int(p.abs().max()) > lim:
-                raise OverflowError("int32 partial product overflows: K-group too large")
-            scale = sa[:, kb][:, None] * sb[:, kb][None, :]
-            y = y + p.to(torch.int32).to(torch.float32) * scale
+        (a, sa), (b, sb) = pa[ia], pb[ib]
+        if a.is_cuda:
+            # CUDA has no int64 matmul; float64 is exact here (integer terms, |sums| < 2^53)
+            p = (a[:, k0:k1].double() @ b[:, k0:k1].double().t()).to(torch.int64)
+        else:
+            p = a[:, k0:k1] @ b[:, k0:k1].t()
+        if p.numel() and int(p.abs().max()) > lim:
+            raise OverflowError("int32 partial product overflows: K-group too large")
+        scale = sa[:, kb][:, None] * sb[:, kb][None, :]
+        y = y + p.to(torch.int32).to(torch.float32) * scale
     return y
 
 
@@ -290,7 +297,8 @@ class FallbackInt8Quantizer(OperandQuantizer):
                  ema: float = DEFAULTS["ema"], quantile: float = DEFAULTS["quantile"],
                  fallback_gemms: Iterable[str] = DEFAULTS["fallback_gemms"],
                  fallback_operands: Iterable[str] = DEFAULTS["fallback_operands"],
-                 stochastic_gradients: bool = DEFAULTS["stochastic_gradients"], gemm: str = DEFAULTS["gemm"]):
+                 stochastic_gradients: bool = DEFAULTS["stochastic_gradients"], gemm: str = DEFAULTS["gemm"],
+                 second_parts: str = DEFAULTS["second_parts"]):
         self.block = _check_block(block)
         p = check_rule_params(rule, tau=tau, rho=rho, error_threshold=error_threshold, ema=ema, quantile=quantile)
         self.rule = rule
@@ -309,6 +317,9 @@ class FallbackInt8Quantizer(OperandQuantizer):
         if gemm not in ("emulated", "kernel"):
             raise ValueError(f"gemm: must be 'emulated' or 'kernel', got {gemm!r}")
         self.gemm = gemm
+        if second_parts not in SECOND_PARTS:
+            raise ValueError(f"second_parts: must be one of {SECOND_PARTS}, got {second_parts!r}")
+        self.second_parts = second_parts
         # layer name -> the layer holding this quantizer's per-layer state (FallbackBuffers): a
         # QLinear (attach_layer), or for a call from anything else a FallbackBuffers kept here
         self._layers: dict = {}
@@ -498,7 +509,8 @@ def _build(own: dict) -> Recipe:
                                       error_threshold=c["error_threshold"], ema=c["ema"],
                                       quantile=c["quantile"], fallback_gemms=c["fallback_gemms"],
                                       fallback_operands=c["fallback_operands"],
-                                      stochastic_gradients=c["stochastic_gradients"], gemm=c["gemm"])
+                                      stochastic_gradients=c["stochastic_gradients"], gemm=c["gemm"],
+                                      second_parts=c["second_parts"])
     except ValueError as e:
         raise ValueError(f"method (int8_fallback): {e}") from e
     slots = ", ".join(f"{g}.{o}" for g in GEMMS for o in OPERANDS[g] if quant.falls_back(g, o)) or "none"

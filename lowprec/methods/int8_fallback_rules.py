@@ -34,7 +34,13 @@ DEFAULTS = {
     # (lowprec.methods.int8_fast); "emulated": fp32 GEMMs of the dequantized values, the same numerics
     # up to accumulation order.
     "gemm": "kernel",
+    # where the kernel adds the fallback blocks' second parts: "tail", in the GEMM kernel after its
+    # main loop, over each tile's flagged K-groups (C written once, in the layer's dtype); "sparse",
+    # in passes of their own over the flagged K-groups that add into an fp32 C
+    # (lowprec.kernels.int8_fallback_gemm)
+    "second_parts": "tail",
 }
+SECOND_PARTS = ("tail", "sparse")
 
 
 def _int8_spec(block, rounding: str) -> QuantSpec:

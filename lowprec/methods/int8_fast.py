@@ -108,12 +108,14 @@ def uses_kernel(spec, device: torch.device) -> bool:
     return getattr(spec, "gemm", "kernel") == "kernel" and takes_kernels(device)  # gemm: emulated (a key)
 
 
-def int8_mm(a: FallbackQTensor, b: FallbackQTensor, kernel: bool) -> torch.Tensor:
-    """fp32 ``dequant(a) @ dequant(b).T``: on the INT8 GEMM operator (``kernel``), else the fp32
-    GEMM of the dequantized values (the emulation's)."""
+def int8_mm(a: FallbackQTensor, b: FallbackQTensor, kernel: bool, out_dtype: torch.dtype = torch.float32,
+            tail: bool = True) -> torch.Tensor:
+    """``dequant(a) @ dequant(b).T`` summed in fp32, rounded once to ``out_dtype``: on the INT8 GEMM
+    operator (``kernel``; ``tail``: the second parts after its main loop, else in passes of their
+    own), else the fp32 GEMM of the dequantized values (the emulation's)."""
     if not kernel:
-        return a.dequantize() @ b.dequantize().t()
-    return block_mm(*_kernel_operands(a), a.block, *_kernel_operands(b), b.block)
+        return (a.dequantize() @ b.dequantize().t()).to(out_dtype)
+    return block_mm(*_kernel_operands(a), a.block, *_kernel_operands(b), b.block, out_dtype, tail)
 
 
 def _kernel_operands(f: FallbackQTensor) -> tuple:
@@ -140,16 +142,17 @@ def int8_linear(x, weight, bias, plan, transposed: bool, out_dtype: torch.dtype,
     return _Int8LinearFn.apply(x, weight, bias, plan, transposed, out_dtype, key, flat, training)
 
 
-def _gemm(plan, name: str, a, b, key, buffers, training: bool, reused_t=(False, False)) -> tuple:
-    """(fp32 ``a @ b.T`` of GEMM ``name`` (reduction last), its two operands): each operand quantized
-    here from its tensor, or given already quantized (a ``FallbackQTensor``: ``FastPlan.reused``).
-    ``reused_t``: per operand, whether a later GEMM takes it transposed (its codes' transposes are
-    written by the same pass)."""
+def _gemm(plan, name: str, a, b, key, buffers, training: bool, reused_t=(False, False),
+          out_dtype: torch.dtype = torch.float32) -> tuple:
+    """(``a @ b.T`` of GEMM ``name`` (reduction last) in ``out_dtype`` (summed in fp32, rounded
+    once), its two operands): each operand quantized here from its tensor, or given already
+    quantized (a ``FallbackQTensor``: ``FastPlan.reused``). ``reused_t``: per operand, whether a
+    later GEMM takes it transposed (its codes' transposes are written by the same pass)."""
     from ..gemm import hp_mm
     kind, spec_a, spec_b = plan.gemms[name]
     if kind == "hp":
         with _no_autocast(a):
-            return hp_mm(a, b, plan.high_precision, torch.float32), (a, b)
+            return hp_mm(a, b, plan.high_precision, torch.float32).to(out_dtype), (a, b)
     ops = []
     for op, t, spec, want_t in zip(OPERANDS[name], (a, b), (spec_a, spec_b), reused_t):
         call = OperandCall(buffers, name, op, slot_key(key, name, op), training)
@@ -159,8 +162,9 @@ def _gemm(plan, name: str, a, b, key, buffers, training: bool, reused_t=(False, 
             ops.append(t)
         else:
             ops.append(int8_operand(spec, t, call, want_t))
+    tail = getattr(spec_a, "second_parts", "tail") == "tail"  # an INT8 block spec has no second parts
     with _no_autocast(ops[0].codes):
-        return int8_mm(*ops, kernel=uses_kernel(spec_a, ops[0].codes.device)), tuple(ops)
+        return int8_mm(*ops, kernel=uses_kernel(spec_a, ops[0].codes.device), out_dtype=out_dtype, tail=tail), tuple(ops)
 
 
 def _no_autocast(t) -> torch.autocast:
@@ -242,7 +246,10 @@ class _Int8LinearFn(torch.autograd.Function):
         w = weight.t() if transposed else weight  # (N, K)
         x2d = x.reshape(-1, x.shape[-1])
         reused_t = (("wgrad", "x") in plan.reused, ("dgrad", "w") in plan.reused)
-        y, (qx, qw) = _gemm(plan, "fprop", x2d, w, key, buffers, training, reused_t)
+        # the GEMM writes the output in its dtype (rounded once, as the emulation's cast of its fp32
+        # product), unless a bias is added to the fp32 product first
+        y, (qx, qw) = _gemm(plan, "fprop", x2d, w, key, buffers, training, reused_t,
+                            out_dtype if bias is None else torch.float32)
         y = y.reshape(*x.shape[:-1], w.shape[0])
         if bias is not None:  # after the reshape: Inductor would fold a 2-D GEMM and its bias into
             y = y + bias.float()  # one addmm on the CPU, whose sums round differently
@@ -269,13 +276,14 @@ class _Int8LinearFn(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             wt = _restored_t(kw, ctx.w_meta) if ctx.w_meta else w.t()
             reuse_dy_t = ("wgrad", "dy") in plan.reused and ctx.needs_input_grad[1]
-            dx, (qdy, _) = _gemm(plan, "dgrad", dy2d, wt, key, buffers, ctx.training, (reuse_dy_t, False))
+            dx, (qdy, _) = _gemm(plan, "dgrad", dy2d, wt, key, buffers, ctx.training, (reuse_dy_t, False),
+                                 ctx.x_dtype)
             dx = dx.to(ctx.x_dtype).reshape(ctx.x_shape)
         if ctx.needs_input_grad[1]:
             reuse_dy = ("wgrad", "dy") in plan.reused and isinstance(qdy, FallbackQTensor)
             dyt = _transposed(qdy) if reuse_dy else dy2d.t()
             xt = _restored_t(kx, ctx.x_meta) if ctx.x_meta else kx[0].t()
-            dw = _gemm(plan, "wgrad", dyt, xt, key, buffers, ctx.training)[0]
+            dw = _gemm(plan, "wgrad", dyt, xt, key, buffers, ctx.training, out_dtype=weight.dtype)[0]
             dw = (dw.t() if ctx.transposed else dw).to(weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2d.float().sum(0)
