@@ -342,12 +342,19 @@ def test_kernel_sass_jobs_each_compile_their_own_configuration(monkeypatch):
 
     from lowprec.bench import kernel_sass as ks
 
-    monkeypatch.setattr(ks, "int8_gemm_row", lambda cfg, group, rows: (cfg.label(), group, rows))
+    monkeypatch.setattr(ks, "int8_gemm_row", lambda cfg, group, rows, variant: (cfg.label(), group, rows, variant))
     monkeypatch.setattr(ks, "mor_cast_row", lambda lay, native, approx: (lay, native, approx))
-    jobs = ks._int8_gemm_rows("kernel_sass", argparse.Namespace(groups="32,128", block_rows="32,128"), ["_pipe"])
-    got = [job() for job in jobs]
-    assert len(set(got)) == len(got) > 2 and {g for _, g, _ in got} == {32, 128}
-    assert all("_pipe" in label and rows == g for label, g, rows in got)
+    args = argparse.Namespace(groups="32,128", block_rows="32,128", variant="first_parts")
+    got = [job() for job in ks._int8_gemm_rows("kernel_sass", args, ["_pipe"])]
+    assert len(set(got)) == len(got) > 2 and {g for _, g, _, _ in got} == {32, 128}
+    assert all("_pipe" in label and rows == g and v == "first_parts" for label, g, rows, v in got)
+    # the tail variant: the same Triton candidates, none of the Gluon kernel's (it takes no second part)
+    args.variant = "tail_bf16"
+    tail = [job() for job in ks._int8_gemm_rows("kernel_sass", args, [])]
+    assert tail and all(v == "tail_bf16" and "async" not in label for label, _, _, v in tail)
+    args.variant = "fused"
+    with pytest.raises(SystemExit):
+        ks._int8_gemm_rows("kernel_sass", args, [])
     cast = [job() for job in ks._mor_cast_rows("kernel_sass", None, ["both"])]
     assert sorted(cast) == sorted(("both", n, a) for n in (True, False) for a in (True, False))
 

@@ -2,6 +2,7 @@
 their machine code on a machine without a GPU.
 
     python -m lowprec.bench.kernel_sass --kernel int8_gemm --groups 32,128 --out results/bench/int8_gemm_sass_sm90.csv
+    python -m lowprec.bench.kernel_sass --kernel int8_gemm --variant tail_bf16 --out results/bench/int8_gemm_sass_sm90_tail.csv
     python -m lowprec.bench.kernel_sass --kernel mor_cast --out results/bench/mor_cast_sass_sm90.csv
     python -m lowprec.bench.kernel_sass --kernel mor_sub_values --out results/bench/mor_sub_values_sass_sm90.csv
     python -m lowprec.bench.kernel_sass --kernel mor_gemm --out results/bench/mor_gemm_sass_sm90.csv
@@ -27,7 +28,12 @@ instructions / (elements a thread holds x k_groups)), ``fp32`` (FADD, FMUL, FFMA
 0 where each K-group's product is waited for before the next is issued, as the rescale of an int32
 product forces in every Triton candidate, the software-pipelined one included; 1 in the Gluon
 kernel's, ``_async``), ``registers``, ``shared`` and ``local`` bytes, ``error`` where a candidate
-did not compile.
+did not compile. ``--variant``: ``first_parts`` (the kernel as the tuner first times it, fp32 C) or
+``tail_bf16`` (A's and B's second parts after the main loop, a bf16 C: the fallback recipe's
+kernel in a training step; the Gluon candidates, which take no second part, left out): then
+``variant`` names it, ``loop_instructions`` counts the main K loop (the first in code order) and
+``tail_loops`` the tail's loops (instructions a flagged K-group: A's part, then B's with the cross
+term).
 
 ``mor_cast``: MoR's cast-and-error pass (``lowprec.kernels.mor_quant._cast_error_kernel``, one
 32 x 128 tile a program as the fast path launches it, bf16 operands, whole tiles) for each layout
@@ -81,7 +87,7 @@ PROG = "kernel_sass"
 _CLASSES = ("fp32", "fmul", "int", "moves", "global_loads", "spills", "mma")
 FIELDS = {
     "int8_gemm": ("config", "group", "block_rows", "tma", "loop_instructions", "per_element_group", *_CLASSES,
-                  "mma_in_flight", "registers", "shared", "local", "error"),
+                  "mma_in_flight", "registers", "shared", "local", "error", "variant", "tail_loops"),
     "mor_cast": ("layouts", "native", "approx_div", "tile", "num_warps", "instructions", "per_element", *_CLASSES,
                  "conversions", "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
     "mor_sub_values": ("choice", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
@@ -309,13 +315,24 @@ def _async_k_loop(instrs: list) -> list:
     return next((body for body in k_loops(instrs) if not counts(body)["global_stores"]), [])
 
 
-def int8_gemm_row(cfg, group: int, block_rows: int) -> dict:
+INT8_VARIANTS = ("first_parts", "tail_bf16")
+
+
+def int8_gemm_row(cfg, group: int, block_rows: int, variant: str = "first_parts") -> dict:
     """This module's table row for one configuration (``error`` set where it did not compile)."""
-    row = {"config": cfg.label(), "group": group, "block_rows": block_rows, "tma": cfg.tma}
+    row = {"config": cfg.label(), "group": group, "block_rows": block_rows, "tma": cfg.tma, "variant": variant}
+    tail = variant == "tail_bf16"
+
+    def main_and_tail(instrs):  # the main K loop comes first in code order, the tail's after it
+        loops = k_loops(instrs)
+        row["tail_loops"] = "/".join(str(len(b)) for b in loops[1:])
+        return loops[0] if loops else []
+
     # the asynchronous kernel takes two K-groups a loop iteration; its longest loop holds the tile's
     # store (the last groups and the epilogue), so its K loop is the one that stores nothing
-    loop, groups = (_async_k_loop, 2) if cfg.async_mma else (True, cfg.k_groups)
-    n = _measure("int8_gemm", row, lambda: compile_int8_gemm(cfg, group, block_rows), loop=loop)
+    loop, groups = (_async_k_loop, 2) if cfg.async_mma else (main_and_tail if tail else True, cfg.k_groups)
+    n = _measure("int8_gemm", row, lambda: compile_int8_gemm(cfg, group, block_rows, fused=tail, tail=tail,
+                                                             out="bf16" if tail else "fp32"), loop=loop)
     if n is not None:
         elements = cfg.block_m * cfg.block_n / (32 * cfg.num_warps)
         row.update(loop_instructions=n, per_element_group=round(n / (elements * groups), 2))
@@ -449,9 +466,12 @@ def _int8_gemm_rows(prog: str, args, wanted: list) -> list:
     rows_per = parse_int_list(prog, "--block-rows", args.block_rows)
     if len(rows_per) != len(groups):
         fail(prog, f"--block-rows: one per group ({len(groups)}), got {len(rows_per)}")
-    return [(lambda cfg=cfg, group=group, block_rows=block_rows: int8_gemm_row(cfg, group, block_rows))
+    variant = args.variant
+    if variant not in INT8_VARIANTS:
+        fail(prog, f"--variant: one of {', '.join(INT8_VARIANTS)}, got {variant!r}")
+    return [(lambda cfg=cfg, group=group, block_rows=block_rows: int8_gemm_row(cfg, group, block_rows, variant))
             for group, block_rows in zip(groups, rows_per)
-            for cfg in kt.candidate_configs(group, tma=True, async_mma=True)
+            for cfg in kt.candidate_configs(group, tma=True, async_mma=variant == "first_parts")
             if not wanted or any(w in cfg.label() for w in wanted)]
 
 
@@ -480,6 +500,8 @@ def main(argv=None) -> int:
     p.add_argument("--block-rows", default="32,128",
                    help="int8_gemm: scale-block rows, one per group in --groups (Jetfire's 32 x 32 blocks, the "
                         "fallback's 128 x 128)")
+    p.add_argument("--variant", default="first_parts",
+                   help=f"int8_gemm: the kernel variant, one of {', '.join(INT8_VARIANTS)} (see above)")
     p.add_argument("--configs", default="",
                    help="only the int8_gemm candidates whose label contains one of these, or the mor_cast layouts "
                         "or mor_sub_values choices or mor_gemm modes named (comma-separated); default all")
