@@ -144,14 +144,18 @@ if triton is not None and _kq.triton is not None:
         pid_r, pid_c = _block_pids(n_brow, G)
         NCW: tl.constexpr = (BC + CW - 1) // CW
         NCH: tl.constexpr = ((BR + CH - 1) // CH) * NCW  # chunks per block, row-major
-        amax = tl.full([G], 0.0, tl.float32)
-        bad = tl.full([G], 0.0, tl.float32)
+        # maxima kept per element over the chunks and reduced across the block once: a reduction
+        # per chunk crossed the warps through shared memory (six barriers a chunk on sm_90)
+        amax_e = tl.full([G, CH, CW], 0.0, tl.float32)
+        bad_e = tl.full([G, CH, CW], 0.0, tl.float32)
         for ci in range(0, NCH):
             row, col, mask = _chunk_view(pid_r, pid_c, (ci // NCW) * CH, (ci % NCW) * CW, M, N, n_brow, BR, BC, CH,
                                          CW, G)
             x = _load_fp32(x_ptr, row * sx0 + col * sx1, mask, IN_KIND)
-            amax = tl.maximum(amax, _block_max(_finite_abs(x)))
-            bad = tl.maximum(bad, _block_max(_nonfinite(x)))
+            amax_e = tl.maximum(amax_e, _finite_abs(x))
+            bad_e = tl.maximum(bad_e, _nonfinite(x))
+        amax = _block_max(amax_e)
+        bad = _block_max(bad_e)
         s1 = _scale_from_amax(amax, 127.0, 1.0, False)
         # a block holding NaN/Inf: NaN scale, so q1 = 0 and the residual is NaN (amax 0: q2 = 0,
         # s2 = 1), exactly as in the reference
@@ -168,7 +172,7 @@ if triton is not None and _kq.triton is not None:
                 flag = amax > tl.load(thr_ptr)
         any_flag = _max_axis(flag.to(tl.int32), 0) > 0
 
-        amax_r = tl.full([G], 0.0, tl.float32)
+        amax_r_e = tl.full([G, CH, CW], 0.0, tl.float32)
         for ci in range(0, NCH):
             row, col, mask = _chunk_view(pid_r, pid_c, (ci // NCW) * CH, (ci % NCW) * CW, M, N, n_brow, BR, BC, CH,
                                          CW, G)
@@ -177,11 +181,11 @@ if triton is not None and _kq.triton is not None:
             _store_codes(q1_ptr, q1t_ptr, q1, offs, row, col, mask, M, TRANS)
             if SECOND:
                 if any_flag:
-                    amax_r = tl.maximum(amax_r, _block_max(_finite_abs(_residual(x, q1, s1))))
+                    amax_r_e = tl.maximum(amax_r_e, _finite_abs(_residual(x, q1, s1)))
                 else:
                     _store_codes(q2_ptr, q2t_ptr, tl.full([G, CH, CW], 0, tl.int8), offs, row, col, mask, M, TRANS)
         if SECOND:
-            s2 = _scale_from_amax(tl.where(flag, amax_r, 0.0), 127.0, 1.0, False)
+            s2 = _scale_from_amax(tl.where(flag, _block_max(amax_r_e), 0.0), 127.0, 1.0, False)
             if any_flag:
                 for ci in range(0, NCH):
                     row, col, mask = _chunk_view(pid_r, pid_c, (ci // NCW) * CH, (ci % NCW) * CW, M, N, n_brow, BR,
