@@ -318,7 +318,7 @@ if triton is not None and _kq.triton is not None:
         """One BLOCK_M x BLOCK_N tile of C = A @ B.T; KG K-groups per loop iteration (n_kb % KG == 0),
         each its own int32 dot and fp32 rescale. HAS_RA / HAS_RB: A's / B's second part, in the
         main loop (a uniform branch per K-group where a row-block of the tile is flagged) or, with
-        TAIL, after it (``_tail_a``, ``_tail_b``: only the K-groups where one is, found KCHUNK flags
+        TAIL, after it (``_tail``: only the K-groups where one is, found KCHUNK flags
         at a time; NRB / NCB: a power of two at least the row- / column-blocks a tile meets). PIPE (no second part in the main loop, KG 1): the loop issues the next K-group's
         dot before rescaling the last one's product, the same sums in the same order. C is written
         in its own dtype (fp32, or bf16 rounded once to nearest from the fp32 sum)."""
@@ -411,13 +411,15 @@ if triton is not None and _kq.triton is not None:
                                     acc = _add_scaled_dot(acc, a2b, b2, dra, drb, MAGIC)
         if TAIL:
             if HAS_RA:
-                acc = _tail_a(acc, ra_ptr, ra_desc, dra_ptr, fa_ptr, b_ptr, b_desc, db_ptr, a_rows, b_cols, sa_idx,
-                              sb_idx, pid_m, pid_n, M, K, n_kb, offs_k, BMS, BNS, GK, BLOCK_M, BLOCK_N, KCHUNK, NRB,
-                              EVEN_K, MAGIC, UA, UB, BA, BB, USE_TMA)
-            if HAS_RB:
-                acc = _tail_b(acc, a_ptr, a_desc, da_ptr, ra_ptr, ra_desc, dra_ptr, fa_ptr, rb_ptr, rb_desc, drb_ptr,
-                              fb_ptr, a_rows, b_cols, sa_idx, sb_idx, pid_m, pid_n, M, N, K, n_kb, offs_k, BMS, BNS,
-                              GK, BLOCK_M, BLOCK_N, KCHUNK, NRB, NCB, EVEN_K, MAGIC, UA, UB, BA, BB, HAS_RA, USE_TMA)
+                acc = _tail(acc, a_ptr, a_desc, da_ptr, ra_ptr, ra_desc, dra_ptr, fa_ptr, b_ptr, b_desc, db_ptr, rb_ptr,
+                            rb_desc, drb_ptr, fb_ptr, a_rows, b_cols, sa_idx, sb_idx, pid_m, pid_n, M, N, K, n_kb,
+                            offs_k, BMS, BNS, GK, BLOCK_M, BLOCK_N, KCHUNK, NRB, NCB, EVEN_K, MAGIC, UA, UB, BA, BB,
+                            USE_TMA, False, HAS_RA)
+            if HAS_RB:  # after A's: B's second part, with the cross term
+                acc = _tail(acc, a_ptr, a_desc, da_ptr, ra_ptr, ra_desc, dra_ptr, fa_ptr, b_ptr, b_desc, db_ptr, rb_ptr,
+                            rb_desc, drb_ptr, fb_ptr, a_rows, b_cols, sa_idx, sb_idx, pid_m, pid_n, M, N, K, n_kb,
+                            offs_k, BMS, BNS, GK, BLOCK_M, BLOCK_N, KCHUNK, NRB, NCB, EVEN_K, MAGIC, UA, UB, BA, BB,
+                            USE_TMA, True, HAS_RA)
         if c_ptr.dtype.element_ty == tl.bfloat16:
             acc = _round_bf16(acc)  # to nearest, then the cast is exact (the interpreter's truncates)
         c_offs = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
@@ -455,55 +457,47 @@ if triton is not None and _kq.triton is not None:
         return _expand(tl.where(tl.load(f_ptr + idx + kb) != 0, tl.load(d_ptr + idx + kb), 0.0), R, BS, BLOCKED)
 
     @triton.jit
-    def _tail_a(acc, ra_ptr, ra_desc, dra_ptr, fa_ptr, b_ptr, b_desc, db_ptr, a_rows, b_cols, sa_idx, sb_idx, pid_m,
-                pid_n, M, K, n_kb, offs_k, BMS: tl.constexpr, BNS: tl.constexpr, GK: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KCHUNK: tl.constexpr, NRB: tl.constexpr,
-                EVEN_K: tl.constexpr, MAGIC: tl.constexpr, UA: tl.constexpr, UB: tl.constexpr, BA: tl.constexpr,
-                BB: tl.constexpr, USE_TMA: tl.constexpr):
-        """acc + A's second part against B's first part, over the K-groups (increasing) where a
-        row-block of the tile is flagged."""
+    def _tail(acc, a_ptr, a_desc, da_ptr, ra_ptr, ra_desc, dra_ptr, fa_ptr, b_ptr, b_desc, db_ptr, rb_ptr, rb_desc,
+              drb_ptr, fb_ptr, a_rows, b_cols, sa_idx, sb_idx, pid_m, pid_n, M, N, K, n_kb, offs_k,
+              BMS: tl.constexpr, BNS: tl.constexpr, GK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              KCHUNK: tl.constexpr, NRB: tl.constexpr, NCB: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr,
+              UA: tl.constexpr, UB: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, USE_TMA: tl.constexpr,
+              SIDE_B: tl.constexpr, HAS_RA: tl.constexpr):
+        """acc plus one operand's second part over the K-groups (increasing) where a block of the
+        tile is flagged: A's against B's first part (SIDE_B False: A's row-blocks' flags), or B's
+        against A's first part and then, where a row-block of A is flagged too (HAS_RA), against
+        A's second part (SIDE_B: B's column-blocks' flags)."""
         rbs, rb_ok = _tile_blocks(pid_m * BLOCK_M, M, BLOCK_M, BMS, NRB)
+        if SIDE_B:
+            fs_ptr = fb_ptr
+            bs, b_ok = _tile_blocks(pid_n * BLOCK_N, N, BLOCK_N, BNS, NCB)
+        else:
+            fs_ptr = fa_ptr
+            bs, b_ok = rbs, rb_ok
         kc = tl.arange(0, KCHUNK)
         for c0 in range(0, n_kb, KCHUNK):
-            rem = _flag_chunk(fa_ptr, rbs, rb_ok, c0, kc, n_kb)
+            rem = _flag_chunk(fs_ptr, bs, b_ok, c0, kc, n_kb)
             for _ in range(0, _sum_axis(rem.to(tl.int32), 0)):
                 kl, rem = _next_flagged(rem, kc, KCHUNK)
                 kb = c0 + kl
-                dra = _flagged_scales(fa_ptr, dra_ptr, sa_idx, kb, BLOCK_M, BMS, BA)
-                db = _expand(tl.load(db_ptr + sb_idx + kb), BLOCK_N, BNS, BB)
-                a2, b = _ab_tiles(ra_ptr, ra_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K, GK,
-                                  BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
-                acc = _add_scaled_dot(acc, a2, b, dra, db, MAGIC, UA, UB)
-        return acc
-
-    @triton.jit
-    def _tail_b(acc, a_ptr, a_desc, da_ptr, ra_ptr, ra_desc, dra_ptr, fa_ptr, rb_ptr, rb_desc, drb_ptr, fb_ptr, a_rows,
-                b_cols, sa_idx, sb_idx, pid_m, pid_n, M, N, K, n_kb, offs_k, BMS: tl.constexpr, BNS: tl.constexpr,
-                GK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KCHUNK: tl.constexpr,
-                NRB: tl.constexpr, NCB: tl.constexpr, EVEN_K: tl.constexpr, MAGIC: tl.constexpr, UA: tl.constexpr,
-                UB: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr, HAS_RA: tl.constexpr, USE_TMA: tl.constexpr):
-        """acc + A's first part against B's second part, then (HAS_RA) A's second part against it
-        where a row-block of the tile is flagged too, over the K-groups (increasing) where a
-        column-block of the tile is flagged."""
-        cbs, cb_ok = _tile_blocks(pid_n * BLOCK_N, N, BLOCK_N, BNS, NCB)
-        rbs, rb_ok = _tile_blocks(pid_m * BLOCK_M, M, BLOCK_M, BMS, NRB)
-        kc = tl.arange(0, KCHUNK)
-        for c0 in range(0, n_kb, KCHUNK):
-            rem = _flag_chunk(fb_ptr, cbs, cb_ok, c0, kc, n_kb)
-            for _ in range(0, _sum_axis(rem.to(tl.int32), 0)):
-                kl, rem = _next_flagged(rem, kc, KCHUNK)
-                kb = c0 + kl
-                da = _expand(tl.load(da_ptr + sa_idx + kb), BLOCK_M, BMS, BA)
-                drb = _flagged_scales(fb_ptr, drb_ptr, sb_idx, kb, BLOCK_N, BNS, BB)
-                a, b2 = _ab_tiles(a_ptr, a_desc, a_rows, rb_ptr, rb_desc, b_cols, kb, offs_k, pid_m, pid_n, K, GK,
-                                  BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
-                acc = _add_scaled_dot(acc, a, b2, da, drb, MAGIC, UA, UB)
-                if HAS_RA:
-                    fa = tl.load(fa_ptr + rbs * n_kb + kb, mask=rb_ok, other=0).to(tl.int32)
-                    if _max_axis(fa, 0) > 0:
-                        dra = _flagged_scales(fa_ptr, dra_ptr, sa_idx, kb, BLOCK_M, BMS, BA)
-                        a2 = _a_tile(ra_ptr, ra_desc, a_rows, kb, offs_k, pid_m, K, GK, BLOCK_M, EVEN_K, USE_TMA)
-                        acc = _add_scaled_dot(acc, a2, b2, dra, drb, MAGIC, UA, UB)
+                if SIDE_B:
+                    da = _expand(tl.load(da_ptr + sa_idx + kb), BLOCK_M, BMS, BA)
+                    drb = _flagged_scales(fb_ptr, drb_ptr, sb_idx, kb, BLOCK_N, BNS, BB)
+                    a, b2 = _ab_tiles(a_ptr, a_desc, a_rows, rb_ptr, rb_desc, b_cols, kb, offs_k, pid_m, pid_n, K, GK,
+                                      BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
+                    acc = _add_scaled_dot(acc, a, b2, da, drb, MAGIC, UA, UB)
+                    if HAS_RA:
+                        fa = tl.load(fa_ptr + rbs * n_kb + kb, mask=rb_ok, other=0).to(tl.int32)
+                        if _max_axis(fa, 0) > 0:
+                            dra = _flagged_scales(fa_ptr, dra_ptr, sa_idx, kb, BLOCK_M, BMS, BA)
+                            a2 = _a_tile(ra_ptr, ra_desc, a_rows, kb, offs_k, pid_m, K, GK, BLOCK_M, EVEN_K, USE_TMA)
+                            acc = _add_scaled_dot(acc, a2, b2, dra, drb, MAGIC, UA, UB)
+                else:
+                    dra = _flagged_scales(fa_ptr, dra_ptr, sa_idx, kb, BLOCK_M, BMS, BA)
+                    db = _expand(tl.load(db_ptr + sb_idx + kb), BLOCK_N, BNS, BB)
+                    a2, b = _ab_tiles(ra_ptr, ra_desc, a_rows, b_ptr, b_desc, b_cols, kb, offs_k, pid_m, pid_n, K, GK,
+                                      BLOCK_M, BLOCK_N, EVEN_K, USE_TMA)
+                    acc = _add_scaled_dot(acc, a2, b, dra, db, MAGIC, UA, UB)
         return acc
 
     @triton.jit(do_not_specialize=["n_kb", "n_ysplit"])
