@@ -572,10 +572,11 @@ def selected_config(qa, qb, block_a=(32, 32), block_b=(32, 32)) -> GemmConfig:
 
 def gemm_fallback_qtensors(fqa, fqb, **kw) -> torch.Tensor:
     """``A @ B.T`` from two ``lowprec.methods.int8_fallback.FallbackQTensor`` (reduction dimension last, as
-    QLinear passes operands). With the sparse second-part pass (the default) an operand that may
-    have fallback blocks passes its second part as it is: the pass reads the flags on the device
-    and costs next to nothing where none is set. The fused kernel would pay a branch per K-group
-    for it, so there a second part is passed only where a flag is set (a host sync per operand)."""
+    QLinear passes operands). With the sparse second-part pass (this function's default) or the
+    tail an operand that may have fallback blocks passes its second part as it is: they read the
+    flags on the device and cost next to nothing where none is set. The fused kernel would pay a
+    branch per K-group for it, so there a second part is passed only where a flag is set (a host
+    sync per operand)."""
     qa, da, ra, dra, fa = fqa.gemm_operands()
     qb, db, rb, drb, fb = fqb.gemm_operands()
     if kw.get("fallback", "sparse") == "fused":

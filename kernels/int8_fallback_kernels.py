@@ -1,7 +1,7 @@
 """The Triton kernels of INT8 training with block-level fallback: the block statistics and the
 one-pass fallback quantization (``_stats_kernel``, ``_fallback_quant_kernel``), the block-scaled
-INT8 GEMM with the fused second parts (``_gemm_kernel``) and the second-part pass
-(``_residual_kernel``). What they compute, in which order of sums, and why it is exact, is written
+INT8 GEMM with the second parts in its main loop or after it (``_gemm_kernel``) and the
+second-part pass (``_residual_kernel``). What they compute, in which order of sums, and why it is exact, is written
 in ``lowprec.kernels.int8_fallback_gemm``, the host side that checks the arguments, picks launch
 configurations (``lowprec.kernels.int8_fallback_tuning``) and launches them. The kernels keep
 their names: profiles and the tuning log show them.

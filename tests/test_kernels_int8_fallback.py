@@ -803,11 +803,13 @@ def test_nonfinite_block_gives_nan_rows_like_the_reference(device, bad):
     assert got[1].isnan().sum() == 2 and not got[0][32:, :32].any() and not got[0][:32, 32:].any()
     fw = fallback_quantize(w, (32, 32))
     for fa in (ref, fallback_quantize(x, (32, 32))):   # with and without second parts
-        y = kf.gemm_fallback_qtensors(fa, fw)
         want = int8_block_gemm_reference(*fa.gemm_operands()[:2], *fw.gemm_operands()[:2], (32, 32), (32, 32),
                                          *fa.gemm_operands()[2:])
-        assert y.isnan().all()                         # both block-rows hold a NaN block
-        assert torch.equal(y.isnan(), want.isnan())
+        for impl in kf.FALLBACK_IMPLS:
+            for dtype in (torch.float32, torch.bfloat16):  # NaN survives the rounding to bf16
+                y = kf.gemm_fallback_qtensors(fa, fw, fallback=impl, out_dtype=dtype)
+                assert y.isnan().all()                 # both block-rows hold a NaN block
+                assert torch.equal(y.isnan(), want.isnan())
     y = kf.gemm_fallback_qtensors(fallback_quantize(x[32:], (32, 32)), fw)
     assert y.isnan().all()
     y = kf.gemm_fallback_qtensors(fallback_quantize(x[:32, :32], (32, 32)), fallback_quantize(w[:, :32], (32, 32)))

@@ -23,7 +23,7 @@ the paper's figure dims):
 * ablation: at the largest size and --ablation-groups, the tuned configuration against one change
   at a time (int-to-float conversion instead of the add trick, K-groups per iteration, descriptor
   loads, tile order, no FMA contraction) and, at 5 % random fallback, the second-part pass
-  configuration and the fused implementation. Kind ``ablation``, column ``variant``.
+  configuration, the fused implementation and the tail. Kind ``ablation``, column ``variant``.
 * quantize: the quantize pass on a BF16 A (one pass with an in-kernel threshold at the blocks'
   95th amax percentile, with a 5 % mask, and as training runs it: the threshold, the rounding
   stream drawn in the kernel, the codes' transposes written too), as GB/s of the bytes it must
@@ -35,8 +35,8 @@ Each timed row is one triton.testing.do_bench median. Baselines measured in the 
 shape: BF16 ``torch.matmul`` (cuBLAS), ``torch._int_mm`` (cuBLAS INT8, B column-major, no scales:
 the reachable INT8 ceiling) and our kernel without fallback (kind ``int8_block``). Columns:
 ``tflops`` is the useful rate 2MNK / t; ``tops_issued`` counts the extra INT8 products the fused
-kernel issues (a tile issues one whenever any of its row-blocks falls back at that K-step, so
-``tile_ratio`` >= ``fallback_ratio``; the sparse pass issues them per 32-row block). ``config``:
+and the tail issue (a tile issues one whenever any of its row-blocks falls back at that K-step,
+so ``tile_ratio`` >= ``fallback_ratio``; the sparse pass issues them per 32-row block). ``config``:
 the main kernel's launch configuration (tuned once per shape class unless --block-m etc. fix it),
 ``residual_config`` that of the second-part pass. ``max_rel_err`` (unless --no-check): the output
 against the float64 product of the dequantized operands, max |diff| / max |exact|. Written beside

@@ -29,8 +29,8 @@ DEFAULTS = {
     "fallback_gemms": ("fprop", "wgrad"),
     "fallback_operands": ("x",),
     "stochastic_gradients": True,
-    # "kernel": on CUDA the GEMMs run on the Triton block-scaled INT8 kernel, whose second-part pass
-    # finds the fallback blocks on the device (no host sync per GEMM), eagerly and in compiled steps
+    # "kernel": on CUDA the GEMMs run on the Triton block-scaled INT8 kernel, which finds the
+    # fallback blocks on the device (no host sync per GEMM), eagerly and in compiled steps
     # (lowprec.methods.int8_fast); "emulated": fp32 GEMMs of the dequantized values, the same numerics
     # up to accumulation order.
     "gemm": "kernel",

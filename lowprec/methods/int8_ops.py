@@ -188,7 +188,7 @@ def _(qa, da, ra, dra, fa, block_a, qb, db, rb, drb, fb, block_b, out_dtype, tai
     return qa.new_empty((qa.shape[0], qb.shape[0]), dtype=out_dtype)
 
 
-# On CUDA: a triton_op, whose launches (the main kernel, the second-part passes) Inductor traces and
+# On CUDA: a triton_op, whose launches (the main kernel; with ``tail`` False the second-part passes) Inductor traces and
 # makes from its own code. As an opaque operator each call cost about 200 us of Python on the host
 # (argument checks, configuration lookup, Triton's launcher), 336 calls per step of the 1 B model,
 # where the step is host-bound. A shape class new to the trace is tuned while it is traced.
