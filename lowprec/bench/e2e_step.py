@@ -98,7 +98,7 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     # the fallback recipe at 128x128 blocks: the K-group at which the INT8 GEMM nears BF16's rate on the
     # H200 (results/bench/int8_gemm_h200_1b_shapes/), against the paper's 32 above
     "int8_fallback_b128": {"recipe": "int8_fallback", "block": [128, 128]},
-    # the same with the second parts in passes of their own over an fp32 C (the default until 2026-12)
+    # the same with the second parts in passes of their own over an fp32 C (the default before the tail)
     "int8_fallback_b128_sparse": {"recipe": "int8_fallback", "block": [128, 128], "second_parts": "sparse"},
 }
 ARMS = PEERS + tuple(METHODS)

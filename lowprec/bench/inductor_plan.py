@@ -17,8 +17,9 @@ cast pass, the cuBLAS block-scaled pair of blockwise FP8 and per-block MoR, whic
 ``mm`` here, flash attention), and the GPU's Triton autotuning does not happen (launch
 configurations are not part of the plan). The INT8 arms (``KERNEL_FORM``) are planned in their
 GPU form: their quantize and GEMM operators run on the CPU too (``lowprec.methods.int8_ops``), so
-the graph holds them as the GPU's does, one node each (whose own traffic is not counted), with
-Inductor's kernels around them. Both graphs come from one compilation: AOTAutograd lowers the backward with the forward (its eager backward lowering), and
+the graph holds them as the GPU's does, one node each (whose own traffic is not counted: with
+``second_parts: sparse`` the GEMM operator's passes add into an fp32 product inside it, which the
+plan does not see), with Inductor's kernels around them. Both graphs come from one compilation: AOTAutograd lowers the backward with the forward (its eager backward lowering), and
 the traced call stops where the forward would first run. The block is one layer of the shape's
 model (``lowprec.bench.e2e_step.SHAPES``), compiled as training compiles it
 (``lowprec.linear.compiled``: the eager numerics, the graph passes), under bf16 autocast, with the
