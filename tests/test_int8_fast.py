@@ -320,6 +320,9 @@ def test_int8_block_mm_operator_is_the_kernel_reference(fallback, monkeypatch):
         # in the layer's dtype: the same sum rounded once
         half = int8_fast.int8_mm(a, b, kernel=True, out_dtype=torch.bfloat16, tail=tail)
         assert half.dtype == torch.bfloat16 and torch.equal(half, want.to(torch.bfloat16))
+        # a dtype the kernel does not write (fp16): its fp32 product, cast
+        assert torch.equal(int8_fast.int8_mm(a, b, kernel=True, out_dtype=torch.float16, tail=tail),
+                           want.to(torch.float16))
     # the same product as the emulation's fp32 GEMM of the values, up to the order of the sums
     assert sqnr_db(a.dequantize().double() @ b.dequantize().double().t(), got.double()) > 120
     with torch._subclasses.FakeTensorMode() as mode:

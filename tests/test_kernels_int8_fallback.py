@@ -658,6 +658,8 @@ def test_argument_errors(device):
         kf.int8_fallback_gemm(q, d, q, d, ra=q, dra=d, fa=torch.zeros(2, 1, dtype=torch.int8))
     with pytest.raises(ValueError, match="fallback must be one of"):
         kf.int8_fallback_gemm(q, d, q, d, fallback="dense")
+    with pytest.raises(ValueError, match=r"out_dtype must be one of \(torch.float32, torch.bfloat16\), got torch.float16"):
+        kf.int8_fallback_gemm(q, d, q, d, out_dtype=torch.float16)
     x = torch.randn(32, 32, device=device)
     with pytest.raises(ValueError, match="not both"):
         kf.quantize_fallback_int8(x, mask=torch.zeros(1, 1, dtype=torch.bool), threshold=1.0)
