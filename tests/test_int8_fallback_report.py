@@ -216,6 +216,13 @@ def test_throughput_table_and_missing_measurement(tmp_path):
     rep.main(["throughput", "--gemm", str(tmp_path / "absent.csv"), "--csv", str(out / "t.csv"),
               "--md", str(out / "t.md"), "--png", str(out / "t.png")])
     assert "No committed GEMM measurement" in (out / "t.md").read_text() and (out / "t.png").stat().st_size > 0
+    assert "passes of their own" in md
+    # a run that timed the tail too: the figure's fallback GEMM is the one training runs
+    df = pd.read_csv(tmp_path / "gemm_h200.csv")
+    tail = df[df["kind"] == "int8_fallback"].assign(kind="int8_fallback_tail", tflops=[290.0, 270.0])
+    t = tput.throughput_table(pd.concat([df, tail], ignore_index=True))
+    assert sorted(t[t["series"] == "int8_fallback"]["tflops"]) == [270.0, 290.0]
+    assert "after the main loop" in tput.throughput_markdown(t, "H200", "x.csv")
     pd.read_csv(tmp_path / "gemm_h200.csv").drop(columns=["tflops"]).to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(ValueError, match=r"missing column\(s\) \['tflops'\]"):
         tput.read_gemm(tmp_path / "bad.csv")
