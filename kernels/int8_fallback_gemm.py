@@ -535,9 +535,10 @@ def int8_fallback_gemm(qa, da, qb, db, block_a=(32, 32), block_b=(32, 32), ra=No
     one_of("out_dtype", out_dtype, OUT_DTYPES)
     has_ra, has_rb = ra is not None, rb is not None
     passes = fallback == "sparse" and (has_ra or has_rb)
+    # the sparse passes add into C: an fp32 one, rounded after them
     g = _Gemm(qa, da, qb, db, block_a, block_b, ra, dra, fa, rb, drb, fb, launcher=launcher, tail=fallback == "tail",
               out_dtype=torch.float32 if passes else out_dtype)
-    c = torch.empty((g.M, g.N), dtype=torch.float32 if passes else out_dtype, device=g.dev)
+    c = torch.empty((g.M, g.N), dtype=g.out_dtype, device=g.dev)
     if g.M == 0 or g.N == 0:
         return c.to(out_dtype)
     if g.K == 0:

@@ -134,7 +134,7 @@ def test_int8_arms_are_planned_with_their_operators():
     assert "torch.ops.lowprec.int8_block_mm:14" in plan["backward"]["extern_calls"]
     assert "extern_kernels.mm" not in plan["forward"]["extern_calls"] + plan["backward"]["extern_calls"]
     assert "torch.ops.lowprec.int8_quantize" in plan["forward"]["extern_calls"]
-    calls = {g: re.findall(r"int8_block_mm\.default\(.*\], (torch\.\w+), (True|False)\)", s) for g, s in sources.items()}
-    assert calls["forward"] == [("torch.bfloat16", "True")] * 7
-    assert sorted(calls["backward"]) == [("torch.bfloat16", "True")] * 7 + [("torch.float32", "True")] * 7
+    calls = {g: re.findall(r"int8_block_mm\.default\(.*\], (torch\.\w+), '(\w+)'\)", s) for g, s in sources.items()}
+    assert calls["forward"] == [("torch.bfloat16", "tail")] * 7
+    assert sorted(calls["backward"]) == [("torch.bfloat16", "tail")] * 7 + [("torch.float32", "tail")] * 7
     assert int8_ops.KERNEL_DEVICES == before

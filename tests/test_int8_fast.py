@@ -310,18 +310,18 @@ def test_int8_block_mm_operator_is_the_kernel_reference(fallback, monkeypatch):
     b = _operands(1, 64, 160, (32, 32), fallback)
     qa, da, ra, dra, fa = a.gemm_operands()
     qb, db, rb, drb, fb = b.gemm_operands()
-    for tail in (True, False):
-        got = int8_fast.int8_mm(a, b, kernel=True, tail=tail)
-        order = "tail" if tail else "k"
+    for second_parts in ("tail", "sparse"):
+        got = int8_fast.int8_mm(a, b, kernel=True, second_parts=second_parts)
+        order = "tail" if second_parts == "tail" else "k"
         want = int8_block_gemm_reference(qa, da, qb, db, (32, 32), (32, 32), ra, dra, fa, rb, drb, fb, order=order)
         if not fallback:
             want = int8_block_gemm_reference(qa, da, qb, db, (32, 32), (32, 32))
         assert torch.equal(got, want)
         # in the layer's dtype: the same sum rounded once
-        half = int8_fast.int8_mm(a, b, kernel=True, out_dtype=torch.bfloat16, tail=tail)
+        half = int8_fast.int8_mm(a, b, kernel=True, out_dtype=torch.bfloat16, second_parts=second_parts)
         assert half.dtype == torch.bfloat16 and torch.equal(half, want.to(torch.bfloat16))
         # a dtype the kernel does not write (fp16): its fp32 product, cast
-        assert torch.equal(int8_fast.int8_mm(a, b, kernel=True, out_dtype=torch.float16, tail=tail),
+        assert torch.equal(int8_fast.int8_mm(a, b, kernel=True, out_dtype=torch.float16, second_parts=second_parts),
                            want.to(torch.float16))
     # the same product as the emulation's fp32 GEMM of the values, up to the order of the sums
     assert sqnr_db(a.dequantize().double() @ b.dequantize().double().t(), got.double()) > 120
@@ -329,7 +329,7 @@ def test_int8_block_mm_operator_is_the_kernel_reference(fallback, monkeypatch):
         for dtype in (torch.float32, torch.bfloat16):
             fake = int8_ops.int8_block_mm(*(mode.from_tensor(t) for t in (qa, da)), None, None, None, [32, 32],
                                            *(mode.from_tensor(t) for t in (qb, db)), None, None, None, [32, 32],
-                                           dtype, True)
+                                           dtype, "tail")
             assert fake.shape == (96, 64) and fake.dtype == dtype
 
 

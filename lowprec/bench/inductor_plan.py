@@ -15,7 +15,7 @@ are the GPU's (its GPU-only passes run for the CPU's nodes, ``_schedule_as_gpu``
 is what the suite's code decides by the device: paths that need CUDA take their CPU form (MoR's
 cast pass, the cuBLAS block-scaled pair of blockwise FP8 and per-block MoR, which shows as a BF16
 ``mm`` here, flash attention), and the GPU's Triton autotuning does not happen (launch
-configurations are not part of the plan). The INT8 arms (``KERNEL_FORM``) are planned in their
+configurations are not part of the plan). The INT8 recipes' arms (``KERNEL_FORM``) are planned in their
 GPU form: their quantize and GEMM operators run on the CPU too (``lowprec.methods.int8_ops``), so
 the graph holds them as the GPU's does, one node each (whose own traffic is not counted: with
 ``second_parts: sparse`` the GEMM operator's passes add into an fp32 product inside it, which the
@@ -255,7 +255,7 @@ def plan(arm: str, shape_name: str, tokens: int | None = None, recorded: bool = 
 
     fast_path, linear.FAST_PATH = linear.FAST_PATH, "all"
     kernel_devices = int8_ops.KERNEL_DEVICES
-    if arm in KERNEL_FORM:
+    if _kernel_form(arm):
         int8_ops.KERNEL_DEVICES = (*kernel_devices, "cpu")
     sources: list = []
     torch._dynamo.reset()
@@ -297,9 +297,15 @@ def _plannable(arms) -> tuple:
     return tuple(a for a in arms if not a.startswith("torchao_") and a != "bf16_eager")
 
 
-# arms whose GEMMs and quantization passes are Triton operators on CUDA: planned with the operators
-# on the CPU too (``int8_ops.KERNEL_DEVICES``), as opaque nodes of the graph where the GPU's are
-KERNEL_FORM = ("int8_block", "int8_fallback", "int8_fallback_b128", "int8_fallback_b128_sparse")
+# recipes whose GEMMs and quantization passes are Triton operators on CUDA: their arms are planned
+# with the operators on the CPU too (``int8_ops.KERNEL_DEVICES``), as opaque nodes of the graph
+# where the GPU's are
+KERNEL_FORM = ("int8_block", "int8_fallback")
+
+
+def _kernel_form(arm: str) -> bool:
+    from .e2e_step import METHODS
+    return arm in METHODS and METHODS[arm]["recipe"] in KERNEL_FORM
 
 
 def main(argv=None) -> int:

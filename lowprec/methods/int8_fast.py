@@ -109,13 +109,13 @@ def uses_kernel(spec, device: torch.device) -> bool:
 
 
 def int8_mm(a: FallbackQTensor, b: FallbackQTensor, kernel: bool, out_dtype: torch.dtype = torch.float32,
-            tail: bool = True) -> torch.Tensor:
+            second_parts: str = "tail") -> torch.Tensor:
     """``dequant(a) @ dequant(b).T`` summed in fp32, rounded once to ``out_dtype``: on the INT8 GEMM
-    operator (``kernel``; ``tail``: the second parts after its main loop, else in passes of their
-    own), else the fp32 GEMM of the dequantized values (the emulation's)."""
+    operator (``kernel``; ``second_parts``, the method's key: "tail" after its main loop, "sparse"
+    in passes of their own), else the fp32 GEMM of the dequantized values (the emulation's)."""
     if not kernel:
         return (a.dequantize() @ b.dequantize().t()).to(out_dtype)
-    return block_mm(*_kernel_operands(a), a.block, *_kernel_operands(b), b.block, out_dtype, tail)
+    return block_mm(*_kernel_operands(a), a.block, *_kernel_operands(b), b.block, out_dtype, second_parts)
 
 
 def _kernel_operands(f: FallbackQTensor) -> tuple:
@@ -162,9 +162,10 @@ def _gemm(plan, name: str, a, b, key, buffers, training: bool, reused_t=(False, 
             ops.append(t)
         else:
             ops.append(int8_operand(spec, t, call, want_t))
-    tail = getattr(spec_a, "second_parts", "tail") == "tail"  # an INT8 block spec has no second parts
+    second_parts = getattr(spec_a, "second_parts", "tail")  # an INT8 block spec has none
     with _no_autocast(ops[0].codes):
-        return int8_mm(*ops, kernel=uses_kernel(spec_a, ops[0].codes.device), out_dtype=out_dtype, tail=tail), tuple(ops)
+        return (int8_mm(*ops, kernel=uses_kernel(spec_a, ops[0].codes.device), out_dtype=out_dtype,
+                        second_parts=second_parts), tuple(ops))
 
 
 def _no_autocast(t) -> torch.autocast:

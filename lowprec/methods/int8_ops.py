@@ -17,7 +17,7 @@ on this operator the quantize passes take 64 of 242 ms (results/bench/profiles/)
 
 ``block_mm(...)``: ``A @ B.T`` of block-scaled INT8 operands on the Triton GEMM
 (``lowprec.kernels.int8_fallback_gemm``: the first parts in its main loop, the second parts after
-it over each tile's flagged K-groups, or with ``tail`` False in passes of their own, found on the
+it over each tile's flagged K-groups, or with ``second_parts="sparse"`` in passes of their own, found on the
 device either way), summed in fp32 and returned in ``out_dtype`` (fp32, or bf16 rounded once: a
 layer's output under autocast, which the kernel then writes at half the bytes, and which its
 consumers read at half): on CUDA a ``triton_op`` whose launches Inductor makes from its own code,
@@ -163,32 +163,28 @@ def int8_quantize_cuda(x2d: torch.Tensor, block: list[int], mask: Optional[torch
 def int8_block_mm(qa: torch.Tensor, da: torch.Tensor, ra: Optional[torch.Tensor], dra: Optional[torch.Tensor],
                   fa: Optional[torch.Tensor], block_a: list[int], qb: torch.Tensor, db: torch.Tensor,
                   rb: Optional[torch.Tensor], drb: Optional[torch.Tensor], fb: Optional[torch.Tensor],
-                  block_b: list[int], out_dtype: torch.dtype, tail: bool) -> torch.Tensor:
+                  block_b: list[int], out_dtype: torch.dtype, second_parts: str) -> torch.Tensor:
     """``A @ B.T`` of block-scaled INT8 operands (int8 codes, DECODE scales, optional second parts
     with their flags; the arguments of ``int8_block_gemm_reference``) in ``out_dtype``, the second
-    parts after the main loop (``tail``) or in passes of their own: the Triton kernel where Triton
-    runs on the device (the interpreter on the CPU), else its torch reference (in the tail's order
-    of sums with ``tail``)."""
+    parts after the main loop (``second_parts`` "tail") or in passes of their own ("sparse"): the
+    Triton kernel where Triton runs on the device (the interpreter on the CPU), else its torch
+    reference (in the tail's order of sums for the tail)."""
     from ..kernels import int8_fallback_gemm as kf
     if kf.triton_available(qa.device):
         return kf.int8_fallback_gemm(qa, da, qb, db, tuple(block_a), tuple(block_b), ra, dra, fa, rb, drb, fb,
-                                     fallback=_second_parts(tail), out_dtype=out_dtype)
+                                     fallback=second_parts, out_dtype=out_dtype)
     if qa.is_cuda:
         raise RuntimeError("lowprec::int8_block_mm on CUDA needs Triton (lowprec.kernels.int8_fallback_gemm)")
     return int8_block_gemm_reference(qa, da, qb, db, tuple(block_a), tuple(block_b), ra, dra, fa, rb, drb, fb,
-                                     order="tail" if tail else "k").to(out_dtype)
-
-
-def _second_parts(tail: bool) -> str:
-    return "tail" if tail else "sparse"
+                                     order="tail" if second_parts == "tail" else "k").to(out_dtype)
 
 
 @int8_block_mm.register_fake
-def _(qa, da, ra, dra, fa, block_a, qb, db, rb, drb, fb, block_b, out_dtype, tail):
+def _(qa, da, ra, dra, fa, block_a, qb, db, rb, drb, fb, block_b, out_dtype, second_parts):
     return qa.new_empty((qa.shape[0], qb.shape[0]), dtype=out_dtype)
 
 
-# On CUDA: a triton_op, whose launches (the main kernel; with ``tail`` False the second-part passes) Inductor traces and
+# On CUDA: a triton_op, whose launches (the main kernel; with sparse second parts their passes) Inductor traces and
 # makes from its own code. As an opaque operator each call cost about 200 us of Python on the host
 # (argument checks, configuration lookup, Triton's launcher), 336 calls per step of the 1 B model,
 # where the step is host-bound. A shape class new to the trace is tuned while it is traced.
@@ -196,19 +192,19 @@ def _(qa, da, ra, dra, fa, block_a, qb, db, rb, drb, fb, block_b, out_dtype, tai
 def int8_block_mm_cuda(qa: torch.Tensor, da: torch.Tensor, ra: Optional[torch.Tensor], dra: Optional[torch.Tensor],
                        fa: Optional[torch.Tensor], block_a: list[int], qb: torch.Tensor, db: torch.Tensor,
                        rb: Optional[torch.Tensor], drb: Optional[torch.Tensor], fb: Optional[torch.Tensor],
-                       block_b: list[int], out_dtype: torch.dtype, tail: bool) -> torch.Tensor:
+                       block_b: list[int], out_dtype: torch.dtype, second_parts: str) -> torch.Tensor:
     """``int8_block_mm`` on a CUDA device."""
     from ..kernels import int8_fallback_gemm as kf
     return kf.int8_fallback_gemm(qa, da, qb, db, tuple(block_a), tuple(block_b), ra, dra, fa, rb, drb, fb,
-                                 fallback=_second_parts(tail), out_dtype=out_dtype, launcher=torch.library.wrap_triton)
+                                 fallback=second_parts, out_dtype=out_dtype, launcher=torch.library.wrap_triton)
 
 
 def block_mm(qa, da, ra, dra, fa, block_a, qb, db, rb, drb, fb, block_b, out_dtype=torch.float32,
-             tail: bool = True) -> torch.Tensor:
+             second_parts: str = "tail") -> torch.Tensor:
     """The product on the operator of the operands' device (``int8_block_mm_cuda`` on CUDA), in
     ``out_dtype`` where the kernel writes it (fp32, bf16), else in fp32 and then cast."""
     from ..kernels.int8_fallback_gemm import OUT_DTYPES
     op = int8_block_mm_cuda if qa.is_cuda else int8_block_mm
     written = out_dtype if out_dtype in OUT_DTYPES else torch.float32
-    y = op(qa, da, ra, dra, fa, list(block_a), qb, db, rb, drb, fb, list(block_b), written, tail)
+    y = op(qa, da, ra, dra, fa, list(block_a), qb, db, rb, drb, fb, list(block_b), written, second_parts)
     return y.to(out_dtype)
