@@ -5,6 +5,7 @@ import contextlib
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -820,9 +821,14 @@ def test_training_with_cuda_graphs_records_the_same_curve(prepared_data, tmp_pat
         rec = train.run(cfg)
         assert rec["status"] == "completed" and rec["compiled"] and rec["cudagraphs"] is graphs
         curves.append(pd.read_csv(f"{cfg['output_dir']}/metrics.csv"))
-    for col in ("train_loss", "val_loss"):
-        a, b = (c[col].dropna().to_numpy() for c in curves)
-        assert len(a) and (a == b).all(), col
+    a, b = (c["train_loss"].dropna().to_numpy() for c in curves)
+    assert len(a) and (a == b).all()
+    # validation: the same weights (every training loss equal), but not every run's evaluation is bit
+    # for bit another's on the GPU: on an H100 (14b5a5f) one FP8-hybrid run's second of four
+    # validation losses differed by 2.4e-6 nats (3.97023225 against 3.97023463), the rest equal,
+    # and the rerun passed; so a validation loss is held to 1e-6 relative
+    a, b = (c["val_loss"].dropna().to_numpy() for c in curves)
+    assert len(a) == len(b) and len(a) and np.allclose(a, b, rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("method", [
@@ -907,14 +913,19 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
     (tuned,) = kt.tuned_configs()
     log = kt.tuning_log()
-    cands = kt.candidate_configs(128, tma=kf._tma_usable(qa, qb, 128))
+    # an untraced call's candidates: the Triton kernel's, and on Hopper the Gluon kernel's tiles
+    cands = kf._Gemm(qa, da, qb, db, blk, blk, *[None] * 6).candidates()
+    assert [c for c in cands if not c.async_mma] == kt.candidate_configs(128, tma=kf._tma_usable(qa, qb, 128))
     assert [r["config"] for r in log] == [c.label() for c in cands]
     timed = [r for r in log if r["ms"] != ""]
     assert timed and tuned["ms"] == min(r["ms"] for r in timed) and tuned["config"] in {r["config"] for r in timed}
     assert kf.selected_config(qa, qb, blk, blk).label() == tuned["config"]
     assert len(kt.tuning_log()) == len(log)  # the class is tuned once
     chosen = next(c for c in cands if c.label() == tuned["config"])
-    for cfg in {cands[0], chosen, *[c for c in cands if c.tma][:1]}:  # pointer and descriptor loads
+    # without contraction, bit for bit: the Triton kernel's configurations (the Gluon kernel
+    # contracts its FMAs whatever fp_fusion says, so a chosen one of its tiles is checked to 1e-5 above)
+    exact = [c for c in cands if not c.async_mma]
+    for cfg in {exact[0], *[c for c in (chosen,) if not c.async_mma], *[c for c in exact if c.tma][:1]}:
         y = kf.int8_fallback_gemm(qa, da, qb, db, blk, blk, config=replace(cfg, fp_fusion=False))
         assert torch.equal(y, want), cfg.label()
     # A's second part after the main loop, into a bf16 product: a kernel of its own, tuned as such
@@ -986,12 +997,25 @@ def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
 # is Triton's, not a race of the test. At fc7c26a (the same Triton 3.6, driver 580.159.04) both
 # register-decode cases passed on an H100 (XPASS against the mark); at 2b87233 an H200 reported
 # both as failing under the strict mark, which an unexpected pass gives, but the run was cut off
-# before its messages. The mark came off: the test asserts the right codes in both forms, and its
-# next run on an H200 says which it was. The suite's kernels keep the written-out encoder
-# (fp8_cast='auto') until a run of their own tests with the hardware cast says otherwise.
+# before its messages. The mark came off, and the next run, on an H100 at 14b5a5f (Triton 3.6, driver
+# 580.159.04, as at fc7c26a), failed both register-decode cases with the H200's numbers (32,973 of
+# 66,041 codes wrong, the register values right; results/kernels/gpu_tests_14b5a5f_h100.log): the
+# same Triton on the same chip gives right or wrong codes from run to run, so the mark is back, not
+# strict. The suite's kernels keep the written-out encoder (fp8_cast='auto').
 
 
-@pytest.mark.parametrize("register_decode", [False, True],
+def _register_decode_mark():
+    try:
+        import triton
+        bad = triton.__version__.startswith("3.6.")
+    except ImportError:
+        bad = False
+    return pytest.mark.xfail(bad, strict=False, raises=AssertionError, reason=(
+        "Triton 3.6 on Hopper: the stored E4M3 codes wrong once the cast value is also decoded in registers "
+        "(H200 at 2f8af82, 1ebcc97 and 2b87233; H100 at 14b5a5f; an H100 passed at fc7c26a)"))
+
+
+@pytest.mark.parametrize("register_decode", [False, pytest.param(True, marks=_register_decode_mark())],
                          ids=["cast_only", "cast_and_register_decode"])
 @pytest.mark.parametrize("tile", [(1024,), (32, 128)], ids=lambda t: f"{len(t)}d")
 def test_triton_hardware_fp8_cast_reproducer(tile, register_decode):

@@ -76,9 +76,10 @@ def test_kernel_equals_reference(dtype, partition, block, scale):
                     reason="the hardware FP8 cast needs CUDA capability >= 8.9")
 # only a wrong value is the expected failure: a compile error or crash still fails the test; strict,
 # so that the day the cast comes out right this test says so (every case failed at 8662aec, and
-# again on the H200 at 1ebcc97: results/kernels/gpu_tests_1ebcc97_h200.log, its 6 xfailed)
+# again on the H200 at 1ebcc97: results/kernels/gpu_tests_1ebcc97_h200.log, its 6 xfailed; on an
+# H100 at 14b5a5f as well: results/kernels/gpu_tests_14b5a5f_h100.log)
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "Triton 3.6 on the H200: every case failed at 8662aec, with the codes' values decoded from their "
+    "Triton 3.6 on Hopper: every case failed at 8662aec, with the codes' values decoded from their "
     "bits in integer ops; tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer shows the stored "
     "codes of a cast wrong once the cast value has a second use in registers, so fp8_cast='auto' keeps "
     "the written-out encoder (the fast path's pass, which stores the cast as fp8, is exact on bf16 "
@@ -285,9 +286,19 @@ def test_cast_error_pass_refuses_what_it_cannot_take():
         km.mor_cast_error(x, good, (16, 64), layouts="cols")
 
 
-@pytest.mark.parametrize("approx_div", [False, True], ids=["rn", "approx"])
+# The approximate division on a row-major whole-tile operand: on the GPU its error sums came out
+# 10^4-10^5 times the reference's, the codes right (H200 at 1ebcc97 and 32c1b28, H100 at 14b5a5f;
+# results/kernels/gpu_tests_14b5a5f_h100.log), the transposed view and the correctly rounded division
+# right. Not found yet; the pass stays off by default (lowprec.methods.mor_fast.CAST_KERNEL) until it
+# is. Strict: the day it holds, this says so.
+_APPROX_ROWS = pytest.mark.xfail(DEVICE == "cuda", strict=True, raises=AssertionError,
+                                 reason="the cast pass's approximate division on row-major whole tiles (see above)")
+
+
+@pytest.mark.parametrize("view,approx_div", [
+    (False, False), pytest.param(False, True, marks=_APPROX_ROWS), (True, False), (True, True),
+], ids=["rows-rn", "rows-approx", "transposed_view-rn", "transposed_view-approx"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("view", [False, True], ids=["rows", "transposed_view"])
 def test_cast_error_pass_on_whole_tiles_takes_the_unmasked_path(view, dtype, approx_div):
     """A shape of whole tiles (no masks: the vectorized loads and stores) gives the same codes and
     sums, read in place from a row-major tensor or a transposed view, for bf16 and fp32 operands and
