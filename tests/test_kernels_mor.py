@@ -198,8 +198,9 @@ def _same_codes(got, want):
     assert bad == 0, f"{bad} codes differ"
 
 
-CAST_FP8 = ["auto", "emulated"] + (["native"] if DEVICE == "cuda" and torch.cuda.get_device_capability() >= (8, 9)
-                                    else [])
+# "auto" is the written-out encoder, the one "emulated" names (kernels.mor_quant._use_native), so it
+# stands for both; "native" where the hardware cast exists
+CAST_FP8 = ["auto"] + (["native"] if DEVICE == "cuda" and torch.cuda.get_device_capability() >= (8, 9) else [])
 
 
 @pytest.mark.parametrize("fp8_cast", CAST_FP8)
@@ -224,6 +225,17 @@ def test_cast_error_pass_equals_the_fast_paths_torch_form(dtype, grid, layouts, 
     assert torch.equal(nz.cpu().sum(dim=1), want_nz.int())
     got_err = err.cpu().double().sum(dim=1)
     assert got_err.min() > 0 and torch.allclose(got_err, want_err, rtol=ERR_RTOL, atol=0)
+
+
+def test_cast_error_pass_auto_is_the_written_out_encoder():
+    """``fp8_cast="auto"`` (the parametrized tests' stand-in) and ``"emulated"`` run the same encoder."""
+    x = _data((16, 64), torch.bfloat16, seed=6)
+    scale, block = _scales(16, 64, "rows")
+    auto, emulated = (km.mor_cast_error(x, scale.to(DEVICE), block, fp8_cast=c) for c in ("auto", "emulated"))
+    for a, b in zip(auto, emulated):
+        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+    assert not km._use_native(x.to(DEVICE), "auto") and not km._use_native(x.to(DEVICE), "emulated")
 
 
 # The cast-and-error pass compiled for sm_90 (no GPU needed) in a process without the interpreter:
