@@ -344,7 +344,7 @@ def _assert_rounded_bf16(half, want, device):
         return
     off = half != near
     if off.any():
-        a, b, w = half[off].float(), near[off].float(), want[off]
+        a, b, w = half[off].float().cpu(), near[off].float().cpu(), want[off].cpu()
         step = (torch.nextafter(b.to(torch.bfloat16), a.to(torch.bfloat16)).float() - b).abs()
         assert torch.equal((a - b).abs(), step), "a bf16 further than one step from the nearest"
         tol = 1e-5 * float(want.abs().max())

@@ -298,10 +298,10 @@ def test_cast_error_pass_refuses_what_it_cannot_take():
         km.mor_cast_error(x, good, (16, 64), layouts="cols")
 
 
-# The approximate division on a row-major whole-tile operand: on the GPU its error sums came out
-# 10^4-10^5 times the reference's, the codes right (H200 at 1ebcc97 and 32c1b28, H100 at 14b5a5f;
-# results/kernels/gpu_tests_14b5a5f_h100.log), the transposed view and the correctly rounded division
-# right. Not found yet; the pass stays off by default (lowprec.methods.mor_fast.CAST_KERNEL) until it
+# The approximate division on a row-major whole-tile operand: on the H200 at 1ebcc97 its error sums
+# came out 10^4-10^5 times the reference's, the codes right; it failed again at 32c1b28 and on an H100
+# at 14b5a5f (results/kernels/gpu_tests_14b5a5f_h100_failures.log), the transposed view and the
+# correctly rounded division right. Not found yet; the pass stays off by default (lowprec.methods.mor_fast.CAST_KERNEL) until it
 # is. Strict: the day it holds, this says so.
 _APPROX_ROWS = pytest.mark.xfail(DEVICE == "cuda", strict=True, raises=AssertionError,
                                  reason="the cast pass's approximate division on row-major whole tiles (see above)")
