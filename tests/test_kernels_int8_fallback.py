@@ -777,6 +777,12 @@ def test_benchmark_dry_run(tmp_path, capsys, monkeypatch):
     assert bench.main(argv, _device="cpu") == 0
     rows = list(_csv.DictReader(out.open()))
     assert {r["sweep"] for r in rows} == {"check", "baseline", "group", "ratio", "shapes", "ablation", "quantize"}
+    # the ablation's ratios are to the baselines it timed, written beside them
+    abl = [r for r in rows if r["sweep"] == "ablation"]
+    assert {r["kind"] for r in abl} >= {"bf16_matmul", "int_mm", "int8_block", "int8_fallback"}
+    t_bf16 = float(next(r["ms"] for r in abl if r["kind"] == "bf16_matmul"))
+    tuned = next(r for r in abl if r["kind"] == "int8_block" and r["variant"] == "tuned")
+    assert float(tuned["speedup_vs_bf16"]) == pytest.approx(t_bf16 / float(tuned["ms"]), abs=0.006)
     assert {r["kind"] for r in rows if r["sweep"] == "quantize"} == {
         f"quantize_fallback_{m}" for m in ("threshold", "mask", "training", "training_chunk64x8")}
     checks = [r for r in rows if r["sweep"] == "check"]

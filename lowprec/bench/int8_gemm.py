@@ -23,7 +23,8 @@ the paper's figure dims):
 * ablation: at the largest size and --ablation-groups, the tuned configuration against one change
   at a time (int-to-float conversion instead of the add trick, K-groups per iteration, descriptor
   loads, tile order, no FMA contraction) and, at 5 % random fallback, the second-part pass
-  configuration, the fused implementation and the tail. Kind ``ablation``, column ``variant``.
+  configuration, the fused implementation and the tail. Kind ``ablation``, column ``variant``;
+  its own BF16 and ``torch._int_mm`` timings, which its ratios divide by, in rows of their kinds.
 * quantize: the quantize pass on a BF16 A (one pass with an in-kernel threshold at the blocks'
   95th amax percentile, with a 5 % mask, and as training runs it: the threshold, the rounding
   stream drawn in the kernel, the codes' transposes written too), as GB/s of the bytes it must
@@ -154,7 +155,7 @@ def _summary(b: Bench) -> list:
                      f"  fallback {float(fb['fallback_target']) * 100:g}% x{fb['speedup_vs_bf16']}" if fb else "")
         if blk:
             lines[-1] += f"  {blk['config']}"
-    abl = [r for r in rows if r["sweep"] == "ablation"]
+    abl = [r for r in rows if r["sweep"] == "ablation" and r["kind"].startswith("int8")]
     for g in dict.fromkeys(r["group"] for r in abl):
         parts = [f"{r['variant']} {r['speedup_vs_int8_block']}" for r in abl if r["group"] == g]
         lines.append(f"ablation g{g} (speed vs the tuned int8_block): " + "; ".join(parts))
