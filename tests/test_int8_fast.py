@@ -333,6 +333,25 @@ def test_int8_block_mm_operator_is_the_kernel_reference(fallback, monkeypatch):
             assert fake.shape == (96, 64) and fake.dtype == dtype
 
 
+@pytest.mark.parametrize("fallback", [False, True])
+def test_int8_quantize_operator_reference_is_row_major_as_its_fake(fallback, monkeypatch):
+    """The quantize operator on its torch reference (no Triton) writes what its fake says, strides
+    included, for a transposed view too (W^T and dY^T reach it so): torch's ops kept the view's
+    strides, and a compiled graph's size-and-stride check refused the codes."""
+    from lowprec.kernels import int8_fallback_gemm as kf
+
+    monkeypatch.setattr(kf, "triton_available", lambda device=None: False)  # the torch reference
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(160, 96, generator=g)
+    mask = (torch.rand(3, 5, generator=g) < 0.3) if fallback else None  # the grid of x.t() in 32x32 blocks
+    for t in (x, x.t()):
+        grid_mask = None if mask is None else (mask if t.shape == (96, 160) else mask.t().contiguous())
+        out = int8_ops.int8_quantize(t, [32, 32], grid_mask, None, True)
+        assert all(o.is_contiguous() for o in out)
+        torch.library.opcheck(int8_ops.int8_quantize, (t, [32, 32], grid_mask, None, True),
+                              test_utils=("test_schema", "test_faketensor"))
+
+
 # ----------------------------------------------------------------------------------------------
 # Compiled
 

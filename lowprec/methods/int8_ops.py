@@ -100,8 +100,10 @@ def _quantize(x2d, block, mask, keys, transposed, launcher=None) -> tuple:
             raise RuntimeError("lowprec::int8_quantize on CUDA needs Triton (lowprec.kernels.int8_fallback_gemm)")
         noise = None if keys is None else tuple(_stream.uniforms(k, tuple(x2d.shape)) for k in keys)
         fq = fallback_quantize(x2d, tuple(block), mask, "nearest" if keys is None else "stochastic", noise=noise)
-        q1, q2 = fq.codes.to(torch.int8), fq.residual.to(torch.int8)
-        out = (q1, fq.scale, q2, fq.residual_scale, fq.mask.to(torch.int8))
+        # row-major, as the kernel writes them and the fake says: the torch ops keep a transposed
+        # view's strides (W^T, dY^T), which a compiled graph's size-and-stride check refuses
+        q1, q2 = fq.codes.to(torch.int8).contiguous(), fq.residual.to(torch.int8).contiguous()
+        out = (q1, fq.scale.contiguous(), q2, fq.residual_scale.contiguous(), fq.mask.to(torch.int8).contiguous())
         if transposed:
             out += (q1.t().contiguous(), q2.t().contiguous())
     q1, s1, q2, s2, flags = out[:5]
