@@ -114,7 +114,7 @@ def int8_mm(a: FallbackQTensor, b: FallbackQTensor, kernel: bool, out_dtype: tor
     """``dequant(a) @ dequant(b).T`` summed in fp32, rounded once to ``out_dtype``: on the INT8 GEMM
     operator (``kernel``; ``second_parts``, the method's key: "tail" after its main loop, "sparse"
     in passes of their own), else the fp32 GEMM of the dequantized values (the emulation's)."""
-    if not kernel:  # a compiled graph keeps the rounding to out_dtype (round_cast: torch 2.11 dropped it)
+    if not kernel:  # rounded by round_cast: a compiled graph keeps it (torch 2.11's Inductor dropped the cast)
         return round_cast(a.dequantize() @ b.dequantize().t(), out_dtype)
     return block_mm(*_kernel_operands(a), a.block, *_kernel_operands(b), b.block, out_dtype, second_parts)
 
