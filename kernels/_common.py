@@ -144,6 +144,19 @@ if triton is not None:
         return code.to(tl.uint8), tl.where(isnan, y, q)
 
     @triton.jit
+    def _fp8_value(y, MAN: tl.constexpr, EMIN: tl.constexpr):
+        """The fp32 value of y's code on an FP8 grid with MAN mantissa bits and normal binades from
+        EMIN, rounded half to even, for y already clamped to the grid's range (NaN stays NaN; -0.0
+        comes back +0.0): two fp32 adds and three integer ops, no fp8 conversion. Adding
+        C = 1.5 * 2^(e - MAN + 23), e = max(floor(log2|y|), EMIN), rounds y to a multiple of
+        2^(e - MAN), which is C's ulp, ties to even (C is an even number of them); y + C stays in C's
+        binade, and subtracting C is exact. Why not the hardware cast's value: see
+        ``lowprec.kernels.mor_quant._cast_error_kernel``."""
+        ebits = tl.maximum(y.to(tl.int32, bitcast=True) & 0x7F800000, (EMIN + 127) << 23)
+        c = (ebits + (((23 - MAN) << 23) | 0x400000)).to(tl.float32, bitcast=True)
+        return (y + c) - c
+
+    @triton.jit
     def _e4m3_to_f32(c):
         """uint8 E4M3 bit patterns -> fp32 values, written out in integer ops (exact; NaN for
         0x7F/0xFF). The GEMMs decode with it where they need values, not fp8 bits (the MoR GEMM's
