@@ -49,9 +49,10 @@ Inductor's reduction over whole rows gathers a scale per element through shared 
 the launch configuration of its heuristics (the cast of a 16384 x 5632 operand at 1 B on the H200:
 353 us in the step, 173 us at the best configuration of a sweep; ``results/bench/inductor_kernel_h200/``).
 Tuned (``CAST_TILE``, the approximate division on the fast path) it is faster in the 1 B step than
-the fusion it replaces for per-tensor and per-block MoR, but off by default since two of its checks
-failed on the H200 (``lowprec.methods.mor_fast.CAST_KERNEL``; ``LOWPREC_MOR_CAST_KERNEL=1`` turns it
-on); per-channel MoR keeps the fusion either way.
+the fusion it replaces for per-tensor and per-block MoR, and their default on CUDA
+(``lowprec.methods.mor_fast.CAST_KERNEL``; ``LOWPREC_MOR_CAST_KERNEL=0`` turns it off); per-channel
+MoR keeps the fusion either way. The codes' values for the error come from fp32 adds
+(``_common._fp8_value``), not from the hardware cast (see the kernel).
 
 Interpreter notes (as in ``lowprec.kernels.quantize``): bf16 is read as raw 16-bit words and
 widened with a shift, the E4M3 rounding is written out (the interpreter's fp32->fp8 cast rounds

@@ -5,8 +5,8 @@ Per operand (``mor_operand``), in torch ops that Inductor fuses: the E4M3 codes 
 quantizer's partition (``lowprec.gemm.quantize_fp8``: the emulation's codes and scales bit for bit,
 GAM included), the MoR relative error (``operand_error``) and the choice ``error <= threshold``, a
 0-d bool on the device (on CUDA, for bf16 operands of one scale or of 128x128 blocks, the codes and
-the error can come from one Triton pass instead, ``mor_cast_error_cuda``, measured faster there but
-off by default until its GPU checks hold; see ``CAST_KERNEL`` and ``_cast_on_kernel``). Per
+the error come from one Triton pass instead, ``mor_cast_error_cuda``, measured faster there; see
+``CAST_KERNEL`` and ``_cast_on_kernel``). Per
 GEMM (``mor_mm``): the FP8 product of the two operands' codes on ``_scaled_mm`` (tensor, row or 128x128-block scales), always, then
 ``bf16_fixup_``, which reads the two choices on the device and, unless both are E4M3, overwrites the
 output with the product of the chosen values (the BF16 operand rounded to BF16, the E4M3 one its
@@ -144,23 +144,25 @@ def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
 
 
 # The Triton cast-and-error pass in place of Inductor's fusion of the same torch ops, for per-tensor
-# and 128x128-block MoR: off by default (LOWPREC_MOR_CAST_KERNEL=1 turns it on). On the H200 at
-# 1ebcc97 its whole-tile test failed with the approximate division (rows layout, bf16 and fp32: error
-# sums 10^4-10^5 times the reference's, codes right; tests/test_kernels_mor.py, the correctly rounded
-# division passed), and the MoR linear benchmark's layer check under bf16 autocast put the fast path
-# 31.5 dB from the emulation in dx and dW for per-tensor and per-block MoR (the pass's only users),
-# where per-channel MoR (Inductor's fusion) held 55-87 dB: the decisions it feeds are not to be
-# trusted until both hold. Speed with it on, 1 B on the H200 (1ebcc97, the approximate division;
-# results/bench/e2e_h200.csv): per block 1.107x of compiled BF16, per tensor 1.199x; at e9fb5eb
-# (e2e_h200_mor_cast_tuned.csv) 1.065x and 1.131x against 1.024x and 1.122x with the fusion.
-# Per-channel MoR measured 0.708x with the pass against 0.906x with the fusion. Profiled at 48cad10: it
+# and 128x128-block MoR: on by default (LOWPREC_MOR_CAST_KERNEL=0 turns it off). It was off while two
+# of its GPU checks failed: with the approximate division its error sums on row-major whole tiles came
+# out 10^4-10^5 times the reference's (codes right; H200 at 1ebcc97 and 32c1b28, H100 at 14b5a5f), and
+# the MoR linear benchmark's layer check under bf16 autocast put the fast path 31.5 dB from the
+# emulation in dx and dW for per-tensor and per-block MoR (the pass's only users). Both came from the
+# codes' values, read from the hardware cast widened in registers, which Triton 3.6 on Hopper
+# mis-compiles on some runs (kernels.mor_quant._cast_error_kernel); from fp32 adds since 0997a7a,
+# every test of the pass and every layer check holds (H100: tests/test_kernels_mor.py, 30/30 checks
+# of lowprec.bench.mor_linear, 69-inf dB). Speed, 1 B, against compiled BF16 of the same run: on the
+# H200 at e9fb5eb (e2e_h200_mor_cast_tuned.csv) per block 1.065x and per tensor 1.131x against 1.024x
+# and 1.122x with the fusion; the A/B of this commit: results/bench/e2e_*_mor_cast_*.csv.
+# Per-channel MoR keeps the fusion: it measured 0.708x with the pass against 0.906x. Profiled at 48cad10: it
 # quantizes each operand twice (row scales for one GEMM, column scales for the other: no transposed
 # codes to reuse), and Inductor fuses both into one reduction whose column-scaled codes are stored
 # transposed, element by element (0.2-0.5 ms per 1 B operand, 55 ms of the step against 59 ms of FP8
 # GEMMs; profiles/llama_1b_mor_channel_48cad10). The pass alone is 3-4x faster per operand
 # (results/bench/mor_cast_kernel_h200_channel.csv), but with it the step still spent about 60 ms in
 # quantization and amax kernels and measured 0.889x against 0.909x (an uncommitted run at 6f637f6).
-CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "0") == "1"
+CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "1") == "1"
 # The pass divides each error term with the approximate fp32 division (within 2 ulp on CUDA, a few u
 # more on a term that ERROR_ATOL's bound already allows 9 u): its correctly rounded division cost a
 # quarter of the pass (16384 x 5632 on the H200: 0.206 ms against 0.268, the statistic 1.5e-9 and
