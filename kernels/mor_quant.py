@@ -60,14 +60,14 @@ ties away and truncates subnormals), and only Triton builtins plus this module's
 used inside kernels, so ``TRITON_INTERPRET=1`` has to be set before this module (and
 ``lowprec.kernels._common``, whose jit helpers it calls) is first imported, or both reloaded after
 (``_common.reload_for_interpreter``). On CUDA with FP8 conversion instructions (capability >= 8.9)
-``fp8_cast="native"`` uses the hardware RNE cast for the codes instead (their values decoded from the
-bits in integer ops, ``_common._e4m3_to_f32``); "auto" keeps the written-out encoder, because on
-the H200 with Triton 3.6 the stored codes of the hardware cast are wrong once the cast value has a
-second use in registers (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer: a cast whose
-bits are only stored matches torch's; converted to fp32 in registers too, about one stored code of
-each pair is wrong; here the integer decode of the bits is that second use). At fc7c26a the
-reproducer passed on an H100 (the same Triton, driver 580.159.04); on the H200 it is not yet
-re-read. "auto" stays on the encoder until this module's own GPU tests pass with the hardware cast.
+``fp8_cast="native"`` uses the hardware RNE cast for the codes instead, their values from fp32 adds
+(``_common._fp8_value``); "auto" keeps the written-out encoder, because on Hopper with Triton 3.6
+the stored codes of the hardware cast came out wrong once the cast value had a second use in
+registers (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer: a cast whose bits are only
+stored matches torch's; converted to fp32 in registers too, about one stored code of each pair is
+wrong, on some runs), which the integer decode of its bits (``_common._e4m3_to_f32``) was here
+before. With the values from fp32 adds the cast's one use is its store, as in the fast path's pass,
+whose GPU tests then held; "auto" stays on the encoder until this module's own GPU tests pass with the hardware cast.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ _JIT_FNS: tuple = ()  # this module's kernel and the _common helper it calls (mo
 
 
 if triton is not None:
-    from ._common import _e4m3_to_f32, _finite_abs, _fp8_round, _fp8_value, _load_fp32, _max_axis, _sum_axis
+    from ._common import _finite_abs, _fp8_round, _fp8_value, _load_fp32, _max_axis, _sum_axis
 
     @triton.jit
     def _tile(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR: tl.constexpr, TC: tl.constexpr):
@@ -168,11 +168,12 @@ if triton is not None:
         if NATIVE:
             y = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the cast
             y = tl.where(y < -448.0, -448.0, y)
-            # the hardware's RNE cast for the codes, decoded from their bits; on the H200 with
-            # Triton 3.6 a second use of the cast in registers corrupts its stored bits
-            # (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer), so "auto" avoids this
+            # the hardware's RNE cast for the codes, their values from fp32 adds: decoded from the
+            # cast's bits in registers (a second use of the cast), the stored bits came out wrong on
+            # Hopper with Triton 3.6 (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer),
+            # so "auto" keeps the written-out encoder until this path's GPU tests hold
             bits = y.to(tl.float8e4nv, fp_downcast_rounding="rtne").to(tl.uint8, bitcast=True)
-            return bits, _e4m3_to_f32(bits)
+            return bits, _fp8_value(y, 3, -6)
         else:
             return _fp8_round(y, 448.0, 3, -6, 8)
 

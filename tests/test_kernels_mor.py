@@ -82,8 +82,8 @@ def test_kernel_equals_reference(dtype, partition, block, scale):
     "Triton 3.6 on Hopper: every case failed at 8662aec, with the codes' values decoded from their "
     "bits in integer ops; tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer shows the stored "
     "codes of a cast wrong once the cast value has a second use in registers, so fp8_cast='auto' keeps "
-    "the written-out encoder (the fast path's pass, which stores the cast as fp8, is exact on bf16 "
-    "operands; on fp32 ones it is not yet cleared, lowprec.methods.mor_fast._cast_on_kernel)"))
+    "the written-out encoder. The values now come from fp32 adds (the cast's one use is its store, "
+    "which made the fast path's pass exact): not yet run on a GPU"))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("partition,block", [("block", (128, 128)), ("tensor", None), ("channel", None)],
                          ids=lambda c: str(c).replace(" ", ""))
