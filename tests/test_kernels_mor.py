@@ -346,8 +346,8 @@ def test_fp8_value_is_the_value_of_torchs_e4m3_cast():
 def test_cast_error_pass_on_whole_tiles_takes_the_unmasked_path(view, dtype, approx_div):
     """A shape of whole tiles (no masks: the vectorized loads and stores) gives the same codes and
     sums, read in place from a row-major tensor or a transposed view, for bf16 and fp32 operands and
-    either division (the fast path's fp32 operands stay off the pass until this holds on the GPU:
-    ``lowprec.methods.mor_fast._cast_on_kernel``)."""
+    either division (the fast path's fp32 operands stay off the pass until an fp32 layer has run
+    through it on the GPU: ``lowprec.methods.mor_fast._cast_on_kernel``)."""
     base = _data((256, 128) if view else (128, 256), dtype, seed=9)
     x = base.t() if view else base
     scale, block = _scales(128, 256, "blocks")

@@ -1,6 +1,6 @@
 """Speed of MoR's cast-and-error pass (``lowprec.kernels.mor_quant.mor_cast_error``) over its launch
-configurations and its division, against Inductor's fusion of the same torch ops (the fast path's
-default), on the 1 B step's operands.
+configurations and its division, against Inductor's fusion of the same torch ops (per-channel MoR's
+path; per-tensor and per-block MoR's with ``LOWPREC_MOR_CAST_KERNEL=0``), on the 1 B step's operands.
 
     python -m lowprec.bench.mor_cast_kernel --out results/bench/mor_cast_kernel_h200.csv
 

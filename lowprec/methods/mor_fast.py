@@ -176,18 +176,13 @@ def _cast_on_kernel(x2d: torch.Tensor, kind: str) -> bool:
     (``operand_error``), which compute the same and which Inductor fuses into the cast (per-channel
     scales: measured faster there, see ``CAST_KERNEL``).
 
-    bf16 only: the configuration checked on the H200 (the activations and gradients of autocast
-    training). fp32 operands (a master weight, a layer run without autocast) take the torch ops:
-    on the H200 (70f82cf) the MoR linear benchmark's layer check, fp32 and eager, gave the fast path
-    29-32 dB from the Triton MoR GEMM's path for per-tensor and per-block MoR, where it had been bit
-    for bit before the pass was the default, and per-channel MoR (no pass) still was; the pass's GPU
-    tests cover fp32 only on ragged tiles, not the unmasked whole-tile path with the approximate
-    division, and Triton 3.6 stored wrong FP8 codes for some vectorized fp32 casts on the H200 in
-    earlier runs (``tests/test_gpu.py``, ``test_triton_hardware_fp8_cast_reproducer``; it passed
-    on an H100 at fc7c26a). Not yet reproduced: under the interpreter the
-    pass equals the torch ops there. Since 95fe5de the transposed codes no longer come from a second
-    cast that Triton's layout pass made in the transposed store's layout (a converted x): to check
-    on the GPU whether fp32 operands now hold."""
+    bf16 only: the configuration checked end to end (the activations and gradients of autocast
+    training). fp32 operands (a master weight, a layer run without autocast) take the torch ops: on
+    the H200 (70f82cf) the MoR linear benchmark's fp32 layer check had put the fast path 29-32 dB
+    from the Triton MoR GEMM's path for per-tensor and per-block MoR, as the bf16 one was before the
+    codes' values came from fp32 adds (``kernels.mor_quant._cast_error_kernel``); since then the
+    pass's fp32 whole-tile tests hold on the GPU (H100, 0997a7a), but no fp32 layer has run through
+    it there."""
     return (CAST_KERNEL and x2d.is_cuda and x2d.dtype == torch.bfloat16
             and kind in ("tensor", "128x128") and triton_runs_on("cuda"))
 
