@@ -269,8 +269,9 @@ if triton is not None:
         # widened in registers stored wrong codes in about half the pairs, on some runs
         # (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer), and this pass, widening
         # it, summed errors 10^4-10^5 times the reference's on row-major tiles with the
-        # approximate division, codes right (H200 at 1ebcc97 and 32c1b28, H100 at 14b5a5f): the
-        # same pair of instructions, read the other way. Here the cast has one use, its store.
+        # approximate division, codes right (H200 at 1ebcc97 and 32c1b28, H100 at 14b5a5f); with
+        # the values from _fp8_value it held on the H100 whose run of the reproducer still failed
+        # (0997a7a). Here the cast has one use, its store.
         q = _fp8_value(yc, 3, -6)
         nz = x != 0.0
         if not EVEN:

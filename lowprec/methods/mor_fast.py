@@ -148,13 +148,14 @@ def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
 # of its GPU checks failed: with the approximate division its error sums on row-major whole tiles came
 # out 10^4-10^5 times the reference's (codes right; H200 at 1ebcc97 and 32c1b28, H100 at 14b5a5f), and
 # the MoR linear benchmark's layer check under bf16 autocast put the fast path 31.5 dB from the
-# emulation in dx and dW for per-tensor and per-block MoR (the pass's only users). Both came from the
-# codes' values, read from the hardware cast widened in registers, which Triton 3.6 on Hopper
-# mis-compiles on some runs (kernels.mor_quant._cast_error_kernel); from fp32 adds since 0997a7a,
-# every test of the pass and every layer check holds (H100: tests/test_kernels_mor.py, 30/30 checks
-# of lowprec.bench.mor_linear, 69-inf dB). Speed, 1 B, against compiled BF16 of the same run: on the
-# H200 at e9fb5eb (e2e_h200_mor_cast_tuned.csv) per block 1.065x and per tensor 1.131x against 1.024x
-# and 1.122x with the fusion; the A/B of this commit: results/bench/e2e_*_mor_cast_*.csv.
+# emulation in dx and dW for per-tensor and per-block MoR (the pass's only users). Both went away
+# once the codes' values came from fp32 adds instead of the hardware cast widened in registers, a
+# use of the cast that Triton 3.6 on Hopper mis-compiles on some runs (kernels.mor_quant.
+# _cast_error_kernel): at 0997a7a every test of the pass and every layer check held (H100:
+# tests/test_kernels_mor.py, 30/30 checks of lowprec.bench.mor_linear, 69 dB to exact). Speed, 1 B,
+# against compiled BF16 of the same run: on the H200 at e9fb5eb (e2e_h200_mor_cast_tuned.csv) per
+# block 1.065x and per tensor 1.131x against 1.024x and 1.122x with the fusion; on an H100 at
+# 0997a7a (e2e_h100_mor_cast_pass.csv) 1.065x and 1.158x with the pass (the fusion not timed there).
 # Per-channel MoR keeps the fusion: it measured 0.708x with the pass against 0.906x. Profiled at 48cad10: it
 # quantizes each operand twice (row scales for one GEMM, column scales for the other: no transposed
 # codes to reuse), and Inductor fuses both into one reduction whose column-scaled codes are stored
