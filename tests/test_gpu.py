@@ -801,6 +801,25 @@ def test_training_on_gpu(prepared_data, tmp_path, method):
         assert rec["method"]["numerics"].startswith("bf16 autocast")
 
 
+def _compiled_curves(prepared_data, tmp_path, paper, method, graphs: tuple) -> list:
+    """The metrics tables of compiled smoke runs of ``method`` (20 steps), one per entry of
+    ``graphs`` (with CUDA graphs or not), each checked to have run as asked."""
+    import pandas as pd
+
+    from conftest import smoke_run_config
+    from lowprec import train
+
+    curves = []
+    for i, g in enumerate(graphs):
+        torch._dynamo.reset()
+        cfg = smoke_run_config(paper, "gpt2", method, prepared_data, tmp_path / f"{i}_{g}", max_steps=20,
+                               lr=1e-2, compile=True, cudagraphs=g)
+        rec = train.run(cfg)
+        assert rec["status"] == "completed" and rec["compiled"] and rec["cudagraphs"] is g
+        curves.append(pd.read_csv(f"{cfg['output_dir']}/metrics.csv"))
+    return curves
+
+
 @pytest.mark.parametrize("paper,method", [("baselines", "bf16"), ("baselines", "fp8_hybrid"),
                                           ("baselines", "int8_block"), ("gaussws", "gaussws_b6")])
 def test_training_with_cuda_graphs_records_the_same_curve(prepared_data, tmp_path, paper, method):
@@ -808,19 +827,7 @@ def test_training_with_cuda_graphs_records_the_same_curve(prepared_data, tmp_pat
     run records the same training and validation losses as without them (telemetry steps run
     eagerly in both), and its provenance says the graphs ran; GaussWS's W_c, drawn into the same
     tensors at every step (``stable_output``), included."""
-    import pandas as pd
-
-    from conftest import smoke_run_config
-    from lowprec import train
-
-    curves = []
-    for graphs in (False, True):
-        torch._dynamo.reset()
-        cfg = smoke_run_config(paper, "gpt2", method, prepared_data, tmp_path / str(graphs), max_steps=20,
-                               lr=1e-2, compile=True, cudagraphs=graphs)
-        rec = train.run(cfg)
-        assert rec["status"] == "completed" and rec["compiled"] and rec["cudagraphs"] is graphs
-        curves.append(pd.read_csv(f"{cfg['output_dir']}/metrics.csv"))
+    curves = _compiled_curves(prepared_data, tmp_path, paper, method, (False, True))
     a, b = (c["train_loss"].dropna().to_numpy() for c in curves)
     assert len(a) and (a == b).all()
     # validation: the same weights (every training loss equal), but not every run's evaluation is bit
@@ -838,19 +845,8 @@ def test_compiled_training_repeats_its_curve(prepared_data, tmp_path, paper, met
     20th step (3.83957 against 3.83994; H100 at 0997a7a, results/kernels/gpu_tests_0997a7a_h100.log)
     where it had passed before. If GaussWS fails here too, its training is not deterministic on the
     GPU (BF16 is the control); if it passes, the graphed path computes something else."""
-    import pandas as pd
-
-    from conftest import smoke_run_config
-    from lowprec import train
-
-    curves = []
-    for i in range(2):
-        torch._dynamo.reset()
-        cfg = smoke_run_config(paper, "gpt2", method, prepared_data, tmp_path / str(i), max_steps=20, lr=1e-2,
-                               compile=True, cudagraphs=False)
-        assert train.run(cfg)["status"] == "completed"
-        curves.append(pd.read_csv(f"{cfg['output_dir']}/metrics.csv")["train_loss"].dropna().to_numpy())
-    a, b = curves
+    curves = _compiled_curves(prepared_data, tmp_path, paper, method, (False, False))
+    a, b = (c["train_loss"].dropna().to_numpy() for c in curves)
     assert len(a) and (a == b).all(), f"first differing loss at row {int(np.argmax(a != b))}: {a.tolist()} vs {b.tolist()}"
 
 
@@ -938,7 +934,8 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     log = kt.tuning_log()
     # an untraced call's candidates: the Triton kernel's, and on Hopper the Gluon kernel's tiles
     cands = kf._Gemm(qa, da, qb, db, blk, blk, *[None] * 6).candidates()
-    assert [c for c in cands if not c.async_mma] == kt.candidate_configs(128, tma=kf._tma_usable(qa, qb, 128))
+    exact = [c for c in cands if not c.async_mma]
+    assert exact == kt.candidate_configs(128, tma=kf._tma_usable(qa, qb, 128))
     assert [r["config"] for r in log] == [c.label() for c in cands]
     timed = [r for r in log if r["ms"] != ""]
     assert timed and tuned["ms"] == min(r["ms"] for r in timed) and tuned["config"] in {r["config"] for r in timed}
@@ -947,7 +944,6 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     chosen = next(c for c in cands if c.label() == tuned["config"])
     # without contraction, bit for bit: the Triton kernel's configurations (the Gluon kernel
     # contracts its FMAs whatever fp_fusion says, so a chosen one of its tiles is checked to 1e-5 above)
-    exact = [c for c in cands if not c.async_mma]
     for cfg in {exact[0], *[c for c in (chosen,) if not c.async_mma], *[c for c in exact if c.tma][:1]}:
         y = kf.int8_fallback_gemm(qa, da, qb, db, blk, blk, config=replace(cfg, fp_fusion=False))
         assert torch.equal(y, want), cfg.label()
