@@ -74,23 +74,17 @@ def test_kernel_equals_reference(dtype, partition, block, scale):
 
 @pytest.mark.skipif(DEVICE != "cuda" or torch.cuda.get_device_capability() < (8, 9),
                     reason="the hardware FP8 cast needs CUDA capability >= 8.9")
-# only a wrong value is the expected failure: a compile error or crash still fails the test; strict,
-# so that the day the cast comes out right this test says so (every case failed at 8662aec, and
-# again on the H200 at 1ebcc97: results/kernels/gpu_tests_1ebcc97_h200.log, its 6 xfailed; on an
-# H100 at 14b5a5f as well: results/kernels/gpu_tests_14b5a5f_h100.log)
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "Triton 3.6 on Hopper: every case failed at 8662aec, with the codes' values decoded from their "
-    "bits in integer ops; tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer shows the stored "
-    "codes of a cast wrong once the cast value has a second use in registers, so fp8_cast='auto' keeps "
-    "the written-out encoder. The values now come from fp32 adds (the cast's one use is its store, "
-    "which made the fast path's pass exact): not yet run on a GPU"))
+# Failed in every case while the codes' values were decoded from the cast's bits in registers (8662aec;
+# H200 at 1ebcc97, H100 at 14b5a5f: the Triton 3.6 bug of tests/test_gpu.py::
+# test_triton_hardware_fp8_cast_reproducer); with the values from fp32 adds every case holds (H100 at
+# afb7ce6, where the reproducer's register-decode cases failed in the same run).
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("partition,block", [("block", (128, 128)), ("tensor", None), ("channel", None)],
                          ids=lambda c: str(c).replace(" ", ""))
 def test_kernel_with_the_hardware_fp8_cast_equals_reference(dtype, partition, block):
-    """The quantizer with ``fp8_cast="native"`` (Triton's RNE cast, its codes decoded in integer ops)
-    against the reference, special values in blocks included; an expected failure while Triton's
-    cast is wrong on the H200 (see the mark)."""
+    """The quantizer with ``fp8_cast="native"`` (Triton's RNE cast for the codes)
+    against the reference, special values in blocks included: the cast's one use is its store, the
+    error's values come from fp32 adds (``_common._fp8_value``)."""
     _check(_data((256, 384), dtype, seed=3), partition, block or (128, 128), "gam", fp8_cast="native")
     if partition == "block":  # NaN and Inf confined to their blocks (a tensor scale would be NaN)
         _check(_data((256, 256), dtype, seed=4, special=True), partition, block, "gam", fp8_cast="native")

@@ -155,7 +155,8 @@ def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
 # tests/test_kernels_mor.py, 30/30 checks of lowprec.bench.mor_linear, 69 dB to exact). Speed, 1 B,
 # against compiled BF16 of the same run: on the H200 at e9fb5eb (e2e_h200_mor_cast_tuned.csv) per
 # block 1.065x and per tensor 1.131x against 1.024x and 1.122x with the fusion; on an H100 at
-# 0997a7a (e2e_h100_mor_cast_pass.csv) 1.065x and 1.158x with the pass (the fusion not timed there).
+# afb7ce6, the pass and the fusion in one job (e2e_h100_mor_cast_ab_{pass,fusion}.csv): per block
+# 1.067x against 1.004x, per tensor 1.153x against 1.097x.
 # Per-channel MoR keeps the fusion: it measured 0.708x with the pass against 0.906x. Profiled at 48cad10: it
 # quantizes each operand twice (row scales for one GEMM, column scales for the other: no transposed
 # codes to reuse), and Inductor fuses both into one reduction whose column-scaled codes are stored
