@@ -467,6 +467,22 @@ def test_compiled_fast_delayed_scaling_equals_eager(monkeypatch):
     assert models["compiled_recorded"][0].histories_recorded  # its last steps took the recorded path
 
 
+def test_delayed_recorded_switch_keeps_the_waiting_form(monkeypatch):
+    """LOWPREC_DELAYED_RECORDED=0 (``lin.DELAYED_RECORDED``): a layer whose histories hold an amax
+    still answers that they do not, so every call keeps the form that waits for its own amax (the
+    GPU A/B of the two forms); on, the same layer answers that they do."""
+    seen = {}
+
+    def ask(models):
+        for switch in (False, True):
+            monkeypatch.setattr(lin, "DELAYED_RECORDED", switch)
+            layer = models["all"][0]
+            layer.histories_recorded, layer._history_reads = False, 0
+            seen[switch] = layer.refresh_histories_recorded()
+    _delayed_steps(monkeypatch, ["all"], ask)
+    assert seen == {False: False, True: True}
+
+
 @pytest.mark.parametrize("spec", [QuantSpec("e4m3", "tensor"), QuantSpec("e5m2", "tensor", margin=1),
                                   QuantSpec("e4m3", "block", block=(128, 128))], ids=lambda s: f"{s.fmt}-{s.block}")
 def test_transposed_operand_equals_quantizing_the_transpose(spec):
