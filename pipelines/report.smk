@@ -1,7 +1,7 @@
 # Tables and figures per paper from run folders only, then the report, REPORT (results/REPORT.md at the
 # default scale, results/REPORT_<scale>.md at the others; lowprec.report).
 
-from lowprec.report.speed import SPEED_CSV
+from lowprec.report.speed import speed_inputs
 
 
 def paper_run_files(paper):
@@ -99,9 +99,9 @@ rule loss_gap_matrix:
         "--out {output.png} {output.pdf}"
 
 
-# The committed GPU training-speed benchmark the report's last section shows (a new measurement
-# rebuilds the report); absent from a results folder without one.
-SPEED_TABLE = [f"{RESULTS}/{SPEED_CSV}"] if Path(RESULTS, SPEED_CSV).is_file() else []
+# The committed GPU training-speed benchmarks the report's last section shows (a new measurement
+# rebuilds the report); none in a results folder without the reference file.
+SPEED_TABLE = [str(p) for p in speed_inputs(Path(RESULTS))]
 
 
 rule report_md:

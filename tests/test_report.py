@@ -114,6 +114,32 @@ def test_speed_section_shows_each_cell_with_the_commit_it_was_measured_at(tmp_pa
         speed_lines(tmp_path)
 
 
+def test_speed_section_gives_each_cards_file_its_columns(tmp_path):
+    """With the H100's benchmark file beside the H200's, each file's shapes are columns named by
+    its card (from its provenance), arms in the reference file's order then the others', and a
+    file alone (the H100's without the reference) makes no section."""
+    from lowprec.report.speed import SPEED_CSVS, speed_inputs, speed_lines
+
+    head = "shape,arm,path,tokens_per_s,ratio_vs_bf16_compiled,commit\n"
+    h100 = tmp_path / SPEED_CSVS[1]
+    h100.parent.mkdir(parents=True)
+    h100.write_text(head + "s1b,bf16_compiled,compiled,90,1.000,eeeeeee\ns1b,int8_block,compiled,50,0.561,fffffff\n")
+    assert speed_inputs(tmp_path) == [] and speed_lines(tmp_path) == []
+    for path, gpu, rows in ((tmp_path / SPEED_CSVS[0], "NVIDIA H200", "s100m,bf16_compiled,compiled,500,1.000,aaaaaaa\n"
+                             "s1b,bf16_compiled,compiled,95,1.000,bbbbbbb\ns1b,fp8_hybrid,compiled,110,1.190,ccccccc\n"),
+                            (h100, "NVIDIA H100 80GB HBM3", None)):
+        if rows:
+            path.write_text(head + rows)
+        path.with_name(path.stem + ".provenance.json").write_text(json.dumps({"device": {"gpu": gpu}}))
+    assert speed_inputs(tmp_path) == [tmp_path / SPEED_CSVS[0], h100]
+    lines = speed_lines(tmp_path, lambda p: f"<{p.name}>")
+    assert "[bench/e2e_h200.csv](<e2e_h200.csv>) (H200); [bench/e2e_h100.csv](<e2e_h100.csv>) (H100)" in lines[2]
+    assert lines[4:] == ["| arm | `s100m` (H200) | `s1b` (H200) | `s1b` (H100) |", "|---|---|---|---|",
+                         "| `bf16_compiled` | 1.000x `aaaaaaa` | 1.000x `bbbbbbb` | 1.000x `eeeeeee` |",
+                         "| `fp8_hybrid` | – | 1.190x `ccccccc` | – |",
+                         "| `int8_block` | – | – | 0.561x `fffffff` |", ""]
+
+
 def test_committed_reports_end_with_the_committed_speed_table():
     from lowprec.report.speed import speed_lines
 
