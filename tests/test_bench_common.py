@@ -217,6 +217,36 @@ def test_e2e_arms_record_the_int8_configurations_they_tuned(monkeypatch):
     assert calls == [1]  # tuned again
 
 
+def test_e2e_fallback_share_per_repeat_reads_the_layers_counts():
+    """The benchmark's per-repeat fallback share: the blocks that fell back over the blocks
+    quantized between two readings of every INT8 fallback layer's counts (a fixed budget of a
+    quarter of the blocks gives a quarter); none for a model without fallback layers."""
+    import torch
+
+    from lowprec.bench.e2e_step import fallback_blocks, fallback_ratios
+    from lowprec.linear import convert
+    from lowprec.models import build_model
+    from lowprec.recipes import recipe_from_config
+
+    shape = {"name": "t", "family": "llama", "layers": 1, "d_model": 64, "heads": 2, "kv_heads": 2, "ffn": 128,
+             "max_seq_len": 64, "tie_embeddings": False}
+    torch.manual_seed(0)
+    plain = build_model(shape, 256)
+    assert fallback_blocks(plain) is None and fallback_ratios([None, None]) == []
+    model = build_model(shape, 256)
+    convert(model, recipe_from_config({"recipe": "int8_fallback", "rule": "topk", "rho": 0.25}))
+    model.train()
+    x = torch.randint(0, 256, (2, 64))
+    totals = [fallback_blocks(model)]
+    for steps in (1, 2):
+        for _ in range(steps):
+            model(input_ids=x, labels=x, use_cache=False).loss.backward()
+        totals.append(fallback_blocks(model))
+    assert totals[0] == (0, 0) and totals[2][0] == 3 * totals[1][0] > 0
+    assert fallback_ratios(totals) == [0.25, 0.25]
+    assert fallback_ratios([(0, 0), (0, 0), (8, 1)]) == [0.0, 0.125]
+
+
 def test_cudagraph_timer_is_chosen_and_named(monkeypatch):
     """--cudagraph times with do_bench_cudagraph (the GPU's time, not the host's launches) and the
     provenance's timer says so; without it, do_bench."""

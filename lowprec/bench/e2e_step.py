@@ -39,7 +39,9 @@ low-precision GEMMs of one profiled step (``aten::_scaled_mm`` calls, the Triton
 block-scaled pairs and the Triton INT8 GEMM kernels): 0 for an arm with a hardware path
 (``HARDWARE_ARMS``) means nothing ran on low-precision hardware, and the run fails (sub-tensor
 MoR's block-scaled GEMM counts, twice per GEMM with 128-high blocks: one launch for the tiles on FP8
-tensor cores, one for the tiles on BF16 ones).
+tensor cores, one for the tiles on BF16 ones). For INT8 fallback arms the provenance also gives
+each repeat's share of blocks that fell back (``fallback_ratio_reps``), which a second part's cost
+follows, and every arm's INT8 GEMM configurations (``int8_tuned``).
 ``--cudagraphs`` compiles every compiled arm, the baseline included, with Inductor's CUDA graphs
 (``compile_blocks(cudagraphs=True)``; ``path`` reads ``cudagraphs``): the host launches a graph per
 block instead of each kernel (GaussWS's transforms then draw into the same tensors at every step;
@@ -300,8 +302,12 @@ def measure(arm: str, shape_name: str, args) -> dict:
     if arm in HARDWARE_ARMS and n_lowp == 0:
         fail(PROG, f"arm {arm} ({shape_name}): no low-precision GEMM ran in a profiled step; the measurement "
                    "would be of BF16 or emulated GEMMs")
-    reps = [time_steps(fn, opt, batches, args.steps) for _ in range(args.repeats)]
+    reps, fallback = [], [fallback_blocks(model)]
+    for _ in range(args.repeats):
+        reps.append(time_steps(fn, opt, batches, args.steps))
+        fallback.append(fallback_blocks(model))
     row = {"shape": shape_name, "arm": arm, "path": path, "reps": reps, "inductor_options": options,
+           "fallback_ratio_reps": fallback_ratios(fallback),
            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "lowp_gemms_per_step": n_lowp,
            "batch": shape["batch"], "seq": shape["seq"], "n_params": sum(p.numel() for p in model.parameters()),
            "warmup_s": warm_s, "int8_tuned": int8_tuned()}
@@ -309,6 +315,32 @@ def measure(arm: str, shape_name: str, args) -> dict:
           f"lowp GEMMs {n_lowp:4d}  peak {row['peak_mem_gib']:.1f} GiB  warm-up {warm_s:.0f} s", flush=True)
     del fn, model, opt
     return row
+
+
+def fallback_blocks(model) -> tuple[int, int] | None:
+    """(blocks quantized, blocks that fell back) so far in the slots that can fall back (the
+    recipe's ``FallbackInt8Quantizer.falls_back``), over every layer's counts (a host read,
+    outside the timed steps); None for a model without INT8 fallback layers."""
+    from ..linear import QLinear
+    from ..methods.int8_fallback import FallbackInt8Quantizer
+    quantizers = {id(q): q for m in model.modules() if isinstance(m, QLinear)
+                  for q in m._quantizers() if isinstance(q, FallbackInt8Quantizer)}
+    if not quantizers:
+        return None
+    rows = {(r["layer"], r["gemm"], r["operand"]): r for q in quantizers.values() for r in q.fallback_counts()
+            if q.falls_back(r["gemm"], r["operand"])}
+    return sum(r["blocks"] for r in rows.values()), sum(r["fallback_blocks"] for r in rows.values())
+
+
+def fallback_ratios(totals: list) -> list[float]:
+    """The share of blocks that fell back in each interval between ``fallback_blocks`` readings
+    (each repeat's steps and its untimed first step): a
+    second part's cost follows it, so a repeat slower than the others shows whether it fell back
+    more. Empty without fallback layers."""
+    if totals[0] is None:
+        return []
+    return [round((f1 - f0) / (b1 - b0), 6) if b1 > b0 else 0.0
+            for (b0, f0), (b1, f1) in zip(totals, totals[1:])]
 
 
 def _int8_tuning():
@@ -474,6 +506,8 @@ def main(argv=None) -> int:
                 measured.append(m)
             if m["int8_tuned"]:
                 info.setdefault("int8_tuned", {})[arm] = m["int8_tuned"]
+            if m["fallback_ratio_reps"]:
+                info.setdefault("fallback_ratio_reps", {})[arm] = m["fallback_ratio_reps"]
             info["warmup_s"] = {x["arm"]: round(x["warmup_s"], 1) for x in measured}
             shape_rows = _rows(measured, base, args, run["commit"])
             write_bench(out, _merged(old_rows, rows + shape_rows), old_runs + [run])
