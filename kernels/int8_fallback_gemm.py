@@ -454,7 +454,7 @@ class _Gemm:
         if (interpreter_active() or not _kt.autotune_enabled()
                 or self.M * self.N * self.K < _kt.TUNE_MIN_MACS):
             return _kt.default_config(self.gk, self.M, self.N)
-        return _kt.tuned_config(self.key(), self._tune)
+        return _kt.tuned_config(self.key(), self._tune, self.dev)
 
     def _tune(self) -> tuple:
         if _is_traced(self.qa):  # inside a compiled graph's trace: time real operands of this shape class

@@ -4,12 +4,22 @@ their tuning: ``GemmConfig`` (main kernel) and ``ResidualConfig`` (second-part p
 records: one configuration per shape class (M, N, K rounded up to powers of two, the group, the
 scale blocks), chosen by median time the first time the class is seen, and every configuration
 timed (``tuned_configs``, ``tuning_log``). A configuration changes the speed, never the result.
+
+Recorded choices (``LOWPREC_INT8_TUNED=FILE``, a JSON file): a shape class that a record of the
+same GPU model, Triton version and kernel sources (``record_match``) names takes the recorded
+configuration without tuning (tuning every class of a 1 B training step costs about 90 s of a GPU
+job: compiling and timing some 50 candidates per class), and the benchmarks add the classes they
+tune to the file (``record_tuning``), so a committed file makes later jobs start at once and run
+the configurations they record. A record of another GPU, Triton or kernel source is ignored.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 
 from . import int8_fallback_kernels as _kk
 from ._common import _next_pow2
@@ -25,6 +35,8 @@ TUNE_LOG_FIELDS = (*TUNE_KEY_FIELDS, "config", "ms", "regs", "spills", "shared",
 
 _TUNED: dict = {}      # shape class -> (GemmConfig, ms)
 _TUNE_LOG: list = []   # every configuration timed: dicts for tuning_log()
+_RECORDED: dict = {}   # (file, its match) -> {shape class: (GemmConfig, ms)}: the records read
+TUNED_ENV = "LOWPREC_INT8_TUNED"
 
 
 @dataclass(frozen=True)
@@ -167,9 +179,94 @@ def autotune_enabled() -> bool:
 
 def tuned_configs() -> list:
     """One dict per shape class tuned in this process: the class, the chosen configuration and
-    its median time."""
-    return [{**dict(zip(TUNE_KEY_FIELDS, key)), "config": cfg.label(), "ms": ms, **asdict(cfg)}
-            for key, (cfg, ms) in _TUNED.items()]
+    its median time (``recorded``: taken from the recorded choices, its time theirs)."""
+    return [{**dict(zip(TUNE_KEY_FIELDS, key)), "config": cfg.label(), "ms": ms, "recorded": recorded, **asdict(cfg)}
+            for key, (cfg, ms, recorded) in _TUNED.items()]
+
+
+def _kernel_sources() -> str:
+    """A digest of the GEMM kernels' sources (the Triton and the Gluon kernel): a record made with
+    other sources no longer says what is fastest."""
+    from . import int8_gemm_async as _ka
+    digest = hashlib.sha256()
+    for mod in (_kk, _ka):
+        digest.update(Path(mod.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def record_match(gpu: str) -> dict:
+    """What a record must share with this process to be used: the GPU model, Triton's version and
+    the kernels' sources."""
+    import triton
+    return {"gpu": gpu, "triton": triton.__version__, "kernels": _kernel_sources()}
+
+
+def gpu_name(device):
+    """The CUDA device's model name (records are per model), None for any other device."""
+    import torch
+    device = torch.device(device) if device is not None else None
+    return torch.cuda.get_device_name(device) if device is not None and device.type == "cuda" else None
+
+
+def _read_records(path: Path) -> list:
+    if not path.is_file():
+        return []
+    try:
+        records = json.loads(path.read_text()).get("records", [])
+    except (ValueError, AttributeError) as exc:
+        raise ValueError(f"{TUNED_ENV}={path}: not a file of recorded INT8 GEMM configurations ({exc})") from None
+    if not isinstance(records, list):
+        raise ValueError(f"{TUNED_ENV}={path}: 'records' must be a list")
+    return records
+
+
+def _config(record: dict):
+    """The record's GemmConfig, or None for one this version cannot build (a field it lacks)."""
+    names = {f.name for f in fields(GemmConfig)}
+    cfg = record.get("config_fields")
+    if not isinstance(cfg, dict) or not set(cfg) <= names:
+        return None
+    return GemmConfig(**cfg)
+
+
+def recorded_configs(path, gpu: str) -> dict:
+    """{shape class: (GemmConfig, ms)} of the records in ``path`` that match this process on ``gpu``
+    (``record_match``); read again only when the file changes."""
+    match = record_match(gpu)
+    stat = Path(path).stat() if Path(path).is_file() else None
+    cache_key = (str(path), stat and (stat.st_mtime_ns, stat.st_size), tuple(sorted(match.items())))
+    if cache_key not in _RECORDED:
+        found = {}
+        for r in _read_records(Path(path)):
+            cfg = _config(r)
+            if cfg is not None and all(r.get(k) == v for k, v in match.items()):
+                found[tuple(r["key"])] = (cfg, float(r["ms"]))
+        _RECORDED[cache_key] = found
+    return _RECORDED[cache_key]
+
+
+def record_tuning(path, gpu: str) -> int:
+    """Add the classes tuned in this process on ``gpu`` to the records in ``path`` (a record of the
+    same match and class is replaced; the others are kept); returns how many it wrote. A class
+    taken from the records is not written again."""
+    match = record_match(gpu)
+    new = {key: (cfg, ms) for key, (cfg, ms, recorded) in _TUNED.items() if not recorded}
+    if not new:
+        return 0
+    path = Path(path)
+    kept = [r for r in _read_records(path)
+            if not (all(r.get(k) == v for k, v in match.items()) and tuple(r.get("key", ())) in new)]
+    records = kept + [{**match, "key": list(key), "config": cfg.label(), "config_fields": asdict(cfg),
+                       "ms": round(ms, 4)} for key, (cfg, ms) in new.items()]
+    records.sort(key=lambda r: (r["gpu"], r["triton"], r["kernels"], [str(k) for k in r["key"]]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"what": "INT8 GEMM configurations chosen by tuning (lowprec.kernels."
+                                       "int8_fallback_tuning), one per GPU, Triton, kernel sources and shape class; "
+                                       f"key fields: {list(TUNE_KEY_FIELDS)}",
+                               "records": records}, indent=1) + "\n")
+    tmp.replace(path)
+    return len(new)
 
 
 def tuning_log() -> list:
@@ -218,15 +315,20 @@ def default_residual_config(block_rows: int) -> ResidualConfig:
 
 def forget_tuning() -> None:
     """Drop every shape class's tuned configuration and the tuning log (the next call of each class
-    tunes it again): for a benchmark whose arms must each tune, and say, what they ran."""
+    tunes it again, or takes its recorded choice): for a benchmark whose arms must each tune, and
+    say, what they ran."""
     _TUNED.clear()
     _TUNE_LOG.clear()
 
 
-def tuned_config(key: tuple, tune) -> GemmConfig:
-    """The configuration of shape class `key`: tune() -> (GemmConfig, ms) runs the first time only."""
+def tuned_config(key: tuple, tune, device=None) -> GemmConfig:
+    """The configuration of shape class `key`: the first time, the recorded choice where
+    ``LOWPREC_INT8_TUNED`` names a file with one for this GPU (``device``), else
+    tune() -> (GemmConfig, ms)."""
     if key not in _TUNED:
-        _TUNED[key] = tune()
+        path, gpu = os.environ.get(TUNED_ENV), gpu_name(device)
+        found = recorded_configs(path, gpu).get(key) if path and gpu else None
+        _TUNED[key] = (*found, True) if found else (*tune(), False)
     return _TUNED[key][0]
 
 

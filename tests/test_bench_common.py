@@ -1,5 +1,7 @@
 """Command-line plumbing shared by the GPU benchmarks (they themselves need CUDA and are run by hand)."""
 
+import json
+
 import pytest
 
 from lowprec.bench.common import inductor_options, parse_int_list, parse_names
@@ -215,6 +217,48 @@ def test_e2e_arms_record_the_int8_configurations_they_tuned(monkeypatch):
     calls = []
     kt.tuned_config(key, lambda: calls.append(1) or (kt.GemmConfig(), 1.0))
     assert calls == [1]  # tuned again
+
+
+def test_int8_tuning_takes_the_recorded_choices_of_its_gpu_triton_and_kernels(tmp_path, monkeypatch):
+    """LOWPREC_INT8_TUNED: a shape class recorded for this GPU model, Triton and kernel sources takes
+    its recorded configuration without tuning, another class tunes and is added to the file (the
+    first kept), and a record of another GPU or other kernel sources is ignored; a file that holds
+    no records is named."""
+    from lowprec.kernels import int8_fallback_tuning as kt
+
+    for name, empty in (("_TUNED", {}), ("_TUNE_LOG", []), ("_RECORDED", {})):
+        monkeypatch.setattr(kt, name, empty)
+    monkeypatch.setattr(kt, "gpu_name", lambda device: "H100 test")
+    path, calls = tmp_path / "tuned.json", []
+    key = ("main", 16384, 2048, 2048, 128, 128, 128, True, True, False)
+    other = ("main", 16384, 8192, 2048, 128, 128, 128, True, True, False)
+    chosen = kt.GemmConfig(64, 128, 1, 4, 3, magic=False)
+
+    def tune(tag, cfg=kt.GemmConfig(), ms=1.0):
+        return lambda: calls.append(tag) or (cfg, ms)
+    assert kt.tuned_config(key, tune("first", chosen, 0.19), "cuda") == chosen  # no file named: tunes
+    assert kt.record_tuning(path, "H100 test") == 1
+    kt.forget_tuning()
+    monkeypatch.setenv(kt.TUNED_ENV, str(path))
+    assert kt.tuned_config(key, tune("again"), "cuda") == chosen
+    kt.tuned_config(other, tune("other", kt.GemmConfig(block_n=64), 0.5), "cuda")
+    assert calls == ["first", "other"]
+    assert [(r["config"], r["recorded"]) for r in kt.tuned_configs()] == [
+        (chosen.label(), True), (kt.GemmConfig(block_n=64).label(), False)]
+    assert kt.record_tuning(path, "H100 test") == 1  # the tuned class only
+    records = json.loads(path.read_text())["records"]
+    assert {tuple(r["key"]) for r in records} == {key, other} and {r["gpu"] for r in records} == {"H100 test"}
+    kt.forget_tuning()
+    assert kt.tuned_config(key, tune("recorded"), "cuda") == chosen and calls[-1] == "other"
+    for name, patched in (("gpu_name", lambda device: "H200 test"), ("_kernel_sources", lambda: "changed")):
+        with monkeypatch.context() as m:
+            m.setattr(kt, name, patched)
+            kt.forget_tuning()
+            kt.tuned_config(key, tune(name), "cuda")
+        assert calls[-1] == name
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="LOWPREC_INT8_TUNED=.*tuned.json: not a file of recorded"):
+        kt.recorded_configs(path, "H100 test")
 
 
 def test_e2e_fallback_share_per_repeat_reads_the_layers_counts():

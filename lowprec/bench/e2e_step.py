@@ -62,6 +62,7 @@ provenance lists every run that contributed, with its device.
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import sys
@@ -311,6 +312,7 @@ def measure(arm: str, shape_name: str, args) -> dict:
            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "lowp_gemms_per_step": n_lowp,
            "batch": shape["batch"], "seq": shape["seq"], "n_params": sum(p.numel() for p in model.parameters()),
            "warmup_s": warm_s, "int8_tuned": int8_tuned()}
+    record_int8_tuning()
     print(f"# {shape_name:10s} {arm:24s} {path:8s} {statistics.median(reps):12,.0f} tok/s  "
           f"lowp GEMMs {n_lowp:4d}  peak {row['peak_mem_gib']:.1f} GiB  warm-up {warm_s:.0f} s", flush=True)
     del fn, model, opt
@@ -365,7 +367,20 @@ def int8_tuned() -> list[str]:
     if kt is None:
         return []
     return [f"{r['M_class']}x{r['N_class']}x{r['K_class']} group {r['group']} rows {r['block_rows_a']}/"
-            f"{r['block_rows_b']}: {r['config']} {r['ms']:.3f} ms" for r in kt.tuned_configs()]
+            f"{r['block_rows_b']}: {r['config']} {r['ms']:.3f} ms{' (recorded)' if r['recorded'] else ''}"
+            for r in kt.tuned_configs()]
+
+
+def record_int8_tuning() -> None:
+    """With ``LOWPREC_INT8_TUNED`` set, add the classes this arm tuned to that file (the next job
+    on this GPU model takes them without tuning)."""
+    import torch
+    kt = _int8_tuning()
+    path = os.environ.get(kt.TUNED_ENV) if kt is not None else None
+    if path:
+        n = kt.record_tuning(path, kt.gpu_name(torch.device("cuda", torch.cuda.current_device())))
+        if n:
+            print(f"# recorded {n} tuned INT8 GEMM configuration(s) in {path}", flush=True)
 
 
 def _rows(measured: list[dict], base: dict, args, commit: str) -> list[dict]:
