@@ -5,12 +5,14 @@ records: one configuration per shape class (M, N, K rounded up to powers of two,
 scale blocks), chosen by median time the first time the class is seen, and every configuration
 timed (``tuned_configs``, ``tuning_log``). A configuration changes the speed, never the result.
 
-Recorded choices (``LOWPREC_INT8_TUNED=FILE``, a JSON file): a shape class that a record of the
-same GPU model, Triton version and kernel sources (``record_match``) names takes the recorded
-configuration without tuning (tuning every class of a 1 B training step costs about 90 s of a GPU
-job: compiling and timing some 50 candidates per class), and the benchmarks add the classes they
-tune to the file (``record_tuning``), so a committed file makes later jobs start at once and run
-the configurations they record. A record of another GPU, Triton or kernel source is ignored.
+Recorded choices (``records_file``: ``LOWPREC_INT8_TUNED=FILE``, else the checkout's committed
+``results/bench/int8_gemm_tuned.json`` where it exists; ``none`` reads none): a shape class that a
+record of the same GPU model, Triton version and kernel sources (``record_match``) names takes the
+recorded configuration without tuning (tuning every class of a 1 B training step costs about 90 s
+of a GPU job: compiling and timing some 50 candidates per class). The end-to-end benchmark adds
+the classes it tunes to the file that ``LOWPREC_INT8_TUNED`` names (``record_tuning``; never to the
+committed file unless named), so a committed file makes later jobs start at once and run the
+configurations it records. A record of another GPU, Triton or kernel source is ignored.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ _TUNED: dict = {}      # shape class -> (GemmConfig, ms)
 _TUNE_LOG: list = []   # every configuration timed: dicts for tuning_log()
 _RECORDED: dict = {}   # (file, its match) -> {shape class: (GemmConfig, ms)}: the records read
 TUNED_ENV = "LOWPREC_INT8_TUNED"
+# the committed records a checkout reads by default (this module is installed from kernels/)
+COMMITTED_RECORDS = Path(__file__).resolve().parents[1] / "results" / "bench" / "int8_gemm_tuned.json"
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,15 @@ def _kernel_sources() -> str:
     return digest.hexdigest()[:16]
 
 
+def records_file():
+    """The file of recorded choices to read: ``LOWPREC_INT8_TUNED`` (``none``: no file), else the
+    committed one where the checkout has it; None for none."""
+    named = os.environ.get(TUNED_ENV)
+    if named:
+        return None if named.lower() == "none" else Path(named)
+    return COMMITTED_RECORDS if COMMITTED_RECORDS.is_file() else None
+
+
 def record_match(gpu: str) -> dict:
     """What a record must share with this process to be used: the GPU model, Triton's version and
     the kernels' sources."""
@@ -323,10 +336,9 @@ def forget_tuning() -> None:
 
 def tuned_config(key: tuple, tune, device=None) -> GemmConfig:
     """The configuration of shape class `key`: the first time, the recorded choice where
-    ``LOWPREC_INT8_TUNED`` names a file with one for this GPU (``device``), else
-    tune() -> (GemmConfig, ms)."""
+    ``records_file`` has one for this GPU (``device``), else tune() -> (GemmConfig, ms)."""
     if key not in _TUNED:
-        path, gpu = os.environ.get(TUNED_ENV), gpu_name(device)
+        path, gpu = records_file(), gpu_name(device)
         found = recorded_configs(path, gpu).get(key) if path and gpu else None
         _TUNED[key] = (*found, True) if found else (*tune(), False)
     return _TUNED[key][0]

@@ -222,8 +222,9 @@ def test_e2e_arms_record_the_int8_configurations_they_tuned(monkeypatch):
 def test_int8_tuning_takes_the_recorded_choices_of_its_gpu_triton_and_kernels(tmp_path, monkeypatch):
     """LOWPREC_INT8_TUNED: a shape class recorded for this GPU model, Triton and kernel sources takes
     its recorded configuration without tuning, another class tunes and is added to the file (the
-    first kept), and a record of another GPU or other kernel sources is ignored; a file that holds
-    no records is named."""
+    first kept), and a record of another GPU or other kernel sources is ignored; without the
+    variable the committed file is read, with "none" no file; a file that holds no records is
+    named."""
     from lowprec.kernels import int8_fallback_tuning as kt
 
     for name, empty in (("_TUNED", {}), ("_TUNE_LOG", []), ("_RECORDED", {})):
@@ -236,7 +237,10 @@ def test_int8_tuning_takes_the_recorded_choices_of_its_gpu_triton_and_kernels(tm
 
     def tune(tag, cfg=kt.GemmConfig(), ms=1.0):
         return lambda: calls.append(tag) or (cfg, ms)
-    assert kt.tuned_config(key, tune("first", chosen, 0.19), "cuda") == chosen  # no file named: tunes
+    monkeypatch.setattr(kt, "COMMITTED_RECORDS", tmp_path / "committed.json")  # absent: none read
+    monkeypatch.delenv(kt.TUNED_ENV, raising=False)
+    assert kt.records_file() is None
+    assert kt.tuned_config(key, tune("first", chosen, 0.19), "cuda") == chosen  # no file: tunes
     assert kt.record_tuning(path, "H100 test") == 1
     kt.forget_tuning()
     monkeypatch.setenv(kt.TUNED_ENV, str(path))
@@ -256,6 +260,15 @@ def test_int8_tuning_takes_the_recorded_choices_of_its_gpu_triton_and_kernels(tm
             kt.forget_tuning()
             kt.tuned_config(key, tune(name), "cuda")
         assert calls[-1] == name
+    # the committed file is read where no file is named; "none" reads none
+    monkeypatch.delenv(kt.TUNED_ENV)
+    path.replace(tmp_path / "committed.json")
+    kt.forget_tuning()
+    assert kt.records_file() == tmp_path / "committed.json"
+    assert kt.tuned_config(key, tune("committed"), "cuda") == chosen and calls[-1] == "_kernel_sources"
+    monkeypatch.setenv(kt.TUNED_ENV, "none")
+    kt.forget_tuning()
+    assert kt.records_file() is None and kt.tuned_config(key, tune("none"), "cuda") == kt.GemmConfig()
     path.write_text("[1, 2]")
     with pytest.raises(ValueError, match="LOWPREC_INT8_TUNED=.*tuned.json: not a file of recorded"):
         kt.recorded_configs(path, "H100 test")

@@ -372,12 +372,12 @@ def int8_tuned() -> list[str]:
 
 
 def record_int8_tuning() -> None:
-    """With ``LOWPREC_INT8_TUNED`` set, add the classes this arm tuned to that file (the next job
+    """With ``LOWPREC_INT8_TUNED`` naming a file, add the classes this arm tuned to it (the next job
     on this GPU model takes them without tuning)."""
     import torch
     kt = _int8_tuning()
-    path = os.environ.get(kt.TUNED_ENV) if kt is not None else None
-    if path:
+    path = os.environ.get(kt.TUNED_ENV, "") if kt is not None else ""
+    if path and path.lower() != "none":
         n = kt.record_tuning(path, kt.gpu_name(torch.device("cuda", torch.cuda.current_device())))
         if n:
             print(f"# recorded {n} tuned INT8 GEMM configuration(s) in {path}", flush=True)
