@@ -921,6 +921,7 @@ def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     monkeypatch.setattr(kt, "TUNE_MIN_MACS", 0)
     monkeypatch.setattr(kt, "_TUNED", {})
     monkeypatch.setattr(kt, "_TUNE_LOG", [])
+    monkeypatch.setenv(kt.TUNED_ENV, "none")  # tuned here, whatever a committed file records
     g = torch.Generator(device="cuda").manual_seed(0)
     M, N, K, blk = 256, 384, 1024, (32, 128)
     qa = torch.randint(-127, 128, (M, K), device="cuda", generator=g, dtype=torch.int8)
@@ -981,6 +982,7 @@ def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
     monkeypatch.setattr(kt, "TUNE_MIN_MACS", 0)
     monkeypatch.setattr(kt, "_TUNED", {})
     monkeypatch.setattr(kt, "_TUNE_LOG", [])
+    monkeypatch.setenv(kt.TUNED_ENV, "none")
     torch._dynamo.reset()
     g = torch.Generator(device="cuda").manual_seed(0)
     M, N, K, blk = 256, 384, 1024, [32, 128]
