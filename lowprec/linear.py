@@ -20,7 +20,6 @@ made on the device from the layer's seed and ``calls`` counter (``lowprec.numeri
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import zlib
 from typing import Iterable, Optional
@@ -43,6 +42,7 @@ from .numerics import rounding_stream as _stream
 from .numerics.checks import one_of
 from .numerics.formats import round_cast
 from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe, slot_key
+from .layer_names import matches
 from .telemetry import Telemetry
 
 DEFAULT_EXCLUDE = ("lm_head", "*.lm_head", "score")
@@ -71,10 +71,6 @@ def _conv1d_class():
 def layer_seed(seed: int, name: str) -> int:
     """A layer's own seed: the run seed mixed with the layer's name, stable across processes."""
     return (seed * 1_000_003 + zlib.crc32(name.encode())) & 0x7FFFFFFF
-
-
-def matches(name: str, patterns: Iterable[str]) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 def linear_layers(model: nn.Module, include: Optional[Iterable[str]] = None,

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from .io import write_gzip_text
-from .numerics import get_format, tensor_stats
+
+if TYPE_CHECKING:  # the readers of a run's file (the report jobs) start without torch
+    import torch
 
 # A run's telemetry file, gzip-compressed: telemetry is most of a committed run's bytes (0.4-0.9 MB
 # of CSV per MoR or INT8-fallback run at `small`, about a fifth of that compressed)
@@ -77,10 +78,13 @@ class Telemetry:
         self._seen.add(key)
         return True
 
-    @torch.no_grad()
     def record(self, layer: str, gemm: str, operand: str, x: torch.Tensor, q: torch.Tensor,
                scale: torch.Tensor | None, fmt: str | None, **extra) -> None:
-        stats = tensor_stats(x, q, scale, get_format(fmt) if fmt else None)
+        import torch
+
+        from .numerics import get_format, tensor_stats
+        with torch.no_grad():
+            stats = tensor_stats(x, q, scale, get_format(fmt) if fmt else None)
         self.rows.append({"step": self.step, "layer": layer, "gemm": gemm, "operand": operand,
                           "format": fmt or "hp", **stats, **extra})
 

@@ -1,5 +1,7 @@
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,6 +78,16 @@ def test_verdict_row_takes_a_decided_verdict_else_the_larger_scale(tmp_path):
     rows = {r["claim"]: (r["scale"], r["verdict"]) for r in readme.verdict_rows(tmp_path, ["mor"])}
     assert rows == {"decided_small": ("small", "not reproduced"), "decided_tiny": ("tiny", "reproduced"),
                     "undecided": ("small", "inconclusive"), "both": ("small", "not reproduced")}
+
+
+def test_report_modules_start_without_torch():
+    """The report jobs that read committed files (tables, figures, claims, the report) import no
+    torch: a workflow runs dozens of them, and torch with what it pulls in took 2-3 s of each."""
+    modules = ["build", "claims", "tables", "curves", "matrix", "mor", "int8_fallback", "gaussws", "speed"]
+    code = ("import sys\n" + "".join(f"import lowprec.report.{m}\n" for m in modules)
+            + "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout[:300]
 
 
 def test_speed_section_shows_each_cell_with_the_commit_it_was_measured_at(tmp_path):

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..io import write_text
 from .figures import figure_size, legend_below, pyplot, save_figure, suptitle
 from .runs import load_runs
 from .markdown import markdown_lines, markdown_table
+
+if TYPE_CHECKING:  # the table and figure jobs start without torch; the exactness ones import it
+    import torch
 
 B_RANGE = list(range(3, 13))
 
@@ -212,6 +215,7 @@ def main(argv=None) -> None:
         # committed files alone (checkpoints are not committed)
         df = exactness_table(trained_weights(args.runs), blocks)
     elif args.what == "exactness":
+        import torch
         g = torch.Generator().manual_seed(0)
         reference = exactness_table({REFERENCE: torch.randn(512, 512, generator=g) * 0.02}, blocks)
         runs = read_exactness(args.evals)

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import write_text
-from ..linear import matches
+from ..layer_names import matches
 from ..telemetry import TELEMETRY_FILE, read_telemetry
 from .figures import MAX_HEIGHT, MIN_FONT, WIDTH, figure_size, pyplot, save_figure, suptitle
 from .runs import TRAIN_WINDOW, load_runs, train_loss
