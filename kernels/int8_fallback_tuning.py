@@ -35,9 +35,9 @@ TUNE_KEY_FIELDS = ("kernel", "M_class", "N_class", "K_class", "group", "block_ro
                    "tma_usable", "async_usable")
 TUNE_LOG_FIELDS = (*TUNE_KEY_FIELDS, "config", "ms", "regs", "spills", "shared", "error")
 
-_TUNED: dict = {}      # shape class -> (GemmConfig, ms)
+_TUNED: dict = {}      # shape class -> (GemmConfig, ms, whether it came from the records)
 _TUNE_LOG: list = []   # every configuration timed: dicts for tuning_log()
-_RECORDED: dict = {}   # (file, its match) -> {shape class: (GemmConfig, ms)}: the records read
+_RECORDED: dict = {}   # (file, its time and size, the match) -> {shape class: (GemmConfig, ms)}
 TUNED_ENV = "LOWPREC_INT8_TUNED"
 # the committed records a checkout reads by default (this module is installed from kernels/)
 COMMITTED_RECORDS = Path(__file__).resolve().parents[1] / "results" / "bench" / "int8_gemm_tuned.json"
@@ -272,13 +272,11 @@ def record_tuning(path, gpu: str) -> int:
     records = kept + [{**match, "key": list(key), "config": cfg.label(), "config_fields": asdict(cfg),
                        "ms": round(ms, 4)} for key, (cfg, ms) in new.items()]
     records.sort(key=lambda r: (r["gpu"], r["triton"], r["kernels"], [str(k) for k in r["key"]]))
+    from ..io import write_json
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"what": "INT8 GEMM configurations chosen by tuning (lowprec.kernels."
-                                       "int8_fallback_tuning), one per GPU, Triton, kernel sources and shape class; "
-                                       f"key fields: {list(TUNE_KEY_FIELDS)}",
-                               "records": records}, indent=1) + "\n")
-    tmp.replace(path)
+    write_json(path, {"what": "INT8 GEMM configurations chosen by tuning (lowprec.kernels.int8_fallback_tuning), "
+                              f"one per GPU, Triton, kernel sources and shape class; key fields: {list(TUNE_KEY_FIELDS)}",
+                      "records": records})
     return len(new)
 
 
