@@ -336,9 +336,8 @@ def fallback_blocks(model) -> tuple[int, int] | None:
 
 def fallback_ratios(totals: list) -> list[float]:
     """The share of blocks that fell back in each interval between ``fallback_blocks`` readings
-    (each repeat's steps and its untimed first step): a
-    second part's cost follows it, so a repeat slower than the others shows whether it fell back
-    more. Empty without fallback layers."""
+    (each repeat's steps and its untimed first step): a second part's cost follows it, so a repeat
+    slower than the others shows whether it fell back more. Empty without fallback layers."""
     if totals[0] is None:
         return []
     return [round((f1 - f0) / (b1 - b0), 6) if b1 > b0 else 0.0
