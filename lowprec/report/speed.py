@@ -74,10 +74,10 @@ def speed_lines(results: Path, link=str) -> list[str]:
                for shape in dict.fromkeys(r["shape"] for r in rows)]
     # the reference file's order (peers, then methods), then arms that only another file holds
     arms = list(dict.fromkeys(r["arm"] for _, rows, _ in files for r in rows))
-    cells, stale = {}, False
+    cells, sync_marked = {}, False
     for i, (path, rows, _) in enumerate(files):
         sync_timed = _sync_timed_runs(path)
-        stale = stale or any(r["commit"] in sync_timed for r in rows)
+        sync_marked = sync_marked or any(r["commit"] in sync_timed for r in rows)
         cells.update({(r["arm"], i, r["shape"]): _cell(r, r["commit"] in sync_timed) for r in rows})
     table = [[f"`{arm}`", *(cells.get((arm, i, s), "–") for i, s in columns)] for arm in arms]
     several = len(files) > 1
@@ -91,7 +91,7 @@ def speed_lines(results: Path, link=str) -> list[str]:
              "cell names the commit it was measured at, and a cell older than a later change to its arm is stale. "
              "Unmarked cells ran compiled, on the arm's fast path where it has one.", "",
              *markdown_lines(["arm", *header], table), ""]
-    if stale:
+    if sync_marked:
         lines += [f"{_SYNC_TIMED} Timed by the wall clock between two syncs, before the benchmark timed the steady "
                   "state of training: each repeat paid for a first step that waits for every launch, which "
                   "lowered the arms that launch more before their first block (GaussWS at 1 B: 0.95x then, "
