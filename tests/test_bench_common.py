@@ -274,6 +274,21 @@ def test_int8_tuning_takes_the_recorded_choices_of_its_gpu_triton_and_kernels(tm
         kt.recorded_configs(path, "H100 test")
 
 
+def test_budget_allows_a_step_only_if_its_need_fits(monkeypatch):
+    """Budget.allows(what, need): yes while the elapsed time plus ``need`` fits, else no, with `what`
+    recorded; no limit allows everything; the end-to-end benchmark takes --budget-s."""
+    from lowprec.bench import common
+    from lowprec.bench.e2e_step import _parse
+
+    clock = iter([100.0, 130.0, 130.0, 130.0, 200.0])
+    monkeypatch.setattr(common.time, "monotonic", lambda: next(clock))
+    budget = common.Budget(60.0)  # starts at 100
+    assert budget.allows("a", need=25.0) and not budget.allows("b", need=31.0) and budget.skipped == ["b"]
+    assert budget.allows("c")  # nothing more needed: 30 s spent of 60
+    assert common.Budget(None).allows("d", need=1e9)
+    assert _parse(["--budget-s", "540"]).budget_s == 540.0 and _parse([]).budget_s is None
+
+
 def test_e2e_fallback_share_per_repeat_reads_the_layers_counts():
     """The benchmark's per-repeat fallback share: the blocks that fell back over the blocks
     quantized between two readings of every INT8 fallback layer's counts (a fixed budget of a

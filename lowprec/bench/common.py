@@ -186,7 +186,8 @@ def do_bench_median(warmup: int, rep: int, cudagraph: bool = False):
 class Budget:
     """Seconds a benchmark may run: once spent, ``allows(what)`` says no, prints and records `what`
     (``skipped``), so the run still writes what it measured and says what it left out. None: no
-    limit."""
+    limit. ``allows(what, need)``: no unless ``need`` more seconds fit (a step that cannot be cut
+    short, whose time the steps before it tell)."""
 
     def __init__(self, seconds: float | None):
         self.t0, self.seconds, self.skipped = time.monotonic(), seconds, []
@@ -194,8 +195,8 @@ class Budget:
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
-    def allows(self, what: str) -> bool:
-        if self.seconds is None or self.elapsed() <= self.seconds:
+    def allows(self, what: str, need: float = 0.0) -> bool:
+        if self.seconds is None or self.elapsed() + need <= self.seconds:
             return True
         self.skipped.append(what)
         print(f"# skipped (budget {self.seconds:.0f} s spent): {what}", flush=True)

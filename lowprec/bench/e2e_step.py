@@ -54,6 +54,9 @@ measure what those cost (``inductor_options`` names them in each row; such a run
 of its own). With ``--inductor-arms-only`` the baseline compiles at the suite's defaults: the
 ratios then read what a setting is worth to an arm against the BF16 a user runs (a setting that
 helps one recipe and slows BF16, as combo kernels at 98 M, would otherwise cancel out).
+``--budget-s`` fits the run to a GPU job of fixed length: an arm starts only if, with the closing
+baseline, it fits as long as the longest arm so far took; the provenance names the arms left out
+(``skipped``).
 ``--merge`` keeps the rows of other (shape, arm) pairs already in ``--out``; ``--merge-from`` merges the
 CSVs of other runs (a GPU job's output) into ``--out`` without measuring. Each run measures its own
 baseline: a row's ratio is against ``baseline_tokens_per_s`` of its own run (``commit``), and the
@@ -69,7 +72,7 @@ import sys
 import time
 from pathlib import Path
 
-from .common import (bench_parser, fail, fresh_compilation, inductor_options, inductor_options_text, parse_names,
+from .common import (Budget, bench_parser, fail, fresh_compilation, inductor_options, inductor_options_text, parse_names,
                      provenance_path, require_cuda)
 from .train_step import MODEL, optimizer, random_batches, step
 
@@ -147,6 +150,10 @@ def _parse(argv):
     p.add_argument("--inductor-arms-only", action="store_true",
                    help="apply the --inductor settings to the measured arms only; the baseline compiles at the "
                         "suite's defaults")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="start an arm only if it fits in these seconds with the closing baseline, as long as the "
+                        "longest arm so far took (a GPU job of fixed length: the arms left out are named in the "
+                        "provenance, and the baseline's second measurement still runs); default: no limit")
     p.add_argument("--profile-dir", default=None,
                    help="write the CUDA kernels of each arm's profiled step, by total time, to <dir>/<shape>_<arm>.txt, "
                         "and the source of its slowest Inductor-generated Triton kernels to <dir>/<shape>_<arm>.kernels.txt")
@@ -498,20 +505,31 @@ def main(argv=None) -> int:
            "inductor_options": args.inductor_options, "inductor_arms_only": args.inductor_arms_only,
            "switches": switches, "timer": TIMER,
            "shapes": {}, "failed": {}, "device": provenance.collect().get("device")}
-    rows = []
+    rows, budget = [], Budget(args.budget_s)
+    run["skipped"] = budget.skipped  # (shape/arm) the budget left out
     for shape in shapes:
         # the CSV is rewritten after every arm (ratios against the first baseline until the last is
         # in), so a run cut short keeps what it measured
+        t0 = time.monotonic()
+        if rows and not budget.allows(shape, need=2 * longest):
+            continue
         first = measure(BASELINE, shape, args)
+        baseline_s = longest = time.monotonic() - t0
         measured, base = [first], {shape: statistics.median(first["reps"])}
+        shape_rows = _rows(measured, base, args, run["commit"])
         info = run["shapes"][shape] = {"model": SHAPES[shape], "warmup_s": {}}
         for arm in arms + [BASELINE]:
+            if arm != BASELINE and not budget.allows(f"{shape}/{arm}", need=longest + baseline_s):
+                continue
+            t0 = time.monotonic()
             try:
                 m = measure(arm, shape, args)
             except Exception as exc:  # one arm's failure must not lose the others' measurements
                 run["failed"][f"{shape}/{arm}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
                 print(f"# {shape:10s} {arm:24s} FAILED {run['failed'][f'{shape}/{arm}']}", flush=True)
                 continue  # the next arm starts from a fresh compilation (measure)
+            finally:
+                longest = max(longest, time.monotonic() - t0)
             if arm == BASELINE:  # the baseline's repeats from both ends of the shape's run
                 info["baseline_drift"] = round(statistics.median(m["reps"]) / base[shape] - 1, 4)
                 first["reps"] += m["reps"]
