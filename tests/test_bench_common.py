@@ -289,6 +289,41 @@ def test_budget_allows_a_step_only_if_its_need_fits(monkeypatch):
     assert _parse(["--budget-s", "540"]).budget_s == 540.0 and _parse([]).budget_s is None
 
 
+def test_e2e_budget_leaves_out_the_arms_that_do_not_fit_and_keeps_the_closing_baseline(tmp_path, monkeypatch):
+    """With --budget-s the end-to-end run starts an arm only while, with the closing baseline, it
+    fits as long as the longest arm so far: the arms left out are in the provenance's run, the
+    baseline is measured at both ends and the CSV holds what ran (measure stood in for: no GPU)."""
+    import csv
+    import json
+
+    from lowprec.bench import common
+    from lowprec.bench import e2e_step as e2e
+
+    now = [0.0]
+    took = {"bf16_compiled": 20.0, "fp8_hybrid": 100.0, "mor_tensor": 30.0, "gaussws": 30.0}
+    measured = []
+
+    def fake_measure(arm, shape, args):
+        now[0] += took[arm]
+        measured.append(arm)
+        return {"shape": shape, "arm": arm, "path": "compiled", "reps": [1000.0 if arm == e2e.BASELINE else 1200.0],
+                "inductor_options": {}, "fallback_ratio_reps": [], "peak_mem_gib": 1.0, "lowp_gemms_per_step": 336,
+                "batch": 8, "seq": 2048, "n_params": 1, "warmup_s": 1.0, "int8_tuned": []}
+    monkeypatch.setattr(e2e, "measure", fake_measure)
+    monkeypatch.setattr(e2e, "require_cuda", lambda prog: None)
+    monkeypatch.setattr(common.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(e2e.time, "monotonic", lambda: now[0])
+    out = tmp_path / "e2e.csv"
+    # 20 (baseline) + 100 (fp8_hybrid); mor_tensor would need 100 + 20 more from 120: 240 > 200
+    assert e2e.main(["--shapes", "llama_1b", "--arms", "fp8_hybrid,mor_tensor,gaussws", "--budget-s", "200",
+                     "--out", str(out)]) == 0
+    assert measured == ["bf16_compiled", "fp8_hybrid", "bf16_compiled"]
+    rows = {r["arm"]: r for r in csv.DictReader(out.open())}
+    assert set(rows) == {"bf16_compiled", "fp8_hybrid"} and rows["fp8_hybrid"]["ratio_vs_bf16_compiled"] == "1.200"
+    run = json.loads((tmp_path / "e2e.provenance.json").read_text())["runs"][-1]
+    assert run["skipped"] == ["llama_1b/mor_tensor", "llama_1b/gaussws"]
+
+
 def test_e2e_fallback_share_per_repeat_reads_the_layers_counts():
     """The benchmark's per-repeat fallback share: the blocks that fell back over the blocks
     quantized between two readings of every INT8 fallback layer's counts (a fixed budget of a
