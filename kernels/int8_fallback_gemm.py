@@ -400,7 +400,8 @@ class _Gemm:
     def candidates(self) -> list:
         """The tuning candidates of this call's operands: the asynchronous kernel's tiles where it
         takes them."""
-        cands = _kt.candidate_configs(self.gk, tma=self.tma_usable, async_mma=self.async_usable)
+        cands = _kt.candidate_configs(self.gk, tma=self.tma_usable, async_mma=self.async_usable,
+                                      tail=self.tail_a or self.tail_b)
         plain = not (self.tail_a or self.tail_b) and self.out_dtype == torch.float32  # what the Gluon kernel runs
         return [cfg for cfg in cands if not cfg.async_mma or (plain and self.async_fits(cfg))]
 

@@ -210,32 +210,37 @@ from dataclasses import replace
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from lowprec.kernels import int8_fallback_gemm as kf
 from lowprec.kernels import int8_fallback_kernels as kk
 from lowprec.kernels import int8_fallback_tuning as kt
 names = list(inspect.signature(kk._gemm_kernel.fn).parameters)
 ptrs = dict.fromkeys(("a_ptr", "b_ptr", "c_ptr", "ra_ptr", "fa_ptr", "rb_ptr", "fb_ptr"), "*i8")
 ptrs.update(dict.fromkeys(("da_ptr", "db_ptr", "dra_ptr", "drb_ptr"), "*fp32"), c_ptr="*fp32")
 ptrs.update(dict.fromkeys(("M", "N", "K", "n_kb"), "i32"))
-for gk, fused in ((128, False), (32, False), (128, True)):
-    cands = [c for c in kt.candidate_configs(gk) if c.warp_specialize]
+# second parts: none, in the main loop, or after it (a tail of A's or of B's: the 4-warp tiles
+# are no candidates there, since Triton fails to compile them so)
+for gk, fused, tail in ((128, False, ""), (32, False, ""), (128, True, ""), (128, True, "a"), (128, True, "b")):
+    cands = [c for c in kt.candidate_configs(gk, tail=bool(tail)) if c.warp_specialize]
     kinds = {}  # the first candidate of each kind (warps, loads): each a compilation of seconds
     for c in cands:
         kinds.setdefault((c.num_warps, c.tma), c)
-    assert {kind for kind in kinds} == {(8, False), (8, True), (4, True)}, sorted(c.label() for c in cands)
+    want = {(8, False), (8, True)} | (set() if tail else {(4, True)})
+    assert {kind for kind in kinds} == want, sorted(c.label() for c in cands)
     assert all(c.num_warps == 8 or (c.block_m, c.block_n) == (64, 128) for c in cands)
-    for c in (list(kinds.values()) if not fused else cands[:1]):
+    for c in (list(kinds.values()) if not fused or tail else cands[:1]):
         sig = {n: ptrs.get(n, "constexpr") for n in names}
         const = dict(BMS=gk, BNS=gk, GK=gk, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=gk, KG=c.k_groups,
-                     GROUP_M=c.group_m, EVEN_K=True, MAGIC=True, USE_TMA=c.tma, HAS_RA=fused, HAS_RB=fused,
-                     WS=True, PIPE=False)
+                     GROUP_M=c.group_m, EVEN_K=True, MAGIC=True, USE_TMA=c.tma, HAS_RA=fused and tail != "b",
+                     HAS_RB=fused and tail != "a", WS=True, PIPE=False, TAIL=bool(tail), KCHUNK=16,
+                     NRB=kf._blocks_met(c.block_m, gk), NCB=kf._blocks_met(c.block_n, gk))
         try:
             k = triton.compile(ASTSource(kk._gemm_kernel, sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                                options={"num_warps": c.num_warps, "num_stages": c.num_stages})
         except Exception as e:
             if "ptxas" in str(e) or "backend" in str(e).lower():
                 print("SKIP"); sys.exit()
-            print(c.label(), fused, "error", type(e).__name__); continue
-        print(c.label(), fused, "warp_specialize" in k.asm["ttgir"])
+            print(c.label(), fused, tail or "-", "error", type(e).__name__); continue
+        print(c.label(), fused, tail or "-", "warp_specialize" in k.asm["ttgir"])
 """
 
 
@@ -244,10 +249,11 @@ def test_warp_specialized_candidates_compile_for_hopper():
     descriptor loads, the 64x128 4-warp tile on descriptor loads), and one of each at group 128 in
     128-row scale blocks (INT8 fallback's 128x128 blocks) and at Jetfire's 32, and one with the
     fused second parts, compiles for sm_90 into a warp-specialized loop; the 4-warp tiles on pointer
-    loads, which Triton does not compile so, are not among them."""
+    loads, which Triton does not compile so, are not among them. With a tail (A's or B's second part
+    after the main loop) the 8-warp kinds alone, and each compiles."""
     out = compiled_probe(_WS_PROBE, "this Triton cannot compile for sm_90 here")
     lines = [line.split() for line in out.splitlines()]
-    assert len(lines) == 7 and all(line[-1] == "True" for line in lines), out.stdout
+    assert len(lines) == 11 and all(line[-1] == "True" for line in lines), out
 
 
 # The GEMM kernel's main loop compiled for sm_90 (no GPU needed) in a process without the
