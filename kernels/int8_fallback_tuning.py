@@ -204,12 +204,18 @@ def _kernel_sources() -> str:
     return digest.hexdigest()[:16]
 
 
+def named_records_file():
+    """The file ``LOWPREC_INT8_TUNED`` names (the one a benchmark adds its tuning to); None where it
+    names none (unset, or ``none``)."""
+    named = os.environ.get(TUNED_ENV, "")
+    return Path(named) if named and named.lower() != "none" else None
+
+
 def records_file():
-    """The file of recorded choices to read: ``LOWPREC_INT8_TUNED`` (``none``: no file), else the
-    committed one where the checkout has it; None for none."""
-    named = os.environ.get(TUNED_ENV)
-    if named:
-        return None if named.lower() == "none" else Path(named)
+    """The file of recorded choices to read: the one ``LOWPREC_INT8_TUNED`` names (``none``: no
+    file), else the committed one where the checkout has it; None for none."""
+    if os.environ.get(TUNED_ENV):
+        return named_records_file()
     return COMMITTED_RECORDS if COMMITTED_RECORDS.is_file() else None
 
 

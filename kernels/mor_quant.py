@@ -172,8 +172,7 @@ if triton is not None:
             y = tl.where(y < -448.0, -448.0, y)
             # the hardware's RNE cast for the codes, their values from fp32 adds: decoded from the
             # cast's bits in registers (a second use of the cast), the stored bits came out wrong on
-            # Hopper with Triton 3.6 (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer),
-            # so "auto" keeps the written-out encoder until this path's GPU tests hold
+            # Hopper with Triton 3.6 (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer)
             bits = y.to(tl.float8e4nv, fp_downcast_rounding="rtne").to(tl.uint8, bitcast=True)
             return bits, _fp8_value(y, 3, -6)
         else:

@@ -244,6 +244,7 @@ def test_int8_tuning_takes_the_recorded_choices_of_its_gpu_triton_and_kernels(tm
     assert kt.record_tuning(path, "H100 test") == 1
     kt.forget_tuning()
     monkeypatch.setenv(kt.TUNED_ENV, str(path))
+    assert kt.named_records_file() == path  # where the benchmark adds what it tunes
     assert kt.tuned_config(key, tune("again"), "cuda") == chosen
     kt.tuned_config(other, tune("other", kt.GemmConfig(block_n=64), 0.5), "cuda")
     assert calls == ["first", "other"]
@@ -268,7 +269,8 @@ def test_int8_tuning_takes_the_recorded_choices_of_its_gpu_triton_and_kernels(tm
     assert kt.tuned_config(key, tune("committed"), "cuda") == chosen and calls[-1] == "_kernel_sources"
     monkeypatch.setenv(kt.TUNED_ENV, "none")
     kt.forget_tuning()
-    assert kt.records_file() is None and kt.tuned_config(key, tune("none"), "cuda") == kt.GemmConfig()
+    assert kt.records_file() is None and kt.named_records_file() is None
+    assert kt.tuned_config(key, tune("none"), "cuda") == kt.GemmConfig()
     path.write_text("[1, 2]")
     with pytest.raises(ValueError, match="LOWPREC_INT8_TUNED=.*tuned.json: not a file of recorded"):
         kt.recorded_configs(path, "H100 test")

@@ -82,9 +82,9 @@ def test_kernel_equals_reference(dtype, partition, block, scale):
 @pytest.mark.parametrize("partition,block", [("block", (128, 128)), ("tensor", None), ("channel", None)],
                          ids=lambda c: str(c).replace(" ", ""))
 def test_kernel_with_the_hardware_fp8_cast_equals_reference(dtype, partition, block):
-    """The quantizer with ``fp8_cast="native"`` (Triton's RNE cast for the codes)
-    against the reference, special values in blocks included: the cast's one use is its store, the
-    error's values come from fp32 adds (``_common._fp8_value``)."""
+    """The quantizer with ``fp8_cast="native"`` (Triton's RNE cast for the codes) against the
+    reference, special values in blocks included: the cast's one use is its store, the error's
+    values come from fp32 adds (``_common._fp8_value``)."""
     _check(_data((256, 384), dtype, seed=3), partition, block or (128, 128), "gam", fp8_cast="native")
     if partition == "block":  # NaN and Inf confined to their blocks (a tensor scale would be NaN)
         _check(_data((256, 256), dtype, seed=4, special=True), partition, block, "gam", fp8_cast="native")

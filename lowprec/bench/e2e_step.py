@@ -65,7 +65,6 @@ provenance lists every run that contributed, with its device.
 
 from __future__ import annotations
 
-import os
 import re
 import statistics
 import sys
@@ -382,8 +381,8 @@ def record_int8_tuning() -> None:
     on this GPU model takes them without tuning)."""
     import torch
     kt = _int8_tuning()
-    path = os.environ.get(kt.TUNED_ENV, "") if kt is not None else ""
-    if path and path.lower() != "none":
+    path = kt.named_records_file() if kt is not None else None
+    if path:
         n = kt.record_tuning(path, kt.gpu_name(torch.device("cuda", torch.cuda.current_device())))
         if n:
             print(f"# recorded {n} tuned INT8 GEMM configuration(s) in {path}", flush=True)
