@@ -387,6 +387,17 @@ def _tensor_of(programs: tuple, device: torch.device) -> torch.Tensor:
     return torch.repeat_interleave(torch.arange(len(programs), dtype=torch.int32), counts).to(device)
 
 
+def _on_device(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """A host tensor's copy on ``dev`` that the host does not wait for: a copy from pageable memory
+    makes torch wait for the whole stream (``memcpy_and_sync``), so a table sent at every step would
+    hold each training step until the GPU had run the last, and leave it idle while the host
+    launches the next. Pinned memory from torch's caching host allocator, which keeps the block
+    until the copy has run, makes it a queued copy."""
+    if dev.type != "cuda":
+        return t.to(dev)
+    return t.pin_memory().to(dev, non_blocking=True)
+
+
 def gaussws_noise_group(ws: Sequence[torch.Tensor], b: Union[int, Sequence[int]], block, seeds: Sequence[int], *,
                         outs: Optional[Sequence[Optional[torch.Tensor]]] = None, rounds: int = PHILOX_ROUNDS,
                         bf16_cast: str = "auto") -> list[torch.Tensor]:
@@ -427,7 +438,7 @@ def gaussws_noise_group(ws: Sequence[torch.Tensor], b: Union[int, Sequence[int]]
             rows.append([ws[i].data_ptr(), results[i].data_ptr(), M, N, n_brow, n_bcol, k0, k1, int(bs[i]), first])
             programs.append(count)
             first += count
-        table = torch.tensor(rows, dtype=torch.int64).to(dev)
+        table = _on_device(torch.tensor(rows, dtype=torch.int64), dev)
         wide = any(_wide(*ws[i].shape, br) for i in members)
         aligned = all(ws[i].shape[1] % 16 == 0 and ws[i].data_ptr() % 16 == 0 and results[i].data_ptr() % 16 == 0
                       for i in members)

@@ -907,6 +907,32 @@ def test_compiled_model_forward_and_backward_never_wait_for_the_device(family):
         step()
 
 
+def _benchmark_arms() -> list:
+    from lowprec.bench.e2e_step import BASELINE, METHODS
+    return [BASELINE, *METHODS]
+
+
+@pytest.mark.parametrize("arm", _benchmark_arms())
+def test_every_benchmark_arm_steps_without_waiting_for_the_device(arm):
+    """Each suite arm of the end-to-end benchmark built as it measures it (blocks compiled, weight
+    transforms drawn before the step, fused AdamW): after two steps (compilation, tuning, histories),
+    a whole training step queues without a host sync, so the host stays ahead of the GPU. A sync in
+    the step idles the GPU while the host launches what follows it: GaussWS's grouped draws sent
+    their table from pageable memory, which makes torch wait for the stream at every step."""
+    from lowprec.bench import e2e_step as e2e
+
+    shape = {"model": {"name": "m", "family": "llama", "layers": 2, "d_model": 256, "heads": 4, "kv_heads": 4,
+                       "ffn": 768, "max_seq_len": 256, "tie_embeddings": False}, "batch": 4, "seq": 256}
+    fn, model, path = e2e.build_arm(arm, shape)
+    assert path in ("compiled", "compiled emulation"), path
+    opt = e2e.optimizer(model)
+    batches = e2e.random_batches(shape["batch"], shape["seq"])
+    for _ in range(2):
+        e2e.step(fn, opt, batches)
+    with no_host_sync():
+        e2e.step(fn, opt, batches)
+
+
 def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     """The tuner times every candidate of a new shape class once, records them, keeps the fastest,
     and its configurations equal the torch reference bit for bit without FMA contraction."""
