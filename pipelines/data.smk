@@ -17,3 +17,12 @@ rule prepare_data:
         f"{RESULTS}/logs/data/{{data_id}}.log",
     shell:
         "python -m lowprec.data --spec {params.spec} --out {params.out} > {log} 2>&1"
+
+
+# Every dataset the selected runs read, prepared, and nothing else (`snakemake --config scale=medium
+# data`): the data step alone, for a training machine without network (lowprec.databundle). Not
+# `--until prepare_data`: a corpus encoded with another preparation's tokenizer is a prepare_data job
+# downstream of a prepare_data job, which --until leaves unstarted.
+rule data:
+    input:
+        [f"{RESULTS}/data/{d}/manifest.json" for d in DATA],

@@ -93,6 +93,15 @@ def test_smoke_dag_end_to_end(tmp_path):
     assert "loss_curves.png" in html
 
 
+def test_data_target_plans_every_dataset_and_nothing_else(tmp_path):
+    """`snakemake data`: every prepared dataset of the grid, the one encoded with another's tokenizer
+    after it, and no training (the data step alone, for a training machine without network)."""
+    out = _snakemake(["data", "-n", "--config", "scale=medium"], tmp_path).stdout
+    table = out[out.index("Job stats"):].split("total")[0]
+    jobs = dict(line.split() for line in table.splitlines()[3:] if line.strip())
+    assert jobs == {"prepare_data": "2", "data": "1"}, table
+
+
 def test_paper_scale_plans_without_error(tmp_path):
     out = _snakemake(["-n", "--cores", "1", "--config", "scale=paper"], tmp_path)
     text = out.stdout + out.stderr
