@@ -6,6 +6,13 @@ For a GPU machine without Snakemake, lent for minutes at a time:
     python -m lowprec.packer plan --scale small --jobs 12 --budget 560     # order, estimates, what fits
     python -m lowprec.packer run  --scale small --jobs 12 --budget 560 --out OUT      # on the GPU
     python -m lowprec.packer unpack OUT/runs.tar.gz      # back in the checkout: the new run folders
+    python -m lowprec.packer run --sweep configs/sweeps/medium.yaml --only 'd8w512/*' --jobs 4 \
+        --estimate 'd8w512/*=150' --out OUT          # a size sweep's runs (lowprec.sweep) instead
+
+``--sweep``: the runs of a size sweep whose folders are missing, in the sweep's order (smallest point
+first), trained and archived as a scale's runs are (under ``sweeps/<sweep>/``), with no evaluations and
+no claims to order them by; their estimates come from ``--estimate`` (no committed run has their
+shapes).
 
 Which runs: those of the grid (``configs/experiments``, fine-tuning runs included) whose folder is
 missing or incomplete (``lowprec.config.run_status``); a folder whose config changed is listed and
@@ -59,6 +66,12 @@ from . import config as lpc
 from .config import FINETUNE, PRETRAIN
 from .io import write_json, write_yaml
 from .run_estimates import Estimator
+from . import sweep as sweeps
+
+SWEEP = "sweep"  # a size sweep's run (lowprec.sweep): trained and archived alike, no evaluations, no claims
+# the folders of the results root that hold run folders, and the depth of a run folder in each:
+# runs/<scale>/<paper>/<model>/<method>/s<seed>, sweeps/<sweep>/<point>/<paper>/<model>/<method>/s<seed>
+RUN_ROOTS = {"runs": 6, "sweeps": 7}
 
 GRACE_S = 5.0                             # between SIGTERM and SIGKILL
 # MX formats of the GaussWS export evaluation (pipelines/gaussws.smk: GW_EXPORTS)
@@ -72,12 +85,13 @@ class PackerError(RuntimeError):
 @dataclass
 class Task:
     name: str                  # lowprec.config.run_name: <paper>[_finetune]/<model>/<method>/s<seed>
-    cfg: dict
-    kind: str                  # PRETRAIN or FINETUNE
+    cfg: dict                  # (a sweep's run: lowprec.sweep's name, <point>/<paper>/<model>/<method>/s<seed>)
+    kind: str                  # PRETRAIN, FINETUNE or SWEEP
     source: str | None = None  # the run a fine-tuning run starts from, while that run is missing too
     estimate: float | None = None
     estimated_from: str = ""
     claims: list[str] = field(default_factory=list)
+    config_dir: str | None = None
     status: str = "pending"
     wall: float | None = None
     note: str = ""
@@ -105,6 +119,19 @@ class Task:
     @functools.cached_property
     def evaluations(self) -> list[tuple[tuple[str, ...], list[str]]]:
         return run_evaluations(self)
+
+    def config_path(self, results: str) -> Path:
+        """Where the job writes the config it trains from (a sweep's run: where ``lowprec.sweep run``
+        writes it, ``config_dir``)."""
+        return Path(self.config_dir or Path(results) / "configs" / self.cfg["scale"]) / f"{self.name}.yaml"
+
+    def archived_as(self, results: str) -> str:
+        """The run folder's path under the results root, as runs.tar.gz holds it (runs/<scale>/...,
+        sweeps/<sweep>/...)."""
+        rel = Path(os.path.relpath(self.out, results))
+        if rel.parts[0] not in RUN_ROOTS:
+            raise PackerError(f"run {self.name}: its folder {self.out} is not under {results}/runs or {results}/sweeps")
+        return rel.as_posix()
 
 
 # --------------------------------------------------------------------------- what a run needs
@@ -166,6 +193,22 @@ def missing_tasks(scale: str, papers, results: str = "results", only=None) -> tu
     if only and not tasks and not blocked:
         raise PackerError(f"--only {list(only)}: no run that is not committed matches")
     return list(tasks.values()), stale, blocked
+
+
+def sweep_tasks(sweep_path: str, results: str = "results", only=None) -> tuple[list[Task], list[str]]:
+    """(the runs of a size sweep, ``lowprec.sweep``, whose folder is missing or incomplete, in the
+    sweep's order: smallest point first; the stale ones, left alone as a grid's are);
+    ``only``: fnmatch patterns on their names."""
+    tasks, stale = [], []
+    for name, cfg in sweeps.sweep_runs(sweeps.load_sweep(sweep_path), results).items():
+        status, why = lpc.run_status(cfg)
+        if status == "stale":
+            stale.append(f"{name} (config changed: {why})")
+        elif status == "missing" and (not only or any(fnmatch.fnmatchcase(name, p) for p in only)):
+            tasks.append(Task(name, cfg, SWEEP, config_dir=str(sweeps.config_dir(sweep_path, results))))
+    if only and not tasks:
+        raise PackerError(f"--only {list(only)}: no run of {sweep_path} whose folder is missing matches")
+    return tasks, stale
 
 
 # --------------------------------------------------------------------------- order
@@ -360,9 +403,10 @@ def archive(path: Path, members: dict[str, Path], skip=("checkpoints", "logs", "
 
 
 def unpack(path: str | Path, results: str = "results") -> list[str]:
-    """Place the run folders of a job's runs.tar.gz under ``results``; the run names placed. Refuses
-    (before placing any) a member that is not a file or folder under runs/<scale>/<paper>/<model>/
-    <method>/s<seed>/, or a run folder that is already complete here (a committed run)."""
+    """Place the run folders of a job's runs.tar.gz under ``results``; the run folders placed, as
+    paths under it. Refuses (before placing any) a member that is not a file or folder under
+    runs/<scale>/<paper>/<model>/<method>/s<seed>/ or a sweep's sweeps/<sweep>/<point>/<paper>/<model>/
+    <method>/s<seed>/ (``RUN_ROOTS``), or a run folder that is already complete here (a committed run)."""
     import tarfile
 
     with tarfile.open(path, "r:gz") as tar:
@@ -370,19 +414,21 @@ def unpack(path: str | Path, results: str = "results") -> list[str]:
         runs = set()
         for m in members:
             parts = Path(m.name).parts
-            in_run = len(parts) >= 6 and re.fullmatch(r"s\d+", parts[5])
-            if (Path(m.name).is_absolute() or ".." in parts or parts[0] != "runs"
-                    or not ((m.isfile() and len(parts) >= 7 and in_run) or (m.isdir() and (len(parts) < 6 or in_run)))):
-                raise PackerError(f"{path}: member {m.name!r} is not a file of a run folder under runs/")
+            depth = RUN_ROOTS.get(parts[0] if parts else "")
+            in_run = depth is not None and len(parts) >= depth and re.fullmatch(r"s\d+", parts[depth - 1])
+            if (Path(m.name).is_absolute() or ".." in parts or depth is None
+                    or not ((m.isfile() and len(parts) > depth and in_run)
+                            or (m.isdir() and (len(parts) < depth or in_run)))):
+                raise PackerError(f"{path}: member {m.name!r} is not a file of a run folder under runs/ or sweeps/")
             if in_run:
-                runs.add(Path(*parts[:6]))
+                runs.add(Path(*parts[:depth]))
         done = [str(r) for r in sorted(runs) if not lpc.missing_run_files(Path(results) / r)]
         if done:
             raise PackerError(f"{path}: {len(done)} run folder(s) are complete under {results} already, e.g. "
                               f"{done[0]}; nothing placed")
         # the members are checked above; where tarfile has its data filter it checks them too
         tar.extractall(results, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    return [lpc.run_name(r) for r in sorted(runs)]
+    return [r.as_posix() for r in sorted(runs)]
 
 
 def prepare_data(tasks: list[Task], log_dir: Path) -> None:
@@ -442,7 +488,7 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
             now = time.monotonic()
             while task := pick(pending, done, limit - now, budget, len(slots)):
                 pending.remove(task)
-                path = Path(results) / "configs" / scale / f"{task.name}.yaml"
+                path = task.config_path(results)
                 write_yaml(path, task.cfg, if_changed=True)
                 task.status = "running"
                 slots.append(Slot(task, phase_commands(task, path), log_dir / f"{task.name}.log", env))
@@ -468,7 +514,7 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
         for root in filter(None, (log_dir, out)):
             write_json(Path(root) / "packer_summary.json", record)
         if out:
-            archive(Path(out) / "runs.tar.gz", {f"runs/{scale}/{t.name}": t.out for t in tasks if t.status == "done"})
+            archive(Path(out) / "runs.tar.gz", {t.archived_as(results): t.out for t in tasks if t.status == "done"})
             archive(Path(out) / "logs.tar.gz", {f"{t.name}.log": log_dir / f"{t.name}.log" for t in tasks
                                                 if (log_dir / f"{t.name}.log").is_file()})
     return tasks
@@ -540,15 +586,19 @@ def _estimates(values) -> dict[str, float]:
 def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
     if args.jobs < 1 or args.budget <= args.reserve:
         raise PackerError(f"--jobs {args.jobs} must be at least 1 and --budget {args.budget} above --reserve {args.reserve}")
-    papers = args.papers or lpc.papers()
-    for p in papers:
-        lpc.experiment_config(p)
-    tasks, stale, blocked = missing_tasks(args.scale, papers, args.results, args.only)
+    if args.sweep:
+        (tasks, stale), blocked = sweep_tasks(args.sweep, args.results, args.only), []
+        args.scale = sweeps.load_sweep(args.sweep)["scale"]
+    else:
+        papers = args.papers or lpc.papers()
+        for p in papers:
+            lpc.experiment_config(p)
+        tasks, stale, blocked = missing_tasks(args.scale, papers, args.results, args.only)
     est = Estimator(args.results, args.scale, _estimates(args.estimate), args.startup)
     for t in tasks:
         t.estimate, t.estimated_from = est(t, args.jobs)
     budget = Budget(args.jobs, args.budget, args.reserve, args.eval_s)
-    return order(tasks, args.scale, args.results), budget, est, stale, blocked
+    return (tasks if args.sweep else order(tasks, args.scale, args.results)), budget, est, stale, blocked
 
 
 def main(argv=None) -> None:
@@ -557,6 +607,8 @@ def main(argv=None) -> None:
     ap.add_argument("archive", nargs="?", help="unpack: a job's runs.tar.gz")
     ap.add_argument("--scale", default="small")
     ap.add_argument("--papers", nargs="*", help="default: every experiment")
+    ap.add_argument("--sweep", help="configs/sweeps/<name>.yaml: the runs of this size sweep instead of a scale's "
+                                    "grid (its scale; no evaluations; estimates by --estimate)")
     ap.add_argument("--results", default="results")
     ap.add_argument("--jobs", type=int, default=8, help="runs sharing the GPU at a time")
     ap.add_argument("--budget", type=float, default=560.0, help="seconds the whole job may take")
@@ -590,7 +642,7 @@ def main(argv=None) -> None:
         run_job(tasks, budget, args.scale, args.results, Path(args.out) if args.out else None,
                 info={"exponent": est.exponent, "stale": stale, "blocked": blocked})
         print("\n".join(summary_lines(tasks, time.monotonic() - t0)))
-    except (PackerError, lpc.ConfigError) as e:
+    except (PackerError, sweeps.SweepError, lpc.ConfigError) as e:
         sys.exit(f"lowprec.packer: error: {e}")
 
 

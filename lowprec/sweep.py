@@ -103,6 +103,11 @@ def plan_lines(sweep: dict, runs: dict) -> list[str]:
     return lines
 
 
+def config_dir(sweep_path: str | Path, results: str = "results") -> Path:
+    """Where a sweep's run configs are written before training (by ``run`` and by lowprec.packer)."""
+    return Path(results) / "configs" / "sweeps" / Path(sweep_path).stem
+
+
 def run(runs: dict, only: list[str] | None = None, config_dir: str | Path = "results/configs/sweeps") -> list[str]:
     """Train the runs (all, or those whose names match a pattern of ``only``) that are not current,
     one after another, each from its config written under ``config_dir``; the names of those trained."""
@@ -276,7 +281,7 @@ def main(argv=None) -> None:
         if args.command == "plan":
             print("\n".join(plan_lines(sweep, runs)))
         elif args.command == "run":
-            trained = run(runs, args.only, Path(args.results) / "configs" / "sweeps" / Path(args.sweep).stem)
+            trained = run(runs, args.only, config_dir(args.sweep, args.results))
             print(f"trained {len(trained)} run(s)")
         else:
             df, out = write_table(sweep, Path(args.sweep), runs, args.out)

@@ -251,7 +251,7 @@ def test_job_runs_n_at_a_time_and_archives_complete_runs(tmp_path, fake_runs):
     assert summary["note"] == "test" and [r["status"] for r in summary["runs"]] == [t.status for t in tasks]
     # placed under another results root; never over a complete run folder
     other = tmp_path / "checkout" / "results"
-    assert pk.unpack(out / "runs.tar.gz", str(other)) == [t.name for t in sorted(tasks[:4], key=lambda t: t.name)]
+    assert pk.unpack(out / "runs.tar.gz", str(other)) == sorted(f"runs/tiny/{t.name}" for t in tasks[:4])
     assert (other / "runs" / "tiny" / tasks[0].name / "provenance.json").is_file()
     with pytest.raises(pk.PackerError, match="4 run folder\\(s\\) are complete under .* already"):
         pk.unpack(out / "runs.tar.gz", str(other))
@@ -261,7 +261,7 @@ def test_unpack_refuses_what_is_no_run_folder(tmp_path):
     src = tmp_path / "x.txt"
     src.write_text("x")
     for name in ("data/x.txt", "runs/tiny/mor/nemotron/bf16/notaseed/x.txt", "runs/tiny/mor/nemotron/bf16/x.txt",
-                 "runs/tiny/../../x.txt"):
+                 "runs/tiny/../../x.txt", "sweeps/medium/mor/nemotron/bf16/s0/x.txt"):
         pk.archive(tmp_path / "bad.tar.gz", {name: src})
         with pytest.raises(pk.PackerError, match=f"member '{name}' is not a file of a run folder under runs/"):
             pk.unpack(tmp_path / "bad.tar.gz", str(tmp_path / "results"))
@@ -371,7 +371,8 @@ def test_a_real_job_trains_runs_together(tmp_path):
     assert "mor/nemotron/mor_block/s0  not started" in proc.stdout
     # placed in another checkout, the runs are complete and current there
     other = tmp_path / "checkout" / "results"
-    assert pk.unpack(out / "runs.tar.gz", str(other)) == ["mor/nemotron/bf16/s0", "mor/nemotron/bf16_cfg2/s0"]
+    assert pk.unpack(out / "runs.tar.gz", str(other)) == ["runs/smoke/mor/nemotron/bf16/s0",
+                                                          "runs/smoke/mor/nemotron/bf16_cfg2/s0"]
     for root in (results, other):
         runs, _ = _grid("smoke", ["mor"], root)
         for method in ("bf16", "bf16_cfg2"):
@@ -380,3 +381,45 @@ def test_a_real_job_trains_runs_together(tmp_path):
             for m in ("bf16", "bf16_cfg2")]
     a, b = (sorted((p["started"], p["finished"]) for p in prov))
     assert a[1] > b[0]   # they overlapped: trained together
+
+
+def test_a_sweeps_runs_train_in_a_job_and_come_back_under_sweeps(tmp_path, monkeypatch):
+    """--sweep: the size sweep's runs whose folders are missing, in the sweep's order, without
+    evaluations; a job trains them as a scale's runs and its archive places them under
+    sweeps/<sweep>/ of another results root; a stale run is left alone."""
+    import yaml
+
+    from lowprec.sweep import sweep_runs, load_sweep
+
+    results = tmp_path / "results"
+    sweep = {"scale": "smoke", "runs": str(results / "sweeps" / "sw"), "table": str(tmp_path / "sweep.csv"),
+             "seeds": [0], "budgets": [2, 4], "points": [{"name": "A", "layers": 1, "d_model": 32, "heads": 2}],
+             "arms": {"fallback": {"paper": "int8_fallback", "model": "llama2", "method": "int8_fallback"},
+                      "mor": {"paper": "mor", "model": "nemotron", "method": "mor_tensor"},
+                      "gaussws": {"paper": "gaussws", "model": "gpt2", "method": "gaussws_b6", "baseline": "bf16"}}}
+    path = tmp_path / "sw.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    runs = sweep_runs(load_sweep(path), str(results))
+    stale = runs["A/gaussws/gpt2/bf16/s0"]
+    _commit(dict(stale, seed=7))  # its folder holds another config: stale
+    tasks, left = pk.sweep_tasks(str(path), str(results))
+    assert [t.name for t in tasks] == [n for n in runs if n != "A/gaussws/gpt2/bf16/s0"] and len(tasks) == 3
+    assert left == [f"A/gaussws/gpt2/bf16/s0 (config changed: {lpc.run_status(stale)[1]})"]
+    assert all(t.kind == pk.SWEEP and t.evaluations == [] for t in tasks)
+    assert tasks[0].config_path(str(results)) == results / "configs" / "sweeps" / "sw" / f"{tasks[0].name}.yaml"
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE)
+    monkeypatch.setattr(pk, "phase_commands", lambda task, config: [
+        [sys.executable, str(script), str(config), str(tmp_path / "ev.jsonl"), "ok", "0.1"]])
+    monkeypatch.setattr(pk, "prepare_data", lambda tasks, log_dir: None)
+    for t in tasks:
+        t.estimate = 1.0
+    out = tmp_path / "out"
+    pk.run_job(tasks, pk.Budget(jobs=2, seconds=20.0, reserve=1.0, eval_s=0.0), "smoke", str(results), out=out,
+               poll_s=0.05)
+    assert [t.status for t in tasks] == ["done"] * 3
+    assert _members(out / "runs.tar.gz") == sorted(f"sweeps/sw/{t.name}/{f}" for t in tasks
+                                                   for f in ("config.yaml", "metrics.csv", "provenance.json"))
+    other = tmp_path / "checkout" / "results"
+    assert pk.unpack(out / "runs.tar.gz", str(other)) == sorted(f"sweeps/sw/{t.name}" for t in tasks)
+    assert (other / "sweeps" / "sw" / tasks[0].name / "provenance.json").is_file()
