@@ -64,6 +64,45 @@ def _hms(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
+class StepTimes:
+    """The seconds of each optimizer step, without the host waiting for the GPU at every step: on
+    CUDA two events on the current stream per step, whose times are read when asked (at a logged
+    step, which reads the loss anyway); elsewhere the wall clock. A synchronize per step had the
+    host wait for each step to finish on the GPU before queuing the next, and the GPU idle while
+    it did. A step's events time it from where the GPU reaches its first work (after the last
+    step's, or validation's) to its end: the steps alone, validation excluded."""
+
+    def __init__(self):
+        self._start, self._t0, self._pending = None, 0.0, []
+
+    def begin(self, device: torch.device) -> None:
+        if device.type == "cuda":
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+
+    def end(self, device: torch.device) -> None:
+        if device.type == "cuda":
+            stop = torch.cuda.Event(enable_timing=True)
+            stop.record()
+            self._pending.append((self._start, stop))
+        else:
+            self._pending.append(time.perf_counter() - self._t0)
+
+    def take(self) -> list[float]:
+        """The seconds of the steps ended since the last call (waits for the GPU to reach the last)."""
+        out = []
+        for p in self._pending:
+            if isinstance(p, tuple):
+                p[1].synchronize()
+                out.append(p[0].elapsed_time(p[1]) / 1000.0)
+            else:
+                out.append(p)
+        self._pending = []
+        return out
+
+
 class StepLogger(Callback):
     """Writes one row per logged optimizer step, keyed by the number of steps completed:
     train loss (mean over the step's micro-batches and the ranks), lr, tokens (global), tokens/s
@@ -75,6 +114,7 @@ class StepLogger(Callback):
     def __init__(self, tokens_per_step: int, every: int, metrics: MetricsFile | None = None):
         self.tokens_per_step, self.every, self.metrics = tokens_per_step, every, metrics
         self.window_time, self.window_steps, self.total_time, self.total_steps = 0.0, 0, 0.0, 0
+        self.times = StepTimes()
         self._last_step = None
         self.rows: list[dict] = []
         self._file_started = False
@@ -121,20 +161,18 @@ class StepLogger(Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self._last_step != trainer.global_step:  # first micro-batch of an optimizer step
-            self._t0, self._last_step = time.perf_counter(), trainer.global_step
+            self._last_step = trainer.global_step
+            self.times.begin(pl_module.device)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == self._last_step:  # still accumulating
             return
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - self._t0
-        self.window_time += dt
-        self.total_time += dt
+        self.times.end(pl_module.device)
         self.window_steps += 1
         self.total_steps += 1
         losses, pl_module.step_losses = pl_module.step_losses, []
         if trainer.global_step % self.every == 0 and losses:  # same decision on every rank
+            self._add_times()
             loss = trainer.strategy.reduce(torch.stack(losses).mean(), reduce_op="mean")  # equal shards
             tokens_per_s = self.window_steps * self.tokens_per_step / self.window_time
             self._log(trainer, {
@@ -155,7 +193,13 @@ class StepLogger(Callback):
         self._log(trainer, {"val_loss": val})
         self._progress(trainer, f"val_loss {val:.4f}", force=True)
 
+    def _add_times(self) -> None:
+        dt = sum(self.times.take())
+        self.window_time += dt
+        self.total_time += dt
+
     def mean_tokens_per_s(self) -> float | None:
+        self._add_times()
         if not self.total_time:
             return None
         return self.total_steps * self.tokens_per_step / self.total_time

@@ -933,6 +933,23 @@ def test_every_benchmark_arm_steps_without_waiting_for_the_device(arm):
         e2e.step(fn, opt, batches)
 
 
+def test_training_steps_are_timed_without_a_sync_per_step():
+    """The training log's step times come from events on the stream (lowprec.steplog.StepTimes):
+    recording them waits for nothing, and reading them gives each step's GPU time."""
+    from lowprec.steplog import StepTimes
+
+    dev, times = torch.device("cuda"), StepTimes()
+    a = torch.randn(4096, 4096, device=dev)
+    with no_host_sync():
+        for n in (1, 4):
+            times.begin(dev)
+            for _ in range(n):
+                a = (a @ a) / 64.0
+            times.end(dev)
+    one, four = times.take()
+    assert 0 < one < four and times.take() == []
+
+
 def test_int8_gemm_tuner_records_and_stays_exact(monkeypatch):
     """The tuner times every candidate of a new shape class once, records them, keeps the fastest,
     and its configurations equal the torch reference bit for bit without FMA contraction."""

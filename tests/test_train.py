@@ -139,3 +139,19 @@ def test_resume_with_stateful_recipe_and_telemetry(prepared_data, tmp_path, meth
     assert not tel.duplicated(["step", "layer", "gemm", "operand"]).any()
     ref_tel = read_telemetry(ref_dir)
     pd.testing.assert_frame_equal(tel.reset_index(drop=True), ref_tel.reset_index(drop=True), rtol=1e-5)
+
+
+def test_step_times_are_taken_when_asked():
+    """Each step's seconds (the wall clock on the CPU), held until read, once."""
+    import time
+
+    from lowprec.steplog import StepTimes
+
+    times, cpu = StepTimes(), torch.device("cpu")
+    for pause in (0.02, 0.0, 0.03):
+        times.begin(cpu)
+        time.sleep(pause)
+        times.end(cpu)
+    got = times.take()
+    assert len(got) == 3 and got[0] >= 0.02 and got[2] >= 0.03 and got[1] < got[0]
+    assert times.take() == []
