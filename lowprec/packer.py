@@ -85,7 +85,8 @@ class PackerError(RuntimeError):
 @dataclass
 class Task:
     name: str                  # lowprec.config.run_name: <paper>[_finetune]/<model>/<method>/s<seed>
-    cfg: dict                  # (a sweep's run: lowprec.sweep's name, <point>/<paper>/<model>/<method>/s<seed>)
+    #                            (a sweep's run: lowprec.sweep's name, <point>/<paper>/<model>/<method>/s<seed>)
+    cfg: dict
     kind: str                  # PRETRAIN, FINETUNE or SWEEP
     source: str | None = None  # the run a fine-tuning run starts from, while that run is missing too
     estimate: float | None = None
