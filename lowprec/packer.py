@@ -11,8 +11,8 @@ For a GPU machine without Snakemake, lent for minutes at a time:
 
 ``--sweep``: the runs of a size sweep whose folders are missing, in the sweep's order (smallest point
 first), trained and archived as a scale's runs are (under ``sweeps/<sweep>/``), with no evaluations and
-no claims to order them by; their estimates come from ``--estimate`` (no committed run has their
-shapes).
+no claims to order them by; a run is estimated from its arm's completed runs in the sweep (seconds per
+step and parameter, ``run_estimates``), else by ``--estimate`` (no grid run has its shape).
 
 Which runs: those of the grid (``configs/experiments``, fine-tuning runs included) whose folder is
 missing or incomplete (``lowprec.config.run_status``); a folder whose config changed is listed and
@@ -68,7 +68,7 @@ from .io import write_json, write_yaml
 from .run_estimates import Estimator
 from . import sweep as sweeps
 
-SWEEP = "sweep"  # a size sweep's run (lowprec.sweep): trained and archived alike, no evaluations, no claims
+SWEEP = sweeps.SWEEP_RUN  # a size sweep's run: trained and archived alike, no evaluations, no claims
 # the folders of the results root that hold run folders, and the depth of a run folder in each:
 # runs/<scale>/<paper>/<model>/<method>/s<seed>, sweeps/<sweep>/<point>/<paper>/<model>/<method>/s<seed>
 RUN_ROOTS = {"runs": 6, "sweeps": 7}
@@ -595,7 +595,8 @@ def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
         for p in papers:
             lpc.experiment_config(p)
         tasks, stale, blocked = missing_tasks(args.scale, papers, args.results, args.only)
-    est = Estimator(args.results, args.scale, _estimates(args.estimate), args.startup)
+    est = Estimator(args.results, args.scale, _estimates(args.estimate), args.startup,
+                    sweep_runs=sweeps.load_sweep(args.sweep)["runs"] if args.sweep else None)
     for t in tasks:
         t.estimate, t.estimated_from = est(t, args.jobs)
     budget = Budget(args.jobs, args.budget, args.reserve, args.eval_s)
@@ -609,7 +610,8 @@ def main(argv=None) -> None:
     ap.add_argument("--scale", default="small")
     ap.add_argument("--papers", nargs="*", help="default: every experiment")
     ap.add_argument("--sweep", help="configs/sweeps/<name>.yaml: the runs of this size sweep instead of a scale's "
-                                    "grid (its scale; no evaluations; estimates by --estimate)")
+                                    "grid (its scale; no evaluations; estimated from the sweep's completed runs "
+                                    "or by --estimate)")
     ap.add_argument("--results", default="results")
     ap.add_argument("--jobs", type=int, default=8, help="runs sharing the GPU at a time")
     ap.add_argument("--budget", type=float, default=560.0, help="seconds the whole job may take")

@@ -12,6 +12,11 @@ each one's time times the ratio of the two arms' time per step at ``tiny`` (neve
 recipe), and the upper median of those. That ratio is a CPU one: where a GPU profile of a step exists
 (``python -m lowprec.bench.profile_arm --scale small --model M --method X``), an override
 (``PATTERN: seconds`` on run names) replaces it.
+
+A size sweep's run (``lowprec.sweep``; its shape is no grid run's) is estimated from its arm's
+completed runs in the sweep's folder at any point: seconds per step and parameter alone (the
+slowest), times its own parameters and steps and the sharing. A larger point keeps the GPU busier,
+so this overestimates it; before any run of the arm completed, ``--estimate`` gives it.
 """
 
 from __future__ import annotations
@@ -25,11 +30,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import config as lpc
+from .sweep import SWEEP_RUN, run_parameters
 
 if TYPE_CHECKING:
     from .packer import Task
 
 REFERENCE_SCALE = "tiny"   # committed on CPU for every arm: the ratios between arms
+GRID_RUNS = "*/*/*/s*/provenance.json"      # under runs/<scale>/: <paper>/<model>/<method>/s<seed>
+SWEEP_RUNS = "*/*/*/*/s*/provenance.json"   # under a sweep's folder: <point>/<paper>/<model>/<method>/s<seed>
 DEFAULT_EXPONENT = 0.5     # k^a when no arm was measured at several concurrencies
 
 
@@ -40,27 +48,36 @@ def _seconds(stamp: str) -> float:
 class Estimator:
     """Seconds a run takes with ``jobs`` runs sharing the GPU, from the committed runs (module doc)."""
 
-    def __init__(self, results: str, scale: str, overrides: dict[str, float] | None = None, startup: float = 30.0):
+    def __init__(self, results: str, scale: str, overrides: dict[str, float] | None = None, startup: float = 30.0,
+                 sweep_runs: str | None = None):
         self.overrides, self.startup = dict(overrides or {}), startup
         measured = self._measured(Path(results) / "runs" / scale)
         self.exponent = self._fit(measured)
         self.per_step: dict[tuple, float] = {}     # arm -> seconds per step alone, its slowest run
         self.method: dict[tuple, dict] = {}        # arm -> its method settings
-        for arm, wall, steps, k, method in measured:
+        for arm, wall, steps, k, cfg in measured:
             solo = wall / k ** self.exponent / steps
             self.per_step[arm] = max(self.per_step.get(arm, 0.0), solo)
-            self.method[arm] = method
+            self.method[arm] = cfg.get("method") or {}
         self.reference = {}                          # arm -> mean seconds per step at REFERENCE_SCALE
         for arm, wall, steps, _, _ in self._measured(Path(results) / "runs" / REFERENCE_SCALE, concurrency=False):
             self.reference.setdefault(arm, []).append(wall / steps)
         self.reference = {a: sum(v) / len(v) for a, v in self.reference.items()}
+        # a size sweep's arms (folder ``sweep_runs``): seconds per step and parameter alone, the
+        # slowest of the arm's completed runs at any point; a larger point uses the GPU better, so
+        # scaling by parameters overestimates it (a run that fits its estimate fits the budget)
+        self.sweep_per_param: dict[tuple, float] = {}
+        for arm, wall, steps, k, cfg in (self._measured(Path(sweep_runs), pattern=SWEEP_RUNS) if sweep_runs else []):
+            solo = wall / k ** self.exponent / steps / run_parameters(cfg)
+            self.sweep_per_param[arm] = max(self.sweep_per_param.get(arm, 0.0), solo)
 
     @staticmethod
-    def _measured(root: Path, concurrency: bool = True) -> list[tuple]:
-        """(arm (group, model, method), wall_s, steps, k, method settings) of the complete runs under
-        ``root``: of each arm the runs of the code it was last trained with (its last run's commit)."""
+    def _measured(root: Path, concurrency: bool = True, pattern: str = GRID_RUNS) -> list[tuple]:
+        """(arm (group, model, method), wall_s, steps, k, run config) of the complete runs under
+        ``root`` (their folders: ``pattern``): of each arm the runs of the code it was last trained
+        with (its last run's commit)."""
         rows = []
-        for prov in sorted(root.glob("*/*/*/s*/provenance.json")):
+        for prov in sorted(root.glob(pattern)):
             d = prov.parent
             if lpc.missing_run_files(d):
                 continue
@@ -69,8 +86,7 @@ class Estimator:
                 continue
             cfg = lpc.load_yaml(d / "config.yaml")
             span = (_seconds(p["started"]), _seconds(p["finished"])) if p.get("started") and p.get("finished") else None
-            rows.append((tuple(d.parts[-4:-1]), float(p["wall_s"]), int(p["steps"]), span, cfg.get("method") or {},
-                         p.get("git_commit")))
+            rows.append((tuple(d.parts[-4:-1]), float(p["wall_s"]), int(p["steps"]), span, cfg, p.get("git_commit")))
         spans = [r[3] for r in rows if r[3] and r[3][1] > r[3][0]]
 
         def shared(span) -> float:  # mean number of runs on the GPU while this one ran (itself included)
@@ -81,8 +97,8 @@ class Estimator:
         last = {}  # arm -> the commit of its last finished run
         for arm, _, _, span, _, commit in sorted(rows, key=lambda r: r[3][1] if r[3] else 0.0):
             last[arm] = commit
-        return [(arm, wall, steps, shared(span), method)
-                for arm, wall, steps, span, method, commit in rows if commit == last[arm]]
+        return [(arm, wall, steps, shared(span), cfg)
+                for arm, wall, steps, span, cfg, commit in rows if commit == last[arm]]
 
     @staticmethod
     def _fit(measured) -> float:
@@ -101,8 +117,14 @@ class Estimator:
         for pattern, seconds in self.overrides.items():
             if fnmatch.fnmatchcase(task.name, pattern):
                 return float(seconds), f"--estimate {pattern}"
-        arm = tuple(task.name.split("/")[:3])
         steps, share = task.cfg["train"]["max_steps"], jobs ** self.exponent
+        if task.kind == SWEEP_RUN:  # <point>/<paper>/<model>/<method>/s<seed>
+            arm = tuple(task.name.split("/")[1:4])
+            if arm not in self.sweep_per_param:
+                return None, "no completed run of this arm in the sweep to estimate from: give --estimate"
+            return (self.startup + self.sweep_per_param[arm] * run_parameters(task.cfg) * steps * share,
+                    "this arm's completed sweep runs x parameters")
+        arm = tuple(task.name.split("/")[:3])
         if arm in self.per_step:
             return self.startup + self.per_step[arm] * steps * share, "this arm's committed runs"
         # the arms of the model measured here and at the reference scale, closest settings first

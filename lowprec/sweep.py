@@ -28,6 +28,7 @@ from . import config as lpc
 from .io import write_json, write_yaml
 
 FFN_MULTIPLE = 128
+SWEEP_RUN = "sweep"  # the kind of a sweep's run in lowprec.packer (beside a grid's PRETRAIN and FINETUNE)
 
 
 class SweepError(RuntimeError):
@@ -84,7 +85,8 @@ def sweep_runs(sweep: dict, results: str = "results") -> dict[str, dict]:
     return runs
 
 
-def _params(cfg: dict) -> int:
+def run_parameters(cfg: dict) -> int:
+    """The parameters of a resolved run config's model."""
     from .models import shape_parameter_count
 
     return shape_parameter_count(cfg["model"], cfg["data"]["vocab_size"])
@@ -99,7 +101,7 @@ def plan_lines(sweep: dict, runs: dict) -> list[str]:
         status, why = lpc.run_status(cfg)
         m = cfg["model"]
         lines.append(f"  {name:<55} {m['layers']:>3}x{m['d_model']:<5} ffn {m['ffn']:<5} "
-                     f"{_params(cfg) / 1e6:7.1f}M params  {status}{': ' + why if why else ''}")
+                     f"{run_parameters(cfg) / 1e6:7.1f}M params  {status}{': ' + why if why else ''}")
     return lines
 
 
@@ -215,7 +217,7 @@ def table(sweep: dict, runs: dict):
                    "budget_steps": budget, "tokens_m": budget * t["batch_size"] * t["grad_accum"] * t["seq_len"] / 1e6,
                    "runs_missing": missing}
             for key, arm in arms.items():
-                row[f"params_m_{key}"] = _params(runs[names[key][arm["method"]][0]]) / 1e6
+                row[f"params_m_{key}"] = run_parameters(runs[names[key][arm["method"]][0]]) / 1e6
                 row[f"tok_s_{key}"] = _tokens_per_s(loaded[(key, arm["method"])])
             row |= _fallback(loaded[("fallback", arms["fallback"]["method"])], budget)
             row |= _e4m3(loaded[("mor", arms["mor"]["method"])], budget)

@@ -383,6 +383,43 @@ def test_a_real_job_trains_runs_together(tmp_path):
     assert a[1] > b[0]   # they overlapped: trained together
 
 
+def _sweep_file(tmp_path, results, points=({"name": "A", "layers": 1, "d_model": 32, "heads": 2},)) -> Path:
+    import yaml
+
+    sweep = {"scale": "smoke", "runs": str(results / "sweeps" / "sw"), "table": str(tmp_path / "sweep.csv"),
+             "seeds": [0], "budgets": [2, 4], "points": list(points),
+             "arms": {"fallback": {"paper": "int8_fallback", "model": "llama2", "method": "int8_fallback"},
+                      "mor": {"paper": "mor", "model": "nemotron", "method": "mor_tensor"},
+                      "gaussws": {"paper": "gaussws", "model": "gpt2", "method": "gaussws_b6", "baseline": "bf16"}}}
+    path = tmp_path / "sw.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+def test_a_sweeps_runs_are_estimated_from_its_completed_runs_by_parameters(tmp_path):
+    """A sweep's run is estimated from its arm's completed runs at other points: seconds per step
+    and parameter alone, times its parameters, steps and the sharing; an arm with none needs
+    --estimate."""
+    from lowprec.sweep import load_sweep, run_parameters, sweep_runs
+
+    results = tmp_path / "results"
+    path = _sweep_file(tmp_path, results, points=({"name": "A", "layers": 1, "d_model": 32, "heads": 2},
+                                                  {"name": "B", "layers": 2, "d_model": 64, "heads": 4}))
+    runs = sweep_runs(load_sweep(path), str(results))
+    done = runs["A/mor/nemotron/mor_tensor/s0"]
+    _commit(done, wall=40.0)   # alone (no other run overlaps it): k = 1
+    tasks, _ = pk.sweep_tasks(str(path), str(results))
+    est = Estimator(str(results), "smoke", startup=5.0, sweep_runs=str(results / "sweeps" / "sw"))
+    by = {t.name: t for t in tasks}
+    big = by["B/mor/nemotron/mor_tensor/s0"]
+    per = 40.0 / 4 / run_parameters(done)          # 4 steps (the largest budget)
+    want = 5.0 + per * run_parameters(big.cfg) * 4 * 2 ** est.exponent
+    got, why = est(big, 2)
+    assert got == pytest.approx(want) and run_parameters(big.cfg) > run_parameters(done) and "sweep" in why
+    assert est(by["B/gaussws/gpt2/bf16/s0"], 2) == (None, "no completed run of this arm in the sweep to "
+                                                         "estimate from: give --estimate")
+
+
 def test_a_sweeps_runs_train_in_a_job_and_come_back_under_sweeps(tmp_path, monkeypatch):
     """--sweep: the size sweep's runs whose folders are missing, in the sweep's order, without
     evaluations; a job trains them as a scale's runs and its archive places them under
@@ -392,13 +429,7 @@ def test_a_sweeps_runs_train_in_a_job_and_come_back_under_sweeps(tmp_path, monke
     from lowprec.sweep import sweep_runs, load_sweep
 
     results = tmp_path / "results"
-    sweep = {"scale": "smoke", "runs": str(results / "sweeps" / "sw"), "table": str(tmp_path / "sweep.csv"),
-             "seeds": [0], "budgets": [2, 4], "points": [{"name": "A", "layers": 1, "d_model": 32, "heads": 2}],
-             "arms": {"fallback": {"paper": "int8_fallback", "model": "llama2", "method": "int8_fallback"},
-                      "mor": {"paper": "mor", "model": "nemotron", "method": "mor_tensor"},
-                      "gaussws": {"paper": "gaussws", "model": "gpt2", "method": "gaussws_b6", "baseline": "bf16"}}}
-    path = tmp_path / "sw.yaml"
-    path.write_text(yaml.safe_dump(sweep))
+    path = _sweep_file(tmp_path, results)
     runs = sweep_runs(load_sweep(path), str(results))
     stale = runs["A/gaussws/gpt2/bf16/s0"]
     _commit(dict(stale, seed=7))  # its folder holds another config: stale
