@@ -17,6 +17,7 @@ configurations it records. A record of another GPU, Triton or kernel source is i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -194,9 +195,10 @@ def tuned_configs() -> list:
             for key, (cfg, ms, recorded) in _TUNED.items()]
 
 
+@functools.lru_cache(maxsize=1)
 def _kernel_sources() -> str:
     """A digest of the GEMM kernels' sources (the Triton and the Gluon kernel): a record made with
-    other sources no longer says what is fastest."""
+    other sources no longer says what is fastest. Read once a process (every shape class asks)."""
     from . import int8_gemm_async as _ka
     digest = hashlib.sha256()
     for mod in (_kk, _ka):
