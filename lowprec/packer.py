@@ -34,10 +34,12 @@ estimate, its evaluations and the fine-tuning runs that start from it end within
 start as soon as it completes, beside the ``--jobs`` others (its final checkpoint, which they start
 from, does not outlive the machine). The evaluations that read a run's final
 checkpoint (``run_evaluations``) run in its slot right after it, since checkpoints are not committed
-and do not outlive the machine. At the budget less ``--reserve`` seconds a process still running is
-stopped (SIGTERM to its process group, SIGKILL after ``GRACE_S``) and its run folder removed, as is
-the folder of a run that fails: every run folder the job touches ends complete, with its
-evaluations, or absent. ``--out`` receives three files, written when the job ends (stopped from
+and do not outlive the machine. GPU memory is not known before a run starts: a run that fails out of
+it while others share the GPU is retried first, and from then on at most one process fewer than were
+running shares it (a run out of memory alone fails). At the budget less ``--reserve`` seconds a process
+still running is stopped (SIGTERM to its process group, SIGKILL after ``GRACE_S``; the note gives the
+step it reached) and its run folder removed, as is the folder of a run that fails: every run folder
+the job touches ends complete, with its evaluations, or absent. ``--out`` receives three files, written when the job ends (stopped from
 outside too, through SIGTERM): ``runs.tar.gz``, the complete run folders it trained without
 checkpoints and logs (``runs/<scale>/<run>/``, as under the results root), ``logs.tar.gz`` and
 ``packer_summary.json``. ``unpack`` places the run folders under the results root, refusing a
@@ -59,7 +61,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import config as lpc
@@ -74,6 +76,8 @@ SWEEP = sweeps.SWEEP_RUN  # a size sweep's run: trained and archived alike, no e
 RUN_ROOTS = {"runs": 6, "sweeps": 7}
 
 GRACE_S = 5.0                             # between SIGTERM and SIGKILL
+# what a run's log ends with when the GPU had no memory left for it (torch's exception and message)
+OUT_OF_MEMORY = ("torch.OutOfMemoryError", "CUDA out of memory")
 # MX formats of the GaussWS export evaluation (pipelines/gaussws.smk: GW_EXPORTS)
 GW_EXPORTS = ("none", "mxfp8", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4")
 
@@ -96,6 +100,7 @@ class Task:
     status: str = "pending"
     wall: float | None = None
     note: str = ""
+    attempts: int = 0          # processes started for it: a run out of GPU memory beside others is retried
 
     @property
     def paper(self) -> str:
@@ -320,7 +325,12 @@ class Slot:
         self.task, self.commands, self.log, self.env = task, list(commands), log, env
         self.started, self.proc, self.trained = time.monotonic(), None, False
         log.parent.mkdir(parents=True, exist_ok=True)
-        self.log.write_text("")
+        task.attempts += 1
+        if task.attempts == 1:
+            self.log.write_text("")
+        else:  # a retry's log follows the attempt that failed, which says why it was retried
+            with self.log.open("a") as f:
+                f.write(f"\n# attempt {task.attempts}\n")
         self._next()
 
     def _next(self):
@@ -367,9 +377,32 @@ def stop(slots: list[Slot], why: str) -> None:
             pass
         slot.signal(signal.SIGKILL)
         slot.proc.wait()
-        slot.task.status, slot.task.note = "stopped", why.format(log=slot.log)
+        reached = progress(slot.log)
+        slot.task.status, slot.task.note = "stopped", why.format(log=slot.log, at=f" at {reached}" if reached else "")
         slot.task.wall = round(time.monotonic() - slot.started, 1)
         _remove(slot.task)
+
+
+def log_tail(log: Path, size: int = 16384) -> str:
+    """The end of a run's log (where a traceback and the last progress line are)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
+def out_of_memory(log: Path) -> bool:
+    """Whether the run's last attempt stopped for want of GPU memory."""
+    last = log_tail(log).rpartition("# attempt ")[2]
+    return any(marker in last for marker in OUT_OF_MEMORY)
+
+
+def progress(log: Path) -> str:
+    """The last step its training reported ('step 950/1000'), or ''."""
+    steps = re.findall(r"^step (\d+/\d+) ", log_tail(log), flags=re.M)
+    return f"step {steps[-1]}" if steps else ""
 
 
 def recorded_status(task: Task) -> str | None:
@@ -470,8 +503,12 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")
            or str(max(1, (os.cpu_count() or 1) // budget.jobs))}
     pending, done, slots = list(tasks), set(), []
+    # GPU memory is not measured before a run starts: a run that runs out of it beside others goes
+    # back to the front of the queue, and from then on at most one process fewer shares the GPU
+    share = budget
     try:
         while True:
+            sharing = len(slots)  # the runs on the GPU until this poll, one that ended in it included
             for slot in list(slots):
                 state = slot.poll()
                 if state is None:
@@ -483,11 +520,19 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                 if state == "done" and not missing:
                     task.status = "done"
                     done.add(task.name)
-                else:
-                    task.status, task.note = "failed", f"see {slot.log}" + (f" (no {', '.join(missing)})" if missing else "")
-                    _remove(task)
+                    continue
+                _remove(task)
+                if state == "failed" and sharing > 1 and out_of_memory(slot.log):
+                    share = replace(share, jobs=min(share.jobs, sharing - 1))
+                    task.status = "pending"
+                    task.note = f"out of GPU memory with {sharing} runs sharing it: retried, at most {share.jobs} at a time"
+                    pending.insert(0, task)
+                    continue
+                task.status = "failed"
+                task.note = (f"see {slot.log}" + (f" (no {', '.join(missing)})" if missing else "")
+                             + (f", attempt {task.attempts}" if task.attempts > 1 else ""))
             now = time.monotonic()
-            while task := pick(pending, done, limit - now, budget, len(slots)):
+            while task := pick(pending, done, limit - now, share, len(slots)):
                 pending.remove(task)
                 path = task.config_path(results)
                 write_yaml(path, task.cfg, if_changed=True)
@@ -496,22 +541,23 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
             if not slots:
                 break
             if now >= limit:
-                stop(slots, "at the budget; folder removed ({log})")
+                stop(slots, "at the budget{at}; folder removed ({log})")
                 slots = []
                 break
             time.sleep(poll_s)
     finally:  # also when stopped from outside: no process and no partial folder left, the summary written
-        stop(slots, "the job was interrupted; folder removed")
+        stop(slots, "the job was interrupted{at}; folder removed")
         left = limit - time.monotonic()
         for t in pending:
             t.status = "not started"
-            t.note = (f"waits for {t.source}" if t.source and t.source not in done
+            t.note = (f"{t.note}; " if t.note else "") + (f"waits for {t.source}" if t.source and t.source not in done
                       else f"needs {need(t, pending, budget):.0f} s, {max(0.0, left):.0f} s were left"
                       if t.estimate is not None else t.estimated_from)
         record = {"scale": scale, "jobs": budget.jobs, "budget_s": budget.seconds,
                   "wall_s": round(time.monotonic() - t0, 1), **(info or {}),
+                  "max_jobs": share.jobs,
                   "runs": [{"run": t.name, "status": t.status, "estimate_s": t.estimate, "wall_s": t.wall,
-                            "claims": t.claims, "note": t.note} for t in tasks]}
+                            "attempts": t.attempts, "claims": t.claims, "note": t.note} for t in tasks]}
         for root in filter(None, (log_dir, out)):
             write_json(Path(root) / "packer_summary.json", record)
         if out:

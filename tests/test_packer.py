@@ -174,10 +174,16 @@ with log.open("a") as f:
 (out / "metrics.csv").write_text("step,val_loss\n")
 (out / "checkpoints").mkdir(exist_ok=True)
 (out / "checkpoints" / "last.ckpt").write_text("weights")
+print("step 1/10 (10%) | train_loss 9.0", flush=True)
 time.sleep(seconds)
 child.kill()
 if mode == "fail":
     sys.exit(3)
+if mode == "oom" or (mode == "oom_once" and not (out.parent / "oom_once").exists()):
+    (out.parent / "oom_once").write_text("")  # as torch ends when the GPU has no memory left for it
+    print("step 3/10 (30%) | train_loss 5.0")
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB.")
+    sys.exit(1)
 (out / "config.yaml").write_text(yaml.safe_dump(cfg))
 (out / "provenance.json").write_text(json.dumps({"status": "completed", "wall_s": seconds}))
 with log.open("a") as f:
@@ -281,13 +287,49 @@ def test_a_run_at_the_budget_is_stopped_and_removed_and_a_failed_one_too(tmp_pat
                str(tmp_path / "results"), out=out, poll_s=0.05)
     assert time.monotonic() - t0 < 4.0    # the processes are stopped together, within the reserve
     assert (slow.status, deaf.status, failing.status) == ("stopped", "stopped", "failed")
-    assert slow.note.startswith("at the budget; folder removed") and "see " in failing.note
+    assert slow.note.startswith("at the budget at step 1/10; folder removed") and "see " in failing.note
     for t in (slow, deaf, failing):
         assert not t.out.exists()
     assert _members(out / "runs.tar.gz") == []
     for e in lines():
         if "pid" in e:   # the process and its child are gone (the whole process group)
             assert not _alive(e["pid"]) and not _alive(e["child"]), e
+
+
+def test_a_run_out_of_gpu_memory_beside_others_is_retried_with_fewer(tmp_path, fake_runs):
+    tasks, behaviour, lines = fake_runs
+    tasks = tasks[:4]
+    hungry = tasks[1]
+    behaviour[hungry.name] = ("oom_once", 0.3)
+    for t in tasks[2:]:
+        behaviour[t.name] = ("ok", 0.6)
+    pk.run_job(tasks, pk.Budget(jobs=3, seconds=20.0, reserve=1.0, eval_s=0.0), "tiny",
+               str(tmp_path / "results"), out=tmp_path / "out", poll_s=0.05)
+    assert [t.status for t in tasks] == ["done"] * 4 and hungry.attempts == 2
+    assert hungry.note == "out of GPU memory with 3 runs sharing it: retried, at most 2 at a time"
+    starts = [e for e in lines() if "start" in e]
+    retry = [e for e in starts if e["run"] == hungry.cfg["run_id"]][-1]
+    starts = [e for e in starts if e["run"] != retry["run"] or e is retry]   # the failed attempt ended at once
+    ends = {e["run"]: e["end"] for e in lines() if "end" in e}
+    after = [e for e in starts if e["start"] >= retry["start"]]
+    # from the retry on, never more than two at once
+    assert all(sum(o["start"] <= e["start"] < ends[o["run"]] for o in starts) <= 2 for e in after)
+    log = (tmp_path / "results" / "logs" / "packer" / "tiny" / f"{hungry.name}.log").read_text()
+    assert "CUDA out of memory" in log and "# attempt 2" in log   # both attempts' logs kept
+    summary = json.loads((tmp_path / "out" / "packer_summary.json").read_text())
+    assert summary["max_jobs"] == 2 and [r["attempts"] for r in summary["runs"]] == [1, 2, 1, 1]
+
+
+def test_a_run_out_of_gpu_memory_alone_fails_with_the_step_it_reached(tmp_path, fake_runs):
+    tasks, behaviour, _ = fake_runs
+    behaviour[tasks[0].name] = ("oom", 0.1)
+    behaviour[tasks[1].name] = ("ok", 60.0)
+    pk.run_job(tasks[:1], pk.Budget(jobs=2, seconds=20.0, reserve=1.0, eval_s=0.0), "tiny",
+               str(tmp_path / "results"), poll_s=0.05)
+    assert tasks[0].status == "failed" and tasks[0].attempts == 1 and not tasks[0].out.exists()
+    pk.run_job(tasks[1:2], pk.Budget(jobs=1, seconds=2.0, reserve=0.5, eval_s=0.0), "tiny",
+               str(tmp_path / "results"), poll_s=0.05)
+    assert tasks[1].status == "stopped" and tasks[1].note.startswith("at the budget at step 1/10; folder removed")
 
 
 def test_evaluations_run_in_the_slot_and_a_missing_one_fails_the_run(tmp_path, monkeypatch):
