@@ -183,6 +183,12 @@ def _gap(treated, baseline, budget: int) -> dict:
             "seeds": len(diffs)}
 
 
+def _gpus(loaded) -> str:
+    """The GPUs the point's runs trained on (their speeds are of these cards, shared by the job's runs)."""
+    names = {(r.provenance.get("device") or {}).get("gpu") for rs in loaded.values() for r in rs}
+    return "; ".join(sorted(n for n in names if n))
+
+
 def _tokens_per_s(loaded) -> float:
     v = [r.provenance.get("mean_tokens_per_s") for r in loaded if r.provenance.get("mean_tokens_per_s")]
     return sum(v) / len(v) if v else math.nan
@@ -191,7 +197,7 @@ def _tokens_per_s(loaded) -> float:
 COLUMNS = ["point", "layers", "d_model", "budget_steps", "tokens_m", "params_m_fallback", "params_m_mor",
            "params_m_gaussws", "fallback_ratio", "fallback_early", "fallback_late", "e4m3_pct", "loss_gap",
            "seed_sd", "seeds", "a_fallback_rising", "b_mor_bf16", "c_curves_separate", "all_three",
-           "tok_s_fallback", "tok_s_mor", "tok_s_gaussws", "runs_missing"]
+           "tok_s_fallback", "tok_s_mor", "tok_s_gaussws", "gpus", "runs_missing"]
 
 
 def table(sweep: dict, runs: dict):
@@ -219,6 +225,7 @@ def table(sweep: dict, runs: dict):
             for key, arm in arms.items():
                 row[f"params_m_{key}"] = run_parameters(runs[names[key][arm["method"]][0]]) / 1e6
                 row[f"tok_s_{key}"] = _tokens_per_s(loaded[(key, arm["method"])])
+            row["gpus"] = _gpus(loaded)
             row |= _fallback(loaded[("fallback", arms["fallback"]["method"])], budget)
             row |= _e4m3(loaded[("mor", arms["mor"]["method"])], budget)
             g = arms["gaussws"]

@@ -37,7 +37,8 @@ def _write_run(cfg, val: dict, telemetry: list[dict] | None = None, tok_s=1000.0
     pd.DataFrame([{"step": s, "train_loss": v + 0.1, "val_loss": v} for s, v in val.items()]).to_csv(
         out / "metrics.csv", index=False)
     (out / "provenance.json").write_text(json.dumps({"status": "completed", "mean_tokens_per_s": tok_s,
-                                                     "final_val_loss": val[max(val)], "git_commit": "abc"}))
+                                                     "final_val_loss": val[max(val)], "git_commit": "abc",
+                                                     "device": {"gpu": "GPU-" + cfg["method"]["name"][:3]}}))
     if telemetry:
         write_telemetry(out, pd.DataFrame(telemetry))
 
@@ -110,6 +111,7 @@ def test_table_from_run_folders(tmp_path):
     assert a2["all_three"] == False and a4["all_three"] == True  # noqa: E712
     assert a4["tokens_m"] == pytest.approx(4 * 4 * 32 / 1e6)  # smoke: 4 sequences of 32 tokens a step
     assert a4["tok_s_mor"] == 550 and a4["runs_missing"] == 0
+    assert a4["gpus"] == "GPU-bf1; GPU-gau; GPU-int; GPU-mor"   # the cards that the point's speeds are of
     assert b2["fallback_ratio"] == 0 and b2["a_fallback_rising"] == False  # noqa: E712
     assert pd.isna(b2["e4m3_pct"]) and pd.isna(b2["b_mor_bf16"]) and pd.isna(b2["all_three"])
     assert b4["runs_missing"] == 7  # of point B's 8 runs
