@@ -75,8 +75,13 @@ def relative_error(x: torch.Tensor, q: torch.Tensor) -> float:
 
 def amax(x: torch.Tensor) -> float:
     """max |x| ignoring NaN (Inf is reported: it is what telemetry must see); 0.0 if nothing left."""
-    a = x.detach().to(torch.float64).abs().flatten()
-    return float(torch.where(torch.isnan(a), torch.zeros_like(a), a).max()) if a.numel() else 0.0
+    return float(_amax_tensor(x))
+
+
+def _amax_tensor(x: torch.Tensor) -> torch.Tensor:
+    # in x's own dtype: |x| and a maximum are exact in any float format
+    a = x.detach().abs().flatten()
+    return torch.where(torch.isnan(a), torch.zeros_like(a), a).max() if a.numel() else a.new_zeros(())
 
 
 def flush_fraction(x: torch.Tensor, q: torch.Tensor) -> float:
@@ -102,25 +107,44 @@ def saturation_fraction(x: torch.Tensor, scale: Union[float, torch.Tensor],
     fmax (see _clip_threshold). The product is formed in fp32, as the quantizer forms it, so a
     current-scaled amax that lands a rounding error above fmax does not count. `scale` must
     broadcast to x: a number, or a QTensor's expanded_scale()."""
+    clipped, n = (float(t) for t in _saturation_counts(x, scale, fmt))
+    return clipped / n if n else 0.0
+
+
+def _saturation_counts(x: torch.Tensor, scale, fmt) -> tuple[torch.Tensor, torch.Tensor]:
+    """(elements clipped, non-NaN elements) of ``saturation_fraction``, on x's device."""
     s = scale if isinstance(scale, torch.Tensor) else torch.tensor(float(scale))
     y = x.detach().to(torch.float32) * s.to(device=x.device, dtype=torch.float32)
-    y = y[~torch.isnan(y)]
-    if y.numel() == 0:
-        return 0.0
-    return float((y.abs() > _clip_threshold(fmt)).sum()) / y.numel()
+    # NaN compares False with the threshold: it is left out of both counts without a copy
+    return (y.abs() > _clip_threshold(fmt)).sum(), y.numel() - torch.isnan(y).sum()
 
 
 def tensor_stats(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict:
     """All metrics as floats with a fixed set of keys (saturation_fraction is NaN unless both
-    scale and fmt are given), so telemetry tables keep one schema."""
-    sat = saturation_fraction(x, scale, fmt) if (scale is not None and fmt is not None) else math.nan
+    scale and fmt are given), so telemetry tables keep one schema. The same float64 arithmetic as
+    the single metrics, in fewer passes over the operands and with one wait for the device: a
+    telemetry step computes these for every operand of every GEMM."""
     xp, qp = _pair(x, q)
     nz = xp != 0
-    n = int(nz.sum())
+    d = qp - xp
+    parts = [(xp * xp).sum(), (d * d).sum(),
+             d.abs_().div_(torch.where(nz, xp.abs(), 1.0)).masked_fill_(~nz, 0.0).sum(),
+             nz.sum(), (nz & (qp == 0)).sum(), _amax_tensor(x)]
+    with_sat = scale is not None and fmt is not None
+    if with_sat:
+        parts += list(_saturation_counts(x, scale, fmt))
+    v = torch.stack([t.to(torch.float64) for t in parts]).tolist()
+    signal, noise, rel_sum, n, flushed, top = v[:6]
+    if noise == 0.0:
+        sqnr = math.inf
+    elif signal == 0.0:
+        sqnr = -math.inf
+    else:
+        sqnr = 10.0 * math.log10(signal / noise)
     return {
-        "sqnr_db": _sqnr_db(xp, qp),
-        "relative_error": _relative_error(xp, qp, nz, n),
-        "amax": amax(x),
-        "flush_fraction": _flush_fraction(qp, nz, n),
-        "saturation_fraction": sat,
+        "sqnr_db": sqnr,
+        "relative_error": rel_sum / n if n else 0.0,
+        "amax": top,
+        "flush_fraction": flushed / n if n else 0.0,
+        "saturation_fraction": (v[6] / v[7] if v[7] else 0.0) if with_sat else math.nan,
     }
