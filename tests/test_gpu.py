@@ -1131,3 +1131,24 @@ def test_triton_hardware_fp8_cast_reproducer(tile, register_decode):
         f"of {n}: {int(bad.sum())} codes, {bad_decoded} values decoded from the stored bits and {bad_value} "
         f"decoded in registers differ from torch's; first: y={y[bad][:3].tolist()} codes "
         f"{code[bad][:3].tolist()} want {want.view(torch.uint8)[bad][:3].tolist()}")
+
+
+def test_telemetry_metrics_on_the_gpu_equal_the_cpu_ones():
+    """A telemetry step's numbers on CUDA: tensor_stats in float64 as on the CPU (summation order
+    aside), and MoR's error under every partition from the quantization kernel within its fp32
+    summation order of the torch path's (lowprec.methods.mor: the kernel's error, relative 1e-6)."""
+    from lowprec.methods.mor import relative_error_by_partition
+    from lowprec.numerics import fake_quantize, tensor_stats
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1024, 768, generator=g) * torch.exp2(torch.randint(-6, 6, (1024, 1), generator=g).float())
+    x[5, 7] = 3e4   # an outlier: per-tensor scaling flushes its neighbours
+    q = fake_quantize(x, QuantSpec(scaling="tensor"))
+    cpu, gpu = tensor_stats(x, q, torch.tensor(0.01), "e4m3"), tensor_stats(x.cuda(), q.cuda(), torch.tensor(0.01), "e4m3")
+    assert set(cpu) == set(gpu) and 0 < cpu["flush_fraction"] and cpu["relative_error"] > 0  # really quantized
+    for k in cpu:
+        assert gpu[k] == pytest.approx(cpu[k], rel=1e-12), k
+    want, got = relative_error_by_partition(x), relative_error_by_partition(x.cuda())
+    assert set(got) == set(want) and want["tensor"] > want["block"] > 0
+    for p in want:
+        assert got[p] == pytest.approx(want[p], rel=1e-5), p
