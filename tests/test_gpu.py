@@ -1144,8 +1144,8 @@ def test_telemetry_metrics_on_the_gpu_equal_the_cpu_ones():
     x = torch.randn(1024, 768, generator=g) * torch.exp2(torch.randint(-6, 6, (1024, 1), generator=g).float())
     x[5, 7] = 3e4   # an outlier: per-tensor scaling flushes its neighbours
     q = fake_quantize(x, QuantSpec(scaling="tensor"))
-    cpu, gpu = tensor_stats(x, q, torch.tensor(0.01), "e4m3"), tensor_stats(x.cuda(), q.cuda(), torch.tensor(0.01), "e4m3")
-    assert set(cpu) == set(gpu) and 0 < cpu["flush_fraction"] and cpu["relative_error"] > 0  # really quantized
+    cpu, gpu = tensor_stats(x, q, torch.tensor(0.02), "e4m3"), tensor_stats(x.cuda(), q.cuda(), torch.tensor(0.02), "e4m3")
+    assert set(cpu) == set(gpu) and cpu["flush_fraction"] > 0 and cpu["saturation_fraction"] > 0  # really quantized
     for k in cpu:
         assert gpu[k] == pytest.approx(cpu[k], rel=1e-12), k
     want, got = relative_error_by_partition(x), relative_error_by_partition(x.cuda())
