@@ -2,11 +2,13 @@
 
     python -m lowprec.bench.profile_arm --arm gaussws --steps 3
     python -m lowprec.bench.profile_arm --scale small --model nemotron --method mor_block [--compile]
+    python -m lowprec.bench.profile_arm --scale medium --model nemotron --method mor_tensor --telemetry
 
 ``--arm`` takes an arm of the GaussWS overhead benchmark on its ~100M model; ``--method`` takes a
 method of any experiment (``configs/experiments``) on a model at a scale, built and batched the way
 ``lowprec.train`` builds it (bf16 autocast around the forward, emulated GEMMs inside QLinear;
-``--compile``: its blocks compiled, as ``train.compile`` trains them on the GPU).
+``--compile``: its blocks compiled, as ``train.compile`` trains them on the GPU; ``--telemetry``: every
+step a telemetry step, eager as training runs those, to see what recording the numerics costs).
 Prints the step time alone, the host syncs of one step (with where they happen), and the operators
 with the most CPU and CUDA time.
 """
@@ -37,15 +39,21 @@ def _method_model(args):
     torch.manual_seed(0)
     model = build_model(model_config(args.model, args.scale), vocab).cuda()
     method = {k: v for k, v in methods[args.method].items() if k != "train"}
-    method["telemetry_every"] = 0  # the steps between telemetry steps
-    apply_method(model, method, "bf16-mixed")
+    method["telemetry_every"] = 1 if args.telemetry else 0  # --telemetry: every step records
+    telemetry = apply_method(model, method, "bf16-mixed")["telemetry"]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     if args.compile:
         from ..linear import compiled
         model = compiled(model)
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen)
-    return model, opt, [(x, torch.roll(x, -1, 1))]
+    if telemetry is None:
+        return model, opt, [(x, torch.roll(x, -1, 1))]
+
+    def recording(*a, **k):  # a step of its own for the telemetry (it records each step's operands once)
+        telemetry.step += 1
+        return model(*a, **k)
+    return recording, opt, [(x, torch.roll(x, -1, 1))]
 
 
 def _gaussws_model(args):
@@ -94,7 +102,12 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=25)
     ap.add_argument("--compile", action="store_true", help="--method: compile the blocks (train.compile)")
+    ap.add_argument("--telemetry", action="store_true",
+                    help="--method: every step records the method's numerics telemetry (as a telemetry step of "
+                         "training does, eager)")
     args = ap.parse_args(argv)
+    if args.telemetry and (args.compile or not args.method):
+        ap.error("--telemetry takes --method, without --compile (telemetry steps run eager)")
     import torch
 
     model, opt, batches = _method_model(args) if args.method else _gaussws_model(args)
