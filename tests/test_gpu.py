@@ -1154,22 +1154,20 @@ def test_telemetry_metrics_on_the_gpu_equal_the_cpu_ones():
         assert got[p] == pytest.approx(want[p], rel=1e-5), p
 
 
-def test_profile_arm_profiles_telemetry_steps(capsys):
+def test_profile_arm_profiles_telemetry_steps(capsys, monkeypatch):
     """``profile_arm --telemetry``: every profiled step records the method's telemetry (each with a
     step of its own, or only the first would record), eager as training's telemetry steps run."""
     from lowprec.bench import profile_arm
-    from lowprec import telemetry as tel_mod
+    from lowprec.telemetry import Telemetry
 
-    recorded = []
-    orig = tel_mod.Telemetry.record
+    recorded, record = [], Telemetry.record
+
     def spy(self, *a, **k):
         recorded.append(self.step)
-        return orig(self, *a, **k)
-    tel_mod.Telemetry.record = spy
-    try:
-        profile_arm.main(["--scale", "tiny", "--model", "nemotron", "--method", "mor_tensor", "--telemetry",
-                          "--steps", "1", "--rows", "3"])
-    finally:
-        tel_mod.Telemetry.record = orig
+        return record(self, *a, **k)
+
+    monkeypatch.setattr(Telemetry, "record", spy)
+    profile_arm.main(["--scale", "tiny", "--model", "nemotron", "--method", "mor_tensor", "--telemetry",
+                      "--steps", "1", "--rows", "3"])
     assert "# step time alone" in capsys.readouterr().out
     assert len(set(recorded)) >= 7   # 4 warm-up steps, the timed one, the sync count's, the profiled one
