@@ -9,10 +9,11 @@ Recorded choices (``records_file``: ``LOWPREC_INT8_TUNED=FILE``, else the checko
 ``results/bench/int8_gemm_tuned.json`` where it exists; ``none`` reads none): a shape class that a
 record of the same GPU model, Triton version and kernel sources (``record_match``) names takes the
 recorded configuration without tuning (tuning every class of a 1 B training step costs about 90 s
-of a GPU job: compiling and timing some 50 candidates per class). The end-to-end benchmark adds
-the classes it tunes to the file that ``LOWPREC_INT8_TUNED`` names (``record_tuning``; never to the
-committed file unless named), so a committed file makes later jobs start at once and run the
-configurations it records. A record of another GPU, Triton or kernel source is ignored.
+of a GPU job: compiling and timing some 50 candidates per class). The end-to-end benchmark and
+training (at the end of a run) add the classes they tuned to the file that ``LOWPREC_INT8_TUNED``
+names (``record_named``; never to the committed file unless named; the runs of a job add theirs
+under a lock), so a committed file makes later jobs start at once and run the configurations it
+records. A record of another GPU, Triton or kernel source is ignored.
 """
 
 from __future__ import annotations
@@ -276,22 +277,34 @@ def record_tuning(path, gpu: str) -> int:
     """Add the classes tuned in this process on ``gpu`` to the records in ``path`` (a record of the
     same match and class is replaced; the others are kept); returns how many it wrote. A class
     taken from the records is not written again."""
+    import fcntl
+
     match = record_match(gpu)
     new = {key: (cfg, ms) for key, (cfg, ms, recorded) in _TUNED.items() if not recorded}
     if not new:
         return 0
     path = Path(path)
-    kept = [r for r in _read_records(path)
-            if not (all(r.get(k) == v for k, v in match.items()) and tuple(r.get("key", ())) in new)]
-    records = kept + [{**match, "key": list(key), "config": cfg.label(), "config_fields": asdict(cfg),
-                       "ms": round(ms, 4)} for key, (cfg, ms) in new.items()]
-    records.sort(key=lambda r: (r["gpu"], r["triton"], r["kernels"], [str(k) for k in r["key"]]))
     from ..io import write_json
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json(path, {"what": "INT8 GEMM configurations chosen by tuning (lowprec.kernels.int8_fallback_tuning), "
-                              f"one per GPU, Triton, kernel sources and shape class; key fields: {list(TUNE_KEY_FIELDS)}",
-                      "records": records})
+    # the runs of one GPU job add theirs to one file: each reads and rewrites it under a lock
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept = [r for r in _read_records(path)
+                if not (all(r.get(k) == v for k, v in match.items()) and tuple(r.get("key", ())) in new)]
+        records = kept + [{**match, "key": list(key), "config": cfg.label(), "config_fields": asdict(cfg),
+                           "ms": round(ms, 4)} for key, (cfg, ms) in new.items()]
+        records.sort(key=lambda r: (r["gpu"], r["triton"], r["kernels"], [str(k) for k in r["key"]]))
+        write_json(path, {"what": "INT8 GEMM configurations chosen by tuning (lowprec.kernels.int8_fallback_tuning), "
+                                  f"one per GPU, Triton, kernel sources and shape class; key fields: "
+                                  f"{list(TUNE_KEY_FIELDS)}", "records": records})
     return len(new)
+
+
+def record_named(device) -> tuple[int, Path | None]:
+    """With ``LOWPREC_INT8_TUNED`` naming a file, add the classes this process tuned on ``device``
+    to it (``record_tuning``): (how many, the file), (0, None) where it names none."""
+    path = named_records_file()
+    return (record_tuning(path, gpu_name(device)), path) if path else (0, None)
 
 
 def tuning_log() -> list:

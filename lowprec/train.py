@@ -496,6 +496,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
               + f" to step {t['max_steps']}, {world_size} process(es), precision {precision}", flush=True)
     # ckpt_io reads the checkpoint (weights only); under FSDP Lightning reads it again, after the check
     trainer.fit(module, datamodule=LMData(data, t, cfg["seed"]), ckpt_path=str(resume) if resume else None)
+    record_int8_tuning(module.device)
 
     # final validation at the last step, unless the interval already landed there
     status = STATUS_DIVERGED if module.diverged_at is not None else STATUS_COMPLETED
@@ -540,6 +541,18 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     write_text(ckpt_dir / "COMPLETE", status + "\n")  # last.ckpt stays for downstream use (fine-tuning)
     (ckpt_dir / ckptlib.PREVIOUS).unlink(missing_ok=True)  # only a run in progress needs a fallback
     return record
+
+
+def record_int8_tuning(device) -> None:
+    """The INT8 GEMM shape classes this run tuned, added to the file ``LOWPREC_INT8_TUNED`` names
+    (``lowprec.kernels.int8_fallback_tuning``): a GPU job's runs record them, so that later jobs on
+    that GPU model take them without tuning (about 100 s a process at the medium sweep's first point)."""
+    kt = sys.modules.get("lowprec.kernels.int8_fallback_tuning")  # imported only where a run met the GEMM
+    if kt is None or device.type != "cuda":
+        return
+    n, path = kt.record_named(device)
+    if n:
+        print(f"recorded {n} tuned INT8 GEMM configuration(s) in {path}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

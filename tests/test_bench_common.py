@@ -544,3 +544,31 @@ def test_mor_fixup_configurations_are_parsed_and_bad_ones_named(capsys):
               for k in mf.LAYOUTS for s, ta, t, tb in [mf._layout_operands(k, x, w, dy)]}
     # A @ B.T with A (M, K), B (N, K): fprop Y (6, 5), dgrad dX (6, 4), wgrad dW (5, 4)
     assert shapes == {"fprop": ((6, 4), (5, 4)), "dgrad": ((6, 5), (4, 5)), "wgrad": ((5, 6), (4, 6))}
+
+
+RECORDER = r"""
+import sys, time
+from lowprec.kernels import int8_fallback_tuning as kt
+kt._kernel_sources = lambda: "test sources"
+read = kt._read_records
+kt._read_records = lambda p: [read(p), time.sleep(0.02)][0]   # a slow read: writers overlap
+path, first = sys.argv[1], int(sys.argv[2])
+for i in range(first, first + 25):   # one class tuned at a time, each recorded at once
+    kt._TUNED[("main", 1024 * i, 2048, 2048, 128, 128, 128, True, True, False)] = (kt.GemmConfig(), 1.0, False)
+    kt.record_tuning(path, "H100 test")
+    kt._TUNED.clear()
+"""
+
+
+def test_the_runs_of_a_job_record_their_int8_tuning_in_one_file_without_losing_any(tmp_path):
+    """Training runs sharing a GPU job add the classes they tuned to the file LOWPREC_INT8_TUNED
+    names, each when it ends: records of processes writing at once are all kept (a lock around
+    each read and rewrite)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "tuned.json"
+    procs = [subprocess.Popen([sys.executable, "-c", RECORDER, str(path), str(first)]) for first in (1, 101, 201)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    keys = {r["key"][1] // 1024 for r in json.loads(path.read_text())["records"]}
+    assert keys == set(range(1, 26)) | set(range(101, 126)) | set(range(201, 226))

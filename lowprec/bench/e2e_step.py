@@ -381,11 +381,9 @@ def record_int8_tuning() -> None:
     on this GPU model takes them without tuning)."""
     import torch
     kt = _int8_tuning()
-    path = kt.named_records_file() if kt is not None else None
-    if path:
-        n = kt.record_tuning(path, kt.gpu_name(torch.device("cuda", torch.cuda.current_device())))
-        if n:
-            print(f"# recorded {n} tuned INT8 GEMM configuration(s) in {path}", flush=True)
+    n, path = kt.record_named(torch.device("cuda", torch.cuda.current_device())) if kt is not None else (0, None)
+    if n:
+        print(f"# recorded {n} tuned INT8 GEMM configuration(s) in {path}", flush=True)
 
 
 def _rows(measured: list[dict], base: dict, args, commit: str) -> list[dict]:
