@@ -29,6 +29,7 @@ are averaged. Throughput and peak memory are measured on rank zero.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -51,7 +52,7 @@ from . import provenance  # noqa: E402
 from .data import DataError, TokenData  # noqa: E402
 from .io import write_json, write_text, write_yaml  # noqa: E402
 from .methods import apply_method, resolve_precision  # noqa: E402
-from .models import build_model, causal_lm_loss, count_parameters  # noqa: E402
+from .models import build_model, causal_lm_loss, compiled_cross_entropy, count_parameters  # noqa: E402
 from .steplog import (MetricsFile, StepLogger, TelemetryWriter, merge_telemetry, metrics_frame,  # noqa: E402
                       peak_memory_mb)
 from .telemetry import LEGACY_TELEMETRY_FILE, TELEMETRY_FILE, write_telemetry  # noqa: E402
@@ -161,6 +162,7 @@ class LitLM(L.LightningModule):
         self.step_losses: list[torch.Tensor] = []
         self.matrix_names = {n for n, p in self.model.named_parameters() if p.dim() >= 2}  # weight decay
         self.compiled = None  # lowprec.linear.compiled(self.model) when train.compile is on
+        self.loss = None      # the loss of (logits, targets): models.compiled_cross_entropy() when compiled
 
     def net(self):
         """The model this step calls: the compiled one, except on telemetry steps, which need the
@@ -173,7 +175,7 @@ class LitLM(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        loss = causal_lm_loss(self.net(), x, y)
+        loss = causal_lm_loss(self.net(), x, y, self.loss)
         finite = bool(torch.isfinite(loss))
         if self.trainer.world_size > 1:  # all ranks skip backward together, or DDP would hang
             finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
@@ -193,7 +195,7 @@ class LitLM(L.LightningModule):
     def validation_step(self, batch, batch_idx):
         x, y, weight = batch
         n = weight * y.numel()
-        self.val_sums += torch.stack([causal_lm_loss(self.net(), x, y).detach().double() * n,
+        self.val_sums += torch.stack([causal_lm_loss(self.net(), x, y, self.loss).detach().double() * n,
                                       torch.tensor(n, dtype=torch.float64, device=self.device)])
 
     def on_validation_epoch_end(self):
@@ -371,6 +373,11 @@ def lightning_strategy(name: str, model: torch.nn.Module):
     return FSDPStrategy(auto_wrap_policy=blocks or None)
 
 
+# a compiled run's loss compiled too (models.compiled_cross_entropy); LOWPREC_COMPILED_LOSS=0 keeps it
+# eager, the form the runs committed before it trained with
+COMPILED_LOSS = os.environ.get("LOWPREC_COMPILED_LOSS", "1") != "0"
+
+
 def use_compile(t: dict, place: dict) -> bool:
     """train.compile resolved: auto compiles on the GPU (but not FSDP's per-block wrapping)."""
     want = t.get("compile", "auto")
@@ -433,6 +440,8 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     if compile_on:
         module.compiled = compiled(module.model, cudagraphs=cudagraphs,
                                    options=compile_numerics_options(compile_numerics))
+        if COMPILED_LOSS:
+            module.loss = compiled_cross_entropy()
     n_parameters = count_parameters(module.model)  # before FSDP shards them
 
     # Read-only here (every rank decides the same); PrepareRunFolder changes the folder later.
@@ -527,7 +536,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
         "tokens_seen": steps * steplog.tokens_per_step,
         "world_size": world_size, "strategy": place["strategy"],
         "parameters": n_parameters,
-        "precision": precision, "compiled": module.compiled is not None,
+        "precision": precision, "compiled": module.compiled is not None, "compiled_loss": module.loss is not None,
         "compile_numerics": compile_numerics if module.compiled is not None else None,
         "cudagraphs": module.compiled is not None and module.compiled.cudagraphs,
         "method": module.method_info,

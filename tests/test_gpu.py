@@ -815,7 +815,7 @@ def _compiled_curves(prepared_data, tmp_path, paper, method, graphs: tuple) -> l
         cfg = smoke_run_config(paper, "gpt2", method, prepared_data, tmp_path / f"{i}_{g}", max_steps=20,
                                lr=1e-2, compile=True, cudagraphs=g)
         rec = train.run(cfg)
-        assert rec["status"] == "completed" and rec["compiled"] and rec["cudagraphs"] is g
+        assert rec["status"] == "completed" and rec["compiled"] and rec["compiled_loss"] and rec["cudagraphs"] is g
         curves.append(pd.read_csv(f"{cfg['output_dir']}/metrics.csv"))
     return curves
 

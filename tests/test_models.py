@@ -151,3 +151,22 @@ def test_the_kernels_folder_leaves_the_top_level_name_to_its_distribution(tmp_pa
     out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["the", "distribution", "runs_on"]
+
+
+def test_the_compiled_loss_equals_the_eager_one_with_its_gradient():
+    """compiled_cross_entropy (compiled training's loss) computes token_cross_entropy's fp32 loss of
+    bf16 logits and its gradient, summed in another order: equal to the eager form within fp32
+    rounding (here bit for bit on the CPU), the gradient in the logits' dtype; compiled once."""
+    from lowprec.models import compiled_cross_entropy, token_cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(4, 64, 512, generator=g) * 3).to(torch.bfloat16).requires_grad_()
+    y = torch.randint(0, 512, (4, 64), generator=g)
+    want = token_cross_entropy(logits, y)
+    (dwant,) = torch.autograd.grad(want, logits)
+    got = compiled_cross_entropy()(logits, y)
+    (dgot,) = torch.autograd.grad(got, logits)
+    assert compiled_cross_entropy() is compiled_cross_entropy()
+    assert got.dtype == torch.float32 and got.item() == pytest.approx(want.item(), rel=1e-6)
+    assert dgot.dtype == torch.bfloat16 and torch.allclose(dgot.float(), dwant.float(), rtol=1e-2, atol=1e-6)
+    assert dwant.abs().max() > 0
