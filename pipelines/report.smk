@@ -1,6 +1,7 @@
 # Tables and figures per paper from run folders only, then the report, REPORT (results/REPORT.md at the
 # default scale, results/REPORT_<scale>.md at the others; lowprec.report).
 
+from lowprec.report.size_sweep import sweep_tables
 from lowprec.report.speed import speed_inputs
 
 
@@ -102,11 +103,13 @@ rule loss_gap_matrix:
 # The committed GPU training-speed benchmarks the report's last section shows (a new measurement
 # rebuilds the report); none in a results folder without the reference file.
 SPEED_TABLE = [str(p) for p in speed_inputs(Path(RESULTS))]
+# and the committed size-sweep tables of the scale (lowprec.sweep table)
+SWEEP_TABLES = [str(t) for _, t in sweep_tables(Path(RESULTS), SCALE)]
 
 
 rule report_md:
     input:
-        [f for p in PAPERS for f in paper_outputs(p)] + SPEED_TABLE,
+        [f for p in PAPERS for f in paper_outputs(p)] + SPEED_TABLE + SWEEP_TABLES,
     output:
         update(REPORT),
     params:

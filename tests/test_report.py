@@ -83,7 +83,8 @@ def test_verdict_row_takes_a_decided_verdict_else_the_larger_scale(tmp_path):
 def test_report_modules_start_without_torch():
     """The report jobs that read committed files (tables, figures, claims, the report) import no
     torch: a workflow runs dozens of them, and torch with what it pulls in took 2-3 s of each."""
-    modules = ["build", "claims", "tables", "curves", "matrix", "mor", "int8_fallback", "gaussws", "speed"]
+    modules = ["build", "claims", "tables", "curves", "matrix", "mor", "int8_fallback", "gaussws", "speed",
+               "size_sweep"]
     code = ("import sys\n" + "".join(f"import lowprec.report.{m}\n" for m in modules)
             + "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -158,3 +159,39 @@ def test_committed_reports_end_with_the_committed_speed_table():
     want = "\n".join(speed_lines(REPO / "results", lambda p: str(p.relative_to(REPO / "results"))))
     for report in ("REPORT.md", "REPORT_small.md", "REPORT_medium.md"):
         assert (REPO / "results" / report).read_text().endswith(want), f"{report}: regenerate it"
+
+
+def test_size_sweep_section_shows_the_committed_table_of_the_scale(tmp_path):
+    """A report at a scale with a size sweep shows its committed table (what it decided, each
+    point's measures), and where the table is not committed, no section."""
+    import csv
+    import shutil
+
+    from lowprec.report.size_sweep import sweep_lines
+
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    assert sweep_lines(tmp_path, "medium") == []
+    for suffix in (".csv", ".provenance.json"):
+        shutil.copy(REPO / "results" / "bench" / f"medium_sweep{suffix}", bench / f"medium_sweep{suffix}")
+    with (bench / "medium_sweep.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    rows[0].update(fallback_ratio="0.000123", a_fallback_rising="True", gpus="Card X")
+    with (bench / "medium_sweep.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    lines = sweep_lines(tmp_path, "medium", lambda p: "LINK")
+    text = "\n".join(lines)
+    assert lines[0] == "## Size sweep (`configs/sweeps/medium.yaml`)" and "](LINK)" in text
+    assert json.loads((bench / "medium_sweep.provenance.json").read_text())["answer"] in text
+    assert f"| {rows[0]['point']} | {rows[0]['budget_steps']} |" in text and "| 0.00012 |" in text
+    assert "Card X" in text and sum(line.startswith("| d") for line in lines) == len(rows)
+    assert sweep_lines(tmp_path, "small") == []
+
+
+def test_the_medium_report_shows_the_committed_size_sweep():
+    from lowprec.report.size_sweep import sweep_lines
+
+    want = "\n".join(sweep_lines(REPO / "results", "medium", lambda p: str(p.relative_to(REPO / "results"))))
+    assert want and want in (REPO / "results" / "REPORT_medium.md").read_text(), "regenerate it"

@@ -1,7 +1,8 @@
 """``results/REPORT.md`` (``REPORT_<scale>.md`` at a scale other than the default one): per paper,
 the loss-curve figure, the final-loss table, our settings and the provenance of the runs; when
 regenerating from a partial set of committed runs, the runs of the grid that are not committed; then
-the committed GPU training-speed benchmark (``speed``).
+the scale's committed size-sweep tables (``size_sweep``) and the committed GPU training-speed
+benchmark (``speed``).
 Reads only files that the workflow produced."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..io import write_text
 from .claims import NOT_RUN
 from .markdown import markdown_lines
 from .runs import load_runs
+from .size_sweep import sweep_lines
 from .speed import speed_lines
 
 
@@ -127,6 +129,7 @@ def build(results: Path, scale: str, papers: list[str], run_dirs: dict[str, list
             lines += ["Note: these runs emulate their recipes (linear-layer GEMM operands quantized or "
                       "rounded to BF16, fp32 accumulation; attention products, norms and embeddings in "
                       "fp32). On GPU the BF16 baseline is Lightning's bf16-mixed.", ""]
+    lines += sweep_lines(results, scale, lambda p: os.path.relpath(p, out.parent))
     lines += speed_lines(results, lambda p: os.path.relpath(p, out.parent))
     text = "\n".join(lines)
     write_text(out, text)
