@@ -163,6 +163,7 @@ class LitLM(L.LightningModule):
         self.matrix_names = {n for n, p in self.model.named_parameters() if p.dim() >= 2}  # weight decay
         self.compiled = None  # lowprec.linear.compiled(self.model) when train.compile is on
         self.loss = None      # the loss of (logits, targets): models.compiled_cross_entropy() when compiled
+        self.fused_optimizer = False  # AdamW's fused kernel (configure_optimizers: on the GPU)
 
     def net(self):
         """The model this step calls: the compiled one, except on telemetry steps, which need the
@@ -210,9 +211,15 @@ class LitLM(L.LightningModule):
         params = [(_clean_name(n), p) for n, p in self.model.named_parameters()]
         decay = [p for n, p in params if n in self.matrix_names]
         no_decay = [p for n, p in params if n not in self.matrix_names]
+        # on the GPU the fused kernel (the benchmarks' AdamW: one launch per group instead of several
+        # per tensor list, the same arithmetic); not under FSDP, whose shards it was never run with,
+        # and not on the CPU, where the committed runs' curves come from the foreach form
+        self.fused_optimizer = (all(p.is_cuda for _, p in params)
+                                and "fsdp" not in type(self.trainer.strategy).__name__.lower())
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": t.get("weight_decay", 0.0)},
                                  {"params": no_decay, "weight_decay": 0.0}],
-                                lr=t["lr"], betas=tuple(t.get("betas", (0.9, 0.95))), eps=t.get("eps", 1e-8))
+                                lr=t["lr"], betas=tuple(t.get("betas", (0.9, 0.95))), eps=t.get("eps", 1e-8),
+                                fused=self.fused_optimizer or None)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lr_lambda(t.get("warmup_steps", 0), t["max_steps"], t.get("min_lr_ratio", 0.1)))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
@@ -537,6 +544,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
         "world_size": world_size, "strategy": place["strategy"],
         "parameters": n_parameters,
         "precision": precision, "compiled": module.compiled is not None, "compiled_loss": module.loss is not None,
+        "fused_optimizer": module.fused_optimizer,
         "compile_numerics": compile_numerics if module.compiled is not None else None,
         "cudagraphs": module.compiled is not None and module.compiled.cudagraphs,
         "method": module.method_info,

@@ -816,6 +816,7 @@ def _compiled_curves(prepared_data, tmp_path, paper, method, graphs: tuple) -> l
                                lr=1e-2, compile=True, cudagraphs=g)
         rec = train.run(cfg)
         assert rec["status"] == "completed" and rec["compiled"] and rec["compiled_loss"] and rec["cudagraphs"] is g
+        assert rec["fused_optimizer"]
         curves.append(pd.read_csv(f"{cfg['output_dir']}/metrics.csv"))
     return curves
 
