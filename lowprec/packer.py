@@ -522,7 +522,9 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                     done.add(task.name)
                     continue
                 _remove(task)
-                if state == "failed" and sharing > 1 and out_of_memory(slot.log):
+                # at most one retry per process that could share the GPU: fine-tuning runs start beside
+                # the others whatever the limit, so a limit that cannot drop must not retry forever
+                if state == "failed" and sharing > 1 and task.attempts < budget.jobs and out_of_memory(slot.log):
                     share = replace(share, jobs=min(share.jobs, sharing - 1))
                     task.status = "pending"
                     task.note = f"out of GPU memory with {sharing} runs sharing it: retried, at most {share.jobs} at a time"
