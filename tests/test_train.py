@@ -155,3 +155,23 @@ def test_step_times_are_taken_when_asked():
     got = times.take()
     assert len(got) == 3 and got[0] >= 0.02 and got[2] >= 0.03 and got[1] < got[0]
     assert times.take() == []
+
+
+def test_a_gpu_run_records_the_int8_tuning_it_did(monkeypatch, capsys):
+    """After training on a GPU, the INT8 GEMM classes the run tuned go to the file
+    LOWPREC_INT8_TUNED names (the tuner's record_named); a run that never met the GEMM (its tuning
+    module not imported) or trained on the CPU records nothing."""
+    import sys
+    import types
+
+    calls = []
+    fake = types.SimpleNamespace(record_named=lambda device: calls.append(device) or (3, "OUT/tuned.json"))
+    monkeypatch.delitem(sys.modules, "lowprec.kernels.int8_fallback_tuning", raising=False)
+    train.record_int8_tuning(torch.device("cuda", 0))
+    assert calls == []
+    monkeypatch.setitem(sys.modules, "lowprec.kernels.int8_fallback_tuning", fake)
+    train.record_int8_tuning(torch.device("cpu"))
+    assert calls == []
+    train.record_int8_tuning(torch.device("cuda", 0))
+    assert calls == [torch.device("cuda", 0)]
+    assert "recorded 3 tuned INT8 GEMM configuration(s) in OUT/tuned.json" in capsys.readouterr().out
