@@ -41,7 +41,7 @@ from .numerics.scaling import load_history, ordered_history
 from .numerics import rounding_stream as _stream
 from .numerics.checks import one_of
 from .numerics.formats import round_cast
-from .recipes import GEMMS, OPERANDS, OperandCall, OperandQuantizer, Recipe, slot_key
+from .recipes import GEMMS, OPERANDS, LazyStats, OperandCall, OperandQuantizer, Recipe, slot_key
 from .layer_names import matches
 from .telemetry import Telemetry
 
@@ -310,7 +310,8 @@ class QLinear(nn.Module):
         elif isinstance(spec, OperandQuantizer):
             values, stats = spec(t, OperandCall(self, gemm, operand, slot_key(key, gemm, operand), self.training))
             if want:
-                tel.record(self.name, gemm, operand, t, values, None, None, **stats, **spec.telemetry_stats(t))
+                pending = stats.pending() if isinstance(stats, LazyStats) else stats  # read with the step's rows
+                tel.record(self.name, gemm, operand, t, values, None, None, **pending, **spec.telemetry_stats(t))
         else:
             qt = self._operand(gemm, operand, t, spec, key)
             values = qt.dequantize().float()

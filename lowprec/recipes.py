@@ -124,10 +124,19 @@ class OperandQuantizer(abc.ABC):
 Operand = Union[QuantSpec, OperandQuantizer, None]
 
 
+class Choice(NamedTuple):
+    """A telemetry value that names one of two things by a device flag (MoR's chosen format), read
+    with the step's other numbers (``lowprec.telemetry``) instead of waiting for the device alone."""
+
+    flag: torch.Tensor
+    if_true: str
+    if_false: str
+
+
 class LazyStats(Mapping):
     """An operand quantizer's telemetry numbers, made Python values only when read. A value may be
-    a tensor or a function returning one: converting a CUDA tensor waits for the device, and
-    QLinear reads the stats only on telemetry steps."""
+    a tensor, a ``Choice`` or a function returning one: converting a CUDA tensor waits for the
+    device, and QLinear reads the stats only on telemetry steps."""
 
     def __init__(self, **items):
         self._items = items
@@ -136,7 +145,18 @@ class LazyStats(Mapping):
         v = self._items[key]
         if callable(v):
             v = v()
+        if isinstance(v, Choice):
+            return v.if_true if bool(v.flag) else v.if_false
         return v.item() if isinstance(v, torch.Tensor) else v
+
+    def pending(self) -> dict:
+        """The values as they stand now, not yet read from the device: functions called, tensors
+        copied (a count read later must be the count at this call, not after the next GEMMs)."""
+        out = {}
+        for k, v in self._items.items():
+            v = v() if callable(v) else v
+            out[k] = v.detach().clone() if isinstance(v, torch.Tensor) else v
+        return out
 
     def __iter__(self):
         return iter(self._items)

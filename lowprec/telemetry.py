@@ -80,19 +80,70 @@ class Telemetry:
 
     def record(self, layer: str, gemm: str, operand: str, x: torch.Tensor, q: torch.Tensor,
                scale: torch.Tensor | None, fmt: str | None, **extra) -> None:
+        """A row of operand ``x`` quantized to ``q``: the error metrics (``tensor_stats``) and
+        ``extra`` (numbers, strings, 0-d tensors, ``recipes.Choice``). Tensors stay on the device
+        until ``frame`` reads every row's in one conversion: a telemetry step records every operand
+        of every GEMM, and each wait for the device (one per number, before) idled a GPU that other
+        runs shared."""
         import torch
 
-        from .numerics import get_format, tensor_stats
+        from .numerics import get_format, tensor_sums
+        from .numerics.metrics import STATS
         with torch.no_grad():
-            stats = tensor_stats(x, q, scale, get_format(fmt) if fmt else None)
+            sums = tensor_sums(x, q, scale, get_format(fmt) if fmt else None)
+        # the metrics' places in the row now, their values once read; a number of extra's wins
         self.rows.append({"step": self.step, "layer": layer, "gemm": gemm, "operand": operand,
-                          "format": fmt or "hp", **stats, **extra})
+                          "format": fmt or "hp", **dict.fromkeys(STATS), **extra,
+                          _SUMS: (sums, [k for k in STATS if k not in extra])})
 
     def frame(self):
         import pandas as pd
+        self._read_pending()
         return pd.DataFrame(self.rows)
+
+    def _read_pending(self) -> None:
+        """Every tensor of the rows recorded since the last call (values, the metrics' sums, the
+        flags of ``Choice`` values) read as numbers: one conversion per device and dtype, each value
+        as ``Tensor.item`` gives it."""
+        from .numerics import stats_from_sums
+        from .recipes import Choice
+
+        pending = [r for r in self.rows if _SUMS in r]
+        choices = [(r, k, v, {"flag": v.flag}) for r in pending for k, v in r.items() if isinstance(v, Choice)]
+        cells = [(r[_SUMS][0], k) for r in pending for k in r[_SUMS][0]]
+        cells += [(r, k) for r in pending for k, v in r.items() if k != _SUMS and _is_tensor(v)]
+        cells += [(flag, "flag") for *_, flag in choices]
+        for (holder, key), value in zip(cells, _read_tensors([holder[key] for holder, key in cells])):
+            holder[key] = value
+        for r, k, choice, flag in choices:
+            r[k] = choice.if_true if flag["flag"] else choice.if_false
+        for r in pending:
+            sums, fill = r.pop(_SUMS)
+            stats = stats_from_sums(sums)
+            r.update((k, stats[k]) for k in fill)
 
     def clear(self) -> None:
         self.rows.clear()
         self._seen.clear()
 
+
+_SUMS = "__sums__"  # a row's tensor_sums until frame() reads them
+
+
+def _is_tensor(v) -> bool:
+    import torch
+    return isinstance(v, torch.Tensor)
+
+
+def _read_tensors(values: list) -> list:
+    """``[v.item() for v in values]`` (one-element tensors) with one wait for the device per device
+    and dtype instead of one per value."""
+    import torch
+
+    out, groups = list(values), {}
+    for i, v in enumerate(values):
+        groups.setdefault((v.device, v.dtype), []).append(i)
+    for idx in groups.values():
+        for i, v in zip(idx, torch.stack([values[i].reshape(()) for i in idx]).tolist()):
+            out[i] = v
+    return out

@@ -101,3 +101,35 @@ def test_tensor_stats():
     assert math.isnan(stats["saturation_fraction"])
     assert stats["amax"] == x.abs().max().item()
     assert tensor_stats(x, q, scale=1e6, fmt="e4m3")["saturation_fraction"] > 0.0
+
+
+def test_telemetry_rows_hold_device_values_until_the_frame_reads_them_at_once(monkeypatch):
+    """Telemetry.record keeps the metrics' sums and tensor values unread; frame() reads them in one
+    conversion per dtype (not one per number, each a wait for a GPU) and gives what the immediate
+    metrics give, each value as Tensor.item gives it, a Choice as the name its flag picks, and a
+    value of the quantizer's own in place of a metric of the same name."""
+    from lowprec.recipes import Choice, LazyStats
+    from lowprec.telemetry import Telemetry
+
+    x, q = sample(4, 4096)
+    tel = Telemetry(every=1)
+    tel.step = 1
+    counts = torch.tensor([7, 3])
+    stats = LazyStats(format=Choice(torch.tensor(True), "e4m3", "bf16"), n_fallback=lambda: counts[1],
+                      ratio=torch.tensor(0.25, dtype=torch.float32), rule="absmax")
+    tel.record("l0", "fprop", "x", x, q, torch.tensor(2.0), "e4m3", **stats.pending())
+    counts[1] = 99   # a buffer that the next GEMMs update: the row keeps the count at its call
+    tel.record("l0", "fprop", "w", x, q, None, None, amax=5.0, format=Choice(torch.tensor(False), "e4m3", "bf16"))
+    stack = torch.stack
+    calls = []
+    monkeypatch.setattr(torch, "stack", lambda ts, *a, **k: calls.append(len(ts)) or stack(ts, *a, **k))
+    f = tel.frame()
+    assert len(calls) == 4   # one per dtype: float64 sums, float32 amax and ratio, int64 counts, bool flags
+    a, b = tel.rows   # as the frame's rows hold them (the frame makes a column with a gap float)
+    assert {k: a[k] for k in tensor_stats(x, q, 2.0, "e4m3")} == tensor_stats(x, q, 2.0, "e4m3")
+    assert (a["format"], a["n_fallback"], a["ratio"], a["rule"]) == ("e4m3", 3, 0.25, "absmax")
+    assert type(a["n_fallback"]) is int and b["format"] == "bf16" and b["amax"] == 5.0
+    assert b["sqnr_db"] == tensor_stats(x, q)["sqnr_db"] and math.isnan(b["saturation_fraction"])
+    assert list(f.columns[:10]) == ["step", "layer", "gemm", "operand", "format", "sqnr_db", "relative_error",
+                                    "amax", "flush_fraction", "saturation_fraction"]
+    assert tel.frame().equals(f)   # read once

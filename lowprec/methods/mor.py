@@ -69,7 +69,8 @@ from ..numerics.scaling import (
     scale_from_amax,
 )
 from .mor_rules import DEFAULT_THRESHOLD, check_threshold, decide
-from ..recipes import GEMMS, OPERANDS, SLOTS, Gemm, LazyStats, Method, OperandCall, OperandQuantizer, Recipe
+from ..recipes import (GEMMS, OPERANDS, SLOTS, Choice, Gemm, LazyStats, Method, OperandCall, OperandQuantizer,
+                       Recipe)
 from .layer_buffers import add_rows, merged_slots, pass_buffer, pass_buffers, register_pass_buffers
 
 __all__ = [
@@ -235,9 +236,14 @@ def relative_error_by_partition(x: torch.Tensor, block=DEFAULT_BLOCK, scale: str
     """{partition: E4M3 relative error} for one tensor (heat maps of error per tensor per step). On
     CUDA from the quantization kernel, as training decides (never writing the dequantized tensor), and
     with one wait for the device for all partitions."""
+    errs = _errors_by_partition(x, block, scale, partitions)
+    return dict(zip(partitions, torch.stack(list(errs.values())).tolist()))
+
+
+def _errors_by_partition(x: torch.Tensor, block, scale: str, partitions) -> dict:
+    """``relative_error_by_partition`` as 0-d fp64 tensors on x's device (no wait for it)."""
     x2d = _as_2d(nonempty(x)).to(torch.float32)
-    errs = torch.stack([_e4m3_with_error(x2d, p, block, scale)[1].to(torch.float64) for p in partitions])
-    return dict(zip(partitions, errs.tolist()))
+    return {p: _e4m3_with_error(x2d, p, block, scale)[1].to(torch.float64) for p in partitions}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -482,7 +488,7 @@ class _ErrorByPartition:
     quantizations, so ``QLinear`` asks for them only on telemetry steps."""
 
     def telemetry_stats(self, t: torch.Tensor) -> dict:
-        errs = relative_error_by_partition(t, self.block, self.scale)
+        errs = _errors_by_partition(t, self.block, self.scale, PARTITIONS)  # read with the step's rows
         return {f"rel_error_{p}": e for p, e in errs.items()}
 
 
@@ -509,7 +515,7 @@ class MoRQuantizer(_ErrorByPartition, _Coverage, OperandQuantizer):
         values, e4, err, _ = _mor_on_device(t, self.partition, self.block, self.scale, self.threshold,
                                             self.dequant)
         self._count(call, calls=1, e4m3=e4.to(torch.int64))
-        stats = LazyStats(format=lambda: "e4m3" if bool(e4) else "bf16", mor_rel_error=err,
+        stats = LazyStats(format=Choice(e4, "e4m3", "bf16"), mor_rel_error=err,
                           e4m3_share=lambda: e4.double(), partition=self.partition)
         return values.reshape(t.shape), stats
 

@@ -20,6 +20,8 @@ from .metrics import (
     saturation_fraction,
     sqnr_db,
     tensor_stats,
+    tensor_sums,
+    stats_from_sums,
 )
 from .scaling import (
     SCALINGS,
@@ -41,7 +43,8 @@ from .scaling import (
 __all__ = [
     "FORMATS", "FloatFormat", "Format", "IntFormat", "cast", "get_format", "ilog2", "pow2",
     "to_native", "to_torch_dtype",
-    "amax", "flush_fraction", "relative_error", "saturation_fraction", "sqnr_db", "tensor_stats",
+    "amax", "flush_fraction", "relative_error", "saturation_fraction", "sqnr_db", "tensor_stats", "tensor_sums",
+    "stats_from_sums",
     "SCALINGS", "DelayedScaler", "QTensor", "QuantSpec", "as_2d", "block_amax", "compute_scale",
     "expand_blocks", "fake_quantize", "gam_block_scales", "gam_block_scales_bitwise",
     "mx_block_scales", "nonfinite_blocks", "quantize", "scale_from_amax",

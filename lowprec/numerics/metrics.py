@@ -22,6 +22,8 @@ __all__ = [
     "flush_fraction",
     "saturation_fraction",
     "tensor_stats",
+    "tensor_sums",
+    "stats_from_sums",
 ]
 
 
@@ -31,6 +33,8 @@ def _pair(x: torch.Tensor, q: torch.Tensor):
     if x.shape != q.shape:
         raise ValueError(f"x and q differ in size: {x.numel()} vs {q.numel()}")
     keep = ~(torch.isnan(x) | torch.isnan(q))
+    if x.is_cuda:  # asking whether a NaN is there would wait for the device: a NaN pair becomes 0, 0
+        return torch.where(keep, x, 0.0), torch.where(keep, q, 0.0)
     if bool(keep.all()):  # the usual case: no copy
         return x, q
     return x[keep], q[keep]
@@ -119,32 +123,47 @@ def _saturation_counts(x: torch.Tensor, scale, fmt) -> tuple[torch.Tensor, torch
     return (y.abs() > _clip_threshold(fmt)).sum(), y.numel() - torch.isnan(y).sum()
 
 
-def tensor_stats(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict:
-    """All metrics as floats with a fixed set of keys (saturation_fraction is NaN unless both
-    scale and fmt are given), so telemetry tables keep one schema. The same float64 arithmetic as
-    the single metrics, in fewer passes over the operands and with one wait for the device: a
-    telemetry step computes these for every operand of every GEMM."""
+# the sums tensor_stats is made of, in the order stats_from_sums reads them
+SUMS = ("signal", "noise", "relative_error_sum", "nonzero", "flushed", "amax", "clipped", "finite")
+STATS = ("sqnr_db", "relative_error", "amax", "flush_fraction", "saturation_fraction")
+
+
+def tensor_sums(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict:
+    """``tensor_stats``' sums and counts (``SUMS``) as 0-d tensors on x's device, computed without
+    waiting for it, for ``stats_from_sums`` to finish once they are read: a telemetry step reads the
+    sums of every operand of every GEMM in one conversion (``lowprec.telemetry``). Float64 as the
+    single metrics, in fewer passes over the operands. A NaN pair adds 0 to every sum and is no
+    non-zero element; on CUDA it is masked rather than removed, so the float64 sums of a tensor with
+    one are summed in another order than on the CPU."""
     xp, qp = _pair(x, q)
     nz = xp != 0
     d = qp - xp
-    parts = [(xp * xp).sum(), (d * d).sum(),
-             d.abs_().div_(torch.where(nz, xp.abs(), 1.0)).masked_fill_(~nz, 0.0).sum(),
-             nz.sum(), (nz & (qp == 0)).sum(), _amax_tensor(x)]
-    with_sat = scale is not None and fmt is not None
-    if with_sat:
-        parts += list(_saturation_counts(x, scale, fmt))
-    v = torch.stack([t.to(torch.float64) for t in parts]).tolist()
-    signal, noise, rel_sum, n, flushed, top = v[:6]
+    out = {"signal": (xp * xp).sum(), "noise": (d * d).sum(),
+           "relative_error_sum": d.abs_().div_(torch.where(nz, xp.abs(), 1.0)).masked_fill_(~nz, 0.0).sum(),
+           "nonzero": nz.sum(), "flushed": (nz & (qp == 0)).sum(), "amax": _amax_tensor(x)}
+    if scale is not None and fmt is not None:
+        out["clipped"], out["finite"] = _saturation_counts(x, scale, fmt)
+    return out
+
+
+def stats_from_sums(v: dict) -> dict:
+    """``tensor_stats`` from its sums read as numbers (``tensor_sums``; without clipped and finite,
+    saturation_fraction is NaN)."""
+    signal, noise, n = v["signal"], v["noise"], v["nonzero"]
     if noise == 0.0:
         sqnr = math.inf
     elif signal == 0.0:
         sqnr = -math.inf
     else:
         sqnr = 10.0 * math.log10(signal / noise)
-    return {
-        "sqnr_db": sqnr,
-        "relative_error": rel_sum / n if n else 0.0,
-        "amax": top,
-        "flush_fraction": flushed / n if n else 0.0,
-        "saturation_fraction": (v[6] / v[7] if v[7] else 0.0) if with_sat else math.nan,
-    }
+    sat = (v["clipped"] / v["finite"] if v["finite"] else 0.0) if "clipped" in v else math.nan
+    return {"sqnr_db": sqnr, "relative_error": v["relative_error_sum"] / n if n else 0.0, "amax": float(v["amax"]),
+            "flush_fraction": v["flushed"] / n if n else 0.0, "saturation_fraction": sat}
+
+
+def tensor_stats(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict:
+    """All metrics as floats with a fixed set of keys (``STATS``; saturation_fraction is NaN unless
+    both scale and fmt are given), so telemetry tables keep one schema: the same float64 arithmetic
+    as the single metrics (``tensor_sums``), read with one wait for the device."""
+    sums = tensor_sums(x, q, scale, fmt)
+    return stats_from_sums(dict(zip(sums, torch.stack([t.to(torch.float64) for t in sums.values()]).tolist())))
