@@ -51,6 +51,8 @@ def _method_model(args):
         return model, opt, [(x, torch.roll(x, -1, 1))]
 
     def recording(*a, **k):  # a step of its own for the telemetry (it records each step's operands once)
+        telemetry.frame()  # the last step's rows read from the device, as training reads them each step
+        telemetry.clear()
         telemetry.step += 1
         return model(*a, **k)
     return recording, opt, [(x, torch.roll(x, -1, 1))]
