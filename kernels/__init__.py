@@ -45,3 +45,17 @@ def runs_on(module: str, device_type: str) -> bool:
     """Whether the kernels of ``lowprec.kernels.<module>`` run on devices of ``device_type``."""
     kernels = importlib.import_module(f"lowprec.kernels.{module}")
     return kernels.triton_available(torch.device(device_type))
+
+
+def loaded_int8_tuning():
+    """The INT8 GEMM's tuning module (``int8_fallback_tuning``) where this process has met the GEMM
+    and so imported it; None where it has not (asking imports nothing)."""
+    return sys.modules.get(__name__ + ".int8_fallback_tuning")
+
+
+def record_int8_tuning(device) -> tuple:
+    """The INT8 GEMM classes this process tuned on ``device``, added to the file
+    ``LOWPREC_INT8_TUNED`` names (``int8_fallback_tuning.record_named``): (how many, the file);
+    (0, None) where it names none or the process never met the GEMM."""
+    kt = loaded_int8_tuning()
+    return kt.record_named(device) if kt is not None else (0, None)

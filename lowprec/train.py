@@ -564,10 +564,10 @@ def record_int8_tuning(device) -> None:
     """The INT8 GEMM shape classes this run tuned, added to the file ``LOWPREC_INT8_TUNED`` names
     (``lowprec.kernels.int8_fallback_tuning``): a GPU job's runs record them, so that later jobs on
     that GPU model take them without tuning (about 100 s a process at the medium sweep's first point)."""
-    kt = sys.modules.get("lowprec.kernels.int8_fallback_tuning")  # imported only where a run met the GEMM
-    if kt is None or device.type != "cuda":
+    if device.type != "cuda":
         return
-    n, path = kt.record_named(device)
+    from .kernels import record_int8_tuning as record
+    n, path = record(device)
     if n:
         print(f"recorded {n} tuned INT8 GEMM configuration(s) in {path}", flush=True)
 

@@ -350,17 +350,11 @@ def fallback_ratios(totals: list) -> list[float]:
             for (b0, f0), (b1, f1) in zip(totals, totals[1:])]
 
 
-def _int8_tuning():
-    """The INT8 GEMM's tuning module where an arm has imported it (None: no arm has met the GEMM)."""
-    import sys
-
-    return sys.modules.get("lowprec.kernels.int8_fallback_tuning")
-
-
 def forget_int8_tuning() -> None:
     """Each arm tunes the INT8 GEMM's shape classes it meets afresh, so that ``int8_tuned`` reads
     that arm's choices."""
-    kt = _int8_tuning()
+    from ..kernels import loaded_int8_tuning
+    kt = loaded_int8_tuning()
     if kt is not None:
         kt.forget_tuning()
 
@@ -368,7 +362,8 @@ def forget_int8_tuning() -> None:
 def int8_tuned() -> list[str]:
     """The INT8 GEMM's tuned configuration of each shape class the arm met (its label and median
     ms, which tell descriptor from pointer loads), for the provenance."""
-    kt = _int8_tuning()
+    from ..kernels import loaded_int8_tuning
+    kt = loaded_int8_tuning()
     if kt is None:
         return []
     return [f"{r['M_class']}x{r['N_class']}x{r['K_class']} group {r['group']} rows {r['block_rows_a']}/"
@@ -380,8 +375,9 @@ def record_int8_tuning() -> None:
     """With ``LOWPREC_INT8_TUNED`` naming a file, add the classes this arm tuned to it (the next job
     on this GPU model takes them without tuning)."""
     import torch
-    kt = _int8_tuning()
-    n, path = kt.record_named(torch.device("cuda", torch.cuda.current_device())) if kt is not None else (0, None)
+
+    from ..kernels import record_int8_tuning as record
+    n, path = record(torch.device("cuda", torch.cuda.current_device()))
     if n:
         print(f"# recorded {n} tuned INT8 GEMM configuration(s) in {path}", flush=True)
 

@@ -40,41 +40,16 @@ def _pair(x: torch.Tensor, q: torch.Tensor):
     return x[keep], q[keep]
 
 
-# Each metric from an already paired (x, q), so that tensor_stats pairs once for all of them.
-
-def _sqnr_db(x: torch.Tensor, q: torch.Tensor) -> float:
-    signal = float((x * x).sum())
-    noise = float(((x - q) ** 2).sum())
-    if noise == 0.0:
-        return math.inf
-    if signal == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
-
-
-def _relative_error(x: torch.Tensor, q: torch.Tensor, nz: torch.Tensor, n: int) -> float:
-    if n == 0:
-        return 0.0
-    ratio = (q - x).abs() / torch.where(nz, x.abs(), torch.ones_like(x))
-    return float(ratio.masked_fill_(~nz, 0.0).sum()) / n
-
-
-def _flush_fraction(q: torch.Tensor, nz: torch.Tensor, n: int) -> float:
-    return float((nz & (q == 0)).sum()) / n if n else 0.0
-
-
 def sqnr_db(x: torch.Tensor, q: torch.Tensor) -> float:
     """10 log10(sum x^2 / sum (x - q)^2). +inf when q == x (also for an all-zero x);
     -inf when x is all zero but q is not."""
-    return _sqnr_db(*_pair(x, q))
+    return tensor_stats(x, q)["sqnr_db"]
 
 
 def relative_error(x: torch.Tensor, q: torch.Tensor) -> float:
     """MoR's metric: mean over non-zero x of |q - x| / |x|. A value flushed to 0 contributes 1.0.
     0.0 when x has no non-zero (non-NaN) element."""
-    x, q = _pair(x, q)
-    nz = x != 0
-    return _relative_error(x, q, nz, int(nz.sum()))
+    return tensor_stats(x, q)["relative_error"]
 
 
 def amax(x: torch.Tensor) -> float:
@@ -90,9 +65,7 @@ def _amax_tensor(x: torch.Tensor) -> torch.Tensor:
 
 def flush_fraction(x: torch.Tensor, q: torch.Tensor) -> float:
     """Share of non-zero x whose quantized value is exactly 0 (underflow)."""
-    x, q = _pair(x, q)
-    nz = x != 0
-    return _flush_fraction(q, nz, int(nz.sum()))
+    return tensor_stats(x, q)["flush_fraction"]
 
 
 def _clip_threshold(fmt) -> float:
