@@ -204,6 +204,18 @@ class LitLM(L.LightningModule):
         sums = self.trainer.strategy.reduce(self.val_sums, reduce_op="sum")
         self.log("val_loss", (sums[0] / sums[1]).float(), prog_bar=True, logger=False)
 
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        if self.fused_optimizer and gradient_clip_val:
+            # Lightning's mixed-precision plugin refuses to clip for any optimizer whose step could
+            # unscale (the fused AdamW), scaler or not; without a scaler (fused_adamw_applies) the
+            # gradients are the true ones, clipped by their global norm as Lightning's own clip does
+            if gradient_clip_algorithm not in (None, "norm"):
+                raise ValueError(f"train.grad_clip: the fused AdamW clips by norm, not {gradient_clip_algorithm!r}")
+            torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]],
+                                           gradient_clip_val)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def configure_optimizers(self):
         t = self.train_cfg
         # FSDP flattens parameters into 1-D shards before this hook runs: decide by the names of
@@ -211,11 +223,8 @@ class LitLM(L.LightningModule):
         params = [(_clean_name(n), p) for n, p in self.model.named_parameters()]
         decay = [p for n, p in params if n in self.matrix_names]
         no_decay = [p for n, p in params if n not in self.matrix_names]
-        # on the GPU the fused kernel (the benchmarks' AdamW: one launch per group instead of several
-        # per tensor list, the same arithmetic); not under FSDP, whose shards it was never run with,
-        # and not on the CPU, where the committed runs' curves come from the foreach form
-        self.fused_optimizer = (all(p.is_cuda for _, p in params)
-                                and "fsdp" not in type(self.trainer.strategy).__name__.lower())
+        self.fused_optimizer = fused_adamw_applies([p for _, p in params], self.trainer.strategy,
+                                                   self.trainer.precision)
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": t.get("weight_decay", 0.0)},
                                  {"params": no_decay, "weight_decay": 0.0}],
                                 lr=t["lr"], betas=tuple(t.get("betas", (0.9, 0.95))), eps=t.get("eps", 1e-8),
@@ -223,6 +232,16 @@ class LitLM(L.LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, lr_lambda(t.get("warmup_steps", 0), t["max_steps"], t.get("min_lr_ratio", 0.1)))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def fused_adamw_applies(params, strategy, precision: str) -> bool:
+    """Whether training steps AdamW's fused kernel: on the GPU (the benchmarks' AdamW: one launch per
+    group instead of several per tensor list, the same arithmetic), not under FSDP, whose shards it
+    was never run with, not with fp16's gradient scaler (the fused step unscales by itself, after
+    the point where the gradients are clipped), and not on the CPU, where the committed runs'
+    curves come from the foreach form."""
+    return (all(p.is_cuda for p in params) and "fsdp" not in type(strategy).__name__.lower()
+            and not str(precision).startswith("16"))
 
 
 def _clean_name(name: str) -> str:

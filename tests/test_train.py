@@ -64,6 +64,26 @@ def test_run_writes_outputs_and_loss_falls(prepared_data, tmp_path):
     assert rec["final_val_loss"] == pytest.approx(val["val_loss"].iloc[-1])
 
 
+def test_fused_adamw_clips_gradients_as_the_foreach_form(prepared_data, tmp_path, monkeypatch):
+    """GPU training steps the fused AdamW (``fused_adamw_applies``), which Lightning's mixed-precision
+    plugin refuses to clip gradients for, scaler or not: every GPU run with ``grad_clip`` stopped at
+    its first step (H100, 90d080f). The fused path, forced here on the CPU under bf16-mixed, completes,
+    says it was fused, and clips: its curve is the foreach form's, not the unclipped one's."""
+    import numpy as np
+
+    curves = {}
+    for name, fused, clip in (("foreach", False, 1.0), ("fused", True, 1.0), ("unclipped", True, None)):
+        monkeypatch.setattr(train, "fused_adamw_applies", lambda *a, fused=fused: fused)
+        cfg = smoke_run_config("baselines", "gpt2", "bf16", prepared_data, tmp_path / name, max_steps=8,
+                               log_every=1, val_every=8, lr=1e-2, precision="bf16-mixed", grad_clip=clip)
+        rec = train.run(cfg)
+        assert rec["status"] == "completed" and rec["fused_optimizer"] is fused
+        curves[name] = _losses(tmp_path / name / "runs/smoke/baselines/gpt2/bf16/s0").to_numpy()
+    assert len(curves["fused"]) == 8
+    assert np.allclose(curves["fused"], curves["foreach"], rtol=1e-4, atol=0)
+    assert np.abs(curves["unclipped"] - curves["fused"]).max() > 1e-3  # the clip acted on these steps
+
+
 def test_same_seed_same_losses(prepared_data, tmp_path):
     a = smoke_run_config("mor", "nemotron", "bf16", prepared_data, tmp_path / "a")
     b = smoke_run_config("mor", "nemotron", "bf16", prepared_data, tmp_path / "b")
