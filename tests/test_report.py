@@ -177,6 +177,8 @@ def test_size_sweep_section_shows_the_committed_table_of_the_scale(tmp_path):
     with (bench / "medium_sweep.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     rows[0].update(fallback_ratio="0.000123", a_fallback_rising="True", gpus="Card X")
+    rows[1].update(fallback_ratio="1.341432e-07")  # tiny, not zero
+    rows[2].update(fallback_ratio="0.0")
     with (bench / "medium_sweep.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -186,6 +188,7 @@ def test_size_sweep_section_shows_the_committed_table_of_the_scale(tmp_path):
     assert lines[0] == "## Size sweep (`configs/sweeps/medium.yaml`)" and "](LINK)" in text
     assert json.loads((bench / "medium_sweep.provenance.json").read_text())["answer"] in text
     assert f"| {rows[0]['point']} | {rows[0]['budget_steps']} |" in text and "| 0.00012 |" in text
+    assert "| 1.3e-07 |" in text and f"| {rows[2]['budget_steps']} | {float(rows[2]['tokens_m']):.1f} | 0 |" in text
     assert "Card X" in text and sum(line.startswith("| d") for line in lines) == len(rows)
     assert sweep_lines(tmp_path, "small") == []
 

@@ -15,9 +15,11 @@ from ..io import provenance_path
 from .markdown import fmt_cell, markdown_lines
 
 SWEEPS_DIR = lpc.CONFIG_DIR / "sweeps"
-# (column of the table, header, decimals): the measures, whether each holds, and what is missing
+# (column of the table, header, decimals or "sig"): the measures, whether each holds, and what is
+# missing; the fallback ratio in two significant figures: at the smallest point it is ~1e-7, which
+# decimals would print as a zero the rule (a) does not see
 COLUMNS = (("point", "point", None), ("budget_steps", "steps", None), ("tokens_m", "tokens (M)", 1),
-           ("fallback_ratio", "fallback ratio", 5), ("e4m3_pct", "E4M3 %", 2), ("loss_gap", "loss gap", 4),
+           ("fallback_ratio", "fallback ratio", "sig"), ("e4m3_pct", "E4M3 %", 2), ("loss_gap", "loss gap", 4),
            ("seed_sd", "seed sd", 4), ("a_fallback_rising", "(a)", None), ("b_mor_bf16", "(b)", None),
            ("c_curves_separate", "(c)", None), ("runs_missing", "runs missing", None))
 
@@ -44,6 +46,9 @@ def _cell(value: str, digits) -> str:
         return "–"
     if digits is None:
         return {"True": "yes", "False": "no"}.get(value, value.removesuffix(".0"))
+    if digits == "sig":
+        v = float(value)
+        return fmt_cell(v) if v != v else "0" if v == 0 else f"{v:.2g}"
     return fmt_cell(float(value), digits)
 
 
