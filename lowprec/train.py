@@ -45,6 +45,7 @@ import lightning as L  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 from lightning.pytorch.trainer.states import TrainerFn  # noqa: E402
 from lightning.pytorch.utilities import rank_zero_only  # noqa: E402
+from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from . import checkpoint as ckptlib  # noqa: E402
 from . import config as cfglib  # noqa: E402
@@ -253,16 +254,22 @@ class PeriodicCheckpoint(Callback):
     """Saves ``path`` every ``every`` optimizer steps. At a step that also validates, the save
     waits for the validation, so that the checkpoint holds that step's validation row: Lightning
     does not repeat, on resume, a validation that was due after a checkpoint taken at the end of
-    the training batch."""
+    the training batch. A run stopped by SIGTERM (a job's time limit) saves the step it ended:
+    Lightning ends that step, its validation included, and raises, and the next start resumes there
+    rather than at the last periodic save."""
 
     def __init__(self, path: Path, every: int, val_every: int):
         self.path, self.every, self.val_every, self.saved_step = path, every, val_every, None
 
-    def _save(self, trainer) -> None:
+    def _save(self, trainer, any_step: bool = False) -> None:
         step = trainer.global_step
-        if step > 0 and step % self.every == 0 and step != self.saved_step:
+        if step > 0 and (any_step or step % self.every == 0) and step != self.saved_step:
             trainer.save_checkpoint(str(self.path), weights_only=False)
             self.saved_step = step
+
+    def on_exception(self, trainer, pl_module, exception):
+        if isinstance(exception, SIGTERMException) and trainer.state.fn == TrainerFn.FITTING:
+            self._save(trainer, any_step=True)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step % self.val_every != 0:
@@ -599,6 +606,9 @@ def main(argv: list[str] | None = None) -> None:
     except USER_ERRORS as e:
         one_line = " ".join(line.strip() for line in str(e).splitlines() if line.strip())  # e.g. YAML's
         sys.exit(f"lowprec.train: error: {one_line}")
+    except SIGTERMException:  # a SystemExit of status 0: a stopped run must not read as finished
+        sys.exit("lowprec.train: stopped (SIGTERM) at the end of a step, which its checkpoint holds; "
+                 "the next start of this config resumes there")
     if record:
         print(f"{record['run_id']}: {record['status']} after {record['steps']} steps, "
               f"val_loss={record['final_val_loss']}, {record['wall_s']} s")

@@ -112,6 +112,55 @@ def test_resume_after_kill_matches_uninterrupted(prepared_data, tmp_path):
     assert list(lk.index) == list(range(1, 13))
 
 
+class SigtermAt(Callback):
+    """What Lightning's SIGTERM handler does when a job's time limit stops the run: it marks the
+    trainer, which ends the step it is in and raises SIGTERMException."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == self.step:
+            trainer._signal_connector.received_sigterm = True
+
+
+def test_a_run_stopped_by_sigterm_resumes_from_the_step_it_ended(prepared_data, tmp_path):
+    """A job's time limit (the packer's --resumable jobs) stops a run between periodic checkpoints:
+    the step it ended is saved, its process exits non-zero, and the next start resumes there with
+    the whole curve of an uninterrupted run."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from lowprec import checkpoint as ckptlib
+
+    kw = dict(max_steps=12, ckpt_every=4, log_every=1, val_every=6)
+    ref = smoke_run_config("int8_fallback", "llama2", "bf16", prepared_data, tmp_path / "ref", **kw)
+    train.run(ref)
+    cfg = smoke_run_config("int8_fallback", "llama2", "bf16", prepared_data, tmp_path / "k", **kw)
+    with pytest.raises(SIGTERMException):
+        train.run(cfg, callbacks=[SigtermAt(7)])  # periodic saves at 4 and 8: the stop saves 7
+    out = tmp_path / "k/runs/smoke/int8_fallback/llama2/bf16/s0"
+    assert not (out / "provenance.json").exists()
+    assert ckptlib.load(out / "checkpoints" / ckptlib.LAST)["global_step"] == 7
+    rec = train.run(cfg)
+    assert rec["resumed_from"].endswith("last.ckpt") and rec["steps"] == 12
+    lr, lk = _losses(tmp_path / "ref/runs/smoke/int8_fallback/llama2/bf16/s0"), _losses(out)
+    pd.testing.assert_series_equal(lr, lk, rtol=1e-6, atol=0)
+    assert list(lk.index) == list(range(1, 13))
+
+
+def test_a_stopped_training_process_exits_non_zero(monkeypatch, capsys):
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    def stopped(cfg):
+        raise SIGTERMException
+
+    monkeypatch.setattr(train, "run", stopped)
+    monkeypatch.setattr(train.cfglib, "load_yaml", lambda path: {})
+    with pytest.raises(SystemExit) as e:
+        train.main(["--config", "run.yaml"])
+    assert "stopped (SIGTERM)" in str(e.value.code) and "resumes" in str(e.value.code)
+
+
 def test_divergence_is_recorded_not_raised(prepared_data, tmp_path):
     cfg = smoke_run_config("gaussws", "llama2", "bf16", prepared_data, tmp_path, max_steps=12, log_every=1)
     rec = train.run(cfg, callbacks=[PoisonAt(3)])
