@@ -44,6 +44,15 @@ outside too, through SIGTERM): ``runs.tar.gz``, the complete run folders it trai
 checkpoints and logs (``runs/<scale>/<run>/``, as under the results root), ``logs.tar.gz`` and
 ``packer_summary.json``. ``unpack`` places the run folders under the results root, refusing a
 member outside ``runs/`` or a run folder that is already complete there.
+
+``--resumable``: runs longer than one job (a 10-minute GPU call) train over several jobs on the same
+machine, while it is held between them. A run longer than the time left starts anyway (with at least
+``RESUMABLE_MIN_S`` left); ``RESUMABLE_STOP_S`` before the budget's end the running processes get
+SIGTERM, end the step they are in and save it (``lowprec.train``), and their folders, checkpoints
+included, move to ``<results>/logs/packer/kept/`` (ignored by git, so a fresh copy of the checkout on
+that machine keeps them). The next job moves each back when it starts and trains it on from its last
+step, with its whole curve; its estimate counts the steps left. A kept folder is progress, never a
+result: it is in no archive until its run completes, and on another machine the run starts over.
 """
 
 from __future__ import annotations
@@ -76,6 +85,11 @@ SWEEP = sweeps.SWEEP_RUN  # a size sweep's run: trained and archived alike, no e
 RUN_ROOTS = {"runs": 6, "sweeps": 7}
 
 GRACE_S = 5.0                             # between SIGTERM and SIGKILL
+# --resumable (module doc): SIGTERM this long before the budget's end, and SIGKILL as long after it: a
+# medium run ends its step (a telemetry step takes ~3 s), its validation and a checkpoint of ~1.6 GB
+RESUMABLE_STOP_S = 60.0
+RESUMABLE_MIN_S = 180.0                   # the least time left in which a run longer than it starts
+KEPT = ("logs", "packer", "kept")         # under the results root: folders of runs a job stopped
 # what a run's log ends with when the GPU had no memory left for it (torch's exception and message)
 OUT_OF_MEMORY = ("torch.OutOfMemoryError", "CUDA out of memory")
 # MX formats of the GaussWS export evaluation (pipelines/gaussws.smk: GW_EXPORTS)
@@ -273,6 +287,7 @@ class Budget:
     seconds: float
     reserve: float = 15.0      # for stopping, cleaning up and the summary
     eval_s: float = 30.0       # each evaluation of a run's final checkpoint
+    resumable: bool = False    # --resumable (module doc)
 
     def own(self, task: Task) -> float:
         """The seconds a run's slot needs: training and its evaluations."""
@@ -298,6 +313,12 @@ def pick(pending: list[Task], done: set[str], remaining: float, budget: Budget, 
     for t in pending:
         if t.source is None and need(t, pending, budget) <= remaining:
             return t
+    if budget.resumable and remaining >= RESUMABLE_MIN_S:
+        # longer than the time left, continued by the next job; not one a fine-tuning run waits for,
+        # which starts from its final checkpoint in the same job
+        for t in pending:
+            if t.source is None and not any(p.source == t.name for p in pending):
+                return t
     return None
 
 
@@ -364,12 +385,14 @@ class Slot:
             pass
 
 
-def stop(slots: list[Slot], why: str) -> None:
-    """Stop every slot's process at once: SIGTERM, and after GRACE_S SIGKILL to what is left of
-    each process group (Lightning answers SIGTERM without exiting); then remove its run folder."""
+def stop(slots: list[Slot], why: str, results: str = "results", keep: bool = False) -> None:
+    """Stop every slot's process at once: SIGTERM, and after GRACE_S (``keep``: RESUMABLE_STOP_S)
+    SIGKILL to what is left of each process group (Lightning ends the step it is in, then exits);
+    then remove its run folder, or with ``keep`` move it, checkpoints and all, to the kept folders
+    (``kept_path``) for the next job to resume."""
     for slot in slots:
         slot.signal(signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_S
+    deadline = time.monotonic() + (RESUMABLE_STOP_S if keep else GRACE_S)
     for slot in slots:
         try:
             slot.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -380,7 +403,16 @@ def stop(slots: list[Slot], why: str) -> None:
         reached = progress(slot.log)
         slot.task.status, slot.task.note = "stopped", why.format(log=slot.log, at=f" at {reached}" if reached else "")
         slot.task.wall = round(time.monotonic() - slot.started, 1)
-        _remove(slot.task)
+        if keep and (slot.task.out / "checkpoints").is_dir():
+            kept = kept_path(slot.task, results)
+            shutil.rmtree(kept, ignore_errors=True)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(slot.task.out), kept)
+            slot.task.note += f"; kept for the next job on this machine ({kept})"
+        else:
+            if keep:
+                slot.task.note += "; no checkpoint yet: folder removed"
+            _remove(slot.task)
 
 
 def log_tail(log: Path, size: int = 16384) -> str:
@@ -490,6 +522,40 @@ def _remove(task: Task) -> None:
     shutil.rmtree(task.out, ignore_errors=True)
 
 
+def kept_path(task: Task, results: str) -> Path:
+    """Where a --resumable job keeps the folder of a run it stopped (module doc)."""
+    return Path(results).joinpath(*KEPT, task.archived_as(results))
+
+
+def steps_done(task: Task, results: str) -> int:
+    """The steps the unfinished folder of a run (in place, or kept by an earlier job) holds a
+    checkpoint of, as its metrics.csv last logged them (an estimate's measure: a step killed after
+    its row has no checkpoint); 0 without a checkpoint."""
+    import csv
+
+    for folder in (task.out, kept_path(task, results)):
+        if (folder / "checkpoints" / "last.ckpt").is_file():
+            try:
+                with (folder / "metrics.csv").open(newline="") as f:
+                    return max((int(float(r["step"])) for r in csv.DictReader(f) if r.get("step")), default=0)
+            except (OSError, ValueError, KeyError):
+                return 0
+    return 0
+
+
+def restore_kept(tasks: list[Task], results: str) -> list[str]:
+    """Move the kept folders of these runs back in place, where no folder of theirs is: the
+    training resumes from their checkpoints. The runs restored."""
+    restored = []
+    for t in tasks:
+        kept = kept_path(t, results)
+        if kept.is_dir() and not t.out.exists():
+            t.out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(kept), t.out)
+            restored.append(t.name)
+    return restored
+
+
 def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "results",
             out: Path | None = None, poll_s: float = 0.5, info: dict | None = None) -> list[Task]:
     """Train ``tasks`` (in order, estimates set) within the budget (module doc); each task's status
@@ -497,7 +563,9 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
     (``info`` added) goes to packer_summary.json in the log folder and, with the archives, ``out``."""
     t0 = time.monotonic()
     limit = t0 + budget.seconds - budget.reserve
+    stop_at = limit - (RESUMABLE_STOP_S if budget.resumable else 0.0)  # where stopping begins
     log_dir = Path(results) / "logs" / "packer" / scale
+    restore_kept(tasks, results)
     prepare_data(tasks, log_dir)
     # the CPU cores shared among the processes (a run's torch threads), unless the caller says
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")
@@ -534,7 +602,7 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                 task.note = (f"see {slot.log}" + (f" (no {', '.join(missing)})" if missing else "")
                              + (f", attempt {task.attempts}" if task.attempts > 1 else ""))
             now = time.monotonic()
-            while task := pick(pending, done, limit - now, share, len(slots)):
+            while task := pick(pending, done, stop_at - now, share, len(slots)):
                 pending.remove(task)
                 path = task.config_path(results)
                 write_yaml(path, task.cfg, if_changed=True)
@@ -542,13 +610,15 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                 slots.append(Slot(task, phase_commands(task, path), log_dir / f"{task.name}.log", env))
             if not slots:
                 break
-            if now >= limit:
-                stop(slots, "at the budget{at}; folder removed ({log})")
+            if now >= stop_at:
+                stop(slots, "at the budget{at}" + ("" if budget.resumable else "; folder removed ({log})"),
+                     results, keep=budget.resumable)
                 slots = []
                 break
             time.sleep(poll_s)
     finally:  # also when stopped from outside: no process and no partial folder left, the summary written
-        stop(slots, "the job was interrupted{at}; folder removed")
+        stop(slots, "the job was interrupted{at}" + ("" if budget.resumable else "; folder removed"),
+             results, keep=budget.resumable)
         left = limit - time.monotonic()
         for t in pending:
             t.status = "not started"
@@ -647,7 +717,12 @@ def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
                     sweep_runs=sweeps.load_sweep(args.sweep)["runs"] if args.sweep else None)
     for t in tasks:
         t.estimate, t.estimated_from = est(t, args.jobs)
-    budget = Budget(args.jobs, args.budget, args.reserve, args.eval_s)
+        done = steps_done(t, args.results)
+        if done and t.estimate is not None:  # an unfinished run resumes: the steps left, and a start-up
+            left = max(0.0, 1.0 - done / t.cfg["train"]["max_steps"])
+            t.estimate = args.startup + max(0.0, t.estimate - args.startup) * left
+            t.estimated_from += f"; resumes at step {done}"
+    budget = Budget(args.jobs, args.budget, args.reserve, args.eval_s, args.resumable)
     return (tasks if args.sweep else order(tasks, args.scale, args.results)), budget, est, stale, blocked
 
 
@@ -670,6 +745,9 @@ def main(argv=None) -> None:
     ap.add_argument("--only", nargs="*", help="only runs whose names match these patterns (fnmatch)")
     ap.add_argument("--estimate", nargs="*", help="PATTERN=SECONDS: a run's estimate, instead of the committed runs'")
     ap.add_argument("--out", help="run: where runs.tar.gz, logs.tar.gz and packer_summary.json go")
+    ap.add_argument("--resumable", action="store_true",
+                    help="runs longer than the job start anyway; at the budget they save their step and are "
+                         "kept for the next job on this machine to resume (module doc)")
     args = ap.parse_args(argv)
     # a job stopped from outside (a timeout's SIGTERM) unwinds through run_job's cleanup
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("lowprec.packer: stopped (SIGTERM)"))

@@ -171,7 +171,8 @@ if mode == "deaf":  # as Lightning, which answers SIGTERM without exiting (its c
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # as compile workers are
 with log.open("a") as f:
     f.write(json.dumps({"run": cfg["run_id"], "start": time.time(), "pid": os.getpid(), "child": child.pid}) + "\n")
-(out / "metrics.csv").write_text("step,val_loss\n")
+if not (out / "checkpoints" / "last.ckpt").is_file():  # a kept folder put back: training resumes
+    (out / "metrics.csv").write_text("step,val_loss\n1,9.0\n")
 (out / "checkpoints").mkdir(exist_ok=True)
 (out / "checkpoints" / "last.ckpt").write_text("weights")
 print("step 1/10 (10%) | train_loss 9.0", flush=True)
@@ -294,6 +295,84 @@ def test_a_run_at_the_budget_is_stopped_and_removed_and_a_failed_one_too(tmp_pat
     for e in lines():
         if "pid" in e:   # the process and its child are gone (the whole process group)
             assert not _alive(e["pid"]) and not _alive(e["child"]), e
+
+
+def test_a_resumable_job_keeps_a_run_longer_than_it_and_the_next_job_resumes_it(tmp_path, fake_runs, monkeypatch):
+    """--resumable: a run longer than the job starts anyway, is stopped before the budget's end and
+    kept, checkpoints and curve, outside the run folders (where a fresh copy of the checkout keeps
+    it); it is in no archive; the next job puts it back before it trains, and it completes there."""
+    tasks, behaviour, lines = fake_runs
+    long_, short = tasks[:2]
+    long_.estimate = 100.0                      # longer than the job: without --resumable, not started
+    behaviour[long_.name] = ("ok", 60.0)
+    monkeypatch.setattr(pk, "RESUMABLE_STOP_S", 1.0)
+    monkeypatch.setattr(pk, "RESUMABLE_MIN_S", 2.0)
+    results, out = tmp_path / "results", tmp_path / "out"
+    budget = pk.Budget(jobs=2, seconds=5.0, reserve=0.5, eval_s=0.0, resumable=True)
+    t0 = time.monotonic()
+    pk.run_job([long_, short], budget, "tiny", str(results), out=out, poll_s=0.05)
+    assert time.monotonic() - t0 < 5.0
+    assert (long_.status, short.status) == ("stopped", "done")
+    kept = pk.kept_path(long_, str(results))
+    assert long_.note.startswith("at the budget at step 1/10; kept for the next job") and str(kept) in long_.note
+    assert not long_.out.exists() and (kept / "checkpoints" / "last.ckpt").is_file()
+    assert kept.relative_to(results).parts[:3] == ("logs", "packer", "kept")   # ignored by git
+    assert pk.steps_done(long_, str(results)) == 1                              # its metrics' last step
+    assert _members(out / "runs.tar.gz") == sorted(f"runs/tiny/{short.name}/{f}"
+                                                   for f in ("config.yaml", "metrics.csv", "provenance.json"))
+    (kept / "progress.txt").write_text("trained before")
+    behaviour[long_.name] = ("ok", 0.2)
+    long_.status, long_.estimate = "pending", 1.0
+    pk.run_job([long_], budget, "tiny", str(results), out=out, poll_s=0.05)
+    assert long_.status == "done" and not kept.exists()
+    assert (long_.out / "progress.txt").read_text() == "trained before"        # resumed, not started over
+    assert (long_.out / "metrics.csv").read_text() == "step,val_loss\n1,9.0\n"
+    assert _members(out / "runs.tar.gz")[0].startswith(f"runs/tiny/{long_.name}/")
+
+
+def test_a_resumable_job_starts_no_long_run_without_time_for_it_and_removes_one_without_checkpoint(
+        tmp_path, fake_runs, monkeypatch):
+    tasks, behaviour, lines = fake_runs
+    long_, slow_start = tasks[:2]
+    long_.estimate = slow_start.estimate = 100.0
+    behaviour[slow_start.name] = ("deaf", 60.0)
+    monkeypatch.setattr(pk, "RESUMABLE_STOP_S", 1.0)
+    monkeypatch.setattr(pk, "RESUMABLE_MIN_S", 60.0)   # more than the job has: neither starts
+    results = tmp_path / "results"
+    budget = pk.Budget(jobs=2, seconds=4.0, reserve=0.5, eval_s=0.0, resumable=True)
+    pk.run_job([long_, slow_start], budget, "tiny", str(results), poll_s=0.05)
+    assert (long_.status, slow_start.status) == ("not started", "not started")
+    monkeypatch.setattr(pk, "RESUMABLE_MIN_S", 1.0)
+    shutil.rmtree(results, ignore_errors=True)
+    long_.status = slow_start.status = "pending"
+    monkeypatch.setattr(pk, "phase_commands", lambda task, config_path: [
+        [sys.executable, "-c", "import time; time.sleep(60)"]])   # stopped before it saves anything
+    pk.run_job([slow_start], budget, "tiny", str(results), poll_s=0.05)
+    assert slow_start.status == "stopped" and slow_start.note.endswith("no checkpoint yet: folder removed")
+    assert not slow_start.out.exists() and not pk.kept_path(slow_start, str(results)).exists()
+
+
+def test_plan_estimates_a_kept_run_by_the_steps_it_has_left(tmp_path):
+    from lowprec.sweep import load_sweep, sweep_runs
+
+    results = tmp_path / "results"
+    path = _sweep_file(tmp_path, results)
+    runs = sweep_runs(load_sweep(path), str(results))
+    tasks, _ = pk.sweep_tasks(str(path), str(results))
+    kept = pk.kept_path(tasks[0], str(results))
+    (kept / "checkpoints").mkdir(parents=True)
+    (kept / "checkpoints" / "last.ckpt").write_text("weights")
+    max_steps = runs[tasks[0].name]["train"]["max_steps"]
+    (kept / "metrics.csv").write_text("step,train_loss,val_loss\n" + "".join(
+        f"{s},5.0,\n" for s in range(1, max_steps // 2 + 1)))
+    proc = subprocess.run([sys.executable, "-m", "lowprec.packer", "plan", "--sweep", str(path), "--results",
+                           str(results), "--jobs", "1", "--estimate", "*=110", "--startup", "10"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(lpc.REPO_ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if tasks[0].name in line)
+    assert " 60 " in row and f"resumes at step {max_steps // 2}" in row      # 10 + (110 - 10) / 2
+    other = next(line for line in proc.stdout.splitlines() if tasks[1].name in line)
+    assert " 110 " in other and "resumes" not in other
 
 
 def test_a_run_out_of_gpu_memory_beside_others_is_retried_with_fewer(tmp_path, fake_runs):
