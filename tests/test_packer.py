@@ -166,7 +166,7 @@ cfg = yaml.safe_load(open(sys.argv[1]))
 out = pathlib.Path(cfg["output_dir"]); out.mkdir(parents=True, exist_ok=True)
 log = pathlib.Path(sys.argv[2])
 mode, seconds = sys.argv[3], float(sys.argv[4])
-if mode == "deaf":  # as Lightning, which answers SIGTERM without exiting (its children inherit this)
+if mode == "deaf":  # a process that does not end at SIGTERM (its children inherit this)
     import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # as compile workers are
 with log.open("a") as f:
