@@ -103,6 +103,60 @@ def test_tensor_stats():
     assert tensor_stats(x, q, scale=1e6, fmt="e4m3")["saturation_fraction"] > 0.0
 
 
+def test_one_pass_sums_equal_the_eager_ones(monkeypatch):
+    """The compiled one-pass sums (CUDA's by default; forced here on the CPU) give the eager form's
+    numbers: counts and amax exactly, the float64 sums to their summation order, NaN pairs left
+    out and infinities kept, with a tensor scale, a per-row scale broadcast to x, or none."""
+    import lowprec.numerics.metrics as M
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(256, 96, generator=g) * torch.exp2(torch.randint(-10, 10, (256, 1), generator=g).float())
+    x[3, 5], x[4, 0] = math.nan, 0.0
+    q = fake_quantize(x.nan_to_num(0.0), QuantSpec(scaling="tensor"))
+    q[9, 9] = math.nan
+    inf = x.clone()
+    inf[6, 1] = -math.inf     # kept: its noise is infinite, its relative error NaN, amax inf
+    row_scale = (448.0 / x.nan_to_num(0.0).abs().amax(1, keepdim=True).clamp_min(1e-30)).expand_as(x)
+    cases = [(x, q, None, None), (inf, q, None, None), (x.bfloat16(), q, torch.tensor(3.0), "e5m2"),
+             (x, q, row_scale * 4, "e4m3")]
+    assert M._sums_expression(x, q, None, None)["flushed"] > 0   # really quantized: some values flushed
+    for xi, qi, scale, fmt in cases:
+        monkeypatch.setattr(M, "FUSED_METRICS", "never")
+        want = M.tensor_sums(xi, qi, scale, fmt)
+        monkeypatch.setattr(M, "FUSED_METRICS", "always")
+        got = M.tensor_sums(xi, qi, scale, fmt)
+        assert set(got) == set(want), fmt
+        for k in want:
+            assert got[k].dtype == want[k].dtype, k
+            w, v = want[k].item(), got[k].item()
+            if k in ("signal", "noise", "relative_error_sum") and not math.isnan(w):
+                assert v == pytest.approx(w, rel=1e-12), (fmt, k)
+            else:
+                assert v == w or (math.isnan(v) and math.isnan(w)), (fmt, k)
+    assert want["clipped"] > 0   # the last case's scale saturates some values
+    assert M.FUSED_METRICS == "always"   # compiled, never fallen back to the eager form
+    assert math.isinf(M.tensor_sums(inf, q)["amax"].item()) and math.isinf(M.tensor_sums(inf, q)["noise"].item())
+
+
+def test_one_pass_sums_that_fail_to_compile_fall_back_to_eager(monkeypatch):
+    import lowprec.numerics.metrics as M
+
+    def broken():
+        def fn(*a):
+            raise torch._dynamo.exc.TorchDynamoException("no compiler")
+        return fn
+
+    x, q = sample(4, 512)
+    monkeypatch.setattr(M, "FUSED_METRICS", "never")
+    want = M.tensor_sums(x, q)
+    monkeypatch.setattr(M, "FUSED_METRICS", "always")
+    monkeypatch.setattr(M, "_one_pass_sums", broken)
+    with pytest.warns(UserWarning, match="compiled one-pass sums failed .*no compiler.*eager from now on"):
+        got = M.tensor_sums(x, q)
+    assert {k: v.item() for k, v in got.items()} == {k: v.item() for k, v in want.items()}
+    assert M.FUSED_METRICS == "never"
+
+
 def test_telemetry_rows_hold_device_values_until_the_frame_reads_them_at_once(monkeypatch):
     """Telemetry.record keeps the metrics' sums and tensor values unread; frame() reads them in one
     conversion per dtype (not one per number, each a wait for a GPU) and gives what the immediate

@@ -8,7 +8,10 @@ Infinities are kept and follow IEEE arithmetic (an overflow to Inf gives sqnr -i
 
 from __future__ import annotations
 
+import functools
 import math
+import os
+import warnings
 from typing import Union
 
 import torch
@@ -101,13 +104,65 @@ SUMS = ("signal", "noise", "relative_error_sum", "nonzero", "flushed", "amax", "
 STATS = ("sqnr_db", "relative_error", "amax", "flush_fraction", "saturation_fraction")
 
 
+# Where tensor_sums reads its operands once (``_one_pass_sums``, compiled): "cuda" (CUDA tensors;
+# the default), "always" (the CPU too), "never". Eager, the float64 sums take some twenty passes
+# over each operand and its float64 copies: a medium telemetry step (every operand of every GEMM,
+# ~11 G elements at 12 x 768) moves terabytes that way. The CPU keeps the eager form by default,
+# whose sums the committed runs' telemetry was written with.
+FUSED_METRICS = os.environ.get("LOWPREC_FUSED_METRICS", "cuda")
+
+
+def _sums_expression(x: torch.Tensor, q: torch.Tensor, s, clip):
+    """``tensor_sums``' arithmetic as one expression of x and q (NaN pairs masked to zero), every
+    reduction over the same n elements, so that Inductor reads each operand once; ``s``/``clip``
+    (the scale broadcast to x, the format's clip threshold) or None."""
+    xf = x.flatten()
+    xd, qd = xf.to(torch.float64), q.flatten().to(torch.float64)
+    keep = ~(torch.isnan(xd) | torch.isnan(qd))
+    xp, qp = torch.where(keep, xd, 0.0), torch.where(keep, qd, 0.0)
+    nz = xp != 0
+    d = qp - xp
+    ax = xf.abs()
+    out = {"signal": (xp * xp).sum(), "noise": (d * d).sum(),
+           "relative_error_sum": torch.where(nz, d.abs() / torch.where(nz, xp.abs(), 1.0), 0.0).sum(),
+           "nonzero": nz.sum(), "flushed": (nz & (qp == 0)).sum(),
+           "amax": torch.where(torch.isnan(ax), torch.zeros_like(ax), ax).max()}
+    if clip is not None:
+        y = (x.to(torch.float32) * s.to(torch.float32)).flatten()
+        out["clipped"], out["finite"] = (y.abs() > clip).sum(), (~torch.isnan(y)).sum()
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _one_pass_sums():
+    return torch.compile(_sums_expression, dynamic=True, fullgraph=True)
+
+
+def _fused(x: torch.Tensor) -> bool:
+    return x.numel() > 0 and (FUSED_METRICS == "always" or (FUSED_METRICS == "cuda" and x.is_cuda))
+
+
 def tensor_sums(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict:
     """``tensor_stats``' sums and counts (``SUMS``) as 0-d tensors on x's device, computed without
     waiting for it, for ``stats_from_sums`` to finish once they are read: a telemetry step reads the
     sums of every operand of every GEMM in one conversion (``lowprec.telemetry``). Float64 as the
-    single metrics, in fewer passes over the operands. A NaN pair adds 0 to every sum and is no
-    non-zero element; on CUDA it is masked rather than removed, so the float64 sums of a tensor with
-    one are summed in another order than on the CPU."""
+    single metrics; on CUDA in one compiled pass over the operands (``FUSED_METRICS``). A NaN pair
+    adds 0 to every sum and is no non-zero element; on CUDA it is masked rather than removed, so the
+    float64 sums of a tensor with one are summed in another order than on the CPU."""
+    global FUSED_METRICS
+    if _fused(x):
+        x, q = x.detach(), q.detach()
+        if x.numel() != q.numel():
+            raise ValueError(f"x and q differ in size: {x.numel()} vs {q.numel()}")
+        with_scale = scale is not None and fmt is not None
+        s = (scale if isinstance(scale, torch.Tensor) else torch.tensor(float(scale))).to(x.device) if with_scale else None
+        try:
+            return _one_pass_sums()(x, q, s, _clip_threshold(fmt) if with_scale else None)
+        except (torch._dynamo.exc.TorchDynamoException, getattr(torch._inductor.exc, "InductorError", ())) as e:
+            # a slower path, the same numbers: the run goes on, and says why
+            warnings.warn(f"tensor_sums: the compiled one-pass sums failed ({type(e).__name__}: {e}); "
+                          "eager from now on")
+            FUSED_METRICS = "never"
     xp, qp = _pair(x, q)
     nz = xp != 0
     d = qp - xp
