@@ -53,13 +53,13 @@ def test_sigterm_saves_the_step_the_process_ended_and_the_next_start_resumes_the
     """As a job's time limit stops it (the packer's --resumable): ``python -m lowprec.train`` ends
     the step it is in, saves it although no periodic checkpoint is due, exits non-zero with a
     message, and the same command resumes at that step."""
-    kw = dict(max_steps=60, ckpt_every=50, val_every=50, log_every=1, threads=1)
+    kw = dict(max_steps=24, ckpt_every=20, val_every=20, log_every=1, threads=1)
     cfg = smoke_run_config("baselines", "gpt2", "bf16", prepared_data, tmp_path / "t", **kw)
     write_yaml(tmp_path / "t.yaml", cfg)
     out = tmp_path / "t" / RUN
     proc = _cli(tmp_path / "t.yaml", tmp_path / "first")
     deadline = time.time() + 240
-    while max(_train_rows(out / "metrics.csv"), default=0) < 13:
+    while max(_train_rows(out / "metrics.csv"), default=0) < 5:
         assert proc.poll() is None, "the run ended before it could be stopped:\n" + _read(tmp_path / "first")[1][-3000:]
         assert time.time() < deadline, "no training rows within the time limit"
         time.sleep(0.01)
@@ -69,13 +69,13 @@ def test_sigterm_saves_the_step_the_process_ended_and_the_next_start_resumes_the
     assert proc.returncode == 1 and "lowprec.train: stopped (SIGTERM)" in stderr, stderr[-3000:]
     assert not (out / "provenance.json").exists()
     ckpt_step = torch.load(out / "checkpoints/last.ckpt", weights_only=True)["global_step"]
-    assert 13 <= ckpt_step < 50 and ckpt_step == max(_train_rows(out / "metrics.csv"))
+    assert 5 <= ckpt_step < 20 and ckpt_step == max(_train_rows(out / "metrics.csv"))
     proc = _cli(tmp_path / "t.yaml", tmp_path / "second")
     proc.wait(timeout=300)
     stdout, stderr = _read(tmp_path / "second")
     assert proc.returncode == 0, stderr[-3000:]
     assert f"resuming from {out / 'checkpoints/last.ckpt'} at step {ckpt_step}" in stdout
-    assert _train_rows(out / "metrics.csv") == list(range(1, 61))
+    assert _train_rows(out / "metrics.csv") == list(range(1, 25))
 
 
 def test_kill_9_after_first_checkpoint_resumes_to_the_uninterrupted_curve(prepared_data, tmp_path):
