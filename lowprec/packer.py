@@ -288,6 +288,12 @@ class Budget:
     reserve: float = 15.0      # for stopping, cleaning up and the summary
     eval_s: float = 30.0       # each evaluation of a run's final checkpoint
     resumable: bool = False    # --resumable (module doc)
+    startup: float = 0.0       # a process's start-up, which a resumed run pays again (plans only)
+
+    @property
+    def stop_at(self) -> float:
+        """Seconds into the job at which running processes are stopped."""
+        return self.seconds - self.reserve - (RESUMABLE_STOP_S if self.resumable else 0.0)
 
     def own(self, task: Task) -> float:
         """The seconds a run's slot needs: training and its evaluations."""
@@ -323,14 +329,15 @@ def pick(pending: list[Task], done: set[str], remaining: float, budget: Budget, 
 
 
 def simulate(tasks: list[Task], budget: Budget) -> list[tuple[Task, float, float]]:
-    """The runs one job starts, by the estimates: (task, start, end) in start order."""
+    """The runs one job starts, by the estimates: (task, start, end) in start order; with
+    ``--resumable`` a run longer than the time left ends at the stop (``continues``)."""
     pending, done, started = list(tasks), set(), []
     running: list[tuple[float, int, Task]] = []
-    now, limit = 0.0, budget.seconds - budget.reserve
+    now, limit = 0.0, budget.stop_at
     while True:
         while t := pick(pending, done, limit - now, budget, len(running)):
             pending.remove(t)
-            end = now + budget.own(t)
+            end = min(now + budget.own(t), limit) if budget.resumable else now + budget.own(t)
             started.append((t, now, end))
             heapq.heappush(running, (end, len(started), t))
         if not running:
@@ -562,8 +569,7 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
     ends as done, failed, stopped (at the budget), or not started (with why, ``note``). The summary
     (``info`` added) goes to packer_summary.json in the log folder and, with the archives, ``out``."""
     t0 = time.monotonic()
-    limit = t0 + budget.seconds - budget.reserve
-    stop_at = limit - (RESUMABLE_STOP_S if budget.resumable else 0.0)  # where stopping begins
+    limit, stop_at = t0 + budget.seconds - budget.reserve, t0 + budget.stop_at
     log_dir = Path(results) / "logs" / "packer" / scale
     restore_kept(tasks, results)
     prepare_data(tasks, log_dir)
@@ -645,12 +651,20 @@ def jobs_needed(tasks: list[Task], budget: Budget) -> tuple[int, list[Task]]:
     """How many jobs of this budget the tasks take by the estimates, and those no job can hold."""
     left, n = [t for t in tasks if t.estimate is not None], 0
     while left:
-        started = {t.name for t, _, _ in simulate(left, budget)}
-        if not started:
+        job = simulate(left, budget)
+        if not job:
             break
         n += 1
-        left = [t for t in left if t.name not in started]
+        started = {t.name for t, _, _ in job}
+        # a run stopped at the end of the job goes on in the next, with its start-up again
+        rest = [replace(t, estimate=budget.startup + t.estimate - (e - s)) for t, s, e in job if continues(t, s, e, budget)]
+        left = [t for t in left if t.name not in started] + rest
     return n, left
+
+
+def continues(task: Task, start: float, end: float, budget: Budget) -> bool:
+    """Whether a run that a job starts at ``start`` and stops at ``end`` goes on in a later job."""
+    return budget.resumable and start + budget.own(task) > end
 
 
 def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked) -> list[str]:
@@ -659,16 +673,18 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
     job = simulate(tasks, budget)
     first = {t.name: (s, e) for t, s, e in job}
     rows = [[i + 1, t.name, f"{t.estimate:.0f}" if t.estimate is not None else "–", len(t.claims),
-             f"{first[t.name][0]:.0f}-{first[t.name][1]:.0f}" if t.name in first else "–", t.estimated_from]
+             f"{first[t.name][0]:.0f}-{first[t.name][1]:.0f}"
+             + (" (goes on)" if continues(t, *first[t.name], budget) else "") if t.name in first else "–",
+             t.estimated_from]
             for i, t in enumerate(tasks)]
     n, never = jobs_needed(tasks, budget)
     lines = [f"{len(tasks)} run(s) to train; estimates with {budget.jobs} sharing the GPU (time ~ k^"
              f"{est.exponent:.2f}, fitted on the committed runs)", *format_table(
                  ["#", "run", "est s", "claims", "job 1 (s)", "estimated from"], rows), "",
              f"one job of {budget.seconds:.0f} s ({budget.jobs} processes) starts {len(first)} of them "
-             f"({sum(budget.own(t) for t, _, _ in job):.0f} run-seconds); the others take {max(0, n - 1)} more"
+             f"({sum(e - s for _, s, e in job):.0f} run-seconds); the others take {max(0, n - 1)} more"
              + (f", besides {len(never)} that no such job holds" if never else "")]
-    limit = budget.seconds - budget.reserve
+    limit = budget.stop_at
     for t in never:  # fewer processes at once: each runs faster (k^a)
         jobs = next((j for j in range(budget.jobs - 1, 0, -1)
                      if (est(t, j)[0] or math.inf) + budget.own(t) - (t.estimate or 0.0) <= limit), None)
@@ -722,7 +738,7 @@ def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
             left = max(0.0, 1.0 - done / t.cfg["train"]["max_steps"])
             t.estimate = args.startup + max(0.0, t.estimate - args.startup) * left
             t.estimated_from += f"; resumes at step {done}"
-    budget = Budget(args.jobs, args.budget, args.reserve, args.eval_s, args.resumable)
+    budget = Budget(args.jobs, args.budget, args.reserve, args.eval_s, args.resumable, args.startup)
     return (tasks if args.sweep else order(tasks, args.scale, args.results)), budget, est, stale, blocked
 
 

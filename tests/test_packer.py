@@ -352,6 +352,21 @@ def test_a_resumable_job_starts_no_long_run_without_time_for_it_and_removes_one_
     assert not slow_start.out.exists() and not pk.kept_path(slow_start, str(results)).exists()
 
 
+def test_a_resumable_plan_counts_the_jobs_a_long_run_goes_on_in(fake_runs, monkeypatch):
+    tasks, _, _ = fake_runs
+    long_ = tasks[0]
+    long_.estimate = 100.0
+    monkeypatch.setattr(pk, "RESUMABLE_STOP_S", 5.0)
+    monkeypatch.setattr(pk, "RESUMABLE_MIN_S", 20.0)
+    plain = pk.Budget(jobs=1, seconds=60.0, reserve=5.0, eval_s=0.0)
+    assert pk.simulate([long_], plain) == [] and pk.jobs_needed([long_], plain) == (0, [long_])
+    budget = pk.Budget(jobs=1, seconds=60.0, reserve=5.0, eval_s=0.0, resumable=True, startup=10.0)
+    [(t, start, end)] = pk.simulate([long_], budget)
+    assert (t, start, end) == (long_, 0.0, 50.0) and pk.continues(t, start, end, budget)
+    # 100 s: 50 in the first job; 10 + 50 left, 50 in the second; 10 + 10 in the third
+    assert pk.jobs_needed([long_], budget) == (3, [])
+
+
 def test_plan_estimates_a_kept_run_by_the_steps_it_has_left(tmp_path):
     from lowprec.sweep import load_sweep, sweep_runs
 
