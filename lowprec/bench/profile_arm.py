@@ -2,7 +2,8 @@
 
     python -m lowprec.bench.profile_arm --arm gaussws --steps 3
     python -m lowprec.bench.profile_arm --scale small --model nemotron --method mor_block [--compile]
-    python -m lowprec.bench.profile_arm --scale medium --model nemotron --method mor_tensor --telemetry
+    python -m lowprec.bench.profile_arm --scale medium --model nemotron --method mor_tensor --telemetry \
+        --warmup 2 --steps 1    # a medium telemetry step takes ~3 s on an H100
 
 ``--arm`` takes an arm of the GaussWS overhead benchmark on its ~100M model; ``--method`` takes a
 method of any experiment (``configs/experiments``) on a model at a scale, built and batched the way
@@ -101,7 +102,9 @@ def main(argv=None) -> None:
     ap.add_argument("--method", help="a method of configs/experiments (instead of --arm)")
     ap.add_argument("--model", default="llama2")
     ap.add_argument("--scale", default="small")
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3, help="steps timed, and profiled")
+    ap.add_argument("--warmup", type=int, default=4,
+                    help="steps before timing (compilation, tuning); a medium telemetry step takes ~3 s")
     ap.add_argument("--rows", type=int, default=25)
     ap.add_argument("--compile", action="store_true", help="--method: compile the blocks (train.compile)")
     ap.add_argument("--telemetry", action="store_true",
@@ -113,7 +116,7 @@ def main(argv=None) -> None:
     import torch
 
     model, opt, batches = _method_model(args) if args.method else _gaussws_model(args)
-    for _ in range(4):
+    for _ in range(args.warmup):
         step(model, opt, batches)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
