@@ -323,7 +323,7 @@ def pick(pending: list[Task], done: set[str], remaining: float, budget: Budget, 
         # longer than the time left, continued by the next job; not one a fine-tuning run waits for,
         # which starts from its final checkpoint in the same job
         for t in pending:
-            if t.source is None and not any(p.source == t.name for p in pending):
+            if t.source is None and t.estimate is not None and not any(p.source == t.name for p in pending):
                 return t
     return None
 
