@@ -157,6 +157,34 @@ def _fallback(loaded, budget: int) -> dict:
     return {"fallback_ratio": ratio(tel), "fallback_early": ratio(early), "fallback_late": ratio(late)}
 
 
+def _hot_blocks(loaded, budget: int) -> dict:
+    """How hot the GLU down-projection's input blocks get, the precursor of (a): per telemetry step
+    the largest block amax over the median non-zero one (under the absmax rule: tau x amax /
+    threshold) of its hottest layer, averaged over the steps of each half of the budget; the rule
+    sends a block to 16 bits above tau (8 by default)."""
+    import pandas as pd
+
+    from .methods.int8_fallback_rules import DEFAULTS
+    from .telemetry import read_telemetry
+
+    frames = []
+    for r in loaded:
+        tel = read_telemetry(r.dir)
+        if tel is None or not {"amax", "fallback_threshold", "rule"} <= set(tel):
+            continue
+        tel = tel[(tel["gemm"] == "fprop") & (tel["operand"] == "x") & (tel["rule"] == "absmax")
+                  & tel["layer"].astype(str).str.endswith("down_proj") & (tel["fallback_threshold"] > 0)
+                  & (tel["step"] <= budget)]
+        tau = float(r.config["method"].get("tau", DEFAULTS["tau"]))
+        frames.append(tel.assign(seed=r.seed, ratio=tau * tel["amax"] / tel["fallback_threshold"]))
+    if not frames:
+        return {}
+    per_step = pd.concat(frames).groupby(["seed", "step"])["ratio"].max().reset_index()
+    half = lambda t: float(t["ratio"].mean()) if len(t) else math.nan  # noqa: E731
+    return {"hot_block_early": half(per_step[per_step["step"] <= budget / 2]),
+            "hot_block_late": half(per_step[per_step["step"] > budget / 2])}
+
+
 def _e4m3(loaded, budget: int) -> dict:
     import pandas as pd
 
@@ -195,7 +223,8 @@ def _tokens_per_s(loaded) -> float:
 
 
 COLUMNS = ["point", "layers", "d_model", "budget_steps", "tokens_m", "params_m_fallback", "params_m_mor",
-           "params_m_gaussws", "fallback_ratio", "fallback_early", "fallback_late", "e4m3_pct", "loss_gap",
+           "params_m_gaussws", "fallback_ratio", "fallback_early", "fallback_late", "hot_block_early",
+           "hot_block_late", "e4m3_pct", "loss_gap",
            "seed_sd", "seeds", "a_fallback_rising", "b_mor_bf16", "c_curves_separate", "all_three",
            "tok_s_fallback", "tok_s_mor", "tok_s_gaussws", "gpus", "runs_missing"]
 
@@ -227,6 +256,7 @@ def table(sweep: dict, runs: dict):
                 row[f"tok_s_{key}"] = _tokens_per_s(loaded[(key, arm["method"])])
             row["gpus"] = _gpus(loaded)
             row |= _fallback(loaded[("fallback", arms["fallback"]["method"])], budget)
+            row |= _hot_blocks(loaded[("fallback", arms["fallback"]["method"])], budget)
             row |= _e4m3(loaded[("mor", arms["mor"]["method"])], budget)
             g = arms["gaussws"]
             row |= _gap(loaded[("gaussws", g["method"])], loaded[("gaussws", g["baseline"])], budget)

@@ -43,10 +43,10 @@ def _write_run(cfg, val: dict, telemetry: list[dict] | None = None, tok_s=1000.0
         write_telemetry(out, pd.DataFrame(telemetry))
 
 
-def _fallback_rows(fallbacks):  # step -> blocks falling back, of 100
+def _fallback_rows(fallbacks, amax=None):  # step -> blocks falling back, of 100 (and the tensor amax)
     return [{"step": s, "layer": LAYER, "gemm": "fprop", "operand": "x", "format": "int8", "rule": "absmax",
-             "n_blocks": 100, "n_fallback": n, "fallback_ratio": n / 100, "fallback_threshold": 8.0}
-            for s, n in fallbacks.items()]
+             "n_blocks": 100, "n_fallback": n, "fallback_ratio": n / 100, "fallback_threshold": 8.0,
+             "amax": (amax or {}).get(s, 1.0)} for s, n in fallbacks.items()]
 
 
 def _mor_rows(formats):  # step -> format of the one logged operand
@@ -84,8 +84,9 @@ def test_table_from_run_folders(tmp_path):
     runs = sweep_runs(sweep)
     for seed in (0, 1):
         # A: blocks falling back 0, 1, 3 of 100 at steps 0, 2, 4 (both seeds)
+        # the threshold 8 is tau (8) x the median block amax (1): the largest block is amax x the median
         _write_run(runs[f"A/int8_fallback/llama2/int8_fallback/s{seed}"], {2: 5.0, 4: 4.0},
-                   _fallback_rows({0: 0, 2: 1, 4: 3}))
+                   _fallback_rows({0: 0, 2: 1, 4: 3}, amax={0: 3.0, 2: 5.0 + seed, 4: 7.0}))
         # A: MoR keeps E4M3 at steps 0 and 2, BF16 at step 4 in seed 0 only
         _write_run(runs[f"A/mor/nemotron/mor_tensor/s{seed}"], {2: 5.0, 4: 4.0},
                    _mor_rows({0: "e4m3", 2: "e4m3", 4: "bf16" if seed == 0 else "e4m3"}), tok_s=500.0 + seed * 100)
@@ -102,6 +103,9 @@ def test_table_from_run_folders(tmp_path):
     # budget 2: telemetry of steps 0 and 2: (0 + 1) x 2 seeds of 400 blocks; early = step 0, late = step 2
     assert a2["fallback_ratio"] == pytest.approx(2 / 400) and a2["fallback_early"] == 0
     assert a2["fallback_late"] == pytest.approx(2 / 200) and a2["a_fallback_rising"] == True  # noqa: E712
+    # the down-projection's hottest block over the median: steps 0 | 2 at budget 2, 0, 2 | 4 at 4
+    assert a2["hot_block_early"] == 3.0 and a2["hot_block_late"] == 5.5
+    assert a4["hot_block_early"] == pytest.approx((3 + 5.5) / 2) and a4["hot_block_late"] == 7.0
     # budget 4: (0 + 1 + 3) x 2 of 600; early = steps 0, 2: 2 / 400; late = step 4: 6 / 200
     assert a4["fallback_ratio"] == pytest.approx(8 / 600) and a4["fallback_late"] == pytest.approx(0.03)
     assert a2["e4m3_pct"] == 100 and a2["b_mor_bf16"] == False  # noqa: E712
