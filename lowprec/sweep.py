@@ -231,7 +231,8 @@ COLUMNS = ["point", "layers", "d_model", "budget_steps", "tokens_m", "params_m_f
 
 def table(sweep: dict, runs: dict):
     """One row per point and budget (COLUMNS): the three measures and whether each holds:
-    (a) fallback ratio > 0 and higher in the second half of the steps than in the first, (b) E4M3
+    (a) fallback ratio > 0 and higher in the second half of the steps than in the first (with its
+    precursor, ``_hot_blocks``, which decides nothing), (b) E4M3
     share < 100 %, (c) |mean per-seed loss gap| > the baseline's seed standard deviation."""
     import pandas as pd
 
