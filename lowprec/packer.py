@@ -408,7 +408,7 @@ def stop(slots: list[Slot], why: str, results: str = "results", keep: bool = Fal
         slot.signal(signal.SIGKILL)
         slot.proc.wait()
         reached = progress(slot.log)
-        slot.task.status, slot.task.note = "stopped", why.format(log=slot.log, at=f" at {reached}" if reached else "")
+        slot.task.status, slot.task.note = "stopped", why.format(at=f" at {reached}" if reached else "")
         slot.task.wall = round(time.monotonic() - slot.started, 1)
         if keep and (slot.task.out / "checkpoints").is_dir():
             kept = kept_path(slot.task, results)
@@ -417,8 +417,7 @@ def stop(slots: list[Slot], why: str, results: str = "results", keep: bool = Fal
             shutil.move(str(slot.task.out), kept)
             slot.task.note += f"; kept for the next job on this machine ({kept})"
         else:
-            if keep:
-                slot.task.note += "; no checkpoint yet: folder removed"
+            slot.task.note += "; no checkpoint yet: folder removed" if keep else f"; folder removed ({slot.log})"
             _remove(slot.task)
 
 
@@ -617,14 +616,12 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
             if not slots:
                 break
             if now >= stop_at:
-                stop(slots, "at the budget{at}" + ("" if budget.resumable else "; folder removed ({log})"),
-                     results, keep=budget.resumable)
+                stop(slots, "at the budget{at}", results, keep=budget.resumable)
                 slots = []
                 break
             time.sleep(poll_s)
     finally:  # also when stopped from outside: no process and no partial folder left, the summary written
-        stop(slots, "the job was interrupted{at}" + ("" if budget.resumable else "; folder removed"),
-             results, keep=budget.resumable)
+        stop(slots, "the job was interrupted{at}", results, keep=budget.resumable)
         left = limit - time.monotonic()
         for t in pending:
             t.status = "not started"

@@ -119,7 +119,7 @@ def test_one_pass_sums_equal_the_eager_ones(monkeypatch):
     row_scale = (448.0 / x.nan_to_num(0.0).abs().amax(1, keepdim=True).clamp_min(1e-30)).expand_as(x)
     cases = [(x, q, None, None), (inf, q, None, None), (x.bfloat16(), q, torch.tensor(3.0), "e5m2"),
              (x, q, row_scale * 4, "e4m3")]
-    assert M._sums_expression(x, q, None, None)["flushed"] > 0   # really quantized: some values flushed
+    assert M._sums_one_pass(x, q, None, None)["flushed"] > 0   # really quantized: some values flushed
     for xi, qi, scale, fmt in cases:
         monkeypatch.setattr(M, "FUSED_METRICS", "never")
         want = M.tensor_sums(xi, qi, scale, fmt)

@@ -30,14 +30,21 @@ __all__ = [
 ]
 
 
-def _pair(x: torch.Tensor, q: torch.Tensor):
-    x = x.detach().to(torch.float64).flatten()
-    q = q.detach().to(torch.float64).flatten()
-    if x.shape != q.shape:
-        raise ValueError(f"x and q differ in size: {x.numel()} vs {q.numel()}")
+def _masked_pair(x: torch.Tensor, q: torch.Tensor):
+    """x and q flat in float64, a NaN pair made 0, 0 (it adds 0 to every sum and is no non-zero
+    element) without asking whether one is there: no wait for a device, and traceable."""
+    x, q = x.to(torch.float64).flatten(), q.to(torch.float64).flatten()
     keep = ~(torch.isnan(x) | torch.isnan(q))
-    if x.is_cuda:  # asking whether a NaN is there would wait for the device: a NaN pair becomes 0, 0
-        return torch.where(keep, x, 0.0), torch.where(keep, q, 0.0)
+    return torch.where(keep, x, 0.0), torch.where(keep, q, 0.0)
+
+
+def _pair(x: torch.Tensor, q: torch.Tensor):
+    """x and q flat in float64 without their NaN pairs: removed on the CPU (the sums' order of the
+    committed runs' telemetry), masked on CUDA (``_masked_pair``)."""
+    if x.is_cuda:
+        return _masked_pair(x, q)
+    x, q = x.to(torch.float64).flatten(), q.to(torch.float64).flatten()
+    keep = ~(torch.isnan(x) | torch.isnan(q))
     if bool(keep.all()):  # the usual case: no copy
         return x, q
     return x[keep], q[keep]
@@ -93,10 +100,18 @@ def saturation_fraction(x: torch.Tensor, scale: Union[float, torch.Tensor],
 
 def _saturation_counts(x: torch.Tensor, scale, fmt) -> tuple[torch.Tensor, torch.Tensor]:
     """(elements clipped, non-NaN elements) of ``saturation_fraction``, on x's device."""
-    s = scale if isinstance(scale, torch.Tensor) else torch.tensor(float(scale))
-    y = x.detach().to(torch.float32) * s.to(device=x.device, dtype=torch.float32)
+    return _clip_counts(x.detach(), _scale_tensor(scale, x.device), _clip_threshold(fmt))
+
+
+def _scale_tensor(scale, device) -> torch.Tensor:
+    return (scale if isinstance(scale, torch.Tensor) else torch.tensor(float(scale))).to(device)
+
+
+def _clip_counts(x: torch.Tensor, s: torch.Tensor, clip: float) -> tuple[torch.Tensor, torch.Tensor]:
+    # the product in fp32, as the quantizer forms it; flat, as every other sum (one loop when fused).
     # NaN compares False with the threshold: it is left out of both counts without a copy
-    return (y.abs() > _clip_threshold(fmt)).sum(), y.numel() - torch.isnan(y).sum()
+    y = (x.to(torch.float32) * s.to(torch.float32)).flatten()
+    return (y.abs() > clip).sum(), (~torch.isnan(y)).sum()
 
 
 # the sums tensor_stats is made of, in the order stats_from_sums reads them
@@ -112,30 +127,29 @@ STATS = ("sqnr_db", "relative_error", "amax", "flush_fraction", "saturation_frac
 FUSED_METRICS = os.environ.get("LOWPREC_FUSED_METRICS", "cuda")
 
 
-def _sums_expression(x: torch.Tensor, q: torch.Tensor, s, clip):
-    """``tensor_sums``' arithmetic as one expression of x and q (NaN pairs masked to zero), every
-    reduction over the same n elements, so that Inductor reads each operand once; ``s``/``clip``
-    (the scale broadcast to x, the format's clip threshold) or None."""
-    xf = x.flatten()
-    xd, qd = xf.to(torch.float64), q.flatten().to(torch.float64)
-    keep = ~(torch.isnan(xd) | torch.isnan(qd))
-    xp, qp = torch.where(keep, xd, 0.0), torch.where(keep, qd, 0.0)
+def _sums(x: torch.Tensor, q: torch.Tensor, s, clip, pair):
+    """``tensor_sums``' arithmetic, once for both forms: ``pair`` makes the float64 pairs (``_pair``
+    eager, ``_masked_pair`` compiled, where every reduction then runs over the same n elements and
+    Inductor reads each operand once); ``s``/``clip`` (the scale broadcast to x, the format's clip
+    threshold) or None."""
+    xp, qp = pair(x, q)
     nz = xp != 0
     d = qp - xp
-    ax = xf.abs()
     out = {"signal": (xp * xp).sum(), "noise": (d * d).sum(),
            "relative_error_sum": torch.where(nz, d.abs() / torch.where(nz, xp.abs(), 1.0), 0.0).sum(),
-           "nonzero": nz.sum(), "flushed": (nz & (qp == 0)).sum(),
-           "amax": torch.where(torch.isnan(ax), torch.zeros_like(ax), ax).max()}
+           "nonzero": nz.sum(), "flushed": (nz & (qp == 0)).sum(), "amax": _amax_tensor(x)}
     if clip is not None:
-        y = (x.to(torch.float32) * s.to(torch.float32)).flatten()
-        out["clipped"], out["finite"] = (y.abs() > clip).sum(), (~torch.isnan(y)).sum()
+        out["clipped"], out["finite"] = _clip_counts(x, s, clip)
     return out
+
+
+def _sums_one_pass(x: torch.Tensor, q: torch.Tensor, s, clip):
+    return _sums(x, q, s, clip, _masked_pair)
 
 
 @functools.lru_cache(maxsize=None)
 def _one_pass_sums():
-    return torch.compile(_sums_expression, dynamic=True, fullgraph=True)
+    return torch.compile(_sums_one_pass, dynamic=True, fullgraph=True)
 
 
 def _fused(x: torch.Tensor) -> bool:
@@ -150,28 +164,20 @@ def tensor_sums(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict:
     adds 0 to every sum and is no non-zero element; on CUDA it is masked rather than removed, so the
     float64 sums of a tensor with one are summed in another order than on the CPU."""
     global FUSED_METRICS
+    x, q = x.detach(), q.detach()
+    if x.numel() != q.numel():
+        raise ValueError(f"x and q differ in size: {x.numel()} vs {q.numel()}")
+    with_scale = scale is not None and fmt is not None
+    s, clip = (_scale_tensor(scale, x.device), _clip_threshold(fmt)) if with_scale else (None, None)
     if _fused(x):
-        x, q = x.detach(), q.detach()
-        if x.numel() != q.numel():
-            raise ValueError(f"x and q differ in size: {x.numel()} vs {q.numel()}")
-        with_scale = scale is not None and fmt is not None
-        s = (scale if isinstance(scale, torch.Tensor) else torch.tensor(float(scale))).to(x.device) if with_scale else None
         try:
-            return _one_pass_sums()(x, q, s, _clip_threshold(fmt) if with_scale else None)
+            return _one_pass_sums()(x, q, s, clip)
         except (torch._dynamo.exc.TorchDynamoException, getattr(torch._inductor.exc, "InductorError", ())) as e:
             # a slower path, the same numbers: the run goes on, and says why
             warnings.warn(f"tensor_sums: the compiled one-pass sums failed ({type(e).__name__}: {e}); "
                           "eager from now on")
             FUSED_METRICS = "never"
-    xp, qp = _pair(x, q)
-    nz = xp != 0
-    d = qp - xp
-    out = {"signal": (xp * xp).sum(), "noise": (d * d).sum(),
-           "relative_error_sum": d.abs_().div_(torch.where(nz, xp.abs(), 1.0)).masked_fill_(~nz, 0.0).sum(),
-           "nonzero": nz.sum(), "flushed": (nz & (qp == 0)).sum(), "amax": _amax_tensor(x)}
-    if scale is not None and fmt is not None:
-        out["clipped"], out["finite"] = _saturation_counts(x, scale, fmt)
-    return out
+    return _sums(x, q, s, clip, _pair)
 
 
 def stats_from_sums(v: dict) -> dict:
