@@ -157,6 +157,16 @@ def _fallback(loaded, budget: int) -> dict:
     return {"fallback_ratio": ratio(tel), "fallback_early": ratio(early), "fallback_late": ratio(late)}
 
 
+def _rising_seeds(loaded, budget: int) -> dict:
+    """(a) seed by seed, "k/n": in how many of the arm's n seeds the fallback ratio alone is > 0 and
+    higher in the second half than in the first (the pooled (a) can rest on one hot seed)."""
+    per = [f for f in (_fallback([r], budget) for r in loaded) if f]
+    if not per:
+        return {}
+    k = sum(f["fallback_ratio"] > 0 and f["fallback_late"] > f["fallback_early"] for f in per)
+    return {"a_seeds": f"{k}/{len(per)}"}
+
+
 def _hot_blocks(loaded, budget: int) -> dict:
     """How hot the GLU down-projection's input blocks get, the precursor of (a): per telemetry step
     the largest block amax over the median non-zero one (under the absmax rule: tau x amax /
@@ -225,14 +235,15 @@ def _tokens_per_s(loaded) -> float:
 COLUMNS = ["point", "layers", "d_model", "budget_steps", "tokens_m", "params_m_fallback", "params_m_mor",
            "params_m_gaussws", "fallback_ratio", "fallback_early", "fallback_late", "hot_block_early",
            "hot_block_late", "e4m3_pct", "loss_gap",
-           "seed_sd", "seeds", "a_fallback_rising", "b_mor_bf16", "c_curves_separate", "all_three",
+           "seed_sd", "seeds", "a_fallback_rising", "a_seeds", "b_mor_bf16", "c_curves_separate", "all_three",
            "tok_s_fallback", "tok_s_mor", "tok_s_gaussws", "gpus", "runs_missing"]
 
 
 def table(sweep: dict, runs: dict):
     """One row per point and budget (COLUMNS): the three measures and whether each holds:
-    (a) fallback ratio > 0 and higher in the second half of the steps than in the first (with its
-    precursor, ``_hot_blocks``, which decides nothing), (b) E4M3
+    (a) fallback ratio > 0 and higher in the second half of the steps than in the first (pooled
+    over the seeds; ``a_seeds`` counts the seeds where it holds alone; with its precursor,
+    ``_hot_blocks``; neither decides anything), (b) E4M3
     share < 100 %, (c) |mean per-seed loss gap| > the baseline's seed standard deviation."""
     import pandas as pd
 
@@ -257,6 +268,7 @@ def table(sweep: dict, runs: dict):
                 row[f"tok_s_{key}"] = _tokens_per_s(loaded[(key, arm["method"])])
             row["gpus"] = _gpus(loaded)
             row |= _fallback(loaded[("fallback", arms["fallback"]["method"])], budget)
+            row |= _rising_seeds(loaded[("fallback", arms["fallback"]["method"])], budget)
             row |= _hot_blocks(loaded[("fallback", arms["fallback"]["method"])], budget)
             row |= _e4m3(loaded[("mor", arms["mor"]["method"])], budget)
             g = arms["gaussws"]

@@ -93,8 +93,9 @@ def test_table_from_run_folders(tmp_path):
         # A: BF16 5.0 / 5.2 at step 2 (sd 0.1414), 4.0 / 4.02 at step 4 (sd 0.01414); GaussWS 0.1 above
         _write_run(runs[f"A/gaussws/gpt2/bf16/s{seed}"], {2: 5.0 + 0.2 * seed, 4: 4.0 + 0.02 * seed})
         _write_run(runs[f"A/gaussws/gpt2/gaussws_b6/s{seed}"], {2: 5.1 + 0.2 * seed, 4: 4.1 + 0.02 * seed})
-    # B: only the fallback arm ran, without any block falling back
+    # B: only the fallback arm ran, seed 0 without any block falling back, seed 1 with two at step 4
     _write_run(runs["B/int8_fallback/llama2/int8_fallback/s0"], {2: 5.0, 4: 4.0}, _fallback_rows({0: 0, 2: 0, 4: 0}))
+    _write_run(runs["B/int8_fallback/llama2/int8_fallback/s1"], {2: 5.0, 4: 4.0}, _fallback_rows({0: 0, 2: 0, 4: 2}))
 
     df, out = write_table(sweep, path, runs)
     assert out == tmp_path / "bench" / "sweep.csv"
@@ -103,6 +104,7 @@ def test_table_from_run_folders(tmp_path):
     # budget 2: telemetry of steps 0 and 2: (0 + 1) x 2 seeds of 400 blocks; early = step 0, late = step 2
     assert a2["fallback_ratio"] == pytest.approx(2 / 400) and a2["fallback_early"] == 0
     assert a2["fallback_late"] == pytest.approx(2 / 200) and a2["a_fallback_rising"] == True  # noqa: E712
+    assert a2["a_seeds"] == "2/2"   # each seed alone too
     # the down-projection's hottest block over the median: steps 0 | 2 at budget 2, 0, 2 | 4 at 4
     assert a2["hot_block_early"] == 3.0 and a2["hot_block_late"] == 5.5
     assert a4["hot_block_early"] == pytest.approx((3 + 5.5) / 2) and a4["hot_block_late"] == 7.0
@@ -116,12 +118,14 @@ def test_table_from_run_folders(tmp_path):
     assert a4["tokens_m"] == pytest.approx(4 * 4 * 32 / 1e6)  # smoke: 4 sequences of 32 tokens a step
     assert a4["tok_s_mor"] == 550 and a4["runs_missing"] == 0
     assert a4["gpus"] == "GPU-bf1; GPU-gau; GPU-int; GPU-mor"   # the cards that the point's speeds are of
-    assert b2["fallback_ratio"] == 0 and b2["a_fallback_rising"] == False  # noqa: E712
+    assert b2["fallback_ratio"] == 0 and b2["a_fallback_rising"] == False and b2["a_seeds"] == "0/2"  # noqa: E712
+    # B at 4 steps: pooled, (a) holds, carried by seed 1 alone
+    assert b4["a_fallback_rising"] == True and b4["a_seeds"] == "1/2"  # noqa: E712
     assert pd.isna(b2["e4m3_pct"]) and pd.isna(b2["b_mor_bf16"]) and pd.isna(b2["all_three"])
-    assert b4["runs_missing"] == 7  # of point B's 8 runs
+    assert b4["runs_missing"] == 6  # of point B's 8 runs
     assert chosen(df) == "chosen: A at 4 steps (0.0M tokens): all three hold"
     prov = json.loads((tmp_path / "bench" / "sweep.provenance.json").read_text())
-    assert prov["answer"] == chosen(df) and len(prov["runs"]) == 9 and len(prov["runs_missing"]) == 7
+    assert prov["answer"] == chosen(df) and len(prov["runs"]) == 10 and len(prov["runs_missing"]) == 6
     assert prov["runs"]["A/mor/nemotron/mor_tensor/s1"]["mean_tokens_per_s"] == 600.0
 
 

@@ -21,7 +21,8 @@ SWEEPS_DIR = lpc.CONFIG_DIR / "sweeps"
 COLUMNS = (("point", "point", None), ("budget_steps", "steps", None), ("tokens_m", "tokens (M)", 1),
            ("fallback_ratio", "fallback ratio", "sig"), ("hot_block_early", "hottest/median 1st half", 1),
            ("hot_block_late", "2nd half", 1), ("e4m3_pct", "E4M3 %", 2), ("loss_gap", "loss gap", 4),
-           ("seed_sd", "seed sd", 4), ("a_fallback_rising", "(a)", None), ("b_mor_bf16", "(b)", None),
+           ("seed_sd", "seed sd", 4), ("a_fallback_rising", "(a)", None), ("a_seeds", "(a) seeds", None),
+           ("b_mor_bf16", "(b)", None),
            ("c_curves_separate", "(c)", None), ("runs_missing", "runs missing", None))
 
 
@@ -66,8 +67,8 @@ def sweep_lines(results: Path, scale: str, link=str) -> list[str]:
         rel = sweep_path.relative_to(lpc.CONFIG_DIR.parent)
         lines += [f"## Size sweep (`{rel}`)", "",
                   f"{prov.get('answer', 'no provenance beside the table')}. Per point and token budget: (a) the "
-                  "fallback ratio of the GLU model's INT8 fallback run and whether it rises in the second half, "
-                  "with its precursor, the down-projection input's hottest block over the median one (the "
+                  "fallback ratio of the GLU model's INT8 fallback runs and whether it rises in the second half "
+                  "(pooled over the seeds; \"(a) seeds\": in how many it holds alone), with its precursor, the down-projection input's hottest block over the median one (the "
                   "default rule falls back above 8), "
                   "(b) the E4M3 share of per-tensor MoR, (c) GaussWS's validation loss minus BF16's against the "
                   "BF16 seeds' spread ([the table](" + link(table) + ") holds parameters and tokens/s too; "
