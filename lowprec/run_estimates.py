@@ -14,9 +14,12 @@ recipe), and the upper median of those. That ratio is a CPU one: where a GPU pro
 (``PATTERN: seconds`` on run names) replaces it.
 
 A size sweep's run (``lowprec.sweep``; its shape is no grid run's) is estimated from its arm's
-completed runs in the sweep's folder at any point: seconds per step and parameter alone (the
-slowest), times its own parameters and steps and the sharing. A larger point keeps the GPU busier,
-so this overestimates it; before any run of the arm completed, ``--estimate`` gives it.
+completed runs in the sweep's folder: those of its own point where there are (their slowest seconds
+per step alone), else each other point's seconds per step alone times the parameters' ratio where
+that point is smaller and unscaled where it is larger (a larger point keeps the GPU busier, so
+scaling by parameters overestimates a larger run and would underestimate a smaller one: at 8 x 512
+a 12 x 768 run's time per parameter gave 193 s for a 310 s run), the largest of these; times its
+steps and the sharing. Before any run of the arm completed, ``--estimate`` gives it.
 """
 
 from __future__ import annotations
@@ -63,13 +66,11 @@ class Estimator:
         for arm, wall, steps, _, _ in self._measured(Path(results) / "runs" / REFERENCE_SCALE, concurrency=False):
             self.reference.setdefault(arm, []).append(wall / steps)
         self.reference = {a: sum(v) / len(v) for a, v in self.reference.items()}
-        # a size sweep's arms (folder ``sweep_runs``): seconds per step and parameter alone, the
-        # slowest of the arm's completed runs at any point; a larger point uses the GPU better, so
-        # scaling by parameters overestimates it (a run that fits its estimate fits the budget)
-        self.sweep_per_param: dict[tuple, float] = {}
+        # a size sweep's arms (folder ``sweep_runs``): (parameters, seconds per step alone) of each
+        # completed run; ``_sweep_per_step`` bounds a run's from them (module doc)
+        self.sweep_steps: dict[tuple, list[tuple[int, float]]] = {}
         for arm, wall, steps, k, cfg in (self._measured(Path(sweep_runs), pattern=SWEEP_RUNS) if sweep_runs else []):
-            solo = wall / k ** self.exponent / steps / run_parameters(cfg)
-            self.sweep_per_param[arm] = max(self.sweep_per_param.get(arm, 0.0), solo)
+            self.sweep_steps.setdefault(arm, []).append((run_parameters(cfg), wall / k ** self.exponent / steps))
 
     @staticmethod
     def _measured(root: Path, concurrency: bool = True, pattern: str = GRID_RUNS) -> list[tuple]:
@@ -120,10 +121,10 @@ class Estimator:
         steps, share = task.cfg["train"]["max_steps"], jobs ** self.exponent
         if task.kind == SWEEP_RUN:  # <point>/<paper>/<model>/<method>/s<seed>
             arm = tuple(task.name.split("/")[1:4])
-            if arm not in self.sweep_per_param:
+            if arm not in self.sweep_steps:
                 return None, "no completed run of this arm in the sweep to estimate from: give --estimate"
-            return (self.startup + self.sweep_per_param[arm] * run_parameters(task.cfg) * steps * share,
-                    "this arm's completed sweep runs x parameters")
+            per_step, why = _sweep_per_step(self.sweep_steps[arm], run_parameters(task.cfg))
+            return self.startup + per_step * steps * share, why
         arm = tuple(task.name.split("/")[:3])
         if arm in self.per_step:
             return self.startup + self.per_step[arm] * steps * share, "this arm's committed runs"
@@ -143,6 +144,17 @@ class Estimator:
             guesses.append((self.startup + self.per_step[a] * ratio * steps * share,
                             f"{'/'.join(a)} x {ratio:.2f} ({REFERENCE_SCALE} time per step)"))
         return statistics.median_high(guesses)
+
+
+def _sweep_per_step(measured: list[tuple[int, float]], params: int) -> tuple[float, str]:
+    """Seconds per step alone of a sweep run of ``params`` parameters from its arm's completed runs,
+    (parameters, seconds per step alone): the slowest at its own size where there is one, else the
+    largest bound of the other sizes (scaled up by parameters from a smaller one, never down)."""
+    same = [t for p, t in measured if p == params]
+    if same:
+        return max(same), "this arm's completed sweep runs at this point"
+    return (max(t * max(1.0, params / p) for p, t in measured),
+            "this arm's completed sweep runs at other points (x parameters where smaller)")
 
 
 def _settings(method: dict) -> dict:

@@ -533,8 +533,10 @@ def _sweep_file(tmp_path, results, points=({"name": "A", "layers": 1, "d_model":
 
 
 def test_a_sweeps_runs_are_estimated_from_its_completed_runs_by_parameters(tmp_path):
-    """A sweep's run is estimated from its arm's completed runs at other points: seconds per step
-    and parameter alone, times its parameters, steps and the sharing; an arm with none needs
+    """A sweep's run is estimated from its arm's completed runs: at a larger point by seconds per
+    step and parameter alone, times its parameters, steps and the sharing; at a smaller point by the
+    larger one's seconds per step, unscaled (a smaller model uses the GPU worse: scaled down, the
+    estimate would fall short); at its own point by that point's runs; an arm with none needs
     --estimate."""
     from lowprec.sweep import load_sweep, run_parameters, sweep_runs
 
@@ -551,7 +553,16 @@ def test_a_sweeps_runs_are_estimated_from_its_completed_runs_by_parameters(tmp_p
     per = 40.0 / 4 / run_parameters(done)          # 4 steps (the largest budget)
     want = 5.0 + per * run_parameters(big.cfg) * 4 * 2 ** est.exponent
     got, why = est(big, 2)
-    assert got == pytest.approx(want) and run_parameters(big.cfg) > run_parameters(done) and "sweep" in why
+    assert got == pytest.approx(want) and run_parameters(big.cfg) > run_parameters(done) and "other points" in why
+    # the larger point's fallback run took 30 s alone: the smaller point's is bounded by its 30 / 4 a step
+    _commit(runs["B/int8_fallback/llama2/int8_fallback/s0"], wall=30.0, start=100.0)   # alone too
+    est = Estimator(str(results), "smoke", startup=5.0, sweep_runs=str(results / "sweeps" / "sw"))
+    assert est(by["A/int8_fallback/llama2/int8_fallback/s0"], 1)[0] == pytest.approx(5.0 + 30.0)
+    # at its own point: that point's run, whatever the smaller point's bound (here far above it)
+    _commit(runs["B/mor/nemotron/mor_tensor/s0"], wall=24.0, start=200.0)
+    est = Estimator(str(results), "smoke", startup=5.0, sweep_runs=str(results / "sweeps" / "sw"))
+    got, why = est(big, 1)
+    assert got == pytest.approx(5.0 + 24.0) and got < want and "at this point" in why
     assert est(by["B/gaussws/gpt2/bf16/s0"], 2) == (None, "no completed run of this arm in the sweep to "
                                                          "estimate from: give --estimate")
 
