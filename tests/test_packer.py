@@ -533,10 +533,10 @@ def _sweep_file(tmp_path, results, points=({"name": "A", "layers": 1, "d_model":
 
 
 def test_a_sweeps_runs_are_estimated_from_its_completed_runs_by_parameters(tmp_path):
-    """A sweep's run is estimated from its arm's completed runs: at a larger point by seconds per
-    step and parameter alone, times its parameters, steps and the sharing; at a smaller point by the
-    larger one's seconds per step, unscaled (a smaller model uses the GPU worse: scaled down, the
-    estimate would fall short); at its own point by that point's runs; an arm with none needs
+    """A sweep's run is estimated from its arm's completed runs: from a smaller point's by seconds
+    per step and parameter alone, times its parameters, steps and the sharing; from a larger
+    point's by their seconds per step, unscaled (a smaller model uses the GPU worse: scaled down,
+    the estimate would fall short); at its own point by that point's runs; an arm with none needs
     --estimate."""
     from lowprec.sweep import load_sweep, run_parameters, sweep_runs
 

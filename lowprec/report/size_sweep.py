@@ -68,8 +68,8 @@ def sweep_lines(results: Path, scale: str, link=str) -> list[str]:
         lines += [f"## Size sweep (`{rel}`)", "",
                   f"{prov.get('answer', 'no provenance beside the table')}. Per point and token budget: (a) the "
                   "fallback ratio of the GLU model's INT8 fallback runs and whether it rises in the second half "
-                  "(pooled over the seeds; \"(a) seeds\": in how many it holds alone), with its precursor, the down-projection input's hottest block over the median one (the "
-                  "default rule falls back above 8), "
+                  "(pooled over the seeds; \"(a) seeds\": in how many it holds alone), with its precursor, the "
+                  "down-projection input's hottest block over the median one (the default rule falls back above 8), "
                   "(b) the E4M3 share of per-tensor MoR, (c) GaussWS's validation loss minus BF16's against the "
                   "BF16 seeds' spread ([the table](" + link(table) + ") holds parameters and tokens/s too; "
                   f"its provenance names each run's commit and device; trained on {', '.join(gpus) or 'no GPU yet'}).",
