@@ -538,7 +538,8 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
               + f" to step {t['max_steps']}, {world_size} process(es), precision {precision}", flush=True)
     # ckpt_io reads the checkpoint (weights only); under FSDP Lightning reads it again, after the check
     trainer.fit(module, datamodule=LMData(data, t, cfg["seed"]), ckpt_path=str(resume) if resume else None)
-    record_int8_tuning(module.device)
+    # the device trained on: when fit ends, Lightning's teardown has moved the module to the CPU
+    record_int8_tuning(trainer.strategy.root_device)
 
     # final validation at the last step, unless the interval already landed there
     status = STATUS_DIVERGED if module.diverged_at is not None else STATUS_COMPLETED

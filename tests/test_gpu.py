@@ -801,6 +801,32 @@ def test_training_on_gpu(prepared_data, tmp_path, method):
         assert rec["method"]["numerics"].startswith("bf16 autocast")
 
 
+def test_a_training_run_records_its_int8_tuning(prepared_data, tmp_path, monkeypatch):
+    """A run on the GPU adds the INT8 GEMM classes it tuned to the file ``LOWPREC_INT8_TUNED``
+    names, so that the next job on that GPU model skips the tuning. The medium sweep's runs
+    (edeb4f3, H100) recorded none: the device was read from the module after fit, which Lightning's
+    teardown had moved to the CPU."""
+    import json
+
+    from conftest import smoke_run_config
+    from lowprec import train
+    from lowprec.kernels import int8_fallback_gemm as kf
+    from lowprec.kernels import int8_fallback_tuning as kt
+
+    if not kf.triton_available("cuda"):
+        pytest.skip("Triton not usable on this CUDA device")
+    monkeypatch.setattr(kt, "TUNE_MIN_MACS", 0)   # the smoke model's GEMMs are below the tuning's floor
+    monkeypatch.setattr(kt, "_TUNED", {})
+    monkeypatch.setattr(kt, "_TUNE_LOG", [])
+    path = tmp_path / "tuned.json"
+    monkeypatch.setenv(kt.TUNED_ENV, str(path))
+    cfg = smoke_run_config("baselines", "gpt2", "int8_block", prepared_data, tmp_path / "run", max_steps=2)
+    assert train.run(cfg)["status"] == "completed"
+    records = json.loads(path.read_text())["records"]
+    assert records and {r["gpu"] for r in records} == {torch.cuda.get_device_name()}
+    assert len(records) == len(kt.tuned_configs())
+
+
 def _compiled_curves(prepared_data, tmp_path, paper, method, graphs: tuple) -> list:
     """The metrics tables of compiled smoke runs of ``method`` (20 steps), one per entry of
     ``graphs`` (with CUDA graphs or not), each checked to have run as asked."""
