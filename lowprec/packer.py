@@ -549,17 +549,14 @@ def steps_done(task: Task, results: str) -> int:
     return 0
 
 
-def restore_kept(tasks: list[Task], results: str) -> list[str]:
+def restore_kept(tasks: list[Task], results: str) -> None:
     """Move the kept folders of these runs back in place, where no folder of theirs is: the
-    training resumes from their checkpoints. The runs restored."""
-    restored = []
+    training resumes from their checkpoints (the plan's estimate already says where)."""
     for t in tasks:
         kept = kept_path(t, results)
         if kept.is_dir() and not t.out.exists():
             t.out.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(kept), t.out)
-            restored.append(t.name)
-    return restored
 
 
 def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "results",

@@ -145,33 +145,29 @@ def _val_at(run, step: int) -> float:
     return float(m["val_loss"].iloc[-1]) if len(m) else math.nan
 
 
-def _fallback(loaded, budget: int) -> dict:
-    from .report.int8_fallback import fallback_telemetry
-
-    tel = fallback_telemetry(loaded)
+def _fallback(tel, budget: int) -> dict:
+    """(a) from the arm's fallback telemetry (``fallback_telemetry``, read once per point): the
+    ratio over the budget and over each half, pooled over the seeds, and "k/n" (``a_seeds``): in
+    how many of the n seeds the ratio alone is > 0 and higher in the second half (the pooled (a)
+    can rest on one hot seed)."""
     tel = tel[tel["step"] <= budget]
     if tel.empty:
         return {}
-    early, late = tel[tel["step"] <= budget / 2], tel[tel["step"] > budget / 2]
-    ratio = lambda t: t["n_fallback"].sum() / t["n_blocks"].sum() if len(t) else math.nan  # noqa: E731
-    return {"fallback_ratio": ratio(tel), "fallback_early": ratio(early), "fallback_late": ratio(late)}
+
+    def measures(t) -> tuple:
+        ratio = lambda t: t["n_fallback"].sum() / t["n_blocks"].sum() if len(t) else math.nan  # noqa: E731
+        return ratio(t), ratio(t[t["step"] <= budget / 2]), ratio(t[t["step"] > budget / 2])
+
+    rising = [r > 0 and late > early for r, early, late in (measures(t) for _, t in tel.groupby("seed"))]
+    return dict(zip(("fallback_ratio", "fallback_early", "fallback_late"), measures(tel)),
+                a_seeds=f"{sum(rising)}/{len(rising)}")
 
 
-def _rising_seeds(loaded, budget: int) -> dict:
-    """(a) seed by seed, "k/n": in how many of the arm's n seeds the fallback ratio alone is > 0 and
-    higher in the second half than in the first (the pooled (a) can rest on one hot seed)."""
-    per = [f for f in (_fallback([r], budget) for r in loaded) if f]
-    if not per:
-        return {}
-    k = sum(f["fallback_ratio"] > 0 and f["fallback_late"] > f["fallback_early"] for f in per)
-    return {"a_seeds": f"{k}/{len(per)}"}
-
-
-def _hot_blocks(loaded, budget: int) -> dict:
-    """How hot the GLU down-projection's input blocks get, the precursor of (a): per telemetry step
-    the largest block amax over the median non-zero one (under the absmax rule: tau x amax /
-    threshold) of its hottest layer, averaged over the steps of each half of the budget; the rule
-    sends a block to 16 bits above tau (8 by default)."""
+def _hot_steps(loaded):
+    """Per seed and telemetry step, how hot the GLU down-projection's input blocks are, the
+    precursor of (a): the largest block amax over the median non-zero one (under the absmax rule:
+    tau x amax / threshold) of its hottest layer; the rule sends a block to 16 bits above tau (8 by
+    default). None without such telemetry. Read once per point, sliced per budget (``_hot_blocks``)."""
     import pandas as pd
 
     from .methods.int8_fallback_rules import DEFAULTS
@@ -183,13 +179,19 @@ def _hot_blocks(loaded, budget: int) -> dict:
         if tel is None or not {"amax", "fallback_threshold", "rule"} <= set(tel):
             continue
         tel = tel[(tel["gemm"] == "fprop") & (tel["operand"] == "x") & (tel["rule"] == "absmax")
-                  & tel["layer"].astype(str).str.endswith("down_proj") & (tel["fallback_threshold"] > 0)
-                  & (tel["step"] <= budget)]
+                  & tel["layer"].astype(str).str.endswith("down_proj") & (tel["fallback_threshold"] > 0)]
         tau = float(r.config["method"].get("tau", DEFAULTS["tau"]))
         frames.append(tel.assign(seed=r.seed, ratio=tau * tel["amax"] / tel["fallback_threshold"]))
     if not frames:
+        return None
+    return pd.concat(frames).groupby(["seed", "step"])["ratio"].max().reset_index()
+
+
+def _hot_blocks(per_step, budget: int) -> dict:
+    """``_hot_steps`` averaged over the steps of each half of the budget."""
+    if per_step is None:
         return {}
-    per_step = pd.concat(frames).groupby(["seed", "step"])["ratio"].max().reset_index()
+    per_step = per_step[per_step["step"] <= budget]
     half = lambda t: float(t["ratio"].mean()) if len(t) else math.nan  # noqa: E731
     return {"hot_block_early": half(per_step[per_step["step"] <= budget / 2]),
             "hot_block_late": half(per_step[per_step["step"] > budget / 2])}
@@ -243,9 +245,11 @@ def table(sweep: dict, runs: dict):
     """One row per point and budget (COLUMNS): the three measures and whether each holds:
     (a) fallback ratio > 0 and higher in the second half of the steps than in the first (pooled
     over the seeds; ``a_seeds`` counts the seeds where it holds alone; with its precursor,
-    ``_hot_blocks``; neither decides anything), (b) E4M3
+    ``_hot_steps``; neither decides anything), (b) E4M3
     share < 100 %, (c) |mean per-seed loss gap| > the baseline's seed standard deviation."""
     import pandas as pd
+
+    from .report.int8_fallback import fallback_telemetry
 
     arms = sweep["arms"]
     rows = []
@@ -257,6 +261,8 @@ def table(sweep: dict, runs: dict):
             for m, ns in by_method.items():
                 loaded[(key, m)], k = _loaded(runs, ns)
                 missing += k
+        fallback_runs = loaded[("fallback", arms["fallback"]["method"])]
+        fallback_tel, hot_steps = fallback_telemetry(fallback_runs), _hot_steps(fallback_runs)  # once a point
         for budget in sweep["budgets"]:
             first = runs[names["fallback"][arms["fallback"]["method"]][0]]
             t = first["train"]
@@ -267,9 +273,8 @@ def table(sweep: dict, runs: dict):
                 row[f"params_m_{key}"] = run_parameters(runs[names[key][arm["method"]][0]]) / 1e6
                 row[f"tok_s_{key}"] = _tokens_per_s(loaded[(key, arm["method"])])
             row["gpus"] = _gpus(loaded)
-            row |= _fallback(loaded[("fallback", arms["fallback"]["method"])], budget)
-            row |= _rising_seeds(loaded[("fallback", arms["fallback"]["method"])], budget)
-            row |= _hot_blocks(loaded[("fallback", arms["fallback"]["method"])], budget)
+            row |= _fallback(fallback_tel, budget)
+            row |= _hot_blocks(hot_steps, budget)
             row |= _e4m3(loaded[("mor", arms["mor"]["method"])], budget)
             g = arms["gaussws"]
             row |= _gap(loaded[("gaussws", g["method"])], loaded[("gaussws", g["baseline"])], budget)
