@@ -7,8 +7,8 @@ checkpoint lowprec reads (resume, ``train.init_from``, ``lowprec.evaluate``) goe
 ``weights_only=True``, which admits tensors, numbers, strings, containers and the types in
 ``SAFE_GLOBALS``, the one allow-list.
 
-Saving (``SafeCheckpointIO``, Lightning's checkpoint plugin) writes to a temporary file, syncs it
-and renames it into place, so a killed save never leaves a partial ``last.ckpt``; the checkpoint it
+Saving (``save``, which Lightning's checkpoint plugin in ``lowprec.train`` calls) writes to a
+temporary file, syncs it and renames it into place, so a killed save never leaves a partial ``last.ckpt``; the checkpoint it
 replaces is kept as ``last.previous.ckpt``. A ``last.ckpt`` that cannot be read anyway (a disk
 that filled up, a copy cut short) is moved aside as ``last.ckpt.corrupt-<n>`` and the run resumes
 from the previous checkpoint, or starts again from step 0 with a warning when there is none
@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 LAST = "last.ckpt"
 PREVIOUS = "last.previous.ckpt"
@@ -92,35 +91,22 @@ def _foreign_globals(path: Path) -> list[str]:
 
 # --------------------------------------------------------------------------- saving
 
-class SafeCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint plugin with ``load`` for reading and an atomic, synced write that
-    keeps the replaced checkpoint as ``last.previous.ckpt``. ``preloaded`` hands Lightning a
-    checkpoint that ``resume_candidate`` has already read, so that resuming reads it once."""
-
-    def __init__(self, preloaded: tuple[Path, dict] | None = None):
-        super().__init__()
-        self.preloaded = preloaded
-
-    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.name == LAST and path.is_file():
-            os.replace(path, path.with_name(PREVIOUS))
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-
-    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
-        if self.preloaded is not None and Path(path) == self.preloaded[0]:
-            ckpt, self.preloaded = self.preloaded[1], None
-            return ckpt
-        return load(path, map_location=map_location or "cpu")
+def save(checkpoint: dict, path: str | os.PathLike) -> None:
+    """``torch.save`` to a temporary file beside ``path``, synced and renamed into place; a
+    ``last.ckpt`` it replaces is kept as ``last.previous.ckpt``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.name == LAST and path.is_file():
+        os.replace(path, path.with_name(PREVIOUS))
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------- resuming

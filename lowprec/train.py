@@ -42,6 +42,7 @@ if __name__ == "__main__":  # --help and usage errors answer before torch and Li
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import lightning as L  # noqa: E402
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO  # noqa: E402
 from lightning.pytorch.callbacks import Callback  # noqa: E402
 from lightning.pytorch.trainer.states import TrainerFn  # noqa: E402
 from lightning.pytorch.utilities import rank_zero_only  # noqa: E402
@@ -248,6 +249,25 @@ def fused_adamw_applies(params, strategy, precision: str) -> bool:
 def _clean_name(name: str) -> str:
     """A parameter name as the unwrapped model spells it (FSDP inserts a wrapper level)."""
     return name.replace("_fsdp_wrapped_module.", "")
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint plugin on ``lowprec.checkpoint``: its safe ``load`` for reading, its
+    atomic ``save`` that keeps the replaced checkpoint. ``preloaded`` hands Lightning a checkpoint
+    that ``resume_candidate`` has already read, so that resuming reads it once."""
+
+    def __init__(self, preloaded: tuple[Path, dict] | None = None):
+        super().__init__()
+        self.preloaded = preloaded
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        ckptlib.save(checkpoint, path)
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
+        if self.preloaded is not None and Path(path) == self.preloaded[0]:
+            ckpt, self.preloaded = self.preloaded[1], None
+            return ckpt
+        return ckptlib.load(path, map_location=map_location or "cpu")
 
 
 class PeriodicCheckpoint(Callback):
@@ -483,7 +503,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     resume, resume_ckpt, unreadable = _resume_checkpoint(ckpt_dir, cfg_hash)
     resume_step = resume_ckpt["global_step"] if resume else 0
     # FSDP reads a full checkpoint itself (after the check above): hand the loaded one only to the others
-    ckpt_io = ckptlib.SafeCheckpointIO(preloaded=(resume, resume_ckpt) if resume and place["strategy"] != "fsdp"
+    ckpt_io = SafeCheckpointIO(preloaded=(resume, resume_ckpt) if resume and place["strategy"] != "fsdp"
                                        else None)
     del resume_ckpt
     if resume is None and rank_zero_only.rank == 0:
