@@ -13,6 +13,11 @@ recipe), and the upper median of those. That ratio is a CPU one: where a GPU pro
 (``python -m lowprec.bench.profile_arm --scale small --model M --method X``), an override
 (``PATTERN: seconds`` on run names) replaces it.
 
+A grid's arm with no run at the scale that a size sweep of the scale has trained at the grid's
+shape (the same parameters and tokens per step: a sweep point that is the scale's size, as 12 x 768
+is medium's) counts that sweep's runs as its own (``shape_runs``), which also makes them an anchor
+for the arms of the same model estimated through ``tiny``.
+
 A size sweep's run (``lowprec.sweep``; its shape is no grid run's) is estimated from its arm's
 completed runs in the sweep's folder: those of its own point where there are (their slowest seconds
 per step alone), else each other point's seconds per step alone times the parameters' ratio where
@@ -33,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import config as lpc
-from .sweep import SWEEP_RUN, run_parameters
+from .sweep import SWEEP_RUN, run_parameters, tokens_per_step
 
 if TYPE_CHECKING:
     from .packer import Task
@@ -52,16 +57,22 @@ class Estimator:
     """Seconds a run takes with ``jobs`` runs sharing the GPU, from the committed runs (module doc)."""
 
     def __init__(self, results: str, scale: str, overrides: dict[str, float] | None = None, startup: float = 30.0,
-                 sweep_runs: str | None = None):
+                 sweep_runs: str | None = None, shape_runs: list[str] | None = None):
         self.overrides, self.startup = dict(overrides or {}), startup
         measured = self._measured(Path(results) / "runs" / scale)
         self.exponent = self._fit(measured)
         self.per_step: dict[tuple, float] = {}     # arm -> seconds per step alone, its slowest run
         self.method: dict[tuple, dict] = {}        # arm -> its method settings
+        self.origin: dict[tuple, str] = {}         # arm -> where its runs are
         for arm, wall, steps, k, cfg in measured:
-            solo = wall / k ** self.exponent / steps
-            self.per_step[arm] = max(self.per_step.get(arm, 0.0), solo)
-            self.method[arm] = cfg.get("method") or {}
+            self._add(arm, wall / k ** self.exponent / steps, cfg, "this arm's committed runs")
+        # a size sweep's runs at the grid's own shape stand in for an arm the grid has not trained
+        for root in shape_runs or []:
+            for arm, wall, steps, k, cfg in self._measured(Path(root), pattern=SWEEP_RUNS):
+                if self.origin.get(arm, "").startswith("this arm's committed") or not _grid_shape(scale, arm, cfg):
+                    continue
+                self._add(arm, wall / k ** self.exponent / steps, cfg,
+                          f"this arm's runs in the size sweep {Path(root).name} at this scale's shape")
         self.reference = {}                          # arm -> mean seconds per step at REFERENCE_SCALE
         for arm, wall, steps, _, _ in self._measured(Path(results) / "runs" / REFERENCE_SCALE, concurrency=False):
             self.reference.setdefault(arm, []).append(wall / steps)
@@ -71,6 +82,11 @@ class Estimator:
         self.sweep_steps: dict[tuple, list[tuple[int, float]]] = {}
         for arm, wall, steps, k, cfg in (self._measured(Path(sweep_runs), pattern=SWEEP_RUNS) if sweep_runs else []):
             self.sweep_steps.setdefault(arm, []).append((run_parameters(cfg), wall / k ** self.exponent / steps))
+
+    def _add(self, arm: tuple, solo_per_step: float, cfg: dict, origin: str) -> None:
+        self.per_step[arm] = max(self.per_step.get(arm, 0.0), solo_per_step)
+        self.method[arm] = cfg.get("method") or {}
+        self.origin[arm] = origin
 
     @staticmethod
     def _measured(root: Path, concurrency: bool = True, pattern: str = GRID_RUNS) -> list[tuple]:
@@ -127,7 +143,7 @@ class Estimator:
             return self.startup + per_step * steps * share, why
         arm = tuple(task.name.split("/")[:3])
         if arm in self.per_step:
-            return self.startup + self.per_step[arm] * steps * share, "this arm's committed runs"
+            return self.startup + self.per_step[arm] * steps * share, self.origin[arm]
         # the arms of the model measured here and at the reference scale, closest settings first
         mine = _settings(task.cfg["method"])
         near = sorted((_distance(mine, _settings(self.method[a])), a) for a in self.per_step
@@ -155,6 +171,16 @@ def _sweep_per_step(measured: list[tuple[int, float]], params: int) -> tuple[flo
         return max(same), "this arm's completed sweep runs at this point"
     return (max(t * max(1.0, params / p) for p, t in measured),
             "this arm's completed sweep runs at other points (x parameters where smaller)")
+
+
+def _grid_shape(scale: str, arm: tuple, cfg: dict) -> bool:
+    """Whether a sweep run of ``arm`` (paper, model, method) has the shape of that arm's grid runs at
+    ``scale``: the same parameters and tokens per step."""
+    try:
+        grid = lpc.resolve_run(scale, *arm, 0)
+    except lpc.ConfigError:   # an arm the scale's grid does not have
+        return False
+    return (run_parameters(grid), tokens_per_step(grid)) == (run_parameters(cfg), tokens_per_step(cfg))
 
 
 def _settings(method: dict) -> dict:

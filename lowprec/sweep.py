@@ -52,6 +52,11 @@ def load_sweep(path: str | Path) -> dict:
     return sweep
 
 
+def scale_sweeps(scale: str) -> list[dict]:
+    """The size sweeps (``configs/sweeps/*.yaml``) of ``scale``."""
+    return [s for s in (load_sweep(p) for p in sorted((lpc.CONFIG_DIR / "sweeps").glob("*.yaml"))) if s["scale"] == scale]
+
+
 def point_shape(point: dict, model: str, scale: str) -> dict:
     """The model shape of a sweep point: its layers, width and heads; the FFN at the model file's
     ratio to the width at this scale."""
@@ -92,9 +97,14 @@ def run_parameters(cfg: dict) -> int:
     return shape_parameter_count(cfg["model"], cfg["data"]["vocab_size"])
 
 
+def tokens_per_step(cfg: dict) -> int:
+    """The tokens of one optimizer step of a resolved run config."""
+    t = cfg["train"]
+    return t["batch_size"] * t["grad_accum"] * t["seq_len"]
+
+
 def plan_lines(sweep: dict, runs: dict) -> list[str]:
-    t = next(iter(runs.values()))["train"]
-    per_step = t["batch_size"] * t["grad_accum"] * t["seq_len"]
+    per_step = tokens_per_step(next(iter(runs.values())))
     lines = [f"{len(runs)} runs of {t['max_steps']} steps x {per_step} tokens = {t['max_steps'] * per_step / 1e6:.1f}M "
              f"tokens each; budgets {', '.join(f'{b} steps ({b * per_step / 1e6:.1f}M tokens)' for b in sweep['budgets'])}"]
     for name, cfg in runs.items():
@@ -265,9 +275,8 @@ def table(sweep: dict, runs: dict):
         fallback_tel, hot_steps = fallback_telemetry(fallback_runs), _hot_steps(fallback_runs)  # once a point
         for budget in sweep["budgets"]:
             first = runs[names["fallback"][arms["fallback"]["method"]][0]]
-            t = first["train"]
             row = {"point": point["name"], "layers": point["layers"], "d_model": point["d_model"],
-                   "budget_steps": budget, "tokens_m": budget * t["batch_size"] * t["grad_accum"] * t["seq_len"] / 1e6,
+                   "budget_steps": budget, "tokens_m": budget * tokens_per_step(first) / 1e6,
                    "runs_missing": missing}
             for key, arm in arms.items():
                 row[f"params_m_{key}"] = run_parameters(runs[names[key][arm["method"]][0]]) / 1e6

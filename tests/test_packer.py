@@ -567,6 +567,33 @@ def test_a_sweeps_runs_are_estimated_from_its_completed_runs_by_parameters(tmp_p
                                                          "estimate from: give --estimate")
 
 
+def test_a_grid_arm_without_runs_is_estimated_from_a_sweeps_runs_at_the_grids_shape(tmp_path):
+    """A size sweep of the scale that trained an arm at the grid's own shape (the same parameters
+    and tokens per step) estimates that arm's grid runs until the grid has runs of its own; a
+    sweep run of another shape (llama2's smoke FFN is 96, the sweep point's 128) does not."""
+    from lowprec.sweep import load_sweep, sweep_runs
+
+    results = tmp_path / "results"
+    path = _sweep_file(tmp_path, results)   # point A: 1 x 32, 2 heads, the smoke models' shape
+    runs = sweep_runs(load_sweep(path), str(results))
+    _commit(runs["A/gaussws/gpt2/gaussws_b6/s0"], wall=40.0)                        # 4 steps, alone
+    _commit(runs["A/int8_fallback/llama2/int8_fallback/s0"], wall=40.0, start=100.0)
+    sweeps_at_scale = [str(results / "sweeps" / "sw")]
+    tasks, _, _ = pk.missing_tasks("smoke", ["gaussws", "int8_fallback"], str(results))
+    by = {t.name: t for t in tasks}
+    gws, fb = by["gaussws/gpt2/gaussws_b6/s0"], by["int8_fallback/llama2/int8_fallback/s0"]
+    est = Estimator(str(results), "smoke", startup=5.0, shape_runs=sweeps_at_scale)
+    got, why = est(gws, 2)
+    assert got == pytest.approx(5.0 + 40.0 / 4 * gws.cfg["train"]["max_steps"] * 2 ** est.exponent)
+    assert "size sweep sw" in why
+    assert est(fb, 1) == (None, "no committed run to estimate from: give --estimate")
+    assert Estimator(str(results), "smoke", startup=5.0)(gws, 1)[0] is None   # without the sweep
+    # the grid's own runs, once there are some, come first
+    _commit(gws.cfg, wall=12.0, start=300.0)
+    got, why = Estimator(str(results), "smoke", startup=5.0, shape_runs=sweeps_at_scale)(gws, 1)
+    assert got == pytest.approx(5.0 + 12.0) and why == "this arm's committed runs"
+
+
 def test_a_sweeps_runs_train_in_a_job_and_come_back_under_sweeps(tmp_path, monkeypatch):
     """--sweep: the size sweep's runs whose folders are missing, in the sweep's order, without
     evaluations; a job trains them as a scale's runs and its archive places them under
