@@ -8,8 +8,8 @@ checkpoint lowprec reads (resume, ``train.init_from``, ``lowprec.evaluate``) goe
 ``SAFE_GLOBALS``, the one allow-list.
 
 Saving (``save``, which Lightning's checkpoint plugin in ``lowprec.train`` calls) writes to a
-temporary file, syncs it and renames it into place, so a killed save never leaves a partial ``last.ckpt``; the checkpoint it
-replaces is kept as ``last.previous.ckpt``. A ``last.ckpt`` that cannot be read anyway (a disk
+temporary file, syncs it and renames it into place, so a killed save never leaves a partial
+``last.ckpt``; the checkpoint it replaces is kept as ``last.previous.ckpt``. A ``last.ckpt`` that cannot be read anyway (a disk
 that filled up, a copy cut short) is moved aside as ``last.ckpt.corrupt-<n>`` and the run resumes
 from the previous checkpoint, or starts again from step 0 with a warning when there is none
 (``resume_candidate``).

@@ -104,7 +104,8 @@ def tokens_per_step(cfg: dict) -> int:
 
 
 def plan_lines(sweep: dict, runs: dict) -> list[str]:
-    per_step = tokens_per_step(next(iter(runs.values())))
+    first = next(iter(runs.values()))
+    t, per_step = first["train"], tokens_per_step(first)
     lines = [f"{len(runs)} runs of {t['max_steps']} steps x {per_step} tokens = {t['max_steps'] * per_step / 1e6:.1f}M "
              f"tokens each; budgets {', '.join(f'{b} steps ({b * per_step / 1e6:.1f}M tokens)' for b in sweep['budgets'])}"]
     for name, cfg in runs.items():

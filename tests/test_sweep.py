@@ -10,7 +10,8 @@ import yaml
 
 from lowprec import config as lpc
 from lowprec.io import write_yaml
-from lowprec.sweep import SweepError, chosen, load_sweep, point_shape, run, sweep_runs, write_table
+from lowprec.sweep import (SweepError, chosen, load_sweep, plan_lines, point_shape, run, sweep_runs, tokens_per_step,
+                           write_table)
 from lowprec.telemetry import write_telemetry
 
 LAYER = "model.layers.0.mlp.down_proj"
@@ -65,6 +66,10 @@ def test_plan_shapes_and_steps(tmp_path):
     assert cfg["output_dir"] == f"{tmp_path}/sw/B/int8_fallback/llama2/int8_fallback/s1"
     assert cfg["data"]["dir"].startswith("results/data/")  # the scale's prepared data
     assert point_shape({"layers": 12, "d_model": 768, "heads": 12}, "llama2", "medium")["ffn"] == 2048
+    per_step = tokens_per_step(cfg)
+    assert per_step == cfg["train"]["batch_size"] * cfg["train"]["grad_accum"] * cfg["train"]["seq_len"]
+    lines = plan_lines(sweep, runs)
+    assert lines[0].startswith(f"16 runs of 4 steps x {per_step} tokens") and len(lines) == 17
 
 
 @pytest.mark.parametrize("change, match", [
