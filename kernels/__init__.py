@@ -9,6 +9,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import torch
 
@@ -35,6 +36,13 @@ def _hand_the_top_level_name_over() -> None:
 
 if __name__ == "kernels":
     _hand_the_top_level_name_over()
+
+
+# The INT8 GEMM's tuning records (int8_fallback_tuning's module doc): the variable naming the file a
+# process reads and adds to, and the checkout's committed file, read where none is named. Here, so
+# that a job runner can name them without importing Triton.
+INT8_TUNED_ENV = "LOWPREC_INT8_TUNED"
+INT8_COMMITTED_RECORDS = Path(__file__).resolve().parents[1] / "results" / "bench" / "int8_gemm_tuned.json"
 
 
 # A constant of the process for Dynamo: the check reads the kernel objects, which it cannot trace,

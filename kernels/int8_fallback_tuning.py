@@ -25,6 +25,7 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from . import INT8_COMMITTED_RECORDS, INT8_TUNED_ENV
 from . import int8_fallback_kernels as _kk
 from ._common import _next_pow2
 
@@ -40,9 +41,7 @@ TUNE_LOG_FIELDS = (*TUNE_KEY_FIELDS, "config", "ms", "regs", "spills", "shared",
 _TUNED: dict = {}      # shape class -> (GemmConfig, ms, whether it came from the records)
 _TUNE_LOG: list = []   # every configuration timed: dicts for tuning_log()
 _RECORDED: dict = {}   # (file, its time and size, the match) -> {shape class: (GemmConfig, ms)}
-TUNED_ENV = "LOWPREC_INT8_TUNED"
-# the committed records a checkout reads by default (this module is installed from kernels/)
-COMMITTED_RECORDS = Path(__file__).resolve().parents[1] / "results" / "bench" / "int8_gemm_tuned.json"
+TUNED_ENV, COMMITTED_RECORDS = INT8_TUNED_ENV, INT8_COMMITTED_RECORDS
 
 
 @dataclass(frozen=True)

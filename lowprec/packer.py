@@ -39,11 +39,14 @@ it while others share the GPU is retried first, and from then on at most one pro
 running shares it (a run out of memory alone fails). At the budget less ``--reserve`` seconds a process
 still running is stopped (SIGTERM to its process group, SIGKILL after ``GRACE_S``; the note gives the
 step it reached) and its run folder removed, as is the folder of a run that fails: every run folder
-the job touches ends complete, with its evaluations, or absent. ``--out`` receives three files, written when the job ends (stopped from
+the job touches ends complete, with its evaluations, or absent. ``--out`` receives four files, written when the job ends (stopped from
 outside too, through SIGTERM): ``runs.tar.gz``, the complete run folders it trained without
 checkpoints and logs (``runs/<scale>/<run>/``, as under the results root), ``logs.tar.gz`` and
-``packer_summary.json``. ``unpack`` places the run folders under the results root, refusing a
-member outside ``runs/`` or a run folder that is already complete there.
+``packer_summary.json``; and ``int8_gemm_tuned.json``, the committed INT8 GEMM tuning records with
+what the job's runs tuned added (``job_int8_records``; commit it back where it grew, so that the
+next job skips that tuning; ``LOWPREC_INT8_TUNED=FILE`` names another file instead). ``unpack``
+places the run folders under the results root, refusing a member outside ``runs/`` or a run folder
+that is already complete there.
 
 ``--resumable``: runs longer than one job (a 10-minute GPU call) train over several jobs on the same
 machine, while it is held between them. A run longer than the time left starts anyway (with at least
@@ -572,6 +575,9 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
     # the CPU cores shared among the processes (a run's torch threads), unless the caller says
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")
            or str(max(1, (os.cpu_count() or 1) // budget.jobs))}
+    records = job_int8_records(out)
+    if records:
+        env[records[0]] = str(records[1])
     pending, done, slots = list(tasks), set(), []
     # GPU memory is not measured before a run starts: a run that runs out of it beside others goes
     # back to the front of the queue, and from then on at most one process fewer shares the GPU
@@ -627,16 +633,36 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                       if t.estimate is not None else t.estimated_from)
         record = {"scale": scale, "jobs": budget.jobs, "budget_s": budget.seconds,
                   "wall_s": round(time.monotonic() - t0, 1), **(info or {}),
-                  "max_jobs": share.jobs,
+                  "max_jobs": share.jobs, "int8_records": str(records[1]) if records else None,
                   "runs": [{"run": t.name, "status": t.status, "estimate_s": t.estimate, "wall_s": t.wall,
                             "attempts": t.attempts, "claims": t.claims, "note": t.note} for t in tasks]}
         for root in filter(None, (log_dir, out)):
             write_json(Path(root) / "packer_summary.json", record)
+        if records and records[1].is_file():
+            print(f"INT8 GEMM tuning records of this job: {records[1]} (commit it as "
+                  "results/bench/int8_gemm_tuned.json where the job's runs added to it)", flush=True)
         if out:
             archive(Path(out) / "runs.tar.gz", {t.archived_as(results): t.out for t in tasks if t.status == "done"})
             archive(Path(out) / "logs.tar.gz", {f"{t.name}.log": log_dir / f"{t.name}.log" for t in tasks
                                                 if (log_dir / f"{t.name}.log").is_file()})
     return tasks
+
+
+def job_int8_records(out: Path | None) -> tuple[str, Path] | None:
+    """(variable, file) naming where a job's runs read and add the INT8 GEMM configurations they
+    tune (``lowprec.kernels.int8_fallback_tuning``): with ``out`` and no file named by the caller, a
+    copy of the checkout's committed records in ``out``, which comes back with the job and tells
+    the next job what this one tuned; None where the caller named a file (kept) or there is no
+    ``out`` (the runs read the committed file and add to none)."""
+    from lowprec.kernels import INT8_COMMITTED_RECORDS, INT8_TUNED_ENV
+
+    if out is None or os.environ.get(INT8_TUNED_ENV):
+        return None
+    path = Path(out) / INT8_COMMITTED_RECORDS.name
+    if not path.exists() and INT8_COMMITTED_RECORDS.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(INT8_COMMITTED_RECORDS, path)
+    return INT8_TUNED_ENV, path
 
 
 # --------------------------------------------------------------------------- summary and CLI

@@ -170,7 +170,8 @@ if mode == "deaf":  # a process that does not end at SIGTERM (its children inher
     import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # as compile workers are
 with log.open("a") as f:
-    f.write(json.dumps({"run": cfg["run_id"], "start": time.time(), "pid": os.getpid(), "child": child.pid}) + "\n")
+    f.write(json.dumps({"run": cfg["run_id"], "start": time.time(), "pid": os.getpid(), "child": child.pid,
+                        "int8_records": os.environ.get("LOWPREC_INT8_TUNED")}) + "\n")
 if not (out / "checkpoints" / "last.ckpt").is_file():  # a kept folder put back: training resumes
     (out / "metrics.csv").write_text("step,val_loss\n1,9.0\n")
 (out / "checkpoints").mkdir(exist_ok=True)
@@ -565,6 +566,44 @@ def test_a_sweeps_runs_are_estimated_from_its_completed_runs_by_parameters(tmp_p
     assert got == pytest.approx(5.0 + 24.0) and got < want and "at this point" in why
     assert est(by["B/gaussws/gpt2/bf16/s0"], 2) == (None, "no completed run of this arm in the sweep to "
                                                          "estimate from: give --estimate")
+
+
+def test_a_job_brings_back_the_int8_tuning_its_runs_add_to_a_copy_of_the_committed_records(tmp_path, monkeypatch):
+    """With --out, a job's runs read and add to a copy of the committed INT8 tuning records in the
+    out folder (which comes back with the job); a file the caller names is used instead, and
+    without --out the runs name none (they read the committed file and add to nothing)."""
+    from lowprec.kernels import INT8_COMMITTED_RECORDS, INT8_TUNED_ENV
+
+    runs, _ = _grid("smoke", ["gaussws"], tmp_path / "results")
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE)
+    monkeypatch.delenv(INT8_TUNED_ENV, raising=False)
+    monkeypatch.setattr(pk, "prepare_data", lambda tasks, log_dir: None)
+
+    def job(name, out):
+        log = tmp_path / f"{name}.jsonl"
+        monkeypatch.setattr(pk, "phase_commands", lambda task, config: [
+            [sys.executable, str(script), str(config), str(log), "ok", "0.1"]])
+        tasks, _, _ = pk.missing_tasks("smoke", ["gaussws"], str(tmp_path / "results"), only=["gaussws/gpt2/bf16/*"])
+        for t in tasks:
+            t.estimate, t.evaluations = 1.0, []   # training alone
+        pk.run_job(tasks, pk.Budget(jobs=1, seconds=20.0, reserve=1.0, eval_s=0.0), "smoke",
+                   str(tmp_path / "results"), out=out, poll_s=0.05)
+        assert [t.status for t in tasks] == ["done"]
+        shutil.rmtree(tasks[0].out)   # the next job trains it again
+        return [json.loads(line)["int8_records"] for line in log.read_text().splitlines() if "start" in line]
+
+    out = tmp_path / "out"
+    assert job("copied", out) == [str(out / "int8_gemm_tuned.json")]
+    assert (out / "int8_gemm_tuned.json").read_bytes() == INT8_COMMITTED_RECORDS.read_bytes()
+    (out / "int8_gemm_tuned.json").write_text("{}")   # what a job's runs added is not overwritten
+    assert job("again", out) == [str(out / "int8_gemm_tuned.json")]
+    assert (out / "int8_gemm_tuned.json").read_text() == "{}"
+    monkeypatch.setenv(INT8_TUNED_ENV, str(tmp_path / "mine.json"))
+    assert job("named", tmp_path / "out2") == [str(tmp_path / "mine.json")]
+    assert not (tmp_path / "out2" / "int8_gemm_tuned.json").exists()
+    monkeypatch.delenv(INT8_TUNED_ENV)
+    assert job("no_out", None) == [None]
 
 
 def test_a_grid_arm_without_runs_is_estimated_from_a_sweeps_runs_at_the_grids_shape(tmp_path):
