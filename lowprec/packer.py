@@ -22,7 +22,8 @@ Order: the runs that decide the most claims first. A claim reads the runs of its
 (``report.claims.claim_arms``); the claims whose verdict committed at this scale is undecided
 (inconclusive, not run) come before the decided ones, and among them first the one whose missing
 runs cost the fewest estimated seconds; its runs follow seed by seed (a paired test's arms together).
-Runs that no claim reads (the cross-recipe matrix) come last.
+Runs that no claim reads (the cross-recipe matrix) come last. ``--claims PATTERN...`` keeps the runs
+that the matching claims read (``serving``), with the runs they start from.
 
 Estimates (``lowprec.run_estimates``): the seconds a run takes while ``--jobs`` runs share the
 GPU, from the committed runs' provenance.json; ``--estimate PATTERN=SECONDS`` sets them for runs whose
@@ -741,6 +742,8 @@ def _estimates(values) -> dict[str, float]:
 def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
     if args.jobs < 1 or args.budget <= args.reserve:
         raise PackerError(f"--jobs {args.jobs} must be at least 1 and --budget {args.budget} above --reserve {args.reserve}")
+    if args.sweep and args.claims:
+        raise PackerError("--claims selects a scale's grid runs; a size sweep's runs serve no claim")
     if args.sweep:
         (tasks, stale), blocked = sweep_tasks(args.sweep, args.results, args.only), []
         args.scale = sweeps.load_sweep(args.sweep)["scale"]
@@ -760,7 +763,22 @@ def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
             t.estimate = args.startup + max(0.0, t.estimate - args.startup) * left
             t.estimated_from += f"; resumes at step {done}"
     budget = Budget(args.jobs, args.budget, args.reserve, args.eval_s, args.resumable, args.startup)
-    return (tasks if args.sweep else order(tasks, args.scale, args.results)), budget, est, stale, blocked
+    if args.sweep:  # a sweep's runs serve no claim
+        return tasks, budget, est, stale, blocked
+    tasks = order(tasks, args.scale, args.results)
+    return (serving(tasks, args.claims) if args.claims else tasks), budget, est, stale, blocked
+
+
+def serving(tasks: list[Task], patterns: list[str]) -> list[Task]:
+    """The tasks (in their order) that a claim matching ``patterns`` reads (fnmatch on
+    ``<paper>/<claim>``, as ``order`` sets ``claims``), with the runs they start from."""
+    keep = {t.name for t in tasks if any(fnmatch.fnmatchcase(c, p) for c in t.claims for p in patterns)}
+    if not keep:
+        known = sorted({c for t in tasks for c in t.claims})
+        raise PackerError(f"--claims {' '.join(patterns)}: no run to train reads such a claim; "
+                          f"the runs to train read {', '.join(known) or 'none'}")
+    keep |= {t.source for t in tasks if t.name in keep and t.source}
+    return [t for t in tasks if t.name in keep]
 
 
 def main(argv=None) -> None:
@@ -781,6 +799,8 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-s", type=float, default=30.0, help="seconds allowed for each checkpoint evaluation")
     ap.add_argument("--only", nargs="*", help="only runs whose names match these patterns (fnmatch)")
     ap.add_argument("--estimate", nargs="*", help="PATTERN=SECONDS: a run's estimate, instead of the committed runs'")
+    ap.add_argument("--claims", nargs="*", help="only the runs that claims matching these patterns read "
+                                                "(fnmatch on <paper>/<claim>, e.g. 'mor/loss_per_*'), with their sources")
     ap.add_argument("--out", help="run: where runs.tar.gz, logs.tar.gz and packer_summary.json go")
     ap.add_argument("--resumable", action="store_true",
                     help="runs longer than the job start anyway; at the budget they save their step and are "

@@ -104,6 +104,25 @@ def test_order_decides_the_most_claims_first(tmp_path):
     assert by["mor/nemotron/fp8_tensorwise_current/s3"].claims == []
 
 
+def test_claims_select_the_runs_that_read_them_with_their_sources(tmp_path):
+    """--claims keeps, in order, the runs that the matching claims read, and the runs a kept
+    fine-tuning run starts from; a pattern no run to train serves is refused, naming the claims."""
+    tasks, _, _ = pk.missing_tasks("tiny", ["mor", "int8_fallback"], str(tmp_path))
+    for t in tasks:
+        t.estimate = 10.0
+    ordered = pk.order(tasks, "tiny", str(tmp_path))
+    kept = pk.serving(ordered, ["mor/loss_per_tensor"])
+    assert {(t.paper, t.method) for t in kept} == {("mor", "bf16"), ("mor", "mor_tensor")}
+    assert [t.name for t in kept] == [t.name for t in ordered if t in kept]   # the order is kept
+    ft = pk.serving(ordered, ["int8_fallback/finetune_*"])
+    assert any(t.kind == pk.FINETUNE for t in ft)
+    assert {t.source for t in ft if t.source} <= {t.name for t in ft}
+    with pytest.raises(pk.PackerError, match=r"--claims nope/\*: no run to train reads such a claim; .*mor/loss_per_tensor"):
+        pk.serving(ordered, ["nope/*"])
+    with pytest.raises(SystemExit, match="a size sweep's runs serve no claim"):
+        pk.main(["plan", "--sweep", "configs/sweeps/medium.yaml", "--claims", "mor/*"])
+
+
 # --------------------------------------------------------------------------- estimates
 
 def test_estimates_from_committed_runs(tmp_path):
