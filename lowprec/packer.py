@@ -754,7 +754,7 @@ def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
         tasks, stale, blocked = missing_tasks(args.scale, papers, args.results, args.only)
     est = Estimator(args.results, args.scale, _estimates(args.estimate), args.startup,
                     sweep_runs=sweeps.load_sweep(args.sweep)["runs"] if args.sweep else None,
-                    shape_runs=None if args.sweep else [s["runs"] for s in sweeps.scale_sweeps(args.scale)])
+                    shape_runs=None if args.sweep else [s["runs"] for _, s in sweeps.scale_sweeps(args.scale)])
     for t in tasks:
         t.estimate, t.estimated_from = est(t, args.jobs)
         done = steps_done(t, args.results)

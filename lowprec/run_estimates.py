@@ -67,9 +67,12 @@ class Estimator:
         for arm, wall, steps, k, cfg in measured:
             self._add(arm, wall / k ** self.exponent / steps, cfg, "this arm's committed runs")
         # a size sweep's runs at the grid's own shape stand in for an arm the grid has not trained
+        grid_trained, shapes = set(self.per_step), {}
         for root in shape_runs or []:
             for arm, wall, steps, k, cfg in self._measured(Path(root), pattern=SWEEP_RUNS):
-                if self.origin.get(arm, "").startswith("this arm's committed") or not _grid_shape(scale, arm, cfg):
+                if arm not in shapes:
+                    shapes[arm] = _grid_shape(scale, arm)
+                if arm in grid_trained or shapes[arm] != _shape(cfg):
                     continue
                 self._add(arm, wall / k ** self.exponent / steps, cfg,
                           f"this arm's runs in the size sweep {Path(root).name} at this scale's shape")
@@ -173,14 +176,18 @@ def _sweep_per_step(measured: list[tuple[int, float]], params: int) -> tuple[flo
             "this arm's completed sweep runs at other points (x parameters where smaller)")
 
 
-def _grid_shape(scale: str, arm: tuple, cfg: dict) -> bool:
-    """Whether a sweep run of ``arm`` (paper, model, method) has the shape of that arm's grid runs at
-    ``scale``: the same parameters and tokens per step."""
+def _shape(cfg: dict) -> tuple[int, int]:
+    """What makes two runs' steps cost the same: parameters and tokens per step."""
+    return run_parameters(cfg), tokens_per_step(cfg)
+
+
+def _grid_shape(scale: str, arm: tuple) -> tuple[int, int] | None:
+    """``_shape`` of the grid runs of ``arm`` (paper, model, method) at ``scale``; None for an arm
+    the scale's grid does not have."""
     try:
-        grid = lpc.resolve_run(scale, *arm, 0)
-    except lpc.ConfigError:   # an arm the scale's grid does not have
-        return False
-    return (run_parameters(grid), tokens_per_step(grid)) == (run_parameters(cfg), tokens_per_step(cfg))
+        return _shape(lpc.resolve_run(scale, *arm, 0))
+    except lpc.ConfigError:
+        return None
 
 
 def _settings(method: dict) -> dict:

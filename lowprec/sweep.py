@@ -28,6 +28,7 @@ from . import config as lpc
 from .io import write_json, write_yaml
 
 FFN_MULTIPLE = 128
+SWEEPS_DIR = lpc.CONFIG_DIR / "sweeps"
 SWEEP_RUN = "sweep"  # the kind of a sweep's run in lowprec.packer (beside a grid's PRETRAIN and FINETUNE)
 
 
@@ -52,9 +53,11 @@ def load_sweep(path: str | Path) -> dict:
     return sweep
 
 
-def scale_sweeps(scale: str) -> list[dict]:
-    """The size sweeps (``configs/sweeps/*.yaml``) of ``scale``."""
-    return [s for s in (load_sweep(p) for p in sorted((lpc.CONFIG_DIR / "sweeps").glob("*.yaml"))) if s["scale"] == scale]
+def scale_sweeps(scale: str) -> list[tuple[Path, dict]]:
+    """(file, its settings as written) of each size sweep (``SWEEPS_DIR``) of ``scale``; read
+    without validation, so that the report's builder can list them cheaply."""
+    files = ((p, lpc.load_yaml(p)) for p in sorted(SWEEPS_DIR.glob("*.yaml")))
+    return [(p, sweep) for p, sweep in files if sweep.get("scale") == scale]
 
 
 def point_shape(point: dict, model: str, scale: str) -> dict:

@@ -504,7 +504,7 @@ def run(cfg: dict, callbacks: list | None = None) -> dict:
     resume_step = resume_ckpt["global_step"] if resume else 0
     # FSDP reads a full checkpoint itself (after the check above): hand the loaded one only to the others
     ckpt_io = SafeCheckpointIO(preloaded=(resume, resume_ckpt) if resume and place["strategy"] != "fsdp"
-                                       else None)
+                               else None)
     del resume_ckpt
     if resume is None and rank_zero_only.rank == 0:
         # Old log segments go now, before a writer opens its folder. Only rank zero reads or

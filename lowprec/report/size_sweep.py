@@ -12,9 +12,9 @@ from pathlib import Path
 
 from .. import config as lpc
 from ..io import provenance_path
+from ..sweep import scale_sweeps
 from .markdown import fmt_cell, markdown_lines
 
-SWEEPS_DIR = lpc.CONFIG_DIR / "sweeps"
 # (column of the table, header, decimals or "sig"): the measures, whether each holds, and what is
 # missing; the fallback ratio in two significant figures: at the smallest point it is ~1e-7, which
 # decimals would print as a zero the rule (a) does not see
@@ -34,13 +34,8 @@ def _table_path(sweep: dict, results: Path) -> Path:
 
 def sweep_tables(results: Path, scale: str) -> list[tuple[Path, Path]]:
     """(sweep file, its committed table) for each sweep of ``scale`` whose table exists."""
-    out = []
-    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
-        sweep = lpc.load_yaml(path)
-        table = _table_path(sweep, results)
-        if sweep.get("scale") == scale and table.is_file():
-            out.append((path, table))
-    return out
+    tables = ((path, _table_path(sweep, results)) for path, sweep in scale_sweeps(scale))
+    return [(path, table) for path, table in tables if table.is_file()]
 
 
 def _cell(value: str, digits) -> str:
