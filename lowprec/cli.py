@@ -286,7 +286,8 @@ def evaluate_parser() -> argparse.ArgumentParser:
                     "export of its linear-layer weights to MX formats.",
         epilog="Reads the run's config.yaml and checkpoints/last.ckpt (not committed: the run must have trained "
                "here) and its validation set; writes one CSV row per export format (model, method, seed, export, "
-               "val_loss).")
+               "val_loss). Runs on the GPU where there is one, in fp32 either way; LOWPREC_EVAL_DEVICE=cpu|cuda "
+               "chooses.")
     ap.add_argument("--run", required=True, metavar="RUN_DIR", help="a finished run folder")
     ap.add_argument("--export", nargs="+", default=["none"], metavar="FORMAT",
                     help="none (the weights as trained) or a weight export of the method modules (WEIGHT_EXPORTS): "

@@ -10,6 +10,7 @@ e.g. GaussWS's round-to-nearest MX quantization of every linear layer's weight.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -27,8 +28,28 @@ from .io import write_text  # noqa: E402
 from .models import causal_lm_loss  # noqa: E402
 
 
-def load_trained(run_dir: str | Path):
-    """(LitLM with the run's final weights, in eval mode; the run config; its TokenData)."""
+# Where a finished run's weights are evaluated (``evaluation_device``); cpu or cuda, unset: CUDA where
+# there is one.
+EVAL_DEVICE_ENV = "LOWPREC_EVAL_DEVICE"
+
+
+def evaluation_device(device: str | None = None) -> torch.device:
+    """``device``, else LOWPREC_EVAL_DEVICE, else CUDA where present and the CPU elsewhere. The GPU
+    because the evaluations run where the run trained, before its checkpoint is gone: at `medium` one
+    outlier pass over one validation batch (32 x 1024 tokens, Llama2 12 x 768) took 144 s on two CPU
+    cores, and a GPU job's evaluations on its CPU outlasted the job. Either way in fp32, without
+    autocast or TF32, as the evaluations of the committed runs were computed."""
+    choice = device or os.environ.get(EVAL_DEVICE_ENV) or ("cuda" if torch.cuda.is_available() else "cpu")
+    if choice not in ("cpu", "cuda"):
+        raise ValueError(f"{EVAL_DEVICE_ENV}={choice!r}: choose cpu or cuda")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{EVAL_DEVICE_ENV}=cuda, but this torch sees no CUDA device")
+    return torch.device(choice)
+
+
+def load_trained(run_dir: str | Path, device: str | None = None):
+    """(LitLM with the run's final weights, in eval mode, on ``evaluation_device(device)``; the run
+    config; its TokenData)."""
     from .train import LitLM
 
     run_dir = Path(run_dir)
@@ -47,17 +68,25 @@ def load_trained(run_dir: str | Path):
     if not isinstance(state, dict):
         raise ckptlib.CheckpointError(f"{ckpt}: holds no state_dict (not a lowprec.train checkpoint)")
     module.load_state_dict(state)
-    module.eval()
+    if (where := evaluation_device(device)).type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+    module.to(where).eval()
     return module, cfg, data
+
+
+def evaluation_batches(module, cfg: dict, data: TokenData, n_batches: int | None = None) -> list:
+    """The run's validation batches (the windows its training validated on), on the module's device."""
+    from .train import val_batches
+
+    t = cfg["train"]
+    where = next(module.parameters()).device
+    return [(x.to(where), y.to(where)) for x, y in
+            val_batches(data.splits["val"], t["batch_size"], t["seq_len"], n_batches or t.get("val_batches", 8))]
 
 
 @torch.no_grad()
 def validation_loss(module, cfg: dict, data: TokenData) -> float:
-    from .train import val_batches
-
-    t = cfg["train"]
-    batches = val_batches(data.splits["val"], t["batch_size"], t["seq_len"], t.get("val_batches", 8))
-    losses = [causal_lm_loss(module.model, x, y) for x, y in batches]
+    losses = [causal_lm_loss(module.model, x, y) for x, y in evaluation_batches(module, cfg, data)]
     return float(torch.stack(losses).mean())
 
 

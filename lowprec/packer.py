@@ -366,7 +366,7 @@ class Slot:
         self._next()
 
     def _next(self):
-        argv = self.commands.pop(0)
+        argv = self.current = self.commands.pop(0)
         with self.log.open("a") as f:
             f.write(f"$ {' '.join(argv)}\n")
             f.flush()
@@ -387,6 +387,17 @@ class Slot:
             self._next()
             return None
         return "done"
+
+    def reached(self) -> str:
+        """Where the stop found the slot, for its note: the step its training reported, or the
+        evaluation it was in (a run stopped there lost a complete training to evaluations that its
+        estimate did not allow for)."""
+        if not self.trained:
+            steps = progress(self.log)
+            return f" at {steps}" if steps else ""
+        i = self.current.index("-m") + 1 if "-m" in self.current else len(self.current) - 1
+        words = [w for w in self.current[i:i + 2] if not w.startswith("-")]
+        return f", its training complete, in its evaluation ({' '.join(words)})"
 
     def signal(self, sig) -> None:
         """``sig`` to the process group (compile workers that outlive their parent included)."""
@@ -411,8 +422,7 @@ def stop(slots: list[Slot], why: str, results: str = "results", keep: bool = Fal
             pass
         slot.signal(signal.SIGKILL)
         slot.proc.wait()
-        reached = progress(slot.log)
-        slot.task.status, slot.task.note = "stopped", why.format(at=f" at {reached}" if reached else "")
+        slot.task.status, slot.task.note = "stopped", why.format(at=slot.reached())
         slot.task.wall = round(time.monotonic() - slot.started, 1)
         if keep and (slot.task.out / "checkpoints").is_dir():
             kept = kept_path(slot.task, results)

@@ -724,7 +724,7 @@ def test_trained_weights_are_blocked_in_out_in_layout(monkeypatch):
     model.lm_head = nn.Linear(8, 100)    # excluded, as from the noise
     module = nn.Module()
     module.model = model
-    monkeypatch.setattr(evaluate, "load_trained", lambda d: (module, {"model": {"name": "gpt2"}}, None))
+    monkeypatch.setattr(evaluate, "load_trained", lambda d, device=None: (module, {"model": {"name": "gpt2"}}, None))
     mats = rep.trained_weights(["run"])["trained gpt2"]
     assert [tuple(m.shape) for m in mats] == [(48, 16), (8, 16)]
     assert torch.equal(mats[0], model.c_fc.weight.t())

@@ -801,6 +801,38 @@ def test_training_on_gpu(prepared_data, tmp_path, method):
         assert rec["method"]["numerics"].startswith("bf16 autocast")
 
 
+def test_evaluations_on_the_gpu_equal_the_cpu_ones(prepared_data, tmp_path, monkeypatch):
+    """A finished GPU run's evaluations (the outlier pass, the validation loss of an export) run on
+    the GPU by default, in fp32 as on the CPU, and give the CPU's numbers: at `medium` the CPU pass
+    took 144 s a batch and outlasted the GPU job."""
+    from pathlib import Path
+
+    from conftest import smoke_run_config
+    from lowprec import evaluate, train
+    from lowprec.report.int8_fallback import outliers_run
+
+    cfg = smoke_run_config("int8_fallback", "llama2", "bf16", prepared_data, tmp_path, max_steps=6)
+    assert train.run(cfg)["status"] == "completed"
+    run = Path(cfg["output_dir"])
+    monkeypatch.delenv(evaluate.EVAL_DEVICE_ENV, raising=False)
+    module, _, _ = evaluate.load_trained(run)
+    assert next(module.parameters()).device.type == "cuda"
+    gpu = outliers_run(str(run))
+    gpu_rows = evaluate.evaluate_exports(run, ["none", "mxfp6_e3m2"])
+    monkeypatch.setenv(evaluate.EVAL_DEVICE_ENV, "cpu")
+    cpu = outliers_run(str(run))
+    cpu_rows = evaluate.evaluate_exports(run, ["none", "mxfp6_e3m2"])
+    (table_g, ccdf_g), (table_c, ccdf_c) = gpu, cpu
+    assert len(table_g) == len(table_c) > 0 and len(ccdf_g) == len(ccdf_c) > 0
+    for col in ("median_block_amax", "max_over_median", "kurtosis"):
+        assert table_g[col].to_numpy() == pytest.approx(table_c[col].to_numpy(), rel=1e-3), col
+    # a block right at a grid point may fall on either side of it
+    assert (ccdf_g["share_above"] - ccdf_c["share_above"]).abs().max() <= 2 / ccdf_c["n_blocks"].min()
+    for g, c in zip(gpu_rows, cpu_rows):
+        assert g["export"] == c["export"] and g["val_loss"] == pytest.approx(c["val_loss"], abs=1e-4)
+    assert gpu_rows[0]["val_loss"] != gpu_rows[1]["val_loss"]  # the export changed the weights
+
+
 def test_a_training_run_records_its_int8_tuning(prepared_data, tmp_path, monkeypatch):
     """A run on the GPU adds the INT8 GEMM classes it tuned to the file ``LOWPREC_INT8_TUNED``
     names, so that the next job on that GPU model skips the tuning. The medium sweep's runs

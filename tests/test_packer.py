@@ -472,6 +472,29 @@ def test_evaluations_run_in_the_slot_and_a_missing_one_fails_the_run(tmp_path, m
     assert not by["gaussws_b6"].out.exists()
 
 
+def test_a_run_stopped_in_its_evaluation_says_so(tmp_path, monkeypatch):
+    """The medium grid's first job (H100) stopped three Llama2 BF16 runs whose training had
+    completed, in their outlier pass on the CPU; their note read 'at step 1000/1000', as if the
+    training had been cut short."""
+    tasks, _, _ = pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path / "results"), only=["int8_fallback/llama2/bf16/s0"])
+    script = tmp_path / "fake.py"
+    script.write_text(FAKE)
+    (tmp_path / "slow_outliers.py").write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(pk, "phase_commands", lambda task, config_path: [
+        [sys.executable, str(script), str(config_path), str(tmp_path / "ev.jsonl"), "ok", "0.1"],
+        [sys.executable, "-m", "slow_outliers", "outliers-run", "--runs", str(task.out)]])
+    monkeypatch.setattr(pk, "prepare_data", lambda tasks, log_dir: None)
+    monkeypatch.setattr(pk, "GRACE_S", 1.0)
+    [task] = tasks
+    assert task.evaluations[0][1][:3] == ["-m", "lowprec.report.int8_fallback", "outliers-run"]
+    task.estimate = 0.5
+    pk.run_job(tasks, pk.Budget(jobs=1, seconds=5.0, reserve=1.0, eval_s=0.5), "tiny", str(tmp_path / "results"),
+               poll_s=0.05)
+    assert task.status == "stopped" and not task.out.exists()
+    assert task.note.startswith("at the budget, its training complete, in its evaluation (slow_outliers outliers-run); folder removed")
+
+
 def test_data_that_cannot_be_prepared_stops_the_job_before_any_run(tmp_path):
     cfg = {"paper": "mor", "method": {"name": "bf16"}, "output_dir": str(tmp_path / "runs" / "x"),
            "data": {"source": "local", "path": str(tmp_path / "no-such-corpus"), "vocab_size": 300,

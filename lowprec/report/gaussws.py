@@ -65,7 +65,7 @@ def trained_weights(run_dirs: list[str]) -> dict[str, list[torch.Tensor]]:
 
     out = {}
     for d in run_dirs:
-        module, cfg, _ = load_trained(d)
+        module, cfg, _ = load_trained(d, device="cpu")  # the weights alone: no forward pass
         # the transformer blocks' linears, whether the run converted them (CPU) or not (GPU BF16)
         mats = [(m.weight.t() if transposed else m.weight).detach().float()
                 for *_, m, transposed in linear_layers(module.model)]

@@ -218,13 +218,10 @@ def plot_outliers(ccdf: pd.DataFrame, tau: float, outputs: list[str]) -> None:
 def outliers_run(run_dir: str, n_batches: int | None = None, block=(32, 32)):
     """(per-layer table, CCDF table) of one finished run, each with its model and class; reads the
     run's final checkpoint, so under reuse_runs the two files in the run folder are the inputs."""
-    from ..evaluate import load_trained
-    from ..train import val_batches
+    from ..evaluate import evaluation_batches, load_trained
 
     module, cfg, data = load_trained(run_dir)
-    t = cfg["train"]
-    batches = val_batches(data.splits["val"], t["batch_size"], t["seq_len"], n_batches or t.get("val_batches", 8))
-    rows, ratios = capture_outlier_stats(module.model, batches, block)
+    rows, ratios = capture_outlier_stats(module.model, evaluation_batches(module, cfg, data, n_batches), block)
     if not rows:
         raise ValueError(f"{run_dir}: no linear layer inputs captured")
     cls = FAMILY_CLASS.get(cfg["model"]["family"], cfg["model"]["family"])
