@@ -43,7 +43,7 @@ def test_verdict_table_says_where_each_number_comes_from():
 
     rows = {}
     for line in readme.verdict_table(REPO / "results", ["gaussws", "int8_fallback", "mor"])[2:]:
-        paper, claim, _, ours, source, verdict, _why = [c.strip() for c in line.strip("|").split(" | ")]
+        paper, claim, _, ours, source, verdict, _medium, _why = [c.strip() for c in line.strip("|").split(" | ")]
         rows[(paper, claim)] = (ours, source, verdict)
     for paper in ("gaussws", "int8_fallback", "mor"):
         registry = yaml.safe_load((REPO / "configs" / "claims" / f"{paper}.yaml").read_text())["claims"]
@@ -198,3 +198,30 @@ def test_the_medium_report_shows_the_committed_size_sweep():
 
     want = "\n".join(sweep_lines(REPO / "results", "medium", lambda p: str(p.relative_to(REPO / "results"))))
     assert want and want in (REPO / "results" / "REPORT_medium.md").read_text(), "regenerate it"
+
+
+def test_the_medium_column_shows_the_verdict_there_once_it_has_runs(tmp_path):
+    """The issue's `medium` column: the verdict at medium beside the row's own, '–' while medium's
+    claims table says its runs are missing; a decided verdict at medium becomes the row's."""
+    import pandas as pd
+
+    def claims(scale, rows):
+        d = tmp_path / "mor" / scale / "tables"
+        d.mkdir(parents=True)
+        pd.DataFrame([{"claim": c, "paper_value": "p", "ours": o, "verdict": v, "why": w} for c, o, v, w in rows]) \
+            .to_csv(d / "claims.csv", index=False)
+
+    claims("small", [("loss_per_tensor", "+0.007", "reproduced", ""), ("loss_per_block", "+0.003", "inconclusive", "noise"),
+                     ("loss_per_channel", "+0.004", "reproduced", "")])
+    claims("medium", [("loss_per_tensor", "", "not run at this scale", ""),
+                      ("loss_per_block", "+0.020", "not reproduced", "a real gap"),
+                      ("loss_per_channel", "+0.001", "inconclusive", "few seeds")])
+    rows = {r["claim"]: r for r in readme.verdict_rows(tmp_path, ["mor"])}
+    assert (rows["loss_per_tensor"]["verdict"], rows["loss_per_tensor"]["medium"]) == ("reproduced", "–")
+    assert rows["loss_per_tensor"]["scale"] == "small"
+    block = rows["loss_per_block"]
+    assert (block["verdict"], block["medium"], block["scale"], block["ours"]) == ("not reproduced", "not reproduced", "medium", "+0.020")
+    channel = rows["loss_per_channel"]
+    assert (channel["verdict"], channel["scale"], channel["medium"]) == ("reproduced", "small", "inconclusive")
+    header = readme.verdict_table(tmp_path, ["mor"])[0]
+    assert header.split(" | ")[5:7] == ["verdict", "`medium`"]
