@@ -35,7 +35,9 @@ estimate, its evaluations and the fine-tuning runs that start from it end within
 start as soon as it completes, beside the ``--jobs`` others (its final checkpoint, which they start
 from, does not outlive the machine). The evaluations that read a run's final
 checkpoint (``run_evaluations``) run in its slot right after it, since checkpoints are not committed
-and do not outlive the machine. GPU memory is not known before a run starts: a run that fails out of
+and do not outlive the machine. A run whose arm's GPU peak was measured (``Estimator.memory_gib``)
+starts only while its ``footprint`` fits beside the running ones' (``--gpu-memory-gib``, on ``run``
+the device's own); otherwise GPU memory is not known before a run starts: a run that fails out of
 it while others share the GPU is retried first, and from then on at most one process fewer than were
 running shares it (a run out of memory alone fails). At the budget less ``--reserve`` seconds a process
 still running is stopped (SIGTERM to its process group, SIGKILL after ``GRACE_S``; the note gives the
@@ -119,6 +121,7 @@ class Task:
     wall: float | None = None
     note: str = ""
     attempts: int = 0          # processes started for it: a run out of GPU memory beside others is retried
+    memory_gib: float | None = None  # the GPU memory its arm's runs held (Estimator.memory_gib), None: unknown
 
     @property
     def paper(self) -> str:
@@ -293,6 +296,7 @@ class Budget:
     eval_s: float = 30.0       # each evaluation of a run's final checkpoint
     resumable: bool = False    # --resumable (module doc)
     startup: float = 0.0       # a process's start-up, which a resumed run pays again (plans only)
+    gpu_memory_gib: float | None = None  # the GPU's memory: runs start only while their footprints fit
 
     @property
     def stop_at(self) -> float:
@@ -304,30 +308,51 @@ class Budget:
         return (task.estimate or math.inf) + self.eval_s * len(task.evaluations)
 
 
+# A process holds more than torch's peak allocation: its CUDA context, the caching allocator's slack and
+# what compiling and autotuning allocate at its start: six medium BF16 runs (three GPT2 of 15.2 GiB
+# peak, three Llama2) ran out of an H100's 80 GB started together, and so did four (the Llama2 three
+# beside one GPT2).
+MEMORY_SLACK = (1.10, 1.5)  # footprint = 1.10 x measured peak + 1.5 GiB
+
+
+def footprint(task: Task) -> float:
+    """The GPU memory (GiB) a run's process is counted as holding; 0 when its arm was never measured
+    (then only --jobs, and the retry of a run out of memory, limit it)."""
+    return task.memory_gib * MEMORY_SLACK[0] + MEMORY_SLACK[1] if task.memory_gib else 0.0
+
+
+def fits(task: Task, in_use: float, budget: Budget) -> bool:
+    """Whether the run's footprint fits beside ``in_use`` GiB of the others' (always, alone)."""
+    return not budget.gpu_memory_gib or in_use == 0 or in_use + footprint(task) <= budget.gpu_memory_gib
+
+
 def need(task: Task, pending: list[Task], budget: Budget) -> float:
     """A run's slot time, plus the longest fine-tuning run that waits for it."""
     after = [budget.own(t) for t in pending if t.source == task.name]
     return budget.own(task) + max(after, default=0.0)
 
 
-def pick(pending: list[Task], done: set[str], remaining: float, budget: Budget, running: int) -> Task | None:
-    """The next run to start with ``running`` processes busy: a fine-tuning run whose source has
-    completed, whatever the number (its checkpoint does not outlive the machine, and the source
-    started only with time for it), else, while fewer than ``budget.jobs`` run, the first in order
-    with no source waiting that ends (with what waits for it) within ``remaining`` seconds."""
+def pick(pending: list[Task], done: set[str], remaining: float, budget: Budget, running: int,
+         in_use: float = 0.0) -> Task | None:
+    """The next run to start with ``running`` processes busy, holding ``in_use`` GiB of the GPU: a
+    fine-tuning run whose source has completed, whatever the number (its checkpoint does not
+    outlive the machine, and the source started only with time for it), else, while fewer than
+    ``budget.jobs`` run, the first in order with no source waiting that ends (with what waits for
+    it) within ``remaining`` seconds and whose footprint fits the GPU beside the others'."""
     for t in pending:
         if t.source in done and budget.own(t) <= remaining:
             return t
     if running >= budget.jobs:
         return None
     for t in pending:
-        if t.source is None and need(t, pending, budget) <= remaining:
+        if t.source is None and need(t, pending, budget) <= remaining and fits(t, in_use, budget):
             return t
     if budget.resumable and remaining >= RESUMABLE_MIN_S:
         # longer than the time left, continued by the next job; not one a fine-tuning run waits for,
         # which starts from its final checkpoint in the same job
         for t in pending:
-            if t.source is None and t.estimate is not None and not any(p.source == t.name for p in pending):
+            if (t.source is None and t.estimate is not None and not any(p.source == t.name for p in pending)
+                    and fits(t, in_use, budget)):
                 return t
     return None
 
@@ -339,7 +364,7 @@ def simulate(tasks: list[Task], budget: Budget) -> list[tuple[Task, float, float
     running: list[tuple[float, int, Task]] = []
     now, limit = 0.0, budget.stop_at
     while True:
-        while t := pick(pending, done, limit - now, budget, len(running)):
+        while t := pick(pending, done, limit - now, budget, len(running), sum(footprint(r[2]) for r in running)):
             pending.remove(t)
             end = min(now + budget.own(t), limit) if budget.resumable else now + budget.own(t)
             started.append((t, now, end))
@@ -621,7 +646,7 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                 task.note = (f"see {slot.log}" + (f" (no {', '.join(missing)})" if missing else "")
                              + (f", attempt {task.attempts}" if task.attempts > 1 else ""))
             now = time.monotonic()
-            while task := pick(pending, done, stop_at - now, share, len(slots)):
+            while task := pick(pending, done, stop_at - now, share, len(slots), sum(footprint(x.task) for x in slots)):
                 pending.remove(task)
                 path = task.config_path(results)
                 write_yaml(path, task.cfg, if_changed=True)
@@ -642,7 +667,7 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
             t.note = (f"{t.note}; " if t.note else "") + (f"waits for {t.source}" if t.source and t.source not in done
                       else f"needs {need(t, pending, budget):.0f} s, {max(0.0, left):.0f} s were left"
                       if t.estimate is not None else t.estimated_from)
-        record = {"scale": scale, "jobs": budget.jobs, "budget_s": budget.seconds,
+        record = {"scale": scale, "jobs": budget.jobs, "budget_s": budget.seconds, "gpu_memory_gib": budget.gpu_memory_gib,
                   "wall_s": round(time.monotonic() - t0, 1), **(info or {}),
                   "max_jobs": share.jobs, "int8_records": str(records[1]) if records else None,
                   "runs": [{"run": t.name, "status": t.status, "estimate_s": t.estimate, "wall_s": t.wall,
@@ -703,7 +728,8 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
 
     job = simulate(tasks, budget)
     first = {t.name: (s, e) for t, s, e in job}
-    rows = [[i + 1, t.name, f"{t.estimate:.0f}" if t.estimate is not None else "–", len(t.claims),
+    rows = [[i + 1, t.name, f"{t.estimate:.0f}" if t.estimate is not None else "–",
+             f"{t.memory_gib:.1f}" if t.memory_gib else "–", len(t.claims),
              f"{first[t.name][0]:.0f}-{first[t.name][1]:.0f}"
              + (" (goes on)" if continues(t, *first[t.name], budget) else "") if t.name in first else "–",
              t.estimated_from]
@@ -711,8 +737,10 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
     n, never = jobs_needed(tasks, budget)
     lines = [f"{len(tasks)} run(s) to train; estimates with {budget.jobs} sharing the GPU (time ~ k^"
              f"{est.exponent:.2f}, fitted on the committed runs)", *format_table(
-                 ["#", "run", "est s", "claims", "job 1 (s)", "estimated from"], rows), "",
-             f"one job of {budget.seconds:.0f} s ({budget.jobs} processes) starts {len(first)} of them "
+                 ["#", "run", "est s", "GiB", "claims", "job 1 (s)", "estimated from"], rows), "",
+             f"one job of {budget.seconds:.0f} s ({budget.jobs} processes"
+             + (f" within {budget.gpu_memory_gib:g} GiB of GPU memory" if budget.gpu_memory_gib else "")
+             + f") starts {len(first)} of them "
              f"({sum(e - s for _, s, e in job):.0f} run-seconds); the others take {max(0, n - 1)} more"
              + (f", besides {len(never)} that no such job holds" if never else "")]
     limit = budget.stop_at
@@ -767,16 +795,27 @@ def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
                     shape_runs=None if args.sweep else [s["runs"] for _, s in sweeps.scale_sweeps(args.scale)])
     for t in tasks:
         t.estimate, t.estimated_from = est(t, args.jobs)
+        t.memory_gib = est.memory_gib(t)
         done = steps_done(t, args.results)
         if done and t.estimate is not None:  # an unfinished run resumes: the steps left, and a start-up
             left = max(0.0, 1.0 - done / t.cfg["train"]["max_steps"])
             t.estimate = args.startup + max(0.0, t.estimate - args.startup) * left
             t.estimated_from += f"; resumes at step {done}"
-    budget = Budget(args.jobs, args.budget, args.reserve, args.eval_s, args.resumable, args.startup)
+    budget = Budget(args.jobs, args.budget, args.reserve, args.eval_s, args.resumable, args.startup,
+                    gpu_memory(args.gpu_memory_gib) if args.command == "run" else args.gpu_memory_gib)
     if args.sweep:  # a sweep's runs serve no claim
         return tasks, budget, est, stale, blocked
     tasks = order(tasks, args.scale, args.results)
     return (serving(tasks, args.claims) if args.claims else tasks), budget, est, stale, blocked
+
+
+def gpu_memory(given: float | None) -> float | None:
+    """GiB of the GPU a job's runs share: ``--gpu-memory-gib``, else the CUDA device's own."""
+    if given is not None:
+        return given
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory / 2**30 if torch.cuda.is_available() else None
 
 
 def serving(tasks: list[Task], patterns: list[str]) -> list[Task]:
@@ -807,6 +846,9 @@ def main(argv=None) -> None:
     ap.add_argument("--startup", type=float, default=30.0,
                     help="seconds a process adds to its run's estimate (imports, compiling the model)")
     ap.add_argument("--eval-s", type=float, default=30.0, help="seconds allowed for each checkpoint evaluation")
+    ap.add_argument("--gpu-memory-gib", type=float, default=None,
+                    help="the GPU memory the runs share (run: the device's own by default; plan: none, only --jobs "
+                         "limits): a run starts only while its arm's measured peak fits beside the others' (footprint)")
     ap.add_argument("--only", nargs="*", help="only runs whose names match these patterns (fnmatch)")
     ap.add_argument("--estimate", nargs="*", help="PATTERN=SECONDS: a run's estimate, instead of the committed runs'")
     ap.add_argument("--claims", nargs="*", help="only the runs that claims matching these patterns read "

@@ -76,6 +76,12 @@ class Estimator:
                     continue
                 self._add(arm, wall / k ** self.exponent / steps, cfg,
                           f"this arm's runs in the size sweep {Path(root).name} at this scale's shape")
+        # arm -> GiB its runs held on the GPU at most (provenance peak_mem_mb), of the runs above
+        self.peak_gib = _peaks(Path(results) / "runs" / scale, GRID_RUNS)
+        for root in shape_runs or []:
+            at_shape = _peaks(Path(root), SWEEP_RUNS, lambda arm, cfg: shapes.setdefault(arm, _grid_shape(scale, arm))
+                              == _shape(cfg))
+            self.peak_gib = {**at_shape, **self.peak_gib}
         self.reference = {}                          # arm -> mean seconds per step at REFERENCE_SCALE
         for arm, wall, steps, _, _ in self._measured(Path(results) / "runs" / REFERENCE_SCALE, concurrency=False):
             self.reference.setdefault(arm, []).append(wall / steps)
@@ -133,6 +139,19 @@ class Estimator:
             sxy += sum((x - mx) * (y - my) for x, y in pts)
         return DEFAULT_EXPONENT if sxx < 0.05 else min(1.0, max(0.0, sxy / sxx))
 
+    def memory_gib(self, task: Task) -> float | None:
+        """The GPU memory its arm's runs held at this scale (or a size sweep's at this scale's shape),
+        else the most that an arm of another experiment with the same model and method settings
+        held (GaussWS's and INT8 fallback's GPT2 BF16 arms are one run config); None where none was
+        measured."""
+        arm = tuple(task.name.split("/")[1:4] if task.kind == SWEEP_RUN else task.name.split("/")[:3])
+        if arm in self.peak_gib:
+            return self.peak_gib[arm]
+        mine = _settings(task.cfg["method"])
+        same = [gib for a, gib in self.peak_gib.items()
+                if a[1] == arm[1] and a in self.method and _distance(mine, _settings(self.method[a])) == 0]
+        return max(same, default=None)
+
     def __call__(self, task: Task, jobs: int) -> tuple[float | None, str]:
         for pattern, seconds in self.overrides.items():
             if fnmatch.fnmatchcase(task.name, pattern):
@@ -163,6 +182,21 @@ class Estimator:
             guesses.append((self.startup + self.per_step[a] * ratio * steps * share,
                             f"{'/'.join(a)} x {ratio:.2f} ({REFERENCE_SCALE} time per step)"))
         return statistics.median_high(guesses)
+
+
+def _peaks(root: Path, pattern: str, keep=None) -> dict[tuple, float]:
+    """arm (group, model, method) -> the most GPU memory (GiB, torch's peak allocation) that one of its
+    completed GPU runs under ``root`` held; ``keep(arm, run config)`` picks the runs."""
+    peaks: dict[tuple, float] = {}
+    for prov in sorted(root.glob(pattern)):
+        p = json.loads(prov.read_text())
+        device = p.get("device") if isinstance(p.get("device"), dict) else {}
+        arm = tuple(prov.parent.parts[-4:-1])
+        if p.get("status") != "completed" or not device.get("gpu") or not p.get("peak_mem_mb"):
+            continue
+        if keep is None or keep(arm, lpc.load_yaml(prov.parent / "config.yaml")):
+            peaks[arm] = max(peaks.get(arm, 0.0), float(p["peak_mem_mb"]) / 1024)
+    return peaks
 
 
 def _sweep_per_step(measured: list[tuple[int, float]], params: int) -> tuple[float, str]:

@@ -8,12 +8,14 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from lowprec import config as lpc
 from lowprec import packer as pk
+from lowprec import sweep as sweeps
 from lowprec.io import write_yaml
 from lowprec.report.claims import load_claims
 from lowprec.run_estimates import Estimator
@@ -444,6 +446,43 @@ def test_a_run_out_of_gpu_memory_alone_fails_with_the_step_it_reached(tmp_path, 
     pk.run_job(tasks[1:2], pk.Budget(jobs=1, seconds=2.0, reserve=0.5, eval_s=0.0), "tiny",
                str(tmp_path / "results"), poll_s=0.05)
     assert tasks[1].status == "stopped" and tasks[1].note.startswith("at the budget at step 1/10; folder removed")
+
+
+def test_runs_start_only_while_their_measured_memory_fits_the_gpu(tmp_path, fake_runs):
+    """Three runs of a 30 GiB arm on a GPU of 79 GiB, --jobs 3: two at a time (footprints 34.5 GiB),
+    the third when one ends; a run of an arm never measured is limited by --jobs alone, and one
+    larger than the GPU still starts alone."""
+    tasks, behaviour, lines = fake_runs
+    tasks = tasks[:4]
+    for t in tasks[:3]:
+        t.memory_gib = 30.0
+        behaviour[t.name] = ("ok", 1.0)
+    behaviour[tasks[3].name] = ("ok", 1.0)
+    budget = pk.Budget(jobs=3, seconds=30.0, reserve=1.0, eval_s=0.0, gpu_memory_gib=79.0)
+    pk.run_job(tasks, budget, "tiny", str(tmp_path / "results"), poll_s=0.05)
+    assert [t.status for t in tasks] == ["done"] * 4
+    starts = {e["run"]: e["start"] for e in lines() if "start" in e}
+    ends = {e["run"]: e["end"] for e in lines() if "end" in e}
+    names = [t.cfg["run_id"] for t in tasks]
+    assert starts[names[2]] >= min(ends[names[0]], ends[names[1]])   # the third waited for memory
+    assert starts[names[3]] < ends[names[0]]                          # the unmeasured one did not
+    assert [t for t, _, _ in pk.simulate(tasks[:3], budget)] == tasks[:3]
+    assert pk.fits(replace(tasks[0], memory_gib=100.0), 0.0, budget)
+    assert not pk.fits(tasks[0], 45.0, budget) and pk.fits(tasks[0], 44.0, budget)
+    assert pk.fits(tasks[0], 78.0, replace(budget, gpu_memory_gib=None))
+
+
+def test_the_memory_of_an_arm_is_its_measured_peak_or_that_of_the_same_run_config():
+    """From the committed medium runs: MoR per tensor's size-sweep runs at the grid's shape (27.9
+    GiB), and INT8 fallback's GPT2 BF16 arm, never trained, from GaussWS's GPT2 BF16 (the same run
+    config); an arm with no such measurement is unknown."""
+    results = str(lpc.REPO_ROOT / "results")
+    tasks = {t.name: t for t in pk.missing_tasks("medium", ["mor", "int8_fallback"], results)[0]}
+    est = Estimator(results, "medium", shape_runs=[str(lpc.REPO_ROOT / s["runs"]) for _, s in sweeps.scale_sweeps("medium")])
+    assert est.memory_gib(tasks["mor/nemotron/mor_tensor/s2"]) == pytest.approx(27.90, abs=0.01)
+    gpt2 = est.memory_gib(tasks["int8_fallback/gpt2/bf16/s0"])
+    assert gpt2 == pytest.approx(15.21, abs=0.01) and gpt2 == est.peak_gib[("gaussws", "gpt2", "bf16")]
+    assert est.memory_gib(tasks["mor/nemotron/mor_channel/s0"]) is None
 
 
 def test_evaluations_run_in_the_slot_and_a_missing_one_fails_the_run(tmp_path, monkeypatch):
