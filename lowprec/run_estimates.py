@@ -76,7 +76,8 @@ class Estimator:
                     continue
                 self._add(arm, wall / k ** self.exponent / steps, cfg,
                           f"this arm's runs in the size sweep {Path(root).name} at this scale's shape")
-        # arm -> GiB its runs held on the GPU at most (provenance peak_mem_mb), of the runs above
+        # arm -> the most GPU memory (GiB, provenance peak_mem_mb) one of its runs here held, else one
+        # of a size sweep's at this scale's shape
         self.peak_gib = _peaks(Path(results) / "runs" / scale, GRID_RUNS)
         for root in shape_runs or []:
             at_shape = _peaks(Path(root), SWEEP_RUNS, lambda arm, cfg: shapes.setdefault(arm, _grid_shape(scale, arm))
