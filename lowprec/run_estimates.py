@@ -90,6 +90,7 @@ class Estimator:
         # a size sweep's arms (folder ``sweep_runs``): (parameters, seconds per step alone) of each
         # completed run; ``_sweep_per_step`` bounds a run's from them (module doc)
         self.sweep_steps: dict[tuple, list[tuple[int, float]]] = {}
+        self.sweep_peak_gib = _peaks(Path(sweep_runs), SWEEP_RUNS, point=True) if sweep_runs else {}
         for arm, wall, steps, k, cfg in (self._measured(Path(sweep_runs), pattern=SWEEP_RUNS) if sweep_runs else []):
             self.sweep_steps.setdefault(arm, []).append((run_parameters(cfg), wall / k ** self.exponent / steps))
 
@@ -141,11 +142,13 @@ class Estimator:
         return DEFAULT_EXPONENT if sxx < 0.05 else min(1.0, max(0.0, sxy / sxx))
 
     def memory_gib(self, task: Task) -> float | None:
-        """The GPU memory its arm's runs held at this scale (or a size sweep's at this scale's shape),
-        else the most that an arm of another experiment with the same model and method settings
+        """The GPU memory its arm's runs held at this scale (or a size sweep's at this scale's shape; a
+        sweep's run: its arm's runs at its point), else the most that an arm of another experiment with the same model and method settings
         held (GaussWS's and INT8 fallback's GPT2 BF16 arms are one run config); None where none was
         measured."""
-        arm = tuple(task.name.split("/")[1:4] if task.kind == SWEEP_RUN else task.name.split("/")[:3])
+        if task.kind == SWEEP_RUN:  # the runs of its own sweep point alone: the points' sizes differ
+            return self.sweep_peak_gib.get(tuple(task.name.split("/")[:4]))
+        arm = tuple(task.name.split("/")[:3])
         if arm in self.peak_gib:
             return self.peak_gib[arm]
         mine = _settings(task.cfg["method"])
@@ -185,14 +188,15 @@ class Estimator:
         return statistics.median_high(guesses)
 
 
-def _peaks(root: Path, pattern: str, keep=None) -> dict[tuple, float]:
-    """arm (group, model, method) -> the most GPU memory (GiB, torch's peak allocation) that one of its
-    completed GPU runs under ``root`` held; ``keep(arm, run config)`` picks the runs."""
+def _peaks(root: Path, pattern: str, keep=None, point: bool = False) -> dict[tuple, float]:
+    """arm (group, model, method; ``point``: a size sweep's point first) -> the most GPU memory (GiB,
+    torch's peak allocation) that one of its completed GPU runs under ``root`` held; ``keep(arm, run
+    config)`` picks the runs."""
     peaks: dict[tuple, float] = {}
     for prov in sorted(root.glob(pattern)):
         p = json.loads(prov.read_text())
         device = p.get("device") if isinstance(p.get("device"), dict) else {}
-        arm = tuple(prov.parent.parts[-4:-1])
+        arm = tuple(prov.parent.parts[-5 if point else -4:-1])
         if p.get("status") != "completed" or not device.get("gpu") or not p.get("peak_mem_mb"):
             continue
         if keep is None or keep(arm, lpc.load_yaml(prov.parent / "config.yaml")):

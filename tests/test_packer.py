@@ -483,6 +483,13 @@ def test_the_memory_of_an_arm_is_its_measured_peak_or_that_of_the_same_run_confi
     gpt2 = est.memory_gib(tasks["int8_fallback/gpt2/bf16/s0"])
     assert gpt2 == pytest.approx(15.21, abs=0.01) and gpt2 == est.peak_gib[("gaussws", "gpt2", "bf16")]
     assert est.memory_gib(tasks["mor/nemotron/mor_channel/s0"]) is None
+    # a size sweep's run: its own point's runs alone (8 x 512's INT8 fallback seed 0, not 12 x 768's)
+    sweep = sweeps.load_sweep(str(lpc.REPO_ROOT / "configs/sweeps/medium.yaml"))
+    at_points = {t.name: t for t in pk.sweep_tasks(str(lpc.REPO_ROOT / "configs/sweeps/medium.yaml"), results)[0]}
+    own = Estimator(results, "medium", sweep_runs=str(lpc.REPO_ROOT / sweep["runs"]))
+    small = own.memory_gib(at_points["d8w512/int8_fallback/llama2/int8_fallback/s1"])
+    assert small == own.sweep_peak_gib[("d8w512", "int8_fallback", "llama2", "int8_fallback")] < 20.0
+    assert own.memory_gib(at_points["d16w1024/mor/nemotron/mor_tensor/s0"]) is None
 
 
 def test_evaluations_run_in_the_slot_and_a_missing_one_fails_the_run(tmp_path, monkeypatch):
