@@ -332,9 +332,8 @@ def need(task: Task, pending: list[Task], budget: Budget) -> float:
     return budget.own(task) + max(after, default=0.0)
 
 
-def pick(pending: list[Task], done: set[str], remaining: float, budget: Budget, running: int,
-         in_use: float = 0.0) -> Task | None:
-    """The next run to start with ``running`` processes busy, holding ``in_use`` GiB of the GPU: a
+def pick(pending: list[Task], done: set[str], remaining: float, budget: Budget, running: list[Task]) -> Task | None:
+    """The next run to start beside the ``running`` ones (their footprints on the GPU): a
     fine-tuning run whose source has completed, whatever the number (its checkpoint does not
     outlive the machine, and the source started only with time for it), else, while fewer than
     ``budget.jobs`` run, the first in order with no source waiting that ends (with what waits for
@@ -342,8 +341,9 @@ def pick(pending: list[Task], done: set[str], remaining: float, budget: Budget, 
     for t in pending:
         if t.source in done and budget.own(t) <= remaining:
             return t
-    if running >= budget.jobs:
+    if len(running) >= budget.jobs:
         return None
+    in_use = sum(footprint(t) for t in running)
     for t in pending:
         if t.source is None and need(t, pending, budget) <= remaining and fits(t, in_use, budget):
             return t
@@ -364,7 +364,7 @@ def simulate(tasks: list[Task], budget: Budget) -> list[tuple[Task, float, float
     running: list[tuple[float, int, Task]] = []
     now, limit = 0.0, budget.stop_at
     while True:
-        while t := pick(pending, done, limit - now, budget, len(running), sum(footprint(r[2]) for r in running)):
+        while t := pick(pending, done, limit - now, budget, [r[2] for r in running]):
             pending.remove(t)
             end = min(now + budget.own(t), limit) if budget.resumable else now + budget.own(t)
             started.append((t, now, end))
@@ -646,7 +646,7 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                 task.note = (f"see {slot.log}" + (f" (no {', '.join(missing)})" if missing else "")
                              + (f", attempt {task.attempts}" if task.attempts > 1 else ""))
             now = time.monotonic()
-            while task := pick(pending, done, stop_at - now, share, len(slots), sum(footprint(x.task) for x in slots)):
+            while task := pick(pending, done, stop_at - now, share, [x.task for x in slots]):
                 pending.remove(task)
                 path = task.config_path(results)
                 write_yaml(path, task.cfg, if_changed=True)

@@ -105,12 +105,8 @@ class Estimator:
         ``root`` (their folders: ``pattern``): of each arm the runs of the code it was last trained
         with (its last run's commit)."""
         rows = []
-        for prov in sorted(root.glob(pattern)):
-            d = prov.parent
-            if lpc.missing_run_files(d):
-                continue
-            p = json.loads(prov.read_text())
-            if not p.get("wall_s") or not p.get("steps") or p.get("status") != "completed":
+        for d, p in _completed(root, pattern):
+            if not p.get("wall_s") or not p.get("steps"):
                 continue
             cfg = lpc.load_yaml(d / "config.yaml")
             span = (_seconds(p["started"]), _seconds(p["finished"])) if p.get("started") and p.get("finished") else None
@@ -193,15 +189,25 @@ def _peaks(root: Path, pattern: str, keep=None, point: bool = False) -> dict[tup
     torch's peak allocation) that one of its completed GPU runs under ``root`` held; ``keep(arm, run
     config)`` picks the runs."""
     peaks: dict[tuple, float] = {}
-    for prov in sorted(root.glob(pattern)):
-        p = json.loads(prov.read_text())
+    for d, p in _completed(root, pattern):
         device = p.get("device") if isinstance(p.get("device"), dict) else {}
-        arm = tuple(prov.parent.parts[-5 if point else -4:-1])
-        if p.get("status") != "completed" or not device.get("gpu") or not p.get("peak_mem_mb"):
+        arm = tuple(d.parts[-5 if point else -4:-1])
+        if not device.get("gpu") or not p.get("peak_mem_mb"):
             continue
-        if keep is None or keep(arm, lpc.load_yaml(prov.parent / "config.yaml")):
+        if keep is None or keep(arm, lpc.load_yaml(d / "config.yaml")):
             peaks[arm] = max(peaks.get(arm, 0.0), float(p["peak_mem_mb"]) / 1024)
     return peaks
+
+
+def _completed(root: Path, pattern: str):
+    """(run folder, its provenance record) of each completed run under ``root`` (``pattern``) whose
+    folder holds every file of a run."""
+    for prov in sorted(root.glob(pattern)):
+        if lpc.missing_run_files(prov.parent):
+            continue
+        p = json.loads(prov.read_text())
+        if p.get("status") == "completed":
+            yield prov.parent, p
 
 
 def _sweep_per_step(measured: list[tuple[int, float]], params: int) -> tuple[float, str]:
