@@ -6,8 +6,8 @@ API::
     mor_quantize_e4m3(x, partition="block", block=(128, 128), scale="gam", fp8_cast="auto")
         -> (codes float8_e4m3fn in x's shape, scales fp32 grid, rel_error fp32 0-d tensor)
     mor_decide(x, threshold=0.045, **same) -> (codes, scales, rel_error, "e4m3" | "bf16")
-    mor_cast_error(x2d, scale, block, layouts="rows", fp8_cast="auto")
-        -> (codes, codes of x2d.T, error sums, non-zero counts)   # the fast path's pass, scales given
+    mor_cast_error(x2d, scale, block, layouts="rows", fp8_cast="auto", scale_t=None, block_t=None)
+        -> (codes, codes of x2d.T, error sums, non-zero counts, x2d.T's error sums)  # the fast path's pass
     triton_available(device=None), interpreter_active()
 
 Equal to the torch reference ``lowprec.methods.mor.quantize_e4m3`` / ``mor_relative_error`` for the same
@@ -73,6 +73,8 @@ the hardware cast made the tile 120-128 instructions longer, ``lowprec.bench.ker
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -216,14 +218,66 @@ if triton is not None:
         tl.store(rel_ptr, rel.to(tl.float32))
 
     @triton.jit
+    def _tile_scale(s_ptr, ssr, ssc, SBR, SBC, rows, cols, pid_m, pid_n, r_ok, c_ok,
+                    BM: tl.constexpr, BN: tl.constexpr, BY_ROW: tl.constexpr, EVEN: tl.constexpr):
+        """A tile's scales, broadcast over it: one load per row where the tile's columns lie in one
+        scale column (BY_ROW), else one per column (the tile's rows in one scale row)."""
+        if BY_ROW:
+            s_offs = (rows // SBR) * ssr + (pid_n * BN // SBC) * ssc
+            s_ok = r_ok
+        else:
+            s_offs = (pid_m * BM // SBR) * ssr + (cols // SBC) * ssc
+            s_ok = c_ok
+        if EVEN:
+            s = tl.load(s_ptr + s_offs)
+        else:
+            s = tl.load(s_ptr + s_offs, mask=s_ok, other=1.0)
+        if BY_ROW:
+            return s[:, None]
+        else:
+            return s[None, :]
+
+    @triton.jit
+    def _code_and_term(x, s, nz, NATIVE: tl.constexpr, APPROX_DIV: tl.constexpr):
+        """The E4M3 code of x * s (clamped to +-448) and its error term |code - y| / |y| where nz
+        (0 elsewhere; a value that underflows, y == 0, counts 1; NaN and Inf make the term NaN)."""
+        y = x * s
+        yc = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the cast
+        yc = tl.where(yc < -448.0, -448.0, yc)
+        if NATIVE:  # stored as fp8 (the stored bits are checked against torch's cast on the GPU)
+            code = yc.to(tl.float8e4nv, fp_downcast_rounding="rtne")
+        else:
+            code, _ = _fp8_round(yc, 448.0, 3, -6, 8)
+        # The code's value for the error from yc in fp32 adds (_fp8_value), not the cast's value
+        # widened in registers: on Hopper with Triton 3.6 a hardware cast whose value is also
+        # widened in registers stored wrong codes in about half the pairs, on some runs
+        # (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer), and this pass, widening
+        # it, summed errors 10^4-10^5 times the reference's on row-major tiles with the
+        # approximate division, codes right (H200 at 1ebcc97 and 32c1b28, H100 at 14b5a5f); with
+        # the values from _fp8_value it held on the H100 whose run of the reproducer still failed
+        # (0997a7a). Here the cast has one use, its store.
+        q = _fp8_value(yc, 3, -6)
+        flushed = y == 0.0
+        den = tl.where(flushed, 1.0, tl.abs(y))
+        if APPROX_DIV:  # Triton's fp32 '/': div.full on CUDA, within 2 ulp
+            term = tl.where(flushed, 1.0, tl.abs(q - y) / den)
+        else:
+            term = tl.where(flushed, 1.0, tl.math.div_rn(tl.abs(q - y), den))
+        return code, tl.where(nz, term, 0.0)
+
+    @triton.jit
     def _cast_error_kernel(x_ptr, sxr, sxc, s_ptr, ssr, ssc, codes_ptr, err_ptr, nz_ptr, M, N, SBR, SBC, n_tc,
-                           codes_t_ptr, BM: tl.constexpr, BN: tl.constexpr, SCALE_BY_ROW: tl.constexpr,
-                           ROWS: tl.constexpr, TRANSPOSED: tl.constexpr, IN_KIND: tl.constexpr,
+                           codes_t_ptr, st_ptr, sstr, sstc, SBR_T, SBC_T, err_t_ptr,
+                           BM: tl.constexpr, BN: tl.constexpr, SCALE_BY_ROW: tl.constexpr,
+                           ROWS: tl.constexpr, TRANSPOSED: tl.constexpr, OWN_T: tl.constexpr,
+                           SCALE_T_BY_ROW: tl.constexpr, IN_KIND: tl.constexpr,
                            NATIVE: tl.constexpr, APPROX_DIV: tl.constexpr, WIDE: tl.constexpr,
                            X_LAYOUT: tl.constexpr, EVEN: tl.constexpr):
         """One BM x BN tile: E4M3 codes of x * scale, row-major (ROWS) and / or in the transpose's
         row-major layout (TRANSPOSED), and per row the sum of the error terms over the tile's
-        non-zero x and their count (column pid_n of the partial grids, n_tc wide)."""
+        non-zero x and their count (column pid_n of the partial grids, n_tc wide). OWN_T: the
+        transposed codes take a grid of their own (st_ptr, over x's layout; per channel, x's
+        columns), with their error sums in err_t_ptr."""
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
         rows = pid_m * BM + tl.arange(0, BM)
@@ -248,49 +302,23 @@ if triton is not None:
         else:
             offs = rows[:, None] * sxr + cols[None, :] * sxc
         x = _load_fp32(x_ptr, offs, mask, IN_KIND)
-        if SCALE_BY_ROW:  # the tile's columns lie in one scale column
-            s_offs = (rows // SBR) * ssr + (pid_n * BN // SBC) * ssc
-            s_ok = r_ok
-        else:  # the tile's rows lie in one scale row
-            s_offs = (pid_m * BM // SBR) * ssr + (cols // SBC) * ssc
-            s_ok = c_ok
-        if EVEN:
-            s = tl.load(s_ptr + s_offs)
-        else:
-            s = tl.load(s_ptr + s_offs, mask=s_ok, other=1.0)
-        y = x * (s[:, None] if SCALE_BY_ROW else s[None, :])
-        yc = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the cast
-        yc = tl.where(yc < -448.0, -448.0, yc)
-        if NATIVE:  # stored as fp8 (the stored bits are checked against torch's cast on the GPU)
-            code = yc.to(tl.float8e4nv, fp_downcast_rounding="rtne")
-        else:
-            code, _ = _fp8_round(yc, 448.0, 3, -6, 8)
-        # The code's value for the error from yc in fp32 adds (_fp8_value), not the cast's value
-        # widened in registers: on Hopper with Triton 3.6 a hardware cast whose value is also
-        # widened in registers stored wrong codes in about half the pairs, on some runs
-        # (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer), and this pass, widening
-        # it, summed errors 10^4-10^5 times the reference's on row-major tiles with the
-        # approximate division, codes right (H200 at 1ebcc97 and 32c1b28, H100 at 14b5a5f); with
-        # the values from _fp8_value it held on the H100 whose run of the reproducer still failed
-        # (0997a7a). Here the cast has one use, its store.
-        q = _fp8_value(yc, 3, -6)
         nz = x != 0.0
         if not EVEN:
             nz = nz & mask
-        # a value that underflows (y == 0) counts 1; NaN and Inf make the term NaN
-        flushed = y == 0.0
-        den = tl.where(flushed, 1.0, tl.abs(y))
-        if APPROX_DIV:  # Triton's fp32 '/': div.full on CUDA, within 2 ulp
-            term = tl.where(flushed, 1.0, tl.abs(q - y) / den)
-        else:
-            term = tl.where(flushed, 1.0, tl.math.div_rn(tl.abs(q - y), den))
-        term = tl.where(nz, term, 0.0)
+        s = _tile_scale(s_ptr, ssr, ssc, SBR, SBC, rows, cols, pid_m, pid_n, r_ok, c_ok, BM, BN,
+                        SCALE_BY_ROW, EVEN)
+        code, term = _code_and_term(x, s, nz, NATIVE, APPROX_DIV)
         tl.store(err_ptr + rows * n_tc + pid_n, _sum_axis(term, 1), mask=r_ok)
         tl.store(nz_ptr + rows * n_tc + pid_n, _sum_axis(nz.to(tl.int32), 1), mask=r_ok)
         if ROWS:
             tl.store(codes_ptr + rows[:, None] * N + cols[None, :], code, mask=mask)
         if TRANSPOSED:
-            if ROWS:
+            if OWN_T:
+                s_t = _tile_scale(st_ptr, sstr, sstc, SBR_T, SBC_T, rows, cols, pid_m, pid_n, r_ok, c_ok,
+                                  BM, BN, SCALE_T_BY_ROW, EVEN)
+                code, term = _code_and_term(x, s_t, nz, NATIVE, APPROX_DIV)
+                tl.store(err_t_ptr + rows * n_tc + pid_n, _sum_axis(term, 1), mask=r_ok)
+            elif ROWS:
                 # the transpose from the program's own row-major codes, read back after a barrier
                 # (its global stores are then visible to the whole program): Triton converts those
                 # bytes to the transposed store's layout. Stored from `code` itself, its layout pass
@@ -393,14 +421,18 @@ CAST_LAYOUTS = ("rows", "transposed", "both")
 
 def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str = "rows",
                    fp8_cast: str = "auto", launcher=None, tile=None, num_warps: int = 4,
-                   approx_div: bool = False) -> tuple:
+                   approx_div: bool = False, scale_t: Optional[torch.Tensor] = None, block_t=None) -> tuple:
     """The fast path's pass over a 2-D operand (fp32 or bf16, any strides) whose encode-scale grid
     ``scale`` (fp32, (ceil(M / R), ceil(N / C)) for ``block`` (R, C), any strides) is given:
-    ``(codes, codes_t, err, nz)``: the E4M3 codes of x * scale, (M, N) row-major, and those of x.T,
-    (N, M) row-major, each where ``layouts`` asks for it (else an empty tensor); per row of x and
-    tile's columns (M, ceil(N / columns)), the fp32 sum of the error terms over its non-zero x
+    ``(codes, codes_t, err, nz, err_t)``: the E4M3 codes of x * scale, (M, N) row-major, and those
+    of x.T, (N, M) row-major, each where ``layouts`` asks for it (else an empty tensor); per row of
+    x and tile's columns (M, ceil(N / columns)), the fp32 sum of the error terms over its non-zero x
     and their count (int32). Codes bit for bit torch's cast of the clamped product; each term as
     ``lowprec.methods.mor_fast.operand_error`` forms it.
+    ``scale_t``, ``block_t``: where x.T's scales are not x's transposed (per channel: x's rows
+    scale x, its columns scale x.T), the grid of x.T's codes, given over x's layout as ``scale`` is
+    (per channel: (1, N) for blocks (M, 1)); x.T's codes then take it, and ``err_t`` holds their
+    error sums as ``err`` holds x's (else ``err_t`` is empty). Only with a layout that writes x.T.
     A grid that varies across a tile both ways (neither the tile's columns nor its rows in one scale
     block) is refused. ``fp8_cast``: "native" (the hardware cast), "emulated" (the written-out
     encoder), "auto" (native on CUDA with FP8 instructions, emulated elsewhere). Launch: ``tile``
@@ -414,40 +446,55 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
         raise TypeError(f"mor_cast_error: x2d must be float32 or bfloat16, got {x2d.dtype}")
     _require_triton(x2d)
     M, N = x2d.shape
-    sbr, sbc = (int(b) for b in block)
-    grid_shape = (_cdiv(M, sbr), _cdiv(N, sbc))
-    if scale.dtype != torch.float32 or tuple(scale.shape) != grid_shape:
-        raise ValueError(f"mor_cast_error: scale must be a float32 grid of shape {grid_shape} for x of shape "
-                         f"{(M, N)} in blocks {(sbr, sbc)}, got {scale.dtype} {tuple(scale.shape)}")
     one_of("layouts", layouts, CAST_LAYOUTS)
     # unlike the two-pass kernels, "auto" takes the hardware cast: stored as fp8, it is exact
     native = _use_native(x2d, fp8_cast) or (fp8_cast == "auto" and _hw_fp8(x2d))
     bm, bn = tile or ((16, 32) if interpreter_active() else CAST_TILE)
     if min(bm, bn) < 1 or bm & (bm - 1) or bn & (bn - 1):
         raise ValueError(f"mor_cast_error: tile must be two powers of two, got {(bm, bn)}")
-    if sbc % bn == 0 or grid_shape[1] == 1:
-        by_row = True
-    elif sbr % bm == 0 or grid_shape[0] == 1:
-        by_row = False
+    sbr, sbc, by_row = _cast_grid("scale", scale, block, M, N, bm, bn)
+    rows, trans = layouts != "transposed", layouts != "rows"
+    own_t = scale_t is not None
+    if own_t and not trans:
+        raise ValueError("mor_cast_error: scale_t scales x.T's codes, which layouts='rows' does not write")
+    if own_t:
+        sbr_t, sbc_t, by_row_t = _cast_grid("scale_t", scale_t, block_t, M, N, bm, bn)
     else:
-        raise ValueError(f"mor_cast_error: scale blocks {(sbr, sbc)} cut the {bm} x {bn} tiles both ways")
+        scale_t, sbr_t, sbc_t, by_row_t = scale, sbr, sbc, by_row  # unread
     n_tc = _cdiv(N, bn)
     dev = x2d.device
-    rows, trans = layouts != "transposed", layouts != "rows"
     codes = torch.empty((M, N) if rows else (0,), dtype=torch.float8_e4m3fn, device=dev)
     codes_t = torch.empty((N, M) if trans else (0,), dtype=torch.float8_e4m3fn, device=dev)
     err = torch.empty((M, n_tc), dtype=torch.float32, device=dev)
     nz = torch.empty((M, n_tc), dtype=torch.int32, device=dev)
+    err_t = torch.empty((M, n_tc) if own_t else (0,), dtype=torch.float32, device=dev)
     in_kind, x_arg = _c._in_kind(x2d)
     _c.launch(_cast_error_kernel, launcher)[(_cdiv(M, bm), n_tc)](
         x_arg, x2d.stride(0), x2d.stride(1), scale, scale.stride(0), scale.stride(1),
         codes if native else codes.view(torch.uint8), err, nz, M, N, sbr, sbc, n_tc,
         codes_t if native else codes_t.view(torch.uint8),
-        BM=bm, BN=bn, SCALE_BY_ROW=by_row, ROWS=rows, TRANSPOSED=trans, IN_KIND=in_kind, NATIVE=native,
-        APPROX_DIV=approx_div, WIDE=_needs_int64(x2d, M, N),
+        scale_t, scale_t.stride(0), scale_t.stride(1), sbr_t, sbc_t, err_t,
+        BM=bm, BN=bn, SCALE_BY_ROW=by_row, ROWS=rows, TRANSPOSED=trans, OWN_T=own_t, SCALE_T_BY_ROW=by_row_t,
+        IN_KIND=in_kind, NATIVE=native, APPROX_DIV=approx_div, WIDE=_needs_int64(x2d, M, N),
         X_LAYOUT=0 if x2d.stride(1) == 1 else 1 if x2d.stride(0) == 1 else 2, EVEN=M % bm == 0 and N % bn == 0,
         num_warps=num_warps)
-    return codes, codes_t, err, nz
+    return codes, codes_t, err, nz, err_t
+
+
+def _cast_grid(name: str, scale: torch.Tensor, block, M: int, N: int, bm: int, bn: int) -> tuple:
+    """(block rows, block columns, whether the grid varies by rows within a tile) of an encode-scale
+    grid over an M x N operand cut in bm x bn tiles; an error naming ``name`` where the grid is not
+    fp32 of the block's shape, or varies across a tile both ways."""
+    sbr, sbc = (int(b) for b in block)
+    grid_shape = (_cdiv(M, sbr), _cdiv(N, sbc))
+    if scale.dtype != torch.float32 or tuple(scale.shape) != grid_shape:
+        raise ValueError(f"mor_cast_error: {name} must be a float32 grid of shape {grid_shape} for x of shape "
+                         f"{(M, N)} in blocks {(sbr, sbc)}, got {scale.dtype} {tuple(scale.shape)}")
+    if sbc % bn == 0 or grid_shape[1] == 1:
+        return sbr, sbc, True
+    if sbr % bm == 0 or grid_shape[0] == 1:
+        return sbr, sbc, False
+    raise ValueError(f"mor_cast_error: {name}'s blocks {(sbr, sbc)} cut the {bm} x {bn} tiles both ways")
 
 
 def _needs_int64(x2d: torch.Tensor, M: int, N: int) -> bool:

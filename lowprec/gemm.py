@@ -213,12 +213,11 @@ class FP8Operand(NamedTuple):
         return self if self.codes_t is None else self._replace(codes=None, scale=None)
 
 
-def dequantized_mm(a8: torch.Tensor, scale_a: torch.Tensor, spec_a: QuantSpec, b8: torch.Tensor,
-                   scale_b: torch.Tensor, spec_b: QuantSpec) -> torch.Tensor:
-    """fp32 ``dequant(a) @ dequant(b).T``: the fallback for pairs and shapes ``_scaled_mm`` refuses."""
-    def values(codes, scale, spec):
-        return dequantized(codes, scale, _resolve_block(spec, tuple(codes.shape)))
-    return values(a8, scale_a, spec_a) @ values(b8, scale_b, spec_b).t()
+def dequantized_mm(a8: torch.Tensor, scale_a: torch.Tensor, block_a: tuple, b8: torch.Tensor,
+                   scale_b: torch.Tensor, block_b: tuple) -> torch.Tensor:
+    """fp32 ``dequant(a) @ dequant(b).T`` of codes with encode-scale grids over (R, C) blocks: the
+    fallback for pairs and shapes ``_scaled_mm`` refuses."""
+    return dequantized(a8, scale_a, block_a) @ dequantized(b8, scale_b, block_b).t()
 
 
 def dequantized(codes: torch.Tensor, scale: torch.Tensor, block) -> torch.Tensor:
@@ -301,7 +300,10 @@ def operand_mm(a: FP8Operand, b: FP8Operand, out_dtype: torch.dtype, fast_accum:
         op = block_scaled_mm_cuda if a.codes.is_cuda else block_scaled_mm
         return op(a.codes, a.scale, list(kind_block(a.kind, a.codes.shape)), b.codes, b.scale,
                   list(kind_block(b.kind, b.codes.shape)), out_dtype)
-    return dequantized_mm(a.codes, a.scale, a.spec, b.codes, b.scale, b.spec).to(out_dtype)
+    # the blocks from the kinds, not the specs: a transpose's codes written with their own scales
+    # (MoR per channel, ``FP8Operand.codes_t``) share the tensor's spec but not its block width
+    return dequantized_mm(a.codes, a.scale, kind_block(a.kind, a.codes.shape), b.codes, b.scale,
+                          kind_block(b.kind, b.codes.shape)).to(out_dtype)
 
 
 # off CUDA (the Triton interpreter): an opaque node in a compiled graph, as Dynamo cannot trace the
@@ -576,9 +578,12 @@ def is_quantized(op) -> bool:
 def _transposable(spec) -> bool:
     """Whether an operand of a tensor's transpose comes from the tensor's quantization
     (``FP8Operand.t``): one scale or square 128x128 blocks (the transposed codes), 1x128 blocks
-    (quantized with the tensor, ``WITH_TRANSPOSE``), FP8 or MoR's E4M3."""
+    (quantized with the tensor, ``WITH_TRANSPOSE``), FP8 or MoR's E4M3 (per channel with
+    ``mor_fast.CHANNEL_WITH_TRANSPOSE``: the transpose's codes and scales of its own, from the
+    tensor's quantization)."""
     if isinstance(spec, QuantSpec):
         return scale_kind(spec) in TRANSPOSABLE + WITH_TRANSPOSE
-    from .methods.mor_fast import fast_mor_quantizer
+    from .methods import mor_fast
     from .methods.mor_subtensor_fast import fast_subtensor_quantizer
-    return (fast_mor_quantizer(spec) and spec.partition in ("tensor", "block")) or fast_subtensor_quantizer(spec)
+    partitions = ("tensor", "block", "channel") if mor_fast.CHANNEL_WITH_TRANSPOSE else ("tensor", "block")
+    return (mor_fast.fast_mor_quantizer(spec) and spec.partition in partitions) or fast_subtensor_quantizer(spec)

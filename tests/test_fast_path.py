@@ -602,7 +602,7 @@ def test_cpu_row_scales_route_to_the_gemm_of_the_codes_where_torch_refuses_them(
     assert hardware_route(qa, qb) is None and hardware_route(ta, qb) is None
     assert hardware_route(ta, tb) == "scaled_mm"
     got = operand_mm(qa, qb, torch.float32)
-    want = gemm.dequantized_mm(qa.codes, qa.scale, qa.spec, qb.codes, qb.scale, qb.spec)
+    want = gemm.dequantized_mm(qa.codes, qa.scale, (1, a.shape[1]), qb.codes, qb.scale, (1, b.shape[1]))
     assert torch.equal(got, want)
     assert sqnr_db(a.double() @ b.double().t(), got.double()) < 40  # quantized
     monkeypatch.setattr(scaled_mm, "CPU_ROW_SCALES", True)

@@ -301,13 +301,15 @@ def test_compiled_mor_error_is_the_emulations_statistic(partition):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("layout", ["rows", "transposed"])
 @pytest.mark.parametrize("partition,with_transpose", [("tensor", False), ("channel", False), ("block", False),
-                                                      ("tensor", True), ("block", True)])
+                                                      ("tensor", True), ("block", True), ("channel", True)])
 def test_compiled_mor_operand_takes_the_cast_kernel(partition, with_transpose, layout, dtype, monkeypatch):
     """``mor_operand`` compiled on CUDA with the Triton cast-and-error pass on
     (``mor_cast_error_cuda``, ``LOWPREC_MOR_CAST_KERNEL``) takes it for bf16 operands of per-tensor
-    and per-block MoR and leaves per-channel MoR and fp32 operands to Inductor's fusion
+    and per-block MoR, and for per-channel MoR's operand quantized with its transpose (two scale
+    grids), and leaves other per-channel operands and fp32 operands to Inductor's fusion
     (``mor_fast._cast_on_kernel``): its codes bit for bit the emulation's (and, ``with_transpose``,
-    the transposed codes the backward takes, which only the pass writes), and its decision flips
+    the transposed codes the backward takes, which only the pass writes; per channel the codes of
+    the transpose's own quantization), and its decision flips
     where the emulation's error crosses the threshold (within ERROR_ATOL), for an operand and for a
     transposed view (the weight gradient's), on an error that is not zero (E4M3 really ran)."""
     from lowprec.kernels import mor_quant
@@ -337,12 +339,19 @@ def test_compiled_mor_operand_takes_the_cast_kernel(partition, with_transpose, l
         q = MoRQuantizer(partition=partition, threshold=ref_err + margin)
         op = torch.compile(lambda t: mor_operand(q, t, with_transpose), options=dict(EAGER_NUMERICS))(view)
         assert bool(op.e4m3) == e4m3
-    takes = partition != "channel" and dtype == torch.bfloat16
+    takes = (partition != "channel" or with_transpose) and dtype == torch.bfloat16
     assert (calls["n"] > 0) == takes, f"cast kernel calls: {calls['n']}"
     got = op.fp8.codes.cpu()
     want = ref.codes.to(torch.float8_e4m3fn)
     assert got.shape == want.shape and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
-    if with_transpose and takes:  # the pass writes the transposes; Inductor's fusion leaves them to the GEMM
+    if partition == "channel" and with_transpose:  # the transpose's own scales, on the pass or not
+        ref_t = quantize_e4m3(view.t().cpu().float(), partition)
+        want_t = ref_t.codes.to(torch.float8_e4m3fn)
+        got_t = op.fp8.codes_t.cpu()
+        assert got_t.shape == want_t.shape and torch.equal(got_t.view(torch.uint8), want_t.view(torch.uint8))
+        ref_err_t = float(_relative_error(view.t().cpu().float(), ref_t.dequantize()))
+        assert bool(op.e4m3_t) == (ref_err_t <= q.threshold) or abs(ref_err_t - q.threshold) < ERROR_ATOL
+    elif with_transpose and takes:  # the pass writes the transposes; Inductor's fusion leaves them to the GEMM
         got_t = op.fp8.codes_t.cpu()
         assert got_t.shape == want.t().shape and torch.equal(got_t.view(torch.uint8), want.t().view(torch.uint8))
         assert torch.equal(op.fp8.scale_t.cpu(), op.fp8.scale.cpu().t())
@@ -584,7 +593,7 @@ def test_blockwise_fp8_mm(kind_b):
     sa, sb = QuantSpec("e4m3", "block", block=(1, 128)), QuantSpec("e4m3", "block", block=tuple(map(int, kind_b.split("x"))))
     a8, ga = quantize_fp8(a, sa)
     b8, gb = quantize_fp8(b, sb)
-    ref = gemm_mod.dequantized_mm(a8, ga, sa, b8, gb, sb)
+    ref = gemm_mod.dequantized_mm(a8, ga, sa.block, b8, gb, sb.block)
     assert sqnr_db(ref, fp8_mm(a8, ga, "1x128", b8, gb, kind_b, torch.float32)) > 45
 
 
@@ -608,7 +617,7 @@ def test_block_scaled_pair_with_k_off_cublas_alignment(kind_a, kind_b, k, route,
     before = scaled_mm_calls["n"]
     out = operand_mm(qa, qb, torch.float32)
     assert scaled_mm_calls["n"] - before == 1
-    ref = gemm_mod.dequantized_mm(qa.codes, qa.scale, specs[0], qb.codes, qb.scale, specs[1])
+    ref = gemm_mod.dequantized_mm(qa.codes, qa.scale, specs[0].block, qb.codes, qb.scale, specs[1].block)
     assert sqnr_db(ref, out) > 45
     assert sqnr_db(a @ b.t(), out) < 40
 

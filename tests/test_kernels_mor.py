@@ -208,7 +208,8 @@ def test_cast_error_pass_equals_the_fast_paths_torch_form(dtype, grid, layouts, 
     x[3, :7] = 0.0
     x[4, 9] = 1e-30  # flushes to zero once scaled: counts 1
     scale, block = _scales(40, 300, grid)
-    codes, codes_t, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block, layouts=layouts, fp8_cast=fp8_cast)
+    codes, codes_t, err, nz, err_t = km.mor_cast_error(x, scale.to(DEVICE), block, layouts=layouts, fp8_cast=fp8_cast)
+    assert err_t.numel() == 0  # no grid of the transpose's own
     want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
     for got, shape, asked in ((codes, (40, 300), layouts != "transposed"), (codes_t, (300, 40), layouts != "rows")):
         assert got.dtype == torch.float8_e4m3fn and got.shape == (shape if asked else (0,))
@@ -219,6 +220,34 @@ def test_cast_error_pass_equals_the_fast_paths_torch_form(dtype, grid, layouts, 
     assert torch.equal(nz.cpu().sum(dim=1), want_nz.int())
     got_err = err.cpu().double().sum(dim=1)
     assert got_err.min() > 0 and torch.allclose(got_err, want_err, rtol=ERR_RTOL, atol=0)
+
+
+@pytest.mark.parametrize("layouts", ["transposed", "both"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cast_error_pass_scales_the_transpose_by_a_grid_of_its_own(dtype, layouts):
+    """Per channel, x's rows scale x and its columns scale x.T: with ``scale_t`` the transposed
+    codes and their error sums (``err_t``) come from that grid, bit for bit and within fp32
+    summation order of the torch form, from the same read (ragged tiles at both edges)."""
+    x = _data((40, 300), dtype, seed=11)
+    x[3, :7] = 0.0
+    scale, block = _scales(40, 300, "rows", seed=1)
+    scale_t, block_t = _scales(40, 300, "cols", seed=2)
+    codes, codes_t, err, nz, err_t = km.mor_cast_error(x, scale.to(DEVICE), block, layouts=layouts,
+                                                       scale_t=scale_t.to(DEVICE), block_t=block_t)
+    want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
+    want_t, want_err_t, _ = _cast_error_reference(x.cpu(), scale_t, block_t)
+    assert not torch.equal(want.view(torch.uint8), want_t.view(torch.uint8))  # two grids, two codes
+    if layouts == "both":
+        _same_codes(codes.cpu(), want)
+    _same_codes(codes_t.cpu().t(), want_t)
+    assert err_t.shape == err.shape and torch.equal(nz.cpu().sum(dim=1), want_nz.int())
+    for got, ref in ((err, want_err), (err_t, want_err_t)):
+        got = got.cpu().double().sum(dim=1)
+        assert got.min() > 0 and torch.allclose(got, ref, rtol=ERR_RTOL, atol=0)
+    with pytest.raises(ValueError, match="scale_t scales x.T's codes"):
+        km.mor_cast_error(x, scale.to(DEVICE), block, layouts="rows", scale_t=scale_t.to(DEVICE), block_t=block_t)
+    with pytest.raises(ValueError, match="scale_t must be a float32 grid"):
+        km.mor_cast_error(x, scale.to(DEVICE), block, layouts="both", scale_t=scale.to(DEVICE), block_t=block_t)
 
 
 def test_cast_error_pass_auto_is_the_written_out_encoder():
@@ -263,7 +292,7 @@ def test_cast_error_pass_reads_through_strides_and_keeps_nan():
     base = _data((48, 40), torch.bfloat16, seed=6, special=True)
     x = base.t()
     scale, block = _scales(40, 48, "blocks")
-    codes, _, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block)
+    codes, _, err, nz, _ = km.mor_cast_error(x, scale.to(DEVICE), block)
     want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
     _same_codes(codes.cpu(), want)
     got = err.cpu().double().sum(dim=1)
@@ -345,7 +374,7 @@ def test_cast_error_pass_on_whole_tiles_takes_the_unmasked_path(view, dtype, app
     base = _data((256, 128) if view else (128, 256), dtype, seed=9)
     x = base.t() if view else base
     scale, block = _scales(128, 256, "blocks")
-    codes, codes_t, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block, layouts="both", approx_div=approx_div)
+    codes, codes_t, err, nz, _ = km.mor_cast_error(x, scale.to(DEVICE), block, layouts="both", approx_div=approx_div)
     want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
     _same_codes(codes.cpu(), want)
     _same_codes(codes_t.cpu().t(), want)
@@ -360,7 +389,7 @@ def test_cast_error_pass_takes_its_launch_and_division_options():
     x = _data((40, 300), torch.bfloat16, seed=8)
     scale, block = _scales(40, 300, "blocks")
     want, want_err, want_nz = _cast_error_reference(x.cpu(), scale, block)
-    codes, _, err, nz = km.mor_cast_error(x, scale.to(DEVICE), block, tile=(8, 64), num_warps=2, approx_div=True)
+    codes, _, err, nz, _ = km.mor_cast_error(x, scale.to(DEVICE), block, tile=(8, 64), num_warps=2, approx_div=True)
     _same_codes(codes.cpu(), want)
     assert err.shape == (40, 5) and torch.equal(nz.cpu().sum(dim=1), want_nz.int())
     assert torch.allclose(err.cpu().double().sum(dim=1), want_err, rtol=1e-5, atol=0)

@@ -107,8 +107,55 @@ def test_which_quantizers_take_the_fast_path():
     for partition in ("tensor", "block"):
         plan = FastPlan.for_recipe(mor_recipe({"partition": partition}))
         assert plan.has_mor and plan.reused == {("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
-    # per-channel scales of a tensor and of its transpose differ: the backward quantizes again
+    # per-channel scales of a tensor and of its transpose differ: the backward quantizes again,
+    # unless the forward quantizes each operand with its transpose (CHANNEL_WITH_TRANSPOSE)
     assert FastPlan.for_recipe(mor_recipe({"partition": "channel"})).reused == frozenset()
+
+
+def test_channel_plan_reuses_the_transposes_quantized_with_their_tensors(monkeypatch):
+    from lowprec.methods import mor_fast
+    monkeypatch.setattr(mor_fast, "CHANNEL_WITH_TRANSPOSE", True)
+    plan = FastPlan.for_recipe(mor_recipe({"partition": "channel"}))
+    assert plan.reused == {("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
+    assert plan.with_transpose == {("fprop", "w"), ("dgrad", "dy"), ("fprop", "x")}
+
+
+def test_channel_switch_takes_0_or_1_and_names_itself(monkeypatch):
+    from lowprec.methods import mor_fast
+    for value, on in (("0", False), ("1", True)):
+        monkeypatch.setenv(mor_fast.CHANNEL_WITH_TRANSPOSE_ENV, value)
+        assert mor_fast._channel_with_transpose() is on
+    monkeypatch.setenv(mor_fast.CHANNEL_WITH_TRANSPOSE_ENV, "yes")
+    with pytest.raises(ValueError, match="LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE must be 0 or 1"):
+        mor_fast._channel_with_transpose()
+
+
+@pytest.mark.parametrize("view", [False, True], ids=["rows", "transposed_view"])
+def test_channel_operand_with_its_transpose_is_both_quantizations(view):
+    """Per channel, ``with_transpose`` quantizes the transpose with scales of its own (the columns')
+    in the same call: its codes, scales and choice are those of quantizing the transpose alone, the
+    operand's its own, and the kept operand's transpose multiplies them. The data make the two
+    choices differ (rows of very different columns: per-row E4M3 loses the small ones, per-column
+    keeps them), so a choice read from the wrong codes shows."""
+    base = _data(256, 384, seed=7)
+    x = base.t() if view else base
+    errors = [float(_relative_error(v.float(), quantize_e4m3(v.float(), "channel").dequantize())) for v in (x, x.t())]
+    assert abs(errors[0] - errors[1]) > 1e-3
+    q = MoRQuantizer(partition="channel", threshold=sum(errors) / 2)
+    op = mor_operand(q, x, with_transpose=True)
+    alone, alone_t = mor_operand(q, x), mor_operand(q, x.t())
+    assert bool(alone.e4m3) != bool(alone_t.e4m3)
+    for got, want in ((op, alone), (op.t(), alone_t), (op.kept().t(), alone_t)):
+        g, w = got.fp8_operand(), want.fp8_operand()
+        assert torch.equal(g.codes.view(torch.uint8), w.codes.view(torch.uint8))
+        assert torch.equal(g.scale, w.scale)
+        assert bool(got.own()[3]) == bool(want.e4m3)
+        assert torch.equal(got.values(), want.values())
+    kept = op.kept()
+    assert kept.fp8.codes_t is None and kept.e4m3_t is None
+    # the product through the kept operand's transpose is the transpose's own
+    b = mor_operand(q, _data(128, x.shape[0], seed=8))
+    assert torch.equal(mor_mm(kept.t(), b, torch.float32), mor_mm(alone_t, b, torch.float32))
 
 
 @pytest.mark.parametrize("threshold,fp8", [(0.045, True), (0.0, False)])
@@ -152,8 +199,13 @@ def test_gemm_of_mixed_choices_multiplies_each_operands_choice():
     assert sqnr_db(a.double().t() @ b.double(), out.double()) < 60    # a was quantized
 
 
-@pytest.mark.parametrize("partition", PARTITIONS)
+@pytest.mark.parametrize("partition", PARTITIONS + ["channel_with_transpose"])
 def test_fast_layer_trains_like_the_emulation_and_counts_its_decisions(partition, monkeypatch):
+    if partition == "channel_with_transpose":  # the backward takes the forward's transposed codes
+        from lowprec.methods import mor_fast
+        monkeypatch.setattr(mor_fast, "CHANNEL_WITH_TRANSPOSE", True)
+        partition = "channel"
+        assert FastPlan.for_recipe(mor_recipe({"partition": partition})).reused
     torch.manual_seed(0)
     # 128 features: FP8 GEMMs on the CPU take seconds at 256
     base = nn.Sequential(nn.Linear(128, 192), nn.GELU(), nn.Linear(192, 128))
@@ -178,9 +230,13 @@ def test_fast_layer_trains_like_the_emulation_and_counts_its_decisions(partition
 @pytest.mark.slow
 # per channel quantizes transposed views in the backward; per tensor compiles block's graph with
 # one scale (the GPU test compiles all three)
-@pytest.mark.parametrize("partition", ["channel", "block"])
+@pytest.mark.parametrize("partition", ["channel", "block", "channel_with_transpose"])
 def test_compiled_mor_model_has_one_graph_and_trains_like_eager(partition, monkeypatch):
     monkeypatch.setattr(lin, "FAST_PATH", "all")
+    if partition == "channel_with_transpose":
+        from lowprec.methods import mor_fast
+        monkeypatch.setattr(mor_fast, "CHANNEL_WITH_TRANSPOSE", True)
+        partition = "channel"
     comp, eager, recipe_c = compiled_and_eager_mor_models({"partition": partition})
     # Inductor rounds the bf16 activations' producers (GELU and its backward) differently from eager,
     # so some E4M3 codes differ by one step: gradients agree to E4M3's own noise level (~30 dB)

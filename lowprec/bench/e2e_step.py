@@ -17,7 +17,9 @@ Arms (``--arms``):
                           fp8_blockwise, mor_tensor, mor_tensor_all_bf16 (threshold 0: every operand
                           chooses BF16, so each GEMM is the FP8 product and the BF16 loop that replaces
                           it: the price of MoR's BF16 choice, which random batches never make at the
-                          default threshold), mor_channel, mor_block, mor_sub_two_way,
+                          default threshold), mor_channel, mor_channel_with_transpose (each operand
+                          quantized with its transpose in the forward, one pass, two scale grids),
+                          mor_block, mor_sub_two_way,
                           mor_sub_two_way_torch (its quantization by Inductor's fused torch ops, not
                           the Triton kernels of the default), gaussws,
                           int8_block, int8_fallback, int8_fallback_b128 (128x128 blocks),
@@ -93,6 +95,9 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     "mor_tensor": {"recipe": "mor", "partition": "tensor"},
     "mor_tensor_all_bf16": {"recipe": "mor", "partition": "tensor", "threshold": 0.0},
     "mor_channel": {"recipe": "mor", "partition": "channel"},
+    # per-channel MoR with each operand quantized with its transpose in the forward (one pass, two
+    # scale grids; lowprec.methods.mor_fast.CHANNEL_WITH_TRANSPOSE), measured against the default
+    "mor_channel_with_transpose": {"recipe": "mor", "partition": "channel"},
     "mor_block": {"recipe": "mor", "partition": "block"},
     "mor_sub_two_way": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way"},
     "mor_sub_two_way_torch": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way",
@@ -109,7 +114,8 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
 ARMS = PEERS + tuple(METHODS)
 # arms whose GEMMs run on low-precision codes on CUDA
 HARDWARE_ARMS = {"torchao_tensorwise", "torchao_rowwise", "fp8_tensorwise_current", "fp8_delayed", "fp8_hybrid",
-                 "fp8_blockwise", "mor_tensor", "mor_channel", "mor_block", "mor_sub_two_way",
+                 "fp8_blockwise", "mor_tensor", "mor_channel", "mor_channel_with_transpose", "mor_block",
+                 "mor_sub_two_way",
                  "mor_sub_two_way_torch", "int8_block", "int8_fallback", "int8_fallback_b128",
                  "int8_fallback_b128_sparse"}
 FIELDS = ["shape", "arm", "path", "tokens_per_s", "tokens_per_s_reps", "ratio_vs_bf16_compiled", "peak_mem_gib",
@@ -186,11 +192,25 @@ def build_arm(arm: str, shape: dict, cudagraphs: bool = False, inductor: dict | 
         _torchao_convert(model, arm.split("_", 1)[1])
     elif arm != BASELINE:
         recipe = recipe_from_config(METHODS[arm])
+        plan = _plan(arm, recipe)
         convert(model, recipe)
-        if FastPlan.for_recipe(recipe) is None:
+        if plan is None:
             return compiled(model, **options), model, "compiled emulation"
     cudagraphs = cudagraphs and not unstable_weight_layers(model)  # compiled.__init__ says why
     return compiled(model, cudagraphs=cudagraphs, **options), model, "cudagraphs" if cudagraphs else "compiled"
+
+
+def _plan(arm: str, recipe):
+    """The recipe's fast plan, built under the arm's switch where it has one: a plan is cached per
+    recipe, so the layers keep what the switch decided at its building."""
+    from ..gemm import FastPlan
+    from ..methods import mor_fast
+    default = mor_fast.CHANNEL_WITH_TRANSPOSE
+    mor_fast.CHANNEL_WITH_TRANSPOSE = default or arm == "mor_channel_with_transpose"
+    try:
+        return FastPlan.for_recipe(recipe)
+    finally:
+        mor_fast.CHANNEL_WITH_TRANSPOSE = default
 
 
 def lowp_gemms(fn, opt, batches, table: Path | None = None, by_kernel: bool = False) -> int:

@@ -117,7 +117,7 @@ def measure(m: int, n: int, view: bool, partition: str, configs: list, divs: lis
                 return kq.mor_cast_error(base, grid, block, layouts, tile=(bm, bn), num_warps=warps,
                                          approx_div=div == "approx")
             try:
-                codes_b, codes_bt, err, nz = run()
+                codes_b, codes_bt, err, nz, _ = run()
                 ms = bench(run)
             except Exception as exc:  # noqa: BLE001 - a launch the device refuses is reported, skipped
                 print(f"# {m}x{n} {partition} {bm}x{bn}x{warps} {div}: {type(exc).__name__}: "

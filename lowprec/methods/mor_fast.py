@@ -62,29 +62,42 @@ def _kind(spec) -> str:
 
 class MoROperand(NamedTuple):
     """An operand after the MoR decision: an E4M3 quantization (``fp8``, of the operand or, with
-    ``fp8_t``, of its transpose), the choice (0-d bool, True for E4M3), and the values the BF16
-    choice multiplies, the tensor rounded to bf16 (``bf16_choice``), stored row-major (``hp``; with
-    ``hp_t`` the operand is its transpose). Transposes stay flags until a GEMM needs them: the FP8
-    product makes the transposed copy of the codes cuBLAS wants, the BF16 fix-up reads either layout
-    in place."""
+    ``fp8_t``, of its transpose), the choice of its codes (0-d bool, True for E4M3), and the values
+    the BF16 choice multiplies, the tensor rounded to bf16 (``bf16_choice``), stored row-major
+    (``hp``; with ``hp_t`` the operand is its transpose). Transposes stay flags until a GEMM needs
+    them: the FP8 product makes the transposed copy of the codes cuBLAS wants, the BF16 fix-up reads
+    either layout in place. Where the quantization wrote the transpose's codes with scales of their
+    own (per channel: ``fp8.codes_t``, the columns' scales), ``e4m3_t`` is their choice: a choice
+    belongs to the codes it was made from, not to an orientation."""
     fp8: FP8Operand
     e4m3: torch.Tensor
     hp: torch.Tensor
     fp8_t: bool = False
     hp_t: bool = False
+    e4m3_t: Optional[torch.Tensor] = None
 
     def t(self) -> "MoROperand":
-        """The transposed tensor's operand (per-tensor and 128x128-block scales)."""
+        """The transposed tensor's operand (per-tensor and 128x128-block scales, or codes of the
+        transpose written with the tensor's)."""
         return self._replace(fp8_t=not self.fp8_t, hp_t=not self.hp_t)
 
     def kept(self) -> "MoROperand":
         """What the backward keeps of an operand whose transpose it multiplies: where the
-        quantization wrote the transpose's codes too, those, as the operand of the transpose with
-        ``fp8_t`` flipped (so ``t().fp8_operand()`` takes them without a copy)."""
+        quantization wrote the transpose's codes too, those (with their choice), as the operand of
+        the transpose with ``fp8_t`` flipped (so ``t().fp8_operand()`` takes them without a copy)."""
         f = self.fp8
         if f.codes_t is None:
             return self
-        return self._replace(fp8=FP8Operand(f.codes_t, f.scale_t, f.spec, f.kind), fp8_t=not self.fp8_t)
+        return self._replace(fp8=FP8Operand(f.codes_t, f.scale_t, f.spec, f.kind), fp8_t=not self.fp8_t,
+                             e4m3=self.e4m3 if self.e4m3_t is None else self.e4m3_t, e4m3_t=None)
+
+    def own(self) -> tuple:
+        """(codes, scale, fp8_t, choice) of the codes this operand multiplies: the transpose's own
+        codes where the quantization wrote them, else its codes and the flag."""
+        f = self.fp8
+        if self.fp8_t and f.codes_t is not None:
+            return f.codes_t, f.scale_t, False, self.e4m3 if self.e4m3_t is None else self.e4m3_t
+        return f.codes, f.scale, self.fp8_t, self.e4m3
 
     def fp8_operand(self) -> FP8Operand:
         return self.fp8.t() if self.fp8_t else self.fp8
@@ -92,10 +105,11 @@ class MoROperand(NamedTuple):
     def values(self) -> torch.Tensor:
         """The fp32 values the emulation multiplies: the dequantized E4M3 codes if E4M3 was chosen,
         else the tensor rounded to BF16."""
-        deq = dequantized(self.fp8.codes, self.fp8.scale, kind_block(self.fp8.kind, self.fp8.codes.shape))
-        deq = deq.t() if self.fp8_t else deq
+        codes, scale, fp8_t, e4m3 = self.own()
+        deq = dequantized(codes, scale, kind_block(self.fp8.kind, codes.shape))
+        deq = deq.t() if fp8_t else deq
         hp = self.hp.t() if self.hp_t else self.hp
-        return torch.where(self.e4m3, deq, hp.to(torch.bfloat16).float())
+        return torch.where(e4m3, deq, hp.to(torch.bfloat16).float())
 
 
 def mor_operand(q: MoRQuantizer, t: torch.Tensor, with_transpose: bool = False) -> MoROperand:
@@ -103,27 +117,60 @@ def mor_operand(q: MoRQuantizer, t: torch.Tensor, with_transpose: bool = False) 
     ``with_transpose``: a backward GEMM takes the operand's transpose (``FastPlan.with_transpose``),
     whose codes the Triton pass then writes too (``FP8Operand.codes_t``), in place of a
     transposing copy of its codes (Inductor's, of the 1 B step's 16384 x 5632 codes: 0.54 ms); the
-    torch path (the pass off) leaves that copy to Inductor, which fuses it into the cast."""
+    torch path (the pass off) leaves that copy to Inductor, which fuses it into the cast. Per
+    channel (``CHANNEL_WITH_TRANSPOSE``), the transpose's codes take scales of their own (the
+    columns'), with their own error and choice (``MoROperand.e4m3_t``): on the pass, from the same
+    read of the operand."""
     x2d = _as_2d(t)
     spec = e4m3_spec(q.partition, q.block, q.scale, cols=x2d.shape[1])
     kind = _kind(spec)
     # a transposed view (the backward's W^T, dY^T, X^T) travels as its row-major base
     hp_t = not x2d.is_contiguous() and x2d.t().is_contiguous()
     base = x2d.t() if hp_t else x2d
+    hp = bf16_choice(base if hp_t else x2d.contiguous())
+    if with_transpose and kind not in TRANSPOSABLE:
+        return _with_own_transpose(q, x2d, spec, kind, base, hp_t, hp)
     if _cast_on_kernel(x2d, kind):
         scale = encode_scales(x2d, spec)
         grid, block = _base_grid(scale, kind_block(kind, tuple(x2d.shape)), hp_t)
-        both = with_transpose and kind in TRANSPOSABLE
-        codes_b, codes_bt, err_sums, nz_counts = mor_cast_error_cuda(
-            base, grid, list(block), "both" if both else "transposed" if hp_t else "rows")
+        codes_b, codes_bt, err_sums, nz_counts, _ = mor_cast_error_cuda(
+            base, grid, list(block), "both" if with_transpose else "transposed" if hp_t else "rows", None, None)
         codes, codes_t = (codes_bt, codes_b) if hp_t else (codes_b, codes_bt)
-        fp8 = (FP8Operand(codes, scale, spec, kind, codes_t, scale.t().contiguous()) if both
+        fp8 = (FP8Operand(codes, scale, spec, kind, codes_t, scale.t().contiguous()) if with_transpose
                else FP8Operand(codes, scale, spec, kind))
         err = mean_over_nonzero(err_sums.sum(dtype=torch.float64), nz_counts.sum())
     else:
         fp8 = FP8Operand.of(x2d, spec, kind)
         err = operand_error(base, fp8, transposed=hp_t)
-    return MoROperand(fp8, _choose_e4m3(err, q.threshold), bf16_choice(base if hp_t else x2d.contiguous()), False, hp_t)
+    return MoROperand(fp8, _choose_e4m3(err, q.threshold), hp, False, hp_t)
+
+
+def _with_own_transpose(q: MoRQuantizer, x2d: torch.Tensor, spec, kind: str, base: torch.Tensor, hp_t: bool,
+                        hp: torch.Tensor) -> MoROperand:
+    """``mor_operand`` of a per-channel operand with its transpose's quantization (scales of x2d's
+    columns): both codes, errors and choices, on CUDA from one pass over the operand."""
+    spec_t = e4m3_spec(q.partition, q.block, q.scale, cols=x2d.shape[0])
+    scale, scale_t = encode_scales(x2d, spec), encode_scales(x2d.t(), spec_t)
+    if _cast_on_kernel(x2d, kind, kinds=("row",)):
+        # the pass reads the row-major base: its rows' grid is x2d's, or x2d.T's for a transposed view
+        grid, block = _base_grid(scale, kind_block(kind, tuple(x2d.shape)), hp_t)
+        grid_t, block_t = _base_grid(scale_t, kind_block(kind, tuple(x2d.shape[::-1])), not hp_t)
+        if hp_t:
+            grid, block, grid_t, block_t = grid_t, block_t, grid, block
+        codes_b, codes_bt, err_b, nz_counts, err_bt = mor_cast_error_cuda(
+            base, grid, list(block), "both", grid_t, list(block_t))
+        codes, codes_t = (codes_bt, codes_b) if hp_t else (codes_b, codes_bt)
+        err_x, err_xt = (err_bt, err_b) if hp_t else (err_b, err_bt)
+        nz = nz_counts.sum()
+        err = mean_over_nonzero(err_x.sum(dtype=torch.float64), nz)
+        err_t = mean_over_nonzero(err_xt.sum(dtype=torch.float64), nz)
+        fp8 = FP8Operand(codes, scale, spec, kind, codes_t, scale_t)
+    else:
+        own, own_t = FP8Operand.of(x2d, spec, kind), FP8Operand.of(x2d.t(), spec_t, kind)
+        err = operand_error(base, own, transposed=hp_t)
+        err_t = operand_error(base, own_t, transposed=not hp_t)
+        fp8 = own._replace(codes_t=own_t.codes, scale_t=own_t.scale)
+    return MoROperand(fp8, _choose_e4m3(err, q.threshold), hp, False, hp_t, _choose_e4m3(err_t, q.threshold))
 
 
 def bf16_choice(hp: torch.Tensor) -> torch.Tensor:
@@ -165,6 +212,23 @@ def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
 # (results/bench/mor_cast_kernel_h200_channel.csv), but with it the step still spent about 60 ms in
 # quantization and amax kernels and measured 0.889x against 0.909x (an uncommitted run at 6f637f6).
 CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "1") == "1"
+# Per-channel MoR: an operand whose transpose a backward GEMM takes is quantized together with that
+# transpose (the scales of its columns) in the forward, on the pass from one read of the operand (two
+# scale grids, kernels.mor_quant.mor_cast_error's scale_t), and the backward takes the transposed
+# codes and their choice (MoROperand.e4m3_t) as per-tensor MoR takes its transposed codes. Off, the
+# backward quantizes the transpose again (Inductor's fusion, 0.906x at 1 B). Off by default until the
+# 1 B step has measured it on the GPU; LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE=1 turns it on.
+CHANNEL_WITH_TRANSPOSE_ENV = "LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE"
+
+
+def _channel_with_transpose() -> bool:
+    value = os.environ.get(CHANNEL_WITH_TRANSPOSE_ENV, "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"{CHANNEL_WITH_TRANSPOSE_ENV} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+CHANNEL_WITH_TRANSPOSE = _channel_with_transpose()
 # The pass divides each error term with the approximate fp32 division (within 2 ulp on CUDA, a few u
 # more on a term that ERROR_ATOL's bound already allows 9 u): its correctly rounded division cost a
 # quarter of the pass (16384 x 5632 on the H200: 0.206 ms against 0.268, the statistic 1.5e-9 and
@@ -172,7 +236,7 @@ CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "1") == "1"
 CAST_APPROX_DIV = True
 
 
-def _cast_on_kernel(x2d: torch.Tensor, kind: str) -> bool:
+def _cast_on_kernel(x2d: torch.Tensor, kind: str, kinds: tuple = ("tensor", "128x128")) -> bool:
     """Whether an operand's codes and error come from the Triton pass (``mor_cast_error_cuda``): with
     ``CAST_KERNEL``, on CUDA, for bf16 operands of one scale or of 128x128 blocks; else the torch ops
     (``operand_error``), which compute the same and which Inductor fuses into the cast (per-channel
@@ -186,7 +250,7 @@ def _cast_on_kernel(x2d: torch.Tensor, kind: str) -> bool:
     pass's fp32 whole-tile tests hold on the GPU (H100, 0997a7a), but no fp32 layer has run through
     it there."""
     return (CAST_KERNEL and x2d.is_cuda and x2d.dtype == torch.bfloat16
-            and kind in ("tensor", "128x128") and triton_runs_on("cuda"))
+            and kind in kinds and triton_runs_on("cuda"))
 
 
 # operand_error against the emulation's statistic, absolute. Each form rounds a term (at most 1)
@@ -230,15 +294,18 @@ def operand_error(base: torch.Tensor, f: FP8Operand, transposed: bool = False) -
 # On CUDA: the cast and the error's partial sums in one Triton pass (lowprec.kernels.mor_quant), a
 # triton_op whose launch Inductor traces and makes from its own code
 @torch.library.triton_op("lowprec::mor_cast_error_cuda", mutates_args=())
-def mor_cast_error_cuda(base: torch.Tensor, scale: torch.Tensor, block: list[int],
-                        layouts: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def mor_cast_error_cuda(base: torch.Tensor, scale: torch.Tensor, block: list[int], layouts: str,
+                        scale_t: Optional[torch.Tensor], block_t: Optional[list[int]]
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(E4M3 codes of ``base`` row-major, those of ``base.T`` row-major, each where ``layouts``
     asks for it, else empty; the error terms' sums and non-zero counts per row of ``base`` and
-    128-column tile) for the scale grid ``scale`` over ``block`` of ``base``
-    (``lowprec.kernels.mor_quant.mor_cast_error``)."""
+    128-column tile; with ``scale_t``, the sums of ``base.T``'s codes) for the scale grid ``scale``
+    over ``block`` of ``base`` (and ``scale_t`` over ``block_t`` for ``base.T``'s codes, where
+    their scales are their own: per channel) (``lowprec.kernels.mor_quant.mor_cast_error``)."""
     from ..kernels import mor_quant as kq
     return kq.mor_cast_error(base, scale, tuple(block), layouts, launcher=torch.library.wrap_triton,
-                             approx_div=CAST_APPROX_DIV)
+                             approx_div=CAST_APPROX_DIV, scale_t=scale_t,
+                             block_t=None if block_t is None else tuple(block_t))
 
 
 def mor_mm(a: MoROperand, b: MoROperand, out_dtype: torch.dtype, fast_accum: bool = False,
@@ -261,8 +328,9 @@ def _fixup_args(op: MoROperand) -> tuple:
     # the choice as the Triton kernel reads it, an error of 0 (E4M3) or +inf (BF16) against a
     # threshold of 0, made here in traced ops that Inductor fuses (inside the operator each would be
     # a launch of its own)
-    error = torch.where(op.e4m3, 0.0, float("inf")).to(torch.float32)
-    return op.fp8.codes, op.fp8.scale, op.hp, error, op.fp8.kind, op.fp8_t, op.hp_t
+    codes, scale, fp8_t, e4m3 = op.own()
+    error = torch.where(e4m3, 0.0, float("inf")).to(torch.float32)
+    return codes, scale, op.hp, error, op.fp8.kind, fp8_t, op.hp_t
 
 
 def _from_args(codes, scale, hp, kind, fp8_t, hp_t) -> MoROperand:
