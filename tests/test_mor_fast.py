@@ -99,7 +99,7 @@ def test_decision_counts_live_on_the_layers_device():
     assert not any("mor_counts" in k for k in model.state_dict())  # not a checkpoint's business (coverage restarts)
 
 
-def test_which_quantizers_take_the_fast_path():
+def test_which_quantizers_take_the_fast_path(monkeypatch):
     assert all(fast_mor_quantizer(MoRQuantizer(p)) for p in ("tensor", "channel", "block"))
     assert not fast_mor_quantizer(MoRQuantizer("block", block=(64, 64)))
     assert not fast_mor_quantizer(MoRQuantizer("tensor", dequant="bf16"))
@@ -107,13 +107,17 @@ def test_which_quantizers_take_the_fast_path():
     for partition in ("tensor", "block"):
         plan = FastPlan.for_recipe(mor_recipe({"partition": partition}))
         assert plan.has_mor and plan.reused == {("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
-    # per-channel scales of a tensor and of its transpose differ: the backward quantizes again,
-    # unless the forward quantizes each operand with its transpose (CHANNEL_WITH_TRANSPOSE)
+    # per-channel scales of a tensor and of its transpose differ: unless the forward quantizes each
+    # operand with its transpose (CHANNEL_WITH_TRANSPOSE, the default), the backward quantizes again
+    from lowprec.methods import mor_fast
+    monkeypatch.setattr(mor_fast, "CHANNEL_WITH_TRANSPOSE", False)
     assert FastPlan.for_recipe(mor_recipe({"partition": "channel"})).reused == frozenset()
 
 
 def test_channel_plan_reuses_the_transposes_quantized_with_their_tensors(monkeypatch):
     from lowprec.methods import mor_fast
+    monkeypatch.delenv(mor_fast.CHANNEL_WITH_TRANSPOSE_ENV, raising=False)
+    assert mor_fast._channel_with_transpose()  # the default
     monkeypatch.setattr(mor_fast, "CHANNEL_WITH_TRANSPOSE", True)
     plan = FastPlan.for_recipe(mor_recipe({"partition": "channel"}))
     assert plan.reused == {("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
@@ -199,13 +203,20 @@ def test_gemm_of_mixed_choices_multiplies_each_operands_choice():
     assert sqnr_db(a.double().t() @ b.double(), out.double()) < 60    # a was quantized
 
 
-@pytest.mark.parametrize("partition", PARTITIONS + ["channel_with_transpose"])
+def _channel_variant(partition: str, monkeypatch) -> str:
+    """``channel`` with each transpose quantized with its tensor in the forward (the default, set
+    here whatever the environment says) or, for ``channel_without_transpose``, again in the
+    backward; the partition to build."""
+    from lowprec.methods import mor_fast
+    if partition.startswith("channel"):
+        monkeypatch.setattr(mor_fast, "CHANNEL_WITH_TRANSPOSE", partition == "channel")
+        assert bool(FastPlan.for_recipe(mor_recipe({"partition": "channel"})).reused) == (partition == "channel")
+    return "channel" if partition.startswith("channel") else partition
+
+
+@pytest.mark.parametrize("partition", PARTITIONS + ["channel_without_transpose"])
 def test_fast_layer_trains_like_the_emulation_and_counts_its_decisions(partition, monkeypatch):
-    if partition == "channel_with_transpose":  # the backward takes the forward's transposed codes
-        from lowprec.methods import mor_fast
-        monkeypatch.setattr(mor_fast, "CHANNEL_WITH_TRANSPOSE", True)
-        partition = "channel"
-        assert FastPlan.for_recipe(mor_recipe({"partition": partition})).reused
+    partition = _channel_variant(partition, monkeypatch)
     torch.manual_seed(0)
     # 128 features: FP8 GEMMs on the CPU take seconds at 256
     base = nn.Sequential(nn.Linear(128, 192), nn.GELU(), nn.Linear(192, 128))
@@ -230,13 +241,10 @@ def test_fast_layer_trains_like_the_emulation_and_counts_its_decisions(partition
 @pytest.mark.slow
 # per channel quantizes transposed views in the backward; per tensor compiles block's graph with
 # one scale (the GPU test compiles all three)
-@pytest.mark.parametrize("partition", ["channel", "block", "channel_with_transpose"])
+@pytest.mark.parametrize("partition", ["channel", "block", "channel_without_transpose"])
 def test_compiled_mor_model_has_one_graph_and_trains_like_eager(partition, monkeypatch):
     monkeypatch.setattr(lin, "FAST_PATH", "all")
-    if partition == "channel_with_transpose":
-        from lowprec.methods import mor_fast
-        monkeypatch.setattr(mor_fast, "CHANNEL_WITH_TRANSPOSE", True)
-        partition = "channel"
+    partition = _channel_variant(partition, monkeypatch)
     comp, eager, recipe_c = compiled_and_eager_mor_models({"partition": partition})
     # Inductor rounds the bf16 activations' producers (GELU and its backward) differently from eager,
     # so some E4M3 codes differ by one step: gradients agree to E4M3's own noise level (~30 dB)

@@ -17,9 +17,9 @@ Arms (``--arms``):
                           fp8_blockwise, mor_tensor, mor_tensor_all_bf16 (threshold 0: every operand
                           chooses BF16, so each GEMM is the FP8 product and the BF16 loop that replaces
                           it: the price of MoR's BF16 choice, which random batches never make at the
-                          default threshold), mor_channel, mor_channel_with_transpose (each operand
-                          quantized with its transpose in the forward, one pass, two scale grids),
-                          mor_block, mor_sub_two_way,
+                          default threshold), mor_channel, mor_channel_without_transpose (each
+                          transpose quantized again in the backward, not with its tensor in the
+                          forward: the default before 236be2e's measurement), mor_block, mor_sub_two_way,
                           mor_sub_two_way_torch (its quantization by Inductor's fused torch ops, not
                           the Triton kernels of the default), gaussws,
                           int8_block, int8_fallback, int8_fallback_b128 (128x128 blocks),
@@ -95,9 +95,9 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
     "mor_tensor": {"recipe": "mor", "partition": "tensor"},
     "mor_tensor_all_bf16": {"recipe": "mor", "partition": "tensor", "threshold": 0.0},
     "mor_channel": {"recipe": "mor", "partition": "channel"},
-    # per-channel MoR with each operand quantized with its transpose in the forward (one pass, two
-    # scale grids; lowprec.methods.mor_fast.CHANNEL_WITH_TRANSPOSE), measured against the default
-    "mor_channel_with_transpose": {"recipe": "mor", "partition": "channel"},
+    # per-channel MoR with each transpose quantized again in the backward, as before the default
+    # quantized it with its tensor in the forward (lowprec.methods.mor_fast.CHANNEL_WITH_TRANSPOSE)
+    "mor_channel_without_transpose": {"recipe": "mor", "partition": "channel"},
     "mor_block": {"recipe": "mor", "partition": "block"},
     "mor_sub_two_way": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way"},
     "mor_sub_two_way_torch": {"recipe": "mor", "partition": "subtensor", "subtensor_mode": "two_way",
@@ -114,7 +114,7 @@ METHODS = {  # suite arm -> method config (lowprec.recipes.recipe_from_config)
 ARMS = PEERS + tuple(METHODS)
 # arms whose GEMMs run on low-precision codes on CUDA
 HARDWARE_ARMS = {"torchao_tensorwise", "torchao_rowwise", "fp8_tensorwise_current", "fp8_delayed", "fp8_hybrid",
-                 "fp8_blockwise", "mor_tensor", "mor_channel", "mor_channel_with_transpose", "mor_block",
+                 "fp8_blockwise", "mor_tensor", "mor_channel", "mor_channel_without_transpose", "mor_block",
                  "mor_sub_two_way",
                  "mor_sub_two_way_torch", "int8_block", "int8_fallback", "int8_fallback_b128",
                  "int8_fallback_b128_sparse"}
@@ -206,7 +206,7 @@ def _plan(arm: str, recipe):
     from ..gemm import FastPlan
     from ..methods import mor_fast
     default = mor_fast.CHANNEL_WITH_TRANSPOSE
-    mor_fast.CHANNEL_WITH_TRANSPOSE = default or arm == "mor_channel_with_transpose"
+    mor_fast.CHANNEL_WITH_TRANSPOSE = default and arm != "mor_channel_without_transpose"
     try:
         return FastPlan.for_recipe(recipe)
     finally:
