@@ -482,7 +482,7 @@ def test_kernel_sass_jobs_each_compile_their_own_configuration(monkeypatch):
     from lowprec.bench import kernel_sass as ks
 
     monkeypatch.setattr(ks, "int8_gemm_row", lambda cfg, group, rows, variant: (cfg.label(), group, rows, variant))
-    monkeypatch.setattr(ks, "mor_cast_row", lambda lay, native, approx: (lay, native, approx))
+    monkeypatch.setattr(ks, "mor_cast_row", lambda lay, native, approx, own_t=False: (lay, native, approx, own_t))
     args = argparse.Namespace(groups="32,128", block_rows="32,128", variant="first_parts")
     got = [job() for job in ks._int8_gemm_rows("kernel_sass", args, ["_pipe"])]
     assert len(set(got)) == len(got) > 2 and {g for _, g, _, _ in got} == {32, 128}
@@ -495,7 +495,9 @@ def test_kernel_sass_jobs_each_compile_their_own_configuration(monkeypatch):
     with pytest.raises(SystemExit):
         ks._int8_gemm_rows("kernel_sass", args, [])
     cast = [job() for job in ks._mor_cast_rows("kernel_sass", None, ["both"])]
-    assert sorted(cast) == sorted(("both", n, a) for n in (True, False) for a in (True, False))
+    assert sorted(cast) == sorted(("both", n, a, False) for n in (True, False) for a in (True, False))
+    own = [job() for job in ks._mor_cast_rows("kernel_sass", None, ["both_own_t"])]
+    assert sorted(own) == sorted(("both", n, a, True) for n in (True, False) for a in (True, False))
 
 
 def test_kernel_sass_writes_its_table_and_provenance(tmp_path):

@@ -37,9 +37,10 @@ term).
 
 ``mor_cast``: MoR's cast-and-error pass (``lowprec.kernels.mor_quant._cast_error_kernel``, one
 32 x 128 tile a program as the fast path launches it, bf16 operands, whole tiles) for each layout
-it writes (``rows``, ``transposed``, ``both``), with the hardware cast (``native``, the fast path's
+it writes (``rows``, ``transposed``, ``both``; ``both_own_t``: both, the transposed codes from a
+per-column grid of their own, per-channel MoR's operand quantized with its transpose), with the hardware cast (``native``, the fast path's
 on the H200) or the written-out encoder, and with the approximate division or the correctly rounded
-one. Columns: those of the tile (``layouts``, ``native``, ``approx_div``, ``tile``, ``num_warps``),
+one. Columns: those of the tile (``layouts``, ``own_t``, ``native``, ``approx_div``, ``tile``, ``num_warps``),
 ``instructions`` (the kernel's), ``per_element`` (instructions / elements a thread holds), the
 classes above plus ``conversions`` (F2I, I2F, I2FP, F2F, F2FP, MUFU: conversions and special
 functions, on slower pipes), ``global_stores`` (STG), ``shared_accesses`` (LDS, STS: a layout
@@ -88,7 +89,7 @@ _CLASSES = ("fp32", "fmul", "int", "moves", "global_loads", "spills", "mma")
 FIELDS = {
     "int8_gemm": ("config", "group", "block_rows", "tma", "loop_instructions", "per_element_group", *_CLASSES,
                   "mma_in_flight", "registers", "shared", "local", "error", "variant", "tail_loops"),
-    "mor_cast": ("layouts", "native", "approx_div", "tile", "num_warps", "instructions", "per_element", *_CLASSES,
+    "mor_cast": ("layouts", "own_t", "native", "approx_div", "tile", "num_warps", "instructions", "per_element", *_CLASSES,
                  "conversions", "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
     "mor_sub_values": ("choice", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
                        "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
@@ -343,20 +344,27 @@ MOR_CAST_LAYOUTS = ("rows", "transposed", "both")
 
 
 def mor_cast_row(layouts: str, native: bool, approx_div: bool, tile: Optional[tuple] = None,
-                 num_warps: int = 4) -> dict:
+                 num_warps: int = 4, own_t: bool = False) -> dict:
     """This module's table row for MoR's cast-and-error pass over whole tiles of a bf16 operand
-    with per-row scales (128x128 GAM blocks, or one scale), as ``mor_quant.mor_cast_error`` launches it."""
+    with per-row scales (128x128 GAM blocks, or one scale), as ``mor_quant.mor_cast_error`` launches it;
+    ``own_t``: the transposed codes from a grid of their own, per column (per-channel MoR's operand
+    quantized with its transpose)."""
     from lowprec.kernels import mor_quant as kq
 
     _require_compiled_kernels()
     bm, bn = tile or kq.CAST_TILE
-    row = {"layouts": layouts, "native": native, "approx_div": approx_div, "tile": f"{bm}x{bn}", "num_warps": num_warps}
+    row = {"layouts": layouts, "native": native, "approx_div": approx_div, "tile": f"{bm}x{bn}", "num_warps": num_warps,
+           "own_t": own_t}
     code = "*fp8e4nv" if native else "*u8"
     kinds = {"x_ptr": "*i16", "s_ptr": "*fp32", "err_ptr": "*fp32", "nz_ptr": "*i32", "codes_ptr": code,
-             "codes_t_ptr": code, **dict.fromkeys(("sxr", "sxc", "ssr", "ssc", "M", "N", "SBR", "SBC", "n_tc"), "i32")}
+             "codes_t_ptr": code, "st_ptr": "*fp32", "err_t_ptr": "*fp32",
+             **dict.fromkeys(("sxr", "sxc", "ssr", "ssc", "M", "N", "SBR", "SBC", "n_tc", "sstr", "sstc", "SBR_T",
+                              "SBC_T"), "i32")}
     const = dict(BM=bm, BN=bn, SCALE_BY_ROW=True, ROWS=layouts != "transposed", TRANSPOSED=layouts != "rows",
-                 IN_KIND=1, NATIVE=native, APPROX_DIV=approx_div, WIDE=False, X_LAYOUT=0, EVEN=True)
-    aligned = ("x_ptr", "s_ptr", "codes_ptr", "codes_t_ptr", "err_ptr", "nz_ptr", "sxr", "M", "N", "n_tc")
+                 OWN_T=own_t, SCALE_T_BY_ROW=False, IN_KIND=1, NATIVE=native, APPROX_DIV=approx_div, WIDE=False,
+                 X_LAYOUT=0, EVEN=True)
+    aligned = ("x_ptr", "s_ptr", "codes_ptr", "codes_t_ptr", "err_ptr", "nz_ptr", "st_ptr", "err_t_ptr", "sxr", "M",
+               "N", "n_tc")
     n = _measure("mor_cast", row, lambda: compile_sm90(kq._cast_error_kernel, kinds, const, aligned, num_warps),
                  loop=False)
     if n is not None:
@@ -476,9 +484,11 @@ def _int8_gemm_rows(prog: str, args, wanted: list) -> list:
 
 
 def _mor_cast_rows(prog: str, args, wanted: list) -> list:
-    return [(lambda lay=lay, native=native, approx=approx: mor_cast_row(lay, native, approx))
-            for lay in MOR_CAST_LAYOUTS for native in (True, False) for approx in (True, False)
-            if not wanted or lay in wanted]
+    # "both_own_t": both layouts, the transposed codes from a per-column grid of their own (per channel)
+    variants = [(lay, False) for lay in MOR_CAST_LAYOUTS] + [("both", True)]
+    return [(lambda lay=lay, own_t=own_t, native=native, approx=approx: mor_cast_row(lay, native, approx, own_t=own_t))
+            for lay, own_t in variants for native in (True, False) for approx in (True, False)
+            if not wanted or lay + ("_own_t" if own_t else "") in wanted]
 
 
 def _mor_sub_values_rows(prog: str, args, wanted: list) -> list:
