@@ -23,7 +23,8 @@ GEMMs' accumulation order; the relative error, formed from the scaled values and
 fp32 (``operand_error``: within ``ERROR_ATOL`` = 2^-20 of the emulation's, so only an error that
 close to the threshold can decide differently); and a backward GEMM whose operand is the transpose
 of a forward one with the same scales (per-tensor and 128x128 blocks) reuses that operand's codes,
-scales and decision.
+scales and decision, as per channel it takes the transpose's own codes, scales and decision that the
+forward made with the operand (``CHANNEL_WITH_TRANSPOSE``).
 
 Decisions are counted for the coverage table (``MoRQuantizer.coverage``) in the layer's buffer
 (``mor_counts``, the emulation's too) by the fix-up itself (``mor_mm``'s ``counts``), which reads
@@ -244,9 +245,11 @@ CAST_APPROX_DIV = True
 
 def _cast_on_kernel(x2d: torch.Tensor, kind: str, kinds: tuple = ("tensor", "128x128")) -> bool:
     """Whether an operand's codes and error come from the Triton pass (``mor_cast_error_cuda``): with
-    ``CAST_KERNEL``, on CUDA, for bf16 operands of one scale or of 128x128 blocks; else the torch ops
-    (``operand_error``), which compute the same and which Inductor fuses into the cast (per-channel
-    scales: measured faster there, see ``CAST_KERNEL``).
+    ``CAST_KERNEL``, on CUDA, for bf16 operands of a kind in ``kinds`` (one scale or 128x128 blocks;
+    per channel, ``("row",)``, where the pass writes the transpose's codes from a grid of their own,
+    ``_with_own_transpose``); else the torch ops (``operand_error``), which compute the same and which
+    Inductor fuses into the cast (a per-channel operand alone: measured faster there, see
+    ``CAST_KERNEL``).
 
     bf16 only: the configuration checked end to end (the activations and gradients of autocast
     training). fp32 operands (a master weight, a layer run without autocast) take the torch ops: on
