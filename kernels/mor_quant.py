@@ -457,6 +457,8 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
     own_t = scale_t is not None
     if own_t and not trans:
         raise ValueError("mor_cast_error: scale_t scales x.T's codes, which layouts='rows' does not write")
+    if own_t and block_t is None:
+        raise ValueError("mor_cast_error: scale_t needs its blocks, block_t")
     if own_t:
         sbr_t, sbc_t, by_row_t = _cast_grid("scale_t", scale_t, block_t, M, N, bm, bn)
     else:

@@ -246,6 +246,8 @@ def test_cast_error_pass_scales_the_transpose_by_a_grid_of_its_own(dtype, layout
         assert got.min() > 0 and torch.allclose(got, ref, rtol=ERR_RTOL, atol=0)
     with pytest.raises(ValueError, match="scale_t scales x.T's codes"):
         km.mor_cast_error(x, scale.to(DEVICE), block, layouts="rows", scale_t=scale_t.to(DEVICE), block_t=block_t)
+    with pytest.raises(ValueError, match="scale_t needs its blocks"):
+        km.mor_cast_error(x, scale.to(DEVICE), block, layouts="both", scale_t=scale_t.to(DEVICE))
     with pytest.raises(ValueError, match="scale_t must be a float32 grid"):
         km.mor_cast_error(x, scale.to(DEVICE), block, layouts="both", scale_t=scale.to(DEVICE), block_t=block_t)
 
