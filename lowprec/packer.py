@@ -37,7 +37,7 @@ from, does not outlive the machine). The evaluations that read a run's final
 checkpoint (``run_evaluations``) run in its slot right after it, since checkpoints are not committed
 and do not outlive the machine. A run whose arm's GPU peak was measured (``Estimator.memory_gib``)
 starts only while its ``footprint`` fits beside the running ones' (``--gpu-memory-gib``, on ``run``
-the device's own); otherwise GPU memory is not known before a run starts: a run that fails out of
+what the device has free at the job's start); otherwise GPU memory is not known before a run starts: a run that fails out of
 it while others share the GPU is retried first, and from then on at most one process fewer than were
 running shares it (a run out of memory alone fails). At the budget less ``--reserve`` seconds a process
 still running is stopped (SIGTERM to its process group, SIGKILL after ``GRACE_S``; the note gives the
@@ -810,12 +810,15 @@ def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
 
 
 def gpu_memory(given: float | None) -> float | None:
-    """GiB of the GPU a job's runs share: ``--gpu-memory-gib``, else the CUDA device's own."""
+    """GiB of the GPU a job's runs share: ``--gpu-memory-gib``, else what the CUDA device has free
+    when the job starts. Free, not total: memory that other processes hold is not the runs' (a job
+    beside a test run on an H100 at 236be2e: three runs out of memory with five, three and two
+    sharing the GPU)."""
     if given is not None:
         return given
     import torch
 
-    return torch.cuda.get_device_properties(0).total_memory / 2**30 if torch.cuda.is_available() else None
+    return torch.cuda.mem_get_info(0)[0] / 2**30 if torch.cuda.is_available() else None
 
 
 def serving(tasks: list[Task], patterns: list[str]) -> list[Task]:
@@ -847,8 +850,8 @@ def main(argv=None) -> None:
                     help="seconds a process adds to its run's estimate (imports, compiling the model)")
     ap.add_argument("--eval-s", type=float, default=30.0, help="seconds allowed for each checkpoint evaluation")
     ap.add_argument("--gpu-memory-gib", type=float, default=None,
-                    help="the GPU memory the runs share (run: the device's own by default; plan: none, only --jobs "
-                         "limits): a run starts only while its arm's measured peak fits beside the others' (footprint)")
+                    help="the GPU memory the runs share (run: what the device has free at the start by default; "
+                         "plan: none, only --jobs limits): a run starts only while its arm's measured peak fits beside the others' (footprint)")
     ap.add_argument("--only", nargs="*", help="only runs whose names match these patterns (fnmatch)")
     ap.add_argument("--estimate", nargs="*", help="PATTERN=SECONDS: a run's estimate, instead of the committed runs'")
     ap.add_argument("--claims", nargs="*", help="only the runs that claims matching these patterns read "

@@ -755,3 +755,16 @@ def test_a_sweeps_runs_train_in_a_job_and_come_back_under_sweeps(tmp_path, monke
     other = tmp_path / "checkout" / "results"
     assert pk.unpack(out / "runs.tar.gz", str(other)) == sorted(f"sweeps/sw/{t.name}" for t in tasks)
     assert (other / "sweeps" / "sw" / tasks[0].name / "provenance.json").is_file()
+
+
+def test_a_job_counts_the_gpu_memory_that_is_free(monkeypatch):
+    """``run`` shares what the device has free when the job starts, not its total (another process's
+    memory is not the runs'); ``--gpu-memory-gib`` overrides it; without CUDA nothing is counted."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10 * 2**30, 80 * 2**30))
+    assert pk.gpu_memory(None) == 10
+    assert pk.gpu_memory(40.0) == 40.0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pk.gpu_memory(None) is None
