@@ -222,10 +222,10 @@ CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "1") == "1"
 # an H100 at 236be2e against the backward quantizing each transpose again (Inductor's fusion), one run
 # each with its own compiled-BF16 baseline: 1 B 0.910x against 0.889x of compiled BF16, 98 M with CUDA
 # graphs 0.627x against 0.598x (results/bench/e2e_h100_mor_channel_with_transpose.csv,
-# e2e_h100_100m_mor_channel_with_transpose.csv), for the transposed codes the backward keeps (1 B:
-# about 5 GB of them; the run's peaks, 37.7 against 28.7 GiB, also hold what the arms measured before
-# left allocated: compiled BF16 peaked at 30.3 GiB first and 36.4 last). On by default;
-# LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE=0 turns it off.
+# e2e_h100_100m_mor_channel_with_transpose.csv), for the transposed codes the backward keeps (1 B, by
+# count: a byte per element of the layers' inputs and weights, about 5.5 GB; the run's peaks, 37.7
+# against 28.7 GiB, also hold what the arms measured before left allocated: compiled BF16 peaked at
+# 30.3 GiB first and 36.4 last). On by default; LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE=0 turns it off.
 CHANNEL_WITH_TRANSPOSE_ENV = "LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE"
 
 
