@@ -25,6 +25,8 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from lowprec.config import env_switch
+
 from . import INT8_COMMITTED_RECORDS, INT8_TUNED_ENV
 from . import int8_fallback_kernels as _kk
 from ._common import _next_pow2
@@ -185,7 +187,7 @@ def candidate_configs(gk: int, tma: bool = True, async_mma: bool = False, tail: 
 
 
 def autotune_enabled() -> bool:
-    return os.environ.get("LOWPREC_INT8_GEMM_AUTOTUNE", "1") != "0"
+    return env_switch("LOWPREC_INT8_GEMM_AUTOTUNE")
 
 
 def tuned_configs() -> list:

@@ -17,6 +17,17 @@ from pathlib import Path
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+def env_switch(name: str, default: bool = True) -> bool:
+    """A binary ``LOWPREC_*`` switch: ``name`` set to 1 (on) or 0 (off), ``default`` unset; any other
+    value is an error naming the variable, so that a typo never quietly runs the other path."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    if value not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
 CONFIG_DIR = Path(os.environ.get("LOWPREC_CONFIGS", REPO_ROOT / "configs"))
 SCALES = ("smoke", "tiny", "small", "medium", "paper")
 

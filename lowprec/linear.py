@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .compile_passes import realize_shared_operands
+from .config import env_switch
 from .gemm import FastPlan, FP8Operand, fast_path_applies, is_quantized, scaled_mm
 from .methods.int8_fallback_state import FallbackBuffers
 from .methods.int8_fast import int8_linear
@@ -56,7 +57,7 @@ _FAST_PATH_CHOICES = ("cuda", "all", "off")
 # Delayed scaling's recorded path (``QLinear.refresh_histories_recorded``): on by default;
 # LOWPREC_DELAYED_RECORDED=0 keeps every call on the form that waits for its own amax, for an A/B of
 # the two in one GPU job (1 B on the H200 at 2755e9c: 1.219x of compiled BF16 recorded, 1.152x waiting)
-DELAYED_RECORDED = os.environ.get("LOWPREC_DELAYED_RECORDED", "1") == "1"
+DELAYED_RECORDED = env_switch("LOWPREC_DELAYED_RECORDED")
 
 
 def _conv1d_class():

@@ -29,7 +29,6 @@ are averaged. Throughput and peak memory are measured on rank zero.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -428,7 +427,7 @@ def lightning_strategy(name: str, model: torch.nn.Module):
 
 # a compiled run's loss compiled too (models.compiled_cross_entropy); LOWPREC_COMPILED_LOSS=0 keeps it
 # eager, the form the runs committed before it trained with
-COMPILED_LOSS = os.environ.get("LOWPREC_COMPILED_LOSS", "1") != "0"
+COMPILED_LOSS = cfglib.env_switch("LOWPREC_COMPILED_LOSS")
 
 
 def use_compile(t: dict, place: dict) -> bool:

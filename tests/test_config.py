@@ -275,3 +275,19 @@ def test_per_run_files_never_recomputes_a_committed_evaluation(tmp_path):
     # regenerating from committed runs: no rule reads a checkpoint
     assert lpc.per_run_files(d.values(), names, evaluate=False) == (
         [d["committed"]], [], [d["training"], d["checkpoint"], d["neither"], d["partial"]])
+
+
+def test_a_binary_switch_takes_0_or_1_and_names_itself_otherwise(monkeypatch):
+    """``LOWPREC_*`` on/off switches (the fast path's kernels, the compiled loss, ...) read through
+    one reader: unset gives the default, 0 and 1 say off and on, anything else is an error naming
+    the variable rather than a quiet choice of either path."""
+    from lowprec.config import env_switch
+    monkeypatch.delenv("LOWPREC_TEST_SWITCH", raising=False)
+    assert env_switch("LOWPREC_TEST_SWITCH") is True and env_switch("LOWPREC_TEST_SWITCH", default=False) is False
+    for value, on in (("0", False), ("1", True)):
+        monkeypatch.setenv("LOWPREC_TEST_SWITCH", value)
+        assert env_switch("LOWPREC_TEST_SWITCH", default=not on) is on
+    for bad in ("yes", "true", "", " 1"):
+        monkeypatch.setenv("LOWPREC_TEST_SWITCH", bad)
+        with pytest.raises(ValueError, match="LOWPREC_TEST_SWITCH must be 0 or 1"):
+            env_switch("LOWPREC_TEST_SWITCH")

@@ -116,22 +116,13 @@ def test_which_quantizers_take_the_fast_path(monkeypatch):
 
 def test_channel_plan_reuses_the_transposes_quantized_with_their_tensors(monkeypatch):
     from lowprec.methods import mor_fast
+    from lowprec.config import env_switch
     monkeypatch.delenv(mor_fast.CHANNEL_WITH_TRANSPOSE_ENV, raising=False)
-    assert mor_fast._channel_with_transpose()  # the default
+    assert env_switch(mor_fast.CHANNEL_WITH_TRANSPOSE_ENV)  # on by default
     monkeypatch.setattr(mor_fast, "CHANNEL_WITH_TRANSPOSE", True)
     plan = FastPlan.for_recipe(mor_recipe({"partition": "channel"}))
     assert plan.reused == {("dgrad", "w"), ("wgrad", "dy"), ("wgrad", "x")}
     assert plan.with_transpose == {("fprop", "w"), ("dgrad", "dy"), ("fprop", "x")}
-
-
-def test_channel_switch_takes_0_or_1_and_names_itself(monkeypatch):
-    from lowprec.methods import mor_fast
-    for value, on in (("0", False), ("1", True)):
-        monkeypatch.setenv(mor_fast.CHANNEL_WITH_TRANSPOSE_ENV, value)
-        assert mor_fast._channel_with_transpose() is on
-    monkeypatch.setenv(mor_fast.CHANNEL_WITH_TRANSPOSE_ENV, "yes")
-    with pytest.raises(ValueError, match="LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE must be 0 or 1"):
-        mor_fast._channel_with_transpose()
 
 
 @pytest.mark.parametrize("view", [False, True], ids=["rows", "transposed_view"])

@@ -49,12 +49,12 @@ error under every partition (``telemetry_stats``), the numbers of the paper's he
 from __future__ import annotations
 
 import math
-import os
 from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 
+from ..config import env_switch
 from ..numerics import QuantSpec, cast, get_format
 from ..numerics.checks import block_shape, nonempty
 from ..numerics.scaling import (
@@ -174,7 +174,7 @@ def mean_over_nonzero(total: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
 # that never write the dequantized tensor): codes and scales bit for bit those of quantize_e4m3, the
 # error equal up to fp32 summation order (relative 1e-6), so only an error within that distance of
 # the threshold could decide differently. Off with LOWPREC_MOR_KERNEL=0.
-USE_KERNEL = os.environ.get("LOWPREC_MOR_KERNEL", "1") != "0"
+USE_KERNEL = env_switch("LOWPREC_MOR_KERNEL")
 
 
 def _e4m3_with_error(x2d: torch.Tensor, partition: str, block, scale: str) -> tuple:

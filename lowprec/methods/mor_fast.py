@@ -34,11 +34,11 @@ forward and backward, with no launch of its own for the count.
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple, Optional
 
 import torch
 
+from ..config import env_switch
 from ..gemm import (TRANSPOSABLE, FP8Operand, dequantized, encode_scales, fp8_cast, kind_block, operand_mm,
                     scale_kind, triton_runs_on)
 from .mor import MoRQuantizer, _as_2d, _choose_e4m3, e4m3_spec, mean_over_nonzero
@@ -214,7 +214,7 @@ def _base_grid(scale: torch.Tensor, block: tuple, transposed: bool) -> tuple:
 # GEMMs; profiles/llama_1b_mor_channel_48cad10). The pass alone is 3-4x faster per operand
 # (results/bench/mor_cast_kernel_h200_channel.csv), but with it the step still spent about 60 ms in
 # quantization and amax kernels and measured 0.889x against 0.909x (an uncommitted run at 6f637f6).
-CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "1") == "1"
+CAST_KERNEL = env_switch("LOWPREC_MOR_CAST_KERNEL")
 # Per-channel MoR: an operand whose transpose a backward GEMM takes is quantized together with that
 # transpose (the scales of its columns) in the forward, on the pass from one read of the operand (two
 # scale grids, kernels.mor_quant.mor_cast_error's scale_t), and the backward takes the transposed
@@ -227,16 +227,7 @@ CAST_KERNEL = os.environ.get("LOWPREC_MOR_CAST_KERNEL", "1") == "1"
 # against 28.7 GiB, also hold what the arms measured before left allocated: compiled BF16 peaked at
 # 30.3 GiB first and 36.4 last). On by default; LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE=0 turns it off.
 CHANNEL_WITH_TRANSPOSE_ENV = "LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE"
-
-
-def _channel_with_transpose() -> bool:
-    value = os.environ.get(CHANNEL_WITH_TRANSPOSE_ENV, "1")
-    if value not in ("0", "1"):
-        raise ValueError(f"{CHANNEL_WITH_TRANSPOSE_ENV} must be 0 or 1, got {value!r}")
-    return value == "1"
-
-
-CHANNEL_WITH_TRANSPOSE = _channel_with_transpose()
+CHANNEL_WITH_TRANSPOSE = env_switch(CHANNEL_WITH_TRANSPOSE_ENV)
 # The pass divides each error term with the approximate fp32 division (within 2 ulp on CUDA, a few u
 # more on a term that ERROR_ATOL's bound already allows 9 u): its correctly rounded division cost a
 # quarter of the pass (16384 x 5632 on the H200: 0.206 ms against 0.268, the statistic 1.5e-9 and

@@ -39,13 +39,13 @@ INT8 (Jetfire, SwitchBack) does not have.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 
+from ..config import env_switch
 from . import formats
 from .checks import as_2d, block_shape, nonempty
 from .formats import FORMATS, IntFormat, cast, get_format, ilog2
@@ -622,7 +622,7 @@ def quantize(
 
 # The CUDA dispatch to lowprec.kernels.quantize; off with LOWPREC_QUANT_KERNELS=0 (or by setting
 # this flag, as the tests that compare the two paths do).
-USE_KERNELS = os.environ.get("LOWPREC_QUANT_KERNELS", "1") != "0"
+USE_KERNELS = env_switch("LOWPREC_QUANT_KERNELS")
 _KERNEL_FORMATS = ("e4m3", "e5m2", "int8")
 
 
