@@ -37,9 +37,9 @@ from, does not outlive the machine). The evaluations that read a run's final
 checkpoint (``run_evaluations``) run in its slot right after it, since checkpoints are not committed
 and do not outlive the machine. A run whose arm's GPU peak was measured (``Estimator.memory_gib``)
 starts only while its ``footprint`` fits beside the running ones' (``--gpu-memory-gib``, on ``run``
-what the device has free at the job's start); otherwise GPU memory is not known before a run starts: a run that fails out of
-it while others share the GPU is retried first, and from then on at most one process fewer than were
-running shares it (a run out of memory alone fails). At the budget less ``--reserve`` seconds a process
+what the device has free at the job's start); otherwise GPU memory is not known before a run
+starts: a run that fails out of it while others share the GPU is retried first, and from then on at
+most one process fewer than were running shares it (a run out of memory alone fails). At the budget less ``--reserve`` seconds a process
 still running is stopped (SIGTERM to its process group, SIGKILL after ``GRACE_S``; the note gives the
 step it reached) and its run folder removed, as is the folder of a run that fails: every run folder
 the job touches ends complete, with its evaluations, or absent. ``--out`` receives four files, written when the job ends (stopped from
@@ -851,7 +851,8 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-s", type=float, default=30.0, help="seconds allowed for each checkpoint evaluation")
     ap.add_argument("--gpu-memory-gib", type=float, default=None,
                     help="the GPU memory the runs share (run: what the device has free at the start by default; "
-                         "plan: none, only --jobs limits): a run starts only while its arm's measured peak fits beside the others' (footprint)")
+                         "plan: none, only --jobs limits): a run starts only while its arm's measured peak fits "
+                         "beside the others' (footprint)")
     ap.add_argument("--only", nargs="*", help="only runs whose names match these patterns (fnmatch)")
     ap.add_argument("--estimate", nargs="*", help="PATTERN=SECONDS: a run's estimate, instead of the committed runs'")
     ap.add_argument("--claims", nargs="*", help="only the runs that claims matching these patterns read "

@@ -139,9 +139,9 @@ class Estimator:
 
     def memory_gib(self, task: Task) -> float | None:
         """The GPU memory its arm's runs held at this scale (or a size sweep's at this scale's shape; a
-        sweep's run: its arm's runs at its point), else the most that an arm of another experiment with the same model and method settings
-        held (GaussWS's and INT8 fallback's GPT2 BF16 arms are one run config); None where none was
-        measured."""
+        sweep's run: its arm's runs at its point), else the most that an arm of another experiment
+        with the same model and method settings held (GaussWS's and INT8 fallback's GPT2 BF16 arms
+        are one run config); None where none was measured."""
         if task.kind == SWEEP_RUN:  # the runs of its own sweep point alone: the points' sizes differ
             return self.sweep_peak_gib.get(tuple(task.name.split("/")[:4]))
         arm = tuple(task.name.split("/")[:3])

@@ -38,9 +38,10 @@ term).
 ``mor_cast``: MoR's cast-and-error pass (``lowprec.kernels.mor_quant._cast_error_kernel``, one
 32 x 128 tile a program as the fast path launches it, bf16 operands, whole tiles) for each layout
 it writes (``rows``, ``transposed``, ``both``; ``both_own_t``: both, the transposed codes from a
-per-column grid of their own, per-channel MoR's operand quantized with its transpose), with the hardware cast (``native``, the fast path's
-on the H200) or the written-out encoder, and with the approximate division or the correctly rounded
-one. Columns: those of the tile (``layouts``, ``own_t``, ``native``, ``approx_div``, ``tile``, ``num_warps``),
+per-column grid of their own, per-channel MoR's operand quantized with its transpose), with the
+hardware cast (``native``, the fast path's on the H200) or the written-out encoder, and with the
+approximate division or the correctly rounded one. Columns: those of the tile (``layouts``,
+``own_t``, ``native``, ``approx_div``, ``tile``, ``num_warps``),
 ``instructions`` (the kernel's), ``per_element`` (instructions / elements a thread holds), the
 classes above plus ``conversions`` (F2I, I2F, I2FP, F2F, F2FP, MUFU: conversions and special
 functions, on slower pipes), ``global_stores`` (STG), ``shared_accesses`` (LDS, STS: a layout
@@ -89,7 +90,8 @@ _CLASSES = ("fp32", "fmul", "int", "moves", "global_loads", "spills", "mma")
 FIELDS = {
     "int8_gemm": ("config", "group", "block_rows", "tma", "loop_instructions", "per_element_group", *_CLASSES,
                   "mma_in_flight", "registers", "shared", "local", "error", "variant", "tail_loops"),
-    "mor_cast": ("layouts", "own_t", "native", "approx_div", "tile", "num_warps", "instructions", "per_element", *_CLASSES,
+    "mor_cast": ("layouts", "own_t", "native", "approx_div", "tile", "num_warps", "instructions", "per_element",
+                 *_CLASSES,
                  "conversions", "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
     "mor_sub_values": ("choice", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
                        "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),

@@ -90,15 +90,19 @@ class MoROperand(NamedTuple):
         if f.codes_t is None:
             return self
         return self._replace(fp8=FP8Operand(f.codes_t, f.scale_t, f.spec, f.kind), fp8_t=not self.fp8_t,
-                             e4m3=self.e4m3 if self.e4m3_t is None else self.e4m3_t, e4m3_t=None)
+                             e4m3=self._choice_t(), e4m3_t=None)
 
     def own(self) -> tuple:
         """(codes, scale, fp8_t, choice) of the codes this operand multiplies: the transpose's own
         codes where the quantization wrote them, else its codes and the flag."""
         f = self.fp8
         if self.fp8_t and f.codes_t is not None:
-            return f.codes_t, f.scale_t, False, self.e4m3 if self.e4m3_t is None else self.e4m3_t
+            return f.codes_t, f.scale_t, False, self._choice_t()
         return f.codes, f.scale, self.fp8_t, self.e4m3
+
+    def _choice_t(self) -> torch.Tensor:
+        # the choice of fp8.codes_t: their own where their scales are (per channel), else the codes'
+        return self.e4m3 if self.e4m3_t is None else self.e4m3_t
 
     def fp8_operand(self) -> FP8Operand:
         return self.fp8.t() if self.fp8_t else self.fp8
