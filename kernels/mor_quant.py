@@ -316,7 +316,10 @@ if triton is not None:
             if OWN_T:
                 s_t = _tile_scale(st_ptr, sstr, sstc, SBR_T, SBC_T, rows, cols, pid_m, pid_n, r_ok, c_ok,
                                   BM, BN, SCALE_T_BY_ROW, EVEN)
-                code, term = _code_and_term(x, s_t, nz, NATIVE, APPROX_DIV)
+                nz_t = (x.to(tl.int32, bitcast=True) << 1) != 0
+                if not EVEN:
+                    nz_t = nz_t & mask
+                code, term = _code_and_term(x, s_t, nz_t, NATIVE, APPROX_DIV)
                 tl.store(err_t_ptr + rows * n_tc + pid_n, _sum_axis(term, 1), mask=r_ok)
             elif ROWS:
                 # the transpose from the program's own row-major codes, read back after a barrier

@@ -309,8 +309,9 @@ def test_e2e_budget_leaves_out_the_arms_that_do_not_fit_and_keeps_the_closing_ba
         now[0] += took[arm]
         measured.append(arm)
         return {"shape": shape, "arm": arm, "path": "compiled", "reps": [1000.0 if arm == e2e.BASELINE else 1200.0],
-                "inductor_options": {}, "fallback_ratio_reps": [], "peak_mem_gib": 1.0, "lowp_gemms_per_step": 336,
-                "batch": 8, "seq": 2048, "n_params": 1, "warmup_s": 1.0, "int8_tuned": []}
+                "inductor_options": {}, "fallback_ratio_reps": [], "peak_mem_gib": 1.0, "held_before_gib": 0.25,
+                "lowp_gemms_per_step": 336, "batch": 8, "seq": 2048, "n_params": 1, "warmup_s": 1.0,
+                "int8_tuned": []}
     monkeypatch.setattr(e2e, "measure", fake_measure)
     monkeypatch.setattr(e2e, "require_cuda", lambda prog: None)
     monkeypatch.setattr(common.time, "monotonic", lambda: now[0])
@@ -324,6 +325,7 @@ def test_e2e_budget_leaves_out_the_arms_that_do_not_fit_and_keeps_the_closing_ba
     assert set(rows) == {"bf16_compiled", "fp8_hybrid"} and rows["fp8_hybrid"]["ratio_vs_bf16_compiled"] == "1.200"
     run = json.loads((tmp_path / "e2e.provenance.json").read_text())["runs"][-1]
     assert run["skipped"] == ["llama_1b/mor_tensor", "llama_1b/gaussws"]
+    assert run["shapes"]["llama_1b"]["held_before_gib"] == {"bf16_compiled": 0.25, "fp8_hybrid": 0.25}
 
 
 def test_e2e_fallback_share_per_repeat_reads_the_layers_counts():

@@ -1002,6 +1002,21 @@ def test_every_benchmark_arm_steps_without_waiting_for_the_device(arm):
         e2e.step(fn, opt, batches)
 
 
+def test_an_arms_peak_memory_leaves_out_what_earlier_arms_left():
+    """The end-to-end benchmark's ``peak_mem_gib`` counts an arm's own peak: memory still held when it
+    starts (an earlier arm's leftovers) is returned apart, and the peak counter restarts from it."""
+    from lowprec.bench.e2e_step import held_memory
+
+    dev = torch.device("cuda")
+    left = torch.empty(256 * 2**20, dtype=torch.uint8, device=dev)  # what an earlier arm kept
+    spike = torch.empty(512 * 2**20, dtype=torch.uint8, device=dev)
+    del spike
+    held = held_memory()
+    assert held >= left.numel() and torch.cuda.max_memory_allocated() == held
+    own = torch.empty(64 * 2**20, dtype=torch.uint8, device=dev)
+    assert torch.cuda.max_memory_allocated() - held == own.numel()
+
+
 def test_training_steps_are_timed_without_a_sync_per_step():
     """The training log's step times come from events on the stream (lowprec.steplog.StepTimes):
     recording them waits for nothing, and reading them gives each step's GPU time."""

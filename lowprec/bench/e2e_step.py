@@ -43,7 +43,9 @@ block-scaled pairs and the Triton INT8 GEMM kernels): 0 for an arm with a hardwa
 MoR's block-scaled GEMM counts, twice per GEMM with 128-high blocks: one launch for the tiles on FP8
 tensor cores, one for the tiles on BF16 ones). For INT8 fallback arms the provenance also gives
 each repeat's share of blocks that fell back (``fallback_ratio_reps``), which a second part's cost
-follows, and every arm's INT8 GEMM configurations (``int8_tuned``).
+follows, and every arm's INT8 GEMM configurations (``int8_tuned``). ``peak_mem_gib`` is an arm's own
+peak: what is still allocated when it starts (an earlier arm's leftovers) is left out and given in
+the provenance (``held_before_gib``; rows of runs without it counted it in).
 ``--cudagraphs`` compiles every compiled arm, the baseline included, with Inductor's CUDA graphs
 (``compile_blocks(cudagraphs=True)``; ``path`` reads ``cudagraphs``): the host launches a graph per
 block instead of each kernel (GaussWS's transforms then draw into the same tensors at every step;
@@ -313,8 +315,7 @@ def measure(arm: str, shape_name: str, args) -> dict:
     shape = SHAPES[shape_name]
     fresh_compilation()
     forget_int8_tuning()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
+    held = held_memory()
     options = arm_inductor_options(arm, args)
     fn, model, path = build_arm(arm, shape, args.cudagraphs, options)
     opt = optimizer(model)
@@ -335,7 +336,8 @@ def measure(arm: str, shape_name: str, args) -> dict:
         fallback.append(fallback_blocks(model))
     row = {"shape": shape_name, "arm": arm, "path": path, "reps": reps, "inductor_options": options,
            "fallback_ratio_reps": fallback_ratios(fallback),
-           "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30, "lowp_gemms_per_step": n_lowp,
+           "peak_mem_gib": (torch.cuda.max_memory_allocated() - held) / 2**30, "held_before_gib": held / 2**30,
+           "lowp_gemms_per_step": n_lowp,
            "batch": shape["batch"], "seq": shape["seq"], "n_params": sum(p.numel() for p in model.parameters()),
            "warmup_s": warm_s, "int8_tuned": int8_tuned()}
     record_int8_tuning()
@@ -343,6 +345,21 @@ def measure(arm: str, shape_name: str, args) -> dict:
           f"lowp GEMMs {n_lowp:4d}  peak {row['peak_mem_gib']:.1f} GiB  warm-up {warm_s:.0f} s", flush=True)
     del fn, model, opt
     return row
+
+
+def held_memory() -> int:
+    """Bytes still allocated on the GPU when an arm starts (earlier arms' compiled graphs, caches and
+    whatever the collector had not freed yet), with the peak counter reset to them: an arm's
+    ``peak_mem_gib`` is its peak above this, not what earlier arms left (measured at 236be2e,
+    compiled BF16 peaked at 30.3 GiB measured first and 36.4 measured last in one run)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated()
 
 
 def fallback_blocks(model) -> tuple[int, int] | None:
@@ -554,6 +571,7 @@ def main(argv=None) -> int:
             if m["fallback_ratio_reps"]:
                 info.setdefault("fallback_ratio_reps", {})[arm] = m["fallback_ratio_reps"]
             info["warmup_s"] = {x["arm"]: round(x["warmup_s"], 1) for x in measured}
+            info["held_before_gib"] = {x["arm"]: round(x["held_before_gib"], 2) for x in measured}
             shape_rows = _rows(measured, base, args, run["commit"])
             write_bench(out, _merged(old_rows, rows + shape_rows), old_runs + [run])
         rows += shape_rows
