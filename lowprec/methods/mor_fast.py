@@ -229,7 +229,9 @@ CAST_KERNEL = env_switch("LOWPREC_MOR_CAST_KERNEL")
 # e2e_h100_100m_mor_channel_with_transpose.csv), for the transposed codes the backward keeps (1 B, by
 # count: a byte per element of the layers' inputs and weights, about 5.5 GB; the run's peaks, 37.7
 # against 28.7 GiB, also hold what the arms measured before left allocated: compiled BF16 peaked at
-# 30.3 GiB first and 36.4 last). On by default; LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE=0 turns it off.
+# 30.3 GiB first and 36.4 last); 0.962x at 1 B at 00db1fe, once the pass's flags stopped spilling to
+# registers (results/bench/e2e_h100_mor_cast_flags.csv). On by default;
+# LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE=0 turns it off.
 CHANNEL_WITH_TRANSPOSE_ENV = "LOWPREC_MOR_CHANNEL_WITH_TRANSPOSE"
 CHANNEL_WITH_TRANSPOSE = env_switch(CHANNEL_WITH_TRANSPOSE_ENV)
 # The pass divides each error term with the approximate fp32 division (within 2 ulp on CUDA, a few u
