@@ -474,14 +474,15 @@ def test_runs_start_only_while_their_measured_memory_fits_the_gpu(tmp_path, fake
 
 def test_the_memory_of_an_arm_is_its_measured_peak_or_that_of_the_same_run_config():
     """From the committed medium runs: MoR per tensor's size-sweep runs at the grid's shape (27.9
-    GiB), and INT8 fallback's GPT2 BF16 arm, never trained, from GaussWS's GPT2 BF16 (the same run
-    config); an arm with no such measurement is unknown."""
+    GiB), and GaussWS's Llama2 BF16 arm, never trained at medium, from INT8 fallback's Llama2 BF16
+    runs (the same run config); an arm with no such measurement is unknown."""
     results = str(lpc.REPO_ROOT / "results")
-    tasks = {t.name: t for t in pk.missing_tasks("medium", ["mor", "int8_fallback"], results)[0]}
+    tasks = {t.name: t for t in pk.missing_tasks("medium", ["mor", "gaussws"], results)[0]}
     est = Estimator(results, "medium", shape_runs=[str(lpc.REPO_ROOT / s["runs"]) for _, s in sweeps.scale_sweeps("medium")])
     assert est.memory_gib(tasks["mor/nemotron/mor_tensor/s2"]) == pytest.approx(27.90, abs=0.01)
-    gpt2 = est.memory_gib(tasks["int8_fallback/gpt2/bf16/s0"])
-    assert gpt2 == pytest.approx(15.21, abs=0.01) and gpt2 == est.peak_gib[("gaussws", "gpt2", "bf16")]
+    llama2 = est.memory_gib(tasks["gaussws/llama2/bf16/s0"])
+    assert llama2 is not None and llama2 == est.peak_gib[("int8_fallback", "llama2", "bf16")]
+    assert ("gaussws", "llama2", "bf16") not in est.peak_gib
     assert est.memory_gib(tasks["mor/nemotron/mor_channel/s0"]) is None
     # a size sweep's run: its own point's runs alone (8 x 512's INT8 fallback seed 0, not 12 x 768's)
     sweep = sweeps.load_sweep(str(lpc.REPO_ROOT / "configs/sweeps/medium.yaml"))
