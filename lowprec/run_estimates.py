@@ -9,9 +9,13 @@ slowest of its runs, and with ``jobs`` runs sharing the GPU takes jobs^a times t
 bound while fewer run. An arm with no run at the scale is estimated from the arms of its model
 measured both at the scale and at ``tiny`` whose settings differ from its own in the fewest keys:
 each one's time times the ratio of the two arms' time per step at ``tiny`` (never below 1 within a
-recipe), and the upper median of those. That ratio is a CPU one: where a GPU profile of a step exists
-(``python -m lowprec.bench.profile_arm --scale small --model M --method X``), an override
-(``PATTERN: seconds`` on run names) replaces it.
+recipe), and the upper median of those. That ratio is a CPU one, and on a GPU the arms' costs differ
+(at ``tiny`` per-block MoR takes 2.05x per-tensor MoR's step, on an H200 at 98 M 1.14x). So where the
+anchor ran on a GPU and both arms' methods are arms of the committed end-to-end benchmark
+(``lowprec.bench.e2e_step.METHODS``, BF16 as ``bf16_compiled``; ``SPEED_BENCH`` at ``SPEED_SHAPE``,
+the benchmark shape nearest the GPU scales' models), the ratio of their benchmarked step times
+replaces it: each row's tokens/s relative to compiled BF16 in its own run, so rows of different runs
+compare. Where neither fits, an override (``PATTERN: seconds`` on run names) replaces the estimate.
 
 A grid's arm with no run at the scale that a size sweep of the scale has trained at the grid's
 shape (the same parameters and tokens per step: a sweep point that is the scale's size, as 12 x 768
@@ -47,6 +51,8 @@ REFERENCE_SCALE = "tiny"   # committed on CPU for every arm: the ratios between 
 GRID_RUNS = "*/*/*/s*/provenance.json"      # under runs/<scale>/: <paper>/<model>/<method>/s<seed>
 SWEEP_RUNS = "*/*/*/*/s*/provenance.json"   # under a sweep's folder: <point>/<paper>/<model>/<method>/s<seed>
 DEFAULT_EXPONENT = 0.5     # k^a when no arm was measured at several concurrencies
+SPEED_BENCH = "bench/e2e_h200.csv"    # under the results root: the arms' GPU step times (module doc)
+SPEED_SHAPE = "llama_100m"            # 98 M parameters; medium's models are 110-135 M, small's 10-15 M
 
 
 def _seconds(stamp: str) -> float:
@@ -87,6 +93,7 @@ class Estimator:
         for arm, wall, steps, _, _ in self._measured(Path(results) / "runs" / REFERENCE_SCALE, concurrency=False):
             self.reference.setdefault(arm, []).append(wall / steps)
         self.reference = {a: sum(v) / len(v) for a, v in self.reference.items()}
+        self.speed = bench_speeds(Path(results) / SPEED_BENCH)   # benchmark arm -> tokens/s over BF16's
         # a size sweep's arms (folder ``sweep_runs``): (parameters, seconds per step alone) of each
         # completed run; ``_sweep_per_step`` bounds a run's from them (module doc)
         self.sweep_steps: dict[tuple, list[tuple[int, float]]] = {}
@@ -166,6 +173,11 @@ class Estimator:
         arm = tuple(task.name.split("/")[:3])
         if arm in self.per_step:
             return self.startup + self.per_step[arm] * steps * share, self.origin[arm]
+        on_gpu = self._gpu_ratio(task)
+        if on_gpu:
+            a, ratio = on_gpu
+            return (self.startup + self.per_step[a] * ratio * steps * share,
+                    f"{'/'.join(a)} x {ratio:.2f} (GPU benchmark, {SPEED_SHAPE})")
         # the arms of the model measured here and at the reference scale, closest settings first
         mine = _settings(task.cfg["method"])
         near = sorted((_distance(mine, _settings(self.method[a])), a) for a in self.per_step
@@ -182,6 +194,48 @@ class Estimator:
             guesses.append((self.startup + self.per_step[a] * ratio * steps * share,
                             f"{'/'.join(a)} x {ratio:.2f} ({REFERENCE_SCALE} time per step)"))
         return statistics.median_high(guesses)
+
+
+    def _gpu_ratio(self, task: Task) -> tuple[tuple, float] | None:
+        """(anchor arm, benchmarked step time of the task's arm over the anchor's) for the arm of the
+        task's model that ran on a GPU here (its peak memory is known only from GPU runs) whose
+        method is closest to the task's among those the benchmark has (its own experiment's first);
+        None where none fits."""
+        target = bench_arm(task.cfg["method"])
+        if target not in self.speed:
+            return None
+        paper, model = task.name.split("/")[:2]
+        mine = _settings(task.cfg["method"])
+        anchors = sorted((_distance(mine, _settings(self.method[a])), a[0] != paper, a) for a in self.per_step
+                         if a[1] == model and a in self.peak_gib and bench_arm(self.method[a]) in self.speed)
+        if not anchors:
+            return None
+        a = anchors[0][-1]
+        return a, self.speed[bench_arm(self.method[a])] / self.speed[target]
+
+
+def bench_arm(method: dict) -> str | None:
+    """The end-to-end benchmark's arm whose method has a run method's settings (what is logged
+    and the learning rate aside: neither changes a step's kernels), BF16 as compiled BF16; None
+    for a method the benchmark does not run."""
+    from .bench.e2e_step import BASELINE, METHODS
+
+    mine = {k: v for k, v in _settings(method).items() if k != "train"}
+    if mine == {"recipe": "bf16"}:
+        return BASELINE
+    return next((arm for arm, m in METHODS.items() if m == mine), None)
+
+
+def bench_speeds(path: Path) -> dict[str, float]:
+    """Benchmark arm -> its tokens/s over compiled BF16's of the same run (``ratio_vs_bf16_compiled``)
+    at ``SPEED_SHAPE``, from the committed benchmark ``path``; empty where it is missing."""
+    import csv
+
+    if not path.exists():
+        return {}
+    with path.open() as f:
+        return {r["arm"]: float(r["ratio_vs_bf16_compiled"]) for r in csv.DictReader(f)
+                if r["shape"] == SPEED_SHAPE and float(r["ratio_vs_bf16_compiled"] or 0) > 0}
 
 
 def _peaks(root: Path, pattern: str, keep=None, point: bool = False) -> dict[tuple, float]:

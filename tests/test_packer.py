@@ -21,9 +21,9 @@ from lowprec.report.claims import load_claims
 from lowprec.run_estimates import Estimator
 
 
-def _commit(cfg, wall=10.0, start=0.0, steps=None, files=(), commit="c2"):
+def _commit(cfg, wall=10.0, start=0.0, steps=None, files=(), commit="c2", gpu_mib=None):
     """A complete run folder for ``cfg``, as lowprec.train leaves it, that ran from ``start`` for
-    ``wall`` seconds (epoch times)."""
+    ``wall`` seconds (epoch times); with ``gpu_mib``, on a GPU with that peak."""
     out = Path(cfg["output_dir"])
     out.mkdir(parents=True, exist_ok=True)
     write_yaml(out / "config.yaml", cfg)
@@ -31,7 +31,8 @@ def _commit(cfg, wall=10.0, start=0.0, steps=None, files=(), commit="c2"):
     stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(t))  # noqa: E731
     (out / "provenance.json").write_text(json.dumps({
         "status": "completed", "wall_s": wall, "steps": steps or cfg["train"]["max_steps"],
-        "started": stamp(1_700_000_000 + start), "finished": stamp(1_700_000_000 + start + wall), "git_commit": commit}))
+        "started": stamp(1_700_000_000 + start), "finished": stamp(1_700_000_000 + start + wall), "git_commit": commit,
+        **({"device": {"gpu": "NVIDIA H100 80GB HBM3"}, "peak_mem_mb": gpu_mib} if gpu_mib else {})}))
     for f in files:
         (out / f).write_text("x\n")
 
@@ -162,6 +163,41 @@ def test_estimates_from_committed_runs(tmp_path):
         77.0, "--estimate mor/*/mor_tensor/*")
     with pytest.raises(pk.PackerError, match="give PATTERN=SECONDS"):
         pk._estimates(["mor/*/mor_tensor/*"])
+
+
+def test_an_arm_never_run_on_the_gpu_takes_the_benchmarked_step_ratio(tmp_path):
+    """An arm with no run at the scale, whose method the committed end-to-end benchmark runs: the
+    nearest arm of its model that ran on a GPU here, times the ratio of the two arms' benchmarked
+    step times at the benchmark's 98 M shape (each row against its own run's compiled BF16), not
+    their CPU ratio at tiny; without a GPU anchor, or for a method the benchmark lacks, the tiny
+    ratio as before."""
+    from lowprec.run_estimates import SPEED_BENCH, bench_arm
+
+    runs, _ = _grid("small", ["mor"], tmp_path)
+    cfg = lambda m, s: runs[("mor", "nemotron", m, str(s))]  # noqa: E731
+    _commit(cfg("bf16", 0), wall=100, start=0, gpu_mib=8000)
+    tiny, _ = _grid("tiny", ["mor"], tmp_path)
+    for method, wall in (("bf16", 10.0), ("mor_block", 40.0), ("mor_block_e8", 30.0)):
+        _commit(tiny[("mor", "nemotron", method, "0")], wall=wall, start=5000 * len(method))
+    bench = tmp_path / SPEED_BENCH
+    bench.parent.mkdir(parents=True)
+    bench.write_text("shape,arm,ratio_vs_bf16_compiled\nllama_100m,bf16_compiled,1.000\n"
+                     "llama_100m,mor_block,0.800\nllama_1b,mor_block,1.084\n")
+    est = Estimator(str(tmp_path), "small", startup=20.0)
+    block = pk.Task("mor/nemotron/mor_block/s0", cfg("mor_block", 0), pk.PRETRAIN)
+    # 100 s alone x (1 / 0.8) + 20 s to start, not x 4 (tiny)
+    assert est(block, 1) == (pytest.approx(145.0), "mor/nemotron/bf16 x 1.25 (GPU benchmark, llama_100m)")
+    # E8 block scales are no benchmark arm: the tiny ratio
+    e8 = pk.Task("mor/nemotron/mor_block_e8/s0", cfg("mor_block_e8", 0), pk.PRETRAIN)
+    assert est(e8, 1)[1] == "mor/nemotron/bf16 x 3.00 (tiny time per step)"
+    # an anchor that ran on the CPU: the tiny ratio
+    _commit(cfg("bf16", 0), wall=100, start=0)
+    assert Estimator(str(tmp_path), "small", startup=20.0)(block, 1)[1] == "mor/nemotron/bf16 x 4.00 (tiny time per step)"
+    # what is logged and the learning rate do not change a step's kernels
+    assert bench_arm({"name": "x", "recipe": "mor", "partition": "block", "telemetry_every": 20,
+                      "train": {"lr": 1.2e-3}}) == "mor_block"
+    assert bench_arm({"recipe": "bf16"}) == "bf16_compiled"
+    assert bench_arm({"recipe": "int8_fallback", "tau": 4}) is None
 
 
 def test_evaluations_are_the_pipelines_per_run_files():
