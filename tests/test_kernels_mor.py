@@ -289,7 +289,7 @@ def test_cast_error_pass_encodes_once_when_writing_both_layouts():
     # per channel's transposed codes take a grid of their own: a second encoder in the load's layout,
     # only its bytes converted for the transposed store (Triton 3.9: 67 instructions an element
     # against 34; 81 while its flags spilled to registers), no third
-    assert per["both_own_t"] < 2.5 * per["rows"], out
+    assert per["both_own_t"] < 2.2 * per["rows"], out
 
 
 def test_cast_error_pass_reads_through_strides_and_keeps_nan():
