@@ -117,9 +117,12 @@ if triton is not None:
     @triton.jit
     def _ratio(x, q, s):
         """|(q / s - x) / x| in fp32 with correctly rounded divisions, 0 where x == 0."""
+        # x == 0 divides 0 by 1 (|+-0 / 1| is +0, what the term is there), the operands selected
+        # before the division: a select of its quotient after it kept each element's flag live
+        # across both formats' divisions and cost two selects more (the fp64 term's halves)
         nz = x != 0.0
-        t = tl.abs(tl.math.div_rn(tl.math.div_rn(q, s) - x, tl.where(nz, x, 1.0)))
-        return tl.where(nz, t, 0.0)
+        num = tl.where(nz, tl.math.div_rn(q, s) - x, 0.0)
+        return tl.abs(tl.math.div_rn(num, tl.where(nz, x, 1.0)))
 
     @triton.jit
     def _errors_kernel(x_ptr, s4_ptr, s5_ptr, need_ptr, err_ptr, M, N, sxr, sxc, BR, BC, n_bcol, n_blocks,

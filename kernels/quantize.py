@@ -156,7 +156,13 @@ if triton is not None:
                 r = tl.floor(tl.abs(y) + u)
                 # |y| + u can round up to 128.0 in fp32 when |y| is just below 127.
                 r = tl.minimum(r, FMAX)
-                r = tl.where(y < 0.0, -r, r)
+                # y's sign bit on r (>= +0): -r where y < 0, and -0.0 for y = -0.0, whose code is
+                # 0 all the same. A select on y < 0 kept each element's flag live across the
+                # floor, and ptxas spilled the flags to registers (sm_90, the INT8 fallback's
+                # quantize pass on stream draws, 128x128 blocks, first part: 13 P2R a chunk, 33.2
+                # -> 30.3 instructions an element)
+                r = (r.to(tl.int32, bitcast=True) | (y.to(tl.int32, bitcast=True) & -2147483648)).to(
+                    tl.float32, bitcast=True)
             else:
                 # Adding 1.5 * 2^23 puts |y| <= 127 in the binade whose ulp is 1, so the fp32 add
                 # itself rounds half to even; no rint needed (the interpreter has none).

@@ -5,6 +5,7 @@ their machine code on a machine without a GPU.
     python -m lowprec.bench.kernel_sass --kernel int8_gemm --variant tail_bf16 --out results/bench/int8_gemm_sass_sm90_tail.csv
     python -m lowprec.bench.kernel_sass --kernel mor_cast --out results/bench/mor_cast_sass_sm90.csv
     python -m lowprec.bench.kernel_sass --kernel mor_sub_values --out results/bench/mor_sub_values_sass_sm90.csv
+    python -m lowprec.bench.kernel_sass --kernel mor_sub_errors --out results/bench/mor_sub_errors_sass_sm90.csv
     python -m lowprec.bench.kernel_sass --kernel mor_gemm --out results/bench/mor_gemm_sass_sm90.csv
 
 A kernel is compiled by Triton for sm_90 (its own ptxas, no GPU), its machine code disassembled
@@ -53,6 +54,11 @@ its default step and warps, bf16 operands) for each choice a block can make (``e
 source with the choice a constant, and counts the loop that block's program runs (``per_element``:
 loop instructions / elements a thread holds per step).
 
+``mor_sub_errors``: sub-tensor MoR's errors pass (``lowprec.kernels.mor_subtensor_quant._errors_kernel``,
+its default step and warps, bf16 operands), with the block grid ``need`` (``need``: True, the fast
+path's) or without: the loop a block that is read runs, counted as the values pass's (both formats'
+codes, four correctly rounded divisions and two fp64 sums an element).
+
 ``mor_gemm``: the MoR GEMM (``lowprec.kernels.mor_gemm._mor_gemm_kernel``, tensor scales, at its
 configuration for 8192^3) in each ``mode`` (``fixup``: after cuBLAS's FP8 product, the fast path's;
 ``triton``: the kernel's own FP8 loop too) for hp operands in ``bf16`` (activations, gradients) or
@@ -95,6 +101,8 @@ FIELDS = {
                  "conversions", "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
     "mor_sub_values": ("choice", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
                        "global_stores", "shared_accesses", "barriers", "registers", "local", "error"),
+    "mor_sub_errors": ("need", "step", "num_warps", "loop_instructions", "per_element", *_CLASSES, "conversions",
+                       "registers", "local", "error"),
     "mor_gemm": ("mode", "hp", "view", "loads", "loop", "tile", "num_warps", "loop_instructions", *_CLASSES,
                  "conversions", "shared_accesses", "barriers", "mma_in_flight", "registers", "local", "error"),
 }
@@ -416,6 +424,28 @@ def mor_sub_values_row(choice: str) -> dict:
     return row
 
 
+def mor_sub_errors_row(need: bool) -> dict:
+    """This module's table row for the sub-tensor errors pass over blocks that are read, with the
+    block grid ``need`` or without."""
+    from lowprec.kernels import mor_subtensor_quant as kq
+
+    _require_compiled_kernels()
+    cfg = kq.DEFAULT_CONFIGS["errors"]
+    tc = min(128, cfg.step)
+    tr = max(cfg.step // tc, 1)
+    row = {"need": need, "step": f"{tr}x{tc}", "num_warps": cfg.num_warps}
+    kinds = {"x_ptr": "*i16", "s4_ptr": "*fp32", "s5_ptr": "*fp32", "need_ptr": "*i8", "err_ptr": "*fp64",
+             **dict.fromkeys(("M", "N", "sxr", "BR", "BC", "n_bcol", "n_blocks"), "i32")}
+    aligned = ("x_ptr", "err_ptr", "M", "N", "sxr", "BR", "BC")
+    # a row-major operand: its unit column stride is a constant at launch, as Triton specializes a 1
+    n = _measure("mor_sub_errors", row, lambda: compile_sm90(
+        kq._errors_kernel, kinds, dict(TR=tr, TC=tc, IN_KIND=1, sxc=1, HAS_NEED=need), aligned, cfg.num_warps),
+        loop=True)
+    if n is not None:
+        row.update(loop_instructions=n, per_element=round(n / (tr * tc / (32 * cfg.num_warps)), 1))
+    return row
+
+
 def mor_gemm_rows(mode: str, hp: str, view: str = "rows", loads: str = "pointer") -> list:
     """This module's table rows for the MoR GEMM's K loops in one mode, for hp operands of dtype
     ``hp`` read through ``view`` (``rows`` or ``transposed``), on whole tiles, on pointer loads or
@@ -498,8 +528,13 @@ def _mor_sub_values_rows(prog: str, args, wanted: list) -> list:
             if not wanted or choice in wanted]
 
 
+def _mor_sub_errors_rows(prog: str, args, wanted: list) -> list:
+    return [(lambda need=need: mor_sub_errors_row(need)) for need in (True, False)
+            if not wanted or ("need" if need else "no_need") in wanted]
+
+
 _JOBS = {"int8_gemm": _int8_gemm_rows, "mor_cast": _mor_cast_rows, "mor_sub_values": _mor_sub_values_rows,
-         "mor_gemm": _mor_gemm_rows}
+         "mor_sub_errors": _mor_sub_errors_rows, "mor_gemm": _mor_gemm_rows}
 
 
 def main(argv=None) -> int:
@@ -516,7 +551,8 @@ def main(argv=None) -> int:
                    help=f"int8_gemm: the kernel variant, one of {', '.join(INT8_VARIANTS)} (see above)")
     p.add_argument("--configs", default="",
                    help="only the int8_gemm candidates whose label contains one of these, or the mor_cast layouts "
-                        "or mor_sub_values choices or mor_gemm modes named (comma-separated); default all")
+                        "or mor_sub_values choices or mor_sub_errors needs (need, no_need) or mor_gemm modes named "
+                        "(comma-separated); default all")
     args = p.parse_args(argv)
     wanted = [w for w in args.configs.split(",") if w]
     jobs = _JOBS[args.kernel](PROG, args, wanted)
@@ -540,6 +576,7 @@ def main(argv=None) -> int:
     kernel = {"int8_gemm": "lowprec.kernels.int8_fallback_kernels._gemm_kernel",
               "mor_cast": "lowprec.kernels.mor_quant._cast_error_kernel",
               "mor_sub_values": "lowprec.kernels.mor_subtensor_quant._values_kernel",
+              "mor_sub_errors": "lowprec.kernels.mor_subtensor_quant._errors_kernel",
               "mor_gemm": "lowprec.kernels.mor_gemm._mor_gemm_kernel"}[args.kernel]
     write_json(provenance_path(out), {
         **provenance.collect(), "time": provenance.now(), "argv": sys.argv[1:] if argv is None else list(argv),
