@@ -404,43 +404,37 @@ def _values_kernel_with_choice(choice: int):
 
 def mor_sub_values_row(choice: str) -> dict:
     """This module's table row for the sub-tensor values pass over blocks that all chose ``choice``."""
-    from lowprec.kernels import mor_subtensor_quant as kq
-
-    _require_compiled_kernels()
-    cfg = kq.DEFAULT_CONFIGS["values"]
-    tc = min(128, cfg.step)
-    tr = max(cfg.step // tc, 1)
-    row = {"choice": choice, "step": f"{tr}x{tc}", "num_warps": cfg.num_warps}
     kinds = {"x_ptr": "*i16", "choice_ptr": "*i8", "s4_ptr": "*fp32", "s5_ptr": "*fp32", "values_ptr": "*i16",
              "e4m3_ptr": "*u8", "values_t_ptr": "*i16", "e4m3_t_ptr": "*u8",
              **dict.fromkeys(("M", "N", "sxr", "BR", "BC", "n_bcol"), "i32")}
     aligned = ("x_ptr", "values_ptr", "e4m3_ptr", "values_t_ptr", "e4m3_t_ptr", "M", "N", "sxr", "BR", "BC")
-    # a row-major operand: its unit column stride is a constant at launch, as Triton specializes a 1
-    n = _measure("mor_sub_values", row, lambda: compile_sm90(
-        _values_kernel_with_choice(MOR_SUB_CHOICES.index(choice)), kinds, dict(TR=tr, TC=tc, IN_KIND=1, sxc=1),
-        aligned, cfg.num_warps), loop=True)
-    if n is not None:
-        row.update(loop_instructions=n, per_element=round(n / (tr * tc / (32 * cfg.num_warps)), 1))
-    return row
+    return _mor_sub_row("values", {"choice": choice},
+                        lambda kq: _values_kernel_with_choice(MOR_SUB_CHOICES.index(choice)), kinds, aligned, {})
 
 
 def mor_sub_errors_row(need: bool) -> dict:
     """This module's table row for the sub-tensor errors pass over blocks that are read, with the
     block grid ``need`` or without."""
-    from lowprec.kernels import mor_subtensor_quant as kq
-
-    _require_compiled_kernels()
-    cfg = kq.DEFAULT_CONFIGS["errors"]
-    tc = min(128, cfg.step)
-    tr = max(cfg.step // tc, 1)
-    row = {"need": need, "step": f"{tr}x{tc}", "num_warps": cfg.num_warps}
     kinds = {"x_ptr": "*i16", "s4_ptr": "*fp32", "s5_ptr": "*fp32", "need_ptr": "*i8", "err_ptr": "*fp64",
              **dict.fromkeys(("M", "N", "sxr", "BR", "BC", "n_bcol", "n_blocks"), "i32")}
     aligned = ("x_ptr", "err_ptr", "M", "N", "sxr", "BR", "BC")
+    return _mor_sub_row("errors", {"need": need}, lambda kq: kq._errors_kernel, kinds, aligned, {"HAS_NEED": need})
+
+
+def _mor_sub_row(which: str, label: dict, kernel, kinds: dict, aligned: tuple, constants: dict) -> dict:
+    """The row of one of sub-tensor MoR's passes (``which``: its ``DEFAULT_CONFIGS`` key) at its
+    default step and warps: ``label``, the step, and the loop's instructions (``kernel(module)``
+    gives the kernel compiled, with ``constants``)."""
+    from lowprec.kernels import mor_subtensor_quant as kq
+
+    _require_compiled_kernels()
+    cfg = kq.DEFAULT_CONFIGS[which]
+    tc = min(128, cfg.step)
+    tr = max(cfg.step // tc, 1)
+    row = {**label, "step": f"{tr}x{tc}", "num_warps": cfg.num_warps}
     # a row-major operand: its unit column stride is a constant at launch, as Triton specializes a 1
-    n = _measure("mor_sub_errors", row, lambda: compile_sm90(
-        kq._errors_kernel, kinds, dict(TR=tr, TC=tc, IN_KIND=1, sxc=1, HAS_NEED=need), aligned, cfg.num_warps),
-        loop=True)
+    n = _measure(f"mor_sub_{which}", row, lambda: compile_sm90(
+        kernel(kq), kinds, dict(TR=tr, TC=tc, IN_KIND=1, sxc=1, **constants), aligned, cfg.num_warps), loop=True)
     if n is not None:
         row.update(loop_instructions=n, per_element=round(n / (tr * tc / (32 * cfg.num_warps)), 1))
     return row
