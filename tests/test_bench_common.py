@@ -503,27 +503,34 @@ def test_kernel_sass_jobs_each_compile_their_own_configuration(monkeypatch):
 
 
 def test_kernel_sass_writes_its_table_and_provenance(tmp_path):
-    """The command end to end, in a process without the interpreter: one row of the sub-tensor
-    values pass compiled for sm_90, written with the table's columns and the provenance beside it."""
+    """The command end to end, in a process without the interpreter: one row of each of the
+    sub-tensor passes compiled for sm_90, written with the table's columns and the provenance
+    beside it. The errors pass stays under 115 instructions an element (113.8 with Triton 3.9; 115.5
+    while its zero's term was selected after the division, its flags held across it)."""
     import csv
     import json
 
     from conftest import compiled_probe
     from lowprec.bench.kernel_sass import FIELDS
 
-    out = tmp_path / "values.csv"
+    values, errors = tmp_path / "values.csv", tmp_path / "errors.csv"
     compiled_probe(f"""
 import sys
 from lowprec.bench import kernel_sass as ks
 if ks.nvidia_tool("cuobjdump") is None:
     print("SKIP"); sys.exit()
-ks.main(["--kernel", "mor_sub_values", "--configs", "bf16", "--out", {str(out)!r}])
+ks.main(["--kernel", "mor_sub_values", "--configs", "bf16", "--out", {str(values)!r}])
+ks.main(["--kernel", "mor_sub_errors", "--configs", "need", "--out", {str(errors)!r}])
 """, "this Triton ships no cuobjdump")
-    rows = list(csv.DictReader(out.open()))
+    rows = list(csv.DictReader(values.open()))
     assert len(rows) == 1 and tuple(rows[0]) == FIELDS["mor_sub_values"] and rows[0]["choice"] == "bf16"
     assert not rows[0]["error"] and float(rows[0]["per_element"]) > 0 and int(rows[0]["loop_instructions"]) > 0
     prov = json.loads((tmp_path / "values.provenance.json").read_text())
     assert prov["kernel"].endswith("_values_kernel") and "sm_90" in prov["target"]
+    rows = list(csv.DictReader(errors.open()))
+    assert len(rows) == 1 and tuple(rows[0]) == FIELDS["mor_sub_errors"] and rows[0]["need"] == "True"
+    assert not rows[0]["error"] and 0 < float(rows[0]["per_element"]) < 115, rows[0]
+    assert json.loads((tmp_path / "errors.provenance.json").read_text())["kernel"].endswith("_errors_kernel")
 
 
 def test_mor_fixup_configurations_are_parsed_and_bad_ones_named(capsys):
