@@ -25,6 +25,14 @@ runs cost the fewest estimated seconds; its runs follow seed by seed (a paired t
 Runs that no claim reads (the cross-recipe matrix) come last. ``--claims PATTERN...`` keeps the runs
 that the matching claims read (``serving``), with the runs they start from.
 
+A fine-tuning run starts from its source run's final checkpoint, which is not committed: where the
+source run is missing it trains in the same job first; where it is committed (without the
+checkpoint) it trains again as a ``SOURCE`` task, in a folder of its own under ``SOURCES`` with the
+same config, which is never archived: its final checkpoint moves to where the fine-tuning runs read
+it (the committed folder's ``checkpoints/``, which git ignores; the committed files stay as they
+are). BF16 training on the GPU is not bit-reproducible, so such a checkpoint differs from the
+committed run's; each fine-tuning run's provenance records the hash of the one it started from.
+
 Estimates (``lowprec.run_estimates``): the seconds a run takes while ``--jobs`` runs share the
 GPU, from the committed runs' provenance.json; ``--estimate PATTERN=SECONDS`` sets them for runs whose
 name matches (an arm never run at the scale, once a step of it is profiled on the GPU). Every
@@ -86,6 +94,7 @@ from .run_estimates import Estimator
 from . import sweep as sweeps
 
 SWEEP = sweeps.SWEEP_RUN  # a size sweep's run: trained and archived alike, no evaluations, no claims
+SOURCE = "source"         # a committed run trained again for its final checkpoint alone (module doc)
 # the folders of the results root that hold run folders, and the depth of a run folder in each:
 # runs/<scale>/<paper>/<model>/<method>/s<seed>, sweeps/<sweep>/<point>/<paper>/<model>/<method>/s<seed>
 RUN_ROOTS = {"runs": 6, "sweeps": 7}
@@ -96,6 +105,7 @@ GRACE_S = 5.0                             # between SIGTERM and SIGKILL
 RESUMABLE_STOP_S = 60.0
 RESUMABLE_MIN_S = 180.0                   # the least time left in which a run longer than it starts
 KEPT = ("logs", "packer", "kept")         # under the results root: folders of runs a job stopped
+SOURCES = ("logs", "packer", "sources")   # under the results root: the folders of SOURCE runs
 # what a run's log ends with when the GPU had no memory left for it (torch's exception and message)
 OUT_OF_MEMORY = ("torch.OutOfMemoryError", "CUDA out of memory")
 # MX formats of the GaussWS export evaluation (pipelines/gaussws.smk: GW_EXPORTS)
@@ -111,8 +121,10 @@ class Task:
     name: str                  # lowprec.config.run_name: <paper>[_finetune]/<model>/<method>/s<seed>
     #                            (a sweep's run: lowprec.sweep's name, <point>/<paper>/<model>/<method>/s<seed>)
     cfg: dict
-    kind: str                  # PRETRAIN, FINETUNE or SWEEP
+    kind: str                  # PRETRAIN, FINETUNE, SWEEP or SOURCE
     source: str | None = None  # the run a fine-tuning run starts from, while that run is missing too
+    #                            or trained again (a SOURCE task of that name)
+    checkpoint: Path | None = None  # a SOURCE task: where the fine-tuning runs read its final checkpoint
     estimate: float | None = None
     estimated_from: str = ""
     claims: list[str] = field(default_factory=list)
@@ -154,8 +166,10 @@ class Task:
 
     def archived_as(self, results: str) -> str:
         """The run folder's path under the results root, as runs.tar.gz holds it (runs/<scale>/...,
-        sweeps/<sweep>/...)."""
+        sweeps/<sweep>/...; a SOURCE run's, which is never archived: under ``SOURCES``)."""
         rel = Path(os.path.relpath(self.out, results))
+        if self.kind == SOURCE:
+            return rel.as_posix()
         if rel.parts[0] not in RUN_ROOTS:
             raise PackerError(f"run {self.name}: its folder {self.out} is not under {results}/runs or {results}/sweeps")
         return rel.as_posix()
@@ -213,13 +227,35 @@ def missing_tasks(scale: str, papers, results: str = "results", only=None) -> tu
         if source in tasks:
             t.source = source
         elif not Path(init).is_file():
-            why = ("is not selected" if lpc.missing_run_files(Path(init).parents[1])
-                   else "is committed without its final checkpoint (retrain it: its fine-tuning follows)")
-            blocked.append(f"{t.name}: its source run {source} {why}")
-            del tasks[t.name]
+            if lpc.missing_run_files(Path(init).parents[1]):
+                blocked.append(f"{t.name}: its source run {source} is not selected")
+                del tasks[t.name]
+                continue
+            # committed without its checkpoint (checkpoints are not committed): trained again
+            # beside the committed folder, which it leaves as it is, for the checkpoint alone
+            t.source = source
+            tasks.setdefault(source, source_task(source, runs, Path(init), results))
+
     if only and not tasks and not blocked:
         raise PackerError(f"--only {list(only)}: no run that is not committed matches")
     return list(tasks.values()), stale, blocked
+
+
+def source_task(name: str, runs: dict, checkpoint: Path, results: str) -> Task:
+    """The SOURCE task that trains committed run ``name`` again (its grid config, ``runs``) in a
+    folder under ``SOURCES``, for the final checkpoint that fine-tuning runs read at ``checkpoint``
+    (module doc)."""
+    cfg = next(c for c in runs.values() if lpc.run_name(c["output_dir"]) == name)
+    return Task(name, {**cfg, "output_dir": str(Path(results).joinpath(*SOURCES, name))}, SOURCE,
+                checkpoint=checkpoint)
+
+
+def place_checkpoint(task: Task) -> None:
+    """A SOURCE run's final checkpoint moved to where its fine-tuning runs read it (the committed run
+    folder's ``checkpoints/``, which git ignores), and its folder removed."""
+    task.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(task.out / "checkpoints" / task.checkpoint.name), task.checkpoint)
+    _remove(task)
 
 
 def sweep_tasks(sweep_path: str, results: str = "results", only=None) -> tuple[list[Task], list[str]]:
@@ -492,6 +528,8 @@ def incomplete(task: Task) -> list[str]:
     """The files a complete run folder holds that this one lacks: the run's, and its evaluations'
     unless the run diverged."""
     missing = lpc.missing_run_files(task.out)
+    if task.kind == SOURCE and not (task.out / "checkpoints" / task.checkpoint.name).is_file():
+        missing.append(f"checkpoints/{task.checkpoint.name}")
     if recorded_status(task) != "completed":
         return missing
     return missing + [f for fs, _ in task.evaluations for f in fs if not (task.out / f).is_file()]
@@ -630,6 +668,9 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                 task.wall = round(time.monotonic() - slot.started, 1)
                 missing = incomplete(task)
                 if state == "done" and not missing:
+                    if task.kind == SOURCE:
+                        place_checkpoint(task)
+                        task.note = f"trained again for its final checkpoint, now at {task.checkpoint}; not archived"
                     task.status = "done"
                     done.add(task.name)
                     continue
@@ -678,7 +719,8 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
             print(f"INT8 GEMM tuning records of this job: {records[1]} (commit it as "
                   "results/bench/int8_gemm_tuned.json where the job's runs added to it)", flush=True)
         if out:
-            archive(Path(out) / "runs.tar.gz", {t.archived_as(results): t.out for t in tasks if t.status == "done"})
+            archive(Path(out) / "runs.tar.gz", {t.archived_as(results): t.out for t in tasks
+                                                if t.status == "done" and t.kind != SOURCE})
             archive(Path(out) / "logs.tar.gz", {f"{t.name}.log": log_dir / f"{t.name}.log" for t in tasks
                                                 if (log_dir / f"{t.name}.log").is_file()})
     return tasks
@@ -728,7 +770,8 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
 
     job = simulate(tasks, budget)
     first = {t.name: (s, e) for t, s, e in job}
-    rows = [[i + 1, t.name, f"{t.estimate:.0f}" if t.estimate is not None else "–",
+    rows = [[i + 1, t.name + (" (again, for its checkpoint)" if t.kind == SOURCE else ""),
+             f"{t.estimate:.0f}" if t.estimate is not None else "–",
              f"{t.memory_gib:.1f}" if t.memory_gib else "–", len(t.claims),
              f"{first[t.name][0]:.0f}-{first[t.name][1]:.0f}"
              + (" (goes on)" if continues(t, *first[t.name], budget) else "") if t.name in first else "–",

@@ -52,19 +52,25 @@ def test_selects_the_runs_that_are_not_committed(tmp_path):
     stale = runs[("int8_fallback", "gpt2", "int8_block", "0")]
     write_yaml(Path(stale["output_dir"]) / "config.yaml", {**stale, "train": {**stale["train"], "lr": 0.5}})
     tasks, stale_runs, blocked = pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path))
-    names = [t.name for t in tasks]
+    names = [t.name for t in tasks if t.kind == pk.PRETRAIN]
     assert names == ["int8_fallback/llama2/int8_fallback/s0", "int8_fallback/gpt2/int8_fallback/s0"]
     assert stale_runs == ["int8_fallback/gpt2/int8_block/s0 (config changed: train.lr: 0.5 -> 0.003)"]
-    # the fine-tuning runs start from the BF16 run's final weights, committed without them
-    assert len(blocked) == len(ft) and blocked[0].startswith(
-        "int8_fallback_finetune/llama2/bf16/s0: its source run int8_fallback/llama2/bf16/s0 is committed without")
+    # the fine-tuning runs start from the BF16 run's final weights, committed without them: that run
+    # trains again in a folder of its own, for its checkpoint alone, and they wait for it
+    bf16 = Path(runs[("int8_fallback", "llama2", "bf16", "0")]["output_dir"])
+    again = [t for t in tasks if t.kind == pk.SOURCE]
+    assert not blocked and [t.name for t in again] == ["int8_fallback/llama2/bf16/s0"]
+    assert again[0].out == tmp_path.joinpath(*pk.SOURCES, "int8_fallback/llama2/bf16/s0")
+    assert again[0].checkpoint == bf16 / "checkpoints" / "last.ckpt"
+    fts = [t for t in tasks if t.kind == pk.FINETUNE]
+    assert len(fts) == len(ft) and {t.source for t in fts} == {again[0].name}
 
     # a missing source trains in the same job, and its fine-tuning runs wait for it
-    bf16 = Path(runs[("int8_fallback", "llama2", "bf16", "0")]["output_dir"])
     (bf16 / "provenance.json").unlink()
     tasks, _, blocked = pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path))
     by = {t.name: t for t in tasks}
     assert not blocked and by["int8_fallback_finetune/llama2/int8_block/s0"].source == "int8_fallback/llama2/bf16/s0"
+    assert by["int8_fallback/llama2/bf16/s0"].kind == pk.PRETRAIN
     # unless it is left out
     tasks, _, blocked = pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path), only=["*_finetune/*"])
     assert not tasks and all("is not selected" in b for b in blocked)
@@ -248,6 +254,23 @@ if mode == "oom" or (mode == "oom_once" and not (out.parent / "oom_once").exists
 with log.open("a") as f:
     f.write(json.dumps({"run": cfg["run_id"], "end": time.time()}) + "\n")
 """
+
+
+def _fake_job(tasks, scale, results, tmp_path, monkeypatch):
+    """A job of ``tasks`` (1 s estimates, two at a time) whose processes stand in for lowprec.train
+    (FAKE, 0.1 s each, logging to tmp_path/ev.jsonl), with no data to prepare; the folder it
+    archives into."""
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE)
+    monkeypatch.setattr(pk, "phase_commands", lambda task, config: [
+        [sys.executable, str(script), str(config), str(tmp_path / "ev.jsonl"), "ok", "0.1"]])
+    monkeypatch.setattr(pk, "prepare_data", lambda tasks, log_dir: None)
+    for t in tasks:
+        t.estimate = 1.0
+    out = tmp_path / "out"
+    pk.run_job(tasks, pk.Budget(jobs=2, seconds=20.0, reserve=1.0, eval_s=0.0), scale, str(results), out=out,
+               poll_s=0.05)
+    return out
 
 
 @pytest.fixture
@@ -555,6 +578,35 @@ def test_evaluations_run_in_the_slot_and_a_missing_one_fails_the_run(tmp_path, m
     assert not by["gaussws_b6"].out.exists()
 
 
+def test_a_committed_source_trains_again_for_its_checkpoint_alone(tmp_path, monkeypatch):
+    """A fine-tuning run whose source is committed without its final checkpoint: the source trains
+    again in a folder of its own; once it completes, its checkpoint goes where the fine-tuning run
+    reads it (the committed folder's checkpoints/, which git ignores; the committed files stay as
+    they were) and its folder goes; the fine-tuning run then trains, and only it is archived."""
+    import tarfile
+
+    results = tmp_path / "results"
+    runs, _ = _grid("tiny", ["int8_fallback"], results)
+    source = runs[("int8_fallback", "llama2", "bf16", "0")]
+    _commit(source)
+    committed = {f.name: f.read_bytes() for f in Path(source["output_dir"]).iterdir()}
+    tasks, _, blocked = pk.missing_tasks("tiny", ["int8_fallback"], str(results),
+                                         only=["int8_fallback_finetune/llama2/int8_block/s0"])
+    assert not blocked and [t.kind for t in tasks] == [pk.FINETUNE, pk.SOURCE]
+    _fake_job(tasks, "tiny", results, tmp_path, monkeypatch)
+    ft, again = tasks
+    assert again.status == "done" and ft.status == "done" and "not archived" in again.note
+    ckpt = Path(source["output_dir"]) / "checkpoints" / "last.ckpt"
+    assert ckpt.read_text() == "weights" and not again.out.exists()
+    assert {f.name: f.read_bytes() for f in Path(source["output_dir"]).iterdir() if f.is_file()} == committed
+    events = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
+    end_source = next(e["end"] for e in events if "end" in e and e["run"] == again.cfg["run_id"])
+    assert next(e["start"] for e in events if "start" in e and e["run"] == ft.cfg["run_id"]) >= end_source
+    with tarfile.open(tmp_path / "out" / "runs.tar.gz") as tar:
+        folders = {Path(n).parent.as_posix() for n in tar.getnames() if n.endswith("provenance.json")}
+    assert folders == {"runs/tiny/int8_fallback_finetune/llama2/int8_block/s0"}
+
+
 def test_a_run_stopped_in_its_evaluation_says_so(tmp_path, monkeypatch):
     """The medium grid's first job (H100) stopped three Llama2 BF16 runs whose training had
     completed, in their outlier pass on the CPU; their note read 'at step 1000/1000', as if the
@@ -776,16 +828,7 @@ def test_a_sweeps_runs_train_in_a_job_and_come_back_under_sweeps(tmp_path, monke
     assert left == [f"A/gaussws/gpt2/bf16/s0 (config changed: {lpc.run_status(stale)[1]})"]
     assert all(t.kind == pk.SWEEP and t.evaluations == [] for t in tasks)
     assert tasks[0].config_path(str(results)) == results / "configs" / "sweeps" / "sw" / f"{tasks[0].name}.yaml"
-    script = tmp_path / "fake_train.py"
-    script.write_text(FAKE)
-    monkeypatch.setattr(pk, "phase_commands", lambda task, config: [
-        [sys.executable, str(script), str(config), str(tmp_path / "ev.jsonl"), "ok", "0.1"]])
-    monkeypatch.setattr(pk, "prepare_data", lambda tasks, log_dir: None)
-    for t in tasks:
-        t.estimate = 1.0
-    out = tmp_path / "out"
-    pk.run_job(tasks, pk.Budget(jobs=2, seconds=20.0, reserve=1.0, eval_s=0.0), "smoke", str(results), out=out,
-               poll_s=0.05)
+    out = _fake_job(tasks, "smoke", results, tmp_path, monkeypatch)
     assert [t.status for t in tasks] == ["done"] * 3
     assert _members(out / "runs.tar.gz") == sorted(f"sweeps/sw/{t.name}/{f}" for t in tasks
                                                    for f in ("config.yaml", "metrics.csv", "provenance.json"))
