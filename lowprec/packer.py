@@ -246,8 +246,10 @@ def source_task(name: str, runs: dict, checkpoint: Path, results: str) -> Task:
     folder under ``SOURCES``, for the final checkpoint that fine-tuning runs read at ``checkpoint``
     (module doc)."""
     cfg = next(c for c in runs.values() if lpc.run_name(c["output_dir"]) == name)
-    return Task(name, {**cfg, "output_dir": str(Path(results).joinpath(*SOURCES, name))}, SOURCE,
-                checkpoint=checkpoint)
+    scratch = Path(results).joinpath(*SOURCES)
+    # its config beside it, not where the workflow keeps the committed run's
+    return Task(name, {**cfg, "output_dir": str(scratch / name)}, SOURCE, checkpoint=checkpoint,
+                config_dir=str(scratch / "configs"))
 
 
 def place_checkpoint(task: Task) -> None:

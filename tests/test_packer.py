@@ -62,6 +62,7 @@ def test_selects_the_runs_that_are_not_committed(tmp_path):
     assert not blocked and [t.name for t in again] == ["int8_fallback/llama2/bf16/s0"]
     assert again[0].out == tmp_path.joinpath(*pk.SOURCES, "int8_fallback/llama2/bf16/s0")
     assert again[0].checkpoint == bf16 / "checkpoints" / "last.ckpt"
+    assert again[0].config_path(str(tmp_path)) == tmp_path.joinpath(*pk.SOURCES, "configs", f"{again[0].name}.yaml")
     fts = [t for t in tasks if t.kind == pk.FINETUNE]
     assert len(fts) == len(ft) and {t.source for t in fts} == {again[0].name}
 
