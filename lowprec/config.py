@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
 def env_switch(name: str, default: bool = True) -> bool:
     """A binary ``LOWPREC_*`` switch: ``name`` set to 1 (on) or 0 (off), ``default`` unset; any other
     value is an error naming the variable, so that a typo never quietly runs the other path."""

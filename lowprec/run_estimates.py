@@ -195,7 +195,6 @@ class Estimator:
                             f"{'/'.join(a)} x {ratio:.2f} ({REFERENCE_SCALE} time per step)"))
         return statistics.median_high(guesses)
 
-
     def _gpu_ratio(self, task: Task) -> tuple[tuple, float] | None:
         """(anchor arm, benchmarked step time of the task's arm over the anchor's) for the arm of the
         task's model that ran on a GPU here (its peak memory is known only from GPU runs) whose
@@ -206,12 +205,13 @@ class Estimator:
             return None
         paper, model = task.name.split("/")[:2]
         mine = _settings(task.cfg["method"])
-        anchors = sorted((_distance(mine, _settings(self.method[a])), a[0] != paper, a) for a in self.per_step
-                         if a[1] == model and a in self.peak_gib and bench_arm(self.method[a]) in self.speed)
+        benched = {a: bench_arm(self.method[a]) for a in self.per_step if a[1] == model and a in self.peak_gib}
+        anchors = sorted((_distance(mine, _settings(self.method[a])), a[0] != paper, a)
+                         for a, arm in benched.items() if arm in self.speed)
         if not anchors:
             return None
         a = anchors[0][-1]
-        return a, self.speed[bench_arm(self.method[a])] / self.speed[target]
+        return a, self.speed[benched[a]] / self.speed[target]
 
 
 def bench_arm(method: dict) -> str | None:
