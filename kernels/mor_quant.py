@@ -101,6 +101,7 @@ _JIT_FNS: tuple = ()  # this module's kernel and the _common helper it calls (mo
 
 
 if triton is not None:
+    from triton.language.extra import libdevice
     from ._common import _finite_abs, _fp8_round, _fp8_value, _load_fp32, _max_axis, _sum_axis
 
     @triton.jit
@@ -238,9 +239,10 @@ if triton is not None:
             return s[None, :]
 
     @triton.jit
-    def _code_and_term(x, s, nz, NATIVE: tl.constexpr, APPROX_DIV: tl.constexpr):
+    def _code_and_term(x, s, nz, NATIVE: tl.constexpr, DIV: tl.constexpr):
         """The E4M3 code of x * s (clamped to +-448) and its error term |code - y| / |y| where nz
-        (0 elsewhere; a value that underflows, y == 0, counts 1; NaN and Inf make the term NaN)."""
+        (0 elsewhere; a value that underflows, y == 0, counts 1; NaN and Inf make the term NaN).
+        ``DIV``: the division, one of ``_DIVISIONS``."""
         y = x * s
         yc = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the cast
         yc = tl.where(yc < -448.0, -448.0, yc)
@@ -257,13 +259,22 @@ if triton is not None:
         # the values from _fp8_value it held on the H100 whose run of the reproducer still failed
         # (0997a7a). Here the cast has one use, its store.
         q = _fp8_value(yc, 3, -6)
-        flushed = y == 0.0
+        if DIV != 0:
+            # every |y| <= 2^-10 (half E4M3's least subnormal) has the code 0 and the term 1
+            # exactly: taken as 1 / 1, the fast division only ever sees |y| > 2^-10, inside the
+            # range where it is within 2 ulp ([2^-126, 2^126]; Inf gives NaN, as it must). The
+            # interpreter's division ('/') takes the same rule, so the CPU tests check it
+            flushed = tl.abs(y) <= 0.0009765625
+        else:
+            flushed = y == 0.0
         # a flushed y's 1 as 1 / 1 (exact in both divisions), selected before the division: selected
         # after it, every element's predicate outlived the division and ptxas kept them in registers
         # (P2R, LOP3 sets and tests: both_own_t 81 -> 70 instructions an element, sm_90, kernel_sass)
         num = tl.where(flushed, 1.0, tl.abs(q - y))
         den = tl.where(flushed, 1.0, tl.abs(y))
-        if APPROX_DIV:  # Triton's fp32 '/': div.full on CUDA, within 2 ulp
+        if DIV == 2:  # a reciprocal and a product (div.approx): 67 -> 55 an element with both grids
+            term = libdevice.fast_dividef(num, den)
+        elif DIV == 1:  # Triton's fp32 '/': div.full on CUDA, within 2 ulp; exact in the interpreter
             term = num / den
         else:
             term = tl.math.div_rn(num, den)
@@ -275,7 +286,7 @@ if triton is not None:
                            BM: tl.constexpr, BN: tl.constexpr, SCALE_BY_ROW: tl.constexpr,
                            ROWS: tl.constexpr, TRANSPOSED: tl.constexpr, OWN_T: tl.constexpr,
                            SCALE_T_BY_ROW: tl.constexpr, IN_KIND: tl.constexpr,
-                           NATIVE: tl.constexpr, APPROX_DIV: tl.constexpr, WIDE: tl.constexpr,
+                           NATIVE: tl.constexpr, DIV: tl.constexpr, WIDE: tl.constexpr,
                            X_LAYOUT: tl.constexpr, EVEN: tl.constexpr):
         """One BM x BN tile: E4M3 codes of x * scale, row-major (ROWS) and / or in the transpose's
         row-major layout (TRANSPOSED), and per row the sum of the error terms over the tile's
@@ -311,7 +322,7 @@ if triton is not None:
             nz = nz & mask
         s = _tile_scale(s_ptr, ssr, ssc, SBR, SBC, rows, cols, pid_m, pid_n, r_ok, c_ok, BM, BN,
                         SCALE_BY_ROW, EVEN)
-        code, term = _code_and_term(x, s, nz, NATIVE, APPROX_DIV)
+        code, term = _code_and_term(x, s, nz, NATIVE, DIV)
         tl.store(err_ptr + rows * n_tc + pid_n, _sum_axis(term, 1), mask=r_ok)
         tl.store(nz_ptr + rows * n_tc + pid_n, _sum_axis(nz.to(tl.int32), 1), mask=r_ok)
         if ROWS:
@@ -326,7 +337,7 @@ if triton is not None:
                 nz_t = (x.to(tl.int32, bitcast=True) << 1) != 0
                 if not EVEN:
                     nz_t = nz_t & mask
-                code, term = _code_and_term(x, s_t, nz_t, NATIVE, APPROX_DIV)
+                code, term = _code_and_term(x, s_t, nz_t, NATIVE, DIV)
                 tl.store(err_t_ptr + rows * n_tc + pid_n, _sum_axis(term, 1), mask=r_ok)
             elif ROWS:
                 # the transpose from the program's own row-major codes, read back after a barrier
@@ -447,8 +458,8 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
     block) is refused. ``fp8_cast``: "native" (the hardware cast), "emulated" (the written-out
     encoder), "auto" (native on CUDA with FP8 instructions, emulated elsewhere). Launch: ``tile``
     (rows, columns: powers of two; ``CAST_TILE`` on CUDA), ``num_warps``; ``approx_div`` divides
-    the terms with Triton's approximate fp32 division (within 2 ulp on CUDA) in place of the
-    correctly rounded one (their speed: ``lowprec.bench.mor_cast_kernel``)."""
+    the terms approximately (within 2 ulp on CUDA; ``_division``) in place of the correctly
+    rounded division (their speed: ``lowprec.bench.mor_cast_kernel``)."""
     nonempty(x2d)
     if x2d.dim() != 2:
         raise ValueError(f"mor_cast_error: x2d must be 2-D, got shape {tuple(x2d.shape)}")
@@ -487,10 +498,23 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
         codes_t if native else codes_t.view(torch.uint8),
         scale_t, scale_t.stride(0), scale_t.stride(1), sbr_t, sbc_t, err_t,
         BM=bm, BN=bn, SCALE_BY_ROW=by_row, ROWS=rows, TRANSPOSED=trans, OWN_T=own_t, SCALE_T_BY_ROW=by_row_t,
-        IN_KIND=in_kind, NATIVE=native, APPROX_DIV=approx_div, WIDE=_needs_int64(x2d, M, N),
+        IN_KIND=in_kind, NATIVE=native, DIV=_division(x2d, approx_div), WIDE=_needs_int64(x2d, M, N),
         X_LAYOUT=0 if x2d.stride(1) == 1 else 1 if x2d.stride(0) == 1 else 2, EVEN=M % bm == 0 and N % bn == 0,
         num_warps=num_warps)
     return codes, codes_t, err, nz, err_t
+
+
+# the cast pass's divisions of an error term (its DIV): correctly rounded, Triton's fp32 '/'
+# (div.full on CUDA), the fast division (div.approx: a reciprocal and a product; CUDA only)
+_DIVISIONS = ("rn", "full", "fast")
+
+
+def _division(x2d: torch.Tensor, approx: bool) -> int:
+    """The pass's DIV: correctly rounded unless ``approx``; approximate, the fast division on CUDA,
+    Triton's '/' in the interpreter (which has no libdevice), exact there."""
+    if not approx:
+        return _DIVISIONS.index("rn")
+    return _DIVISIONS.index("fast" if x2d.is_cuda and not interpreter_active() else "full")
 
 
 def _cast_grid(name: str, scale: torch.Tensor, block, M: int, N: int, bm: int, bn: int) -> tuple:

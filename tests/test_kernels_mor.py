@@ -410,7 +410,9 @@ def test_cast_kernel_bench_measures_a_tiny_operand(capsys):
     both views, both layouts the pass writes (``channel``: rows only) and both dtypes."""
     from lowprec.bench.mor_cast_kernel import measure
     for view, partition, dtype in ((True, "block", "bf16"), (False, "channel", "fp32")):
-        rows = measure(64, 256, view, partition, [(16, 32, 4)], ["rn", "approx"], lambda fn: (fn(), 1.0)[1], DEVICE,
+        # 32 rows: still two 128-column scale blocks and 2x8 tiles (the interpreter's reductions
+        # run per element: 64 rows took twice as long)
+        rows = measure(32, 256, view, partition, [(16, 32, 4)], ["rn", "approx"], lambda fn: (fn(), 1.0)[1], DEVICE,
                        dtype)
         assert {r["dtype"] for r in rows} == {dtype}
         arms = [r["arm"] for r in rows]
@@ -419,3 +421,29 @@ def test_cast_kernel_bench_measures_a_tiny_operand(capsys):
             if r["arm"] == "kernel":
                 assert r["codes_equal"] is True and float(r["error_rel_diff"]) < 1e-5
         assert rows[0]["layouts"] == ("rows" if partition == "channel" else "both")
+
+
+def test_approximate_division_takes_every_zero_code_as_one_exactly():
+    """The fast division the pass divides with on CUDA is within 2 ulp only over |y| in [2^-126,
+    2^126]: every |y| <= 2^-10 (E4M3 code 0) is taken as the term 1 before the division, exactly
+    what the correctly rounded division gives (the interpreter divides with '/' under that rule).
+    Just above 2^-10 the code is 2^-9 and the term is divided; Inf makes the row's sum NaN."""
+    x = torch.zeros(16, 32)
+    x[0, :6] = torch.tensor([2.0 ** -10, -(2.0 ** -10), 2.0 ** -12, 1e-40, 2.0 ** -133, 0.0])
+    above = 2.0 ** -10 * 1.0078125  # the next bf16 up
+    x[1] = above
+    x[2:] = torch.randn(14, 32, generator=torch.Generator().manual_seed(3)) * 50
+    x[3, 7] = float("inf")
+    x = x.to(torch.bfloat16).to(DEVICE)
+    scale = torch.ones(1, 1, device=DEVICE)
+    sums = {}
+    for approx in (True, False):
+        codes, _, err, nz, _ = km.mor_cast_error(x, scale, (16, 32), layouts="rows", approx_div=approx)
+        sums[approx] = err.double().sum(dim=1).cpu()
+        assert nz.sum(dim=1)[0].item() == 5 and (codes.view(torch.uint8)[0].cpu() & 0x7F).eq(0).all()  # +-0
+    for s in sums.values():
+        assert s[0].item() == 5.0  # five non-zero x whose code is 0: five terms of exactly 1
+        assert s[1].item() == pytest.approx(32 * (2 - 1.0078125) / 1.0078125, rel=1e-6)
+        assert math.isnan(s[3].item())
+    finite = torch.arange(16) != 3
+    torch.testing.assert_close(sums[True][finite], sums[False][finite], rtol=1e-6, atol=0)

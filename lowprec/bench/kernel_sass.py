@@ -41,7 +41,8 @@ term).
 it writes (``rows``, ``transposed``, ``both``; ``both_own_t``: both, the transposed codes from a
 per-column grid of their own, per-channel MoR's operand quantized with its transpose), with the
 hardware cast (``native``, the fast path's on the H200) or the written-out encoder, and with the
-approximate division or the correctly rounded one. Columns: those of the tile (``layouts``,
+approximate division as CUDA runs it (``mor_quant._division``: the fast one) or the correctly
+rounded one. Columns: those of the tile (``layouts``,
 ``own_t``, ``native``, ``approx_div``, ``tile``, ``num_warps``),
 ``instructions`` (the kernel's), ``per_element`` (instructions / elements a thread holds), the
 classes above plus ``conversions`` (F2I, I2F, I2FP, F2F, F2FP, MUFU: conversions and special
@@ -371,7 +372,7 @@ def mor_cast_row(layouts: str, native: bool, approx_div: bool, tile: Optional[tu
              **dict.fromkeys(("sxr", "sxc", "ssr", "ssc", "M", "N", "SBR", "SBC", "n_tc", "sstr", "sstc", "SBR_T",
                               "SBC_T"), "i32")}
     const = dict(BM=bm, BN=bn, SCALE_BY_ROW=True, ROWS=layouts != "transposed", TRANSPOSED=layouts != "rows",
-                 OWN_T=own_t, SCALE_T_BY_ROW=False, IN_KIND=1, NATIVE=native, APPROX_DIV=approx_div, WIDE=False,
+                 OWN_T=own_t, SCALE_T_BY_ROW=False, IN_KIND=1, NATIVE=native, DIV=kq._DIVISIONS.index("fast" if approx_div else "rn"), WIDE=False,
                  X_LAYOUT=0, EVEN=True)
     aligned = ("x_ptr", "s_ptr", "codes_ptr", "codes_t_ptr", "err_ptr", "nz_ptr", "st_ptr", "err_t_ptr", "sxr", "M",
                "N", "n_tc")

@@ -238,6 +238,11 @@ CHANNEL_WITH_TRANSPOSE = env_switch(CHANNEL_WITH_TRANSPOSE_ENV)
 # more on a term that ERROR_ATOL's bound already allows 9 u): its correctly rounded division cost a
 # quarter of the pass (16384 x 5632 on the H200: 0.206 ms against 0.268, the statistic 1.5e-9 and
 # 6.9e-9 relative from operand_error's; results/bench/mor_cast_kernel_h200.csv). Codes unchanged.
+# Since the H100 profile at d0c7170 (per channel's passes 34.6 ms of a 182 ms 1 B step, per block's
+# 17.9) the approximate division is the fast one, a reciprocal and a product (div.approx, within 2
+# ulp as div.full is, over |y| > 2^-10, where the pass now sends it: kernels.mor_quant._division):
+# sm_90 instructions an element 67.2 -> 54.8 with the transpose's own grid, 34.2 -> 27.2 rows only
+# (results/bench/mor_cast_sass_sm90_fast_div.csv); not yet timed on a GPU.
 CAST_APPROX_DIV = True
 
 
