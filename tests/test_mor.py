@@ -376,8 +376,7 @@ def test_emulated_mor_compiles_whole_and_counts_inside_the_graph(cfg):
     one and counts the same calls and blocks."""
     import copy
 
-    import torch._dynamo as dynamo
-    from conftest import assert_one_graph, autocast_loss
+    from conftest import autocast_loss, compiled_as_one_graph
 
     torch.manual_seed(0)
     base = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
@@ -386,11 +385,8 @@ def test_emulated_mor_compiles_whole_and_counts_inside_the_graph(cfg):
     convert(eager, recipe_e)
     convert(comp, recipe_c)
     loss = autocast_loss(torch.randn(2, 128, 256), torch.randn(2, 128, 256))
-    assert_one_graph(loss, comp)
-    recipe_c.gemm("fprop")[0].reset_coverage()
     assert recipe_c.gemm("fprop")[0].coverage() == []
-    dynamo.reset()
-    torch.compile(loss)(comp).backward()
+    compiled_as_one_graph(loss)(comp).backward()
     loss(eager).backward()
     for a, b in zip(comp.parameters(), eager.parameters()):
         assert sqnr_db(b.grad, a.grad) > 25
