@@ -241,8 +241,8 @@ if triton is not None:
     @triton.jit
     def _code_and_term(x, s, nz, NATIVE: tl.constexpr, DIV: tl.constexpr):
         """The E4M3 code of x * s (clamped to +-448) and its error term |code - y| / |y| where nz
-        (0 elsewhere; a value that underflows, y == 0, counts 1; NaN and Inf make the term NaN).
-        ``DIV``: the division, one of ``_DIVISIONS``."""
+        (0 elsewhere; a value whose code is 0, y == 0, counts 1: it underflowed; NaN and Inf make
+        the term NaN). ``DIV``: the division, an index into ``_DIVISIONS``."""
         y = x * s
         yc = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the cast
         yc = tl.where(yc < -448.0, -448.0, yc)
