@@ -53,22 +53,18 @@ if triton is not None:
         else:
             return w.to(tl.float32)
 
-    @triton.jit
-    def _max_combine(a, b):
-        return tl.maximum(a, b)
-
-    @triton.jit
-    def _add_combine(a, b):
-        return a + b
-
+    # tl.reduce (a builtin) with triton.language's own combine functions, which are only named
+    # here, never called in the interpreter: it reduces with numpy when it sees them (with any other
+    # combine it folds element by element in Python, which set the pace of the CPU kernel tests);
+    # compiled, they are maximum(a, b) and a + b. tl.max and tl.sum themselves are jit helpers
+    # (see above).
     @triton.jit
     def _max_axis(x, axis: tl.constexpr):
-        return tl.reduce(x, axis, _max_combine)
+        return tl.reduce(x, axis, tl.standard._elementwise_max)
 
     @triton.jit
     def _sum_axis(x, axis: tl.constexpr):
-        # tl.reduce with our own combine: tl.sum is a triton.language jit helper (see above)
-        return tl.reduce(x, axis, _add_combine)
+        return tl.reduce(x, axis, tl.standard._sum_combine)
 
     @triton.jit
     def _finite_abs(x):
