@@ -8,7 +8,8 @@ so set ``TRITON_INTERPRET=1`` before the first import of any ``lowprec.kernels``
 this module and then the kernel modules, dependencies first (``reload_for_interpreter`` does that).
 Only Triton builtins are used inside the helpers: triton.language's own @jit helpers (tl.max,
 tl.sum, tl.cdiv, ...) are fixed when triton itself is imported, so they would break the interpreter
-whenever triton was imported before the variable was set.
+whenever triton was imported before the variable was set. (The reductions name triton.language's
+combine functions, which the interpreter recognizes and never calls.)
 """
 
 from __future__ import annotations
