@@ -498,7 +498,7 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
         codes_t if native else codes_t.view(torch.uint8),
         scale_t, scale_t.stride(0), scale_t.stride(1), sbr_t, sbc_t, err_t,
         BM=bm, BN=bn, SCALE_BY_ROW=by_row, ROWS=rows, TRANSPOSED=trans, OWN_T=own_t, SCALE_T_BY_ROW=by_row_t,
-        IN_KIND=in_kind, NATIVE=native, DIV=_division(x2d, approx_div), WIDE=_needs_int64(x2d, M, N),
+        IN_KIND=in_kind, NATIVE=native, DIV=_division(approx_div, x2d.is_cuda and not interpreter_active()), WIDE=_needs_int64(x2d, M, N),
         X_LAYOUT=0 if x2d.stride(1) == 1 else 1 if x2d.stride(0) == 1 else 2, EVEN=M % bm == 0 and N % bn == 0,
         num_warps=num_warps)
     return codes, codes_t, err, nz, err_t
@@ -509,12 +509,12 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
 _DIVISIONS = ("rn", "full", "fast")
 
 
-def _division(x2d: torch.Tensor, approx: bool) -> int:
-    """The pass's DIV: correctly rounded unless ``approx``; approximate, the fast division on CUDA,
-    Triton's '/' in the interpreter (which has no libdevice), exact there."""
+def _division(approx: bool, compiled_for_cuda: bool) -> int:
+    """The pass's DIV: correctly rounded unless ``approx``; approximate, the fast division where the
+    pass is compiled for CUDA, else Triton's '/' (the interpreter has no libdevice; exact there)."""
     if not approx:
         return _DIVISIONS.index("rn")
-    return _DIVISIONS.index("fast" if x2d.is_cuda and not interpreter_active() else "full")
+    return _DIVISIONS.index("fast" if compiled_for_cuda else "full")
 
 
 def _cast_grid(name: str, scale: torch.Tensor, block, M: int, N: int, bm: int, bn: int) -> tuple:

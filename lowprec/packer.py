@@ -168,9 +168,7 @@ class Task:
         """The run folder's path under the results root, as runs.tar.gz holds it (runs/<scale>/...,
         sweeps/<sweep>/...; a SOURCE run's, which is never archived: under ``SOURCES``)."""
         rel = Path(os.path.relpath(self.out, results))
-        if self.kind == SOURCE:
-            return rel.as_posix()
-        if rel.parts[0] not in RUN_ROOTS:
+        if self.kind != SOURCE and rel.parts[0] not in RUN_ROOTS:
             raise PackerError(f"run {self.name}: its folder {self.out} is not under {results}/runs or {results}/sweeps")
         return rel.as_posix()
 

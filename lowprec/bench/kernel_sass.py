@@ -373,7 +373,7 @@ def mor_cast_row(layouts: str, native: bool, approx_div: bool, tile: Optional[tu
                               "SBC_T"), "i32")}
     const = dict(BM=bm, BN=bn, SCALE_BY_ROW=True, ROWS=layouts != "transposed", TRANSPOSED=layouts != "rows",
                  OWN_T=own_t, SCALE_T_BY_ROW=False, IN_KIND=1, NATIVE=native,
-                 DIV=kq._DIVISIONS.index("fast" if approx_div else "rn"), WIDE=False, X_LAYOUT=0, EVEN=True)
+                 DIV=kq._division(approx_div, compiled_for_cuda=True), WIDE=False, X_LAYOUT=0, EVEN=True)
     aligned = ("x_ptr", "s_ptr", "codes_ptr", "codes_t_ptr", "err_ptr", "nz_ptr", "st_ptr", "err_t_ptr", "sxr", "M",
                "N", "n_tc")
     n = _measure("mor_cast", row, lambda: compile_sm90(kq._cast_error_kernel, kinds, const, aligned, num_warps),
