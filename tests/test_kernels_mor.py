@@ -407,7 +407,8 @@ def test_cast_kernel_bench_measures_a_tiny_operand(capsys):
     """The bench's measurement of one operand dtype, shape and partition runs end to end (here on
     the Triton interpreter, its times meaningless): the default path, the scales, the pass at a
     launch, codes equal to the default path's and the error at the torch form's. Two operands cover
-    both views, both layouts the pass writes (``channel``: rows only) and both dtypes."""
+    both views, both dtypes and both ways of writing the transpose's codes (per block with x's
+    scales; per channel with their own, the columns', as the fast path does)."""
     from lowprec.bench.mor_cast_kernel import measure
     for view, partition, dtype in ((True, "block", "bf16"), (False, "channel", "fp32")):
         # 32 rows: still two 128-column scale blocks and 2x8 tiles (the interpreter's reductions
@@ -420,7 +421,7 @@ def test_cast_kernel_bench_measures_a_tiny_operand(capsys):
         for r in rows:
             if r["arm"] == "kernel":
                 assert r["codes_equal"] is True and float(r["error_rel_diff"]) < 1e-5
-        assert rows[0]["layouts"] == ("rows" if partition == "channel" else "both")
+        assert rows[0]["layouts"] == ("both (own scales)" if partition == "channel" else "both")
 
 
 def test_approximate_division_takes_every_zero_code_as_one_exactly():

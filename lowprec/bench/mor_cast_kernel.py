@@ -17,7 +17,9 @@ tensor, as the weight gradient's X^T and dY^T are) and MoR partition, the rows a
   its default launch);
 * ``scales``: the compiled amax and scales alone (``gemm.encode_scales``), which the pass takes;
 * ``kernel``: the pass alone at each ``--configs`` launch (tile rows x columns x warps) and
-  division (``rn``: correctly rounded, ``approx``: Triton's fp32 ``/``), with its bandwidth (x read
+  division (``rn``: correctly rounded, ``approx``: the fast path's, ``mor_quant._division``;
+  per channel, the transpose's codes with their own scales, as the fast path writes them with
+  ``mor_fast.CHANNEL_WITH_TRANSPOSE``), with its bandwidth (x read
   once, each layout of codes written once) against a ``clone`` of x timed in the same run, and
   whether its codes equal the default path's and how far its error is from the fast path's torch
   form (``mor_fast.operand_error``, eager).
@@ -72,10 +74,13 @@ def measure(m: int, n: int, view: bool, partition: str, configs: list, divs: lis
     q = MoRQuantizer(partition=partition)
     spec = e4m3_spec(partition, q.block, q.scale, cols=n)
     kind = mor_fast._kind(spec)
-    both = kind in TRANSPOSABLE
+    # per channel, as the fast path quantizes an operand whose transpose a backward GEMM takes: the
+    # transpose's codes from the same read, with scales of their own (x's columns')
+    own_t = partition == "channel" and mor_fast.CHANNEL_WITH_TRANSPOSE
+    both = kind in TRANSPOSABLE or own_t
     layouts = "both" if both else ("transposed" if view else "rows")
     common = {"dtype": dtype, "shape": f"{m}x{n}", "transposed_view": view, "partition": partition,
-              "layouts": layouts}
+              "layouts": layouts + (" (own scales)" if own_t else "")}
     rows = []
 
     def row(arm, ms, base_ms=None, **kw):
@@ -106,16 +111,23 @@ def measure(m: int, n: int, view: bool, partition: str, configs: list, divs: lis
     finally:
         mor_fast.CAST_KERNEL = default
     torch._dynamo.reset()
-    scales_fn = torch.compile(lambda t: encode_scales(t, spec), options=dict(EAGER_NUMERICS))
-    scale = scales_fn(x2d)
+    spec_t = e4m3_spec(partition, q.block, q.scale, cols=m)
+    scales_fn = torch.compile(lambda t: (encode_scales(t, spec), encode_scales(t.t(), spec_t) if own_t else None),
+                              options=dict(EAGER_NUMERICS))
+    scale, scale_t = scales_fn(x2d)
     row("scales", bench(lambda: scales_fn(x2d)), t_ind)
     grid, block = mor_fast._base_grid(scale, kind_block(kind, (m, n)), view)
+    grid_t = block_t = None
+    if own_t:  # as mor_fast._with_own_transpose lays the two grids over the row-major base
+        grid_t, block_t = mor_fast._base_grid(scale_t, kind_block(kind, (n, m)), not view)
+        if view:
+            grid, block, grid_t, block_t = grid_t, block_t, grid, block
     moved = base.numel() * (base.element_size() + (2 if both else 1))
     for bm, bn, warps in configs:
         for div in divs:
             def run(bm=bm, bn=bn, warps=warps, div=div):
                 return kq.mor_cast_error(base, grid, block, layouts, tile=(bm, bn), num_warps=warps,
-                                         approx_div=div == "approx")
+                                         approx_div=div == "approx", scale_t=grid_t, block_t=block_t)
             try:
                 codes_b, codes_bt, err, nz, _ = run()
                 ms = bench(run)
