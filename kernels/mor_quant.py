@@ -239,46 +239,52 @@ if triton is not None:
             return s[None, :]
 
     @triton.jit
-    def _code_and_term(x, s, nz, NATIVE: tl.constexpr, DIV: tl.constexpr):
-        """The E4M3 code of x * s (clamped to +-448) and its error term |code - y| / |y| where nz
-        (0 elsewhere; a value whose code is 0, y == 0, counts 1: it underflowed; NaN and Inf make
-        the term NaN). ``DIV``: the division, an index into ``_DIVISIONS``."""
+    def _code_and_term(x, s, nzf, NATIVE: tl.constexpr, DIV: tl.constexpr):
+        """The E4M3 code of x * s (saturated at +-448) and its error term |code - y| / |y| where x
+        is non-zero (``nzf``: 1.0 there, 0.0 elsewhere; a value whose code is 0, y == 0, counts 1:
+        it underflowed; NaN and Inf make the term NaN). ``DIV``: the division, an index into
+        ``_DIVISIONS``."""
         y = x * s
-        yc = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the cast
-        yc = tl.where(yc < -448.0, -448.0, yc)
-        if NATIVE:  # stored as fp8 (the stored bits are checked against torch's cast on the GPU)
-            code = yc.to(tl.float8e4nv, fp_downcast_rounding="rtne")
+        if NATIVE:
+            # the hardware cast saturates (satfinite: +-448 beyond, Inf included; NaN stays NaN), so
+            # the codes are torch's cast of the clamped product with no clamp here (the GPU tests
+            # compare the stored bits with torch's)
+            code = y.to(tl.float8e4nv, fp_downcast_rounding="rtne")
         else:
+            yc = tl.where(y > 448.0, 448.0, y)  # where, not min/max: NaN must reach the encoder
+            yc = tl.where(yc < -448.0, -448.0, yc)
             code, _ = _fp8_round(yc, 448.0, 3, -6, 8)
-        # The code's value for the error from yc in fp32 adds (_fp8_value), not the cast's value
-        # widened in registers: on Hopper with Triton 3.6 a hardware cast whose value is also
-        # widened in registers stored wrong codes in about half the pairs, on some runs
-        # (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer), and this pass, widening
-        # it, summed errors 10^4-10^5 times the reference's on row-major tiles with the
-        # approximate division, codes right (H200 at 1ebcc97 and 32c1b28, H100 at 14b5a5f); with
-        # the values from _fp8_value it held on the H100 whose run of the reproducer still failed
-        # (0997a7a). Here the cast has one use, its store.
-        q = _fp8_value(yc, 3, -6)
+        # The term in magnitudes: the code's value is odd in y (round half to even is symmetric), so
+        # |code - y| = |q - a| with a = |y| and q the value of min(a, 448)'s code, from fp32 adds
+        # (_fp8_value), never the cast's value widened in registers: on Hopper with Triton 3.6 a
+        # hardware cast whose value is also widened in registers stored wrong codes in about half
+        # the pairs, on some runs (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer), and
+        # this pass, widening it, summed errors 10^4-10^5 times the reference's on row-major tiles
+        # (H200 at 1ebcc97 and 32c1b28, H100 at 14b5a5f). Here the cast has one use, its store.
+        # NaN: a stays NaN, so the term does, whatever the minimum makes of it.
+        a = tl.abs(y)
+        q = _fp8_value(tl.minimum(a, 448.0), 3, -6)
         if DIV != 0:
             # every |y| <= 2^-10 (half E4M3's least subnormal) has the code 0 and the term 1
             # exactly: taken as 1 / 1, the fast division only ever sees |y| > 2^-10, inside the
             # range where it is within 2 ulp ([2^-126, 2^126]; Inf gives NaN, as it must). The
             # interpreter's division ('/') takes the same rule, so the CPU tests check it
-            flushed = tl.abs(y) <= 0.0009765625
+            flushed = a <= 0.0009765625
         else:
-            flushed = y == 0.0
-        # a flushed y's 1 as 1 / 1 (exact in both divisions), selected before the division: selected
-        # after it, every element's predicate outlived the division and ptxas kept them in registers
-        # (P2R, LOP3 sets and tests: both_own_t 81 -> 70 instructions an element, sm_90, kernel_sass)
-        num = tl.where(flushed, 1.0, tl.abs(q - y))
-        den = tl.where(flushed, 1.0, tl.abs(y))
-        if DIV == 2:  # a reciprocal and a product (div.approx): 67 -> 55 an element with both grids
+            flushed = a == 0.0
+        # a flushed y's term as nzf / 1 (exact in every division): 1 where x underflowed, 0 where x
+        # is zero (y is then zero too, so every zero x is flushed and no select after the division
+        # is needed), selected before the division: selected after it, every element's predicate
+        # outlived the division and ptxas kept them in registers (P2R, LOP3 sets and tests)
+        num = tl.where(flushed, nzf, tl.abs(q - a))
+        den = tl.where(flushed, 1.0, a)
+        if DIV == 2:  # a reciprocal and a product (div.approx)
             term = libdevice.fast_dividef(num, den)
         elif DIV == 1:  # Triton's fp32 '/': div.full on CUDA, within 2 ulp; exact in the interpreter
             term = num / den
         else:
             term = tl.math.div_rn(num, den)
-        return code, tl.where(nz, term, 0.0)
+        return code, term
 
     @triton.jit
     def _cast_error_kernel(x_ptr, sxr, sxc, s_ptr, ssr, ssc, codes_ptr, err_ptr, nz_ptr, M, N, SBR, SBC, n_tc,
@@ -317,27 +323,24 @@ if triton is not None:
         else:
             offs = rows[:, None] * sxr + cols[None, :] * sxc
         x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+        # non-zero x as 1.0 / 0.0 (NaN counts, +-0 does not): the terms' numerator where y is
+        # flushed, and summed for the counts (exact: at most BN per row) with no predicate to hold
         nz = x != 0.0
         if not EVEN:
             nz = nz & mask
+        nzf = tl.where(nz, 1.0, 0.0)
         s = _tile_scale(s_ptr, ssr, ssc, SBR, SBC, rows, cols, pid_m, pid_n, r_ok, c_ok, BM, BN,
                         SCALE_BY_ROW, EVEN)
-        code, term = _code_and_term(x, s, nz, NATIVE, DIV)
+        code, term = _code_and_term(x, s, nzf, NATIVE, DIV)
         tl.store(err_ptr + rows * n_tc + pid_n, _sum_axis(term, 1), mask=r_ok)
-        tl.store(nz_ptr + rows * n_tc + pid_n, _sum_axis(nz.to(tl.int32), 1), mask=r_ok)
+        tl.store(nz_ptr + rows * n_tc + pid_n, _sum_axis(nzf, 1).to(tl.int32), mask=r_ok)
         if ROWS:
             tl.store(codes_ptr + rows[:, None] * N + cols[None, :], code, mask=mask)
         if TRANSPOSED:
             if OWN_T:
                 s_t = _tile_scale(st_ptr, sstr, sstc, SBR_T, SBC_T, rows, cols, pid_m, pid_n, r_ok, c_ok,
                                   BM, BN, SCALE_T_BY_ROW, EVEN)
-                # x != 0 tested again, on x's bits (not +-0: NaN counts, as in x != 0.0), which LLVM
-                # does not merge with nz: nz itself, held across the first encoder's sums and stores,
-                # went to registers (P2R, ISETP; 70 -> 67 instructions an element)
-                nz_t = (x.to(tl.int32, bitcast=True) << 1) != 0
-                if not EVEN:
-                    nz_t = nz_t & mask
-                code, term = _code_and_term(x, s_t, nz_t, NATIVE, DIV)
+                code, term = _code_and_term(x, s_t, nzf, NATIVE, DIV)
                 tl.store(err_t_ptr + rows * n_tc + pid_n, _sum_axis(term, 1), mask=r_ok)
             elif ROWS:
                 # the transpose from the program's own row-major codes, read back after a barrier
