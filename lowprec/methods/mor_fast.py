@@ -242,7 +242,8 @@ CHANNEL_WITH_TRANSPOSE = env_switch(CHANNEL_WITH_TRANSPOSE_ENV)
 # 17.9) the approximate division is the fast one, a reciprocal and a product (div.approx, within 2
 # ulp as div.full is, over |y| > 2^-10, where the pass now sends it: kernels.mor_quant._division):
 # sm_90 instructions an element 67.2 -> 54.8 with the transpose's own grid, 34.2 -> 27.2 rows only
-# (results/bench/mor_cast_sass_sm90_fast_div.csv); not yet timed on a GPU.
+# (results/bench/mor_cast_sass_sm90_fast_div.csv); then 46.8 and 23.8 with the term formed in
+# magnitudes (mor_quant._code_and_term; mor_cast_sass_sm90_magnitudes.csv).
 CAST_APPROX_DIV = True
 
 
