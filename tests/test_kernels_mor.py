@@ -407,11 +407,11 @@ def test_cast_error_pass_takes_its_launch_and_division_options():
 def test_cast_kernel_bench_measures_a_tiny_operand(capsys):
     """The bench's measurement of one operand dtype, shape and partition runs end to end (here on
     the Triton interpreter, its times meaningless): the default path, the scales, the pass at a
-    launch, codes equal to the default path's and the error at the torch form's. Two operands cover
+    launch, codes equal to the default path's and the error at the torch form's. The operands cover
     both views, both dtypes and both ways of writing the transpose's codes (per block with x's
-    scales; per channel with their own, the columns', as the fast path does)."""
+    scales; per channel with their own, the columns', as the fast path does, in either view)."""
     from lowprec.bench.mor_cast_kernel import measure
-    for view, partition, dtype in ((True, "block", "bf16"), (False, "channel", "fp32")):
+    for view, partition, dtype in ((True, "block", "bf16"), (False, "channel", "fp32"), (True, "channel", "bf16")):
         # 32 rows: still two 128-column scale blocks and 2x8 tiles (the interpreter's reductions
         # run per element: 64 rows took twice as long)
         rows = measure(32, 256, view, partition, [(16, 32, 4)], ["rn", "approx"], lambda fn: (fn(), 1.0)[1], DEVICE,
