@@ -74,7 +74,7 @@ DEFAULT_CONFIGS = {"stats": PassConfig(2048, 4), "errors": PassConfig(1024, 8), 
 
 
 if triton is not None:
-    from ._common import _fp8_round, _load_fp32, _max_axis, _round_bf16, _sum_axis
+    from ._common import _fp8_round, _fp8_value, _load_fp32, _max_axis, _round_bf16, _sum_axis
 
     @triton.jit
     def _min_combine(a, b):
@@ -141,11 +141,15 @@ if triton is not None:
             for r0 in range(0, BR, TR):
                 for c0 in range(0, BC, TC):
                     r, c, mask = _block_step(row0, col0, r0, c0, M, N, BR, BC, TR, TC)
-                    x = _load_fp32(x_blk, r * sxr + c * sxc, mask, IN_KIND)
-                    _, q4 = _fp8_round(x * s4, 448.0, 3, -6, 8)
-                    _, q5 = _fp8_round(x * s5, 57344.0, 2, -14, 15)
-                    e4 += _ratio(x, q4, s4).to(tl.float64)
-                    e5 += _ratio(x, q5, s5).to(tl.float64)
+                    # in magnitudes, as mor_quant's cast pass forms its terms: a code's value is odd
+                    # in x * s (s > 0; round half to even is symmetric), so each term is
+                    # |(q(|x| s) / s - |x|) / |x||, bit for bit |(q / s - x) / x|, and only the
+                    # values are needed here, not the codes (NaN: |x| stays NaN, so the term does)
+                    a = tl.abs(_load_fp32(x_blk, r * sxr + c * sxc, mask, IN_KIND))
+                    q4 = _fp8_value(tl.minimum(a * s4, 448.0), 3, -6)
+                    q5 = _fp8_value(tl.minimum(a * s5, 57344.0), 2, -14)
+                    e4 += _ratio(a, q4, s4).to(tl.float64)
+                    e5 += _ratio(a, q5, s5).to(tl.float64)
         tl.store(err_ptr + pid, _sum_axis(_sum_axis(e4, 1), 0))
         tl.store(err_ptr + n_blocks + pid, _sum_axis(_sum_axis(e5, 1), 0))
 

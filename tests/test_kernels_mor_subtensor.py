@@ -78,13 +78,17 @@ def test_kernels_are_the_emulations_rule(mode, scale, dtype):
     assert bool((op.dequantized().cpu()[e4] != x.cpu().float().bfloat16().float()[e4]).any())
 
 
-def test_error_sums_equal_the_emulations_up_to_summation_order():
-    x = _data(special=False)
+@pytest.mark.parametrize("special", [False, True], ids=["finite", "nan_inf"])
+def test_error_sums_equal_the_emulations_up_to_summation_order(special):
+    """Both formats' error sums per block against the emulation's; NaN and +-Inf make their block's
+    sums NaN in both (the pass forms its terms in magnitudes, the emulation signed)."""
+    x = _data(special=special)
     ref = mor.subtensor_parts(x.cpu(), BLOCK, "three_way", "gam")
     err = kq.block_errors(x, BLOCK, ref.scales["e4m3"].to(DEVICE), ref.scales["e5m2"].to(DEVICE))
     assert err.dtype == torch.float64 and err.shape == (2, 3, 5)
     for got, want in zip(err.cpu(), (ref.errors["e4m3"], ref.errors["e5m2"])):
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=0.0)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=0.0, equal_nan=True)
+        assert int(want.isnan().sum()) == (3 if special else 0)  # the three blocks holding NaN or Inf
     assert bool((err[0] > 0).any()) and float(err[:, 2, 2].abs().sum()) == 0.0  # the zero block
 
 
