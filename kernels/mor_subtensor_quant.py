@@ -21,8 +21,10 @@ per-element work is here, computed as the emulation computes it:
 
 * stats: amax of the finite |x| (0 without one), the smallest non-zero finite |x| (+Inf without
   one), and whether the block holds a NaN or +-Inf (``mor.block_dynamic_range``);
-* errors: per format, codes = RNE of x * s onto its grid, saturating (``_common._fp8_round``),
-  dequantized by a correctly rounded division by s, terms |(q - x) / x| in fp32 (0 where x == 0),
+* errors: per format, the value q of RNE of x * s onto its grid, saturating (formed in magnitudes
+  from fp32 adds, ``_common._fp8_value``: the term's bits are the signed form's, and the codes
+  themselves are not needed), dequantized by a correctly rounded division by s, terms
+  |(q - x) / x| in fp32 (0 where x == 0),
   summed in fp64 (``mor._block_sum``): equal to the emulation's sums up to fp64 summation order;
   with ``need``, only for the blocks whose choice reads them (``mor.subtensor_error_blocks``: those
   whose dynamic range E5M2's holds and E4M3's does not), the rest neither read nor summed;
