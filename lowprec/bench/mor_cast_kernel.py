@@ -15,7 +15,8 @@ tensor, as the weight gradient's X^T and dY^T are) and MoR partition, the rows a
   reuses them (the copy Inductor fuses);
 * ``kernel_path``: the same with the Triton pass (per-tensor and per-block MoR's default path, at
   its default launch);
-* ``scales``: the compiled amax and scales alone (``gemm.encode_scales``), which the pass takes;
+* ``scales``: the compiled amax and scales alone (``gemm.encode_scales``), which the pass takes
+  (per channel both grids, the rows' and the columns');
 * ``kernel``: the pass alone at each ``--configs`` launch (tile rows x columns x warps) and
   division (``rn``: correctly rounded, ``approx``: the fast path's, ``mor_quant._division``;
   per channel, the transpose's codes with their own scales, as the fast path writes them with
