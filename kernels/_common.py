@@ -54,6 +54,20 @@ if triton is not None:
         else:
             return w.to(tl.float32)
 
+    @triton.jit
+    def _strided(row, col, s0, s1, LAYOUT: tl.constexpr):
+        """Offsets row * s0 + col * s1 with the unit stride spelled out (LAYOUT from
+        ``stride_layout``: 0 s1 == 1, 1 s0 == 1, 2 neither), so that the loads vectorize along it
+        whatever the launcher specializes: a compiled graph's launch may pass strides as plain
+        integers, and an unspecialized stride leaves every load a scalar one (sm_90: the INT8
+        quantize pass's bf16 loads 2-byte where they are 16-byte, ``lowprec.bench.kernel_sass``)."""
+        if LAYOUT == 0:
+            return row * s0 + col
+        elif LAYOUT == 1:
+            return row + col * s1
+        else:
+            return row * s0 + col * s1
+
     # tl.reduce (a builtin) with triton.language's own combine functions, which are only named
     # here, never called in the interpreter: it reduces with numpy when it sees them (with any other
     # combine it folds element by element in Python, which set the pace of the CPU kernel tests);
@@ -301,6 +315,12 @@ def _next_pow2(n: int) -> int:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def stride_layout(x2d: torch.Tensor) -> int:
+    """``_strided``'s LAYOUT for a 2-D tensor: 0 where its columns are at unit stride, 1 where its
+    rows are, 2 where neither is."""
+    return 0 if x2d.stride(1) == 1 else 1 if x2d.stride(0) == 1 else 2
 
 
 def _in_kind(x: torch.Tensor):

@@ -200,6 +200,7 @@ def _prep_x(x: torch.Tensor, block, chunked: bool = False):
     else:
         g = min(_next_pow2(n_brow), max(_QUANT_TILE // (rp * cp), 1))
         t = dict(BR=br, BC=bc, RP=rp, CP=cp, G=g, IN_KIND=kind, num_warps=_warps(g * rp * cp))
+    t["X_LAYOUT"] = _c.stride_layout(x2d)
     return x2d, (arg, *x2d.stride()), M, N, n_brow, n_bcol, t, (_cdiv(n_brow, g) * n_bcol,)
 
 

@@ -28,7 +28,7 @@ _JIT_FNS: tuple = ()
 
 if triton is not None and _kq.triton is not None:
     from ._common import (_finite_abs, _grouped_tile, _load_fp32, _max_axis, _round_bf16, _stream_uniforms,
-                          _sum_axis)
+                          _strided, _sum_axis)
     from .quantize import _encode, _nonfinite, _scale_from_amax
 
     @triton.jit
@@ -72,9 +72,9 @@ if triton is not None and _kq.triton is not None:
     @triton.jit
     def _stats_kernel(x_ptr, sx0, sx1, amax_ptr, err_ptr, M, N, n_brow, n_bcol,
                       BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
-                      G: tl.constexpr, IN_KIND: tl.constexpr):
+                      G: tl.constexpr, IN_KIND: tl.constexpr, X_LAYOUT: tl.constexpr):
         pid_r, pid_c, row, col, mask = _block_view(M, N, n_brow, BR, BC, RP, CP, G)
-        x = _load_fp32(x_ptr, row * sx0 + col * sx1, mask, IN_KIND)
+        x = _load_fp32(x_ptr, _strided(row, col, sx0, sx1, X_LAYOUT), mask, IN_KIND)
         x = tl.where(tl.abs(x) < float("inf"), x, 0.0)  # NaN and Inf count as 0, as in the reference
         amax = _block_max(tl.abs(x))
         s = _scale_from_amax(amax, 127.0, 1.0, False)
@@ -101,12 +101,12 @@ if triton is not None and _kq.triton is not None:
 
     @triton.jit
     def _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, offs, mask, IN_KIND: tl.constexpr,
-                    ROUNDING: tl.constexpr):
+                    ROUNDING: tl.constexpr, X_LAYOUT: tl.constexpr):
         """(x, its first-part codes q1) of a chunk (offs: its row-major offsets). The offsets come
         in, not out: Inductor's analysis of which arguments a kernel writes takes every result of a
         call as derived from all its arguments, and a store through offsets returned here would
         count x as written (a mutated input is then copied, or fails to compile)."""
-        x = _load_fp32(x_ptr, row * sx0 + col * sx1, mask, IN_KIND)
+        x = _load_fp32(x_ptr, _strided(row, col, sx0, sx1, X_LAYOUT), mask, IN_KIND)
         u1 = _draws(u1_ptr, key_ptr, 0, offs, mask, ROUNDING)
         q1 = _encode(x * s1[:, None, None], u1, 127.0, True, 0, 0, 0, ROUNDING != 0, False, tl.int8)
         return x, q1
@@ -128,7 +128,8 @@ if triton is not None and _kq.triton is not None:
                                flag_ptr, mask_ptr, thr_ptr, q1t_ptr, q2t_ptr, M, N, n_brow, n_bcol,
                                BR: tl.constexpr, BC: tl.constexpr, CH: tl.constexpr, CW: tl.constexpr,
                                G: tl.constexpr, IN_KIND: tl.constexpr, ROUNDING: tl.constexpr,
-                               MODE: tl.constexpr, SECOND: tl.constexpr, TRANS: tl.constexpr):
+                               MODE: tl.constexpr, SECOND: tl.constexpr, TRANS: tl.constexpr,
+                               X_LAYOUT: tl.constexpr):
         """G blocks, a CH x CW chunk of them at a time: a pass for the blocks' amax, one for the
         first part (and the residual's amax where a block falls back), and only where one does, one
         for the second part; a pass after the first reads x again from cache. A program thus holds a
@@ -151,7 +152,7 @@ if triton is not None and _kq.triton is not None:
         for ci in range(0, NCH):
             row, col, mask = _chunk_view(pid_r, pid_c, (ci // NCW) * CH, (ci % NCW) * CW, M, N, n_brow, BR, BC, CH,
                                          CW, G)
-            x = _load_fp32(x_ptr, row * sx0 + col * sx1, mask, IN_KIND)
+            x = _load_fp32(x_ptr, _strided(row, col, sx0, sx1, X_LAYOUT), mask, IN_KIND)
             amax_e = tl.maximum(amax_e, _finite_abs(x))
             bad_e = tl.maximum(bad_e, _nonfinite(x))
         amax = _block_max(amax_e)
@@ -177,7 +178,8 @@ if triton is not None and _kq.triton is not None:
             row, col, mask = _chunk_view(pid_r, pid_c, (ci // NCW) * CH, (ci % NCW) * CW, M, N, n_brow, BR, BC, CH,
                                          CW, G)
             offs = row * N + col
-            x, q1 = _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, offs, mask, IN_KIND, ROUNDING)
+            x, q1 = _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, offs, mask, IN_KIND, ROUNDING,
+                                X_LAYOUT)
             _store_codes(q1_ptr, q1t_ptr, q1, offs, row, col, mask, M, TRANS)
             if SECOND:
                 if any_flag:
@@ -192,7 +194,7 @@ if triton is not None and _kq.triton is not None:
                                                  BC, CH, CW, G)
                     offs = row * N + col
                     x, q1 = _first_part(x_ptr, sx0, sx1, u1_ptr, key_ptr, s1, row, col, offs, mask, IN_KIND,
-                                        ROUNDING)
+                                        ROUNDING, X_LAYOUT)
                     u2 = _draws(u2_ptr, key_ptr, 1, offs, mask, ROUNDING)
                     q2 = _encode(_residual(x, q1, s1) * s2[:, None, None], u2, 127.0, True, 0, 0, 0, ROUNDING != 0,
                                  False, tl.int8)

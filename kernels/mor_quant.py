@@ -102,7 +102,7 @@ _JIT_FNS: tuple = ()  # this module's kernel and the _common helper it calls (mo
 
 if triton is not None:
     from triton.language.extra import libdevice
-    from ._common import _finite_abs, _fp8_round, _fp8_value, _load_fp32, _max_axis, _sum_axis
+    from ._common import _finite_abs, _fp8_round, _fp8_value, _load_fp32, _max_axis, _strided, _sum_axis
 
     @triton.jit
     def _tile(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR: tl.constexpr, TC: tl.constexpr):
@@ -314,15 +314,7 @@ if triton is not None:
         if WIDE:  # offsets past 2^31 - 1: 64-bit index arithmetic, else 32-bit (half the instructions)
             rows = rows.to(tl.int64)
             cols = cols.to(tl.int64)
-        # a unit stride spelled out, so that the loads vectorize along it whatever the launcher
-        # specializes (a compiled graph's launch of this kernel may pass strides as plain integers)
-        if X_LAYOUT == 0:
-            offs = rows[:, None] * sxr + cols[None, :]
-        elif X_LAYOUT == 1:
-            offs = rows[:, None] + cols[None, :] * sxc
-        else:
-            offs = rows[:, None] * sxr + cols[None, :] * sxc
-        x = _load_fp32(x_ptr, offs, mask, IN_KIND)
+        x = _load_fp32(x_ptr, _strided(rows[:, None], cols[None, :], sxr, sxc, X_LAYOUT), mask, IN_KIND)
         # non-zero x as 1.0 / 0.0 (NaN counts, +-0 does not): the terms' numerator where y is
         # flushed, and summed for the counts (exact: at most BN per row) with no predicate to hold
         nz = x != 0.0
@@ -502,7 +494,7 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
         scale_t, scale_t.stride(0), scale_t.stride(1), sbr_t, sbc_t, err_t,
         BM=bm, BN=bn, SCALE_BY_ROW=by_row, ROWS=rows, TRANSPOSED=trans, OWN_T=own_t, SCALE_T_BY_ROW=by_row_t,
         IN_KIND=in_kind, NATIVE=native, DIV=_division(approx_div, x2d.is_cuda and not interpreter_active()), WIDE=_needs_int64(x2d, M, N),
-        X_LAYOUT=0 if x2d.stride(1) == 1 else 1 if x2d.stride(0) == 1 else 2, EVEN=M % bm == 0 and N % bn == 0,
+        X_LAYOUT=_c.stride_layout(x2d), EVEN=M % bm == 0 and N % bn == 0,
         num_warps=num_warps)
     return codes, codes_t, err, nz, err_t
 

@@ -182,7 +182,8 @@ f32, i8, q = torch.empty(4, 4), torch.empty(4, 4, dtype=torch.int8), torch.empty
 kwargs = dict(x_ptr=torch.empty(n, n, dtype=torch.int16), sx0=n, sx1=1, u1_ptr=f32, u2_ptr=f32,
               key_ptr=torch.empty(2, dtype=torch.int64), q1_ptr=q, s1_ptr=f32, q2_ptr=q, s2_ptr=f32,
               flag_ptr=i8, mask_ptr=f32, thr_ptr=f32, q1t_ptr=q, q2t_ptr=q, M=n, N=n, n_brow=2, n_bcol=2,
-              BR=128, BC=128, CH=32, CW=128, G=1, IN_KIND=1, ROUNDING=2, MODE=1, SECOND=SECOND_, TRANS=TRANS_)
+              BR=128, BC=128, CH=32, CW=128, G=1, IN_KIND=1, ROUNDING=2, MODE=1, SECOND=SECOND_, TRANS=TRANS_,
+              X_LAYOUT=0)
 print(" ".join(sorted(d.name for d in analyze(kk._fallback_quant_kernel, kwargs, {}).read_writes.writes)))
 """
 
@@ -289,6 +290,42 @@ def test_gemm_loop_loads_and_multiplies_each_scale_block_once():
         assert int(row["spills"]) == 0 and int(row["fmul"]) <= 4 * groups, row
         assert int(row["global_loads"]) <= 8 * groups, row
         assert 3.0 <= float(row["per_element_group"]) < 4.0, row
+
+
+# the quantize pass of Jetfire's 32x32 blocks on stream draws, compiled for sm_90 with the strides
+# as a compiled graph may pass them: plain integers, the other stride known divisible by 16 (as
+# Inductor marks sizes), the unit one not specialized; per layout
+_QUANT_LOADS_PROBE = """
+import sys
+from lowprec.bench import kernel_sass as ks
+if ks.nvidia_tool("cuobjdump") is None:
+    print("SKIP"); sys.exit()
+from lowprec.kernels import int8_fallback_kernels as kk
+ptrs = dict(x_ptr="*i16", u1_ptr="*fp32", u2_ptr="*fp32", key_ptr="*i64", q1_ptr="*i8", s1_ptr="*fp32", q2_ptr="*i8",
+            s2_ptr="*fp32", flag_ptr="*i8", mask_ptr="*i8", thr_ptr="*fp32", q1t_ptr="*i8", q2t_ptr="*i8")
+kinds = {**ptrs, **dict.fromkeys(("sx0", "sx1", "M", "N", "n_brow", "n_bcol"), "i32")}
+for layout in (0, 1):
+    const = dict(BR=32, BC=32, CH=32, CW=32, G=1, IN_KIND=1, ROUNDING=2, MODE=2, SECOND=False, TRANS=True,
+                 X_LAYOUT=layout)
+    aligned = ("x_ptr", "q1_ptr", "q1t_ptr", "M", "N", "sx1" if layout else "sx0")
+    k = ks.compile_sm90(kk._fallback_quant_kernel, kinds, const, aligned, 4)
+    instrs, _ = ks.disassemble(k.asm["cubin"])
+    loads = sorted({i.opcode for i in instrs if i.op == "LDG"})
+    print(layout, len(instrs), " ".join(loads))
+"""
+
+
+def test_quantize_pass_loads_vectorize_whatever_the_launch_specializes():
+    """The quantize pass reads x along its unit stride, spelled out (``_common._strided``), so its
+    bf16 loads are 16 bytes wide even where a compiled graph's launch leaves the strides plain
+    integers (sm_90, Jetfire's 32x32 blocks: with the unit stride unknown every element was a
+    2-byte load, 65 instructions an element against 59 nearest, 80 against 75 on stream draws)."""
+    out = compiled_probe(_QUANT_LOADS_PROBE, "this Triton ships no cuobjdump")
+    rows = {int(line.split()[0]): line.split()[1:] for line in out.splitlines()}
+    assert set(rows) == {0, 1}, out
+    for layout, (n, *loads) in rows.items():
+        assert "LDG.E.U16" not in loads and "LDG.E.128" in loads, out
+    assert int(rows[0][0]) <= 620, out  # 600 on Triton 3.9 (before: 640)
 
 
 def test_block_stats_and_rules(device):
