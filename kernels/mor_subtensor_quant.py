@@ -76,7 +76,7 @@ DEFAULT_CONFIGS = {"stats": PassConfig(2048, 4), "errors": PassConfig(1024, 8), 
 
 
 if triton is not None:
-    from ._common import _fp8_round, _fp8_value, _load_fp32, _max_axis, _round_bf16, _sum_axis
+    from ._common import _fp8_round, _fp8_value, _load_fp32, _max_axis, _round_bf16, _strided, _sum_axis
 
     @triton.jit
     def _min_combine(a, b):
@@ -97,7 +97,8 @@ if triton is not None:
 
     @triton.jit
     def _stats_kernel(x_ptr, amax_ptr, amin_ptr, bad_ptr, M, N, sxr, sxc, BR, BC, n_bcol,
-                      TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
+                      TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr,
+                      X_LAYOUT: tl.constexpr):
         pid = tl.program_id(0)
         row0, col0 = _block_origin(pid, n_bcol, BR, BC)
         x_blk = x_ptr + row0 * sxr + col0 * sxc
@@ -107,7 +108,7 @@ if triton is not None:
         for r0 in range(0, BR, TR):
             for c0 in range(0, BC, TC):
                 r, c, mask = _block_step(row0, col0, r0, c0, M, N, BR, BC, TR, TC)
-                a = tl.abs(_load_fp32(x_blk, r * sxr + c * sxc, mask, IN_KIND))
+                a = tl.abs(_load_fp32(x_blk, _strided(r, c, sxr, sxc, X_LAYOUT), mask, IN_KIND))
                 finite = a < float("inf")  # NaN compares false
                 amax = tl.maximum(amax, tl.where(finite, a, 0.0))
                 amin = tl.minimum(amin, tl.where(finite & (a > 0.0), a, float("inf")))
@@ -128,7 +129,8 @@ if triton is not None:
 
     @triton.jit
     def _errors_kernel(x_ptr, s4_ptr, s5_ptr, need_ptr, err_ptr, M, N, sxr, sxc, BR, BC, n_bcol, n_blocks,
-                       TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr, HAS_NEED: tl.constexpr):
+                       TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr, HAS_NEED: tl.constexpr,
+                       X_LAYOUT: tl.constexpr):
         pid = tl.program_id(0)
         row0, col0 = _block_origin(pid, n_bcol, BR, BC)
         x_blk = x_ptr + row0 * sxr + col0 * sxc
@@ -147,7 +149,7 @@ if triton is not None:
                     # in x * s (s > 0; round half to even is symmetric), so each term is
                     # |(q(|x| s) / s - |x|) / |x||, bit for bit |(q / s - x) / x|, and only the
                     # values are needed here, not the codes (NaN: |x| stays NaN, so the term does)
-                    a = tl.abs(_load_fp32(x_blk, r * sxr + c * sxc, mask, IN_KIND))
+                    a = tl.abs(_load_fp32(x_blk, _strided(r, c, sxr, sxc, X_LAYOUT), mask, IN_KIND))
                     q4 = _fp8_value(tl.minimum(a * s4, 448.0), 3, -6)
                     q5 = _fp8_value(tl.minimum(a * s5, 57344.0), 2, -14)
                     e4 += _ratio(a, q4, s4).to(tl.float64)
@@ -157,7 +159,8 @@ if triton is not None:
 
     @triton.jit
     def _values_kernel(x_ptr, choice_ptr, s4_ptr, s5_ptr, values_ptr, e4m3_ptr, values_t_ptr, e4m3_t_ptr,
-                       M, N, sxr, sxc, BR, BC, n_bcol, TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
+                       M, N, sxr, sxc, BR, BC, n_bcol, TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr,
+                      X_LAYOUT: tl.constexpr):
         pid = tl.program_id(0)
         row0, col0 = _block_origin(pid, n_bcol, BR, BC)
         x_blk = x_ptr + row0 * sxr + col0 * sxc
@@ -169,7 +172,7 @@ if triton is not None:
         for r0 in range(0, BR, TR):
             for c0 in range(0, BC, TC):
                 r, c, mask = _block_step(row0, col0, r0, c0, M, N, BR, BC, TR, TC)
-                x = _load_fp32(x_blk, r * sxr + c * sxc, mask, IN_KIND)
+                x = _load_fp32(x_blk, _strided(r, c, sxr, sxc, X_LAYOUT), mask, IN_KIND)
                 code4, q4 = _fp8_round(x * s4, 448.0, 3, -6, 8)
                 if choice == 1:
                     _, v = _fp8_round(x * s5, 57344.0, 2, -14, 15)
@@ -227,7 +230,7 @@ def _geometry(x2d: torch.Tensor, block, config: Optional[PassConfig], pass_name:
         raise ValueError(f"x2d of shape {tuple(x2d.shape)} and strides {x2d.stride()}: a {br}x{bc} block spans "
                          "2^31 elements or more; use a smaller block")
     in_kind, x_arg = _c._in_kind(x2d)
-    launch = dict(TR=tr, TC=tc, IN_KIND=in_kind, num_warps=cfg.num_warps)
+    launch = dict(TR=tr, TC=tc, IN_KIND=in_kind, X_LAYOUT=_c.stride_layout(x2d), num_warps=cfg.num_warps)
     return x_arg, (n_brow, n_bcol), (n_brow * n_bcol,), (M, N, x2d.stride(0), x2d.stride(1), br, bc, n_bcol), launch
 
 

@@ -129,7 +129,7 @@ if triton is not None:
     # jit-defined helpers of triton.language (tl.max, tl.cdiv, tl.zeros, ...) are fixed as compiled
     # or interpreted when triton is imported, so they break the interpreter whenever triton was
     # imported before TRITON_INTERPRET=1 was set, even if this module is (re)imported after.
-    from lowprec.kernels._common import _block_grid, _fp8_round, _load_fp32, _max_axis
+    from lowprec.kernels._common import _block_grid, _fp8_round, _load_fp32, _max_axis, _strided
 
     @triton.jit
     def _scale_from_amax(amax, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr, POW2: tl.constexpr):
@@ -309,6 +309,7 @@ if triton is not None:
         B: tl.constexpr, IN_KIND: tl.constexpr, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr,
         POW2: tl.constexpr, MAN: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
         NATIVE: tl.constexpr, FP8_TY: tl.constexpr, EVEN: tl.constexpr, STRIP: tl.constexpr,
+        X_LAYOUT: tl.constexpr,
     ):
         """One program: a (B, B) tile of x. Its rows give the (1, B) blocks of x, its columns
         those of x's transpose (the rows of x.T); both codes are written row-major. EVEN: B divides
@@ -324,7 +325,7 @@ if triton is not None:
             c = pid_n * B + tl.arange(0, B)
             cols = c.to(tl.int64)[None, :]
             mask = None if EVEN else (rows < M) & (cols < N)
-            x = _load_fp32(x_ptr, rows * sx0 + cols * sx1, mask, IN_KIND)
+            x = _load_fp32(x_ptr, _strided(rows, cols, sx0, sx1, X_LAYOUT), mask, IN_KIND)
             a = _amax_operand(x, False)
             s_col = _scale_from_amax(_max_axis(a, 0), FMAX, MARGIN_MUL, POW2)  # [B]: x.T's blocks
             tl.store(scale_t_ptr + c.to(tl.int64) * n_brow + pid_m, s_col, mask=c < N)
@@ -339,7 +340,7 @@ if triton is not None:
                 c = pid_n * B + j * STRIP + tl.arange(0, STRIP)
                 cols = c.to(tl.int64)[None, :]
                 mask = None if EVEN else (rows < M) & (cols < N)
-                x = _load_fp32(x_ptr, rows * sx0 + cols * sx1, mask, IN_KIND)
+                x = _load_fp32(x_ptr, _strided(rows, cols, sx0, sx1, X_LAYOUT), mask, IN_KIND)
                 a = _amax_operand(x, False)
                 row_amax = tl.maximum(row_amax, _max_axis(a, 1))
                 s_col = _scale_from_amax(_max_axis(a, 0), FMAX, MARGIN_MUL, POW2)
@@ -351,7 +352,7 @@ if triton is not None:
                 c = pid_n * B + j * STRIP + tl.arange(0, STRIP)
                 cols = c.to(tl.int64)[None, :]
                 mask = None if EVEN else (rows < M) & (cols < N)
-                x = _load_fp32(x_ptr, rows * sx0 + cols * sx1, mask, IN_KIND)
+                x = _load_fp32(x_ptr, _strided(rows, cols, sx0, sx1, X_LAYOUT), mask, IN_KIND)
                 codes = _encode(x * s_row[:, None], 0.0, FMAX, False, MAN, EMIN, EMAX, False, NATIVE, FP8_TY)
                 tl.store(codes_ptr + rows * N + cols, codes, mask=mask)
         tl.store(scale_ptr + r.to(tl.int64) * n_bcol + pid_n, s_row, mask=r < M)
@@ -589,7 +590,7 @@ def quantize_fp8_with_transpose(
         *x.stride(), B=block, IN_KIND=in_kind, FMAX=float(f.fmax), MARGIN_MUL=2.0**-margin, POW2=bool(pow2),
         MAN=f.man_bits, EMIN=f.emin, EMAX=f.emax, NATIVE=_use_native_cast(x, fp8_cast),
         FP8_TY=tl.float8e4nv if name == "e4m3" else tl.float8e5, EVEN=M % block == 0 and N % block == 0,
-        STRIP=strip, num_warps=_ROWS_COLS_WARPS or 4,
+        STRIP=strip, X_LAYOUT=_c.stride_layout(x), num_warps=_ROWS_COLS_WARPS or 4,
     )
     return codes, scale, codes_t, scale_t
 

@@ -435,7 +435,8 @@ def _mor_sub_row(which: str, label: dict, kernel, kinds: dict, aligned: tuple, c
     row = {**label, "step": f"{tr}x{tc}", "num_warps": cfg.num_warps}
     # a row-major operand: its unit column stride is a constant at launch, as Triton specializes a 1
     n = _measure(f"mor_sub_{which}", row, lambda: compile_sm90(
-        kernel(kq), kinds, dict(TR=tr, TC=tc, IN_KIND=1, sxc=1, **constants), aligned, cfg.num_warps), loop=True)
+        kernel(kq), kinds, dict(TR=tr, TC=tc, IN_KIND=1, X_LAYOUT=0, sxc=1, **constants), aligned, cfg.num_warps),
+        loop=True)
     if n is not None:
         row.update(loop_instructions=n, per_element=round(n / (tr * tc / (32 * cfg.num_warps)), 1))
     return row
