@@ -123,12 +123,12 @@ if triton is not None:
 
     @triton.jit
     def _amax_kernel(x_ptr, amax_ptr, M, N, sxr, sxc, SBR, SBC, n_bcol, TPB_R, TPB_C,
-                     TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr):
+                     TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr, X_LAYOUT: tl.constexpr):
         """Block amaxes and the tensor amax (last cell) as int32 bit patterns, by atomic max:
         non-negative floats order like their bits, and max does not depend on the order."""
         pid = tl.program_id(0)
         row, col, mask, bi, bj, ti, tj = _tile(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR, TC)
-        a = _finite_abs(_load_fp32(x_ptr, row * sxr + col * sxc, mask, IN_KIND))  # NaN, Inf left out
+        a = _finite_abs(_load_fp32(x_ptr, _strided(row, col, sxr, sxc, X_LAYOUT), mask, IN_KIND))  # NaN, Inf left out
         bits = _max_axis(_max_axis(a, 1), 0).to(tl.int32, bitcast=True)
         tl.atomic_max(amax_ptr + bi * n_bcol + bj, bits)
         tl.atomic_max(amax_ptr + (M + SBR - 1) // SBR * n_bcol, bits)
@@ -185,7 +185,7 @@ if triton is not None:
     def _quant_error_kernel(x_ptr, bamax_ptr, tamax_ptr, codes_ptr, scale_ptr, err_ptr, nz_ptr,
                             M, N, sxr, sxc, SBR, SBC, n_bcol, TPB_R, TPB_C,
                             TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr,
-                            RULE: tl.constexpr, NATIVE: tl.constexpr):
+                            RULE: tl.constexpr, NATIVE: tl.constexpr, X_LAYOUT: tl.constexpr):
         pid = tl.program_id(0)
         row, col, mask, bi, bj, ti, tj = _tile(pid, M, N, SBR, SBC, n_bcol, TPB_R, TPB_C, TR, TC)
         ab = tl.load(bamax_ptr + bi * n_bcol + bj)
@@ -194,7 +194,7 @@ if triton is not None:
         else:
             s = _plain_scale(ab, RULE == 1)
         tl.store(scale_ptr + bi * n_bcol + bj, s, mask=(ti == 0) & (tj == 0))
-        x = _load_fp32(x_ptr, row * sxr + col * sxc, mask, IN_KIND)
+        x = _load_fp32(x_ptr, _strided(row, col, sxr, sxc, X_LAYOUT), mask, IN_KIND)
         code, q = _e4m3(x * s, NATIVE)
         tl.store(codes_ptr + row * N + col, code, mask=mask)  # codes always row-major
         deq = tl.math.div_rn(q, s)
@@ -408,7 +408,8 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     num_warps = 8 if tr * tc >= 4096 else 4
 
     amax = torch.zeros(n_brow * n_bcol + 1, dtype=torch.int32, device=x.device)
-    _amax_kernel[(n_prog,)](x_arg, amax, *geom, TR=tr, TC=tc, IN_KIND=in_kind, num_warps=num_warps)
+    layout = _c.stride_layout(x2d)
+    _amax_kernel[(n_prog,)](x_arg, amax, *geom, TR=tr, TC=tc, IN_KIND=in_kind, X_LAYOUT=layout, num_warps=num_warps)
     amax = amax.view(torch.float32)
 
     scales = torch.empty((n_brow, n_bcol), dtype=torch.float32, device=x.device)
@@ -417,7 +418,7 @@ def mor_quantize_e4m3(x: torch.Tensor, partition: str = "block", block=(128, 128
     _quant_error_kernel[(n_prog,)](
         x_arg, amax, amax[n_brow * n_bcol:], codes.view(torch.uint8), scales, err, nz, *geom,
         TR=tr, TC=tc, IN_KIND=in_kind, RULE=_SCALE_RULE_ID[scale], NATIVE=_use_native(x, fp8_cast),
-        num_warps=num_warps,
+        X_LAYOUT=layout, num_warps=num_warps,
     )
     rel = torch.empty((), dtype=torch.float32, device=x.device)
     _error_kernel[(1,)](err, nz, rel, n_prog, CHUNK=min(_next_pow2(n_prog), 1024), num_warps=4)
