@@ -242,7 +242,7 @@ if triton is not None:
 
     @triton.jit
     def _chunk(i, r, c, brow, bcol, M, N, sx0, sx1, BR: tl.constexpr, BC: tl.constexpr, RP: tl.constexpr,
-               CP: tl.constexpr, NCH_C: tl.constexpr):
+               CP: tl.constexpr, NCH_C: tl.constexpr, X_LAYOUT: tl.constexpr):
         """Element offsets in x (strides sx0, sx1) and in the row-major codes, and the mask, of
         chunk i of a program's blocks (chunk 0 is the whole block when it fits the tile)."""
         rr = (i // NCH_C) * RP + r
@@ -250,7 +250,7 @@ if triton is not None:
         row = (brow * BR + rr).to(tl.int64)
         col = bcol * BC + cc
         mask = (rr < BR) & (row < M) & (cc < BC) & (col < N)
-        return row * sx0 + col * sx1, row * N + col, mask
+        return _strided(row, col, sx0, sx1, X_LAYOUT), row * N + col, mask
 
     @triton.jit
     def _quant_block_kernel(
@@ -259,7 +259,7 @@ if triton is not None:
         G: tl.constexpr, K: tl.constexpr, NCH_R: tl.constexpr, NCH_C: tl.constexpr,
         IN_KIND: tl.constexpr, FMAX: tl.constexpr, MARGIN_MUL: tl.constexpr, POW2: tl.constexpr,
         IS_INT: tl.constexpr, MAN: tl.constexpr, EMIN: tl.constexpr, EMAX: tl.constexpr,
-        STOCHASTIC: tl.constexpr, NATIVE: tl.constexpr, FP8_TY: tl.constexpr,
+        STOCHASTIC: tl.constexpr, NATIVE: tl.constexpr, FP8_TY: tl.constexpr, X_LAYOUT: tl.constexpr,
     ):
         """One program: G block-rows x K block-columns of (BR, BC) blocks, held as a 4-D tile
         [G, RP, K, CP] (RP, CP: BR, BC padded to powers of two, or a chunk of them when a block
@@ -268,13 +268,13 @@ if triton is not None:
 
         # IS_INT: an amax of +Inf flags a block holding NaN/Inf (_amax_operand)
         if NCH_R * NCH_C == 1:
-            xoffs, offs, mask = _chunk(0, r, c, brow, bcol, M, N, sx0, sx1, BR, BC, RP, CP, NCH_C)
+            xoffs, offs, mask = _chunk(0, r, c, brow, bcol, M, N, sx0, sx1, BR, BC, RP, CP, NCH_C, X_LAYOUT)
             x = _load_fp32(x_ptr, xoffs, mask, IN_KIND)
             amax = _max_axis(_max_axis(_amax_operand(x, IS_INT), 3), 1)
         else:
             acc = tl.full([G, RP, K, CP], 0.0, tl.float32)
             for i in range(NCH_R * NCH_C):
-                xoffs, offs, mask = _chunk(i, r, c, brow, bcol, M, N, sx0, sx1, BR, BC, RP, CP, NCH_C)
+                xoffs, offs, mask = _chunk(i, r, c, brow, bcol, M, N, sx0, sx1, BR, BC, RP, CP, NCH_C, X_LAYOUT)
                 acc = tl.maximum(acc, _amax_operand(_load_fp32(x_ptr, xoffs, mask, IN_KIND), IS_INT))
             amax = _max_axis(_max_axis(acc, 3), 1)
 
@@ -295,7 +295,7 @@ if triton is not None:
             tl.store(codes_ptr + offs, codes, mask=mask)
         else:
             for i in range(NCH_R * NCH_C):
-                xoffs, offs, mask = _chunk(i, r, c, brow, bcol, M, N, sx0, sx1, BR, BC, RP, CP, NCH_C)
+                xoffs, offs, mask = _chunk(i, r, c, brow, bcol, M, N, sx0, sx1, BR, BC, RP, CP, NCH_C, X_LAYOUT)
                 x = _load_fp32(x_ptr, xoffs, mask, IN_KIND)
                 u = 0.0
                 if STOCHASTIC:
@@ -499,7 +499,8 @@ def _quantize(x, fmt_name, scaling, block, scale, noise, margin, pow2, fp8_cast,
     _c.launch(_quant_block_kernel, launcher)[grid](
         x_arg, noise_arg, codes_arg, scales, M, N, n_brow, n_bcol, *x2d.stride(),
         BR=br, BC=bc, IN_KIND=in_kind, FMAX=fmax, MARGIN_MUL=2.0**-margin, POW2=bool(pow2),
-        STOCHASTIC=stochastic, num_warps=_num_warps(t["G"] * t["RP"] * t["K"] * t["CP"]),
+        STOCHASTIC=stochastic, X_LAYOUT=_c.stride_layout(x2d),
+        num_warps=_num_warps(t["G"] * t["RP"] * t["K"] * t["CP"]),
         **t, **enc,
     )
     return codes.reshape(x.shape), scales
