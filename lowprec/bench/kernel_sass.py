@@ -433,7 +433,8 @@ def _mor_sub_row(which: str, label: dict, kernel, kinds: dict, aligned: tuple, c
     tc = min(128, cfg.step)
     tr = max(cfg.step // tc, 1)
     row = {**label, "step": f"{tr}x{tc}", "num_warps": cfg.num_warps}
-    # a row-major operand: its unit column stride is a constant at launch, as Triton specializes a 1
+    # a row-major operand (its unit column stride spelled out by X_LAYOUT, and a constant at launch
+    # where Triton specializes a 1)
     n = _measure(f"mor_sub_{which}", row, lambda: compile_sm90(
         kernel(kq), kinds, dict(TR=tr, TC=tc, IN_KIND=1, X_LAYOUT=0, sxc=1, **constants), aligned, cfg.num_warps),
         loop=True)
