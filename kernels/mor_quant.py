@@ -494,7 +494,8 @@ def mor_cast_error(x2d: torch.Tensor, scale: torch.Tensor, block, layouts: str =
         codes_t if native else codes_t.view(torch.uint8),
         scale_t, scale_t.stride(0), scale_t.stride(1), sbr_t, sbc_t, err_t,
         BM=bm, BN=bn, SCALE_BY_ROW=by_row, ROWS=rows, TRANSPOSED=trans, OWN_T=own_t, SCALE_T_BY_ROW=by_row_t,
-        IN_KIND=in_kind, NATIVE=native, DIV=_division(approx_div, x2d.is_cuda and not interpreter_active()), WIDE=_needs_int64(x2d, M, N),
+        IN_KIND=in_kind, NATIVE=native, DIV=_division(approx_div, x2d.is_cuda and not interpreter_active()),
+        WIDE=_needs_int64(x2d, M, N),
         X_LAYOUT=_c.stride_layout(x2d), EVEN=M % bm == 0 and N % bn == 0,
         num_warps=num_warps)
     return codes, codes_t, err, nz, err_t

@@ -407,7 +407,7 @@ def mor_sub_values_row(choice: str) -> dict:
     """This module's table row for the sub-tensor values pass over blocks that all chose ``choice``."""
     kinds = {"x_ptr": "*i16", "choice_ptr": "*i8", "s4_ptr": "*fp32", "s5_ptr": "*fp32", "values_ptr": "*i16",
              "e4m3_ptr": "*u8", "values_t_ptr": "*i16", "e4m3_t_ptr": "*u8",
-             **dict.fromkeys(("M", "N", "sxr", "BR", "BC", "n_bcol"), "i32")}
+             **dict.fromkeys(("M", "N", "sxr", "sxc", "BR", "BC", "n_bcol"), "i32")}
     aligned = ("x_ptr", "values_ptr", "e4m3_ptr", "values_t_ptr", "e4m3_t_ptr", "M", "N", "sxr", "BR", "BC")
     return _mor_sub_row("values", {"choice": choice},
                         lambda kq: _values_kernel_with_choice(MOR_SUB_CHOICES.index(choice)), kinds, aligned, {})
@@ -417,7 +417,7 @@ def mor_sub_errors_row(need: bool) -> dict:
     """This module's table row for the sub-tensor errors pass over blocks that are read, with the
     block grid ``need`` or without."""
     kinds = {"x_ptr": "*i16", "s4_ptr": "*fp32", "s5_ptr": "*fp32", "need_ptr": "*i8", "err_ptr": "*fp64",
-             **dict.fromkeys(("M", "N", "sxr", "BR", "BC", "n_bcol", "n_blocks"), "i32")}
+             **dict.fromkeys(("M", "N", "sxr", "sxc", "BR", "BC", "n_bcol", "n_blocks"), "i32")}
     aligned = ("x_ptr", "err_ptr", "M", "N", "sxr", "BR", "BC")
     return _mor_sub_row("errors", {"need": need}, lambda kq: kq._errors_kernel, kinds, aligned, {"HAS_NEED": need})
 
@@ -433,11 +433,10 @@ def _mor_sub_row(which: str, label: dict, kernel, kinds: dict, aligned: tuple, c
     tc = min(128, cfg.step)
     tr = max(cfg.step // tc, 1)
     row = {**label, "step": f"{tr}x{tc}", "num_warps": cfg.num_warps}
-    # a row-major operand (its unit column stride spelled out by X_LAYOUT, and a constant at launch
-    # where Triton specializes a 1)
+    # a row-major operand, its unit column stride spelled out by X_LAYOUT (the stride itself a plain
+    # integer, as a compiled graph's launch may pass it)
     n = _measure(f"mor_sub_{which}", row, lambda: compile_sm90(
-        kernel(kq), kinds, dict(TR=tr, TC=tc, IN_KIND=1, X_LAYOUT=0, sxc=1, **constants), aligned, cfg.num_warps),
-        loop=True)
+        kernel(kq), kinds, dict(TR=tr, TC=tc, IN_KIND=1, X_LAYOUT=0, **constants), aligned, cfg.num_warps), loop=True)
     if n is not None:
         row.update(loop_instructions=n, per_element=round(n / (tr * tc / (32 * cfg.num_warps)), 1))
     return row
