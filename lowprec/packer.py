@@ -39,9 +39,12 @@ name matches (an arm never run at the scale, once a step of it is profiled on th
 process adds ``--startup`` seconds and every evaluation ``--eval-s``.
 
 The job prepares missing datasets, then keeps ``--jobs`` processes busy. A run starts only if its
-estimate, its evaluations and the fine-tuning runs that start from it end within the budget; those
-start as soon as it completes, beside the ``--jobs`` others (its final checkpoint, which they start
-from, does not outlive the machine). The evaluations that read a run's final
+estimate, its evaluations and the fine-tuning runs that start from it, one after another, end within
+the budget: those take the free slots before any other run once it completes (its final checkpoint,
+which they start from, does not outlive the machine), so its own slot alone bounds them, and the
+GPU is never shared by more than ``--jobs`` processes (a ``medium`` job that started fine-tuning
+runs beside its four others ran eight processes at once on an H100: one failed for want of memory
+at its start, and every INT8 fine-tuning run was stopped halfway). The evaluations that read a run's final
 checkpoint (``run_evaluations``) run in its slot right after it, since checkpoints are not committed
 and do not outlive the machine. A run whose arm's GPU peak was measured (``Estimator.memory_gib``)
 starts only while its ``footprint`` fits beside the running ones' (``--gpu-memory-gib``, on ``run``
@@ -107,7 +110,8 @@ RESUMABLE_MIN_S = 180.0                   # the least time left in which a run l
 KEPT = ("logs", "packer", "kept")         # under the results root: folders of runs a job stopped
 SOURCES = ("logs", "packer", "sources")   # under the results root: the folders of SOURCE runs
 # what a run's log ends with when the GPU had no memory left for it (torch's exception and message)
-OUT_OF_MEMORY = ("torch.OutOfMemoryError", "CUDA out of memory")
+# and CUDA's own, when a process cannot even make its context (torch.AcceleratorError at set_device)
+OUT_OF_MEMORY = ("torch.OutOfMemoryError", "CUDA out of memory", "CUDA error: out of memory")
 # MX formats of the GaussWS export evaluation (pipelines/gaussws.smk: GW_EXPORTS)
 GW_EXPORTS = ("none", "mxfp8", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4")
 
@@ -363,23 +367,23 @@ def fits(task: Task, in_use: float, budget: Budget) -> bool:
 
 
 def need(task: Task, pending: list[Task], budget: Budget) -> float:
-    """A run's slot time, plus the longest fine-tuning run that waits for it."""
-    after = [budget.own(t) for t in pending if t.source == task.name]
-    return budget.own(task) + max(after, default=0.0)
+    """A run's slot time, plus its fine-tuning runs one after another: they take free slots before
+    any other run, so the slot the run frees bounds them (module doc)."""
+    return budget.own(task) + sum(budget.own(t) for t in pending if t.source == task.name)
 
 
 def pick(pending: list[Task], done: set[str], remaining: float, budget: Budget, running: list[Task]) -> Task | None:
-    """The next run to start beside the ``running`` ones (their footprints on the GPU): a
-    fine-tuning run whose source has completed, whatever the number (its checkpoint does not
-    outlive the machine, and the source started only with time for it), else, while fewer than
-    ``budget.jobs`` run, the first in order with no source waiting that ends (with what waits for
-    it) within ``remaining`` seconds and whose footprint fits the GPU beside the others'."""
-    for t in pending:
-        if t.source in done and budget.own(t) <= remaining:
-            return t
+    """The next run to start beside the ``running`` ones (their footprints on the GPU), while fewer
+    than ``budget.jobs`` run: a fine-tuning run whose source has completed, if its footprint fits (its
+    checkpoint does not outlive the machine: while one waits for memory, no other run starts), else
+    the first in order with no source waiting that ends (with what waits for it) within
+    ``remaining`` seconds and whose footprint fits the GPU beside the others'."""
     if len(running) >= budget.jobs:
         return None
     in_use = sum(footprint(t) for t in running)
+    ready = [t for t in pending if t.source in done and budget.own(t) <= remaining]
+    if ready:
+        return next((t for t in ready if fits(t, in_use, budget)), None)
     for t in pending:
         if t.source is None and need(t, pending, budget) <= remaining and fits(t, in_use, budget):
             return t
@@ -675,8 +679,8 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                     done.add(task.name)
                     continue
                 _remove(task)
-                # at most one retry per process that could share the GPU: fine-tuning runs start beside
-                # the others whatever the limit, so a limit that cannot drop must not retry forever
+                # at most one retry per process that could share the GPU: the limit cannot drop below
+                # one, so a run that keeps failing must not retry forever
                 if state == "failed" and sharing > 1 and task.attempts < budget.jobs and out_of_memory(slot.log):
                     share = replace(share, jobs=min(share.jobs, sharing - 1))
                     task.status = "pending"
@@ -786,12 +790,20 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
              + f") starts {len(first)} of them "
              f"({sum(e - s for _, s, e in job):.0f} run-seconds); the others take {max(0, n - 1)} more"
              + (f", besides {len(never)} that no such job holds" if never else "")]
-    limit = budget.stop_at
-    for t in never:  # fewer processes at once: each runs faster (k^a)
-        jobs = next((j for j in range(budget.jobs - 1, 0, -1)
-                     if (est(t, j)[0] or math.inf) + budget.own(t) - (t.estimate or 0.0) <= limit), None)
-        lines.append(f"no job of this budget holds: {t.name} ({budget.own(t):.0f} s)"
-                     + (f"; with --jobs {jobs}: {est(t, jobs)[0]:.0f} s" if jobs else ""))
+    limit, unheld = budget.stop_at, {t.name for t in never}
+
+    def need_at(t: Task, j: int) -> float:  # need() with j processes at once: each runs faster (k^a)
+        return sum((est(x, j)[0] or math.inf) + budget.own(x) - (x.estimate or 0.0)
+                   for x in [t, *(f for f in tasks if f.source == t.name)])
+
+    for t in never:
+        if t.source in unheld:
+            lines.append(f"no job of this budget holds: {t.name} (waits for {t.source})")
+            continue
+        jobs = next((j for j in range(budget.jobs - 1, 0, -1) if need_at(t, j) <= limit), None)
+        lines.append(f"no job of this budget holds: {t.name} ({need(t, tasks, budget):.0f} s"
+                     + (" with its fine-tuning runs" if any(f.source == t.name for f in tasks) else "") + ")"
+                     + (f"; with --jobs {jobs}: {need_at(t, jobs):.0f} s" if jobs else ""))
     lines += [f"no estimate: {t.name}" for t in tasks if t.estimate is None]
     lines += [f"stale, not retrained here: {s}" for s in stale] + [f"cannot train here: {b}" for b in blocked]
     return lines

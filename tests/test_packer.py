@@ -608,6 +608,44 @@ def test_a_committed_source_trains_again_for_its_checkpoint_alone(tmp_path, monk
     assert folders == {"runs/tiny/int8_fallback_finetune/llama2/int8_block/s0"}
 
 
+def test_fine_tuning_runs_take_the_free_slots_first_and_never_more_than_jobs(tmp_path, monkeypatch):
+    """A source's four fine-tuning runs start in the slots that free up after it, before the
+    pretraining runs waiting behind them, and the GPU never holds more than --jobs processes (they
+    once all started beside the others); the source starts only with time for them one after another."""
+    results = tmp_path / "results"
+    tasks, _, _ = pk.missing_tasks("tiny", ["int8_fallback"], str(results))
+    source = tasks[0]
+    fts = [t for t in tasks if t.source == source.name]
+    tasks = tasks[:3] + fts
+    assert source.name == "int8_fallback/llama2/bf16/s0" and len(fts) == 4
+    monkeypatch.setattr(pk, "run_evaluations", lambda task: [])   # the stand-ins write no evaluations
+    _fake_job(tasks, "tiny", results, tmp_path, monkeypatch)
+    assert [t.status for t in tasks] == ["done"] * len(tasks)
+    events = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
+    starts = {e["run"]: e["start"] for e in events if "start" in e}
+    ends = {e["run"]: e["end"] for e in events if "end" in e}
+    assert max(sum(starts[o] <= t < ends[o] for o in starts) for t in starts.values()) == 2
+    ft_ids = {t.cfg["run_id"] for t in fts}
+    later = [starts[r] for r in starts if r not in ft_ids and starts[r] >= ends[source.cfg["run_id"]]]
+    assert later and max(starts[r] for r in ft_ids) <= min(later)
+    budget = pk.Budget(jobs=2, seconds=20.0, reserve=1.0, eval_s=0.0)
+    assert pk.need(source, tasks, budget) == 5.0                     # itself, then the four in its slot
+    assert source not in [t for t, _, _ in pk.simulate(tasks, replace(budget, seconds=5.5))]  # 4.5 s to the stop
+    planned = [t.name for t, _, _ in pk.simulate(tasks, replace(budget, seconds=6.0))]
+    assert planned.index(source.name) < min(planned.index(t.name) for t in fts)
+
+
+def test_a_process_without_memory_for_its_cuda_context_is_out_of_memory(tmp_path):
+    """torch's error where a process cannot make its CUDA context (Lightning's set_device with the
+    GPU full) counts as out of memory, so the run is retried with fewer sharing; only the last
+    attempt's tail counts."""
+    log = tmp_path / "run.log"
+    log.write_text("Traceback (most recent call last):\n  ...\ntorch.AcceleratorError: CUDA error: out of memory\n")
+    assert pk.out_of_memory(log)
+    log.write_text(log.read_text() + "# attempt 2\nValueError: data.path: no such file\n")
+    assert not pk.out_of_memory(log)
+
+
 def test_a_run_stopped_in_its_evaluation_says_so(tmp_path, monkeypatch):
     """The medium grid's first job (H100) stopped three Llama2 BF16 runs whose training had
     completed, in their outlier pass on the CPU; their note read 'at step 1000/1000', as if the
