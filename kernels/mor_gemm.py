@@ -59,7 +59,8 @@ evidence tests use that the FP8 path (or the TMA loop) really ran.
 
 Two BF16 choices of bf16 operands (the fast path's ``bf16_choice``) make a plain BF16 GEMM, which
 on Hopper runs on TMA loads (``_tma_product``; the launch configuration's ``tma``), traced or not:
-the descriptors are made on the device, since a traced launch cannot carry host-made ones. At
+the descriptors are made on the device, since a traced launch cannot carry host-made ones, and only
+once the decision has found a BF16 choice (``_tma_descs``: the common case returns before). At
 8192^3 on the H100 the fix-up ran so at 0.86-0.88x of torch's BF16 GEMM
 (``results/mor/fixup_h100_device_desc.csv``), against 0.35-0.40x on pointer loads
 (``fixup_h100_pointer_sweep.csv``). One E4M3 choice beside a BF16 one takes TMA loads too: the
@@ -315,6 +316,24 @@ if triton is not None:
             return tl.make_tensor_descriptor(ptr, shape=[rows, K], strides=[s_rows, 1], block_shape=[BLOCK_R, BLOCK_K])
 
     @triton.jit
+    def _tma_descs(ah_ptr, bh_ptr, ac_ptr, bc_ptr, M, N, K, s_ahm, s_ahk, s_bhn, s_bhk, s_acm, s_ack, s_bcn, s_bck,
+                   TMA: tl.constexpr, A_T: tl.constexpr, B_T: tl.constexpr, TMA_CODES: tl.constexpr,
+                   AC_T: tl.constexpr, BC_T: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """The operands' descriptors (the pointers themselves where the TMA loop is compiled out).
+        Made only where a BF16 choice has work: each one costs every program a 128-byte write to
+        global memory, a fence and a barrier, which the fix-up's common case, two E4M3 choices and
+        nothing to do, paid in full before returning (sm_90 machine code)."""
+        ah_desc, bh_desc, ac_desc, bc_desc = ah_ptr, bh_ptr, ac_ptr, bc_ptr
+        if TMA:
+            ah_desc = _tma_desc(ah_ptr, M, K, s_ahm, s_ahk, A_T, BLOCK_M, BLOCK_K)
+            bh_desc = _tma_desc(bh_ptr, N, K, s_bhn, s_bhk, B_T, BLOCK_N, BLOCK_K)
+        if TMA_CODES:
+            ac_desc = _tma_desc(ac_ptr, M, K, s_acm, s_ack, AC_T, BLOCK_M, BLOCK_K)
+            bc_desc = _tma_desc(bc_ptr, N, K, s_bcn, s_bck, BC_T, BLOCK_N, BLOCK_K)
+        return ah_desc, bh_desc, ac_desc, bc_desc
+
+    @triton.jit
     def _tma_loop(x_desc, y_desc, off_x, off_y, K, s_ptr, srow, s_sc, x_bc, x_ok,
                   X_T: tl.constexpr, Y_T: tl.constexpr, X_CODES: tl.constexpr, X_KSTEP: tl.constexpr,
                   BLOCK_X: tl.constexpr, BLOCK_Y: tl.constexpr, BLOCK_K: tl.constexpr, INTERP: tl.constexpr):
@@ -395,14 +414,6 @@ if triton is not None:
             ac_ptr = ac_ptr.to(tl.pointer_type(tl.uint8), bitcast=True)
             bc_ptr = bc_ptr.to(tl.pointer_type(tl.uint8), bitcast=True)
         pid = tl.program_id(0)
-        # descriptors once a program (placeholders where the TMA loop is compiled out)
-        ah_desc, bh_desc, ac_desc, bc_desc = ah_ptr, bh_ptr, ac_ptr, bc_ptr
-        if TMA:
-            ah_desc = _tma_desc(ah_ptr, M, K, s_ahm, s_ahk, A_T, BLOCK_M, BLOCK_K16)
-            bh_desc = _tma_desc(bh_ptr, N, K, s_bhn, s_bhk, B_T, BLOCK_N, BLOCK_K16)
-        if TMA_CODES:
-            ac_desc = _tma_desc(ac_ptr, M, K, s_acm, s_ack, AC_T, BLOCK_M, BLOCK_K16)
-            bc_desc = _tma_desc(bc_ptr, N, K, s_bcn, s_bck, BC_T, BLOCK_N, BLOCK_K16)
         # the decision, on the device: E4M3 iff error <= threshold (NaN: BF16)
         e4a = tl.load(ae_ptr) <= thr_a
         e4b = tl.load(be_ptr) <= thr_b
@@ -426,6 +437,9 @@ if triton is not None:
             if e4a & e4b:
                 tl.store(info_ptr + 2, 3, mask=first)
             else:
+                ah_desc, bh_desc, ac_desc, bc_desc = _tma_descs(
+                    ah_ptr, bh_ptr, ac_ptr, bc_ptr, M, N, K, s_ahm, s_ahk, s_bhn, s_bhk, s_acm, s_ack, s_bcn, s_bck,
+                    TMA, A_T, B_T, TMA_CODES, AC_T, BC_T, BLOCK_M, BLOCK_N, BLOCK_K16)
                 n_tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)  # (tl.cdiv: a jit helper, which breaks the interpreter)
                 for t in range(pid, n_tiles, tl.num_programs(0)):
                     rm, rn, m_ok, n_ok, a_srow, b_srow = _tile_rows(t, M, N, s_asr, a_br, s_bsr, b_br,
@@ -456,6 +470,9 @@ if triton is not None:
                                 BLOCK_M, BLOCK_N, BLOCK_K8, PROMOTE, EVEN, WHOLE_MN, INTERP)
                 tl.store(info_ptr + 2, 1, mask=first)
             elif TMA and _tma_runs(e4a, e4b, TMA_CODES):
+                ah_desc, bh_desc, ac_desc, bc_desc = _tma_descs(
+                    ah_ptr, bh_ptr, ac_ptr, bc_ptr, M, N, K, s_ahm, s_ahk, s_bhn, s_bhk, s_acm, s_ack, s_bcn, s_bck,
+                    TMA, A_T, B_T, TMA_CODES, AC_T, BC_T, BLOCK_M, BLOCK_N, BLOCK_K16)
                 acc = _tma_product(ah_desc, bh_desc, ac_desc, bc_desc, e4a, e4b, pid, M, N, K,
                                    as_ptr, a_srow, s_asc, a_bc, m_ok, bs_ptr, b_srow, s_bsc, b_bc, n_ok,
                                    A_KSTEP, B_KSTEP, A_T, B_T, AC_T, BC_T, TMA_CODES,

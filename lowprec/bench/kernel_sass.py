@@ -446,6 +446,29 @@ def mor_gemm_rows(mode: str, hp: str, view: str = "rows", loads: str = "pointer"
     """This module's table rows for the MoR GEMM's K loops in one mode, for hp operands of dtype
     ``hp`` read through ``view`` (``rows`` or ``transposed``), on whole tiles, on pointer loads or
     (``loads="tma"``: bf16 operands, codes in the view's layout) on TMA loads."""
+    base, build = _mor_gemm_build(mode, hp, view, loads)
+    try:
+        compiled = build()
+    except Exception as exc:
+        return [{**base, "error": _error_text(exc)}]
+    instrs, usage = disassemble(compiled.asm["cubin"])
+    loops = k_loops(instrs)
+    in_flight = mma_in_flight(compiled.asm["ttgir"])
+    if len(in_flight) != len(loops):  # the two views disagree on the loops: say nothing rather than pair them wrongly
+        in_flight = [""] * len(loops)
+    return [{**base, "loop": i, "loop_instructions": len(body), "mma_in_flight": in_flight[i],
+             **{k: v for k, v in {**counts(body), **usage}.items() if k in FIELDS["mor_gemm"]}}
+            for i, body in enumerate(loops)]
+
+
+def compile_mor_gemm(mode: str, hp: str, view: str = "rows", loads: str = "pointer"):
+    """The MoR GEMM as ``mor_gemm_rows`` compiles it for sm_90 (Triton's compiled kernel: its
+    ``asm`` holds the TTIR, TTGIR and cubin)."""
+    return _mor_gemm_build(mode, hp, view, loads)[1]()
+
+
+def _mor_gemm_build(mode: str, hp: str, view: str, loads: str) -> tuple:
+    """The table's fixed columns for a MoR GEMM compile, and the compile itself (a callable)."""
     from lowprec.kernels import mor_gemm as kg
 
     _require_compiled_kernels()
@@ -473,18 +496,7 @@ def mor_gemm_rows(mode: str, hp: str, view: str = "rows", loads: str = "pointer"
                  **dict.fromkeys(unit, 1))
     aligned = ("ac_ptr", "bc_ptr", "ah_ptr", "bh_ptr", "c_ptr", "M", "N", "K",
                *(k for k in strides if k not in unit))
-    try:
-        compiled = compile_sm90(kg._mor_gemm_kernel, kinds, const, aligned, cfg.num_warps, cfg.num_stages)
-    except Exception as exc:
-        return [{**base, "error": _error_text(exc)}]
-    instrs, usage = disassemble(compiled.asm["cubin"])
-    loops = k_loops(instrs)
-    in_flight = mma_in_flight(compiled.asm["ttgir"])
-    if len(in_flight) != len(loops):  # the two views disagree on the loops: say nothing rather than pair them wrongly
-        in_flight = [""] * len(loops)
-    return [{**base, "loop": i, "loop_instructions": len(body), "mma_in_flight": in_flight[i],
-             **{k: v for k, v in {**counts(body), **usage}.items() if k in FIELDS["mor_gemm"]}}
-            for i, body in enumerate(loops)]
+    return base, lambda: compile_sm90(kg._mor_gemm_kernel, kinds, const, aligned, cfg.num_warps, cfg.num_stages)
 
 
 def _mor_gemm_rows(prog: str, args, wanted: list) -> list:
