@@ -12,10 +12,12 @@ each one's time times the ratio of the two arms' time per step at ``tiny`` (neve
 recipe), and the upper median of those. That ratio is a CPU one, and on a GPU the arms' costs differ
 (at ``tiny`` per-block MoR takes 2.05x per-tensor MoR's step, on an H200 at 98 M 1.14x). So where the
 anchor ran on a GPU and both arms' methods are arms of the committed end-to-end benchmark
-(``lowprec.bench.e2e_step.METHODS``, BF16 as ``bf16_compiled``; ``SPEED_BENCH`` at ``SPEED_SHAPE``,
+(``lowprec.bench.e2e_step.METHODS``, BF16 as ``bf16_compiled``; ``SPEED_BENCHES`` at ``SPEED_SHAPE``,
 the benchmark shape nearest the GPU scales' models), the ratio of their benchmarked step times
 replaces it: each row's tokens/s relative to compiled BF16 in its own run, so rows of different runs
-compare. Where neither fits, an override (``PATTERN: seconds`` on run names) replaces the estimate.
+compare, and of an arm's rows in the H200's and the H100's files the newest run's (the code a job
+runs now: INT8 block at 98 M measured 0.35x on the H200 at ``f186797`` and 0.55x on the H100 at
+``d0c7170``, where the ratio of the same code on the two Hopper cards differs by a few per cent). Where neither fits, an override (``PATTERN: seconds`` on run names) replaces the estimate.
 
 A grid's arm with no run at the scale that a size sweep of the scale has trained at the grid's
 shape (the same parameters and tokens per step: a sweep point that is the scale's size, as 12 x 768
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import config as lpc
+from .io import provenance_path
 from .sweep import SWEEP_RUN, run_parameters, tokens_per_step
 
 if TYPE_CHECKING:
@@ -51,7 +54,8 @@ REFERENCE_SCALE = "tiny"   # committed on CPU for every arm: the ratios between 
 GRID_RUNS = "*/*/*/s*/provenance.json"      # under runs/<scale>/: <paper>/<model>/<method>/s<seed>
 SWEEP_RUNS = "*/*/*/*/s*/provenance.json"   # under a sweep's folder: <point>/<paper>/<model>/<method>/s<seed>
 DEFAULT_EXPONENT = 0.5     # k^a when no arm was measured at several concurrencies
-SPEED_BENCH = "bench/e2e_h200.csv"    # under the results root: the arms' GPU step times (module doc)
+# under the results root: the arms' GPU step times, the newest run's of each arm (module doc)
+SPEED_BENCHES = ("bench/e2e_h200.csv", "bench/e2e_h100.csv")
 SPEED_SHAPE = "llama_100m"            # 98 M parameters; medium's models are 110-135 M, small's 10-15 M
 
 
@@ -93,7 +97,7 @@ class Estimator:
         for arm, wall, steps, _, _ in self._measured(Path(results) / "runs" / REFERENCE_SCALE, concurrency=False):
             self.reference.setdefault(arm, []).append(wall / steps)
         self.reference = {a: sum(v) / len(v) for a, v in self.reference.items()}
-        self.speed = bench_speeds(Path(results) / SPEED_BENCH)   # benchmark arm -> tokens/s over BF16's
+        self.speed = bench_speeds([Path(results) / b for b in SPEED_BENCHES])  # arm -> tokens/s over BF16's
         # a size sweep's arms (folder ``sweep_runs``): (parameters, seconds per step alone) of each
         # completed run; ``_sweep_per_step`` bounds a run's from them (module doc)
         self.sweep_steps: dict[tuple, list[tuple[int, float]]] = {}
@@ -226,16 +230,29 @@ def bench_arm(method: dict) -> str | None:
     return next((arm for arm, m in METHODS.items() if m == mine), None)
 
 
-def bench_speeds(path: Path) -> dict[str, float]:
+def bench_speeds(paths: list[Path]) -> dict[str, float]:
     """Benchmark arm -> its tokens/s over compiled BF16's of the same run (``ratio_vs_bf16_compiled``)
-    at ``SPEED_SHAPE``, from the committed benchmark ``path``; empty where it is missing."""
+    at ``SPEED_SHAPE``, from the committed benchmarks ``paths``: of an arm's rows, the one whose run
+    (its ``commit``, dated by the file's provenance) is the newest, the first file's where none is
+    dated; empty where none is there."""
     import csv
 
-    if not path.exists():
-        return {}
-    with path.open() as f:
-        return {r["arm"]: float(r["ratio_vs_bf16_compiled"]) for r in csv.DictReader(f)
-                if r["shape"] == SPEED_SHAPE and float(r["ratio_vs_bf16_compiled"] or 0) > 0}
+    newest: dict[str, tuple[str, float]] = {}
+    for path in paths:
+        if not path.exists():
+            continue
+        prov = provenance_path(path)
+        runs = json.loads(prov.read_text()).get("runs", []) if prov.exists() else []
+        dated: dict[str, str] = {}
+        for run in runs:
+            dated[run.get("commit", "")] = max(dated.get(run.get("commit", ""), ""), run.get("time") or "")
+        with path.open() as f:
+            for r in csv.DictReader(f):
+                ratio = float(r["ratio_vs_bf16_compiled"] or 0)
+                when = dated.get(r.get("commit") or "", "")
+                if r["shape"] == SPEED_SHAPE and ratio > 0 and (r["arm"] not in newest or when > newest[r["arm"]][0]):
+                    newest[r["arm"]] = (when, ratio)
+    return {arm: ratio for arm, (_, ratio) in newest.items()}
 
 
 def _peaks(root: Path, pattern: str, keep=None, point: bool = False) -> dict[tuple, float]:

@@ -178,7 +178,7 @@ def test_an_arm_never_run_on_the_gpu_takes_the_benchmarked_step_ratio(tmp_path):
     step times at the benchmark's 98 M shape (each row against its own run's compiled BF16), not
     their CPU ratio at tiny; without a GPU anchor, or for a method the benchmark lacks, the tiny
     ratio as before."""
-    from lowprec.run_estimates import SPEED_BENCH, bench_arm
+    from lowprec.run_estimates import SPEED_BENCHES, bench_arm
 
     runs, _ = _grid("small", ["mor"], tmp_path)
     cfg = lambda m, s: runs[("mor", "nemotron", m, str(s))]  # noqa: E731
@@ -186,14 +186,26 @@ def test_an_arm_never_run_on_the_gpu_takes_the_benchmarked_step_ratio(tmp_path):
     tiny, _ = _grid("tiny", ["mor"], tmp_path)
     for method, wall in (("bf16", 10.0), ("mor_block", 40.0), ("mor_block_e8", 30.0)):
         _commit(tiny[("mor", "nemotron", method, "0")], wall=wall, start=5000 * len(method))
-    bench = tmp_path / SPEED_BENCH
-    bench.parent.mkdir(parents=True)
-    bench.write_text("shape,arm,ratio_vs_bf16_compiled\nllama_100m,bf16_compiled,1.000\n"
-                     "llama_100m,mor_block,0.800\nllama_1b,mor_block,1.084\n")
+    h200, h100 = (tmp_path / b for b in SPEED_BENCHES)
+    h200.parent.mkdir(parents=True)
+    h200.write_text("shape,arm,ratio_vs_bf16_compiled,commit\nllama_100m,bf16_compiled,1.000,c1\n"
+                    "llama_100m,mor_block,0.800,c1\nllama_1b,mor_block,1.084,c1\n")
     est = Estimator(str(tmp_path), "small", startup=20.0)
     block = pk.Task("mor/nemotron/mor_block/s0", cfg("mor_block", 0), pk.PRETRAIN)
     # 100 s alone x (1 / 0.8) + 20 s to start, not x 4 (tiny)
     assert est(block, 1) == (pytest.approx(145.0), "mor/nemotron/bf16 x 1.25 (GPU benchmark, llama_100m)")
+    # the other GPU's file: of an arm's rows the newest run's counts (its commit dated by the
+    # provenance), an older one's does not
+    h100.write_text("shape,arm,ratio_vs_bf16_compiled,commit\nllama_100m,mor_block,0.500,c0\n")
+    runs_of = lambda *cs: json.dumps({"runs": [{"commit": c, "time": t} for c, t in cs]})  # noqa: E731
+    h200.with_suffix(".provenance.json").write_text(runs_of(("c1", "2026-12-06T10:00:00+00:00")))
+    h100.with_suffix(".provenance.json").write_text(runs_of(("c0", "2026-12-05T10:00:00+00:00")))
+    assert Estimator(str(tmp_path), "small", startup=20.0)(block, 1)[0] == pytest.approx(145.0)
+    h100.with_suffix(".provenance.json").write_text(runs_of(("c0", "2026-12-05T10:00:00+00:00"),
+                                                            ("c0", "2026-12-07T10:00:00+00:00")))
+    assert Estimator(str(tmp_path), "small", startup=20.0)(block, 1) == (
+        pytest.approx(220.0), "mor/nemotron/bf16 x 2.00 (GPU benchmark, llama_100m)")
+    h100.unlink()
     # E8 block scales are no benchmark arm: the tiny ratio
     e8 = pk.Task("mor/nemotron/mor_block_e8/s0", cfg("mor_block_e8", 0), pk.PRETRAIN)
     assert est(e8, 1)[1] == "mor/nemotron/bf16 x 3.00 (tiny time per step)"
