@@ -132,7 +132,7 @@ class GemmConfig(NamedTuple):
     # the fix-up's launch only: a register cap (ptxas fits every loop in 128 with no spill, against
     # 255 uncapped, so that two 8-warp programs share an SM; measured slower, 0.30-0.35x of torch's
     # BF16 GEMM against 0.35-0.40x, ``results/mor/fixup_h100_pointer_sweep.csv``) and its persistent
-    # programs an SM
+    # programs an SM (no more than fit on one at once: ``_config``)
     maxnreg: Optional[int] = None
     programs_per_sm: int = 2
     # BF16 choices of bf16 operands (and one E4M3 choice's codes) through TMA descriptors
@@ -565,7 +565,11 @@ def _config(M: int, N: int, K: int, k_widths: list, hp_fp32: bool, precise: bool
         # 0.80-1.03x at 128 x 256, whose mixed loops ptxas spills with Triton 3.6 (B's codes) and which
         # ran them slower (``results/mor/fixup_h100_tma_sweep.csv``, ``fixup_h100_tma_pairs_128x256.csv``)
         return GemmConfig(128, 128, cap8, 64, 8, 4, programs_per_sm=1)
-    return GemmConfig(128, 128, cap8, min(cap8, 32 if hp_fp32 else 64), 8, 3)
+    # the fix-up's pointer loops: one persistent program an SM. Uncapped, ptxas gives every one
+    # 250-255 registers (sm_90), so one 8-warp program fills an SM's 64K and a second only queued
+    # behind it: a second wave, which the common case (two E4M3 choices: each program reads the
+    # decision and returns) paid as launch latency, and the BF16 product no faster for it
+    return GemmConfig(128, 128, cap8, min(cap8, 32 if hp_fp32 else 64), 8, 3, programs_per_sm=1 if fixup else 2)
 
 
 def _fallback_configs(cfg: GemmConfig):

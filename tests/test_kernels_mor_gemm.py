@@ -308,6 +308,13 @@ for mode, view, loads in (("fixup", "rows", "pointer"), ("fixup", "transposed", 
         print(mode + "_" + view + ("_tma" if loads == "tma" else ""), row.get("tile"), row.get("loop_instructions"),
               row.get("conversions"), row.get("spills"), row.get("global_loads"), row.get("mma_in_flight"),
               row.get("error", ""))
+# the fix-up's pointer loops: registers a thread, warps and persistent programs an SM of each variant
+from lowprec.kernels import mor_gemm as kg
+for hp in ("bf16", "fp32"):
+    for view in ("rows", "transposed"):
+        row = ks.mor_gemm_rows("fixup", hp, view, "pointer")[0]
+        cfg = kg._config(8192, 8192, 8192, [], hp == "fp32", True, True, False)
+        print("fixup_residency", hp, view, row.get("registers"), cfg.num_warps, cfg.programs_per_sm)
 # where the fix-up makes its TMA descriptors: their depth in the TTIR, the function's top level at 4
 ttir = ks.compile_mor_gemm("fixup", "bf16", "rows", "tma").asm["ttir"].splitlines()
 print("descriptor_depths", *sorted({len(l) - len(l.lstrip()) for l in ttir if "tt.make_tensor_descriptor" in l}))
@@ -361,6 +368,12 @@ def test_bf16_loops_load_one_source_per_operand():
     # global write, a fence and a barrier, before returning (7 us a call per block at 98 M on the H100)
     depths = next(line[1:] for line in lines if line[0] == "descriptor_depths")
     assert depths and all(int(d) > 4 for d in depths), out
+    # every persistent program of the fix-up's pointer loops is resident at once (64K registers an
+    # SM): a program that only queued behind another made a second wave, which the common case, where
+    # each program reads the decision and returns, paid as launch latency
+    residency = [line[1:] for line in lines if line[0] == "fixup_residency"]
+    assert len(residency) == 4 and all(int(regs) * 32 * int(warps) * int(per_sm) <= 65536
+                                       for _, _, regs, warps, per_sm in residency), out
 
 
 def _bf16_view(rows, k, seed, transposed):
