@@ -15,9 +15,9 @@ anchor ran on a GPU and both arms' methods are arms of the committed end-to-end 
 (``lowprec.bench.e2e_step.METHODS``, BF16 as ``bf16_compiled``; ``SPEED_BENCHES`` at ``SPEED_SHAPE``,
 the benchmark shape nearest the GPU scales' models), the ratio of their benchmarked step times
 replaces it: each row's tokens/s relative to compiled BF16 in its own run, so rows of different runs
-compare, and of an arm's rows in the H200's and the H100's files the newest run's (the code a job
-runs now: INT8 block at 98 M measured 0.35x on the H200 at ``f186797`` and 0.55x on the H100 at
-``d0c7170``, where the ratio of the same code on the two Hopper cards differs by a few per cent). Where neither fits, an override (``PATTERN: seconds`` on run names) replaces the estimate.
+compare, and of an arm's rows in the H200's and the H100's files the newest run's, the code a job
+runs now (INT8 block at 98 M: 0.35x on the H200 at ``f186797``, 0.55x on the H100 at ``d0c7170``).
+Where neither fits, an override (``PATTERN: seconds`` on run names) replaces the estimate.
 
 A grid's arm with no run at the scale that a size sweep of the scale has trained at the grid's
 shape (the same parameters and tokens per step: a sweep point that is the scale's size, as 12 x 768
