@@ -160,7 +160,7 @@ if triton is not None:
     @triton.jit
     def _values_kernel(x_ptr, choice_ptr, s4_ptr, s5_ptr, values_ptr, e4m3_ptr, values_t_ptr, e4m3_t_ptr,
                        M, N, sxr, sxc, BR, BC, n_bcol, TR: tl.constexpr, TC: tl.constexpr, IN_KIND: tl.constexpr,
-                      X_LAYOUT: tl.constexpr):
+                       X_LAYOUT: tl.constexpr):
         pid = tl.program_id(0)
         row0, col0 = _block_origin(pid, n_bcol, BR, BC)
         x_blk = x_ptr + row0 * sxr + col0 * sxc

@@ -117,12 +117,11 @@ def measure(m: int, n: int, view: bool, partition: str, configs: list, divs: lis
                               options=dict(EAGER_NUMERICS))
     scale, scale_t = scales_fn(x2d)
     row("scales", bench(lambda: scales_fn(x2d)), t_ind)
-    grid, block = mor_fast._base_grid(scale, kind_block(kind, (m, n)), view)
-    grid_t = block_t = None
-    if own_t:  # as mor_fast._with_own_transpose lays the two grids over the row-major base
-        grid_t, block_t = mor_fast._base_grid(scale_t, kind_block(kind, (n, m)), not view)
-        if view:
-            grid, block, grid_t, block_t = grid_t, block_t, grid, block
+    if own_t:
+        grid, block, grid_t, block_t = mor_fast.own_transpose_grids(scale, scale_t, kind, (m, n), view)
+    else:
+        grid, block = mor_fast._base_grid(scale, kind_block(kind, (m, n)), view)
+        grid_t = block_t = None
     moved = base.numel() * (base.element_size() + (2 if both else 1))
     for bm, bn, warps in configs:
         for div in divs:

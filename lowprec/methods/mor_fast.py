@@ -150,6 +150,15 @@ def mor_operand(q: MoRQuantizer, t: torch.Tensor, with_transpose: bool = False) 
     return MoROperand(fp8, _choose_e4m3(err, q.threshold), hp, False, hp_t)
 
 
+def own_transpose_grids(scale: torch.Tensor, scale_t: torch.Tensor, kind: str, shape: tuple, hp_t: bool) -> tuple:
+    """(grid, block, grid_t, block_t) of the cast pass over the row-major base of a per-channel
+    operand of ``shape`` (scales ``scale``, its transpose's ``scale_t``): the pass's rows' grid is the
+    operand's, or its transpose's for a transposed view (``hp_t``)."""
+    grid, block = _base_grid(scale, kind_block(kind, shape), hp_t)
+    grid_t, block_t = _base_grid(scale_t, kind_block(kind, shape[::-1]), not hp_t)
+    return (grid_t, block_t, grid, block) if hp_t else (grid, block, grid_t, block_t)
+
+
 def _with_own_transpose(q: MoRQuantizer, x2d: torch.Tensor, spec, kind: str, base: torch.Tensor, hp_t: bool,
                         hp: torch.Tensor) -> MoROperand:
     """``mor_operand`` of a per-channel operand with its transpose's quantization (scales of x2d's
@@ -157,11 +166,7 @@ def _with_own_transpose(q: MoRQuantizer, x2d: torch.Tensor, spec, kind: str, bas
     spec_t = e4m3_spec(q.partition, q.block, q.scale, cols=x2d.shape[0])
     scale, scale_t = encode_scales(x2d, spec), encode_scales(x2d.t(), spec_t)
     if _cast_on_kernel(x2d, kind, kinds=("row",)):
-        # the pass reads the row-major base: its rows' grid is x2d's, or x2d.T's for a transposed view
-        grid, block = _base_grid(scale, kind_block(kind, tuple(x2d.shape)), hp_t)
-        grid_t, block_t = _base_grid(scale_t, kind_block(kind, tuple(x2d.shape[::-1])), not hp_t)
-        if hp_t:
-            grid, block, grid_t, block_t = grid_t, block_t, grid, block
+        grid, block, grid_t, block_t = own_transpose_grids(scale, scale_t, kind, tuple(x2d.shape), hp_t)
         codes_b, codes_bt, err_b, nz_counts, err_bt = mor_cast_error_cuda(
             base, grid, list(block), "both", grid_t, list(block_t))
         codes, codes_t = (codes_bt, codes_b) if hp_t else (codes_b, codes_bt)
@@ -243,7 +248,9 @@ CHANNEL_WITH_TRANSPOSE = env_switch(CHANNEL_WITH_TRANSPOSE_ENV)
 # ulp as div.full is, over |y| > 2^-10, where the pass now sends it: kernels.mor_quant._division):
 # sm_90 instructions an element 67.2 -> 54.8 with the transpose's own grid, 34.2 -> 27.2 rows only
 # (results/bench/mor_cast_sass_sm90_fast_div.csv); then 46.8 and 23.8 with the term formed in
-# magnitudes (mor_quant._code_and_term; mor_cast_sass_sm90_magnitudes.csv).
+# magnitudes (mor_quant._code_and_term; mor_cast_sass_sm90_magnitudes.csv). Timed with both on an
+# H100 at 496c959: per-channel MoR at 1 B 1.020x of compiled BF16 (0.951x at d0c7170), its cast
+# passes 21.8 ms of the step (34.6; results/bench/e2e_h100_496c959.csv and profiles/).
 CAST_APPROX_DIV = True
 
 
