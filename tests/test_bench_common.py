@@ -309,7 +309,7 @@ def test_e2e_budget_leaves_out_the_arms_that_do_not_fit_and_keeps_the_closing_ba
         now[0] += took[arm]
         measured.append(arm)
         return {"shape": shape, "arm": arm, "path": "compiled", "reps": [1000.0 if arm == e2e.BASELINE else 1200.0],
-                "inductor_options": {}, "fallback_ratio_reps": [], "peak_mem_gib": 1.0, "held_before_gib": 0.25,
+                "inductor_options": {}, "fallback_ratio_reps": [], "mor_e4m3_share_reps": [], "peak_mem_gib": 1.0, "held_before_gib": 0.25,
                 "lowp_gemms_per_step": 336, "batch": 8, "seq": 2048, "n_params": 1, "warmup_s": 1.0,
                 "int8_tuned": []}
     monkeypatch.setattr(e2e, "measure", fake_measure)
@@ -334,7 +334,7 @@ def test_e2e_fallback_share_per_repeat_reads_the_layers_counts():
     quarter of the blocks gives a quarter); none for a model without fallback layers."""
     import torch
 
-    from lowprec.bench.e2e_step import fallback_blocks, fallback_ratios
+    from lowprec.bench.e2e_step import fallback_blocks, interval_shares
     from lowprec.linear import convert
     from lowprec.models import build_model
     from lowprec.recipes import recipe_from_config
@@ -343,7 +343,7 @@ def test_e2e_fallback_share_per_repeat_reads_the_layers_counts():
              "max_seq_len": 64, "tie_embeddings": False}
     torch.manual_seed(0)
     plain = build_model(shape, 256)
-    assert fallback_blocks(plain) is None and fallback_ratios([None, None]) == []
+    assert fallback_blocks(plain) is None and interval_shares([None, None]) == []
     model = build_model(shape, 256)
     convert(model, recipe_from_config({"recipe": "int8_fallback", "rule": "topk", "rho": 0.25}))
     model.train()
@@ -354,8 +354,39 @@ def test_e2e_fallback_share_per_repeat_reads_the_layers_counts():
             model(input_ids=x, labels=x, use_cache=False).loss.backward()
         totals.append(fallback_blocks(model))
     assert totals[0] == (0, 0) and totals[2][0] == 3 * totals[1][0] > 0
-    assert fallback_ratios(totals) == [0.25, 0.25]
-    assert fallback_ratios([(0, 0), (0, 0), (8, 1)]) == [0.0, 0.125]
+    assert interval_shares(totals) == [0.25, 0.25]
+    assert interval_shares([(0, 0), (0, 0), (8, 1)]) == [0.0, 0.125]
+
+
+def test_e2e_mor_share_per_repeat_reads_the_layers_decisions():
+    """The benchmark's per-repeat MoR E4M3 share: calls that chose E4M3 over the calls between two
+    readings of every MoR layer's decision counts. A threshold of 0 sends every operand to BF16
+    (share 0), the default keeps random data in E4M3 (share 1); none for a model without MoR."""
+    import torch
+
+    from lowprec.bench.e2e_step import interval_shares, mor_choices
+    from lowprec.linear import convert
+    from lowprec.models import build_model
+    from lowprec.recipes import recipe_from_config
+
+    shape = {"name": "t", "family": "llama", "layers": 1, "d_model": 64, "heads": 2, "kv_heads": 2, "ffn": 128,
+             "max_seq_len": 64, "tie_embeddings": False}
+    torch.manual_seed(0)
+    assert mor_choices(build_model(shape, 256)) is None
+    x = torch.randint(0, 256, (2, 64))
+    shares = {}
+    for threshold in (0.0, None):
+        model = build_model(shape, 256)
+        method = {"recipe": "mor", "partition": "tensor", **({} if threshold is None else {"threshold": threshold})}
+        convert(model, recipe_from_config(method))
+        model.train()
+        totals = [mor_choices(model)]
+        model(input_ids=x, labels=x, use_cache=False).loss.backward()
+        totals.append(mor_choices(model))
+        # seven linears a block, three GEMMs of two operands each
+        assert totals[0] == (0, totals[0][1]) and totals[1][0] == 7 * 3 * 2
+        shares[threshold] = interval_shares(totals)
+    assert shares == {0.0: [0.0], None: [1.0]}
 
 
 def test_cudagraph_timer_is_chosen_and_named(monkeypatch):

@@ -43,7 +43,8 @@ block-scaled pairs and the Triton INT8 GEMM kernels): 0 for an arm with a hardwa
 MoR's block-scaled GEMM counts, twice per GEMM with 128-high blocks: one launch for the tiles on FP8
 tensor cores, one for the tiles on BF16 ones). For INT8 fallback arms the provenance also gives
 each repeat's share of blocks that fell back (``fallback_ratio_reps``), which a second part's cost
-follows, and every arm's INT8 GEMM configurations (``int8_tuned``). ``peak_mem_gib`` is an arm's own
+follows, for MoR arms each repeat's share of operand calls that chose E4M3 (``mor_e4m3_share_reps``:
+a BF16 choice pays the fix-up's BF16 product too), and every arm's INT8 GEMM configurations (``int8_tuned``). ``peak_mem_gib`` is an arm's own
 peak: what is still allocated when it starts (an earlier arm's leftovers) is left out and given in
 the provenance (``held_before_gib``; rows of runs without it counted it in).
 ``--cudagraphs`` compiles every compiled arm, the baseline included, with Inductor's CUDA graphs
@@ -330,12 +331,13 @@ def measure(arm: str, shape_name: str, args) -> dict:
     if arm in HARDWARE_ARMS and n_lowp == 0:
         fail(PROG, f"arm {arm} ({shape_name}): no low-precision GEMM ran in a profiled step; the measurement "
                    "would be of BF16 or emulated GEMMs")
-    reps, fallback = [], [fallback_blocks(model)]
+    reps, fallback, mor = [], [fallback_blocks(model)], [mor_choices(model)]
     for _ in range(args.repeats):
         reps.append(time_steps(fn, opt, batches, args.steps))
         fallback.append(fallback_blocks(model))
+        mor.append(mor_choices(model))
     row = {"shape": shape_name, "arm": arm, "path": path, "reps": reps, "inductor_options": options,
-           "fallback_ratio_reps": fallback_ratios(fallback),
+           "fallback_ratio_reps": interval_shares(fallback), "mor_e4m3_share_reps": interval_shares(mor),
            "peak_mem_gib": (torch.cuda.max_memory_allocated() - held) / 2**30, "held_before_gib": held / 2**30,
            "lowp_gemms_per_step": n_lowp,
            "batch": shape["batch"], "seq": shape["seq"], "n_params": sum(p.numel() for p in model.parameters()),
@@ -377,10 +379,24 @@ def fallback_blocks(model) -> tuple[int, int] | None:
     return sum(r["blocks"] for r in rows.values()), sum(r["fallback_blocks"] for r in rows.values())
 
 
-def fallback_ratios(totals: list) -> list[float]:
-    """The share of blocks that fell back in each interval between ``fallback_blocks`` readings
-    (each repeat's steps and its untimed first step): a second part's cost follows it, so a repeat
-    slower than the others shows whether it fell back more. Empty without fallback layers."""
+def mor_choices(model) -> tuple[int, int] | None:
+    """(MoR operand calls, calls whose operand chose E4M3) so far, over every layer's decision counts
+    (``lowprec.methods.mor.layer_counts``, a host read outside the timed steps); None for a model
+    without MoR layers. A BF16 choice pays the fix-up's BF16 product beside the FP8 one, so a repeat
+    slower than the others shows whether its operands left E4M3."""
+    from ..linear import QLinear
+    from ..methods.mor import layer_counts
+    tables = [t for m in model.modules() if isinstance(m, QLinear) for t in [layer_counts(m)] if t is not None]
+    if not tables:
+        return None
+    total = sum(t[:, :2].sum(0).cpu() for t in tables)
+    return int(total[0]), int(total[1])
+
+
+def interval_shares(totals: list) -> list[float]:
+    """The share ``part / whole`` in each interval between readings of (whole, part) running totals
+    (each repeat's steps and its untimed first step): INT8 fallback's blocks that fell back, whose
+    second parts' cost follows it, or MoR's calls that chose E4M3. Empty without such layers."""
     if totals[0] is None:
         return []
     return [round((f1 - f0) / (b1 - b0), 6) if b1 > b0 else 0.0
@@ -568,8 +584,9 @@ def main(argv=None) -> int:
                 measured.append(m)
             if m["int8_tuned"]:
                 info.setdefault("int8_tuned", {})[arm] = m["int8_tuned"]
-            if m["fallback_ratio_reps"]:
-                info.setdefault("fallback_ratio_reps", {})[arm] = m["fallback_ratio_reps"]
+            for key in ("fallback_ratio_reps", "mor_e4m3_share_reps"):
+                if m[key]:
+                    info.setdefault(key, {})[arm] = m[key]
             info["warmup_s"] = {x["arm"]: round(x["warmup_s"], 1) for x in measured}
             info["held_before_gib"] = {x["arm"]: round(x["held_before_gib"], 2) for x in measured}
             shape_rows = _rows(measured, base, args, run["commit"])
