@@ -225,3 +225,34 @@ def test_the_medium_column_shows_the_verdict_there_once_it_has_runs(tmp_path):
     assert (channel["verdict"], channel["scale"], channel["medium"]) == ("reproduced", "small", "inconclusive")
     header = readme.verdict_table(tmp_path, ["mor"])[0]
     assert header.split(" | ")[5:7] == ["verdict", "`medium`"]
+
+
+def test_a_runs_numerics_say_whether_it_ran_the_fast_path_or_the_emulation(tmp_path):
+    """The final-loss tables' numerics column tells a GPU run on the fast path from an emulated
+    one: from the provenance (a plan, the device, LOWPREC_FAST_PATH), whatever the run wrote
+    after the description before the reports told them apart (every run then read 'emulated')."""
+    import pandas as pd
+
+    from lowprec.report.runs import EMULATED, Run
+
+    def run(gpu, fast_path, numerics, switches=None, layers=("h.0.mlp",)):
+        method = {"numerics": numerics, "layers": list(layers)}
+        if fast_path is not None:
+            method["fast_path"] = fast_path
+        prov = {"method": method, "device": {"gpu": gpu}, "switches": switches or {}}
+        return Run(tmp_path, "p", "small", "gpt2", "int8_block", "int8_block", 0, pd.DataFrame(), prov, {})
+
+    plan = "fprop: int8 32x32 / int8 32x32 on the Triton INT8 GEMM (CUDA; telemetry steps emulated)"
+    old = "int8_block: INT8 per 32x32 block (emulated, fp32 accumulate)"
+    new = "int8_block: INT8 per 32x32 block"
+    fast = "int8_block: INT8 per 32x32 block (fast path; telemetry steps emulated)"
+    emulated = f"int8_block: INT8 per 32x32 block {EMULATED}"
+    assert run("NVIDIA H100 80GB HBM3", plan, old).numerics == fast
+    assert run("NVIDIA H100 80GB HBM3", plan, new).numerics == fast
+    assert run(None, plan, old).numerics == emulated == run(None, plan, new).numerics
+    assert run(None, plan, new, {"LOWPREC_FAST_PATH": "all"}).numerics == fast
+    assert run("NVIDIA H200", plan, new, {"LOWPREC_FAST_PATH": "off"}).numerics == emulated
+    assert run("NVIDIA H200", "none: emulated", new).numerics == emulated
+    assert run("NVIDIA H200", None, old).numerics == emulated  # a run from before plans were recorded
+    native = "bf16 autocast (Lightning bf16-mixed)"
+    assert run("NVIDIA H200", None, native, layers=()).numerics == native

@@ -42,10 +42,12 @@ def apply_method(model: nn.Module, method_cfg: dict, precision: str, seed: int =
                 "telemetry": None, "extra_loss": None}
     layers = convert(model, recipe, include=method_cfg.get("include"),
                      exclude=method_cfg.get("exclude", DEFAULT_EXCLUDE), telemetry=telemetry, seed=seed)
+    # how it ran (fast path or emulation) depends on the device: the reports add it from the
+    # provenance (``lowprec.report.runs.Run.numerics``)
     if recipe.quantized:
-        numerics = f"{recipe.name}: {recipe.description} (emulated, fp32 accumulate)"
+        numerics = f"{recipe.name}: {recipe.description}"
     else:
-        numerics = f"{recipe.name}: {recipe.high_precision} GEMM operands (emulated), fp32 accumulate"
+        numerics = f"{recipe.name}: {recipe.high_precision} GEMM operands"
     plan = FastPlan.for_recipe(recipe)
     return {"recipe": recipe.name, "numerics": numerics, "layers": layers, "recipe_spec": recipe.to_dict(),
             "fast_path": (plan.describe() + " (CUDA; telemetry steps emulated)") if plan else "none: emulated",

@@ -16,7 +16,7 @@ from .. import config as cfglib
 from ..io import write_text
 from .claims import NOT_RUN
 from .markdown import markdown_lines
-from .runs import load_runs
+from .runs import EMULATED, load_runs
 from .size_sweep import sweep_lines
 from .speed import speed_lines
 
@@ -124,11 +124,15 @@ def build(results: Path, scale: str, papers: list[str], run_dirs: dict[str, list
             lines += ["Settings that are our choices where the paper is silent:", "",
                       *[f"- {c}" for c in exp["our_choices"]], ""]
         lines += ["Provenance:", "", *_provenance_summary(runs), ""]
-        numerics = {(r.provenance.get("method") or {}).get("numerics") for r in runs}
-        if any(n and "emulated" in n for n in numerics):
-            lines += ["Note: these runs emulate their recipes (linear-layer GEMM operands quantized or "
+        emulated = [r for r in runs if r.numerics and r.numerics.endswith(EMULATED)]
+        if emulated:
+            fast = sum(r.fast_path for r in runs)
+            which = "these runs" if len(emulated) == len(runs) else f"{len(emulated)} of these {len(runs)} runs"
+            lines += [f"Note: {which} emulate their recipes (linear-layer GEMM operands quantized or "
                       "rounded to BF16, fp32 accumulation; attention products, norms and embeddings in "
-                      "fp32). On GPU the BF16 baseline is Lightning's bf16-mixed.", ""]
+                      "fp32)" + (f"; {fast} ran the GPU fast path, whose tensor-core GEMMs take the "
+                                 "emulation's quantized values (docs/numerics.md)" if fast else "")
+                      + ". On GPU the BF16 baseline is Lightning's bf16-mixed.", ""]
     lines += sweep_lines(results, scale, lambda p: os.path.relpath(p, out.parent))
     lines += speed_lines(results, lambda p: os.path.relpath(p, out.parent))
     text = "\n".join(lines)

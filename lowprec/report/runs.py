@@ -11,6 +11,13 @@ import pandas as pd
 import yaml
 
 
+# how an emulated run's numerics end (``Run.numerics``)
+EMULATED = "(emulated, fp32 accumulate)"
+# how the provenance of runs before the path was told apart ended a method's numerics, on the fast
+# path too (``lowprec.methods.apply_method``)
+_PATH_SUFFIXES = (" " + EMULATED, " (emulated), fp32 accumulate")
+
+
 @dataclass
 class Run:
     dir: Path
@@ -27,6 +34,31 @@ class Run:
     @property
     def status(self) -> str:
         return self.provenance.get("status", "unknown")
+
+    @property
+    def fast_path(self) -> bool:
+        """Whether the run's linear layers trained on the fast path (``lowprec.linear``): the recipe
+        had a plan (``method.fast_path`` in the provenance; runs from before it had none recorded)
+        and the run's device was one that ``LOWPREC_FAST_PATH`` (its ``switches``) names."""
+        plan = (self.provenance.get("method") or {}).get("fast_path")
+        if not isinstance(plan, str) or plan.startswith("none"):
+            return False
+        setting = (self.provenance.get("switches") or {}).get("LOWPREC_FAST_PATH", "cuda")
+        return setting == "all" or (setting == "cuda" and bool((self.provenance.get("device") or {}).get("gpu")))
+
+    @property
+    def numerics(self) -> str | None:
+        """The method's numerics and how they ran: on the fast path, or emulated (quantized
+        operands dequantized into fp32 GEMMs); native BF16 autocast as it is."""
+        method = self.provenance.get("method") or {}
+        text = method.get("numerics")
+        if not text or not method.get("layers"):
+            return text
+        for suffix in _PATH_SUFFIXES:  # what runs before 2026-12-07 appended whatever the device
+            text = text.removesuffix(suffix)
+        if self.fast_path:
+            return f"{text} (fast path; telemetry steps emulated)"
+        return f"{text} {EMULATED}"
 
     @property
     def final_val_loss(self) -> float | None:
@@ -74,5 +106,5 @@ def final_losses(runs: list[Run]) -> pd.DataFrame:
         "final_train_loss": train_loss(r.metrics) if r.status == "completed" else math.nan,
         "tokens": r.provenance.get("tokens_seen"),
         "tokens_per_s": r.provenance.get("mean_tokens_per_s"),
-        "numerics": (r.provenance.get("method") or {}).get("numerics"),
+        "numerics": r.numerics,
     } for r in runs])
