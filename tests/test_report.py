@@ -256,3 +256,12 @@ def test_a_runs_numerics_say_whether_it_ran_the_fast_path_or_the_emulation(tmp_p
     assert run("NVIDIA H200", None, old).numerics == emulated  # a run from before plans were recorded
     native = "bf16 autocast (Lightning bf16-mixed)"
     assert run("NVIDIA H200", None, native, layers=()).numerics == native
+
+
+def test_the_verdict_table_names_a_gpu_by_its_model():
+    """'H100' for 'NVIDIA H100 80GB HBM3', found anywhere in a provenance record; None without one."""
+    assert readme._gpu({"device": {"gpu": "NVIDIA H100 80GB HBM3"}}) == "H100"
+    assert readme._gpu({"gpu": "NVIDIA H200"}) == "H200"
+    assert readme._gpu({"runs": [{"device": {"gpu": None}}, {"device": {"gpu": "NVIDIA A100-SXM4-80GB"}}]}) \
+        == "A100-SXM4-80GB"
+    assert readme._gpu({"device": {"gpu": " "}, "cpu": "x86_64"}) is None

@@ -43,10 +43,11 @@ def _cell(text) -> str:
 
 
 def _gpu(record) -> str | None:
-    """The first ``gpu`` named anywhere in a provenance record, without the vendor."""
+    """The first ``gpu`` named anywhere in a provenance record, as its model ('H100' for 'NVIDIA
+    H100 80GB HBM3': the memory and its kind are in the provenance, the table has no room)."""
     if isinstance(record, dict):
-        if isinstance(record.get("gpu"), str) and record["gpu"]:
-            return record["gpu"].removeprefix("NVIDIA ").strip()
+        if isinstance(record.get("gpu"), str) and record["gpu"].strip():
+            return record["gpu"].removeprefix("NVIDIA ").split()[0]
         record = list(record.values())
     if isinstance(record, list):
         for item in record:
