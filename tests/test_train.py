@@ -54,7 +54,9 @@ def test_run_writes_outputs_and_loss_falls(prepared_data, tmp_path):
     for key in ("git_commit", "git_dirty", "versions", "device", "started", "finished", "precision"):
         assert key in prov
     assert prov["versions"]["torch"] and prov["versions"]["lightning"] and prov["versions"]["transformers"]
-    assert prov["precision"] == "32-true" and "bf16 GEMM operands (emulated)" in prov["method"]["numerics"]
+    assert prov["precision"] == "32-true" and prov["method"]["numerics"] == "bf16: bf16 GEMM operands"
+    from lowprec.report.runs import EMULATED, load_run
+    assert load_run(out).numerics == f"bf16: bf16 GEMM operands {EMULATED}"  # a CPU run: the emulation
     assert len(prov["method"]["layers"]) == 4  # c_attn, attn.c_proj, c_fc, mlp.c_proj; not lm_head
     m = pd.read_csv(out / "metrics.csv")
     assert {"step", "train_loss", "val_loss", "lr", "tokens", "tokens_per_s", "peak_mem_mb"} <= set(m.columns)
