@@ -6,7 +6,9 @@ wall_s is put back to one run alone through the number of runs that shared the G
 its mean over the run's time, from the start and finish times of the scale's runs): wall grows as k^a, with a fitted over the arms measured at several k (least squares of log
 wall on log k within each arm, pooled; clamped to [0, 1]; 0.5 without such arms). An arm takes the
 slowest of its runs, and with ``jobs`` runs sharing the GPU takes jobs^a times that alone: an upper
-bound while fewer run. An arm with no run at the scale is estimated from the arms of its model
+bound while fewer run. An arm with no run at the scale whose method ran there on another model
+takes that model's measured ratio between its method and another (``Estimator._other_model_ratio``),
+applied to its own model's arm of the other method. Else it is estimated from the arms of its model
 measured both at the scale and at ``tiny`` whose settings differ from its own in the fewest keys:
 each one's time times the ratio of the two arms' time per step at ``tiny`` (never below 1 within a
 recipe), and the upper median of those. That ratio is a CPU one, and on a GPU the arms' costs differ
@@ -73,6 +75,7 @@ class Estimator:
         self.exponent = self._fit(measured)
         self.per_step: dict[tuple, float] = {}     # arm -> seconds per step alone, its slowest run
         self.method: dict[tuple, dict] = {}        # arm -> its method settings
+        self.steps: dict[tuple, int] = {}          # arm -> its runs' steps
         self.origin: dict[tuple, str] = {}         # arm -> where its runs are
         for arm, wall, steps, k, cfg in measured:
             self._add(arm, wall / k ** self.exponent / steps, cfg, "this arm's committed runs")
@@ -108,6 +111,7 @@ class Estimator:
     def _add(self, arm: tuple, solo_per_step: float, cfg: dict, origin: str) -> None:
         self.per_step[arm] = max(self.per_step.get(arm, 0.0), solo_per_step)
         self.method[arm] = cfg.get("method") or {}
+        self.steps[arm] = (cfg.get("train") or {}).get("max_steps")
         self.origin[arm] = origin
 
     @staticmethod
@@ -177,6 +181,11 @@ class Estimator:
         arm = tuple(task.name.split("/")[:3])
         if arm in self.per_step:
             return self.startup + self.per_step[arm] * steps * share, self.origin[arm]
+        here = self._other_model_ratio(task)
+        if here:
+            a, ratio, other, twin = here
+            return (self.startup + self.per_step[a] * ratio * steps * share,
+                    f"{'/'.join(a)} x {ratio:.2f} ({'/'.join(other)} over {'/'.join(twin)} here)")
         on_gpu = self._gpu_ratio(task)
         if on_gpu:
             a, ratio = on_gpu
@@ -198,6 +207,36 @@ class Estimator:
             guesses.append((self.startup + self.per_step[a] * ratio * steps * share,
                             f"{'/'.join(a)} x {ratio:.2f} ({REFERENCE_SCALE} time per step)"))
         return statistics.median_high(guesses)
+
+    def _other_model_ratio(self, task: Task) -> tuple[tuple, float, tuple, tuple] | None:
+        """(anchor arm, ratio, the arm measured, its twin) where the task's method ran here on another
+        model: the anchor, an arm of the task's model with another method, times the measured arm's
+        step time over its twin's (the arm of the other model with the anchor's method). Measured at
+        this scale, the ratio holds what a benchmarked step leaves out (compilation, the INT8 GEMM's
+        tuning, evaluations: block INT8's first medium runs took 501 s where the benchmark's ratio
+        gave 376). All four runs' kind: GPU runs (known peak memory) of the task's steps (a short
+        fine-tuning run's start-up weighs more per step). Of several pairs, those whose training
+        overrides (a batch, a sequence length) match best (the anchor's the task's, the twin's the
+        measured arm's), then the longest estimate: a run the budget stops is lost."""
+        model, steps = task.name.split("/")[1], task.cfg["train"]["max_steps"]
+        mine = _kernels(task.cfg["method"])
+        like = [a for a in self.per_step if a in self.peak_gib and self.steps.get(a) == steps]
+        train = lambda method: method.get("train") or {}  # noqa: E731
+        pairs = []
+        for other in like:
+            if other[1] == model or _distance(mine, _kernels(self.method[other])):
+                continue
+            for a in like:
+                theirs = _kernels(self.method[a])
+                if a[1] != model or not _distance(mine, theirs):
+                    continue
+                for twin in like:
+                    if twin[1] == other[1] and not _distance(theirs, _kernels(self.method[twin])):
+                        ratio = self.per_step[other] / self.per_step[twin]
+                        mismatch = (_distance(train(task.cfg["method"]), train(self.method[a]))
+                                    + _distance(train(self.method[other]), train(self.method[twin])))
+                        pairs.append((mismatch, -self.per_step[a] * ratio, a, ratio, other, twin))
+        return min(pairs)[2:] if pairs else None
 
     def _gpu_ratio(self, task: Task) -> tuple[tuple, float] | None:
         """(anchor arm, benchmarked step time of the task's arm over the anchor's) for the arm of the
@@ -224,7 +263,7 @@ def bench_arm(method: dict) -> str | None:
     for a method the benchmark does not run."""
     from .bench.e2e_step import BASELINE, METHODS
 
-    mine = {k: v for k, v in _settings(method).items() if k != "train"}
+    mine = _kernels(method)
     if mine == {"recipe": "bf16"}:
         return BASELINE
     return next((arm for arm, m in METHODS.items() if m == mine), None)
@@ -309,6 +348,12 @@ def _grid_shape(scale: str, arm: tuple) -> tuple[int, int] | None:
 def _settings(method: dict) -> dict:
     """A method's settings that shape its numerics (not its name or how often it logs)."""
     return {k: v for k, v in method.items() if k not in ("name", "telemetry_every")}
+
+
+def _kernels(method: dict) -> dict:
+    """A method's settings that shape a step's kernels (``_settings`` without the training overrides,
+    such as the learning rate)."""
+    return {k: v for k, v in _settings(method).items() if k != "train"}
 
 
 def _distance(a: dict, b: dict) -> int:

@@ -219,6 +219,39 @@ def test_an_arm_never_run_on_the_gpu_takes_the_benchmarked_step_ratio(tmp_path):
     assert bench_arm({"recipe": "int8_fallback", "tau": 4}) is None
 
 
+def test_a_method_measured_here_on_another_model_gives_its_ratio_before_the_benchmark(tmp_path):
+    """An arm with no run at the scale whose method ran here on another model: the task model's arm
+    of another method (a GPU run of the same steps) times the measured arm's step time over its
+    twin's, the other model's arm with the anchor's method; a benchmarked ratio only where no such
+    pair exists (block INT8's first medium GPT2 runs: 501 s, where the benchmark's ratio gave 376)."""
+    from lowprec.run_estimates import SPEED_BENCHES
+
+    runs, _ = _grid("small", ["int8_fallback"], tmp_path)
+    cfg = lambda m, model, s=0: runs[("int8_fallback", model, m, str(s))]  # noqa: E731
+    _commit(cfg("bf16", "gpt2"), wall=100, start=0, gpu_mib=8000)
+    _commit(cfg("int8_block", "gpt2"), wall=250, start=1000, gpu_mib=9000)
+    _commit(cfg("bf16", "llama2"), wall=120, start=2000, gpu_mib=8000)
+    bench = tmp_path / SPEED_BENCHES[0]
+    bench.parent.mkdir(parents=True)
+    bench.write_text("shape,arm,ratio_vs_bf16_compiled,commit\nllama_100m,bf16_compiled,1.000,c1\n"
+                     "llama_100m,int8_block,0.500,c1\nllama_100m,int8_fallback,0.250,c1\n")
+    est = Estimator(str(tmp_path), "small", startup=20.0)
+    block = pk.Task("int8_fallback/llama2/int8_block/s0", cfg("int8_block", "llama2"), pk.PRETRAIN)
+    # 120 s x (250 / 100) + 20 s, not x 2 (the benchmark)
+    assert est(block, 1) == (pytest.approx(320.0), "int8_fallback/llama2/bf16 x 2.50 "
+                             "(int8_fallback/gpt2/int8_block over int8_fallback/gpt2/bf16 here)")
+    # a method that ran on no model here: the benchmark
+    fallback = pk.Task("int8_fallback/llama2/int8_fallback/s0", cfg("int8_fallback", "llama2"), pk.PRETRAIN)
+    assert est(fallback, 1) == (pytest.approx(500.0), "int8_fallback/llama2/bf16 x 4.00 (GPU benchmark, llama_100m)")
+    # the measured arm's run of other steps (a fine-tuning run's start-up weighs more per step)
+    # pairs with nothing: the benchmark again
+    _commit(cfg("int8_block", "gpt2"), wall=250, start=1000, gpu_mib=9000, steps=7)
+    (Path(cfg("int8_block", "gpt2")["output_dir"]) / "config.yaml").write_text(
+        json.dumps({**cfg("int8_block", "gpt2"), "train": {**cfg("int8_block", "gpt2")["train"], "max_steps": 7}}))
+    assert Estimator(str(tmp_path), "small", startup=20.0)(block, 1)[1] == (
+        "int8_fallback/llama2/bf16 x 2.00 (GPU benchmark, llama_100m)")
+
+
 def test_evaluations_are_the_pipelines_per_run_files():
     """The per-run files the packer computes after a run are those committed beside the tiny runs
     (where every evaluation of the pipelines was made), for every pre-training run of the grid."""
