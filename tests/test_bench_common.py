@@ -358,6 +358,14 @@ def test_e2e_fallback_share_per_repeat_reads_the_layers_counts():
     assert interval_shares([(0, 0), (0, 0), (8, 1)]) == [0.0, 0.125]
 
 
+def test_e2e_names_an_arm_whose_repeats_spread():
+    """Repeats more than 10 % apart make an arm unsteady (its median stands, the run says so)."""
+    from lowprec.bench.e2e_step import unsteady
+
+    assert unsteady([422140.0, 174149.0]) and unsteady([100.0, 100.0, 111.0])
+    assert not unsteady([100.0, 109.0, 105.0]) and not unsteady([500.0]) and not unsteady([])
+
+
 def test_e2e_mor_share_per_repeat_reads_the_layers_decisions():
     """The benchmark's per-repeat MoR E4M3 share: calls that chose E4M3 over the calls between two
     readings of every MoR layer's decision counts. A threshold of 0 sends every operand to BF16

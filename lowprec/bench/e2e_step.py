@@ -46,7 +46,8 @@ each repeat's share of blocks that fell back (``fallback_ratio_reps``), which a 
 follows, for MoR arms each repeat's share of operand calls that chose E4M3 (``mor_e4m3_share_reps``:
 a BF16 choice pays the fix-up's BF16 product too), and every arm's INT8 GEMM configurations (``int8_tuned``). ``peak_mem_gib`` is an arm's own
 peak: what is still allocated when it starts (an earlier arm's leftovers) is left out and given in
-the provenance (``held_before_gib``; rows of runs without it counted it in).
+the provenance (``held_before_gib``; rows of runs without it counted it in). An arm whose repeats
+spread by more than 10 % is warned about and named in the provenance (``unsteady``).
 ``--cudagraphs`` compiles every compiled arm, the baseline included, with Inductor's CUDA graphs
 (``compile_blocks(cudagraphs=True)``; ``path`` reads ``cudagraphs``): the host launches a graph per
 block instead of each kernel (GaussWS's transforms then draw into the same tensors at every step;
@@ -345,8 +346,23 @@ def measure(arm: str, shape_name: str, args) -> dict:
     record_int8_tuning()
     print(f"# {shape_name:10s} {arm:24s} {path:8s} {statistics.median(reps):12,.0f} tok/s  "
           f"lowp GEMMs {n_lowp:4d}  peak {row['peak_mem_gib']:.1f} GiB  warm-up {warm_s:.0f} s", flush=True)
+    if unsteady(reps):
+        print(f"# {shape_name:10s} {arm:24s} WARNING: its repeats spread from {min(reps):,.0f} to {max(reps):,.0f} "
+              f"tok/s; the median of {len(reps)} stands (E4M3 shares {row['mor_e4m3_share_reps'] or '-'}, "
+              f"fallback {row['fallback_ratio_reps'] or '-'})", flush=True)
     del fn, model, opt
     return row
+
+
+UNSTEADY = 1.10  # the fastest repeat over the slowest beyond which an arm's run is reported as unsteady
+
+
+def unsteady(reps: list[float]) -> bool:
+    """Whether an arm's repeats spread beyond ``UNSTEADY`` (once at 749c25e, MoR per block at 98 M
+    timed 422k then 174k tokens/s with every operand in E4M3, and 40 steps timed one by one on the
+    same machine right after ran within 2 %): its row keeps the median, which with two repeats is
+    their mean, so three or more make one stray repeat harmless."""
+    return len(reps) > 1 and min(reps) > 0 and max(reps) / min(reps) > UNSTEADY
 
 
 def held_memory() -> int:
@@ -587,6 +603,8 @@ def main(argv=None) -> int:
             for key in ("fallback_ratio_reps", "mor_e4m3_share_reps"):
                 if m[key]:
                     info.setdefault(key, {})[arm] = m[key]
+            if unsteady(m["reps"]):
+                info.setdefault("unsteady", []).append(arm)
             info["warmup_s"] = {x["arm"]: round(x["warmup_s"], 1) for x in measured}
             info["held_before_gib"] = {x["arm"]: round(x["held_before_gib"], 2) for x in measured}
             shape_rows = _rows(measured, base, args, run["commit"])
