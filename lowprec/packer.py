@@ -738,6 +738,9 @@ def job_int8_records(out: Path | None) -> tuple[str, Path] | None:
     ``out`` (the runs read the committed file and add to none)."""
     from lowprec.kernels import INT8_COMMITTED_RECORDS, INT8_TUNED_ENV
 
+    if out is not None and os.environ.get(INT8_TUNED_ENV):
+        print(f"{INT8_TUNED_ENV}={os.environ[INT8_TUNED_ENV]}: the runs read and add their INT8 GEMM tuning there, "
+              f"not in {out}, where a copy of the committed records would come back with the job", flush=True)
     if out is None or os.environ.get(INT8_TUNED_ENV):
         return None
     path = Path(out) / INT8_COMMITTED_RECORDS.name

@@ -829,10 +829,12 @@ def test_a_sweeps_runs_are_estimated_from_its_completed_runs_by_parameters(tmp_p
                                                          "estimate from: give --estimate")
 
 
-def test_a_job_brings_back_the_int8_tuning_its_runs_add_to_a_copy_of_the_committed_records(tmp_path, monkeypatch):
+def test_a_job_brings_back_the_int8_tuning_its_runs_add_to_a_copy_of_the_committed_records(tmp_path, monkeypatch,
+                                                                                            capsys):
     """With --out, a job's runs read and add to a copy of the committed INT8 tuning records in the
-    out folder (which comes back with the job); a file the caller names is used instead, and
-    without --out the runs name none (they read the committed file and add to nothing)."""
+    out folder (which comes back with the job); a file the caller names is used instead (the job
+    says that its tuning stays there), and without --out the runs name none (they read the
+    committed file and add to nothing)."""
     from lowprec.kernels import INT8_COMMITTED_RECORDS, INT8_TUNED_ENV
 
     runs, _ = _grid("smoke", ["gaussws"], tmp_path / "results")
@@ -861,8 +863,11 @@ def test_a_job_brings_back_the_int8_tuning_its_runs_add_to_a_copy_of_the_committ
     assert job("again", out) == [str(out / "int8_gemm_tuned.json")]
     assert (out / "int8_gemm_tuned.json").read_text() == "{}"
     monkeypatch.setenv(INT8_TUNED_ENV, str(tmp_path / "mine.json"))
+    capsys.readouterr()
     assert job("named", tmp_path / "out2") == [str(tmp_path / "mine.json")]
     assert not (tmp_path / "out2" / "int8_gemm_tuned.json").exists()
+    assert f"{INT8_TUNED_ENV}={tmp_path / 'mine.json'}: the runs read and add their INT8 GEMM tuning there" \
+        in capsys.readouterr().out
     monkeypatch.delenv(INT8_TUNED_ENV)
     assert job("no_out", None) == [None]
 
