@@ -76,6 +76,7 @@ class Estimator:
         self.per_step: dict[tuple, float] = {}     # arm -> seconds per step alone, its slowest run
         self.method: dict[tuple, dict] = {}        # arm -> its method settings
         self.steps: dict[tuple, int] = {}          # arm -> its runs' steps
+        self.tokens: dict[tuple, int] = {}         # arm -> its runs' tokens per step
         self.origin: dict[tuple, str] = {}         # arm -> where its runs are
         for arm, wall, steps, k, cfg in measured:
             self._add(arm, wall / k ** self.exponent / steps, cfg, "this arm's committed runs")
@@ -112,6 +113,7 @@ class Estimator:
         self.per_step[arm] = max(self.per_step.get(arm, 0.0), solo_per_step)
         self.method[arm] = cfg.get("method") or {}
         self.steps[arm] = (cfg.get("train") or {}).get("max_steps")
+        self.tokens[arm] = tokens_per_step(cfg)
         self.origin[arm] = origin
 
     @staticmethod
@@ -215,13 +217,12 @@ class Estimator:
         this scale, the ratio holds what a benchmarked step leaves out (compilation, the INT8 GEMM's
         tuning, evaluations: block INT8's first medium runs took 501 s where the benchmark's ratio
         gave 376). All four runs' kind: GPU runs (known peak memory) of the task's steps (a short
-        fine-tuning run's start-up weighs more per step). Of several pairs, those whose training
-        overrides (a batch, a sequence length) match best (the anchor's the task's, the twin's the
-        measured arm's), then the longest estimate: a run the budget stops is lost."""
+        fine-tuning run's start-up weighs more per step). Of several pairs, those whose tokens per
+        step match (the anchor's the task's, the twin's the measured arm's), then the longest
+        estimate: a run the budget stops is lost."""
         model, steps = task.name.split("/")[1], task.cfg["train"]["max_steps"]
         mine = _kernels(task.cfg["method"])
         like = [a for a in self.per_step if a in self.peak_gib and self.steps.get(a) == steps]
-        train = lambda method: method.get("train") or {}  # noqa: E731
         pairs = []
         for other in like:
             if other[1] == model or _distance(mine, _kernels(self.method[other])):
@@ -233,8 +234,8 @@ class Estimator:
                 for twin in like:
                     if twin[1] == other[1] and not _distance(theirs, _kernels(self.method[twin])):
                         ratio = self.per_step[other] / self.per_step[twin]
-                        mismatch = (_distance(train(task.cfg["method"]), train(self.method[a]))
-                                    + _distance(train(self.method[other]), train(self.method[twin])))
+                        mismatch = ((self.tokens[a] != tokens_per_step(task.cfg))
+                                    + (self.tokens[twin] != self.tokens[other]))
                         pairs.append((mismatch, -self.per_step[a] * ratio, a, ratio, other, twin))
         return min(pairs)[2:] if pairs else None
 

@@ -240,6 +240,12 @@ def test_a_method_measured_here_on_another_model_gives_its_ratio_before_the_benc
     # 120 s x (250 / 100) + 20 s, not x 2 (the benchmark)
     assert est(block, 1) == (pytest.approx(320.0), "int8_fallback/llama2/bf16 x 2.50 "
                              "(int8_fallback/gpt2/int8_block over int8_fallback/gpt2/bf16 here)")
+    # an anchor of other tokens per step (a doubled batch) is passed over, however long it took
+    gw, _ = _grid("small", ["gaussws"], tmp_path)
+    doubled = gw[("gaussws", "llama2", "bf16", "0")]
+    doubled["train"] = {**doubled["train"], "batch_size": 2 * doubled["train"]["batch_size"]}
+    _commit(doubled, wall=400, start=3000, gpu_mib=9000)
+    assert Estimator(str(tmp_path), "small", startup=20.0)(block, 1)[0] == pytest.approx(320.0)
     # a method that ran on no model here: the benchmark
     fallback = pk.Task("int8_fallback/llama2/int8_fallback/s0", cfg("int8_fallback", "llama2"), pk.PRETRAIN)
     assert est(fallback, 1) == (pytest.approx(500.0), "int8_fallback/llama2/bf16 x 4.00 (GPU benchmark, llama_100m)")

@@ -44,10 +44,11 @@ MoR's block-scaled GEMM counts, twice per GEMM with 128-high blocks: one launch 
 tensor cores, one for the tiles on BF16 ones). For INT8 fallback arms the provenance also gives
 each repeat's share of blocks that fell back (``fallback_ratio_reps``), which a second part's cost
 follows, for MoR arms each repeat's share of operand calls that chose E4M3 (``mor_e4m3_share_reps``:
-a BF16 choice pays the fix-up's BF16 product too), and every arm's INT8 GEMM configurations (``int8_tuned``). ``peak_mem_gib`` is an arm's own
-peak: what is still allocated when it starts (an earlier arm's leftovers) is left out and given in
-the provenance (``held_before_gib``; rows of runs without it counted it in). An arm whose repeats
-spread by more than 10 % is warned about and named in the provenance (``unsteady``).
+a BF16 choice pays the fix-up's BF16 product too), and every arm's INT8 GEMM configurations
+(``int8_tuned``). ``peak_mem_gib`` is an arm's own peak: what is still allocated when it starts
+(an earlier arm's leftovers) is left out and given in the provenance (``held_before_gib``; rows of
+runs without it counted it in). An arm whose repeats spread by more than 10 % is warned about and
+named in the provenance (``unsteady``).
 ``--cudagraphs`` compiles every compiled arm, the baseline included, with Inductor's CUDA graphs
 (``compile_blocks(cudagraphs=True)``; ``path`` reads ``cudagraphs``): the host launches a graph per
 block instead of each kernel (GaussWS's transforms then draw into the same tensors at every step;
@@ -603,7 +604,7 @@ def main(argv=None) -> int:
             for key in ("fallback_ratio_reps", "mor_e4m3_share_reps"):
                 if m[key]:
                     info.setdefault(key, {})[arm] = m[key]
-            if unsteady(m["reps"]):
+            if unsteady(m["reps"]) and arm not in info.get("unsteady", []):
                 info.setdefault("unsteady", []).append(arm)
             info["warmup_s"] = {x["arm"]: round(x["warmup_s"], 1) for x in measured}
             info["held_before_gib"] = {x["arm"]: round(x["held_before_gib"], 2) for x in measured}
