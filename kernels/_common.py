@@ -330,3 +330,48 @@ def _in_kind(x: torch.Tensor):
     if x.dtype == torch.bfloat16:
         return 1, x.view(torch.int16)
     return 2, x
+
+
+def code_digest(*roots, package=None) -> str:
+    """A digest of what these jit functions run: each one's code as its syntax tree writes it back
+    (decorators included, docstrings and comments not) and, followed through its globals into the
+    other modules of this package, every jit function it names and every number or string constant
+    it reads (Triton's own functions are its version's, which records key on apart). Tuning records
+    key on it, so that a comment, a docstring or a kernel nobody calls leaves them standing where a
+    digest of whole files did not (a change to the INT8 quantize passes made the GEMM's stale).
+    ``package``: the folder whose modules are followed (this package's by default)."""
+    import ast
+    import hashlib
+    import inspect
+    import textwrap
+    from pathlib import Path
+
+    here = Path(package or Path(__file__).parent).resolve()
+    parts, seen, todo = [], set(), list(roots)
+    while todo:
+        fn = getattr(todo.pop(), "fn", None)
+        if not inspect.isfunction(fn) or (fn.__module__, fn.__qualname__) in seen:
+            continue
+        if Path(inspect.getsourcefile(fn)).resolve().parent != here:
+            continue
+        seen.add((fn.__module__, fn.__qualname__))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                    and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+                body[:] = body[1:] or [ast.Pass()]
+        name = f"{Path(inspect.getsourcefile(fn)).stem}.{fn.__qualname__}"
+        parts.append(f"{name}: {ast.unparse(tree)}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                obj = fn.__globals__.get(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                obj = getattr(fn.__globals__.get(node.value.id), node.attr, None)
+            else:
+                continue
+            if isinstance(obj, (bool, int, float, str)):
+                parts.append(f"{name} reads {ast.unparse(node)} = {obj!r}")
+            elif inspect.isfunction(getattr(obj, "fn", None)):
+                todo.append(obj)
+    return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:16]

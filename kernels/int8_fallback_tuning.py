@@ -19,7 +19,6 @@ records. A record of another GPU, Triton or kernel source is ignored.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, fields, replace
@@ -29,7 +28,7 @@ from lowprec.config import env_switch
 
 from . import INT8_COMMITTED_RECORDS, INT8_TUNED_ENV
 from . import int8_fallback_kernels as _kk
-from ._common import _next_pow2
+from ._common import _next_pow2, code_digest
 
 # GEMMs below this many multiply-adds take the default configuration: tuning would cost more than it saves
 TUNE_MIN_MACS = 1 << 33
@@ -199,13 +198,12 @@ def tuned_configs() -> list:
 
 @functools.lru_cache(maxsize=1)
 def _kernel_sources() -> str:
-    """A digest of the GEMM kernels' sources (the Triton and the Gluon kernel): a record made with
-    other sources no longer says what is fastest. Read once a process (every shape class asks)."""
+    """A digest of the GEMM kernels' code (``_common.code_digest`` of the Triton GEMM, its second
+    parts' kernel and the Gluon kernel, with every jit function they call): a record made with
+    other code no longer says what is fastest. Read once a process (every shape class asks)."""
     from . import int8_gemm_async as _ka
-    digest = hashlib.sha256()
-    for mod in (_kk, _ka):
-        digest.update(Path(mod.__file__).read_bytes())
-    return digest.hexdigest()[:16]
+    return code_digest(*(getattr(m, n, None) for m, n in ((_kk, "_gemm_kernel"), (_kk, "_residual_kernel"),
+                                                          (_ka, "_gemm_kernel"))))
 
 
 def named_records_file():

@@ -219,6 +219,38 @@ def test_e2e_arms_record_the_int8_configurations_they_tuned(monkeypatch):
     assert calls == [1]  # tuned again
 
 
+def test_kernel_digest_follows_the_code_a_kernel_runs_not_its_comments(tmp_path):
+    """The tuning records' kernel digest (``kernels._common.code_digest``): a docstring, a comment or
+    a change to a jit function the kernel never calls leaves it as it was; a change to a helper it
+    calls, or to a constant that helper reads, changes it. The INT8 GEMM's digest is computed."""
+    import importlib.util
+
+    from lowprec.kernels import int8_fallback_tuning as kt
+    from lowprec.kernels._common import code_digest
+
+    base = ("import triton\nimport triton.language as tl\nSCALE = 2\n\n\n"
+            "@triton.jit\ndef _helper(x):\n    return x * SCALE\n\n\n"
+            "@triton.jit\ndef _other(x):\n    return x - 1\n\n\n"
+            "@triton.jit\ndef kernel(p):\n    tl.store(p, _helper(tl.load(p)))\n")
+    variants = {"base": base,
+                "comments": base.replace("def _helper(x):\n", 'def _helper(x):\n    """Doubles."""\n    # twice\n'),
+                "unrelated": base.replace("return x - 1", "return x - 2"),
+                "helper": base.replace("return x * SCALE", "return x * SCALE + 1"),
+                "constant": base.replace("SCALE = 2", "SCALE = 3")}
+    digests = {}
+    for name, src in variants.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "mod.py").write_text(src)
+        spec = importlib.util.spec_from_file_location(f"digest_{name}", folder / "mod.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        digests[name] = code_digest(mod.kernel, package=folder)
+    assert digests["base"] == digests["comments"] == digests["unrelated"]
+    assert len({digests["base"], digests["helper"], digests["constant"]}) == 3
+    assert len(kt._kernel_sources()) == 16
+
+
 def test_int8_tuning_takes_the_recorded_choices_of_its_gpu_triton_and_kernels(tmp_path, monkeypatch):
     """LOWPREC_INT8_TUNED: a shape class recorded for this GPU model, Triton and kernel sources takes
     its recorded configuration without tuning, another class tunes and is added to the file (the
