@@ -7,13 +7,13 @@ timed (``tuned_configs``, ``tuning_log``). A configuration changes the speed, ne
 
 Recorded choices (``records_file``: ``LOWPREC_INT8_TUNED=FILE``, else the checkout's committed
 ``results/bench/int8_gemm_tuned.json`` where it exists; ``none`` reads none): a shape class that a
-record of the same GPU model, Triton version and kernel sources (``record_match``) names takes the
+record of the same GPU model, Triton version and GEMM code (``record_match``) names takes the
 recorded configuration without tuning (tuning every class of a 1 B training step costs about 90 s
 of a GPU job: compiling and timing some 50 candidates per class). The end-to-end benchmark and
 training (at the end of a run) add the classes they tuned to the file that ``LOWPREC_INT8_TUNED``
 names (``record_named``; never to the committed file unless named; the runs of a job add theirs
 under a lock), so a committed file makes later jobs start at once and run the configurations it
-records. A record of another GPU, Triton or kernel source is ignored.
+records. A record of another GPU, Triton or GEMM code is ignored.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def records_file():
 
 def record_match(gpu: str) -> dict:
     """What a record must share with this process to be used: the GPU model, Triton's version and
-    the kernels' sources."""
+    the GEMM's code (``_kernel_sources``)."""
     import triton
     return {"gpu": gpu, "triton": triton.__version__, "kernels": _kernel_sources()}
 
@@ -294,7 +294,7 @@ def record_tuning(path, gpu: str) -> int:
                            "ms": round(ms, 4)} for key, (cfg, ms) in new.items()]
         records.sort(key=lambda r: (r["gpu"], r["triton"], r["kernels"], [str(k) for k in r["key"]]))
         write_json(path, {"what": "INT8 GEMM configurations chosen by tuning (lowprec.kernels.int8_fallback_tuning), "
-                                  f"one per GPU, Triton, kernel sources and shape class; key fields: "
+                                  f"one per GPU, Triton, GEMM code and shape class; key fields: "
                                   f"{list(TUNE_KEY_FIELDS)}", "records": records})
     return len(new)
 
