@@ -138,6 +138,7 @@ class Task:
     note: str = ""
     attempts: int = 0          # processes started for it: a run out of GPU memory beside others is retried
     memory_gib: float | None = None  # the GPU memory its arm's runs held (Estimator.memory_gib), None: unknown
+    left: float = 1.0          # the share of its steps still to train (a kept run resumes)
 
     @property
     def paper(self) -> str:
@@ -793,6 +794,14 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
              + f") starts {len(first)} of them "
              f"({sum(e - s for _, s, e in job):.0f} run-seconds); the others take {max(0, n - 1)} more"
              + (f", besides {len(never)} that no such job holds" if never else "")]
+    # what the first job gets done at other concurrencies: its runs, and their estimates alone
+    alone = {t.name: resumed_estimate(t, est, 1, budget.startup)[0] or 0.0 for t in tasks}
+    by_jobs = []
+    for j in sorted({1, 2, 3, 4, budget.jobs}):
+        at_j = [replace(t, estimate=resumed_estimate(t, est, j, budget.startup)[0]) for t in tasks]
+        started = simulate(at_j, replace(budget, jobs=j))
+        by_jobs.append(f"--jobs {j}: {len(started)} ({sum(alone[t.name] for t, _, _ in started):.0f} s alone)")
+    lines.append("the first job's runs (their estimates alone) by --jobs: " + ", ".join(by_jobs))
     limit, unheld = budget.stop_at, {t.name for t in never}
 
     def need_at(t: Task, j: int) -> float:  # need() with j processes at once: each runs faster (k^a)
@@ -852,12 +861,11 @@ def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
                     sweep_runs=sweeps.load_sweep(args.sweep)["runs"] if args.sweep else None,
                     shape_runs=None if args.sweep else [s["runs"] for _, s in sweeps.scale_sweeps(args.scale)])
     for t in tasks:
-        t.estimate, t.estimated_from = est(t, args.jobs)
-        t.memory_gib = est.memory_gib(t)
         done = steps_done(t, args.results)
-        if done and t.estimate is not None:  # an unfinished run resumes: the steps left, and a start-up
-            left = max(0.0, 1.0 - done / t.cfg["train"]["max_steps"])
-            t.estimate = args.startup + max(0.0, t.estimate - args.startup) * left
+        t.left = max(0.0, 1.0 - done / t.cfg["train"]["max_steps"]) if done else 1.0
+        t.estimate, t.estimated_from = resumed_estimate(t, est, args.jobs, args.startup)
+        t.memory_gib = est.memory_gib(t)
+        if done and t.estimate is not None:
             t.estimated_from += f"; resumes at step {done}"
     budget = Budget(args.jobs, args.budget, args.reserve, args.eval_s, args.resumable, args.startup,
                     gpu_memory(args.gpu_memory_gib) if args.command == "run" else args.gpu_memory_gib)
@@ -865,6 +873,15 @@ def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
         return tasks, budget, est, stale, blocked
     tasks = order(tasks, args.scale, args.results)
     return (serving(tasks, args.claims) if args.claims else tasks), budget, est, stale, blocked
+
+
+def resumed_estimate(t: Task, est: Estimator, jobs: int, startup: float) -> tuple[float | None, str]:
+    """``est(t, jobs)`` for the steps the run has left (``t.left``: an unfinished run resumes, paying
+    a start-up again)."""
+    seconds, why = est(t, jobs)
+    if seconds is None or t.left >= 1.0:
+        return seconds, why
+    return startup + max(0.0, seconds - startup) * t.left, why
 
 
 def gpu_memory(given: float | None) -> float | None:

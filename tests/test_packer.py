@@ -521,6 +521,14 @@ def test_plan_estimates_a_kept_run_by_the_steps_it_has_left(tmp_path):
     assert " 60 " in row and f"resumes at step {max_steps // 2}" in row      # 10 + (110 - 10) / 2
     other = next(line for line in proc.stdout.splitlines() if tasks[1].name in line)
     assert " 110 " in other and "resumes" not in other
+    # what the first job gets done by --jobs, the kept run at its steps left: within 235 s (250 less
+    # the reserve) one process fits 60 + 110 s, two fit all four
+    proc = subprocess.run([sys.executable, "-m", "lowprec.packer", "plan", "--sweep", str(path), "--results",
+                           str(results), "--jobs", "1", "--budget", "250", "--estimate", "*=110", "--startup", "10"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(lpc.REPO_ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert ("the first job's runs (their estimates alone) by --jobs: --jobs 1: 2 (170 s alone), --jobs 2: 4 "
+            "(390 s alone), --jobs 3: 4 (390 s alone), --jobs 4: 4 (390 s alone)") in proc.stdout
 
 
 def test_a_run_out_of_gpu_memory_beside_others_is_retried_with_fewer(tmp_path, fake_runs):
