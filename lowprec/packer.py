@@ -805,8 +805,8 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
     limit, unheld = budget.stop_at, {t.name for t in never}
 
     def need_at(t: Task, j: int) -> float:  # need() with j processes at once: each runs faster (k^a)
-        return sum((est(x, j)[0] or math.inf) + budget.own(x) - (x.estimate or 0.0)
-                   for x in [t, *(f for f in tasks if f.source == t.name)])
+        return sum((resumed_estimate(x, est, j, budget.startup)[0] or math.inf) + budget.own(x)
+                   - (x.estimate or 0.0) for x in [t, *(f for f in tasks if f.source == t.name)])
 
     for t in never:
         if t.source in unheld:
