@@ -308,14 +308,15 @@ with log.open("a") as f:
 """
 
 
-def _fake_job(tasks, scale, results, tmp_path, monkeypatch):
+def _fake_job(tasks, scale, results, tmp_path, monkeypatch, seconds=None):
     """A job of ``tasks`` (1 s estimates, two at a time) whose processes stand in for lowprec.train
-    (FAKE, 0.1 s each, logging to tmp_path/ev.jsonl), with no data to prepare; the folder it
-    archives into."""
+    (FAKE, 0.1 s each unless ``seconds`` gives a run's, logging to tmp_path/ev.jsonl), with no data
+    to prepare; the folder it archives into."""
     script = tmp_path / "fake_train.py"
     script.write_text(FAKE)
     monkeypatch.setattr(pk, "phase_commands", lambda task, config: [
-        [sys.executable, str(script), str(config), str(tmp_path / "ev.jsonl"), "ok", "0.1"]])
+        [sys.executable, str(script), str(config), str(tmp_path / "ev.jsonl"), "ok",
+         str((seconds or {}).get(task.name, 0.1))]])
     monkeypatch.setattr(pk, "prepare_data", lambda tasks, log_dir: None)
     for t in tasks:
         t.estimate = 1.0
@@ -678,7 +679,10 @@ def test_fine_tuning_runs_take_the_free_slots_first_and_never_more_than_jobs(tmp
     tasks = tasks[:3] + fts
     assert source.name == "int8_fallback/llama2/bf16/s0" and len(fts) == 4
     monkeypatch.setattr(pk, "run_evaluations", lambda task: [])   # the stand-ins write no evaluations
-    _fake_job(tasks, "tiny", results, tmp_path, monkeypatch)
+    # the pretraining run beside the source outlasts it by far: when the source ends, the next
+    # pretraining run waits for a slot with the four fine-tuning runs (with equal lengths a run
+    # ending with the source took the free slot while the source's process was still exiting)
+    _fake_job(tasks, "tiny", results, tmp_path, monkeypatch, seconds={t.name: 3.0 for t in tasks[1:3]})
     assert [t.status for t in tasks] == ["done"] * len(tasks)
     events = [json.loads(line) for line in (tmp_path / "ev.jsonl").read_text().splitlines()]
     starts = {e["run"]: e["start"] for e in events if "start" in e}
