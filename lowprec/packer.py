@@ -34,7 +34,8 @@ are). BF16 training on the GPU is not bit-reproducible, so such a checkpoint dif
 committed run's; each fine-tuning run's provenance records the hash of the one it started from.
 
 Estimates (``lowprec.run_estimates``): the seconds a run takes while ``--jobs`` runs share the
-GPU, from the committed runs' provenance.json; ``--estimate PATTERN=SECONDS`` sets them for runs whose
+GPU, from the committed runs' provenance.json, in which a job records the processes that shared the
+GPU while each of its runs trained (``SHARING_KEY``); ``--estimate PATTERN=SECONDS`` sets them for runs whose
 name matches (an arm never run at the scale, once a step of it is profiled on the GPU). Every
 process adds ``--startup`` seconds and every evaluation ``--eval-s``.
 
@@ -93,7 +94,7 @@ from pathlib import Path
 from . import config as lpc
 from .config import FINETUNE, PRETRAIN
 from .io import write_json, write_yaml
-from .run_estimates import Estimator
+from .run_estimates import SHARING_KEY, Estimator
 from . import sweep as sweeps
 
 SWEEP = sweeps.SWEEP_RUN  # a size sweep's run: trained and archived alike, no evaluations, no claims
@@ -422,6 +423,8 @@ class Slot:
     def __init__(self, task: Task, commands: list[list[str]], log: Path, env: dict | None = None):
         self.task, self.commands, self.log, self.env = task, list(commands), log, env
         self.started, self.proc, self.trained = time.monotonic(), None, False
+        # processes on the GPU, integrated over this run's training, and the seconds integrated
+        self.shared_s = self.training_s = 0.0
         log.parent.mkdir(parents=True, exist_ok=True)
         task.attempts += 1
         if task.attempts == 1:
@@ -437,6 +440,17 @@ class Slot:
             f.write(f"$ {' '.join(argv)}\n")
             f.flush()
             self.proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=self.env)
+
+    def count_sharing(self, seconds: float, processes: int) -> None:
+        """Adds ``seconds`` of training beside ``processes - 1`` others (nothing once it trained)."""
+        if not self.trained:
+            self.shared_s += seconds * processes
+            self.training_s += seconds
+
+    @property
+    def processes_mean(self) -> float | None:
+        """The processes on the GPU while this run trained, on average (itself included)."""
+        return round(self.shared_s / self.training_s, 2) if self.training_s > 0 else None
 
     def poll(self) -> str | None:
         """None while running; 'done' or 'failed' when the slot is over."""
@@ -662,8 +676,13 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
     # back to the front of the queue, and from then on at most one process fewer shares the GPU
     share = budget
     try:
+        last = time.monotonic()
         while True:
             sharing = len(slots)  # the runs on the GPU until this poll, one that ended in it included
+            now = time.monotonic()
+            for slot in slots:
+                slot.count_sharing(now - last, sharing)
+            last = now
             for slot in list(slots):
                 state = slot.poll()
                 if state is None:
@@ -676,6 +695,8 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                     if task.kind == SOURCE:
                         place_checkpoint(task)
                         task.note = f"trained again for its final checkpoint, now at {task.checkpoint}; not archived"
+                    else:
+                        record_sharing(task, slot.processes_mean)
                     task.status = "done"
                     done.add(task.name)
                     continue
@@ -729,6 +750,18 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
             archive(Path(out) / "logs.tar.gz", {f"{t.name}.log": log_dir / f"{t.name}.log" for t in tasks
                                                 if (log_dir / f"{t.name}.log").is_file()})
     return tasks
+
+
+def record_sharing(task: Task, processes: float | None) -> None:
+    """Writes ``SHARING_KEY`` into the completed run's provenance.json: the processes that shared the
+    GPU while it trained, which the estimates read for its k, where the committed runs' start and
+    finish times miss the processes that failed, were stopped or trained a source again."""
+    path = task.out / "provenance.json"
+    if processes is None or not path.is_file():
+        return
+    record = json.loads(path.read_text())
+    record[SHARING_KEY] = processes
+    write_json(path, record)
 
 
 def job_int8_records(out: Path | None) -> tuple[str, Path] | None:

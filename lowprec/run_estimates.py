@@ -3,7 +3,9 @@
 
 An arm's runs of the code it was last trained with (the commit of its last run) count. Each one's
 wall_s is put back to one run alone through the number of runs that shared the GPU while it ran (k,
-its mean over the run's time, from the start and finish times of the scale's runs): wall grows as k^a, with a fitted over the arms measured at several k (least squares of log
+its mean over the run's time: what the packer's job counted, ``SHARING_KEY`` in its provenance, else
+from the start and finish times of the scale's runs, which miss processes that left no run folder):
+wall grows as k^a, with a fitted over the arms measured at several k (least squares of log
 wall on log k within each arm, pooled; clamped to [0, 1]; 0.5 without such arms). An arm takes the
 slowest of its runs, and with ``jobs`` runs sharing the GPU takes jobs^a times that alone: an upper
 bound while fewer run. An arm with no run at the scale whose method ran there on another model
@@ -48,6 +50,10 @@ from typing import TYPE_CHECKING
 from . import config as lpc
 from .io import provenance_path
 from .sweep import SWEEP_RUN, run_parameters, tokens_per_step
+
+# the provenance key in which lowprec.packer records the processes that shared the GPU while a run
+# trained (on average, itself included)
+SHARING_KEY = "gpu_processes_mean"
 
 if TYPE_CHECKING:
     from .packer import Task
@@ -127,19 +133,24 @@ class Estimator:
                 continue
             cfg = lpc.load_yaml(d / "config.yaml")
             span = (_seconds(p["started"]), _seconds(p["finished"])) if p.get("started") and p.get("finished") else None
-            rows.append((tuple(d.parts[-4:-1]), float(p["wall_s"]), int(p["steps"]), span, cfg, p.get("git_commit")))
+            rows.append((tuple(d.parts[-4:-1]), float(p["wall_s"]), int(p["steps"]), span, cfg, p.get("git_commit"),
+                         p.get(SHARING_KEY)))
         spans = [r[3] for r in rows if r[3] and r[3][1] > r[3][0]]
 
-        def shared(span) -> float:  # mean number of runs on the GPU while this one ran (itself included)
-            if not concurrency or not span or span[1] <= span[0]:
+        def shared(span, recorded) -> float:  # mean number of runs on the GPU while this one ran (itself included)
+            if not concurrency:
+                return 1.0
+            if recorded:  # counted by the packer's job, the processes that left no run folder included
+                return max(1.0, float(recorded))
+            if not span or span[1] <= span[0]:
                 return 1.0
             return max(1.0, sum(max(0.0, min(span[1], o[1]) - max(span[0], o[0])) for o in spans) / (span[1] - span[0]))
 
         last = {}  # arm -> the commit of its last finished run
-        for arm, _, _, span, _, commit in sorted(rows, key=lambda r: r[3][1] if r[3] else 0.0):
+        for arm, _, _, span, _, commit, _ in sorted(rows, key=lambda r: r[3][1] if r[3] else 0.0):
             last[arm] = commit
-        return [(arm, wall, steps, shared(span), cfg)
-                for arm, wall, steps, span, cfg, commit in rows if commit == last[arm]]
+        return [(arm, wall, steps, shared(span, recorded), cfg)
+                for arm, wall, steps, span, cfg, commit, recorded in rows if commit == last[arm]]
 
     @staticmethod
     def _fit(measured) -> float:

@@ -18,7 +18,7 @@ from lowprec import packer as pk
 from lowprec import sweep as sweeps
 from lowprec.io import write_yaml
 from lowprec.report.claims import load_claims
-from lowprec.run_estimates import Estimator
+from lowprec.run_estimates import SHARING_KEY, Estimator
 
 
 def _commit(cfg, wall=10.0, start=0.0, steps=None, files=(), commit="c2", gpu_mib=None):
@@ -170,6 +170,20 @@ def test_estimates_from_committed_runs(tmp_path):
         77.0, "--estimate mor/*/mor_tensor/*")
     with pytest.raises(pk.PackerError, match="give PATTERN=SECONDS"):
         pk._estimates(["mor/*/mor_tensor/*"])
+
+
+def test_a_runs_recorded_sharing_counts_over_its_neighbours_times(tmp_path):
+    """The processes a packer job recorded beside a run (its provenance's SHARING_KEY) are its k,
+    where the committed runs' times would say it ran alone (its neighbours left no run folder)."""
+    runs, _ = _grid("small", ["mor"], tmp_path)
+    cfg = runs[("mor", "nemotron", "bf16", "0")]
+    _commit(cfg, wall=200, start=0)
+    task = pk.Task("mor/nemotron/bf16/s1", runs[("mor", "nemotron", "bf16", "1")], pk.PRETRAIN)
+    assert Estimator(str(tmp_path), "small", startup=20.0)(task, 1)[0] == pytest.approx(220.0)
+    prov = Path(cfg["output_dir"]) / "provenance.json"
+    prov.write_text(json.dumps({**json.loads(prov.read_text()), SHARING_KEY: 4.0}))
+    # 200 s beside three others: 200 / 4^0.5 alone (the default exponent) + 20 s to start
+    assert Estimator(str(tmp_path), "small", startup=20.0)(task, 1)[0] == pytest.approx(120.0)
 
 
 def test_an_arm_never_run_on_the_gpu_takes_the_benchmarked_step_ratio(tmp_path):
@@ -691,6 +705,11 @@ def test_fine_tuning_runs_take_the_free_slots_first_and_never_more_than_jobs(tmp
     ft_ids = {t.cfg["run_id"] for t in fts}
     later = [starts[r] for r in starts if r not in ft_ids and starts[r] >= ends[source.cfg["run_id"]]]
     assert later and max(starts[r] for r in ft_ids) <= min(later)
+    # each archived run's provenance says how many processes shared the GPU while it trained: the
+    # long pretraining run had the source and the fine-tuning runs beside it most of its time
+    shared = {t.name: json.loads((t.out / "provenance.json").read_text())[SHARING_KEY]
+              for t in tasks if t.kind != pk.SOURCE}
+    assert all(1.0 <= v <= 2.0 for v in shared.values()) and shared[tasks[1].name] > 1.5, shared
     budget = pk.Budget(jobs=2, seconds=20.0, reserve=1.0, eval_s=0.0)
     assert pk.need(source, tasks, budget) == 5.0                     # itself, then the four in its slot
     assert source not in [t for t, _, _ in pk.simulate(tasks, replace(budget, seconds=5.5))]  # 4.5 s to the stop
