@@ -827,19 +827,22 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
              + f") starts {len(first)} of them "
              f"({sum(e - s for _, s, e in job):.0f} run-seconds); the others take {max(0, n - 1)} more"
              + (f", besides {len(never)} that no such job holds" if never else "")]
-    # what the first job gets done at other concurrencies: its runs, and their estimates alone
-    alone = {t.name: resumed_estimate(t, est, 1, budget.startup)[0] or 0.0 for t in tasks}
+    # the tasks as estimated with j processes at once (each runs faster with fewer: k^a)
+    at = {j: [replace(t, estimate=resumed_estimate(t, est, j, budget.startup)[0]) for t in tasks]
+          for j in sorted({1, 2, 3, 4, budget.jobs})}
+    # what the first job gets done at each concurrency: its runs, and their estimates alone
+    alone = {t.name: t.estimate or 0.0 for t in at[1]}
     by_jobs = []
-    for j in sorted({1, 2, 3, 4, budget.jobs}):
-        at_j = [replace(t, estimate=resumed_estimate(t, est, j, budget.startup)[0]) for t in tasks]
+    for j, at_j in at.items():
         started = simulate(at_j, replace(budget, jobs=j))
         by_jobs.append(f"--jobs {j}: {len(started)} ({sum(alone[t.name] for t, _, _ in started):.0f} s alone)")
     lines.append("the first job's runs (their estimates alone) by --jobs: " + ", ".join(by_jobs))
     limit, unheld = budget.stop_at, {t.name for t in never}
 
-    def need_at(t: Task, j: int) -> float:  # need() with j processes at once: each runs faster (k^a)
-        return sum((resumed_estimate(x, est, j, budget.startup)[0] or math.inf) + budget.own(x)
-                   - (x.estimate or 0.0) for x in [t, *(f for f in tasks if f.source == t.name)])
+    def need_at(t: Task, j: int) -> float:
+        at_j = at[j] if j in at else [replace(x, estimate=resumed_estimate(x, est, j, budget.startup)[0])
+                                      for x in tasks]
+        return need(next(x for x in at_j if x.name == t.name), at_j, budget)
 
     for t in never:
         if t.source in unheld:

@@ -232,7 +232,7 @@ class Estimator:
         step match (the anchor's the task's, the twin's the measured arm's), then the longest
         estimate: a run the budget stops is lost."""
         model, steps = task.name.split("/")[1], task.cfg["train"]["max_steps"]
-        mine = _kernels(task.cfg["method"])
+        mine, tokens = _kernels(task.cfg["method"]), tokens_per_step(task.cfg)
         like = [a for a in self.per_step if a in self.peak_gib and self.steps.get(a) == steps]
         pairs = []
         for other in like:
@@ -245,7 +245,7 @@ class Estimator:
                 for twin in like:
                     if twin[1] == other[1] and not _distance(theirs, _kernels(self.method[twin])):
                         ratio = self.per_step[other] / self.per_step[twin]
-                        mismatch = ((self.tokens[a] != tokens_per_step(task.cfg))
+                        mismatch = ((self.tokens[a] != tokens)
                                     + (self.tokens[twin] != self.tokens[other]))
                         pairs.append((mismatch, -self.per_step[a] * ratio, a, ratio, other, twin))
         return min(pairs)[2:] if pairs else None

@@ -16,7 +16,7 @@ from .. import config as cfglib
 from ..io import write_text
 from .claims import NOT_RUN
 from .markdown import markdown_lines
-from .runs import EMULATED, load_runs
+from .runs import load_runs
 from .size_sweep import sweep_lines
 from .speed import speed_lines
 
@@ -124,7 +124,7 @@ def build(results: Path, scale: str, papers: list[str], run_dirs: dict[str, list
             lines += ["Settings that are our choices where the paper is silent:", "",
                       *[f"- {c}" for c in exp["our_choices"]], ""]
         lines += ["Provenance:", "", *_provenance_summary(runs), ""]
-        emulated = [r for r in runs if r.numerics and r.numerics.endswith(EMULATED)]
+        emulated = [r for r in runs if r.emulated]
         if emulated:
             fast = sum(r.fast_path for r in runs)
             which = "these runs" if len(emulated) == len(runs) else f"{len(emulated)} of these {len(runs)} runs"

@@ -47,18 +47,24 @@ class Run:
         return setting == "all" or (setting == "cuda" and bool((self.provenance.get("device") or {}).get("gpu")))
 
     @property
+    def emulated(self) -> bool:
+        """Whether the run's linear layers trained through the emulation (quantized operands
+        dequantized into fp32 GEMMs): layers converted (native BF16 autocast converts none) and not
+        on the fast path."""
+        method = self.provenance.get("method") or {}
+        return bool(method.get("numerics") and method.get("layers")) and not self.fast_path
+
+    @property
     def numerics(self) -> str | None:
-        """The method's numerics and how they ran: on the fast path, or emulated (quantized
-        operands dequantized into fp32 GEMMs); native BF16 autocast as it is."""
+        """The method's numerics and how they ran: on the fast path, or emulated; native BF16
+        autocast as it is."""
         method = self.provenance.get("method") or {}
         text = method.get("numerics")
         if not text or not method.get("layers"):
             return text
         for suffix in _PATH_SUFFIXES:  # what runs before 2026-12-07 appended whatever the device
             text = text.removesuffix(suffix)
-        if self.fast_path:
-            return f"{text} (fast path; telemetry steps emulated)"
-        return f"{text} {EMULATED}"
+        return f"{text} {EMULATED}" if self.emulated else f"{text} (fast path; telemetry steps emulated)"
 
     @property
     def final_val_loss(self) -> float | None:
