@@ -12,12 +12,13 @@ recorded configuration without tuning (tuning every class of a 1 B training step
 of a GPU job: compiling and timing some 50 candidates per class). The end-to-end benchmark and
 training (at the end of a run) add the classes they tuned to the file that ``LOWPREC_INT8_TUNED``
 names (``record_named``; never to the committed file unless named; the runs of a job add theirs
-under a lock), so a committed file makes later jobs start at once and run the configurations it
-records. A record of another GPU, Triton or GEMM code is ignored.
+under a lock, and tune each class once between them: ``tuned_config``), so a committed file makes
+later jobs start at once and run the configurations it records. A record of another GPU, Triton or GEMM code is ignored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -360,12 +361,47 @@ def forget_tuning() -> None:
 
 def tuned_config(key: tuple, tune, device=None) -> GemmConfig:
     """The configuration of shape class `key`: the first time, the recorded choice where
-    ``records_file`` has one for this GPU (``device``), else tune() -> (GemmConfig, ms)."""
+    ``records_file`` has one for this GPU (``device``), else tune() -> (GemmConfig, ms).
+
+    Where ``LOWPREC_INT8_TUNED`` names a file, the processes that share it (the runs of one GPU job)
+    tune a class once: each holds the class's lock (``_class_lock``) while it looks for a record and
+    tunes, and writes what it tuned before letting go, so that the next one reads it. Without the
+    lock, two runs of one model tuned the same classes at once, each timing its candidates beside the
+    other's (a medium job: 139 s before each run's tenth step)."""
     if key not in _TUNED:
-        path, gpu = records_file(), gpu_name(device)
-        found = recorded_configs(path, gpu).get(key) if path and gpu else None
-        _TUNED[key] = (*found, True) if found else (*tune(), False)
+        gpu = gpu_name(device)
+        shared = named_records_file() if gpu else None
+        with _class_lock(shared, key):
+            path = records_file()
+            found = recorded_configs(path, gpu).get(key) if path and gpu else None
+            _TUNED[key] = (*found, True) if found else (*tune(), False)
+            if shared is not None and not found:
+                record_tuning(shared, gpu)
     return _TUNED[key][0]
+
+
+@contextlib.contextmanager
+def _class_lock(shared, key: tuple):
+    """Hold shape class ``key``'s lock among the processes that share the records file ``shared``
+    (None: no lock). One lock file per records file, in the temporary folder (the records' folder is
+    what a GPU job sends back), a byte of it per class: a POSIX record lock, which a process loses
+    when it closes any descriptor of that file, so the file is never the one ``record_tuning``
+    locks."""
+    if shared is None:
+        yield
+        return
+    import fcntl
+    import hashlib
+    import tempfile
+
+    name = hashlib.sha256(str(Path(shared).resolve()).encode()).hexdigest()[:16]
+    byte = int(hashlib.sha256(repr(key).encode()).hexdigest()[:8], 16) % (1 << 20)
+    with open(Path(tempfile.gettempdir()) / f"lowprec-int8-tuning-{name}.lock", "a") as lock:
+        fcntl.lockf(lock, fcntl.LOCK_EX, 1, byte)
+        try:
+            yield
+        finally:
+            fcntl.lockf(lock, fcntl.LOCK_UN, 1, byte)
 
 
 def time_candidates(key: tuple, cands: list, launch, device) -> tuple:

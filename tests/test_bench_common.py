@@ -654,3 +654,37 @@ def test_the_runs_of_a_job_record_their_int8_tuning_in_one_file_without_losing_a
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
     keys = {r["key"][1] // 1024 for r in json.loads(path.read_text())["records"]}
     assert keys == set(range(1, 26)) | set(range(101, 126)) | set(range(201, 226))
+
+
+TUNER = r"""
+import sys, time
+from lowprec.kernels import int8_fallback_tuning as kt
+kt.gpu_name = lambda device: "H100 test"
+key = ("main", 16384, 2048, 2048, 128, 128, 128, True, True, False)
+def tune():
+    with open(sys.argv[1], "a") as log:
+        log.write("tuned\n")
+    time.sleep(1.5)   # the other process asks for the class meanwhile
+    return kt.GemmConfig(block_n=64), 0.5
+print(kt.tuned_config(key, tune, "cuda").label(), kt.tuned_configs()[0]["recorded"])
+"""
+
+
+def test_the_runs_of_a_job_tune_a_shape_class_once(tmp_path):
+    """Two processes naming one LOWPREC_INT8_TUNED file (the runs of a GPU job) meet the same shape
+    class at once: one tunes it and records it before letting the class go, the other waits and takes
+    that record (both run one configuration), and the file holds the class once."""
+    import os
+    import subprocess
+    import sys
+
+    path, log = tmp_path / "tuned.json", tmp_path / "tunings.log"
+    env = {**os.environ, "LOWPREC_INT8_TUNED": str(path)}
+    procs = [subprocess.Popen([sys.executable, "-c", TUNER, str(log)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    assert log.read_text().splitlines() == ["tuned"]
+    assert sorted(out.split() for out, _ in outs) == [["128x64_kg1_w8_s3_gm8", "False"],
+                                                      ["128x64_kg1_w8_s3_gm8", "True"]]
+    assert [r["key"][2] for r in json.loads(path.read_text())["records"]] == [2048]
