@@ -321,8 +321,10 @@ def order(tasks: list[Task], scale: str, results: str = "results") -> list[Task]
         if not open_:
             break
         *_, needs = min(open_, key=lambda c: (c[0], cost(c[3]), c[1]))
+        # a claim's runs by seed, the runs that others start from (a source trained again too) before
+        # the fine-tuning runs, then by name: the same order whatever the order of the set
         for t in sorted((by_name[n] for n in needs - placed),
-                        key=lambda t: (t.seed, t.kind != PRETRAIN, t.model, t.method)):
+                        key=lambda t: (t.seed, t.kind == FINETUNE, t.kind != PRETRAIN, t.model, t.method, t.name)):
             ordered.append(t)
             placed.add(t.name)
     return ordered + [t for t in tasks if t.name not in placed]

@@ -114,6 +114,33 @@ def test_order_decides_the_most_claims_first(tmp_path):
     assert by["mor/nemotron/fp8_tensorwise_current/s3"].claims == []
 
 
+ORDER_IN_A_PROCESS = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from test_packer import _commit, _grid
+from lowprec import packer as pk
+runs, _ = _grid("tiny", ["int8_fallback"], sys.argv[1])
+_commit(runs[("int8_fallback", "llama2", "bf16", "0")])   # no checkpoint: trains again for its fine-tuning runs
+tasks, _, _ = pk.missing_tasks("tiny", ["int8_fallback"], sys.argv[1])
+for t in tasks:
+    t.estimate = 100.0
+print("\\n".join(f"{t.name} {t.kind}" for t in pk.order(tasks, "tiny", sys.argv[1])))
+"""
+
+
+def test_the_order_is_the_same_in_every_process(tmp_path):
+    """Runs trained again for their checkpoint beside the fine-tuning runs that start from them
+    (equal in seed, model and method) come in one order, not that of a set of names: two processes
+    of different string hashes agree, and each source precedes the fine-tuning runs of its claim."""
+    outs = [subprocess.run([sys.executable, "-c", ORDER_IN_A_PROCESS, str(tmp_path / seed), str(Path(__file__).parent)],
+                           capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")]
+    assert outs[0] == outs[1]
+    rows = [line.split() for line in outs[0].splitlines()]
+    sources = [i for i, (_, kind) in enumerate(rows) if kind == pk.SOURCE]
+    assert sources and all(rows[i + 1][1] == pk.FINETUNE for i in sources)
+
+
 def test_claims_select_the_runs_that_read_them_with_their_sources(tmp_path):
     """--claims keeps, in order, the runs that the matching claims read, and the runs a kept
     fine-tuning run starts from; a pattern no run to train serves is refused, naming the claims."""
