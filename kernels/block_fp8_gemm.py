@@ -7,6 +7,7 @@ API::
 
     block_scaled_mm(a_codes, a_scales, a_block, b_codes, b_scales, b_block, out_dtype=torch.float32,
                     config=None, launcher=None, fp8_tiles=None) -> (M, N) tensor
+    block_scaled_mm_rest(out, a_codes, a_scales, a_block, b_codes, b_scales, b_block, a_rows, b_rows)
     BlockConfig(block_m, block_n, block_k, num_warps, num_stages), default_config(M, N, widths, dtype)
     triton_available(device=None), interpreter_active()
 
@@ -46,7 +47,7 @@ from ._common import _cdiv
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["block_scaled_mm", "BlockConfig", "default_config", "triton_available", "interpreter_active"]
+__all__ = ["block_scaled_mm", "block_scaled_mm_rest", "BlockConfig", "default_config", "triton_available", "interpreter_active"]
 
 _OUT_DTYPES = (torch.float32, torch.bfloat16)
 _GROUP_M = 8
@@ -196,20 +197,9 @@ def _operand(codes: torch.Tensor, scales: torch.Tensor, block, name: str) -> tup
     return br, bc
 
 
-def block_scaled_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_codes: torch.Tensor,
-                    b_scales: torch.Tensor, b_block, out_dtype: torch.dtype = torch.float32,
-                    config: Optional[BlockConfig] = None, launcher=None, fp8_tiles=None) -> torch.Tensor:
-    """``dequant(A) @ dequant(B).T`` (module docstring). launcher: None to launch here, or
-    ``torch.library.wrap_triton`` inside a ``triton_op`` that a compiled graph traces (Inductor
-    then launches the kernel from its own code).
-
-    ``fp8_tiles`` (BF16 codes only): ``(a_e4m3, a_rows, b_e4m3, b_rows)``, the same codes as
-    float8_e4m3fn (exact where a block's codes are E4M3's; elsewhere never read) and, per block-row,
-    an int8 flag that every block of it holds E4M3 codes. The output tiles whose A block-row and B
-    block-column are both flagged multiply the FP8 copies on FP8 tensor cores, the others the BF16
-    codes, in two launches of one kernel (same tiles, each tile stored by one of them); the sums
-    are the same either way (every product exact in fp32). Needs block heights that are multiples
-    of the tile's."""
+def _pair(a_codes, a_scales, a_block, b_codes, b_scales, b_block, out_dtype) -> tuple:
+    """((M, N, K), (a's block rows and columns, b's), the block widths narrower than K) of a checked
+    operand pair and output dtype (each problem named)."""
     a_br, a_bc = _operand(a_codes, a_scales, a_block, "a")
     b_br, b_bc = _operand(b_codes, b_scales, b_block, "b")
     (M, K), (N, kb) = a_codes.shape, b_codes.shape
@@ -227,16 +217,32 @@ def block_scaled_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_co
                          f"width that is a multiple of {_MIN_BLOCK_K}")
     _c.require_triton("lowprec.kernels.block_fp8_gemm", "lowprec.gemm.dequantized_mm", _TRITON_IMPORT_ERROR,
                       _JIT_FNS, a_codes.device)
+    return (M, N, K), (a_br, a_bc, b_br, b_bc), widths
+
+
+def block_scaled_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_codes: torch.Tensor,
+                    b_scales: torch.Tensor, b_block, out_dtype: torch.dtype = torch.float32,
+                    config: Optional[BlockConfig] = None, launcher=None, fp8_tiles=None) -> torch.Tensor:
+    """``dequant(A) @ dequant(B).T`` (module docstring). launcher: None to launch here, or
+    ``torch.library.wrap_triton`` inside a ``triton_op`` that a compiled graph traces (Inductor
+    then launches the kernel from its own code).
+
+    ``fp8_tiles`` (BF16 codes only): ``(a_e4m3, a_rows, b_e4m3, b_rows)``, the same codes as
+    float8_e4m3fn (exact where a block's codes are E4M3's; elsewhere never read) and, per block-row,
+    an int8 flag that every block of it holds E4M3 codes. The output tiles whose A block-row and B
+    block-column are both flagged multiply the FP8 copies on FP8 tensor cores, the others the BF16
+    codes, in two launches of one kernel (same tiles, each tile stored by one of them); the sums
+    are the same either way (every product exact in fp32). Needs block heights that are multiples
+    of the tile's."""
+    (M, N, K), (a_br, a_bc, b_br, b_bc), widths = _pair(a_codes, a_scales, a_block, b_codes, b_scales, b_block,
+                                                        out_dtype)
     out = torch.empty((M, N), dtype=out_dtype, device=a_codes.device)
     if not (M and N and K):
         return out.zero_()
     cfg = config or default_config(M, N, widths, a_codes.dtype)
     if any(w % cfg.block_k for w in widths):
         raise ValueError(f"config {cfg}: the K-step must divide the block widths {widths}")
-    # decode scales once per grid, not per K-step in every program: torch's 1 / s is correctly
-    # rounded (div_rn), and a division per scale in the loop held the kernel at a fraction of the
-    # tensor cores' rate (block_scaled_gemm_h200.csv)
-    dec = (1.0 / a_scales, 1.0 / b_scales, (a_br, a_bc, b_br, b_bc))
+    dec = _decoded(a_scales, b_scales, (a_br, a_bc, b_br, b_bc))
     if fp8_tiles is None:
         _launch(out, a_codes, b_codes, dec, cfg, 0, None, launcher)
         return out
@@ -250,6 +256,48 @@ def block_scaled_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_co
     return out
 
 
+def block_scaled_mm_rest(out: torch.Tensor, a_codes: torch.Tensor, a_scales: torch.Tensor, a_block,
+                         b_codes: torch.Tensor, b_scales: torch.Tensor, b_block, a_rows: torch.Tensor,
+                         b_rows: torch.Tensor, config: Optional[BlockConfig] = None, launcher=None) -> None:
+    """Stores into ``out`` (M, N, contiguous) the tiles of ``dequant(A) @ dequant(B).T`` (BF16 codes)
+    whose A block-row or B block-column is not flagged in ``a_rows`` / ``b_rows`` (``fp8_tiles``'
+    flags), and leaves the flagged tiles as they are: ``fp8_tiles``' second launch alone, for an
+    output whose flagged tiles another GEMM made (sub-tensor MoR's FP8 product on cuBLAS,
+    ``lowprec.methods.mor_subtensor_fast``). Needs block heights that are multiples of the tile's."""
+    (M, N, K), (a_br, a_bc, b_br, b_bc), widths = _pair(a_codes, a_scales, a_block, b_codes, b_scales, b_block,
+                                                        out.dtype)
+    if a_codes.dtype != torch.bfloat16:
+        raise ValueError(f"block_scaled_mm_rest: only for bfloat16 codes, got {a_codes.dtype}")
+    if tuple(out.shape) != (M, N) or out.device != a_codes.device or not out.is_contiguous():
+        raise ValueError(f"block_scaled_mm_rest: out must be a contiguous {(M, N)} tensor on {a_codes.device}, "
+                         f"got {tuple(out.shape)} on {out.device}")
+    _check_rows(a_rows, a_codes, a_br, "a")
+    _check_rows(b_rows, b_codes, b_br, "b")
+    if not (M and N and K):
+        out.zero_()
+        return
+    cfg = config or default_config(M, N, widths, a_codes.dtype)
+    if any(w % cfg.block_k for w in widths) or a_br % cfg.block_m or b_br % cfg.block_n:
+        raise ValueError(f"config {cfg}: the K-step must divide the block widths {widths}, the tile the block "
+                         f"heights {a_br}, {b_br}")
+    _launch(out, a_codes, b_codes, _decoded(a_scales, b_scales, (a_br, a_bc, b_br, b_bc)), cfg, 2,
+            (a_rows, b_rows), launcher)
+
+
+def _decoded(a_scales, b_scales, blocks) -> tuple:
+    # decode scales once per grid, not per K-step in every program: torch's 1 / s is correctly
+    # rounded (div_rn), and a division per scale in the loop held the kernel at a fraction of the
+    # tensor cores' rate (block_scaled_gemm_h200.csv)
+    return 1.0 / a_scales, 1.0 / b_scales, blocks
+
+
+def _check_rows(rows, codes, br, name) -> None:
+    want = (_cdiv(codes.shape[0], br),)
+    if rows.dtype != torch.int8 or tuple(rows.shape) != want or rows.device != codes.device:
+        raise ValueError(f"fp8_tiles: {name}_rows must be int8 of shape {want} on {codes.device}, "
+                         f"got {rows.dtype} {tuple(rows.shape)} on {rows.device}")
+
+
 def _fp8_tiles(fp8_tiles, a_codes, b_codes, a_br, b_br) -> tuple:
     a8, a_rows, b8, b_rows = fp8_tiles
     if a_codes.dtype != torch.bfloat16:
@@ -258,9 +306,7 @@ def _fp8_tiles(fp8_tiles, a_codes, b_codes, a_br, b_br) -> tuple:
         if c8.dtype != torch.float8_e4m3fn or c8.shape != codes.shape or c8.device != codes.device:
             raise ValueError(f"fp8_tiles: {name}_e4m3 must be float8_e4m3fn of {name}_codes' shape "
                              f"{tuple(codes.shape)} on {codes.device}, got {c8.dtype} {tuple(c8.shape)}")
-        if rows.dtype != torch.int8 or tuple(rows.shape) != (_cdiv(codes.shape[0], br),):
-            raise ValueError(f"fp8_tiles: {name}_rows must be int8 of shape {(_cdiv(codes.shape[0], br),)}, "
-                             f"got {rows.dtype} {tuple(rows.shape)}")
+        _check_rows(rows, codes, br, name)
     return a8, a_rows, b8, b_rows
 
 

@@ -343,6 +343,34 @@ def block_scaled_mm_cuda(a: torch.Tensor, scale_a: torch.Tensor, block_a: list[i
                               fp8_tiles=_fp8_tiles_given(a_e4m3, a_rows_e4m3, b_e4m3, b_rows_e4m3))
 
 
+# the second launch of ``fp8_tiles`` alone, into an output whose all-E4M3 tiles another GEMM made
+# (``lowprec.kernels.block_fp8_gemm.block_scaled_mm_rest``): off CUDA an opaque node, on CUDA a
+# triton_op, as block_scaled_mm
+@torch.library.custom_op("lowprec::block_scaled_rest_", mutates_args=("out",))
+def block_scaled_rest_(out: torch.Tensor, a: torch.Tensor, scale_a: torch.Tensor, block_a: list[int],
+                       b: torch.Tensor, scale_b: torch.Tensor, block_b: list[int], a_rows_e4m3: torch.Tensor,
+                       b_rows_e4m3: torch.Tensor) -> None:
+    """Overwrites the tiles of ``out`` whose A block-row or B block-column is not all E4M3 with
+    ``dequant(a) @ dequant(b).T`` of the BF16 codes (sub-tensor MoR's operands)."""
+    from .kernels import block_fp8_gemm as kg
+    kg.block_scaled_mm_rest(out, a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), a_rows_e4m3, b_rows_e4m3)
+
+
+@block_scaled_rest_.register_fake
+def _(out, *args):
+    return None
+
+
+@torch.library.triton_op("lowprec::block_scaled_rest_cuda_", mutates_args=("out",))
+def block_scaled_rest_cuda_(out: torch.Tensor, a: torch.Tensor, scale_a: torch.Tensor, block_a: list[int],
+                            b: torch.Tensor, scale_b: torch.Tensor, block_b: list[int], a_rows_e4m3: torch.Tensor,
+                            b_rows_e4m3: torch.Tensor) -> None:
+    """``block_scaled_rest_`` on a CUDA device."""
+    from .kernels import block_fp8_gemm as kg
+    kg.block_scaled_mm_rest(out, a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), a_rows_e4m3, b_rows_e4m3,
+                            launcher=torch.library.wrap_triton)
+
+
 def _fp8_tiles_given(*parts) -> Optional[tuple]:
     if all(p is None for p in parts):
         return None

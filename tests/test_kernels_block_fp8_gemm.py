@@ -186,6 +186,9 @@ def test_subtensor_mm_runs_all_e4m3_tiles_on_fp8(monkeypatch):
     from lowprec.methods.mor import BF16, E4M3, SubTensorMoRQuantizer, subtensor_mor
     from lowprec.methods.mor_subtensor_fast import subtensor_mm, subtensor_operand
 
+    from lowprec.methods import mor_subtensor_fast as msf
+
+    monkeypatch.setattr(msf, "FP8_TILES_ON_CUBLAS", False)  # the kernel's own FP8 launch
     launches = _record_launches(monkeypatch)
     q = SubTensorMoRQuantizer(mode="two_way")
     g = torch.Generator().manual_seed(41)
@@ -198,3 +201,54 @@ def test_subtensor_mm_runs_all_e4m3_tiles_on_fp8(monkeypatch):
     va = subtensor_mor(a.cpu(), (128, 128), "two_way").values.double()
     vb = subtensor_mor(b.cpu(), (128, 128), "two_way").values.double()
     assert sqnr_db(va @ vb.t(), out.double().cpu()) >= FLOOR_DB
+
+
+def test_subtensor_mm_takes_the_all_e4m3_tiles_from_cublas_and_overwrites_the_others(monkeypatch):
+    """With the all-E4M3 tiles on cuBLAS (``FP8_TILES_ON_CUBLAS``; here a stand-in for its block-scaled
+    GEMM, the fp32 product of the E4M3 codes rounded to bf16 as cuBLAS's is), only the kernel's BF16
+    launch runs: it overwrites the tiles that read a BF16 block with the float64 product of the
+    emulation's values and leaves the all-E4M3 tiles as the stand-in made them, bit for bit."""
+    from lowprec.methods import mor_subtensor_fast as msf
+    from lowprec.methods.mor import SubTensorMoRQuantizer, subtensor_mor
+
+    made = []
+
+    def cublas(a8, scale_a, kind_a, b8, scale_b, kind_b, out_dtype):
+        assert (kind_a, kind_b) == ("128x128", "128x128") and a8.dtype == b8.dtype == torch.float8_e4m3fn
+        made.append(gemm.dequantized_mm(a8, scale_a, (128, 128), b8, scale_b, (128, 128)).to(torch.bfloat16))
+        return made[-1].to(out_dtype)
+
+    monkeypatch.setattr(msf, "fp8_mm", cublas)
+    monkeypatch.setattr(msf, "_fp8_tiles_on_cublas", lambda a, b, a8, b8: msf.FP8_TILES_ON_CUBLAS)
+    launches = _record_launches(monkeypatch)
+    q = SubTensorMoRQuantizer(mode="two_way")
+    g = torch.Generator().manual_seed(43)
+    a, b = (torch.randn(256, 256, generator=g).to(DEVICE) for _ in range(2))
+    b[128:, :128] *= torch.logspace(-12, 0, 128, device=DEVICE)  # a BF16 block: b's second block-row
+    qa, qb = msf.subtensor_operand(q, a), msf.subtensor_operand(q, b)
+    out = msf.subtensor_mm(qa, qb, torch.float32)
+    assert launches == [(2, True)] and len(made) == 1
+    va = subtensor_mor(a.cpu(), (128, 128), "two_way").values.double()
+    vb = subtensor_mor(b.cpu(), (128, 128), "two_way").values.double()
+    want = va @ vb.t()
+    assert torch.equal(out[:, :128].cpu(), made[0][:, :128].float().cpu())   # all-E4M3 tiles: cuBLAS's
+    assert sqnr_db(want[:, 128:], out[:, 128:].double().cpu()) >= FLOOR_DB  # the BF16 block's: the kernel's
+    assert not torch.equal(out[:, 128:].cpu(), made[0][:, 128:].float().cpu())
+    monkeypatch.setattr(msf, "FP8_TILES_ON_CUBLAS", False)
+    del launches[:]
+    assert sqnr_db(want, msf.subtensor_mm(qa, qb, torch.float32).double().cpu()) >= FLOOR_DB
+    assert launches == [(1, False), (2, True)] and len(made) == 1
+
+
+def test_the_rest_launch_names_bad_outputs_and_flags():
+    codes = torch.zeros(256, 128, dtype=torch.bfloat16, device=DEVICE)
+    scales, rows = torch.ones(2, 1, device=DEVICE), torch.ones(2, dtype=torch.int8, device=DEVICE)
+    with pytest.raises(ValueError, match=r"out must be a contiguous \(256, 256\) tensor"):
+        kb.block_scaled_mm_rest(torch.zeros(256, 128, device=DEVICE), codes, scales, (128, 128), codes, scales,
+                                (128, 128), rows, rows)
+    with pytest.raises(ValueError, match="b_rows must be int8 of shape"):
+        kb.block_scaled_mm_rest(torch.zeros(256, 256, device=DEVICE), codes, scales, (128, 128), codes, scales,
+                                (128, 128), rows, rows[:1])
+    with pytest.raises(ValueError, match="only for bfloat16 codes"):
+        kb.block_scaled_mm_rest(torch.zeros(256, 256, device=DEVICE), codes.to(torch.float8_e4m3fn), scales,
+                                (128, 128), codes.to(torch.float8_e4m3fn), scales, (128, 128), rows, rows)

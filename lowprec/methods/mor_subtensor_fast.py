@@ -26,7 +26,9 @@ B block-column chose E4M3 throughout (nearly every one at ``small``) multiply FP
 codes on FP8 tensor cores and the rest the BF16 values (``block_scaled_mm``'s ``fp8_tiles``: two
 launches of one kernel, each tile computed by one); the kernel's E4M3 rate is about 1.45x its BF16
 one at the 1 B shapes (results/bench/block_scaled_gemm_h200.csv); the 1 B step ran at 0.46x of
-compiled BF16 with them (9967d27), 0.30x without (e391b6d).
+compiled BF16 with them (9967d27), 0.30x without (e391b6d). With 128x128 blocks on CUDA the FP8
+tiles come from cuBLAS's block-scaled GEMM instead (``FP8_TILES_ON_CUBLAS``), which makes every
+tile, and the kernel's BF16 launch overwrites the others.
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..gemm import block_scaled_mm, block_scaled_mm_cuda, dequantized, triton_runs_on
+from ..config import env_switch
+from ..gemm import (block_scaled_mm, block_scaled_mm_cuda, block_scaled_rest_, block_scaled_rest_cuda_, dequantized,
+                    shape_fits, triton_runs_on)
+from ..numerics.scaled_mm import fp8_mm
 from ..numerics.scaling import as_2d, expand_blocks
 from ..recipes import OPERANDS, SLOTS
 from .layer_buffers import add_rows
@@ -46,6 +51,13 @@ from .mor import (COUNT_COLUMNS, E4M3, E5M2, SubTensorMoRQuantizer, block_counts
 _WIDTH_STEP = 32
 # the Triton GEMM's output tile on the GPU: blocks whose height it divides can run whole tiles on FP8
 FP8_TILE = 128
+# The all-E4M3 tiles of 128x128 blocks on cuBLAS's block-scaled FP8 GEMM (``fp8_mm``, every tile, a
+# bf16 product as every block-scaled cuBLAS GEMM's), the other tiles then overwritten by the Triton
+# kernel's BF16 launch (``block_scaled_rest_``), in place of the kernel's own FP8 launch: at 1 B on
+# an H100 (d0c7170) that launch took 152 ms of the step's 318 ms of GPU kernels, where cuBLAS's
+# block-scaled GEMMs of per-block MoR, the same shapes, took 66 ms. LOWPREC_SUBTENSOR_CUBLAS=0
+# keeps the kernel's FP8 launch (fp32 sums of the products, no bf16 rounding of the FP8 tiles).
+FP8_TILES_ON_CUBLAS = env_switch("LOWPREC_SUBTENSOR_CUBLAS")
 
 
 def fast_subtensor_quantizer(q) -> bool:
@@ -162,8 +174,23 @@ def subtensor_mm(a: SubTensorOperand, b: SubTensorOperand, out_dtype: torch.dtyp
             # kernel's E4M3 rate is about 1.45x its BF16 one at the 1 B shapes, same file)
             tiles = dict(a_e4m3=_e4m3_codes(a, av), a_rows_e4m3=_rows_all_e4m3(a.choice),
                          b_e4m3=_e4m3_codes(b, bv), b_rows_e4m3=_rows_all_e4m3(b.choice))
+            if _fp8_tiles_on_cublas(a, b, tiles["a_e4m3"], tiles["b_e4m3"]):
+                # every tile from cuBLAS's block-scaled FP8 GEMM of the E4M3 codes, then the tiles
+                # that read a block of another format overwritten by the kernel's BF16 launch
+                out = fp8_mm(tiles["a_e4m3"], a.scale, "128x128", tiles["b_e4m3"], b.scale, "128x128", out_dtype)
+                rest = block_scaled_rest_cuda_ if av.is_cuda else block_scaled_rest_
+                rest(out, av, a.scale, list(a.block), bv, b.scale, list(b.block), tiles["a_rows_e4m3"],
+                     tiles["b_rows_e4m3"])
+                return out
         return op(av, a.scale, list(a.block), bv, b.scale, list(b.block), out_dtype, **tiles)
     return (a.dequantized() @ b.dequantized().t()).to(out_dtype)
+
+
+def _fp8_tiles_on_cublas(a: SubTensorOperand, b: SubTensorOperand, a8: torch.Tensor, b8: torch.Tensor) -> bool:
+    """Whether the all-E4M3 tiles' product comes from cuBLAS (``FP8_TILES_ON_CUBLAS``): 128x128 blocks
+    (the grid ``_scaled_mm`` takes) of CUDA operands whose shape it takes (``gemm.shape_fits``)."""
+    return (FP8_TILES_ON_CUBLAS and a8.is_cuda and tuple(a.block) == tuple(b.block) == (128, 128)
+            and shape_fits(a8, b8, "128x128", "128x128"))
 
 
 def _e4m3_codes(op: SubTensorOperand, values: torch.Tensor) -> torch.Tensor:
