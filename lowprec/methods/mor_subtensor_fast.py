@@ -55,8 +55,12 @@ FP8_TILE = 128
 # bf16 product as every block-scaled cuBLAS GEMM's), the other tiles then overwritten by the Triton
 # kernel's BF16 launch (``block_scaled_rest_``), in place of the kernel's own FP8 launch: at 1 B on
 # an H100 (d0c7170) that launch took 152 ms of the step's 318 ms of GPU kernels, where cuBLAS's
-# block-scaled GEMMs of per-block MoR, the same shapes, took 66 ms. LOWPREC_SUBTENSOR_CUBLAS=0
-# keeps the kernel's FP8 launch (fp32 sums of the products, no bf16 rounding of the FP8 tiles).
+# block-scaled GEMMs of per-block MoR, the same shapes, took 66 ms. Measured on the H200 at 9094350,
+# each against compiled BF16 of its own run: 1 B 0.634x against 0.574x with the kernel's FP8 launch,
+# 98 M with CUDA graphs 0.403x against 0.366x (results/bench/e2e_h200_{1b,100m}[_sub_triton]_9094350.csv).
+# The BF16 launch still took 49 ms of the 1 B step: it recomputes every tile of a block-row or
+# block-column holding one block of another format (profiles/llama_1b_mor_sub_two_way_9094350).
+# LOWPREC_SUBTENSOR_CUBLAS=0 keeps the kernel's FP8 launch (fp32 sums, no bf16 rounding of those tiles).
 FP8_TILES_ON_CUBLAS = env_switch("LOWPREC_SUBTENSOR_CUBLAS")
 
 
