@@ -47,7 +47,8 @@ from ._common import _cdiv
 
 triton, tl, _TRITON_IMPORT_ERROR = _c.import_triton()
 
-__all__ = ["block_scaled_mm", "block_scaled_mm_rest", "BlockConfig", "default_config", "triton_available", "interpreter_active"]
+__all__ = ["block_scaled_mm", "block_scaled_mm_rest", "BlockConfig", "default_config", "triton_available",
+           "interpreter_active"]
 
 _OUT_DTYPES = (torch.float32, torch.bfloat16)
 _GROUP_M = 8

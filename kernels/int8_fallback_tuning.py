@@ -13,7 +13,8 @@ of a GPU job: compiling and timing some 50 candidates per class). The end-to-end
 training (at the end of a run) add the classes they tuned to the file that ``LOWPREC_INT8_TUNED``
 names (``record_named``; never to the committed file unless named; the runs of a job add theirs
 under a lock, and tune each class once between them: ``tuned_config``), so a committed file makes
-later jobs start at once and run the configurations it records. A record of another GPU, Triton or GEMM code is ignored.
+later jobs start at once and run the configurations it records. A record of another GPU, Triton or
+GEMM code is ignored.
 """
 
 from __future__ import annotations

@@ -199,7 +199,8 @@ def _fp8_tiles_on_cublas(a: SubTensorOperand, b: SubTensorOperand, a8: torch.Ten
 
 def _e4m3_codes(op: SubTensorOperand, values: torch.Tensor) -> torch.Tensor:
     """The operand's E4M3 codes as K-contiguous FP8: the kernels' copy, or the values cast (exact
-    for the blocks that chose E4M3, the only ones the FP8 launch reads)."""
+    for the blocks that chose E4M3, the only ones whose products are kept: the FP8 launch reads no
+    others, and cuBLAS's tiles that read others are overwritten)."""
     return values.to(torch.float8_e4m3fn) if op.e4m3 is None else op.e4m3.contiguous()
 
 
