@@ -68,8 +68,9 @@ if triton is not None:
     from ._common import _e4m3_to_f32, _grouped_tile, _round_bf16
 
     @triton.jit
-    def _block_scaled_gemm_kernel(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, fa_ptr, fb_ptr, M, N, K,
-                                  s_am, s_ak, s_bn, s_bk, s_asr, s_asc, s_bsr, s_bsc, a_br, a_bc, b_br, b_bc,
+    def _block_scaled_gemm_kernel(a_ptr, b_ptr, as_ptr, bs_ptr, c_ptr, fa_ptr, fb_ptr, ca_ptr, cb_ptr, M, N, K,
+                                  s_am, s_ak, s_bn, s_bk, s_asr, s_asc, s_bsr, s_bsc, s_car, s_cac, s_cbr, s_cbc,
+                                  a_br, a_bc, b_br, b_bc,
                                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                   GROUP_M: tl.constexpr, EVEN_K: tl.constexpr, OUT_BF16: tl.constexpr,
                                   BF16_IN: tl.constexpr, INTERP: tl.constexpr, A_UNIFORM: tl.constexpr,
@@ -78,7 +79,9 @@ if triton is not None:
         block-row (the block height a multiple of the tile's), so a K-step has one scale, not a
         vector of them. SELECT (both uniform): 0 every tile; 1 only the tiles whose A block-row and
         B block-column are both flagged (int8 flags fa_ptr, fb_ptr, one per block-row); 2 the other
-        tiles. A tile not selected runs no K-step and stores nothing."""
+        tiles; 3 the tiles of 2, each adding to C the K-steps whose A or B block is not E4M3 (int8
+        choice grids ca_ptr, cb_ptr, 0 for E4M3) and skipping the others. A tile not selected runs
+        no K-step and stores nothing."""
         pid = tl.program_id(0)
         pid_m, pid_n = _grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         k_end = K
@@ -88,6 +91,9 @@ if triton is not None:
                     * (tl.load(fb_ptr + (pid_n * BLOCK_N) // b_br) != 0).to(tl.int32))
             run = both if SELECT == 1 else 1 - both
             k_end = K * run
+        if SELECT == 3:
+            ca_row = ca_ptr + ((pid_m * BLOCK_M) // a_br).to(tl.int64) * s_car
+            cb_row = cb_ptr + ((pid_n * BLOCK_N) // b_br).to(tl.int64) * s_cbr
         rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
         rn = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
         # rows past the end read the last row (their results are not stored): only K is masked
@@ -106,45 +112,53 @@ if triton is not None:
             b_s = bs_ptr + (rn_ld // b_br) * s_bsr
         acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
         for k0 in range(0, k_end, BLOCK_K):
-            # tiles go from the loads straight into the dot (a conversion between them would keep
-            # the loads out of the asynchronous copy pipeline); a ragged K masks FP8 codes through
-            # their bits, as a masked load's fill must be an integer
-            if EVEN_K:
-                a = tl.load(a_ptrs)
-                b = tl.load(b_ptrs)
-            elif BF16_IN or INTERP:
-                k_ok = (k0 + rk < K)[None, :]
-                a = tl.load(a_ptrs, mask=k_ok, other=0)
-                b = tl.load(b_ptrs, mask=k_ok, other=0)
+            if SELECT == 3:  # a K-step of two E4M3 blocks is the other GEMM's
+                mixed = ((tl.load(ca_row + (k0 // a_bc) * s_cac) != 0)
+                         | (tl.load(cb_row + (k0 // b_bc) * s_cbc) != 0))
             else:
-                k_ok = (k0 + rk < K)[None, :]
-                a = tl.load(a_ptrs.to(tl.pointer_type(tl.uint8), bitcast=True), mask=k_ok, other=0)
-                b = tl.load(b_ptrs.to(tl.pointer_type(tl.uint8), bitcast=True), mask=k_ok, other=0)
-                a = a.to(tl.float8e4nv, bitcast=True)
-                b = b.to(tl.float8e4nv, bitcast=True)
-            if INTERP and BF16_IN:  # fp32 on the host already
-                p = tl.dot(a, tl.trans(b), input_precision="ieee")
-            elif INTERP:
-                p = tl.dot(_e4m3_to_f32(a), tl.trans(_e4m3_to_f32(b)), input_precision="ieee")
-            else:
-                p = tl.dot(a, tl.trans(b))
-            inv_a = tl.load(a_s + (k0 // a_bc) * s_asc)
-            inv_b = tl.load(b_s + (k0 // b_bc) * s_bsc)
-            if A_UNIFORM and B_UNIFORM:
-                # one factor a K-step: a fused multiply-add an element, where the two factors one
-                # after the other took a multiply more (sm_90: 64 of a 128-deep K-step's 258
-                # instructions on FP8 codes, 310 on BF16 values; lowprec.bench.kernel_sass)
-                acc += p * (inv_a * inv_b)
-            else:
-                if not A_UNIFORM:
-                    inv_a = inv_a[:, None]
-                if not B_UNIFORM:
-                    inv_b = inv_b[None, :]
-                acc += p * inv_a * inv_b
+                mixed = True
+            if mixed:
+                # tiles go from the loads straight into the dot (a conversion between them would keep
+                # the loads out of the asynchronous copy pipeline); a ragged K masks FP8 codes through
+                # their bits, as a masked load's fill must be an integer
+                if EVEN_K:
+                    a = tl.load(a_ptrs)
+                    b = tl.load(b_ptrs)
+                elif BF16_IN or INTERP:
+                    k_ok = (k0 + rk < K)[None, :]
+                    a = tl.load(a_ptrs, mask=k_ok, other=0)
+                    b = tl.load(b_ptrs, mask=k_ok, other=0)
+                else:
+                    k_ok = (k0 + rk < K)[None, :]
+                    a = tl.load(a_ptrs.to(tl.pointer_type(tl.uint8), bitcast=True), mask=k_ok, other=0)
+                    b = tl.load(b_ptrs.to(tl.pointer_type(tl.uint8), bitcast=True), mask=k_ok, other=0)
+                    a = a.to(tl.float8e4nv, bitcast=True)
+                    b = b.to(tl.float8e4nv, bitcast=True)
+                if INTERP and BF16_IN:  # fp32 on the host already
+                    p = tl.dot(a, tl.trans(b), input_precision="ieee")
+                elif INTERP:
+                    p = tl.dot(_e4m3_to_f32(a), tl.trans(_e4m3_to_f32(b)), input_precision="ieee")
+                else:
+                    p = tl.dot(a, tl.trans(b))
+                inv_a = tl.load(a_s + (k0 // a_bc) * s_asc)
+                inv_b = tl.load(b_s + (k0 // b_bc) * s_bsc)
+                if A_UNIFORM and B_UNIFORM:
+                    # one factor a K-step: a fused multiply-add an element, where the two factors one
+                    # after the other took a multiply more (sm_90: 64 of a 128-deep K-step's 258
+                    # instructions on FP8 codes, 310 on BF16 values; lowprec.bench.kernel_sass)
+                    acc += p * (inv_a * inv_b)
+                else:
+                    if not A_UNIFORM:
+                        inv_a = inv_a[:, None]
+                    if not B_UNIFORM:
+                        inv_b = inv_b[None, :]
+                    acc += p * inv_a * inv_b
             a_ptrs += BLOCK_K * s_ak
             b_ptrs += BLOCK_K * s_bk
         c_ptrs = c_ptr + rm[:, None] * N + rn[None, :]
         ok = (rm < (M * run))[:, None] & (rn < N)[None, :]  # a tile not selected stores nothing
+        if SELECT == 3:
+            acc += tl.load(c_ptrs, mask=ok, other=0.0).to(tl.float32)
         if OUT_BF16:
             if INTERP:
                 acc = _round_bf16(acc)
@@ -259,12 +273,19 @@ def block_scaled_mm(a_codes: torch.Tensor, a_scales: torch.Tensor, a_block, b_co
 
 def block_scaled_mm_rest(out: torch.Tensor, a_codes: torch.Tensor, a_scales: torch.Tensor, a_block,
                          b_codes: torch.Tensor, b_scales: torch.Tensor, b_block, a_rows: torch.Tensor,
-                         b_rows: torch.Tensor, config: Optional[BlockConfig] = None, launcher=None) -> None:
+                         b_rows: torch.Tensor, config: Optional[BlockConfig] = None, launcher=None,
+                         choices: Optional[tuple] = None) -> None:
     """Stores into ``out`` (M, N, contiguous) the tiles of ``dequant(A) @ dequant(B).T`` (BF16 codes)
     whose A block-row or B block-column is not flagged in ``a_rows`` / ``b_rows`` (``fp8_tiles``'
     flags), and leaves the flagged tiles as they are: ``fp8_tiles``' second launch alone, for an
     output whose flagged tiles another GEMM made (sub-tensor MoR's FP8 product on cuBLAS,
-    ``lowprec.methods.mor_subtensor_fast``). Needs block heights that are multiples of the tile's."""
+    ``lowprec.methods.mor_subtensor_fast``). Needs block heights that are multiples of the tile's.
+
+    With ``choices`` (the two operands' int8 choice grids, 0 for an E4M3 block) those tiles are not
+    overwritten but added to: each takes only the K-blocks where A's or B's block is not E4M3, for an
+    ``out`` that already holds the sum over the K-blocks where both are (cuBLAS's product of codes
+    that are zero in every other block), so the work follows the blocks of other formats, not the
+    rows that hold them."""
     (M, N, K), (a_br, a_bc, b_br, b_bc), widths = _pair(a_codes, a_scales, a_block, b_codes, b_scales, b_block,
                                                         out.dtype)
     if a_codes.dtype != torch.bfloat16:
@@ -274,6 +295,11 @@ def block_scaled_mm_rest(out: torch.Tensor, a_codes: torch.Tensor, a_scales: tor
                          f"got {tuple(out.shape)} on {out.device}")
     _check_rows(a_rows, a_codes, a_br, "a")
     _check_rows(b_rows, b_codes, b_br, "b")
+    if choices is not None:
+        for name, grid, scales in (("a", choices[0], a_scales), ("b", choices[1], b_scales)):
+            if grid.dtype != torch.int8 or grid.shape != scales.shape or grid.device != scales.device:
+                raise ValueError(f"block_scaled_mm_rest: {name}'s choices must be an int8 grid of shape "
+                                 f"{tuple(scales.shape)} on {scales.device}, got {grid.dtype} {tuple(grid.shape)}")
     if not (M and N and K):
         out.zero_()
         return
@@ -281,8 +307,8 @@ def block_scaled_mm_rest(out: torch.Tensor, a_codes: torch.Tensor, a_scales: tor
     if any(w % cfg.block_k for w in widths) or a_br % cfg.block_m or b_br % cfg.block_n:
         raise ValueError(f"config {cfg}: the K-step must divide the block widths {widths}, the tile the block "
                          f"heights {a_br}, {b_br}")
-    _launch(out, a_codes, b_codes, _decoded(a_scales, b_scales, (a_br, a_bc, b_br, b_bc)), cfg, 2,
-            (a_rows, b_rows), launcher)
+    _launch(out, a_codes, b_codes, _decoded(a_scales, b_scales, (a_br, a_bc, b_br, b_bc)), cfg,
+            2 if choices is None else 3, (a_rows, b_rows), launcher, choices)
 
 
 def _decoded(a_scales, b_scales, blocks) -> tuple:
@@ -311,17 +337,20 @@ def _fp8_tiles(fp8_tiles, a_codes, b_codes, a_br, b_br) -> tuple:
     return a8, a_rows, b8, b_rows
 
 
-def _launch(out, a_codes, b_codes, dec, cfg: BlockConfig, select: int, rows, launcher) -> None:
-    """One launch of the kernel over every tile of ``out`` (``select``: which ones compute)."""
+def _launch(out, a_codes, b_codes, dec, cfg: BlockConfig, select: int, rows, launcher, choices=None) -> None:
+    """One launch of the kernel over every tile of ``out`` (``select``: which ones compute;
+    ``choices``, the two operands' choice grids, for select 3)."""
     (M, K), N = a_codes.shape, b_codes.shape[0]
     a_dec, b_dec, (a_br, a_bc, b_br, b_bc) = dec
     interp, bf16 = interpreter_active(), a_codes.dtype == torch.bfloat16
     a8, b8 = ((c.float() if bf16 else c.view(torch.uint8)) if interp else c for c in (a_codes, b_codes))
     fa, fb = rows if rows is not None else (a_dec, b_dec)  # placeholders, never read without select
+    ca, cb = choices if choices is not None else (fa, fb)  # the same, without select 3
     kernel = _c.launch(_block_scaled_gemm_kernel, launcher)
     kernel[(_cdiv(M, cfg.block_m) * _cdiv(N, cfg.block_n),)](
-        a8, b8, a_dec, b_dec, out, fa, fb, M, N, K, *a8.stride(), *b8.stride(), *a_dec.stride(),
-        *b_dec.stride(), a_br, a_bc, b_br, b_bc,
+        a8, b8, a_dec, b_dec, out, fa, fb, ca, cb, M, N, K, *a8.stride(), *b8.stride(), *a_dec.stride(),
+        *b_dec.stride(), *(ca.stride() if choices is not None else (0, 0)),
+        *(cb.stride() if choices is not None else (0, 0)), a_br, a_bc, b_br, b_bc,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=_GROUP_M, EVEN_K=K % cfg.block_k == 0,
         OUT_BF16=out.dtype == torch.bfloat16, BF16_IN=bf16, INTERP=interp,
         A_UNIFORM=a_br % cfg.block_m == 0, B_UNIFORM=b_br % cfg.block_n == 0, SELECT=select,

@@ -29,8 +29,9 @@ per-element work is here, computed as the emulation computes it:
   with ``need``, only for the blocks whose choice reads them (``mor.subtensor_error_blocks``: those
   whose dynamic range E5M2's holds and E4M3's does not), the rest neither read nor summed;
 * values: per block, the chosen format's codes (E4M3, E5M2), or x rounded to BF16 (a BF16 block),
-  as BF16 (every FP8 code is exact there), and the E4M3 codes of every block as FP8 bits (what the
-  block-scaled GEMM's FP8 tiles read; only the blocks that chose E4M3 are ever used), each also
+  as BF16 (every FP8 code is exact there), and the E4M3 codes as FP8 bits, zero in the blocks
+  that chose another format (what the FP8 GEMMs read: cuBLAS's product of them sums the E4M3
+  blocks alone, ``lowprec.methods.mor_subtensor_fast.MIXED_BLOCKS``), each also
   transposed (row-major (N, M)): the backward's GEMMs take the transposes of the forward's operands
   K-contiguous, which a copy from a transposed view would cost another pass for.
 
@@ -183,6 +184,9 @@ if triton is not None:
                 # v is on the BF16 grid: its top 16 bits are the BF16 word (NaN keeps a NaN's bits)
                 word = (v.to(tl.int32, bitcast=True) >> 16).to(tl.int16)
                 tl.store(values_ptr + out_blk + r * N + c, word, mask=mask)
+                # a block of another format holds zero codes: a GEMM of these codes alone then sums
+                # exactly the E4M3 blocks (lowprec.methods.mor_subtensor_fast, MIXED_BLOCKS)
+                code4 = tl.where(choice == 0, code4, 0)
                 tl.store(e4m3_ptr + out_blk + r * N + c, code4, mask=mask)
                 # the backward's operand is the transpose: written here, not copied from a view later,
                 # from the program's own row-major words and codes read back after a barrier, so that

@@ -349,11 +349,14 @@ def block_scaled_mm_cuda(a: torch.Tensor, scale_a: torch.Tensor, block_a: list[i
 @torch.library.custom_op("lowprec::block_scaled_rest_", mutates_args=("out",))
 def block_scaled_rest_(out: torch.Tensor, a: torch.Tensor, scale_a: torch.Tensor, block_a: list[int],
                        b: torch.Tensor, scale_b: torch.Tensor, block_b: list[int], a_rows_e4m3: torch.Tensor,
-                       b_rows_e4m3: torch.Tensor) -> None:
+                       b_rows_e4m3: torch.Tensor, a_choice: Optional[torch.Tensor] = None,
+                       b_choice: Optional[torch.Tensor] = None) -> None:
     """Overwrites the tiles of ``out`` whose A block-row or B block-column is not all E4M3 with
-    ``dequant(a) @ dequant(b).T`` of the BF16 codes (sub-tensor MoR's operands)."""
+    ``dequant(a) @ dequant(b).T`` of the BF16 codes (sub-tensor MoR's operands); with the two choice
+    grids, adds to those tiles the K-blocks where either block is not E4M3 instead."""
     from .kernels import block_fp8_gemm as kg
-    kg.block_scaled_mm_rest(out, a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), a_rows_e4m3, b_rows_e4m3)
+    kg.block_scaled_mm_rest(out, a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), a_rows_e4m3, b_rows_e4m3,
+                            choices=_choices_given(a_choice, b_choice))
 
 
 @block_scaled_rest_.register_fake
@@ -364,11 +367,18 @@ def _(out, *args):
 @torch.library.triton_op("lowprec::block_scaled_rest_cuda_", mutates_args=("out",))
 def block_scaled_rest_cuda_(out: torch.Tensor, a: torch.Tensor, scale_a: torch.Tensor, block_a: list[int],
                             b: torch.Tensor, scale_b: torch.Tensor, block_b: list[int], a_rows_e4m3: torch.Tensor,
-                            b_rows_e4m3: torch.Tensor) -> None:
+                            b_rows_e4m3: torch.Tensor, a_choice: Optional[torch.Tensor] = None,
+                            b_choice: Optional[torch.Tensor] = None) -> None:
     """``block_scaled_rest_`` on a CUDA device."""
     from .kernels import block_fp8_gemm as kg
     kg.block_scaled_mm_rest(out, a, scale_a, tuple(block_a), b, scale_b, tuple(block_b), a_rows_e4m3, b_rows_e4m3,
-                            launcher=torch.library.wrap_triton)
+                            launcher=torch.library.wrap_triton, choices=_choices_given(a_choice, b_choice))
+
+
+def _choices_given(a_choice, b_choice) -> Optional[tuple]:
+    if (a_choice is None) != (b_choice is None):
+        raise ValueError("block_scaled_rest_: give both choice grids or neither")
+    return None if a_choice is None else (a_choice, b_choice)
 
 
 def _fp8_tiles_given(*parts) -> Optional[tuple]:

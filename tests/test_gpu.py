@@ -112,23 +112,26 @@ def test_fast_path_gemms_equal_emulation(name, scaled_mm_calls, count_calls):
             assert sqnr_db(a.float() @ b.float().t(), out) < 40
 
 
-@pytest.mark.parametrize("cublas", [True, False], ids=["fp8_tiles_cublas", "fp8_tiles_triton"])
+@pytest.mark.parametrize("tiles", ["cublas", "cublas_mixed_blocks", "triton"])
 @pytest.mark.parametrize("quantize", ["torch", "auto"])
 @pytest.mark.parametrize("mode", ["two_way", "three_way"])
-def test_subtensor_fast_path_equals_emulation(mode, quantize, cublas, count_calls, scaled_mm_calls, monkeypatch):
+def test_subtensor_fast_path_equals_emulation(mode, quantize, tiles, count_calls, scaled_mm_calls, monkeypatch):
     """Sub-tensor MoR's three GEMMs on the H200: each operand's values, scales and choices the
     emulation's bit for bit (the same rule on the same device), every GEMM within an SQNR floor of
     the float64 GEMM of the emulation's values, and blocks of more than one format among the
     operands; quantized by torch ops or by the kernels. The all-E4M3 tiles on cuBLAS (its block-scaled
     GEMM once a GEMM, bf16 products: a floor of 45 dB, the FP8 routes') and the rest on the Triton
-    kernel's BF16 launch, or every tile on the Triton kernel (fp32 sums: 60 dB)."""
+    kernel's BF16 launch (whole tiles, or with ``MIXED_BLOCKS`` the K-blocks of other formats added),
+    or every tile on the Triton kernel (fp32 sums: 60 dB)."""
     from lowprec.gemm import FastPlan
     from lowprec.kernels import block_fp8_gemm as kb
     from lowprec.methods import mor_subtensor_fast as msf
     from lowprec.methods.mor import subtensor_mor
     from lowprec.recipes import OPERANDS, recipe_from_config
 
+    cublas = tiles.startswith("cublas")
     monkeypatch.setattr(msf, "FP8_TILES_ON_CUBLAS", cublas)
+    monkeypatch.setattr(msf, "MIXED_BLOCKS", tiles == "cublas_mixed_blocks")
     triton_calls = count_calls(kb, "block_scaled_mm")
     rest_calls = count_calls(kb, "block_scaled_mm_rest")
     recipe = recipe_from_config({"recipe": "mor", "partition": "subtensor", "subtensor_mode": mode,

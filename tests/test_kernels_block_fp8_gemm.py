@@ -137,9 +137,9 @@ def _record_launches(monkeypatch) -> list:
     launch, not on the kernel, so that it sees the launches a ``triton_op`` makes on CUDA too."""
     launches, launch = [], kb._launch
 
-    def spy(out, a_codes, b_codes, dec, cfg, select, rows, launcher):
+    def spy(out, a_codes, b_codes, dec, cfg, select, rows, launcher, choices=None):
         launches.append((select, a_codes.dtype == torch.bfloat16))
-        return launch(out, a_codes, b_codes, dec, cfg, select, rows, launcher)
+        return launch(out, a_codes, b_codes, dec, cfg, select, rows, launcher, choices)
 
     monkeypatch.setattr(kb, "_launch", spy)
     return launches
@@ -211,11 +211,12 @@ def test_subtensor_mm_takes_the_all_e4m3_tiles_from_cublas_and_overwrites_the_ot
     from lowprec.methods import mor_subtensor_fast as msf
     from lowprec.methods.mor import SubTensorMoRQuantizer, subtensor_mor
 
-    made = []
+    made, exact = [], []
 
     def cublas(a8, scale_a, kind_a, b8, scale_b, kind_b, out_dtype):
         assert (kind_a, kind_b) == ("128x128", "128x128") and a8.dtype == b8.dtype == torch.float8_e4m3fn
-        made.append(gemm.dequantized_mm(a8, scale_a, (128, 128), b8, scale_b, (128, 128)).to(torch.bfloat16))
+        exact.append(gemm.dequantized_mm(a8, scale_a, (128, 128), b8, scale_b, (128, 128)))
+        made.append(exact[-1].to(torch.bfloat16))
         return made[-1].to(out_dtype)
 
     monkeypatch.setattr(msf, "fp8_mm", cublas)
@@ -234,10 +235,21 @@ def test_subtensor_mm_takes_the_all_e4m3_tiles_from_cublas_and_overwrites_the_ot
     assert torch.equal(out[:, :128].cpu(), made[0][:, :128].float().cpu())   # all-E4M3 tiles: cuBLAS's
     assert sqnr_db(want[:, 128:], out[:, 128:].double().cpu()) >= FLOOR_DB  # the BF16 block's: the kernel's
     assert not torch.equal(out[:, 128:].cpu(), made[0][:, 128:].float().cpu())
+    # MIXED_BLOCKS: cuBLAS's product of codes that are zero in the BF16 block sums the E4M3 blocks
+    # alone, and the kernel adds the K-blocks that read the BF16 block, nothing else
+    monkeypatch.setattr(msf, "MIXED_BLOCKS", True)
+    del launches[:]
+    mixed = msf.subtensor_mm(qa, qb, torch.float32)
+    assert launches == [(3, True)] and len(made) == 2
+    assert torch.equal(mixed[:, :128].cpu(), made[1][:, :128].float().cpu())
+    # the rest: cuBLAS's bf16 sum of the E4M3 blocks plus the exact sum of the K-block with BF16 in b
+    rest = made[1].double().cpu() + (want - exact[1].double().cpu())
+    assert sqnr_db(rest[:, 128:], mixed[:, 128:].double().cpu()) >= FLOOR_DB
+    assert not torch.equal(mixed[:, 128:].cpu(), made[1][:, 128:].float().cpu())  # the kernel added to them
     monkeypatch.setattr(msf, "FP8_TILES_ON_CUBLAS", False)
     del launches[:]
     assert sqnr_db(want, msf.subtensor_mm(qa, qb, torch.float32).double().cpu()) >= FLOOR_DB
-    assert launches == [(1, False), (2, True)] and len(made) == 1
+    assert launches == [(1, False), (2, True)] and len(made) == 2
 
 
 def test_the_rest_launch_names_bad_outputs_and_flags():

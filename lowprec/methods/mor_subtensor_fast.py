@@ -28,7 +28,8 @@ launches of one kernel, each tile computed by one); the kernel's E4M3 rate is ab
 one at the 1 B shapes (results/bench/block_scaled_gemm_h200.csv); the 1 B step ran at 0.46x of
 compiled BF16 with them (9967d27), 0.30x without (e391b6d). With 128x128 blocks on CUDA the FP8
 tiles come from cuBLAS's block-scaled GEMM instead (``FP8_TILES_ON_CUBLAS``), which makes every
-tile, and the kernel's BF16 launch overwrites the others.
+tile, and the kernel's BF16 launch overwrites the others (or, with ``MIXED_BLOCKS``, adds to them
+the K-blocks of other formats alone).
 """
 
 from __future__ import annotations
@@ -62,6 +63,12 @@ FP8_TILE = 128
 # block-column holding one block of another format (profiles/llama_1b_mor_sub_two_way_9094350).
 # LOWPREC_SUBTENSOR_CUBLAS=0 keeps the kernel's FP8 launch (fp32 sums, no bf16 rounding of those tiles).
 FP8_TILES_ON_CUBLAS = env_switch("LOWPREC_SUBTENSOR_CUBLAS")
+# With FP8_TILES_ON_CUBLAS, the kernel's launch after cuBLAS adds, in the tiles that read a block of
+# another format, only the K-blocks where A's or B's block is not E4M3, to cuBLAS's product of codes
+# that are zero in those blocks (the values pass writes them so), instead of recomputing those
+# tiles whole: its work then follows the blocks of other formats, not the block-rows that hold one.
+# Not yet timed on a GPU: off until measured (LOWPREC_SUBTENSOR_MIXED_BLOCKS=1 turns it on).
+MIXED_BLOCKS = env_switch("LOWPREC_SUBTENSOR_MIXED_BLOCKS", default=False)
 
 
 def fast_subtensor_quantizer(q) -> bool:
@@ -183,8 +190,11 @@ def subtensor_mm(a: SubTensorOperand, b: SubTensorOperand, out_dtype: torch.dtyp
                 # that read a block of another format overwritten by the kernel's BF16 launch
                 out = fp8_mm(tiles["a_e4m3"], a.scale, "128x128", tiles["b_e4m3"], b.scale, "128x128", out_dtype)
                 rest = block_scaled_rest_cuda_ if av.is_cuda else block_scaled_rest_
+                # MIXED_BLOCKS: the codes of other formats' blocks are zero (_e4m3_codes), so cuBLAS
+                # summed exactly the K-blocks of two E4M3 blocks, and the kernel adds the others
+                choices = (a.choice, b.choice) if MIXED_BLOCKS else (None, None)
                 rest(out, av, a.scale, list(a.block), bv, b.scale, list(b.block), tiles["a_rows_e4m3"],
-                     tiles["b_rows_e4m3"])
+                     tiles["b_rows_e4m3"], *choices)
                 return out
         return op(av, a.scale, list(a.block), bv, b.scale, list(b.block), out_dtype, **tiles)
     return (a.dequantized() @ b.dequantized().t()).to(out_dtype)
@@ -198,10 +208,12 @@ def _fp8_tiles_on_cublas(a: SubTensorOperand, b: SubTensorOperand, a8: torch.Ten
 
 
 def _e4m3_codes(op: SubTensorOperand, values: torch.Tensor) -> torch.Tensor:
-    """The operand's E4M3 codes as K-contiguous FP8: the kernels' copy, or the values cast (exact
-    for the blocks that chose E4M3, the only ones whose products are kept: the FP8 launch reads no
-    others, and cuBLAS's tiles that read others are overwritten)."""
-    return values.to(torch.float8_e4m3fn) if op.e4m3 is None else op.e4m3.contiguous()
+    """The operand's E4M3 codes as K-contiguous FP8, zero in the blocks of other formats: the
+    kernels' copy (written so), or the values of the blocks that chose E4M3 cast (exact)."""
+    if op.e4m3 is not None:
+        return op.e4m3.contiguous()
+    e4m3 = expand_blocks(op.choice == E4M3, tuple(values.shape), op.block)
+    return torch.where(e4m3, values, torch.zeros_like(values)).to(torch.float8_e4m3fn)
 
 
 def _rows_all_e4m3(choice: torch.Tensor) -> torch.Tensor:
