@@ -829,21 +829,24 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
              + f") starts {len(first)} of them "
              f"({sum(e - s for _, s, e in job):.0f} run-seconds); the others take {max(0, n - 1)} more"
              + (f", besides {len(never)} that no such job holds" if never else "")]
-    # the tasks as estimated with j processes at once (each runs faster with fewer: k^a)
-    at = {j: [replace(t, estimate=resumed_estimate(t, est, j, budget.startup)[0]) for t in tasks]
-          for j in sorted({1, 2, 3, 4, budget.jobs})}
+    at: dict[int, list[Task]] = {}
+
+    def tasks_at(j: int) -> list[Task]:  # the tasks as estimated with j processes at once (k^a), once per j
+        if j not in at:
+            at[j] = [replace(t, estimate=resumed_estimate(t, est, j, budget.startup)[0]) for t in tasks]
+        return at[j]
+
     # what the first job gets done at each concurrency: its runs, and their estimates alone
-    alone = {t.name: t.estimate or 0.0 for t in at[1]}
+    alone = {t.name: t.estimate or 0.0 for t in tasks_at(1)}
     by_jobs = []
-    for j, at_j in at.items():
-        started = simulate(at_j, replace(budget, jobs=j))
+    for j in sorted({1, 2, 3, 4, budget.jobs}):
+        started = simulate(tasks_at(j), replace(budget, jobs=j))
         by_jobs.append(f"--jobs {j}: {len(started)} ({sum(alone[t.name] for t, _, _ in started):.0f} s alone)")
     lines.append("the first job's runs (their estimates alone) by --jobs: " + ", ".join(by_jobs))
     limit, unheld = budget.stop_at, {t.name for t in never}
 
     def need_at(t: Task, j: int) -> float:
-        at_j = at[j] if j in at else [replace(x, estimate=resumed_estimate(x, est, j, budget.startup)[0])
-                                      for x in tasks]
+        at_j = tasks_at(j)
         return need(next(x for x in at_j if x.name == t.name), at_j, budget)
 
     for t in never:

@@ -234,16 +234,16 @@ class Estimator:
         model, steps = task.name.split("/")[1], task.cfg["train"]["max_steps"]
         mine, tokens = _kernels(task.cfg["method"]), tokens_per_step(task.cfg)
         like = [a for a in self.per_step if a in self.peak_gib and self.steps.get(a) == steps]
+        kernels = {a: _kernels(self.method[a]) for a in like}
         pairs = []
         for other in like:
-            if other[1] == model or _distance(mine, _kernels(self.method[other])):
+            if other[1] == model or _distance(mine, kernels[other]):
                 continue
             for a in like:
-                theirs = _kernels(self.method[a])
-                if a[1] != model or not _distance(mine, theirs):
+                if a[1] != model or not _distance(mine, kernels[a]):
                     continue
                 for twin in like:
-                    if twin[1] == other[1] and not _distance(theirs, _kernels(self.method[twin])):
+                    if twin[1] == other[1] and not _distance(kernels[a], kernels[twin]):
                         ratio = self.per_step[other] / self.per_step[twin]
                         mismatch = ((self.tokens[a] != tokens)
                                     + (self.tokens[twin] != self.tokens[other]))
