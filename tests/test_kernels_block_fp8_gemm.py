@@ -207,7 +207,8 @@ def test_subtensor_mm_takes_the_all_e4m3_tiles_from_cublas_and_overwrites_the_ot
     """With the all-E4M3 tiles on cuBLAS (``FP8_TILES_ON_CUBLAS``; here a stand-in for its block-scaled
     GEMM, the fp32 product of the E4M3 codes rounded to bf16 as cuBLAS's is), only the kernel's BF16
     launch runs: it overwrites the tiles that read a BF16 block with the float64 product of the
-    emulation's values and leaves the all-E4M3 tiles as the stand-in made them, bit for bit."""
+    emulation's values (or, the default, adds to them the K-blocks that read it) and leaves the
+    all-E4M3 tiles as the stand-in made them, bit for bit."""
     from lowprec.methods import mor_subtensor_fast as msf
     from lowprec.methods.mor import SubTensorMoRQuantizer, subtensor_mor
 
@@ -221,6 +222,7 @@ def test_subtensor_mm_takes_the_all_e4m3_tiles_from_cublas_and_overwrites_the_ot
 
     monkeypatch.setattr(msf, "fp8_mm", cublas)
     monkeypatch.setattr(msf, "_fp8_tiles_on_cublas", lambda a, b, a8, b8: msf.FP8_TILES_ON_CUBLAS)
+    monkeypatch.setattr(msf, "MIXED_BLOCKS", False)  # first the whole tiles recomputed
     launches = _record_launches(monkeypatch)
     q = SubTensorMoRQuantizer(mode="two_way")
     g = torch.Generator().manual_seed(43)
