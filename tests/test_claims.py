@@ -124,6 +124,39 @@ def test_value_threshold_and_scale(tmp_path):
     assert cl._value(claim, paper_dir, tmp_path)["verdict"] == cl.NOT_RUN
 
 
+def test_a_value_averaged_over_too_few_seeds_decides_nothing(tmp_path):
+    """A number averaged over runs (``seeds_column``) decides only with the test's seeds behind every
+    row it reduces (default 3), as a loss claim does: one fine-tuning run far from BF16 is a run,
+    not a verdict. A metric without the column is read as it is; a column the table lacks is an
+    error that names it."""
+    paper_dir = tmp_path / "p" / "medium"
+    (paper_dir / "tables").mkdir(parents=True)
+    claim = {"metric": {"kind": "value", "file": "tables/t.csv", "query": "method == 'x'", "column": "v",
+                        "reduce": "max", "seeds_column": "n"},
+             "test": {"kind": "threshold", "op": "<=", "target": 0.02}}
+
+    def value(v, n, **test):
+        pd.DataFrame({"method": ["x"] * len(v), "v": v, "n": n}).to_csv(paper_dir / "tables" / "t.csv", index=False)
+        return cl._value({**claim, "test": {**claim["test"], **test}}, paper_dir, tmp_path)
+
+    out = value([1.766], [1])
+    assert out["verdict"] == cl.INCONCLUSIVE and out["ours"] == "1.766 (n=1)"
+    assert out["detail"] == "<= 0.02 (±0.0) (1 of the 3 seeds a verdict needs; the test alone: not reproduced)"
+    assert value([0.01], [2])["verdict"] == cl.INCONCLUSIVE
+    assert value([0.01, 0.015], [3, 5])["verdict"] == cl.REPRODUCED
+    assert value([0.01, 0.5], [3, 2])["verdict"] == cl.INCONCLUSIVE     # the fewest behind any row
+    assert value([0.5], [3])["verdict"] == cl.NOT_REPRODUCED
+    assert value([0.5], [1], seeds=1)["verdict"] == cl.NOT_REPRODUCED   # a claim may ask for fewer
+    assert value([0.01], [""])["verdict"] == cl.INCONCLUSIVE            # a count that is missing: none
+    per = {**claim, "metric": {**claim["metric"], "per": "method", "query": None}}
+    pd.DataFrame({"method": ["x", "y"], "v": [0.01, 0.01], "n": [3, 1]}).to_csv(paper_dir / "tables" / "t.csv", index=False)
+    out = cl._value(per, paper_dir, tmp_path)
+    assert out["verdict"] == cl.INCONCLUSIVE and "y: 1 of the 3 seeds" in out["detail"] and "x: reproduced" in out["detail"]
+    pd.DataFrame({"method": ["x"], "v": [0.01]}).to_csv(paper_dir / "tables" / "t.csv", index=False)
+    with pytest.raises(ValueError, match=r"tables/t.csv: no seeds column 'n'"):
+        cl._value(claim, paper_dir, tmp_path)
+
+
 def test_registry_files_validate_and_every_claim_gets_a_verdict(tmp_path):
     for paper in ("gaussws", "int8_fallback", "mor"):
         table = cl.evaluate(paper, "tiny", pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"]),
@@ -169,7 +202,8 @@ def test_share_claim_is_not_exercised_when_every_decision_was_e4m3(tmp_path):
     per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
 
     def verdict(pct):
-        pd.DataFrame({"method": ["mor_channel"], "group": ["all"], "e4m3_pct": [pct]}).to_csv(d / "e4m3_share.csv", index=False)
+        pd.DataFrame({"method": ["mor_channel"], "group": ["all"], "e4m3_pct": [pct], "runs": [3]}).to_csv(
+            d / "e4m3_share.csv", index=False)
         return cl.evaluate("mor", "small", per_run, tmp_path).set_index("claim").loc["e4m3_share_config1"]
 
     row = verdict(100.0)

@@ -265,7 +265,7 @@ def test_outlier_claims_are_not_exercised_without_hot_blocks(tmp_path):
     blocks the same tables give the tests' own verdicts."""
     tables = tmp_path / "int8_fallback" / "small" / "tables"
     tables.mkdir(parents=True)
-    pd.DataFrame({"method": ["int8_block"], "glu_minus_gpt2": [0.01]}).to_csv(tables / "gap_vs_bf16.csv", index=False)
+    pd.DataFrame({"method": ["int8_block"], "glu_minus_gpt2": [0.01], "n": [3]}).to_csv(tables / "gap_vs_bf16.csv", index=False)
     per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
 
     _outlier_contrast(tables, glu_hot_share=0.0)
@@ -291,10 +291,10 @@ def test_fallback_claims_need_the_rule_to_have_fired(tmp_path):
     tables.mkdir(parents=True)
     _outlier_contrast(tables, glu_hot_share=0.002)
     summary = pd.DataFrame({"model": ["llama2", "gpt2"], "method": ["int8_fallback"] * 2,
-                            "fallback_ratio": [0.0, 3e-4]})
+                            "fallback_ratio": [0.0, 3e-4], "n": [3, 3]})
     summary.to_csv(tables / "fallback_summary.csv", index=False)
     pd.DataFrame({"model": ["llama2"], "method": ["int8_fallback"], "delta_vs_baseline": [0.001],
-                  "fallback_ratio": [0.0]}).to_csv(tables / "finetune.csv", index=False)
+                  "fallback_ratio": [0.0], "n": [3]}).to_csv(tables / "finetune.csv", index=False)
     per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
     table = cl.evaluate("int8_fallback", "small", per_run, tmp_path).set_index("claim")
     assert table.loc["small_fallback_ratio", "verdict"] == cl.NOT_EXERCISED   # llama2's rule never fired
@@ -303,7 +303,7 @@ def test_fallback_claims_need_the_rule_to_have_fired(tmp_path):
     assert "fired during fine-tuning" in table.loc["finetune_robust", "detail"]
     summary.assign(fallback_ratio=[2e-5, 3e-4]).to_csv(tables / "fallback_summary.csv", index=False)
     pd.DataFrame({"model": ["llama2"], "method": ["int8_fallback"], "delta_vs_baseline": [0.001],
-                  "fallback_ratio": [1e-4]}).to_csv(tables / "finetune.csv", index=False)
+                  "fallback_ratio": [1e-4], "n": [3]}).to_csv(tables / "finetune.csv", index=False)
     table = cl.evaluate("int8_fallback", "small", per_run, tmp_path).set_index("claim")
     assert table.loc["small_fallback_ratio", "verdict"] == cl.REPRODUCED
     assert table.loc["finetune_robust", "verdict"] == cl.REPRODUCED
@@ -320,7 +320,7 @@ def test_paper_claims_evaluate_on_report_tables(tmp_path):
     pd.DataFrame({"role": ["ffn_down", "ffn_down"], "stat": ["max_over_median", "share_above_8"],
                   "glu": [12.0, 0.01], "gpt2": [3.0, 0.0], "glu_over_gpt2": [4.0, math.inf]}).to_csv(
         paper / "outlier_contrast.csv", index=False)
-    pd.DataFrame({"method": ["int8_block"], "glu_minus_gpt2": [0.01]}).to_csv(paper / "gap_vs_bf16.csv", index=False)
+    pd.DataFrame({"method": ["int8_block"], "glu_minus_gpt2": [0.01], "n": [3]}).to_csv(paper / "gap_vs_bf16.csv", index=False)
     per_run = pd.DataFrame(columns=["model", "method", "seed", "status", "final_val_loss"])
     table = cl.evaluate("int8_fallback", "small", per_run, tmp_path).set_index("claim")
     assert table.loc["glu_larger_outliers", "verdict"] == cl.REPRODUCED and table.loc["glu_larger_outliers", "ours"] == "4x"

@@ -30,7 +30,9 @@ Tests:
                    carries. ``statistic: welch`` (in the entry, or the workflow's
                    ``claims_statistic`` for entries that name none) uses a one-sided Welch t-test over
                    seeds instead; the detail shows both p-values either way.
-  threshold        value (op) target, within tolerance.
+  threshold        value (op) target, within tolerance. A value averaged over runs names the column
+                   that counts them (``seeds_column``); fewer than the test's ``seeds`` (default 3)
+                   behind any row reduced gives ``inconclusive``, as a loss claim's would.
 """
 
 from __future__ import annotations
@@ -208,6 +210,18 @@ def _read_value(m: dict, paper_dir: Path) -> tuple[float | None, str]:
     return (None, why) if df is None else _reduce(df, m)
 
 
+def _seeds_behind(rows: pd.DataFrame, m: dict) -> int | None:
+    """The fewest seeds behind any of a value metric's rows (its ``seeds_column``, the runs a row
+    averages), None for a metric that names none (a GPU measurement, a quantity of one run)."""
+    col = m.get("seeds_column")
+    if not col:
+        return None
+    if col not in rows:
+        raise ValueError(f"claim metric {m['file']}: no seeds column {col!r}")
+    counts = pd.to_numeric(rows[col], errors="coerce")
+    return 0 if counts.isna().any() else int(counts.min())
+
+
 def _passes(value: float, t: dict) -> bool:
     target, tol = t["target"], t.get("tolerance", 0.0)
     return {"<=": value <= target + tol, ">=": value >= target - tol, "==": abs(value - target) <= tol,
@@ -236,14 +250,20 @@ def _value(claim: dict, paper_dir: Path, results: Path) -> dict:
             details.append(at + why)
             verdicts.append(NOT_RUN)
             continue
-        ours.append(f"{at}{value:.4g}{unit}")
+        seeds, need = _seeds_behind(g, m), t.get("seeds", 3)
+        few = seeds is not None and seeds < need
+        ours.append(f"{at}{value:.4g}{unit}" + (f" (n={seeds})" if few else ""))
         verdicts.append(REPRODUCED if _passes(value, t) else NOT_REPRODUCED)
-        if key is not None:
+        if few:
+            # an average of fewer runs than the claim asks for: the seed spread is unknown
+            details.append(f"{at}{seeds} of the {need} seeds a verdict needs; the test alone: {verdicts[-1]}")
+            verdicts[-1] = INCONCLUSIVE
+        elif key is not None:
             details.append(f"{key}: {verdicts[-1]}")
     if not ours:
         return {"ours": "–", "detail": "; ".join(details), "verdict": _combine(verdicts)}
-    per = f" ({'; '.join(details)})" if m.get("per") else ""
-    return {"ours": "; ".join(ours), "detail": _test_text(t, unit) + per, "verdict": _combine(verdicts)}
+    notes = f" ({'; '.join(details)})" if details else ""
+    return {"ours": "; ".join(ours), "detail": _test_text(t, unit) + notes, "verdict": _combine(verdicts)}
 
 
 def _precondition(claim: dict, paper_dir: Path) -> tuple[str, str] | None:

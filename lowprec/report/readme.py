@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from .. import config as cfglib
+from ..config import FINETUNE, PRETRAIN
 from ..io import provenance_path, write_text
 from .markdown import markdown_lines
 
@@ -65,14 +66,20 @@ def measured_on(results: Path, measurement: str) -> str:
     return f"{gpu or 'GPU'} benchmark"
 
 
-def runs_of_scale(results: Path, scale: str, paper: str | None = None) -> str:
+def runs_of_scale(results: Path, scale: str, paper: str | None = None, arms: set | None = None) -> str:
     """'`small` (H200, 3 seeds)': the scale, where its committed runs (``paper``'s pre-training runs,
     or every experiment's) trained, and how many seeds an arm has committed (a range while a grid is
     committed in parts, e.g. '3-5 seeds'). A paper's count leaves out the one-seed cross-recipe
-    matrix, which no claim reads."""
+    matrix, which no claim reads. ``arms``: a claim's (PRETRAIN or FINETUNE, method) pairs
+    (``claims.claim_arms``): only their runs count, fine-tuning runs included."""
     from ..cli import complete_runs
 
-    runs = [d for d in complete_runs(results, scale) if paper is None or d.parents[2].name == paper]
+    def kind(d: Path):
+        experiment = d.parents[2].name
+        return PRETRAIN if experiment == paper else FINETUNE if experiment == f"{paper}_{FINETUNE}" else None
+
+    runs = [d for d in complete_runs(results, scale)
+            if paper is None or ((kind(d), d.parent.name) in arms if arms else kind(d) == PRETRAIN)]
     devices = sorted({_gpu(json.loads((d / "provenance.json").read_text())) or "CPU" for d in runs})
     per_arm: dict[Path, int] = {}
     for d in runs:
@@ -84,14 +91,18 @@ def runs_of_scale(results: Path, scale: str, paper: str | None = None) -> str:
     return f"`{scale}` ({', '.join(devices)}, {seeds} seed{'s' * (high != 1)})"
 
 
-def number_source(results: Path, paper: str, metric: dict, scale: str) -> str:
+def number_source(results: Path, paper: str, claim: dict, scale: str) -> str:
     """Where a claim's number at ``scale`` comes from: a committed GPU measurement that the metric
-    reads (directly, ``file: /...``, or through a table that carries it), or the scale's runs."""
+    reads (directly, ``file: /...``, or through a table that carries it), or the scale's runs of
+    the claim's arms."""
+    from .claims import claim_arms
+
+    metric = claim.get("metric", {})
     file = str(metric.get("file", ""))
     measurement = file.lstrip("/") if file.startswith("/") else MEASUREMENT_TABLES.get((paper, file))
     if measurement:
         return f"{measured_on(results, measurement)} ([{Path(measurement).name}](results/{measurement}))"
-    return runs_of_scale(results, scale, paper)
+    return runs_of_scale(results, scale, paper, claim_arms(claim) if metric else None)
 
 
 def verdict_rows(results: Path, papers: list[str]) -> list[dict]:
@@ -117,7 +128,7 @@ def verdict_rows(results: Path, papers: list[str]) -> list[dict]:
                         best, best_scale = v, sc
             row = tables[best_scale].loc[claim]
             ran = _RANK.get(best, 1) > 0
-            source = number_source(results, paper, registry.get(claim, {}).get("metric", {}), best_scale) \
+            source = number_source(results, paper, registry.get(claim, {}), best_scale) \
                 if ran else "–"
             column = tables.get(COLUMN_SCALE)
             at_column = column.loc[claim, "verdict"] if column is not None and claim in column.index else ""
