@@ -63,6 +63,14 @@ next job skips that tuning; ``LOWPREC_INT8_TUNED=FILE`` names another file inste
 places the run folders under the results root, refusing a member outside ``runs/`` or a run folder
 that is already complete there.
 
+A job also copies each run it completes, without checkpoints, to ``<results>/logs/packer/done/``
+(ignored by git). A later job on the same machine, started before the first one's archive was
+unpacked in the checkout (calls chained while the machine is held), puts those copies back where
+the runs belong, so it does not train them again, and archives them with its own runs; ``unpack``
+skips a run folder that is already here with the same files (the first archive's), so both
+archives unpack in either order. A copy whose run is complete in place, or whose config no longer
+matches the grid's, is dropped.
+
 ``--resumable``: runs longer than one job (a 10-minute GPU call) train over several jobs on the same
 machine, while it is held between them. A run longer than the time left starts anyway (with at least
 ``RESUMABLE_MIN_S`` left); ``RESUMABLE_STOP_S`` before the budget's end the running processes get
@@ -110,6 +118,7 @@ RESUMABLE_STOP_S = 60.0
 RESUMABLE_MIN_S = 180.0                   # the least time left in which a run longer than it starts
 KEPT = ("logs", "packer", "kept")         # under the results root: folders of runs a job stopped
 SOURCES = ("logs", "packer", "sources")   # under the results root: the folders of SOURCE runs
+DONE = ("logs", "packer", "done")         # under the results root: copies of the runs a job completed
 # what a run's log ends with when the GPU had no memory left for it (torch's exception and message)
 # and CUDA's own, when a process cannot even make its context (torch.AcceleratorError at set_device)
 OUT_OF_MEMORY = ("torch.OutOfMemoryError", "CUDA out of memory", "CUDA error: out of memory")
@@ -556,7 +565,10 @@ def incomplete(task: Task) -> list[str]:
     return missing + [f for fs, _ in task.evaluations for f in fs if not (task.out / f).is_file()]
 
 
-def archive(path: Path, members: dict[str, Path], skip=("checkpoints", "logs", "wandb")) -> None:
+ARCHIVE_SKIP = ("checkpoints", "logs", "wandb")  # what a run folder's archive leaves out
+
+
+def archive(path: Path, members: dict[str, Path], skip=ARCHIVE_SKIP) -> None:
     """A .tar.gz of ``members`` (name in the archive -> file or folder), folders without ``skip``,
     placed whole (an archive cut short is never there)."""
     import tarfile
@@ -576,7 +588,8 @@ def unpack(path: str | Path, results: str = "results") -> list[str]:
     """Place the run folders of a job's runs.tar.gz under ``results``; the run folders placed, as
     paths under it. Refuses (before placing any) a member that is not a file or folder under
     runs/<scale>/<paper>/<model>/<method>/s<seed>/ or a sweep's sweeps/<sweep>/<point>/<paper>/<model>/
-    <method>/s<seed>/ (``RUN_ROOTS``), or a run folder that is already complete here (a committed run)."""
+    <method>/s<seed>/ (``RUN_ROOTS``), or a run folder that is already complete here with other files
+    (a committed run); one complete here with the same files (an earlier job's archive) is skipped."""
     import tarfile
 
     with tarfile.open(path, "r:gz") as tar:
@@ -592,13 +605,26 @@ def unpack(path: str | Path, results: str = "results") -> list[str]:
                 raise PackerError(f"{path}: member {m.name!r} is not a file of a run folder under runs/ or sweeps/")
             if in_run:
                 runs.add(Path(*parts[:depth]))
-        done = [str(r) for r in sorted(runs) if not lpc.missing_run_files(Path(results) / r)]
-        if done:
-            raise PackerError(f"{path}: {len(done)} run folder(s) are complete under {results} already, e.g. "
-                              f"{done[0]}; nothing placed")
+        here = {r for r in runs if not lpc.missing_run_files(Path(results) / r)}
+        differ = [str(r) for r in sorted(here) if not _same_files(tar, members, r, Path(results))]
+        if differ:
+            raise PackerError(f"{path}: {len(differ)} run folder(s) are complete under {results} already, with other "
+                              f"files, e.g. {differ[0]}; nothing placed")
+        # a folder here with the archive's very files came in an earlier job's archive: left as it is
+        members = [m for m in members if not any(Path(m.name).is_relative_to(r) for r in here)]
         # the members are checked above; where tarfile has its data filter it checks them too
         tar.extractall(results, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    return [r.as_posix() for r in sorted(runs)]
+    return [r.as_posix() for r in sorted(runs - here)]
+
+
+def _same_files(tar, members, run: Path, results: Path) -> bool:
+    """Whether the archive's files of run folder ``run`` are, byte for byte, those of the folder
+    here (the files an archive leaves out aside)."""
+    theirs = {Path(m.name).relative_to(run): m for m in members if m.isfile() and Path(m.name).is_relative_to(run)}
+    ours = {p.relative_to(results / run) for p in (results / run).rglob("*") if p.is_file()
+            and not set(p.relative_to(results / run).parts) & set(ARCHIVE_SKIP)}
+    return set(theirs) == ours and all(tar.extractfile(m).read() == (results / run / rel).read_bytes()
+                                       for rel, m in theirs.items())
 
 
 def prepare_data(tasks: list[Task], log_dir: Path) -> None:
@@ -657,11 +683,52 @@ def restore_kept(tasks: list[Task], results: str) -> None:
             shutil.move(str(kept), t.out)
 
 
+def done_path(name: str, results: str) -> Path:
+    """Where a job keeps its copy of a run it completed (``DONE``; ``name`` as archived)."""
+    return Path(results).joinpath(*DONE, name)
+
+
+def keep_done(task: Task, results: str) -> None:
+    """Copy a completed run's folder, without what an archive leaves out, for a later job on this
+    machine (module doc)."""
+    dest = done_path(task.archived_as(results), results)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(task.out, dest, ignore=shutil.ignore_patterns(*ARCHIVE_SKIP))
+
+
+def restore_done(results: str, configs) -> dict[str, Path]:
+    """Put back the runs an earlier job on this machine completed (``keep_done``) whose folders are
+    missing here and whose config is the one resolved now (``configs``: the grid's or sweep's
+    resolved run configs); returns {archived name: folder} of those placed. A copy that is not
+    needed (the run complete in place, or no longer in the grid) or no longer current is removed."""
+    root = Path(results).joinpath(*DONE)
+    grid = {Path(os.path.relpath(c["output_dir"], results)).as_posix(): c for c in configs}
+    placed = {}
+    for prov in sorted(root.rglob("provenance.json")) if root.is_dir() else []:
+        copy = prov.parent
+        name = copy.relative_to(root).as_posix()
+        cfg = grid.get(name)
+        if cfg is not None and lpc.run_status(cfg)[0] == "missing" and not lpc.missing_run_files(copy):
+            out = Path(cfg["output_dir"])
+            shutil.rmtree(out, ignore_errors=True)  # an incomplete folder: never a result
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(copy, out)
+            if lpc.run_status(cfg)[0] == "current":
+                placed[name] = out
+                continue
+            shutil.rmtree(out)
+        shutil.rmtree(copy)
+    return placed
+
+
 def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "results",
-            out: Path | None = None, poll_s: float = 0.5, info: dict | None = None) -> list[Task]:
+            out: Path | None = None, poll_s: float = 0.5, info: dict | None = None,
+            earlier: dict[str, Path] | None = None) -> list[Task]:
     """Train ``tasks`` (in order, estimates set) within the budget (module doc); each task's status
     ends as done, failed, stopped (at the budget), or not started (with why, ``note``). The summary
-    (``info`` added) goes to packer_summary.json in the log folder and, with the archives, ``out``."""
+    (``info`` added) goes to packer_summary.json in the log folder and, with the archives, ``out``.
+    ``earlier``: {archived name: folder} of runs an earlier job on this machine completed
+    (``restore_done``), archived with this job's."""
     t0 = time.monotonic()
     limit, stop_at = t0 + budget.seconds - budget.reserve, t0 + budget.stop_at
     log_dir = Path(results) / "logs" / "packer" / scale
@@ -699,6 +766,7 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                         task.note = f"trained again for its final checkpoint, now at {task.checkpoint}; not archived"
                     else:
                         record_sharing(task, slot.processes_mean)
+                        keep_done(task, results)
                     task.status = "done"
                     done.add(task.name)
                     continue
@@ -739,6 +807,7 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
         record = {"scale": scale, "jobs": budget.jobs, "budget_s": budget.seconds, "gpu_memory_gib": budget.gpu_memory_gib,
                   "wall_s": round(time.monotonic() - t0, 1), **(info or {}),
                   "max_jobs": share.jobs, "int8_records": str(records[1]) if records else None,
+                  "done_earlier": sorted(earlier or {}),
                   "runs": [{"run": t.name, "status": t.status, "estimate_s": t.estimate, "wall_s": t.wall,
                             "attempts": t.attempts, "claims": t.claims, "note": t.note} for t in tasks]}
         for root in filter(None, (log_dir, out)):
@@ -747,8 +816,8 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
             print(f"INT8 GEMM tuning records of this job: {records[1]} (commit it as "
                   "results/bench/int8_gemm_tuned.json where the job's runs added to it)", flush=True)
         if out:
-            archive(Path(out) / "runs.tar.gz", {t.archived_as(results): t.out for t in tasks
-                                                if t.status == "done" and t.kind != SOURCE})
+            archive(Path(out) / "runs.tar.gz", {**(earlier or {}), **{t.archived_as(results): t.out for t in tasks
+                                                                     if t.status == "done" and t.kind != SOURCE}})
             archive(Path(out) / "logs.tar.gz", {f"{t.name}.log": log_dir / f"{t.name}.log" for t in tasks
                                                 if (log_dir / f"{t.name}.log").is_file()})
     return tasks
@@ -885,6 +954,14 @@ def _estimates(values) -> dict[str, float]:
     return out
 
 
+def _run_configs(args) -> list[dict]:
+    """The resolved configs of every run the command's grid (or size sweep) holds."""
+    if args.sweep:
+        return list(sweeps.sweep_runs(sweeps.load_sweep(args.sweep), args.results).values())
+    runs, finetune = lpc.grid_runs(args.papers or lpc.papers(), args.scale, results=args.results)
+    return [*runs.values(), *finetune.values()]
+
+
 def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
     if args.jobs < 1 or args.budget <= args.reserve:
         raise PackerError(f"--jobs {args.jobs} must be at least 1 and --budget {args.budget} above --reserve {args.reserve}")
@@ -987,6 +1064,8 @@ def main(argv=None) -> None:
             placed = unpack(args.archive, args.results)
             print(f"placed {len(placed)} run folder(s) under {args.results}/" + "".join(f"\n  {n}" for n in placed))
             return
+        # before the plan: runs an earlier job on this machine completed are not trained again
+        earlier = restore_done(args.results, _run_configs(args)) if args.command == "run" else {}
         tasks, budget, est, stale, blocked = _prepare(args)
         if args.command == "data":
             prepare_data(tasks, Path(args.results) / "logs" / "packer" / args.scale)
@@ -996,9 +1075,10 @@ def main(argv=None) -> None:
             print("\n".join(plan_lines(tasks, budget, est, stale, blocked)))
             return
         t0 = time.monotonic()
-        print(f"{len(tasks)} run(s) not committed; {args.jobs} at a time within {args.budget:.0f} s", flush=True)
+        print(f"{len(tasks)} run(s) not committed; {args.jobs} at a time within {args.budget:.0f} s"
+              + (f"; {len(earlier)} completed by an earlier job here, archived again" if earlier else ""), flush=True)
         run_job(tasks, budget, args.scale, args.results, Path(args.out) if args.out else None,
-                info={"exponent": est.exponent, "stale": stale, "blocked": blocked})
+                info={"exponent": est.exponent, "stale": stale, "blocked": blocked}, earlier=earlier)
         print("\n".join(summary_lines(tasks, time.monotonic() - t0)))
     except (PackerError, sweeps.SweepError, lpc.ConfigError) as e:
         sys.exit(f"lowprec.packer: error: {e}")

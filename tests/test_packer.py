@@ -435,8 +435,47 @@ def test_job_runs_n_at_a_time_and_archives_complete_runs(tmp_path, fake_runs):
     other = tmp_path / "checkout" / "results"
     assert pk.unpack(out / "runs.tar.gz", str(other)) == sorted(f"runs/tiny/{t.name}" for t in tasks[:4])
     assert (other / "runs" / "tiny" / tasks[0].name / "provenance.json").is_file()
-    with pytest.raises(pk.PackerError, match="4 run folder\\(s\\) are complete under .* already"):
+    assert pk.unpack(out / "runs.tar.gz", str(other)) == []   # the same files again: nothing to place
+    (other / "runs" / "tiny" / tasks[1].name / "metrics.csv").write_text("step,val_loss\n1,1.0\n")
+    with pytest.raises(pk.PackerError, match="1 run folder\\(s\\) are complete under .* already, with other files"):
         pk.unpack(out / "runs.tar.gz", str(other))
+
+
+def test_a_job_after_another_on_the_same_machine_archives_its_runs_again_instead_of_training_them(
+        tmp_path, fake_runs):
+    """Two jobs chained on one machine before the first's archive reached the checkout: the second
+    starts from a fresh copy of the checkout (run folders absent, ignored folders kept), puts back
+    the copies the first kept of the runs it completed, trains only the others, and archives both;
+    the two archives unpack one after the other. A copy whose config changed is dropped."""
+    tasks, behaviour, lines = fake_runs
+    results, out1, out2 = tmp_path / "results", tmp_path / "out1", tmp_path / "out2"
+    budget = pk.Budget(jobs=2, seconds=12.0, reserve=1.0, eval_s=0.0)
+    pk.run_job(tasks[:2], budget, "tiny", str(results), out=out1, poll_s=0.05)
+    assert [t.status for t in tasks[:2]] == ["done", "done"]
+    for t in tasks[:2]:   # the next call's fresh copy of the checkout: the run folders are not in it
+        assert (pk.done_path(t.archived_as(str(results)), str(results)) / "provenance.json").is_file()
+        shutil.rmtree(t.out)
+    configs = [t.cfg for t in tasks]
+    earlier = pk.restore_done(str(results), configs)
+    assert sorted(earlier) == sorted(t.archived_as(str(results)) for t in tasks[:2])
+    again, _, _ = pk.missing_tasks("tiny", ["mor"], str(results), only=[t.name for t in tasks[:3]])
+    assert [t.name for t in again] == [tasks[2].name]   # only the run no job completed
+    again[0].estimate = 1.0
+    started = len(lines())
+    pk.run_job(again, budget, "tiny", str(results), out=out2, poll_s=0.05, earlier=earlier)
+    assert [e["run"] for e in lines()[started:] if "start" in e] == [again[0].name.split("/", 1)[1]]
+    assert {m.split("/")[4] for m in _members(out2 / "runs.tar.gz")} == {t.name.split("/")[2] for t in tasks[:3]}
+    assert json.loads((out2 / "packer_summary.json").read_text())["done_earlier"] == sorted(earlier)
+    checkout = tmp_path / "checkout"
+    assert pk.unpack(out1 / "runs.tar.gz", str(checkout)) == sorted(f"runs/tiny/{t.name}" for t in tasks[:2])
+    assert pk.unpack(out2 / "runs.tar.gz", str(checkout)) == [f"runs/tiny/{tasks[2].name}"]
+    # complete in place: the copy is not needed and goes; a copy whose config changed goes too
+    assert pk.restore_done(str(results), configs) == {}
+    assert not any(pk.done_path(t.archived_as(str(results)), str(results)).exists() for t in tasks[:2])
+    shutil.rmtree(tasks[2].out)
+    changed = [{**c, "train": {**c["train"], "lr": 0.5}} if c is tasks[2].cfg else c for c in configs]
+    assert pk.restore_done(str(results), changed) == {} and not tasks[2].out.exists()
+    assert not pk.done_path(tasks[2].archived_as(str(results)), str(results)).exists()
 
 
 def test_unpack_refuses_what_is_no_run_folder(tmp_path):
