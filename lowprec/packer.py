@@ -61,7 +61,7 @@ checkpoints and logs (``runs/<scale>/<run>/``, as under the results root), ``log
 what the job's runs tuned added (``job_int8_records``; commit it back where it grew, so that the
 next job skips that tuning; ``LOWPREC_INT8_TUNED=FILE`` names another file instead). ``unpack``
 places the run folders under the results root, refusing a member outside ``runs/`` or a run folder
-that is already complete there.
+that is already complete there with other files.
 
 A job also copies each run it completes, without checkpoints, to ``<results>/logs/packer/done/``
 (ignored by git). A later job on the same machine, started before the first one's archive was
