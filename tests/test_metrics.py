@@ -138,6 +138,32 @@ def test_one_pass_sums_equal_the_eager_ones(monkeypatch):
     assert math.isinf(M.tensor_sums(inf, q)["amax"].item()) and math.isinf(M.tensor_sums(inf, q)["noise"].item())
 
 
+def test_one_pass_sums_stay_compiled_over_the_operands_of_a_telemetry_step(monkeypatch):
+    """A telemetry step sums operands of several dtypes, formats and scale layouts: each format's
+    clip threshold is no new variant, and the others stay within the compiled function's own limit,
+    so the sums never fall back to the eager form (Dynamo's default limit of 8 variants did, after
+    which a medium run's telemetry ran in float64 copies and failed for memory)."""
+    import warnings
+
+    import lowprec.numerics.metrics as M
+
+    monkeypatch.setattr(M, "FUSED_METRICS", "always")
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(6)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="tensor_sums: the compiled one-pass sums failed")
+        for xd in (torch.bfloat16, torch.float32):
+            for qd in (torch.float32, torch.bfloat16):
+                for fmt in (None, "e4m3", "e5m2", "int8"):
+                    for scale_shape in ((), (1,), (32, 1)):
+                        x = torch.randn(32, 16, generator=g).to(xd)
+                        q = (x.float() * 1.01).to(qd)
+                        scale = torch.full(scale_shape, 2.0) if fmt else None
+                        got = M.tensor_sums(x, q, scale, fmt)
+                        assert got["noise"].item() > 0
+    assert M.FUSED_METRICS == "always"
+
+
 def test_one_pass_sums_that_fail_to_compile_fall_back_to_eager(monkeypatch):
     import lowprec.numerics.metrics as M
 

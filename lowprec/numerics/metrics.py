@@ -125,6 +125,11 @@ STATS = ("sqnr_db", "relative_error", "amax", "flush_fraction", "saturation_frac
 # ~11 G elements at 12 x 768) moves terabytes that way. The CPU keeps the eager form by default,
 # whose sums the committed runs' telemetry was written with.
 FUSED_METRICS = os.environ.get("LOWPREC_FUSED_METRICS", "cuda")
+# Compiled variants the one-pass sums may hold (Dynamo's limit, 8 by default, counts every dtype pair,
+# scale layout and presence of a clip): a telemetry step of a model whose operands differ in these
+# went past 8, after which every sum ran eagerly, in float64 copies (a medium MoR run's telemetry
+# then needed 42 GB and failed for memory beside another run on an 80 GB GPU, 230dd0b).
+FUSED_VARIANTS = 64
 
 
 def _sums(x: torch.Tensor, q: torch.Tensor, s, clip, pair):
@@ -170,8 +175,13 @@ def tensor_sums(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict:
     with_scale = scale is not None and fmt is not None
     s, clip = (_scale_tensor(scale, x.device), _clip_threshold(fmt)) if with_scale else (None, None)
     if _fused(x):
+        # the clip threshold as a device scalar: one compiled variant for every format's threshold
+        clip_t = None if clip is None else x.new_full((), clip, dtype=torch.float32)
         try:
-            return _one_pass_sums()(x, q, s, clip)
+            # the limit's name before torch 2.6: cache_size_limit
+            limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+            with torch._dynamo.config.patch(**{limit: FUSED_VARIANTS}):
+                return _one_pass_sums()(x, q, s, clip_t)
         except (torch._dynamo.exc.TorchDynamoException, getattr(torch._inductor.exc, "InductorError", ())) as e:
             # a slower path, the same numbers: the run goes on, and says why
             warnings.warn(f"tensor_sums: the compiled one-pass sums failed ({type(e).__name__}: {e}); "
