@@ -164,6 +164,26 @@ def test_one_pass_sums_stay_compiled_over_the_operands_of_a_telemetry_step(monke
     assert M.FUSED_METRICS == "always"
 
 
+def test_one_pass_sums_compile_inside_a_telemetry_steps_eager_stance(monkeypatch):
+    """A telemetry step runs the compiled blocks under the force_eager stance; the sums inside it are
+    still compiled (a graph is made), not run in their eager float64 form."""
+    from torch._dynamo.utils import counters
+
+    import lowprec.numerics.metrics as M
+
+    monkeypatch.setattr(M, "FUSED_METRICS", "always")
+    x, q = sample(4, 512)
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.compiler.set_stance("force_eager"):
+        got = M.tensor_sums(x, q)
+    assert counters["stats"]["unique_graphs"] >= 1
+    monkeypatch.setattr(M, "FUSED_METRICS", "never")
+    want = M.tensor_sums(x, q)
+    assert got["nonzero"].item() == want["nonzero"].item()
+    assert got["noise"].item() == pytest.approx(want["noise"].item(), rel=1e-12)
+
+
 def test_one_pass_sums_that_fail_to_compile_fall_back_to_eager(monkeypatch):
     import lowprec.numerics.metrics as M
 

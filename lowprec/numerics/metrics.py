@@ -130,6 +130,9 @@ FUSED_METRICS = os.environ.get("LOWPREC_FUSED_METRICS", "cuda")
 # went past 8, after which every sum ran eagerly, in float64 copies (a medium MoR run's telemetry
 # then needed 42 GB and failed for memory beside another run on an 80 GB GPU, 230dd0b).
 FUSED_VARIANTS = 64
+# Telemetry steps run the compiled blocks eagerly (``torch.compiler.set_stance("force_eager")``,
+# lowprec.linear.compiled.eager), a stance that held for these sums too: every compiled run's
+# telemetry summed eagerly, in float64 copies of each operand. They take the default stance here.
 
 
 def _sums(x: torch.Tensor, q: torch.Tensor, s, clip, pair):
@@ -180,7 +183,7 @@ def tensor_sums(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict:
         try:
             # the limit's name before torch 2.6: cache_size_limit
             limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-            with torch._dynamo.config.patch(**{limit: FUSED_VARIANTS}):
+            with torch.compiler.set_stance("default"), torch._dynamo.config.patch(**{limit: FUSED_VARIANTS}):
                 return _one_pass_sums()(x, q, s, clip_t)
         except (torch._dynamo.exc.TorchDynamoException, getattr(torch._inductor.exc, "InductorError", ())) as e:
             # a slower path, the same numbers: the run goes on, and says why
