@@ -276,7 +276,7 @@ def resolve_finetune_run(scale: str, paper: str, model: str, method: str, seed: 
         "run_id": f"finetune/{model}/{method}/s{seed}",
         "data": {**data, "dir": f"{results}/data/{data_id(data)}"},
         "train": train,
-        "output_dir": f"{results}/runs/{scale}/{paper}_finetune/{model}/{method}/s{seed}",
+        "output_dir": f"{results}/runs/{scale}/{run_group(paper, FINETUNE)}/{model}/{method}/s{seed}",
     })
     run = validate(run, "run", f"run config {paper} {run['run_id']}")
     from .preflight import check_run  # finetune.train may change seq_len or batch_size
@@ -286,6 +286,12 @@ def resolve_finetune_run(scale: str, paper: str, model: str, method: str, seed: 
 
 
 PRETRAIN, FINETUNE = "train", "finetune"  # the two kinds of run of a grid (grid_runs)
+
+
+def run_group(paper: str, kind: str) -> str:
+    """The folder under ``runs/<scale>/`` that holds a paper's runs of one kind: ``<paper>`` for
+    pre-training, ``<paper>_finetune`` for fine-tuning."""
+    return paper if kind == PRETRAIN else f"{paper}_{FINETUNE}"
 
 
 def grid_runs(papers, scale: str, results: str = "results", overrides: dict | None = None) -> tuple[dict, dict]:

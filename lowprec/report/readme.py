@@ -75,8 +75,7 @@ def runs_of_scale(results: Path, scale: str, paper: str | None = None, arms: set
     from ..cli import complete_runs
 
     def kind(d: Path):
-        experiment = d.parents[2].name
-        return PRETRAIN if experiment == paper else FINETUNE if experiment == f"{paper}_{FINETUNE}" else None
+        return next((k for k in (PRETRAIN, FINETUNE) if d.parents[2].name == cfglib.run_group(paper, k)), None)
 
     runs = [d for d in complete_runs(results, scale)
             if paper is None or ((kind(d), d.parent.name) in arms if arms else kind(d) == PRETRAIN)]
