@@ -86,9 +86,15 @@ def committed_claims(results: Path, paper: str) -> dict[str, dict[str, dict]]:
 
 
 def complete_runs(results: Path, scale: str) -> list[Path]:
-    """The run folders under ``results/runs/<scale>/`` that hold every file a finished run writes."""
+    """The run folders under ``results/runs/<scale>/`` that hold every file a finished run writes,
+    less those of the grid committed under a config it no longer has (``config.committed_runs``:
+    stale runs count nowhere until they train again)."""
     root = results / "runs" / scale
-    return sorted(d for d in root.glob("*/*/*/s*") if d.is_dir() and not cfglib.missing_run_files(d))
+    done = sorted(d for d in root.glob("*/*/*/s*") if d.is_dir() and not cfglib.missing_run_files(d))
+    runs, finetune = cfglib.grid_runs(cfglib.papers(), scale, results=str(results))
+    stale = {Path(cfg["output_dir"]) for group in (runs, finetune)
+             for cfg, _ in cfglib.committed_runs(group)[2].values()}
+    return [d for d in done if d not in stale]
 
 
 # --------------------------------------------------------------------------- subcommands

@@ -441,15 +441,34 @@ def training_plan(runs: dict, retrain=(), training=()) -> dict:
     return plan
 
 
-def committed_runs(runs: dict) -> tuple[dict, dict]:
+def committed_runs(runs: dict) -> tuple[dict, dict, dict]:
     """Regenerating from committed runs (``reuse_runs``): split ``runs`` (any key -> run config)
-    into the runs whose folder holds every file of ``RUN_FILES`` and those that do not. A partial
-    grid (GPU time ran out, a folder without its provenance.json because the run never finished)
-    is regenerated from the runs it has; the caller reports the rest (``uncommitted_message``)."""
-    present, missing = {}, {}
+    into (the runs whose folder holds every file of ``RUN_FILES`` under the config they resolve to
+    now, those that do not, the committed runs whose config.yaml differs from it in a key that
+    changes the numbers: key -> (config, the changes)). A partial grid (GPU time ran out, a folder
+    without its provenance.json because the run never finished) is regenerated from the runs it
+    has; the caller reports the rest (``uncommitted_message``). A stale run is left out too: its
+    numbers answer another experiment than the one the tables name."""
+    present, missing, stale = {}, {}, {}
     for key, cfg in runs.items():
-        (missing if missing_run_files(cfg["output_dir"]) else present)[key] = cfg
-    return present, missing
+        status, why = run_status(cfg)
+        if status == "current":
+            present[key] = cfg
+        elif missing_run_files(cfg["output_dir"]):
+            missing[key] = cfg
+        else:
+            stale[key] = (cfg, why)
+    return present, missing, stale
+
+
+def stale_message(stale: list, context: str = "reuse_runs", limit: int = 20) -> str:
+    """One warning naming the committed runs that ``committed_runs`` found stale (their (config,
+    changes) pairs) and what changed."""
+    lines = [f"{run_name(cfg['output_dir'])}: {why}" for cfg, why in stale[:limit]]
+    more = f"\n  ... and {len(stale) - limit} more" if len(stale) > limit else ""
+    return (f"{context}: {len(stale)} committed run folder(s) hold another config than the grid's "
+            "(configs/ changed since they trained); left out of the tables, figures and verdicts until "
+            "they train again (--config retrain=<run>):\n  " + "\n  ".join(lines) + more)
 
 
 def per_run_files(run_dirs, names, training=(), evaluate: bool = True) -> tuple[list[str], list[str], list[str]]:

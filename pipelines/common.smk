@@ -82,9 +82,13 @@ MISSING_RUNS = {p: [] for p in PAPERS}
 if REUSE_RUNS:
     if WF.get("retrain") and not REPORTING:
         raise lpc.ConfigError("config keys 'retrain' and 'reuse_runs' exclude each other: reuse_runs never trains")
-    RUNS, _missing = lpc.committed_runs(RUNS)
-    for _key, _cfg in _missing.items():
-        MISSING_RUNS[_key[0]].append(_cfg["output_dir"])
+    RUNS, _missing, _stale = lpc.committed_runs(RUNS)
+    FT_RUNS, _ft_missing, _ft_stale = lpc.committed_runs(FT_RUNS)
+    _stale = [*_stale.values(), *_ft_stale.values()]  # (config, changes); a fine-tuning key repeats its source's
+    for _cfg in [*_missing.values(), *_ft_missing.values(), *(c for c, _ in _stale)]:
+        MISSING_RUNS[_cfg["paper"]].append(_cfg["output_dir"])
+    if _stale:
+        logger.warning(lpc.stale_message(_stale))
     if not RUNS:  # a scale whose grid grows job by job: the report says what is missing
         logger.warning(f"reuse_runs: no run folder of {', '.join(PAPERS)} at scale {SCALE} is committed "
                        f"under {RESULTS}/runs/{SCALE}/ (each needs {', '.join(lpc.RUN_FILES)}); {REPORT} "
@@ -93,11 +97,8 @@ if REUSE_RUNS:
         logger.warning(lpc.uncommitted_message([c["output_dir"] for c in _missing.values()],
                                                "run folder(s) of this grid are not committed",
                                                "tables, figures and verdicts are built without them"))
-    FT_RUNS, _missing = lpc.committed_runs(FT_RUNS)
-    for _key, _cfg in _missing.items():
-        MISSING_RUNS[_key[0]].append(_cfg["output_dir"])
-    if _missing:
-        logger.warning(lpc.uncommitted_message([c["output_dir"] for c in _missing.values()],
+    if _ft_missing:
+        logger.warning(lpc.uncommitted_message([c["output_dir"] for c in _ft_missing.values()],
                                                "fine-tuning run folder(s) are not committed",
                                                "the fine-tuning tables are built without them"))
     _empty = [p for p in PAPERS if not any(k[0] == p for k in RUNS)]

@@ -165,13 +165,19 @@ def test_claims_of_the_committed_results(capsys):
 
 
 def test_scales_count_grid_and_complete_runs(tmp_path, capsys):
-    for run, files in (("gaussws/gpt2/bf16/s0", ("metrics.csv", "config.yaml", "provenance.json")),
-                       ("mor/nemotron/bf16/s1", ("metrics.csv", "config.yaml", "provenance.json")),
-                       ("mor/nemotron/mor_block/s0", ("metrics.csv", "config.yaml"))):  # no provenance: unfinished
+    from lowprec import config as lpc
+
+    for run, files, lr in (("gaussws/gpt2/bf16/s0", ("metrics.csv", "config.yaml", "provenance.json"), 1),
+                           ("mor/nemotron/bf16/s1", ("metrics.csv", "config.yaml", "provenance.json"), 1),
+                           ("mor/nemotron/bf16/s2", ("metrics.csv", "config.yaml", "provenance.json"), 2),  # stale
+                           ("mor/nemotron/mor_block/s0", ("metrics.csv", "config.yaml"), 1)):  # unfinished
         d = tmp_path / "runs" / "small" / run
         d.mkdir(parents=True)
+        paper, model, method, seed = run.split("/")
+        cfg = lpc.resolve_run("small", paper, model, method, int(seed[1:]), results=str(tmp_path))
+        cfg["train"]["lr"] *= lr  # another learning rate than the grid's: not a run of this grid
         for f in files:
-            (d / f).write_text("x")
+            (d / f).write_text(yaml.safe_dump(cfg) if f == "config.yaml" else "x")
     (tmp_path / "REPORT_small.md").write_text("# report")
     lines = _run(["scales", "--results", str(tmp_path)], capsys)
     default = yaml.safe_load((CONFIGS / "config.yaml").read_text())["scale"]

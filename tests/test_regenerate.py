@@ -136,3 +136,28 @@ def test_regenerate_an_untrained_grid_lists_it(tmp_path):
         for method in ("bf16", "gaussws_b6"):
             assert f"| gaussws | pre-training | {model} | {method} | 0, 1, 2 |" in section
     assert "## Gaussian" not in report  # no paper section without runs
+
+
+def test_stale_committed_run_is_left_out_and_named(tmp_path):
+    """A committed run whose config.yaml differs from what the grid resolves to now (a number that
+    changes the run: its learning rate) answers another experiment: regeneration leaves it out,
+    says which key changed, and the report marks its seed, while the runs of the current config stay."""
+    import yaml
+
+    from lowprec.report.build import _missing_section
+
+    runs = _copy_committed_runs(tmp_path)
+    stale = tmp_path / "results" / runs[0].relative_to(REPO / "results")
+    cfg = yaml.safe_load((stale / "config.yaml").read_text())
+    cfg["train"]["lr"] *= 2
+    (stale / "config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = _snakemake(["-n", "regenerate", *CONFIG], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = proc.stdout + proc.stderr
+    name = "/".join(stale.parts[-4:])
+    assert "1 committed run folder(s) hold another config" in log and f"{name}: train.lr" in log, log[-3000:]
+    assert "not committed" not in log  # every other run is current
+
+    lines = "\n".join(_missing_section(SCALE, [PAPER], {PAPER: [str(stale)]}))
+    *_, method, seed = stale.parts
+    assert f"| {method} | {seed.removeprefix('s')} (config changed) |" in lines, lines

@@ -70,20 +70,23 @@ def _missing_section(scale: str, papers: list[str], missing: dict[str, list[str]
     for paper, dirs in missing.items():
         for d in dirs if paper not in left_out else []:
             *_, group, model, method, seed = Path(d).parts
-            rows.setdefault((paper, group, model, method), []).append(seed.removeprefix("s"))
+            # a complete folder left out is stale: committed under a config the grid no longer has
+            stale = " (config changed)" if not cfglib.missing_run_files(d) else ""
+            rows.setdefault((paper, group, model, method), []).append(seed.removeprefix("s") + stale)
     if not rows and not left_out:
         return []
     n = sum(len(d) for d in missing.values())
     lines = ["## Runs not committed at this scale", "",
              f"Regenerated from the committed run folders under `results/runs/{scale}/`; these {n} run(s) of "
-             "the grid (`configs/experiments/*.yaml`) are not committed, so the tables and figures leave them "
-             f"out and a claim that needs them says `{NOT_RUN}`.", ""]
+             "the grid (`configs/experiments/*.yaml`) are not committed, or were committed under a config that has "
+             "changed since (marked: they train again with `--config retrain=<run>`), so the tables and figures "
+             f"leave them out and a claim that needs them says `{NOT_RUN}`.", ""]
     for paper in left_out:
         lines += [f"No run of `{paper}` ({len(missing[paper])} in its grid) is committed: it is not in this report.", ""]
     if rows:
         lines += [*markdown_lines(["paper", "runs", "model", "method", "seeds"],
                                   ([paper, "fine-tuning" if group != paper else "pre-training", model, method,
-                                    ", ".join(sorted(seeds, key=int))]
+                                    ", ".join(sorted(seeds, key=lambda s: int(s.split()[0])))]
                                    for (paper, group, model, method), seeds in rows.items())), ""]
     return lines
 
