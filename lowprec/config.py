@@ -176,6 +176,10 @@ def data_id(data_cfg: dict) -> str:
     the data config and, for a local corpus, its files' names and contents (a bundled corpus is
     pinned by its sha256 in the config)."""
     key_cfg = dict(data_cfg)
+    if isinstance(data_cfg.get("tokenizer"), str):
+        # another preparation's tokenizer, under whichever results root the caller gave (relative or
+        # absolute): hashed as under the default root, "results", as the committed ids were
+        key_cfg["tokenizer"] = "/".join(("results", *Path(data_cfg["tokenizer"]).parts[-3:]))
     if data_cfg["source"] == "local" and data_cfg.get("path"):
         from .data import DataError, local_corpus_digest  # imports numpy: only for local corpora
 
@@ -344,7 +348,7 @@ DEFAULT_AS_ABSENT = {"train.compile_numerics": "eager"}
 
 def _numeric_view(cfg: dict) -> dict:
     """``cfg`` flattened to dotted keys, without RESULT_NEUTRAL_KEYS and DEFAULT_AS_ABSENT keys at
-    their default, data.dir as its data id."""
+    their default, paths under the results root by their PATH_TAILS."""
     flat = {}
 
     def walk(d, prefix):
@@ -361,9 +365,15 @@ def _numeric_view(cfg: dict) -> dict:
     for key, default in DEFAULT_AS_ABSENT.items():
         if flat.get(key) == default:
             del flat[key]
-    if isinstance(flat.get("data.dir"), str):
-        flat["data.dir"] = Path(flat["data.dir"]).name
+    for key, n in PATH_TAILS.items():
+        if isinstance(flat.get(key), str):
+            flat[key] = "/".join(Path(flat[key]).parts[-n:])
     return flat
+
+
+# Paths under the results root, which a caller may give relative or absolute: compared by the parts
+# that name what they point to (the data id; the data id and file; the scale, run and checkpoint).
+PATH_TAILS = {"data.dir": 1, "data.tokenizer": 2, "train.init_from": 7}
 
 
 def config_changes(old: dict, new: dict) -> list[str]:

@@ -181,6 +181,10 @@ def one_of(names):
 # Paper-specific tables and figures, added by pipelines/<paper>.smk (through ReportOutputs); the
 # paper target, the claims and the report depend on them.
 PAPER_EXTRA_OUTPUTS = {p: [] for p in PAPERS}
+# and those that this workflow does not build (listed=False: under reuse_runs, their runs are not
+# committed); report.smk's onstart removes a copy an earlier build left, which the claims and the
+# report would otherwise read as if it came from the runs of this one
+UNBUILT_OUTPUTS = []
 
 
 class ReportOutputs:
@@ -190,7 +194,8 @@ class ReportOutputs:
     ``subcategory``). ``rule`` is the rule's named output (``output: **x.rule``; each name is the
     flag with "-" as "_", after ``prefix``, every file update()), ``flags`` the command's
     "--flag {output.name}" arguments. The paths join the paper's target (PAPER_EXTRA_OUTPUTS)
-    unless ``listed`` is false: under reuse_runs an output whose inputs are not committed."""
+    unless ``listed`` is false (under reuse_runs an output whose inputs are not committed: then
+    UNBUILT_OUTPUTS)."""
 
     def __init__(self, paper, subcategory, files, listed=True, prefix=""):
         self.rule, flags = {}, []
@@ -202,8 +207,7 @@ class ReportOutputs:
                 out = report(out, category=paper, subcategory=subcategory, caption=f"report/{caption}.rst")
             self.rule[name] = out
             flags.append(f"--{flag} {{output.{name}}}")
-            if listed:
-                PAPER_EXTRA_OUTPUTS[paper].append(path)
+            (PAPER_EXTRA_OUTPUTS[paper] if listed else UNBUILT_OUTPUTS).append(path)
         self.flags = " ".join(flags)
 
 

@@ -156,3 +156,16 @@ if REPORTING:
             f"--report collects the tables and figures of scale {SCALE}, but {len(_absent)} are not here: "
             + ", ".join(_absent[:8]) + (" ..." if len(_absent) > 8 else "")
             + f"; build them first: snakemake regenerate --forceall --cores all --config scale={SCALE} reuse_runs=true")
+
+
+# Before any job runs (never in a dry run): a table or figure that this workflow does not build
+# because its runs are not committed (UNBUILT_OUTPUTS: a fine-tuning table after its runs went stale)
+# is removed where an earlier build left it, so that no claim or report reads numbers of runs that
+# are no longer this grid's. Only these derived files: never a run folder.
+onstart:
+    _leftovers = [p for p in UNBUILT_OUTPUTS if os.path.isfile(p)]
+    for _p in _leftovers:
+        os.remove(_p)
+    if _leftovers:
+        logger.warning(f"removed {len(_leftovers)} output(s) of an earlier build whose runs are not committed "
+                       "under this grid's config (git restores them):\n  " + "\n  ".join(_leftovers))

@@ -223,6 +223,18 @@ def test_run_status_compares_only_what_changes_the_numbers(tmp_path):
     assert lpc.run_status(cfg)[0] == "stale"
 
 
+def test_committed_runs_are_current_under_a_relative_or_absolute_results_root():
+    """A fine-tuning run's config names paths under the results root (its source checkpoint, the
+    tokenizer its data id hashes): the committed runs are as current from the absolute root (the
+    README's writer) as from the relative one the workflow passes."""
+    root = lpc.REPO_ROOT / "results"
+    for results in ("results", str(root)):
+        runs, finetune = lpc.grid_runs(lpc.papers(), "tiny", results=results)
+        assert finetune, "tiny has fine-tuning runs"
+        status = {lpc.run_name(c["output_dir"]): lpc.run_status(c) for c in [*runs.values(), *finetune.values()]}
+        assert all(s == ("current", "") for s in status.values()), {k: v for k, v in status.items() if v[0] != "current"}
+
+
 def test_training_plan_trains_missing_stale_asked_and_their_fine_tunes(tmp_path):
     import copy
 

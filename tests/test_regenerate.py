@@ -74,9 +74,11 @@ def test_missing_run_folder_is_named(tmp_path):
 
 
 def test_regenerate_from_partial_runs(tmp_path):
-    """Two arms of the grid committed, the others (gaussws_b6 among them) not, and no bf16 run with
-    its exactness.csv: the tables are built from the arms present, the exactness figure keeps only
-    its analytic reference, REPORT.md lists the absent runs and the claims that need them are not run."""
+    """Two arms of the grid committed, the others (gaussws_b6 among them) not, no bf16 run with its
+    exactness.csv and none with its export.csv: the tables are built from the arms present, the
+    exactness figure keeps only its analytic reference, the export table that an earlier build left
+    (of runs no longer here) is removed rather than read, REPORT.md lists the absent runs and the
+    claims that need them are not run."""
     import pandas as pd
 
     from lowprec.report.claims import NOT_RUN
@@ -84,17 +86,22 @@ def test_regenerate_from_partial_runs(tmp_path):
     kept = {"bf16", "gaussws_b4"}
     runs = _copy_committed_runs(tmp_path, kept)
     for run in runs:
-        (tmp_path / "results" / run.relative_to(REPO / "results") / "exactness.csv").unlink(missing_ok=True)
+        for name in ("exactness.csv", "export.csv"):
+            (tmp_path / "results" / run.relative_to(REPO / "results") / name).unlink(missing_ok=True)
+    tables = tmp_path / "results" / PAPER / SCALE / "tables"
+    tables.mkdir(parents=True)
+    for name in ("export.csv", "export.md"):  # an earlier build's, from runs that are not committed now
+        shutil.copy(REPO / "results" / PAPER / SCALE / "tables" / name, tables / name)
     proc = _snakemake(["regenerate", *CONFIG], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     absent = f"results/runs/{SCALE}/{PAPER}/gpt2/gaussws_b6/s0"
     log = proc.stdout + proc.stderr
     assert "not committed" in log and absent in log
     assert "rule train" not in log and "rule gaussws_exactness_run" not in log
+    assert "removed 2 output(s) of an earlier build" in log, log[-3000:]
+    assert not (tables / "export.csv").exists() and not (tables / "export.md").exists()
 
-    tables = tmp_path / "results" / PAPER / SCALE / "tables"
     assert set(pd.read_csv(tables / "final_loss.csv")["method"]) == kept
-    assert set(pd.read_csv(tables / "export.csv")["method"]) == kept
     assert set(pd.read_csv(tables / "exactness.csv")["source"]) == {"N(0, 0.02²)"}  # no trained weights
     claims = pd.read_csv(tables / "claims.csv").set_index("claim")["verdict"]
     for claim in ("stable_vs_bf16", "fp6_parameters"):  # gaussws_b6 is absent

@@ -275,14 +275,19 @@ def test_a_claims_runs_are_counted_from_its_own_arms(tmp_path):
     with one INT8-fallback run is not shown as the three seeds of the paper's pre-training arms."""
     import json
 
+    import yaml
+
     from lowprec import config as cfglib
     from lowprec.config import FINETUNE, PRETRAIN
 
     def run(experiment, method, seed, gpu="NVIDIA H100 80GB HBM3"):
         d = tmp_path / "runs" / "medium" / experiment / "llama2" / method / f"s{seed}"
         d.mkdir(parents=True)
-        for f in cfglib.RUN_FILES:
-            (d / f).write_text(json.dumps({"gpu": gpu}) if f == "provenance.json" else "x\n")
+        resolve = cfglib.resolve_finetune_run if experiment.endswith(FINETUNE) else cfglib.resolve_run
+        cfg = resolve("medium", "int8_fallback", "llama2", method, seed, results=str(tmp_path))
+        for f in cfglib.RUN_FILES:  # the grid's config: a current run
+            (d / f).write_text(json.dumps({"gpu": gpu}) if f == "provenance.json" else
+                               yaml.safe_dump(cfg) if f == "config.yaml" else "x\n")
 
     for s in range(3):
         run("int8_fallback", "bf16", s)
