@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import sys
 from pathlib import Path
 
@@ -90,11 +91,19 @@ def complete_runs(results: Path, scale: str) -> list[Path]:
     less those of the grid committed under a config it no longer has (``config.committed_runs``:
     stale runs count nowhere until they train again)."""
     root = results / "runs" / scale
-    done = sorted(d for d in root.glob("*/*/*/s*") if d.is_dir() and not cfglib.missing_run_files(d))
-    runs, finetune = cfglib.grid_runs(cfglib.papers(), scale, results=str(results))
-    stale = {Path(cfg["output_dir"]) for group in (runs, finetune)
-             for cfg, _ in cfglib.committed_runs(group)[2].values()}
+    done = tuple(sorted(d for d in root.glob("*/*/*/s*") if d.is_dir() and not cfglib.missing_run_files(d)))
+    stale = _stale_runs(str(results), scale, done)
     return [d for d in done if d not in stale]
+
+
+@functools.lru_cache(maxsize=None)
+def _stale_runs(results: str, scale: str, done: tuple) -> frozenset:
+    """The run folders of ``scale``'s grid that are committed but stale (``done``: the complete ones,
+    part of the key so that a folder written since is looked at). Resolving the grid takes about a
+    second: the README's writer asks for each claim."""
+    runs, finetune = cfglib.grid_runs(cfglib.papers(), scale, results=results)
+    return frozenset(Path(cfg["output_dir"]) for group in (runs, finetune)
+                     for cfg, _ in cfglib.committed_runs(group)[2].values())
 
 
 # --------------------------------------------------------------------------- subcommands

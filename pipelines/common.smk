@@ -181,9 +181,9 @@ def one_of(names):
 # Paper-specific tables and figures, added by pipelines/<paper>.smk (through ReportOutputs); the
 # paper target, the claims and the report depend on them.
 PAPER_EXTRA_OUTPUTS = {p: [] for p in PAPERS}
-# and those that this workflow does not build (listed=False: under reuse_runs, their runs are not
-# committed); report.smk's onstart removes a copy an earlier build left, which the claims and the
-# report would otherwise read as if it came from the runs of this one
+# and those that this workflow does not build (listed=False: the runs they read are not here, not
+# committed under reuse_runs or left out); report.smk's onstart removes a copy an earlier build left,
+# which the claims and the report would otherwise read as if it came from the runs of this one
 UNBUILT_OUTPUTS = []
 
 
