@@ -462,18 +462,36 @@ class _Gemm:
         if _is_traced(self.qa):  # inside a compiled graph's trace: time real operands of this shape class
             from torch.utils._python_dispatch import _disable_current_modes
             with _disable_current_modes():
-                return self._stand_in()._tune()
+                return self._stand_in()._time()
+        return self._stand_in()._time()
+
+    def _time(self) -> tuple:
+        """Tuning on these operands (a stand-in's: unit scales, so that the product a configuration
+        must give is the integer one, which ``_wrong`` checks)."""
         c = torch.empty((self.M, self.N), dtype=self.out_dtype, device=self.dev)
         tail = self.tail_a or self.tail_b
         return _kt.time_candidates(
             self.key(), self.candidates(),
             lambda cfg, warmup=False: self.launch_main(c, cfg, self.tail_a, self.tail_b, warmup=warmup, tail=tail),
-            self.dev)
+            self.dev, wrong=lambda: self._wrong(c))
+
+    def _wrong(self, c: torch.Tensor):
+        """How ``c`` differs from this stand-in's product (unit scales, no second part flagged: the
+        integer product of the first parts), on rows at a prime stride, which meet every row tile:
+        None where it is that product to fp32 sums' rounding."""
+        rows = torch.arange(0, self.M, 61, device=self.dev)
+        want = self.qa[rows].double() @ self.qb.double().t()
+        got = c[rows].double()
+        scale = float(want.abs().max()) or 1.0
+        err = float((got - want).abs().max()) if bool(torch.isfinite(got).all()) else float("inf")
+        tol = 1e-2 if c.dtype == torch.bfloat16 else 1e-4  # bf16's half ulp; fp32 sums of K-group products
+        return None if err <= tol * scale else f"max error {err:.3g} of {scale:.3g} on {len(rows)} rows"
 
     def _stand_in(self) -> "_Gemm":
         """Operands of this call's shapes, blocks and device in real memory (random codes, unit
         scales, the tail's second parts without a flag; the timing of the main loop does not depend
-        on the values); call it outside the trace's modes."""
+        on the values, and their product is known exactly); inside a trace, call it outside the
+        trace's modes."""
         qa = torch.randint(-127, 128, (self.M, self.K), dtype=torch.int8, device=self.dev)
         qb = torch.randint(-127, 128, (self.N, self.K), dtype=torch.int8, device=self.dev)
         da = torch.ones((_cdiv(self.M, self.bms), self.n_kb), device=self.dev)

@@ -405,11 +405,14 @@ def _class_lock(shared, key: tuple):
             fcntl.lockf(lock, fcntl.LOCK_UN, 1, byte)
 
 
-def time_candidates(key: tuple, cands: list, launch, device) -> tuple:
+def time_candidates(key: tuple, cands: list, launch, device, wrong=None) -> tuple:
     """(fastest configuration, its median ms) of cands for shape class `key`: launch(cfg) runs the
     kernel, launch(cfg, warmup=True) compiles it and returns the compiled kernel. All are compiled
     first (in parallel where Triton can), then each is timed with do_bench; a configuration the
-    device or compiler refuses is logged with its error and ruled out."""
+    device or compiler refuses is logged with its error and ruled out. ``wrong``: called after a
+    configuration's first run, a description of how its output differs from the product it should
+    be, or None where it is right; a wrong configuration is logged and ruled out however fast
+    (tuning times speed alone, and a kernel that skips work is fast)."""
     import torch
     import triton.testing
 
@@ -420,6 +423,10 @@ def time_candidates(key: tuple, cands: list, launch, device) -> tuple:
         try:
             launch(cfg)
             torch.cuda.synchronize(device)
+            why = wrong() if wrong is not None else None
+            if why:
+                _TUNE_LOG.append({**row, "ms": "", "error": f"wrong output: {why}"})
+                continue
             ms = float(triton.testing.do_bench(lambda: launch(cfg), warmup=5, rep=30, return_mode="median"))
         except Exception as exc:  # a configuration the device or compiler refuses: tried, ruled out
             first = str(exc).splitlines()[0][:200] if str(exc) else ""

@@ -906,3 +906,49 @@ def test_invalid_parameters_and_empty_tensors_are_named(device):
         kf.int8_fallback_gemm(q[:0], d[:0], q, d)
     with pytest.raises(ValueError, match=r"^block_a: must be two positive ints"):
         kf.int8_fallback_gemm(q, d, q, d, (-32, 32))
+
+
+def test_tuning_rules_out_a_configuration_whose_product_is_wrong(monkeypatch):
+    """Tuning times configurations on a stand-in of unit scales, whose product is the integer one:
+    a configuration whose output is not that product (a kernel that skips work is also fast) is
+    logged and ruled out however fast, and a right one is kept. The GPU's timing is replaced here by
+    a table of times (the check runs on this device's tensors)."""
+    import triton.testing
+
+    torch.manual_seed(0)
+    qa = torch.randint(-127, 128, (300, 96), dtype=torch.int8)
+    qb = torch.randint(-127, 128, (70, 96), dtype=torch.int8)
+    blk = (32, 32)
+    gemm = kf._Gemm(qa, torch.ones(10, 3), qb, torch.ones(3, 3), blk, blk, *(None,) * 6)
+    right = (qa.double() @ qb.double().t()).float()
+    c = torch.empty(300, 70)
+    outputs = {"fast_but_zero": torch.zeros_like(right), "slow_and_right": right}
+    times = {"fast_but_zero": 0.01, "slow_and_right": 1.0}
+
+    class Cfg:
+        def __init__(self, name):
+            self.name = name
+
+        def label(self):
+            return self.name
+
+    current = {}
+
+    def launch(cfg, warmup=False):
+        c.copy_(outputs[cfg.name])
+        current["cfg"] = cfg
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (fn(), times[current["cfg"].name])[1])
+    monkeypatch.setattr(kt, "precompile", lambda warm, cands: None)
+    monkeypatch.setattr(kt, "_resources", lambda kernel: {})
+    assert gemm._wrong(right.clone()) is None
+    assert "max error" in gemm._wrong(torch.zeros_like(right))
+    before = len(kt.tuning_log())
+    best, ms = kt.time_candidates(("test",), [Cfg("fast_but_zero"), Cfg("slow_and_right")], launch, "cpu",
+                                  wrong=lambda: gemm._wrong(c))
+    assert best.label() == "slow_and_right" and ms == 1.0
+    log = kt.tuning_log()[before:]
+    assert log[0]["config"] == "fast_but_zero" and log[0]["error"].startswith("wrong output: max error")
+    with pytest.raises(RuntimeError, match="no configuration"):
+        kt.time_candidates(("test",), [Cfg("fast_but_zero")], launch, "cpu", wrong=lambda: gemm._wrong(c))
