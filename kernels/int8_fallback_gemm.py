@@ -459,11 +459,12 @@ class _Gemm:
         return _kt.tuned_config(self.key(), self._tune, self.dev)
 
     def _tune(self) -> tuple:
-        if _is_traced(self.qa):  # inside a compiled graph's trace: time real operands of this shape class
-            from torch.utils._python_dispatch import _disable_current_modes
-            with _disable_current_modes():
-                return self._stand_in()._time()
-        return self._stand_in()._time()
+        import contextlib
+
+        from torch.utils._python_dispatch import _disable_current_modes
+        # inside a compiled graph's trace the stand-in's real operands are made outside its modes
+        with _disable_current_modes() if _is_traced(self.qa) else contextlib.nullcontext():
+            return self._stand_in()._time()
 
     def _time(self) -> tuple:
         """Tuning on these operands (a stand-in's: unit scales, so that the product a configuration

@@ -464,7 +464,7 @@ def committed_runs(runs: dict) -> tuple[dict, dict, dict]:
         status, why = run_status(cfg)
         if status == "current":
             present[key] = cfg
-        elif missing_run_files(cfg["output_dir"]):
+        elif status == "missing":
             missing[key] = cfg
         else:
             stale[key] = (cfg, why)
