@@ -608,11 +608,12 @@ def test_compiled_int8_layer_equals_emulation_without_host_sync(method, monkeypa
     assert calls["n"] == 0 and int(layer_f.calls) == 3  # no retrace, no Python launch
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "eager"])
 @pytest.mark.parametrize("recipe", ["int8_fallback", "int8_block"])
-def test_int8_layer_at_the_medium_down_projection_shape_equals_emulation(recipe, monkeypatch, count_calls):
+def test_int8_layer_at_the_medium_down_projection_shape_equals_emulation(recipe, compiled, monkeypatch, count_calls):
     """The GLU down-projection of the ``medium`` Llama2 (2048 -> 768, 32x1024 tokens a step) on the
-    compiled INT8 fast path, with the tuned configurations a training run takes at that shape, against
-    the emulation on the same inputs, whose hot blocks (a few 32x32 blocks of X far above the median
+    INT8 fast path, compiled and eager, with the tuned configurations a training run takes at that
+    shape, against the emulation on the same inputs, whose hot blocks (a few 32x32 blocks of X far above the median
     block, as the trained model's are) fall back. A medium fine-tuning run with the fallback rule lost
     1.8 nats to the same run in block INT8 where the rule first fired (int8_fallback_finetune/llama2,
     seed 0, at 230dd0b), where the two differ only in those blocks: this checks the fast path there."""
@@ -633,7 +634,8 @@ def test_int8_layer_at_the_medium_down_projection_shape_equals_emulation(recipe,
     def step(model):
         return _block_step(model, x, dy)
 
-    compile_blocks(fast)
+    if compiled:  # eager: the same operators called one by one (a fault of the compiled graph, or of a kernel)
+        compile_blocks(fast)
     got = step(fast)  # compiles and tunes; one step each, so both draw the same rounding keys
     calls = count_calls(kf, "int8_fallback_gemm")
     monkeypatch.setattr(lin, "FAST_PATH", "off")
@@ -652,6 +654,67 @@ def test_int8_layer_at_the_medium_down_projection_shape_equals_emulation(recipe,
     if recipe == "int8_fallback":
         bufs = FallbackBuffers.merged(fast.blocks[0])
         assert int(bufs.counts[:, 2].sum()) > 0  # blocks really fell back (the column fallback_blocks)
+
+
+# The operands of the medium Llama2 down-projection's three GEMMs (2048 -> 768, 32x1024 tokens, dY ~ 1e-4),
+# as the INT8 layer quantizes them: X and W to nearest, with their transposes for the backward; dY
+# stochastically, row-major for dgrad and read transposed for wgrad. On an H100 the compiled layer's
+# output was right there but both gradients exactly zero (the test above): these split the layer.
+_MEDIUM_OPERANDS = {"x": ((32768, 2048), 0.3, False, False), "w": ((768, 2048), 0.02, False, False),
+                    "dy": ((32768, 768), 1e-4, True, False), "dy_t": ((32768, 768), 1e-4, True, True)}
+
+
+@pytest.mark.parametrize("operand", list(_MEDIUM_OPERANDS))
+def test_int8_quantize_pass_at_the_medium_down_projection_shapes(operand):
+    """The quantize pass alone (eager) at those shapes: its codes and scales equal the torch
+    reference's bit for bit, and the transposes it writes equal its codes transposed."""
+    from conftest import assert_equal_or_both_nan
+    from lowprec.kernels import int8_fallback_gemm as kf
+    from lowprec.methods.int8_fallback import fallback_quantize
+    from lowprec.methods.int8_ops import stream_keys
+    from lowprec.numerics import rounding_stream as rs
+
+    if not kf.triton_available("cuda"):
+        pytest.skip("Triton not usable on this CUDA device")
+    shape, scale, stochastic, transposed_view = _MEDIUM_OPERANDS[operand]
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = (torch.randn(*shape, device="cuda", generator=g) * scale).bfloat16()
+    x = x.t() if transposed_view else x
+    keys = stream_keys(5, x.device) if stochastic else None
+    q1, s1, q2, s2, flags, q1t, q2t = kf.quantize_fallback_int8(x, (32, 32), keys=keys, first_only=True,
+                                                                transposed=True)
+    assert (q2, s2, flags, q2t) == (None, None, None, None)
+    noise = tuple(rs.uniforms(k, tuple(x.shape), device="cuda") for k in keys) if stochastic else None
+    ref = fallback_quantize(x, (32, 32), None, "stochastic" if stochastic else "nearest", noise=noise)
+    assert float((q1 != 0).float().mean()) > 0.5  # the codes were written
+    assert torch.equal(q1.float(), ref.codes.float())
+    assert_equal_or_both_nan(s1, ref.scale)
+    assert q1t.shape == q1.shape[::-1] and torch.equal(q1t, q1.t())
+
+
+@pytest.mark.parametrize("gemm", ["dgrad", "wgrad"])
+def test_int8_gemm_at_the_medium_backward_shapes(gemm):
+    """The INT8 GEMM alone at the medium down-projection's backward shapes, in the configuration a
+    training run takes there (the recorded or tuned one of the shape class), against the torch
+    reference: dgrad dY (32768 x 768) @ W (768 x 2048) into bf16, wgrad dY^T @ X (K = 32768 tokens)
+    into fp32, with decode scales of dY's magnitude (~1e-6)."""
+    from lowprec.kernels import int8_fallback_gemm as kf
+    from lowprec.methods.int8_fallback import int8_block_gemm_reference
+
+    if not kf.triton_available("cuda"):
+        pytest.skip("Triton not usable on this CUDA device")
+    M, N, K, out = (32768, 2048, 768, torch.bfloat16) if gemm == "dgrad" else (768, 2048, 32768, torch.float32)
+    g = torch.Generator(device="cuda").manual_seed(4)
+    qa = torch.randint(-127, 128, (M, K), device="cuda", generator=g, dtype=torch.int8)
+    qb = torch.randint(-127, 128, (N, K), device="cuda", generator=g, dtype=torch.int8)
+    da = (torch.rand(M // 32, K // 32, device="cuda", generator=g) + 0.5) * 3e-6
+    db = (torch.rand(N // 32, K // 32, device="cuda", generator=g) + 0.5) * 2e-3
+    got = kf.int8_fallback_gemm(qa, da, qb, db, (32, 32), (32, 32), out_dtype=out)
+    print(gemm, "configuration:", kf.selected_config(qa, qb).label())
+    want = int8_block_gemm_reference(qa, da, qb, db, (32, 32), (32, 32))
+    assert got.dtype == out and float(got.abs().max()) > 0
+    torch.testing.assert_close(got.float(), want.to(out).float(), rtol=2**-7 if out == torch.bfloat16 else 1e-5,
+                               atol=1e-5 * float(want.abs().max()))
 
 
 @pytest.mark.parametrize("kind_b", ["128x128", "1x128"])
