@@ -413,16 +413,17 @@ def run_status(cfg: dict) -> tuple[str, str]:
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def retrain_patterns(value, run_names) -> list[str]:
+def retrain_patterns(value, run_names, what: str = "config key 'retrain'") -> list[str]:
     """The workflow's ``retrain`` (one pattern or a list; fnmatch on run_name, e.g.
-    ``gaussws/gpt2/*/s0``) as a list; a pattern that names no run of ``run_names`` is an error."""
+    ``gaussws/gpt2/*/s0``) as a list; a pattern that names no run of ``run_names`` is an error,
+    whose message names the option as ``what``."""
     import fnmatch
 
     patterns = [] if value is None else [value] if isinstance(value, str) else list(value)
     names = list(run_names)
     unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
     if unmatched:
-        raise ConfigError(f"config key 'retrain': {unmatched} match(es) no run of this grid; runs are named "
+        raise ConfigError(f"{what}: {unmatched} match(es) no run of this grid; runs are named "
                           f"<paper>/<model>/<method>/s<seed>, e.g. {names[0] if names else 'gaussws/gpt2/bf16/s0'}")
     return patterns
 

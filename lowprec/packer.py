@@ -16,7 +16,15 @@ step and parameter, ``run_estimates``), else by ``--estimate`` (no grid run has 
 
 Which runs: those of the grid (``configs/experiments``, fine-tuning runs included) whose folder is
 missing or incomplete (``lowprec.config.run_status``); a folder whose config changed is listed and
-never retrained (``snakemake --config retrain=...`` does that), so no committed run folder is written.
+not retrained, so no committed run folder is written, unless ``--retrain PATTERN...`` names the run
+(fnmatch on run names, as ``snakemake --config retrain=...``): a named run trains again, stale or
+current, and so do the fine-tuning runs that start from its weights. Such a run trains in its own
+folder, whose committed files are set aside meanwhile (under ``ASIDE``) and put back unless it
+completes (a retrained run is never kept for a next job to resume; a job killed outright leaves them
+set aside, and the next job on that machine puts them back first). ``unpack --retrain PATTERN...``
+lets the archive's folders of the named runs replace the committed ones; without it ``unpack``
+refuses them. A chained job given the same ``--retrain`` takes the runs the last one retrained
+(``DONE``) instead of training them again.
 
 Order: the runs that decide the most claims first. A claim reads the runs of its arms
 (``report.claims.claim_arms``); the claims whose verdict committed at this scale is undecided
@@ -119,6 +127,7 @@ RESUMABLE_MIN_S = 180.0                   # the least time left in which a run l
 KEPT = ("logs", "packer", "kept")         # under the results root: folders of runs a job stopped
 SOURCES = ("logs", "packer", "sources")   # under the results root: the folders of SOURCE runs
 DONE = ("logs", "packer", "done")         # under the results root: copies of the runs a job completed
+ASIDE = ("logs", "packer", "aside")       # under the results root: committed folders of runs retrained now
 # what a run's log ends with when the GPU had no memory left for it (torch's exception and message)
 # and CUDA's own, when a process cannot even make its context (torch.AcceleratorError at set_device)
 OUT_OF_MEMORY = ("torch.OutOfMemoryError", "CUDA out of memory", "CUDA error: out of memory")
@@ -149,6 +158,7 @@ class Task:
     attempts: int = 0          # processes started for it: a run out of GPU memory beside others is retried
     memory_gib: float | None = None  # the GPU memory its arm's runs held (Estimator.memory_gib), None: unknown
     left: float = 1.0          # the share of its steps still to train (a kept run resumes)
+    replaces: bool = False     # a committed run trained again (--retrain): its folder is set aside meanwhile
 
     @property
     def paper(self) -> str:
@@ -221,19 +231,33 @@ def phase_commands(task: Task, config_path: Path) -> list[list[str]]:
             *[[sys.executable, *argv] for _, argv in task.evaluations]]
 
 
-def missing_tasks(scale: str, papers, results: str = "results", only=None) -> tuple[list[Task], list[str], list[str]]:
+def missing_tasks(scale: str, papers, results: str = "results", only=None, retrain=(),
+                  skip=()) -> tuple[list[Task], list[str], list[str]]:
     """(the runs to train, the stale runs left alone, the runs that cannot train here and why), in
-    grid order. ``only``: fnmatch patterns on run names."""
+    grid order. ``only``: fnmatch patterns on run names. ``retrain``: patterns of committed runs to
+    train again (module doc), whose fine-tuning runs train again too; ``skip``: names of runs an
+    earlier job here retrained (``restore_done``)."""
     runs, finetune = lpc.grid_runs(papers, scale, results=results)
+    retrain = lpc.retrain_patterns(list(retrain) or None,
+                                   [lpc.run_name(c["output_dir"]) for c in [*runs.values(), *finetune.values()]],
+                                   what="--retrain")
     tasks, stale, blocked = {}, [], []
+    retrained = set()  # the folders of the runs that train again: their fine-tuning runs follow them
     for kind, group in ((PRETRAIN, runs), (FINETUNE, finetune)):
         for cfg in group.values():
             name = lpc.run_name(cfg["output_dir"])
             status, why = lpc.run_status(cfg)
-            if status == "stale":
+            init = cfg["train"].get("init_from") if kind == FINETUNE else None
+            again = name not in skip and status != "missing" and (
+                any(fnmatch.fnmatchcase(name, p) for p in retrain)
+                or (init is not None and str(Path(init).parents[1]) in retrained))
+            if status == "stale" and not again:
                 stale.append(f"{name} (config changed: {why})")
-            elif status == "missing" and (not only or any(fnmatch.fnmatchcase(name, p) for p in only)):
-                tasks[name] = Task(name, cfg, kind)
+            elif ((status == "missing" or again)
+                  and (not only or any(fnmatch.fnmatchcase(name, p) for p in only))):
+                tasks[name] = Task(name, cfg, kind, replaces=again)
+                if again:
+                    retrained.add(str(Path(cfg["output_dir"])))
     for t in [t for t in tasks.values() if t.kind == FINETUNE]:
         init = t.cfg["train"]["init_from"]
         source = lpc.run_name(Path(init).parents[1])
@@ -250,7 +274,8 @@ def missing_tasks(scale: str, papers, results: str = "results", only=None) -> tu
             tasks.setdefault(source, source_task(source, runs, Path(init), results))
 
     if only and not tasks and not blocked:
-        raise PackerError(f"--only {list(only)}: no run that is not committed matches")
+        raise PackerError(f"--only {list(only)}: no run that is not committed matches"
+                          + (" or is retrained" if retrain else ""))
     return list(tasks.values()), stale, blocked
 
 
@@ -515,15 +540,18 @@ def stop(slots: list[Slot], why: str, results: str = "results", keep: bool = Fal
         slot.proc.wait()
         slot.task.status, slot.task.note = "stopped", why.format(at=slot.reached())
         slot.task.wall = round(time.monotonic() - slot.started, 1)
-        if keep and (slot.task.out / "checkpoints").is_dir():
+        if keep and (slot.task.out / "checkpoints").is_dir() and not slot.task.replaces:
             kept = kept_path(slot.task, results)
             shutil.rmtree(kept, ignore_errors=True)
             kept.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(slot.task.out), kept)
             slot.task.note += f"; kept for the next job on this machine ({kept})"
         else:
-            slot.task.note += "; no checkpoint yet: folder removed" if keep else f"; folder removed ({slot.log})"
+            slot.task.note += ("; a retrained run is not kept: folder removed" if keep and slot.task.replaces
+                               else "; no checkpoint yet: folder removed" if keep else f"; folder removed ({slot.log})")
             _remove(slot.task)
+        if put_back(slot.task, results):
+            slot.task.note += "; the committed folder put back"
 
 
 def log_tail(log: Path, size: int = 16384) -> str:
@@ -584,12 +612,14 @@ def archive(path: Path, members: dict[str, Path], skip=ARCHIVE_SKIP) -> None:
     os.replace(tmp, path)
 
 
-def unpack(path: str | Path, results: str = "results") -> list[str]:
+def unpack(path: str | Path, results: str = "results", retrain=()) -> list[str]:
     """Place the run folders of a job's runs.tar.gz under ``results``; the run folders placed, as
     paths under it. Refuses (before placing any) a member that is not a file or folder under
     runs/<scale>/<paper>/<model>/<method>/s<seed>/ or a sweep's sweeps/<sweep>/<point>/<paper>/<model>/
     <method>/s<seed>/ (``RUN_ROOTS``), or a run folder that is already complete here with other files
-    (a committed run); one complete here with the same files (an earlier job's archive) is skipped."""
+    (a committed run), unless ``retrain`` patterns name the run (fnmatch on its name, as the job's
+    ``--retrain``): its folder is then replaced; one complete here with the same files (an earlier
+    job's archive) is skipped."""
     import tarfile
 
     with tarfile.open(path, "r:gz") as tar:
@@ -606,10 +636,16 @@ def unpack(path: str | Path, results: str = "results") -> list[str]:
             if in_run:
                 runs.add(Path(*parts[:depth]))
         here = {r for r in runs if not lpc.missing_run_files(Path(results) / r)}
-        differ = [str(r) for r in sorted(here) if not _same_files(tar, members, r, Path(results))]
-        if differ:
-            raise PackerError(f"{path}: {len(differ)} run folder(s) are complete under {results} already, with other "
-                              f"files, e.g. {differ[0]}; nothing placed")
+        differ = [r for r in sorted(here) if not _same_files(tar, members, r, Path(results))]
+        replaced = [r for r in differ if any(fnmatch.fnmatchcase(lpc.run_name(r), p) for p in retrain)]
+        refused = [str(r) for r in differ if r not in replaced]
+        if refused:
+            raise PackerError(f"{path}: {len(refused)} run folder(s) are complete under {results} already, with "
+                              f"other files, e.g. {refused[0]}; nothing placed (a job's --retrain runs replace "
+                              "theirs with unpack --retrain PATTERN...)")
+        for r in replaced:
+            shutil.rmtree(Path(results) / r)
+        here -= set(replaced)
         # a folder here with the archive's very files came in an earlier job's archive: left as it is
         members = [m for m in members if not any(Path(m.name).is_relative_to(r) for r in here)]
         # the members are checked above; where tarfile has its data filter it checks them too
@@ -650,6 +686,46 @@ def prepare_data(tasks: list[Task], log_dir: Path) -> None:
 
 def _remove(task: Task) -> None:
     shutil.rmtree(task.out, ignore_errors=True)
+
+
+def aside_path(task: Task, results: str) -> Path:
+    """Where a retrained run's committed folder waits while the run trains (module doc)."""
+    return Path(results).joinpath(*ASIDE, task.archived_as(results))
+
+
+def set_aside(task: Task, results: str) -> None:
+    """Move a retrained run's committed folder out of its way before it starts."""
+    if task.replaces and task.out.exists():
+        dest = aside_path(task, results)
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(task.out), dest)
+
+
+def put_back(task: Task, results: str) -> bool:
+    """A retrained run that did not complete: its folder removed, the committed one put back
+    (True where there was one)."""
+    dest = aside_path(task, results) if task.replaces else None
+    if dest is None or not dest.is_dir():
+        return False
+    _remove(task)
+    shutil.move(str(dest), task.out)
+    return True
+
+
+def restore_aside(results: str) -> list[str]:
+    """Put back the committed folders a job killed outright left set aside (over whatever partial
+    folder its run left in place); their paths under the results root."""
+    root = Path(results).joinpath(*ASIDE)
+    placed = []
+    for prov in sorted(root.rglob("provenance.json")) if root.is_dir() else []:
+        rel = prov.parent.relative_to(root)
+        if rel.parts[0] in RUN_ROOTS and len(rel.parts) == RUN_ROOTS[rel.parts[0]]:
+            shutil.rmtree(Path(results) / rel, ignore_errors=True)
+            (Path(results) / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(prov.parent), Path(results) / rel)
+            placed.append(rel.as_posix())
+    return placed
 
 
 def kept_path(task: Task, results: str) -> Path:
@@ -696,11 +772,12 @@ def keep_done(task: Task, results: str) -> None:
     shutil.copytree(task.out, dest, ignore=shutil.ignore_patterns(*ARCHIVE_SKIP))
 
 
-def restore_done(results: str, configs) -> dict[str, Path]:
+def restore_done(results: str, configs, retrain=()) -> dict[str, Path]:
     """Put back the runs an earlier job on this machine completed (``keep_done``) whose folders are
-    missing here and whose config is the one resolved now (``configs``: the grid's or sweep's
-    resolved run configs); returns {archived name: folder} of those placed. A copy that is not
-    needed (the run complete in place, or no longer in the grid) or no longer current is removed."""
+    missing here, or which ``retrain`` patterns name (the copy is the run trained again), and whose
+    config is the one resolved now (``configs``: the grid's or sweep's resolved run configs);
+    returns {archived name: folder} of those placed. A copy that is not needed (the run complete in
+    place and not named, or no longer in the grid) or no longer current is removed."""
     root = Path(results).joinpath(*DONE)
     grid = {Path(os.path.relpath(c["output_dir"], results)).as_posix(): c for c in configs}
     placed = {}
@@ -708,7 +785,9 @@ def restore_done(results: str, configs) -> dict[str, Path]:
         copy = prov.parent
         name = copy.relative_to(root).as_posix()
         cfg = grid.get(name)
-        if cfg is not None and lpc.run_status(cfg)[0] == "missing" and not lpc.missing_run_files(copy):
+        named = cfg is not None and any(fnmatch.fnmatchcase(lpc.run_name(cfg["output_dir"]), p) for p in retrain)
+        if (cfg is not None and (named or lpc.run_status(cfg)[0] == "missing")
+                and not lpc.missing_run_files(copy)):
             out = Path(cfg["output_dir"])
             shutil.rmtree(out, ignore_errors=True)  # an incomplete folder: never a result
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -767,10 +846,12 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                     else:
                         record_sharing(task, slot.processes_mean)
                         keep_done(task, results)
+                        shutil.rmtree(aside_path(task, results), ignore_errors=True)  # retrained: replaced
                     task.status = "done"
                     done.add(task.name)
                     continue
                 _remove(task)
+                back = put_back(task, results)
                 # at most one retry per process that could share the GPU: the limit cannot drop below
                 # one, so a run that keeps failing must not retry forever
                 if state == "failed" and sharing > 1 and task.attempts < budget.jobs and out_of_memory(slot.log):
@@ -781,12 +862,14 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                     continue
                 task.status = "failed"
                 task.note = (f"see {slot.log}" + (f" (no {', '.join(missing)})" if missing else "")
-                             + (f", attempt {task.attempts}" if task.attempts > 1 else ""))
+                             + (f", attempt {task.attempts}" if task.attempts > 1 else "")
+                             + ("; the committed folder put back" if back else ""))
             now = time.monotonic()
             while task := pick(pending, done, stop_at - now, share, [x.task for x in slots]):
                 pending.remove(task)
                 path = task.config_path(results)
                 write_yaml(path, task.cfg, if_changed=True)
+                set_aside(task, results)
                 task.status = "running"
                 slots.append(Slot(task, phase_commands(task, path), log_dir / f"{task.name}.log", env))
             if not slots:
@@ -809,7 +892,8 @@ def run_job(tasks: list[Task], budget: Budget, scale: str, results: str = "resul
                   "max_jobs": share.jobs, "int8_records": str(records[1]) if records else None,
                   "done_earlier": sorted(earlier or {}),
                   "runs": [{"run": t.name, "status": t.status, "estimate_s": t.estimate, "wall_s": t.wall,
-                            "attempts": t.attempts, "claims": t.claims, "note": t.note} for t in tasks]}
+                            "attempts": t.attempts, "claims": t.claims, "note": t.note, "replaces": t.replaces}
+                           for t in tasks]}
         for root in filter(None, (log_dir, out)):
             write_json(Path(root) / "packer_summary.json", record)
         if records and records[1].is_file():
@@ -882,7 +966,8 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
 
     job = simulate(tasks, budget)
     first = {t.name: (s, e) for t, s, e in job}
-    rows = [[i + 1, t.name + (" (again, for its checkpoint)" if t.kind == SOURCE else ""),
+    rows = [[i + 1, t.name + (" (again, for its checkpoint)" if t.kind == SOURCE
+                              else " (again, replacing its folder)" if t.replaces else ""),
              f"{t.estimate:.0f}" if t.estimate is not None else "–",
              f"{t.memory_gib:.1f}" if t.memory_gib else "–", len(t.claims),
              f"{first[t.name][0]:.0f}-{first[t.name][1]:.0f}"
@@ -927,7 +1012,7 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
                      + (" with its fine-tuning runs" if any(f.source == t.name for f in tasks) else "") + ")"
                      + (f"; with --jobs {jobs}: {need_at(t, jobs):.0f} s" if jobs else ""))
     lines += [f"no estimate: {t.name}" for t in tasks if t.estimate is None]
-    lines += [f"stale, not retrained here: {s}" for s in stale] + [f"cannot train here: {b}" for b in blocked]
+    lines += [f"stale, not retrained here (--retrain names it): {s}" for s in stale] + [f"cannot train here: {b}" for b in blocked]
     return lines
 
 
@@ -962,11 +1047,15 @@ def _run_configs(args) -> list[dict]:
     return [*runs.values(), *finetune.values()]
 
 
-def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
+def _prepare(args, earlier=()) -> tuple[list[Task], Budget, Estimator, list, list]:
+    """The tasks of the command's grid or sweep, ordered and estimated, and the job's budget;
+    ``earlier``: the runs an earlier job here completed (``restore_done``)."""
     if args.jobs < 1 or args.budget <= args.reserve:
         raise PackerError(f"--jobs {args.jobs} must be at least 1 and --budget {args.budget} above --reserve {args.reserve}")
     if args.sweep and args.claims:
         raise PackerError("--claims selects a scale's grid runs; a size sweep's runs serve no claim")
+    if args.sweep and args.retrain:
+        raise PackerError("--retrain names a scale's grid runs; a size sweep's train only where missing")
     if args.sweep:
         (tasks, stale), blocked = sweep_tasks(args.sweep, args.results, args.only), []
         args.scale = sweeps.load_sweep(args.sweep)["scale"]
@@ -974,12 +1063,13 @@ def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
         papers = args.papers or lpc.papers()
         for p in papers:
             lpc.experiment_config(p)
-        tasks, stale, blocked = missing_tasks(args.scale, papers, args.results, args.only)
+        tasks, stale, blocked = missing_tasks(args.scale, papers, args.results, args.only, args.retrain or (),
+                                              skip={lpc.run_name(n) for n in earlier})
     est = Estimator(args.results, args.scale, _estimates(args.estimate), args.startup,
                     sweep_runs=sweeps.load_sweep(args.sweep)["runs"] if args.sweep else None,
                     shape_runs=None if args.sweep else [s["runs"] for _, s in sweeps.scale_sweeps(args.scale)])
     for t in tasks:
-        done = steps_done(t, args.results)
+        done = 0 if t.replaces else steps_done(t, args.results)  # a retrained run starts over
         t.left = max(0.0, 1.0 - done / t.cfg["train"]["max_steps"]) if done else 1.0
         t.estimate, t.estimated_from = resumed_estimate(t, est, args.jobs, args.startup)
         t.memory_gib = est.memory_gib(t)
@@ -1051,6 +1141,9 @@ def main(argv=None) -> None:
     ap.add_argument("--claims", nargs="*", help="only the runs that claims matching these patterns read "
                                                 "(fnmatch on <paper>/<claim>, e.g. 'mor/loss_per_*'), with their sources")
     ap.add_argument("--out", help="run: where runs.tar.gz, logs.tar.gz and packer_summary.json go")
+    ap.add_argument("--retrain", nargs="*", help="committed runs to train again (fnmatch on run names), with the "
+                                                 "fine-tuning runs that start from them; unpack: the archive's "
+                                                 "folders of these runs replace the committed ones (module doc)")
     ap.add_argument("--resumable", action="store_true",
                     help="runs longer than the job start anyway; at the budget they save their step and are "
                          "kept for the next job on this machine to resume (module doc)")
@@ -1061,12 +1154,16 @@ def main(argv=None) -> None:
         if args.command == "unpack":
             if not args.archive:
                 raise PackerError("unpack needs the archive: python -m lowprec.packer unpack OUT/runs.tar.gz")
-            placed = unpack(args.archive, args.results)
+            placed = unpack(args.archive, args.results, args.retrain or ())
             print(f"placed {len(placed)} run folder(s) under {args.results}/" + "".join(f"\n  {n}" for n in placed))
             return
         # before the plan: runs an earlier job on this machine completed are not trained again
-        earlier = restore_done(args.results, _run_configs(args)) if args.command == "run" else {}
-        tasks, budget, est, stale, blocked = _prepare(args)
+        if args.command == "run":
+            for rel in restore_aside(args.results):
+                print(f"put back {rel}: a killed job had set it aside", flush=True)
+        earlier = (restore_done(args.results, _run_configs(args), args.retrain or ())
+                   if args.command == "run" else {})
+        tasks, budget, est, stale, blocked = _prepare(args, earlier)
         if args.command == "data":
             prepare_data(tasks, Path(args.results) / "logs" / "packer" / args.scale)
             print("\n".join(sorted({t.cfg["data"]["dir"] for t in tasks})))

@@ -478,6 +478,90 @@ def test_a_job_after_another_on_the_same_machine_archives_its_runs_again_instead
     assert not pk.done_path(tasks[2].archived_as(str(results)), str(results)).exists()
 
 
+def test_retrain_names_committed_runs_and_the_fine_tuning_runs_that_start_from_them(tmp_path):
+    runs, ft = _grid("tiny", ["int8_fallback"], tmp_path)
+    for cfg in [*runs.values(), *ft.values()]:
+        _commit(cfg)
+    stale = runs[("int8_fallback", "gpt2", "int8_block", "0")]
+    write_yaml(Path(stale["output_dir"]) / "config.yaml", {**stale, "train": {**stale["train"], "lr": 0.5}})
+    tasks, stale_runs, blocked = pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path))
+    assert not tasks and not blocked and len(stale_runs) == 1
+    # a stale run and a current one, named: both train again, replacing their folders
+    named = ["int8_fallback/gpt2/int8_block/s0", "int8_fallback/gpt2/bf16/s0"]
+    tasks, stale_runs, _ = pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path), retrain=named)
+    assert sorted((t.name, t.kind, t.replaces) for t in tasks) == sorted((n, pk.PRETRAIN, True) for n in named)
+    assert stale_runs == []
+    # the source of the fine-tuning runs: they train again after it, from its new weights
+    source = "int8_fallback/llama2/bf16/s0"
+    tasks, _, blocked = pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path), retrain=[source])
+    fts = [t for t in tasks if t.kind == pk.FINETUNE]
+    assert not blocked and [(t.name, t.kind) for t in tasks if t.kind != pk.FINETUNE] == [(source, pk.PRETRAIN)]
+    assert len(fts) == len(ft) and all(t.replaces and t.source == source for t in fts)
+    # a fine-tuning run alone: its source, committed without its checkpoint, trains for it
+    one = "int8_fallback_finetune/llama2/int8_block/s0"
+    tasks, _, _ = pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path), retrain=[one])
+    assert {(t.name, t.kind, t.replaces) for t in tasks} == {(one, pk.FINETUNE, True), (source, pk.SOURCE, False)}
+    # a run an earlier job on this machine trained again (restore_done) is not trained again
+    assert pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path), retrain=named[1:], skip=set(named[1:]))[0] == []
+    with pytest.raises(lpc.ConfigError, match=r"--retrain: \['nope/\*'\] match\(es\) no run of this grid"):
+        pk.missing_tasks("tiny", ["int8_fallback"], str(tmp_path), retrain=["nope/*"])
+    with pytest.raises(SystemExit, match="--retrain names a scale's grid runs"):
+        pk.main(["plan", "--sweep", "configs/sweeps/medium.yaml", "--retrain", "*"])
+
+
+def test_a_retrained_run_replaces_its_folder_only_when_it_completes(tmp_path, fake_runs, monkeypatch):
+    """A committed run named by --retrain trains where it is, its committed files set aside: they
+    are dropped when it completes and put back when it fails or is stopped; unpack replaces the
+    committed folder only when told the same names; a killed job's set-aside folders are put back."""
+    tasks, behaviour, _ = fake_runs
+    results = tmp_path / "results"
+    names = [t.name for t in tasks[:3]]
+    for t in tasks[:3]:
+        _commit(t.cfg)
+    again, _, _ = pk.missing_tasks("tiny", ["mor"], str(results), only=names, retrain=names)
+    assert [t.name for t in again] == names and all(t.replaces for t in again)
+    ok, failing, slow = again
+    behaviour[failing.name] = ("fail", 0.2)
+    behaviour[slow.name] = ("ok", 60.0)        # stopped at the budget
+    for t in again:
+        t.estimate = 1.0
+    monkeypatch.setattr(pk, "RESUMABLE_STOP_S", 1.0)
+    monkeypatch.setattr(pk, "RESUMABLE_MIN_S", 2.0)
+    out = tmp_path / "out"
+    pk.run_job(again, pk.Budget(jobs=3, seconds=5.0, reserve=0.5, eval_s=0.0, resumable=True), "tiny",
+               str(results), out=out, poll_s=0.05)
+    assert [t.status for t in again] == ["done", "failed", "stopped"]
+    assert (ok.out / "metrics.csv").read_text() == "step,val_loss\n1,9.0\n"  # trained again
+    committed = ["config.yaml", "metrics.csv", "provenance.json"]
+    for t in (failing, slow):   # the committed folder as it was, never kept for a next job
+        assert (t.out / "metrics.csv").read_text() == "step,val_loss\n1,5.0\n"
+        assert sorted(p.name for p in t.out.iterdir()) == committed
+        assert "the committed folder put back" in t.note and not pk.kept_path(t, str(results)).exists()
+    assert not list(results.joinpath(*pk.ASIDE).rglob("*.json"))
+    assert _members(out / "runs.tar.gz") == [f"runs/tiny/{ok.name}/{f}" for f in committed]
+    summary = json.loads((out / "packer_summary.json").read_text())
+    assert [r["replaces"] for r in summary["runs"]] == [True] * 3
+    # into a checkout that holds the committed run: refused unless the names are given again
+    other = tmp_path / "checkout" / "results"
+    _commit({**ok.cfg, "output_dir": str(other / "runs" / "tiny" / ok.name)})
+    with pytest.raises(pk.PackerError, match="replace theirs with unpack --retrain"):
+        pk.unpack(out / "runs.tar.gz", str(other))
+    assert (other / "runs" / "tiny" / ok.name / "metrics.csv").read_text() == "step,val_loss\n1,5.0\n"
+    assert pk.unpack(out / "runs.tar.gz", str(other), retrain=[ok.name]) == [f"runs/tiny/{ok.name}"]
+    assert (other / "runs" / "tiny" / ok.name / "metrics.csv").read_text() == "step,val_loss\n1,9.0\n"
+    # a chained job on this machine, on a fresh copy of the checkout: the run it retrained is taken
+    _commit(ok.cfg)
+    configs = [*lpc.grid_runs(["mor"], "tiny", results=str(results))[0].values()]
+    assert list(pk.restore_done(str(results), configs, retrain=[ok.name])) == [f"runs/tiny/{ok.name}"]
+    assert (ok.out / "metrics.csv").read_text() == "step,val_loss\n1,9.0\n"
+    # a job killed outright left a folder set aside and a partial one in place: put back first
+    pk.set_aside(failing, str(results))
+    failing.out.mkdir()
+    (failing.out / "metrics.csv").write_text("step,val_loss\n")
+    assert pk.restore_aside(str(results)) == [f"runs/tiny/{failing.name}"]
+    assert (failing.out / "metrics.csv").read_text() == "step,val_loss\n1,5.0\n"
+
+
 def test_unpack_refuses_what_is_no_run_folder(tmp_path):
     src = tmp_path / "x.txt"
     src.write_text("x")
