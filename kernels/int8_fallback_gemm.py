@@ -456,15 +456,31 @@ class _Gemm:
         if (interpreter_active() or not _kt.autotune_enabled()
                 or self.M * self.N * self.K < _kt.TUNE_MIN_MACS):
             return _kt.default_config(self.gk, self.M, self.N)
-        return _kt.tuned_config(self.key(), self._tune, self.dev)
+        return _kt.tuned_config(self.key(), self._tune, self.dev, check=self._check_recorded)
 
-    def _tune(self) -> tuple:
+    def _outside_trace(self):
+        """Inside a compiled graph's trace a stand-in's real operands are made outside its modes."""
         import contextlib
 
         from torch.utils._python_dispatch import _disable_current_modes
-        # inside a compiled graph's trace the stand-in's real operands are made outside its modes
-        with _disable_current_modes() if _is_traced(self.qa) else contextlib.nullcontext():
+        return _disable_current_modes() if _is_traced(self.qa) else contextlib.nullcontext()
+
+    def _tune(self) -> tuple:
+        with self._outside_trace():
             return self._stand_in()._time()
+
+    def _check_recorded(self, cfg: GemmConfig):
+        """How a recorded configuration's product on a stand-in of this call differs from the integer
+        one (``_wrong``), or why it did not run; None where it is right. A record names no more than
+        a speed: the product it gives is checked once per process, as tuning checks each candidate."""
+        with self._outside_trace():
+            s = self._stand_in()
+            c = torch.empty((s.M, s.N), dtype=s.out_dtype, device=s.dev)
+            try:
+                s.launch_main(c, cfg, s.tail_a, s.tail_b, tail=s.tail_a or s.tail_b)
+                return s._wrong(c)
+            except Exception as exc:  # a configuration this device or compiler refuses now
+                return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
     def _time(self) -> tuple:
         """Tuning on these operands (a stand-in's: unit scales, so that the product a configuration

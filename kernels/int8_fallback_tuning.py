@@ -14,7 +14,10 @@ training (at the end of a run) add the classes they tuned to the file that ``LOW
 names (``record_named``; never to the committed file unless named; the runs of a job add theirs
 under a lock, and tune each class once between them: ``tuned_config``), so a committed file makes
 later jobs start at once and run the configurations it records. A record of another GPU, Triton or
-GEMM code is ignored.
+GEMM code is ignored. A recorded configuration is checked the first time a process takes it, as
+tuning checks each candidate (its product on a stand-in of unit scales against the integer one): one
+whose product is wrong is logged, and the class is tuned again instead (and recorded anew where a
+file is named).
 """
 
 from __future__ import annotations
@@ -360,9 +363,11 @@ def forget_tuning() -> None:
     _TUNE_LOG.clear()
 
 
-def tuned_config(key: tuple, tune, device=None) -> GemmConfig:
+def tuned_config(key: tuple, tune, device=None, check=None) -> GemmConfig:
     """The configuration of shape class `key`: the first time, the recorded choice where
-    ``records_file`` has one for this GPU (``device``), else tune() -> (GemmConfig, ms).
+    ``records_file`` has one for this GPU (``device``), else tune() -> (GemmConfig, ms). ``check``:
+    check(cfg) -> how a recorded configuration's product is wrong, or None where it is right; a
+    wrong one is logged (``tuning_log``) and the class tuned instead.
 
     Where ``LOWPREC_INT8_TUNED`` names a file, the processes that share it (the runs of one GPU job)
     tune a class once: each holds the class's lock (``_class_lock``) while it looks for a record and
@@ -375,6 +380,11 @@ def tuned_config(key: tuple, tune, device=None) -> GemmConfig:
         with _class_lock(shared, key):
             path = records_file()
             found = recorded_configs(path, gpu).get(key) if path and gpu else None
+            why = check(found[0]) if found and check is not None else None
+            if why:
+                _TUNE_LOG.append({**dict(zip(TUNE_KEY_FIELDS, key)), "config": found[0].label(), "ms": "",
+                                  "error": f"recorded in {path}, wrong output: {why}"})
+                found = None
             _TUNED[key] = (*found, True) if found else (*tune(), False)
             if shared is not None and not found:
                 record_tuning(shared, gpu)

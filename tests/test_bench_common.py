@@ -308,6 +308,33 @@ def test_int8_tuning_takes_the_recorded_choices_of_its_gpu_triton_and_kernels(tm
         kt.recorded_configs(path, "H100 test")
 
 
+def test_a_recorded_int8_configuration_whose_product_is_wrong_is_tuned_again(tmp_path, monkeypatch):
+    """tuned_config's check: a recorded configuration is taken where its product is right; where it
+    is wrong, the record is logged as such and the class tuned instead, and the named file records
+    the new choice in its place."""
+    from lowprec.kernels import int8_fallback_tuning as kt
+
+    for name, empty in (("_TUNED", {}), ("_TUNE_LOG", []), ("_RECORDED", {})):
+        monkeypatch.setattr(kt, name, empty)
+    monkeypatch.setattr(kt, "gpu_name", lambda device: "H100 test")
+    path = tmp_path / "tuned.json"
+    monkeypatch.setenv(kt.TUNED_ENV, str(path))
+    key = ("main", 32768, 2048, 1024, 32, 32, 32, True, False, False)
+    recorded, retuned = kt.GemmConfig(64, 128, 4, 4, 4, magic=False), kt.GemmConfig(128, 64, 1, 4, 3)
+    kt.tuned_config(key, lambda: (recorded, 0.39), "cuda")
+    assert kt.record_tuning(path, "H100 test") == 1
+    checked = []
+    kt.forget_tuning()
+    assert kt.tuned_config(key, lambda: pytest.fail("tuned"), "cuda", check=lambda cfg: checked.append(cfg)) == recorded
+    assert checked == [recorded]
+    kt.forget_tuning()
+    got = kt.tuned_config(key, lambda: (retuned, 0.45), "cuda", check=lambda cfg: "max error 3e+05 of 3e+05")
+    assert got == retuned
+    (row,) = [r for r in kt.tuning_log() if r["error"]]
+    assert row["config"] == recorded.label() and row["error"] == f"recorded in {path}, wrong output: max error 3e+05 of 3e+05"
+    assert [r["config"] for r in json.loads(path.read_text())["records"]] == [retuned.label()]
+
+
 def test_budget_allows_a_step_only_if_its_need_fits(monkeypatch):
     """Budget.allows(what, need): yes while the elapsed time plus ``need`` fits, else no, with `what`
     recorded; no limit allows everything; the end-to-end benchmark takes --budget-s."""

@@ -710,7 +710,9 @@ def test_int8_gemm_at_the_medium_backward_shapes(gemm):
     da = (torch.rand(M // 32, K // 32, device="cuda", generator=g) + 0.5) * 3e-6
     db = (torch.rand(N // 32, K // 32, device="cuda", generator=g) + 0.5) * 2e-3
     got = kf.int8_fallback_gemm(qa, da, qb, db, (32, 32), (32, 32), out_dtype=out)
-    print(gemm, "configuration:", kf.selected_config(qa, qb).label())
+    from lowprec.kernels import int8_fallback_tuning as kt
+    print(gemm, "configuration:", kf.selected_config(qa, qb).label(), "ruled out:",
+          [(r["config"], r["error"]) for r in kt.tuning_log() if r["error"]])
     want = int8_block_gemm_reference(qa, da, qb, db, (32, 32), (32, 32))
     assert got.dtype == out and float(got.abs().max()) > 0
     torch.testing.assert_close(got.float(), want.to(out).float(), rtol=2**-7 if out == torch.bfloat16 else 1e-5,

@@ -908,6 +908,27 @@ def test_invalid_parameters_and_empty_tensors_are_named(device):
         kf.int8_fallback_gemm(q, d, q, d, (-32, 32))
 
 
+def test_a_recorded_configuration_is_checked_on_a_stand_in_before_it_is_taken(monkeypatch):
+    """A recorded configuration names a speed, not a product: the first use in a process runs it on
+    a stand-in of the call's shapes (unit scales) and compares with the integer product; a kernel
+    that writes nothing, or that the compiler refuses, is named."""
+    torch.manual_seed(0)
+    qa = torch.randint(-127, 128, (300, 96), dtype=torch.int8)
+    qb = torch.randint(-127, 128, (70, 96), dtype=torch.int8)
+    blk = (32, 32)
+    gemm = kf._Gemm(qa, torch.rand(10, 3), qb, torch.rand(3, 3), blk, blk, *(None,) * 6)
+    cfg = kt.GemmConfig(block_m=32, block_n=32, num_warps=4, num_stages=1)
+    assert gemm._check_recorded(cfg) is None
+    with monkeypatch.context() as m:
+        m.setattr(kf._Gemm, "launch_main", lambda self, c, *a, **k: c.zero_())
+        assert gemm._check_recorded(cfg).startswith("max error")
+
+    def refuse(self, c, *a, **k):
+        raise RuntimeError("out of resources: shared memory\nmore")
+    monkeypatch.setattr(kf._Gemm, "launch_main", refuse)
+    assert gemm._check_recorded(cfg) == "RuntimeError: out of resources: shared memory"
+
+
 def test_tuning_rules_out_a_configuration_whose_product_is_wrong(monkeypatch):
     """Tuning times configurations on a stand-in of unit scales, whose product is the integer one:
     a configuration whose output is not that product (a kernel that skips work is also fast) is
