@@ -23,8 +23,7 @@ folder, whose committed files are set aside meanwhile (under ``ASIDE``) and put 
 completes (a retrained run is never kept for a next job to resume; a job killed outright leaves them
 set aside, and the next job on that machine puts them back first). ``unpack --retrain PATTERN...``
 lets the archive's folders of the named runs replace the committed ones; without it ``unpack``
-refuses them. A chained job given the same ``--retrain`` takes the runs the last one retrained
-(``DONE``) instead of training them again.
+refuses them. A named run always trains: a chained job given the same ``--retrain`` trains it again.
 
 Order: the runs that decide the most claims first. A claim reads the runs of its arms
 (``report.claims.claim_arms``); the claims whose verdict committed at this scale is undecided
@@ -231,12 +230,11 @@ def phase_commands(task: Task, config_path: Path) -> list[list[str]]:
             *[[sys.executable, *argv] for _, argv in task.evaluations]]
 
 
-def missing_tasks(scale: str, papers, results: str = "results", only=None, retrain=(),
-                  skip=()) -> tuple[list[Task], list[str], list[str]]:
+def missing_tasks(scale: str, papers, results: str = "results", only=None,
+                  retrain=()) -> tuple[list[Task], list[str], list[str]]:
     """(the runs to train, the stale runs left alone, the runs that cannot train here and why), in
     grid order. ``only``: fnmatch patterns on run names. ``retrain``: patterns of committed runs to
-    train again (module doc), whose fine-tuning runs train again too; ``skip``: names of runs an
-    earlier job here retrained (``restore_done``)."""
+    train again (module doc), whose fine-tuning runs train again too."""
     runs, finetune = lpc.grid_runs(papers, scale, results=results)
     retrain = lpc.retrain_patterns(list(retrain) or None,
                                    [lpc.run_name(c["output_dir"]) for c in [*runs.values(), *finetune.values()]],
@@ -248,7 +246,7 @@ def missing_tasks(scale: str, papers, results: str = "results", only=None, retra
             name = lpc.run_name(cfg["output_dir"])
             status, why = lpc.run_status(cfg)
             init = cfg["train"].get("init_from") if kind == FINETUNE else None
-            again = name not in skip and status != "missing" and (
+            again = status != "missing" and (
                 any(fnmatch.fnmatchcase(name, p) for p in retrain)
                 or (init is not None and str(Path(init).parents[1]) in retrained))
             if status == "stale" and not again:
@@ -772,12 +770,11 @@ def keep_done(task: Task, results: str) -> None:
     shutil.copytree(task.out, dest, ignore=shutil.ignore_patterns(*ARCHIVE_SKIP))
 
 
-def restore_done(results: str, configs, retrain=()) -> dict[str, Path]:
+def restore_done(results: str, configs) -> dict[str, Path]:
     """Put back the runs an earlier job on this machine completed (``keep_done``) whose folders are
-    missing here, or which ``retrain`` patterns name (the copy is the run trained again), and whose
-    config is the one resolved now (``configs``: the grid's or sweep's resolved run configs);
-    returns {archived name: folder} of those placed. A copy that is not needed (the run complete in
-    place and not named, or no longer in the grid) or no longer current is removed."""
+    missing here and whose config is the one resolved now (``configs``: the grid's or sweep's
+    resolved run configs); returns {archived name: folder} of those placed. A copy that is not
+    needed (the run complete in place, or no longer in the grid) or no longer current is removed."""
     root = Path(results).joinpath(*DONE)
     grid = {Path(os.path.relpath(c["output_dir"], results)).as_posix(): c for c in configs}
     placed = {}
@@ -785,9 +782,7 @@ def restore_done(results: str, configs, retrain=()) -> dict[str, Path]:
         copy = prov.parent
         name = copy.relative_to(root).as_posix()
         cfg = grid.get(name)
-        named = cfg is not None and any(fnmatch.fnmatchcase(lpc.run_name(cfg["output_dir"]), p) for p in retrain)
-        if (cfg is not None and (named or lpc.run_status(cfg)[0] == "missing")
-                and not lpc.missing_run_files(copy)):
+        if cfg is not None and lpc.run_status(cfg)[0] == "missing" and not lpc.missing_run_files(copy):
             out = Path(cfg["output_dir"])
             shutil.rmtree(out, ignore_errors=True)  # an incomplete folder: never a result
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -1047,9 +1042,7 @@ def _run_configs(args) -> list[dict]:
     return [*runs.values(), *finetune.values()]
 
 
-def _prepare(args, earlier=()) -> tuple[list[Task], Budget, Estimator, list, list]:
-    """The tasks of the command's grid or sweep, ordered and estimated, and the job's budget;
-    ``earlier``: the runs an earlier job here completed (``restore_done``)."""
+def _prepare(args) -> tuple[list[Task], Budget, Estimator, list, list]:
     if args.jobs < 1 or args.budget <= args.reserve:
         raise PackerError(f"--jobs {args.jobs} must be at least 1 and --budget {args.budget} above --reserve {args.reserve}")
     if args.sweep and args.claims:
@@ -1063,8 +1056,7 @@ def _prepare(args, earlier=()) -> tuple[list[Task], Budget, Estimator, list, lis
         papers = args.papers or lpc.papers()
         for p in papers:
             lpc.experiment_config(p)
-        tasks, stale, blocked = missing_tasks(args.scale, papers, args.results, args.only, args.retrain or (),
-                                              skip={lpc.run_name(n) for n in earlier})
+        tasks, stale, blocked = missing_tasks(args.scale, papers, args.results, args.only, args.retrain or ())
     est = Estimator(args.results, args.scale, _estimates(args.estimate), args.startup,
                     sweep_runs=sweeps.load_sweep(args.sweep)["runs"] if args.sweep else None,
                     shape_runs=None if args.sweep else [s["runs"] for _, s in sweeps.scale_sweeps(args.scale)])
@@ -1161,9 +1153,8 @@ def main(argv=None) -> None:
         if args.command == "run":
             for rel in restore_aside(args.results):
                 print(f"put back {rel}: a killed job had set it aside", flush=True)
-        earlier = (restore_done(args.results, _run_configs(args), args.retrain or ())
-                   if args.command == "run" else {})
-        tasks, budget, est, stale, blocked = _prepare(args, earlier)
+        earlier = restore_done(args.results, _run_configs(args)) if args.command == "run" else {}
+        tasks, budget, est, stale, blocked = _prepare(args)
         if args.command == "data":
             prepare_data(tasks, Path(args.results) / "logs" / "packer" / args.scale)
             print("\n".join(sorted({t.cfg["data"]["dir"] for t in tasks})))
