@@ -66,7 +66,9 @@ the stored codes of the hardware cast came out wrong once the cast value had a s
 registers (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer: a cast whose bits are only
 stored matches torch's; converted to fp32 in registers too, about one stored code of each pair is
 wrong, on some runs), which the integer decode of its bits (``_common._e4m3_to_f32``) was here
-before. With the values from fp32 adds the cast's one use is its store, and the native path's GPU
+before. The cause is ptxas's, not Triton's: the ptxas of CUDA 12.8 that Triton 3.6 assembles sm_90
+code with stores half of such codes from the stack-pointer register; CUDA 13.4's does not
+(``lowprec.kernels.fp8_roundtrip``). With the values from fp32 adds the cast's one use is its store, and the native path's GPU
 tests hold (H100 at afb7ce6, in the run where the reproducer's register-decode cases failed). "auto"
 still keeps the encoder: the native path is correct but not measured faster (in the fast path's pass
 the hardware cast made the tile 120-128 instructions longer, ``lowprec.bench.kernel_sass``).
@@ -175,7 +177,7 @@ if triton is not None:
             y = tl.where(y < -448.0, -448.0, y)
             # the hardware's RNE cast for the codes, their values from fp32 adds: decoded from the
             # cast's bits in registers (a second use of the cast), the stored bits came out wrong on
-            # Hopper with Triton 3.6 (tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer)
+            # Hopper with Triton 3.6's ptxas (lowprec.kernels.fp8_roundtrip)
             bits = y.to(tl.float8e4nv, fp_downcast_rounding="rtne").to(tl.uint8, bitcast=True)
             return bits, _fp8_value(y, 3, -6)
         else:

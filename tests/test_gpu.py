@@ -1320,17 +1320,28 @@ def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
 # strict (both failed again on an H100 at afb7ce6). The suite's kernels never widen a hardware cast
 # in registers: the MoR cast pass and fp8_cast='native' store its bits alone and take the codes'
 # values from fp32 adds (lowprec.kernels._common._fp8_value); 'auto' keeps the written-out encoder.
+# The cause (lowprec.kernels.fp8_roundtrip, which now holds the kernel): ptxas. Triton 3.6 assembles
+# sm_90 code with its bundled ptxas of CUDA 12.8, which, with the register decode, merges two code
+# pairs into one register for the decode's shared-memory store and then stores half of the codes'
+# bytes from R1, the stack-pointer register (results/bench/fp8_roundtrip_sass_sm90_cuda12.8.csv:
+# 2 of 8 byte stores in the 1-D tile take R1 as data and 2 more derive from it: 4 of 8 codes, as the
+# GPU's 32,973 of 66,041); CUDA 12.9 the same, CUDA 13.4 (Triton 3.9's ptxas for sm_90) right. The
+# earlier reading of the machine code as right was of code assembled by another ptxas. The mark
+# follows the ptxas, not the Triton version; it stays non-strict for the pass at fc7c26a, unexplained.
 
 
 def _register_decode_mark():
+    import subprocess
+
     try:
-        import triton
-        bad = triton.__version__.startswith("3.6.")
-    except ImportError:
-        bad = False
+        from lowprec.kernels.fp8_roundtrip import garbles_fp8_bytes, sm90_ptxas
+        version = sm90_ptxas()[1]
+        bad = garbles_fp8_bytes(version)
+    except (ImportError, OSError, RuntimeError, subprocess.SubprocessError):  # no Triton CUDA backend here
+        version, bad = "unknown", False
     return pytest.mark.xfail(bad, strict=False, raises=AssertionError, reason=(
-        "Triton 3.6 on Hopper: the stored E4M3 codes wrong once the cast value is also decoded in registers "
-        "(H200 at 2f8af82, 1ebcc97 and 2b87233; H100 at 14b5a5f and afb7ce6; an H100 passed at fc7c26a)"))
+        f"ptxas {version} (sm_90): the stored E4M3 codes wrong once the cast value is also decoded in registers: "
+        "half the byte stores read the stack-pointer register (lowprec.kernels.fp8_roundtrip)"))
 
 
 @pytest.mark.parametrize("register_decode", [False, pytest.param(True, marks=_register_decode_mark())],
@@ -1344,23 +1355,7 @@ def test_triton_hardware_fp8_cast_reproducer(tile, register_decode):
     ``cast_only`` casts alone; ``cast_and_register_decode`` also converts the cast value to fp32 in
     registers, which once corrupted the stored codes (see above)."""
     triton = pytest.importorskip("triton")
-    import triton.language as tl
-
-    @triton.jit
-    def roundtrip(y_ptr, code_ptr, value_ptr, decoded_ptr, n, ROWS: tl.constexpr, COLS: tl.constexpr,
-                  REGISTER_DECODE: tl.constexpr):
-        offs = tl.program_id(0) * ROWS * COLS + tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
-        ok = offs < n
-        y = tl.load(y_ptr + offs, mask=ok, other=0.0) * tl.load(y_ptr + n)  # times 1.0, as a scale
-        y = tl.where(y > 448.0, 448.0, y)
-        y = tl.where(y < -448.0, -448.0, y)
-        c = y.to(tl.float8e4nv, fp_downcast_rounding="rtne")
-        tl.store(code_ptr + offs, c.to(tl.uint8, bitcast=True), mask=ok)
-        if REGISTER_DECODE:
-            tl.store(value_ptr + offs, c.to(tl.float32), mask=ok)
-        tl.debug_barrier()
-        bits = tl.load(code_ptr + offs, mask=ok, other=0)  # the program's own stores
-        tl.store(decoded_ptr + offs, bits.to(tl.float8e4nv, bitcast=True).to(tl.float32), mask=ok)
+    from lowprec.kernels.fp8_roundtrip import roundtrip
 
     grid = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     grid = grid[grid.isfinite()].sort().values.unique()

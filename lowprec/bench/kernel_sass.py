@@ -77,6 +77,14 @@ one E4M3 choice's codes too); in the fix-up the compiler then keeps the three TM
 codes, B's codes, both hp: no pair that reaches them takes the pointer loops), and
 ``mma_in_flight`` stays blank where the IR's loops, the pointer loops among them, outnumber the
 machine code's.
+
+``fp8_roundtrip``: the reproducer of a ptxas miscompile (``lowprec.kernels.fp8_roundtrip``: a hardware
+E4M3 cast whose codes are stored, with and without its values widened in registers), in a 1-D and a
+2-D tile, assembled by the ptxas Triton uses for sm_90 or by ``--ptxas PATH`` (Triton's PTX, its ISA
+version lowered to what that ptxas takes). Columns: ``tile``, ``register_decode``, ``ptxas`` (its CUDA
+version), ``instructions``, ``byte_stores`` (the codes' STG.E.U8), ``byte_stores_from_stack_pointer``
+(those whose data is R1), ``stack_pointer_reads`` (instructions that read R1 besides its load: the
+kernel has no local memory, so R1 holds nothing but the stack pointer), ``registers``, ``local``.
 """
 
 from __future__ import annotations
@@ -106,6 +114,8 @@ FIELDS = {
                        "registers", "local", "error"),
     "mor_gemm": ("mode", "hp", "view", "loads", "loop", "tile", "num_warps", "loop_instructions", *_CLASSES,
                  "conversions", "shared_accesses", "barriers", "mma_in_flight", "registers", "local", "error"),
+    "fp8_roundtrip": ("tile", "register_decode", "ptxas", "instructions", "byte_stores",
+                      "byte_stores_from_stack_pointer", "stack_pointer_reads", "registers", "local", "error"),
 }
 
 _INT_OPS = ("IADD3", "IMAD", "LOP3", "SHF", "LEA", "ISETP", "VIADD", "IABS", "SEL", "PRMT")
@@ -541,8 +551,75 @@ def _mor_sub_errors_rows(prog: str, args, wanted: list) -> list:
             if not wanted or ("need" if need else "no_need") in wanted]
 
 
+# ----------------------------------------------------------------------------------------------
+# fp8_roundtrip: the ptxas miscompile
+
+
+_STORE_OPS = ("STG", "STS", "ST", "STL", "RED", "ATOM", "ATOMG")
+
+
+def stack_pointer_reads(instrs: list) -> list:
+    """The instructions that read R1 (a store's every operand; another's all but its first, the
+    destination): where a kernel has no local memory R1 holds the stack pointer alone."""
+    out = []
+    for ins in instrs:
+        ops = [o.strip() for o in ins.operands.split(",")]
+        sources = ops if ins.op in _STORE_OPS else ops[1:]
+        if any(re.search(r"\bR1\b", o) for o in sources):
+            out.append(ins)
+    return out
+
+
+def assemble(ptx: str, ptxas: str) -> bytes:
+    """``ptx`` assembled for sm_90a by another ``ptxas``; where it refuses the PTX ISA version Triton
+    wrote, with the highest version it names."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp, "k.ptx"), Path(tmp, "k.cubin")
+        for _ in range(2):
+            src.write_text(ptx)
+            run = subprocess.run([ptxas, "-arch=sm_90a", "-o", str(out), str(src)], capture_output=True, text=True)
+            if run.returncode == 0:
+                return out.read_bytes()
+            older = re.search(r"Unsupported \.version \S+; current version is '([\d.]+)'", run.stderr)
+            if not older:
+                break
+            ptx = re.sub(r"^\.version \S+", f".version {older.group(1)}", ptx, count=1, flags=re.M)
+    raise RuntimeError(f"{ptxas}: {(run.stderr.strip().splitlines() or [f'exit {run.returncode}'])[0]}")
+
+
+def fp8_roundtrip_rows(ptxas: Optional[str] = None) -> list:
+    """This module's rows for the ptxas reproducer (``lowprec.kernels.fp8_roundtrip.roundtrip``)."""
+    from lowprec.kernels import fp8_roundtrip as kr
+
+    if kr.triton is None:
+        raise RuntimeError(f"Triton does not import: {kr._TRITON_IMPORT_ERROR}")
+    version = kr.ptxas_version(ptxas) if ptxas else kr.sm90_ptxas()[1]
+    kinds = {"y_ptr": "*fp32", "code_ptr": "*u8", "value_ptr": "*fp32", "decoded_ptr": "*fp32", "n": "i32"}
+    rows = []
+    for r, c in ((1, 1024), (32, 128)):
+        for decode in (False, True):
+            row = {"tile": f"{r}x{c}", "register_decode": decode, "ptxas": version}
+            try:
+                k = compile_sm90(kr.roundtrip, kinds, dict(ROWS=r, COLS=c, REGISTER_DECODE=decode),
+                                 ("y_ptr", "code_ptr", "value_ptr", "decoded_ptr"), num_warps=4)
+                instrs, usage = disassemble(assemble(k.asm["ptx"], ptxas) if ptxas else k.asm["cubin"])
+            except Exception as exc:
+                rows.append({**row, "error": _error_text(exc)})
+                continue
+            stores = [i for i in instrs if i.opcode.startswith(("STG.E.U8", "STG.E.S8"))]
+            rows.append({**row, **usage, "instructions": len(instrs), "byte_stores": len(stores),
+                         "byte_stores_from_stack_pointer": sum(i.operands.split(",")[-1].strip() == "R1"
+                                                               for i in stores),
+                         "stack_pointer_reads": len(stack_pointer_reads(instrs))})
+    return rows
+
+
+def _fp8_roundtrip_rows(prog: str, args, wanted: list) -> list:
+    return [lambda: fp8_roundtrip_rows(args.ptxas)]
+
+
 _JOBS = {"int8_gemm": _int8_gemm_rows, "mor_cast": _mor_cast_rows, "mor_sub_values": _mor_sub_values_rows,
-         "mor_sub_errors": _mor_sub_errors_rows, "mor_gemm": _mor_gemm_rows}
+         "mor_sub_errors": _mor_sub_errors_rows, "mor_gemm": _mor_gemm_rows, "fp8_roundtrip": _fp8_roundtrip_rows}
 
 
 def main(argv=None) -> int:
@@ -561,6 +638,8 @@ def main(argv=None) -> int:
                    help="only the int8_gemm candidates whose label contains one of these, or the mor_cast layouts "
                         "or mor_sub_values choices or mor_sub_errors needs (need, no_need) or mor_gemm modes named "
                         "(comma-separated); default all")
+    p.add_argument("--ptxas", default=None,
+                   help="fp8_roundtrip: assemble with this ptxas instead of the one Triton uses for sm_90")
     args = p.parse_args(argv)
     wanted = [w for w in args.configs.split(",") if w]
     jobs = _JOBS[args.kernel](PROG, args, wanted)
@@ -585,7 +664,8 @@ def main(argv=None) -> int:
               "mor_cast": "lowprec.kernels.mor_quant._cast_error_kernel",
               "mor_sub_values": "lowprec.kernels.mor_subtensor_quant._values_kernel",
               "mor_sub_errors": "lowprec.kernels.mor_subtensor_quant._errors_kernel",
-              "mor_gemm": "lowprec.kernels.mor_gemm._mor_gemm_kernel"}[args.kernel]
+              "mor_gemm": "lowprec.kernels.mor_gemm._mor_gemm_kernel",
+              "fp8_roundtrip": "lowprec.kernels.fp8_roundtrip.roundtrip"}[args.kernel]
     write_json(provenance_path(out), {
         **provenance.collect(), "time": provenance.now(), "argv": sys.argv[1:] if argv is None else list(argv),
         "target": "sm_90 (H100/H200), compiled by Triton without a GPU", "triton": triton.__version__,
