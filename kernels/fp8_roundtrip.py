@@ -16,7 +16,8 @@ values right (``tests/test_gpu.py::test_triton_hardware_fp8_cast_reproducer``).
 
 Which ptxas: the one Triton assembles sm_90 code with (``sm90_ptxas``). Triton 3.6 takes its
 ``ptxas`` of CUDA 12.8, Triton 3.9 its ``ptxas-blackwell`` of CUDA 13.4. Measured on the machine
-code (``python -m lowprec.bench.kernel_sass --kernel fp8_roundtrip [--ptxas PATH]``,
+code (``python -m lowprec.bench.kernel_sass --kernel fp8_roundtrip [--ptxas PATH]``; the ptxas of
+CUDA 12.8 is the one in the triton==3.6.0 wheel, 12.9 the older one that Triton 3.9 ships,
 ``results/bench/fp8_roundtrip_sass_sm90*.csv``, Triton 3.9's PTX): CUDA 12.8 and 12.9 read the
 stack pointer, CUDA 13.4 does not. Triton 3.6's PTX of the same kernel (made with the triton==3.6.0
 wheel, which the GPU machines run) is the same instructions, and ptxas 12.8 reads R1 in it at the

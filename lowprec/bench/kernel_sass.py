@@ -669,7 +669,9 @@ def main(argv=None) -> int:
     write_json(provenance_path(out), {
         **provenance.collect(), "time": provenance.now(), "argv": sys.argv[1:] if argv is None else list(argv),
         "target": "sm_90 (H100/H200), compiled by Triton without a GPU", "triton": triton.__version__,
-        "kernel": kernel, "what": __doc__.strip().splitlines()[0]})
+        "kernel": kernel, "what": __doc__.strip().splitlines()[0],
+        **({"ptxas": sorted({r["ptxas"] for r in rows}),
+            "ptxas_from": "--ptxas" if args.ptxas else "Triton's for sm_90"} if args.kernel == "fp8_roundtrip" else {})})
     print(f"wrote {out} ({len(rows)} rows)")
     return 0
 
