@@ -2,8 +2,6 @@
 from machine code compiled for sm_90 on this machine (no GPU): which instructions read the
 stack-pointer register, and that the ptxas versions the module names as bad and right are so."""
 
-import pytest
-
 from lowprec.bench import kernel_sass as ks
 from lowprec.bench.kernel_sass import Instruction
 
@@ -19,20 +17,31 @@ def test_stack_pointer_reads_are_the_instructions_that_take_r1_as_a_source():
     assert [i.address for i in ks.stack_pointer_reads(code)] == [0x10, 0x20]
 
 
-def test_the_ptxas_of_cuda_12_stores_fp8_codes_from_the_stack_pointer_and_13_does_not():
-    """The reproducer assembled by the ptxas Triton uses here for sm_90 and by the older ptxas this
-    Triton also ships (CUDA 12.x, which takes older PTX): where the module's rule says a ptxas
-    garbles the codes, the register-decode variant's byte stores read R1 and the cast alone never
-    does; where it says right, none does."""
-    from lowprec.kernels import fp8_roundtrip as kr
+# the reproducer's table under the ptxas Triton uses for sm_90 and under the older one this Triton
+# also ships (CUDA 12.x takes older PTX: kernel_sass.assemble lowers its version), in a process
+# without the interpreter (other test files build the kernels for it)
+_ROWS_PROBE = """
+import json, sys
+from lowprec.bench import kernel_sass as ks
+from lowprec.kernels import fp8_roundtrip as kr
+if kr.triton is None or ks.nvidia_tool("cuobjdump") is None:
+    print("SKIP"); sys.exit()
+print(json.dumps([ks.fp8_roundtrip_rows(p) for p in (None, ks.nvidia_tool("ptxas"))]))
+"""
 
-    if kr.triton is None or ks.nvidia_tool("cuobjdump") is None:
-        pytest.skip("needs Triton's CUDA backend tools (cuobjdump)")
-    for ptxas in (None, ks.nvidia_tool("ptxas")):
-        rows = ks.fp8_roundtrip_rows(ptxas)
+
+def test_the_ptxas_of_cuda_12_stores_fp8_codes_from_the_stack_pointer_and_13_does_not():
+    """Where the module's rule says a ptxas garbles the codes, the register-decode variant's byte
+    stores read R1 and the cast alone never does; where it says right, none does."""
+    import json
+
+    from conftest import compiled_probe
+    from lowprec.kernels.fp8_roundtrip import garbles_fp8_bytes
+
+    for rows in json.loads(compiled_probe(_ROWS_PROBE, "needs Triton's CUDA backend tools (cuobjdump)")):
         assert [r.get("error") for r in rows] == [None] * 4 and len({r["ptxas"] for r in rows}) == 1
         for r in rows:
-            bad = r["register_decode"] and kr.garbles_fp8_bytes(r["ptxas"])
+            bad = r["register_decode"] and garbles_fp8_bytes(r["ptxas"])
             assert (r["byte_stores_from_stack_pointer"] > 0) == bad, r
             assert (r["stack_pointer_reads"] > 0) == bad and r["local"] == 0, r
             assert r["byte_stores"] == (8 if r["tile"] == "1x1024" else 32), r

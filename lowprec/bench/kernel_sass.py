@@ -593,6 +593,9 @@ def fp8_roundtrip_rows(ptxas: Optional[str] = None) -> list:
 
     if kr.triton is None:
         raise RuntimeError(f"Triton does not import: {kr._TRITON_IMPORT_ERROR}")
+    if kr._c.is_interpreted(kr.roundtrip):
+        raise RuntimeError("lowprec.kernels.fp8_roundtrip was built for the Triton interpreter (TRITON_INTERPRET=1): "
+                           "machine code needs a process without it")
     version = kr.ptxas_version(ptxas) if ptxas else kr.sm90_ptxas()[1]
     kinds = {"y_ptr": "*fp32", "code_ptr": "*u8", "value_ptr": "*fp32", "decoded_ptr": "*fp32", "n": "i32"}
     rows = []
