@@ -1007,7 +1007,8 @@ def plan_lines(tasks: list[Task], budget: Budget, est: Estimator, stale, blocked
                      + (" with its fine-tuning runs" if any(f.source == t.name for f in tasks) else "") + ")"
                      + (f"; with --jobs {jobs}: {need_at(t, jobs):.0f} s" if jobs else ""))
     lines += [f"no estimate: {t.name}" for t in tasks if t.estimate is None]
-    lines += [f"stale, not retrained here (--retrain names it): {s}" for s in stale] + [f"cannot train here: {b}" for b in blocked]
+    lines += [f"stale, not retrained unless --retrain names it: {s}" for s in stale]
+    lines += [f"cannot train here: {b}" for b in blocked]
     return lines
 
 
