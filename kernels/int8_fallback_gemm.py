@@ -475,22 +475,26 @@ class _Gemm:
         a speed: the product it gives is checked once per process, as tuning checks each candidate."""
         with self._outside_trace():
             s = self._stand_in()
-            c = torch.empty((s.M, s.N), dtype=s.out_dtype, device=s.dev)
+            c, launch = s._launcher()
             try:
-                s.launch_main(c, cfg, s.tail_a, s.tail_b, tail=s.tail_a or s.tail_b)
+                launch(cfg)
                 return s._wrong(c)
             except Exception as exc:  # a configuration this device or compiler refuses now
-                return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                return _kt.error_text(exc)
+
+    def _launcher(self) -> tuple:
+        """(C, launch(cfg, warmup=False)): the main kernel on these operands into C, with the tail's
+        second parts as the call has them, as tuning and the check of a record run it."""
+        c = torch.empty((self.M, self.N), dtype=self.out_dtype, device=self.dev)
+        tail = self.tail_a or self.tail_b
+        return c, lambda cfg, warmup=False: self.launch_main(c, cfg, self.tail_a, self.tail_b, warmup=warmup,
+                                                             tail=tail)
 
     def _time(self) -> tuple:
         """Tuning on these operands (a stand-in's: unit scales, so that the product a configuration
         must give is the integer one, which ``_wrong`` checks)."""
-        c = torch.empty((self.M, self.N), dtype=self.out_dtype, device=self.dev)
-        tail = self.tail_a or self.tail_b
-        return _kt.time_candidates(
-            self.key(), self.candidates(),
-            lambda cfg, warmup=False: self.launch_main(c, cfg, self.tail_a, self.tail_b, warmup=warmup, tail=tail),
-            self.dev, wrong=lambda: self._wrong(c))
+        c, launch = self._launcher()
+        return _kt.time_candidates(self.key(), self.candidates(), launch, self.dev, wrong=lambda: self._wrong(c))
 
     def _wrong(self, c: torch.Tensor):
         """How ``c`` differs from this stand-in's product (unit scales, no second part flagged: the

@@ -415,6 +415,11 @@ def _class_lock(shared, key: tuple):
             fcntl.lockf(lock, fcntl.LOCK_UN, 1, byte)
 
 
+def error_text(exc: Exception) -> str:
+    """An exception in one line for a log: its type and the first line of its message (200 chars)."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+
+
 def time_candidates(key: tuple, cands: list, launch, device, wrong=None) -> tuple:
     """(fastest configuration, its median ms) of cands for shape class `key`: launch(cfg) runs the
     kernel, launch(cfg, warmup=True) compiles it and returns the compiled kernel. All are compiled
@@ -439,8 +444,7 @@ def time_candidates(key: tuple, cands: list, launch, device, wrong=None) -> tupl
                 continue
             ms = float(triton.testing.do_bench(lambda: launch(cfg), warmup=5, rep=30, return_mode="median"))
         except Exception as exc:  # a configuration the device or compiler refuses: tried, ruled out
-            first = str(exc).splitlines()[0][:200] if str(exc) else ""
-            _TUNE_LOG.append({**row, "ms": "", "error": f"{type(exc).__name__}: {first}"})
+            _TUNE_LOG.append({**row, "ms": "", "error": error_text(exc)})
             continue
         _TUNE_LOG.append({**row, "ms": ms, "error": "", **_resources(launch(cfg, warmup=True))})
         if best is None or ms < best[1]:

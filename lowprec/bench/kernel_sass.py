@@ -239,7 +239,8 @@ def counts(instrs: list) -> dict:
 
 
 def _error_text(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+    from lowprec.kernels.int8_fallback_tuning import error_text
+    return error_text(exc)
 
 
 def _measure(kernel: str, row: dict, build, loop) -> Optional[int]:
