@@ -107,6 +107,7 @@ from typing import Optional
 
 import torch
 
+from lowprec.errors import error_text
 from lowprec.numerics import rounding_stream as _stream
 from lowprec.numerics.checks import as_2d, block_shape, nonempty, number, one_of
 
@@ -480,7 +481,7 @@ class _Gemm:
                 launch(cfg)
                 return s._wrong(c)
             except Exception as exc:  # a configuration this device or compiler refuses now
-                return _kt.error_text(exc)
+                return error_text(exc)
 
     def _launcher(self) -> tuple:
         """(C, launch(cfg, warmup=False)): the main kernel on these operands into C, with the tail's

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from lowprec.config import env_switch
+from lowprec.errors import error_text
 
 from . import INT8_COMMITTED_RECORDS, INT8_TUNED_ENV
 from . import int8_fallback_kernels as _kk
@@ -413,11 +414,6 @@ def _class_lock(shared, key: tuple):
             yield
         finally:
             fcntl.lockf(lock, fcntl.LOCK_UN, 1, byte)
-
-
-def error_text(exc: Exception) -> str:
-    """An exception in one line for a log: its type and the first line of its message (200 chars)."""
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
 
 
 def time_candidates(key: tuple, cands: list, launch, device, wrong=None) -> tuple:

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from .errors import error_text
+
 LAST = "last.ckpt"
 PREVIOUS = "last.previous.ckpt"
 SET_ASIDE = ".corrupt-"  # last.ckpt.corrupt-1, ...: kept for inspection, never read again
@@ -74,9 +76,7 @@ def load(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
 
 
 def _corrupt(path: Path, e: BaseException) -> CorruptCheckpointError:
-    first = str(e).strip().splitlines()[0][:160] if str(e).strip() else "no data"
-    return CorruptCheckpointError(f"{path}: not a readable checkpoint, truncated or corrupt "
-                                  f"({type(e).__name__}: {first})")
+    return CorruptCheckpointError(f"{path}: not a readable checkpoint, truncated or corrupt ({error_text(e, 160)})")
 
 
 def _foreign_globals(path: Path) -> list[str]:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from lowprec.bench.common import inductor_options, parse_int_list, parse_names
+from lowprec.errors import error_text
 
 
 def test_parse_names_keeps_order_and_names_the_unknown(capsys):
@@ -12,6 +13,16 @@ def test_parse_names_keeps_order_and_names_the_unknown(capsys):
     with pytest.raises(SystemExit) as e:
         parse_names("b", "--arms", "bf16,int9", ("bf16", "int8_block"))
     assert e.value.code == 2 and "--arms: unknown ['int9']" in capsys.readouterr().err
+
+
+def test_error_text_is_one_line_that_says_what_went_wrong():
+    assert error_text(ValueError("bad shape (3, 5)\n  detail")) == "ValueError: bad shape (3, 5)"
+    assert error_text(EOFError()) == "EOFError"  # an empty message: no dangling colon, no IndexError
+    assert error_text(RuntimeError("\n\n  out of resources  \n")) == "RuntimeError: out of resources"
+    assert error_text(RuntimeError("x" * 500), limit=10) == "RuntimeError: " + "x" * 10
+    # a Triton compilation error: location, source listing, then the error itself
+    msg = "at 12:4:\n    acc = tl.dot(a, b)\n    ^\nValueError('unsupported tensor layout')"
+    assert error_text(RuntimeError(msg)) == "RuntimeError: ValueError('unsupported tensor layout')"
 
 
 def test_parse_int_list_range(capsys):

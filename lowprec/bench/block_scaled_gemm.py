@@ -21,6 +21,7 @@ from pathlib import Path
 from lowprec.bench.common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, fresh_compilation,
                                   gpu_provenance, parse_names, parse_shapes, require_cuda_triton, write_budgeted_run,
                                   provenance_path, write_provenance)
+from lowprec.errors import error_text
 
 PROG = "lowprec.bench.block_scaled_gemm"
 FIELDS = ("M", "N", "K", "dtype", "layout", "launch", "config", "ms", "tflops", "ratio_vs_bf16",
@@ -126,8 +127,7 @@ def main(argv=None) -> int:
                             err = float((got - want).abs().max() / want.abs().max())
                             t = bench(fn)
                         except Exception as exc:  # noqa: BLE001 - a configuration the compiler refuses
-                            print(f"# {M}x{N}x{K} {dtype} {layout} {launch} {label}: {type(exc).__name__}: "
-                                  f"{str(exc).splitlines()[0][:160] if str(exc) else ''}", flush=True)
+                            print(f"# {M}x{N}x{K} {dtype} {layout} {launch} {label}: {error_text(exc, 160)}", flush=True)
                             continue
                         rows.append({**base, "dtype": dtype, "layout": layout, "launch": launch, "config": label,
                                      "ms": f"{t:.4f}", "tflops": f"{flop / t / 1e9:.1f}",

@@ -78,6 +78,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import error_text
 from .common import (Budget, bench_parser, fail, fresh_compilation, inductor_options, inductor_options_text, parse_names,
                      provenance_path, require_cuda)
 from .train_step import MODEL, optimizer, random_batches, step
@@ -588,7 +589,7 @@ def main(argv=None) -> int:
             try:
                 m = measure(arm, shape, args)
             except Exception as exc:  # one arm's failure must not lose the others' measurements
-                run["failed"][f"{shape}/{arm}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                run["failed"][f"{shape}/{arm}"] = error_text(exc, 300)
                 print(f"# {shape:10s} {arm:24s} FAILED {run['failed'][f'{shape}/{arm}']}", flush=True)
                 continue  # the next arm starts from a fresh compilation (measure)
             finally:

@@ -35,6 +35,7 @@ from pathlib import Path
 from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
                                   jit_from_source, parse_names, parse_shapes, provenance_path, require_cuda_triton,
                                   write_provenance, write_rows)
+from lowprec.errors import error_text
 
 PROG = "inductor_kernel"
 DEFAULT_KERNELS = "results/bench/profiles/llama_1b_mor_block_e6882e4.kernels.txt"
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
                 torch.cuda.synchronize()
                 ms = bench(lambda cfg=cfg: run(base, *cfg))
             except Exception as exc:  # noqa: BLE001 - a configuration the compiler refuses is skipped
-                print(f"# {k.name} {cfg}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}", flush=True)
+                print(f"# {k.name} {cfg}: {error_text(exc, 160)}", flush=True)
                 continue
             timed.append((ms, cfg))
             row("as_generated", cfg, ms)

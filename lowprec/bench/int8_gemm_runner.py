@@ -11,6 +11,7 @@ import traceback
 from dataclasses import replace
 
 from lowprec.bench.common import Budget, do_bench_median
+from lowprec.errors import error_text
 
 FIELDS = [
     "sweep", "kind", "M", "N", "K", "group", "block_rows", "pattern", "fallback_target", "fallback_ratio",
@@ -71,7 +72,7 @@ class Bench:
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - one variant failing must not lose the others
-            msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            msg = error_text(exc, 300)
             print(f"# FAILED {what}: {msg}", flush=True)
             traceback.print_exc(limit=4)
             self.failures.append(f"{what}: {msg}")

@@ -100,6 +100,8 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+from lowprec.errors import error_text
+
 PROG = "kernel_sass"
 _CLASSES = ("fp32", "fmul", "int", "moves", "global_loads", "spills", "mma")
 FIELDS = {
@@ -238,11 +240,6 @@ def counts(instrs: list) -> dict:
     }
 
 
-def _error_text(exc: Exception) -> str:
-    from lowprec.kernels.int8_fallback_tuning import error_text
-    return error_text(exc)
-
-
 def _measure(kernel: str, row: dict, build, loop) -> Optional[int]:
     """Fills ``row`` of table ``kernel`` with what ``build()`` compiles to: the instruction classes
     of its hot loop (``loop`` True; a callable: the loop it picks from the instructions) or of all
@@ -252,7 +249,7 @@ def _measure(kernel: str, row: dict, build, loop) -> Optional[int]:
     try:
         compiled = build()
     except Exception as exc:
-        row["error"] = _error_text(exc)
+        row["error"] = error_text(exc)
         return None
     instrs, usage = disassemble(compiled.asm["cubin"])
     code = (loop if callable(loop) else hot_loop)(instrs) if loop else instrs
@@ -461,7 +458,7 @@ def mor_gemm_rows(mode: str, hp: str, view: str = "rows", loads: str = "pointer"
     try:
         compiled = build()
     except Exception as exc:
-        return [{**base, "error": _error_text(exc)}]
+        return [{**base, "error": error_text(exc)}]
     instrs, usage = disassemble(compiled.asm["cubin"])
     loops = k_loops(instrs)
     in_flight = mma_in_flight(compiled.asm["ttgir"])
@@ -608,7 +605,7 @@ def fp8_roundtrip_rows(ptxas: Optional[str] = None) -> list:
                                  ("y_ptr", "code_ptr", "value_ptr", "decoded_ptr"), num_warps=4)
                 instrs, usage = disassemble(assemble(k.asm["ptx"], ptxas) if ptxas else k.asm["cubin"])
             except Exception as exc:
-                rows.append({**row, "error": _error_text(exc)})
+                rows.append({**row, "error": error_text(exc)})
                 continue
             stores = [i for i in instrs if i.opcode.startswith(("STG.E.U8", "STG.E.S8"))]
             rows.append({**row, **usage, "instructions": len(instrs), "byte_stores": len(stores),

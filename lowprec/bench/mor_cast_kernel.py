@@ -34,6 +34,7 @@ from pathlib import Path
 from lowprec.bench.common import (add_do_bench_args, bench_parser, do_bench_median, gpu_provenance,
                                   parse_list, parse_names, parse_shapes, provenance_path, require_cuda_triton,
                                   write_provenance, write_rows)
+from lowprec.errors import error_text
 
 PROG = "mor_cast_kernel"
 DEFAULT_SHAPES = "16384x5632,16384x2048,5632x16384t,2048x16384t"
@@ -132,8 +133,7 @@ def measure(m: int, n: int, view: bool, partition: str, configs: list, divs: lis
                 codes_b, codes_bt, err, nz, err_bt = run()
                 ms = bench(run)
             except Exception as exc:  # noqa: BLE001 - a launch the device refuses is reported, skipped
-                print(f"# {m}x{n} {partition} {bm}x{bn}x{warps} {div}: {type(exc).__name__}: "
-                      f"{str(exc).splitlines()[0][:160]}", flush=True)
+                print(f"# {m}x{n} {partition} {bm}x{bn}x{warps} {div}: {error_text(exc, 160)}", flush=True)
                 continue
             codes, codes_t = (codes_bt, codes_b) if view else (codes_b, codes_bt)
             same = torch.equal(codes.view(torch.uint8), ref_codes.view(torch.uint8))

@@ -27,6 +27,7 @@ import re
 import sys
 from pathlib import Path
 
+from ..errors import error_text
 from .common import (Budget, add_do_bench_args, bench_parser, do_bench_median, fail, gpu_provenance,
                      parse_list, parse_names, parse_shapes, require_cuda_triton, write_budgeted_run)
 from .mor_linear_arms import RAN
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
                                 row["max_rel_diff"] = f"{float((res.double() - ref).abs().max() / ref.abs().max()):.2e}"
                             ms = bench(lambda: kg.bf16_fixup(a, b, res, config=cfg))
                         except Exception as exc:  # a configuration that does not build is a finding
-                            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:200]
+                            row["error"] = error_text(exc)
                             rows.append(row)
                             print(f"{what}: {row['error']}", flush=True)
                             continue

@@ -66,6 +66,7 @@ from lowprec.bench.mor_linear_arms import (DEVICE, RAN, DeviceMoRLinear, FastPat
                                            HostSyncMoRLinear,
                                            bf16_step, data)
 from lowprec.bench.mor_linear_checks import CHECK_FIELDS, CHECK_SHAPES, check_kernel, check_qlinear, matches_reference
+from lowprec.errors import error_text
 
 PROG = "mor_linear"
 
@@ -198,7 +199,7 @@ def _gemm_rows(torch, bench, kg, x, w, block, scale, budget) -> list:
                 ms = bench(lambda: kg.mor_gemm(*args, **kw))
                 ran = RAN.get(int(info[2]), "?")
             except Exception as exc:
-                print(f"# gemm {name}: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+                print(f"# gemm {name}: {error_text(exc, 300)}", flush=True)
                 continue
             add(name, ms, partition=part, backend=backend, fp8_accum=accum, loop=ran)
         del oa, ob
@@ -295,7 +296,7 @@ def main(argv=None) -> int:
                     emit({"method": name, "partition": part, "threshold": "" if th is None else th,
                           "backend": "fast_path", "out_dtype": "bf16", "step_ms": bench(lambda: lin.step(x, w, dy))})
                 except Exception as exc:  # one broken arm must not cost the others
-                    print(f"# error in {name}: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+                    print(f"# error in {name}: {error_text(exc, 500)}", flush=True)
                 lin = None
                 torch.cuda.empty_cache()
 
@@ -317,7 +318,7 @@ def main(argv=None) -> int:
                                   "quant_ms": bench(lambda: lin.operands(x, w, dy)),
                                   "gemm_ms": bench(lambda: lin.gemms(ops)), **lin.summary(ops)})
                         except Exception as exc:  # one broken arm must not cost the others
-                            print(f"# error in {name}: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+                            print(f"# error in {name}: {error_text(exc, 500)}", flush=True)
                         ops = None
                         torch.cuda.empty_cache()
 
@@ -341,7 +342,7 @@ def main(argv=None) -> int:
                               "quant_ms": bench(lambda: lin.operands(x, w, dy)),
                               "gemm_ms": bench(lambda: lin.gemms(ops)), **lin.summary(ops)})
                     except Exception as exc:
-                        print(f"# error in mor_{part}_hostsync: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+                        print(f"# error in mor_{part}_hostsync: {error_text(exc, 500)}", flush=True)
                     ops = None
                     torch.cuda.empty_cache()
             all_rows.extend(rows)

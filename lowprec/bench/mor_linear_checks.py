@@ -9,6 +9,7 @@ timings still say something.
 from __future__ import annotations
 
 from lowprec.bench.mor_linear_arms import DEVICE, RAN
+from lowprec.errors import error_text
 
 CHECK_FIELDS = ["check", "partition", "backend", "formats", "ran", "sqnr_db", "floor_db", "ok"]
 # (backend, (M, N, K), SQNR floor): ragged tiles and K-blocks for the Triton loop; shapes that
@@ -50,7 +51,7 @@ def check_kernel(torch, kg, rows: list, block, scale, shape, backend: str, floor
                 want_ran = "bf16_loop" if "bf16" in (fa, fb) else ("fp8_loop" if backend == "triton" else "scaled_mm")
                 ok = db > floor and ran == want_ran and info[:2].tolist() == [int(fa == "e4m3"), int(fb == "e4m3")]
             except Exception as exc:  # report and go on: the timings still say something
-                db, ran, ok = float("nan"), f"error: {type(exc).__name__}: {exc}"[:200], False
+                db, ran, ok = float("nan"), f"error: {error_text(exc, 190)}", False
             rows.append({"check": f"kernel {m}x{n}x{k}", "partition": part, "backend": backend,
                          "formats": f"{fa}/{fb}", "ran": ran, "sqnr_db": f"{db:.1f}", "floor_db": floor, "ok": ok})
 
@@ -67,7 +68,7 @@ def check_qlinear(torch, rows: list, block, scale) -> None:
                 rows.append(_check_qlinear_one(torch, part, block, scale, autocast))
             except Exception as exc:  # report and go on: the timings still say something
                 rows.append({"check": _qlinear_check_name(autocast), "partition": part, "backend": "auto",
-                             "formats": "", "ran": f"error: {type(exc).__name__}: {exc}"[:300], "sqnr_db": "nan",
+                             "formats": "", "ran": f"error: {error_text(exc, 290)}", "sqnr_db": "nan",
                              "floor_db": 45.0, "ok": False})
 
 

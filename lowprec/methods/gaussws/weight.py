@@ -11,6 +11,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ...errors import error_text
 from ...numerics import QuantSpec, fake_quantize
 from ...numerics.checks import one_of
 from . import step_hook
@@ -286,7 +287,7 @@ class GaussWSWeight(nn.Module):
             # the grouped kernel failing to build for a GPU or Triton not yet seen (its tests run on
             # the CPU's interpreter and the H200): each weight's own launch, the same draws (nothing
             # was counted yet), and the reason said once
-            GaussWSWeight._group_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            GaussWSWeight._group_error = error_text(exc)
             warnings.warn(f"GaussWS: the grouped noise launch failed ({GaussWSWeight._group_error}); "
                           "drawing each weight with its own launch from now on", RuntimeWarning)
             for i in grouped:
