@@ -559,11 +559,14 @@ def _block_step(model, x, g) -> list:
 @pytest.mark.parametrize("method", INT8_FAST + [{"recipe": "int8_fallback", "rule": "topk", "rho": 0.05,
                                                    "fallback_operands": ["x", "dy"]}],
                          ids=lambda m: "_".join(str(v) for v in m.values()))
-def test_compiled_int8_layer_equals_emulation_without_host_sync(method, monkeypatch, count_calls):
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_compiled_int8_layer_equals_emulation_without_host_sync(method, bias, monkeypatch, count_calls):
     """The INT8 fast path compiled (lowprec.methods.int8_fast) against the emulation on the same
     inputs: every GEMM on the Triton INT8 kernel, the same fallback counts and levels (the same
     codes, scales and masks), outputs and gradients to the kernel's order of sums (SQNR floor), the
-    operands really INT8 (SQNR ceiling against BF16), and a second step without one host wait."""
+    operands really INT8 (SQNR ceiling against BF16), and a second step without one host wait.
+    With and without a bias: GPT2's layers have one, Llama2's and Nemotron's not (a layer without
+    one lost both gradients once, its output then being the GEMM's own)."""
     import lowprec.linear as lin
     from lowprec.kernels import int8_fallback_gemm as kf
     from lowprec.linear import compile_blocks
@@ -571,7 +574,7 @@ def test_compiled_int8_layer_equals_emulation_without_host_sync(method, monkeypa
 
     if not kf.triton_available("cuda"):
         pytest.skip("Triton not usable on this CUDA device")
-    _, fast, emu = _int8_fast_and_emulated(method, 512, 384)
+    _, fast, emu = _int8_fast_and_emulated(method, 512, 384, bias=bias)
     x = torch.randn(4, 64, 512, device="cuda").bfloat16()  # bf16 activations, as a block passes them
     x[0, 7, :40] *= 60.0  # planted outliers: blocks of X fall back
     g = torch.randn(4, 64, 384, device="cuda")

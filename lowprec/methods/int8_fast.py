@@ -53,6 +53,14 @@ from .int8_fallback_rules import _int8_spec
 from .int8_fallback_state import FallbackBuffers
 from .int8_ops import block_mm, quantize_operand, quantizes_on_kernels, stream_keys, takes_kernels
 
+# Compiled on torch 2.11 (the GPU machines'), a layer without a bias, whose output is the INT8 GEMM
+# operator's own, got exactly zero input and weight gradients: Dynamo's trace of an autograd.Function
+# can route an output's gradient to another output that aliases it (pytorch issue 180642). A copy
+# made in the traced forward is an output of its own, and Inductor drops the copy from the code it
+# generates (no kernel, no memory traffic); eager, nothing is copied
+COPY_GEMM_OUTPUT = True
+
+
 def int8_spec_ok(spec) -> bool:
     """Whether an operand runs on this fast path: an INT8 fallback quantizer, or an INT8 block
     QuantSpec exactly as that quantizer quantizes (no margin or power-of-two scales)."""
@@ -263,7 +271,8 @@ class _Int8LinearFn(torch.autograd.Function):
         kx = _kept(qx) if ctx.x_meta else (x2d, *_NONE5[1:])
         kw = _kept(qw) if ctx.w_meta else _NONE5
         ctx.save_for_backward(weight, key, *kx, *kw)
-        return y.to(out_dtype)
+        y = y.to(out_dtype)
+        return y.clone() if bias is None and COPY_GEMM_OUTPUT and torch.compiler.is_compiling() else y
 
     @staticmethod
     def backward(ctx, dy):
