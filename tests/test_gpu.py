@@ -1330,9 +1330,11 @@ def test_traced_int8_gemm_tunes_on_real_operands(monkeypatch):
 # 2 of 8 byte stores in the 1-D tile take R1 as data and 2 more derive from it: 4 of 8 codes, as the
 # GPU's 32,973 of 66,041); CUDA 12.9 the same, CUDA 13.4 (Triton 3.9's ptxas for sm_90) right. The
 # earlier reading of the machine code as right was of code assembled by another ptxas. The mark
-# follows the ptxas that assembles the kernel (TRITON_PTXAS_PATH included), and is strict: with the
-# cause known, a pass under a ptxas of CUDA 12 says the rule is wrong (the pass at fc7c26a may have been
-# a run whose Triton took another ptxas, which the mark now reads).
+# follows the ptxas that assembles the kernel (TRITON_PTXAS_PATH included). It is not strict: on an
+# H100 at 757ac9a, under the bundled ptxas 12.8, the 1-D tile failed as marked and the 2-D tile passed,
+# as both had at fc7c26a, though the 2-D tile's code stores from R1 too (8 of 32 byte stores, each
+# under a predicate): whether those stores run, or what R1's low byte holds, varies from run to
+# run. Under CUDA 13.4's ptxas (TRITON_PTXAS_PATH) both tiles passed in the same job.
 
 
 def _register_decode_mark():
@@ -1344,7 +1346,7 @@ def _register_decode_mark():
         bad = garbles_fp8_bytes(version)
     except (ImportError, OSError, RuntimeError, subprocess.SubprocessError):  # no Triton CUDA backend here
         version, bad = "unknown", False
-    return pytest.mark.xfail(bad, strict=True, raises=AssertionError, reason=(
+    return pytest.mark.xfail(bad, strict=False, raises=AssertionError, reason=(
         f"ptxas {version} (sm_90): the stored E4M3 codes wrong once the cast value is also decoded in registers: "
         "half the byte stores read the stack-pointer register (lowprec.kernels.fp8_roundtrip)"))
 
