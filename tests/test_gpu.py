@@ -566,7 +566,7 @@ def test_compiled_int8_layer_equals_emulation_without_host_sync(method, bias, mo
     codes, scales and masks), outputs and gradients to the kernel's order of sums (SQNR floor), the
     operands really INT8 (SQNR ceiling against BF16), and a second step without one host wait.
     With and without a bias: GPT2's layers have one, Llama2's and Nemotron's not (a layer without
-    one lost both gradients once, its output then being the GEMM's own)."""
+    one lost both gradients on torch 2.11: ``lowprec.methods.int8_fast.COPY_GEMM_OUTPUT``)."""
     import lowprec.linear as lin
     from lowprec.kernels import int8_fallback_gemm as kf
     from lowprec.linear import compile_blocks

@@ -54,10 +54,11 @@ from .int8_fallback_state import FallbackBuffers
 from .int8_ops import block_mm, quantize_operand, quantizes_on_kernels, stream_keys, takes_kernels
 
 # Compiled on torch 2.11 (the GPU machines'), a layer without a bias, whose output is the INT8 GEMM
-# operator's own, got exactly zero input and weight gradients: Dynamo's trace of an autograd.Function
-# can route an output's gradient to another output that aliases it (pytorch issue 180642). A copy
-# made in the traced forward is an output of its own, and Inductor drops the copy from the code it
-# generates (no kernel, no memory traffic); eager, nothing is copied
+# operator's own, got exactly zero input and weight gradients (with a bias, or eager, right). The
+# likely cause: Dynamo's trace of an autograd.Function routing an output's gradient to another output
+# that aliases it (pytorch issue 180642: zero gradients on torch 2.11). A copy made in the traced
+# forward is an output of its own, and Inductor drops the copy from the code it generates (no kernel,
+# no memory traffic); eager, nothing is copied. Not yet run on a GPU.
 COPY_GEMM_OUTPUT = True
 
 
