@@ -659,6 +659,38 @@ def test_int8_layer_at_the_medium_down_projection_shape_equals_emulation(recipe,
         assert int(bufs.counts[:, 2].sum()) > 0  # blocks really fell back (the column fallback_blocks)
 
 
+def _bias_free_arms() -> list:
+    from lowprec.bench.e2e_step import METHODS
+    return sorted(METHODS)
+
+
+@pytest.mark.parametrize("arm", _bias_free_arms())
+def test_compiled_layer_without_bias_gets_the_eager_gradients(arm):
+    """Every method's fast path on a layer without a bias (Llama2's and Nemotron's linears), compiled
+    as training compiles it (``compile_blocks``) against the same layer eager on the fast path: the
+    output and both gradients agree (SQNR floor) and the gradients are not zero. On torch 2.11 the
+    compiled INT8 layer got exactly zero gradients there, with a bias right
+    (``lowprec.methods.int8_fast.COPY_GEMM_OUTPUT``); every other GPU test of a layer has a bias."""
+    from lowprec.bench.e2e_step import METHODS
+    from lowprec.linear import compile_blocks
+    from lowprec.recipes import recipe_from_config
+
+    torch.manual_seed(0)
+    base = _OneBlock(512, 384, bias=False).cuda()
+    eager, comp = copy.deepcopy(base), copy.deepcopy(base)
+    for m in (eager, comp):
+        convert(m, recipe_from_config(METHODS[arm]))
+    compile_blocks(comp)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(2, 128, 512, device="cuda", generator=g).bfloat16()
+    dy = torch.randn(2, 128, 384, device="cuda", generator=g) * 1e-3
+    assert eager.blocks[0].fast(x), "the eager layer must take the fast path too"
+    want, got = _block_step(eager, x, dy), _block_step(comp, x, dy)
+    for name, a, b in zip(("y", "dx", "dw"), got, want):
+        assert float(b.abs().max()) > 0 and float(a.abs().max()) > 0, (arm, name, "zero")
+        assert sqnr_db(b.double(), a.double()) > 40, (arm, name, float(sqnr_db(b.double(), a.double())))
+
+
 # The operands of the medium Llama2 down-projection's three GEMMs (2048 -> 768, 32x1024 tokens, dY ~ 1e-4),
 # as the INT8 layer quantizes them: X and W to nearest, with their transposes for the backward; dY
 # stochastically, row-major for dgrad and read transposed for wgrad. On an H100 the compiled layer's
