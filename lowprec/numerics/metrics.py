@@ -16,6 +16,7 @@ from typing import Union
 
 import torch
 
+from ..errors import error_text
 from .formats import Format, get_format
 
 __all__ = [
@@ -187,8 +188,7 @@ def tensor_sums(x: torch.Tensor, q: torch.Tensor, scale=None, fmt=None) -> dict:
                 return _one_pass_sums()(x, q, s, clip_t)
         except (torch._dynamo.exc.TorchDynamoException, getattr(torch._inductor.exc, "InductorError", ())) as e:
             # a slower path, the same numbers: the run goes on, and says why
-            warnings.warn(f"tensor_sums: the compiled one-pass sums failed ({type(e).__name__}: {e}); "
-                          "eager from now on")
+            warnings.warn(f"tensor_sums: the compiled one-pass sums failed ({error_text(e, 300)}); eager from now on")
             FUSED_METRICS = "never"
     return _sums(x, q, s, clip, _pair)
 
