@@ -8,7 +8,9 @@ from the start and finish times of the scale's runs, which miss processes that l
 wall grows as k^a, with a fitted over the arms measured at several k (least squares of log
 wall on log k within each arm, pooled; clamped to [0, 1]; 0.5 without such arms). An arm takes the
 slowest of its runs, and with ``jobs`` runs sharing the GPU takes jobs^a times that alone: an upper
-bound while fewer run. An arm with no run at the scale whose method ran there on another model
+bound while fewer run. A time per step holds for the tokens per step it was measured at: a run
+whose step holds more (a batch or sequence changed since) scales it up in proportion, never down
+(``Estimator._per_step``). An arm with no run at the scale whose method ran there on another model
 takes that model's measured ratio between its method and another (``Estimator._other_model_ratio``),
 applied to its own model's arm of the other method. Else it is estimated from the arms of its model
 measured both at the scale and at ``tiny`` whose settings differ from its own in the fewest keys:
@@ -193,16 +195,16 @@ class Estimator:
             return self.startup + per_step * steps * share, why
         arm = tuple(task.name.split("/")[:3])
         if arm in self.per_step:
-            return self.startup + self.per_step[arm] * steps * share, self.origin[arm]
+            return self.startup + self._per_step(arm, task) * steps * share, self.origin[arm]
         here = self._other_model_ratio(task)
         if here:
             a, ratio, other, twin = here
-            return (self.startup + self.per_step[a] * ratio * steps * share,
+            return (self.startup + self._per_step(a, task) * ratio * steps * share,
                     f"{'/'.join(a)} x {ratio:.2f} ({'/'.join(other)} over {'/'.join(twin)} here)")
         on_gpu = self._gpu_ratio(task)
         if on_gpu:
             a, ratio = on_gpu
-            return (self.startup + self.per_step[a] * ratio * steps * share,
+            return (self.startup + self._per_step(a, task) * ratio * steps * share,
                     f"{'/'.join(a)} x {ratio:.2f} (GPU benchmark, {SPEED_SHAPE})")
         # the arms of the model measured here and at the reference scale, closest settings first
         mine = _settings(task.cfg["method"])
@@ -217,9 +219,15 @@ class Estimator:
             ratio = self.reference[arm] / self.reference[a]
             if self.method[a].get("recipe") == task.cfg["method"].get("recipe"):
                 ratio = max(1.0, ratio)
-            guesses.append((self.startup + self.per_step[a] * ratio * steps * share,
+            guesses.append((self.startup + self._per_step(a, task) * ratio * steps * share,
                             f"{'/'.join(a)} x {ratio:.2f} ({REFERENCE_SCALE} time per step)"))
         return statistics.median_high(guesses)
+
+    def _per_step(self, arm: tuple, task: Task) -> float:
+        """Seconds per step alone of ``arm``'s committed runs, for a step of ``task``'s tokens: scaled
+        up where the task's step holds more tokens than theirs did (a batch or sequence changed since
+        they ran), never down (a smaller step keeps its fixed costs: the committed time bounds it)."""
+        return self.per_step[arm] * max(1.0, tokens_per_step(task.cfg) / self.tokens[arm])
 
     def _other_model_ratio(self, task: Task) -> tuple[tuple, float, tuple, tuple] | None:
         """(anchor arm, ratio, the arm measured, its twin) where the task's method ran here on another

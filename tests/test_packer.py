@@ -2,6 +2,7 @@
 from committed runs (checked against numbers worked out in the comments), and a job with stand-in
 processes (concurrency, the budget, stopping and cleanup), then one job that trains real tiny runs."""
 
+import copy
 import json
 import os
 import shutil
@@ -197,6 +198,22 @@ def test_estimates_from_committed_runs(tmp_path):
         77.0, "--estimate mor/*/mor_tensor/*")
     with pytest.raises(pk.PackerError, match="give PATTERN=SECONDS"):
         pk._estimates(["mor/*/mor_tensor/*"])
+
+
+def test_a_step_of_more_tokens_than_the_committed_runs_took_is_estimated_longer(tmp_path):
+    """A committed run's time per step holds for its tokens per step: a task whose step holds twice
+    as many (its batch changed since) takes twice the time per step, one of half as many the
+    committed time (an upper bound: fixed costs stay)."""
+    runs, _ = _grid("small", ["mor"], tmp_path)
+    _commit(runs[("mor", "nemotron", "bf16", "0")], wall=200, start=0)
+    cfg = copy.deepcopy(runs[("mor", "nemotron", "bf16", "1")])
+    est = Estimator(str(tmp_path), "small", startup=20.0)
+    task = lambda c: pk.Task("mor/nemotron/bf16/s1", c, pk.PRETRAIN)  # noqa: E731
+    assert est(task(cfg), 1)[0] == pytest.approx(220.0)
+    cfg["train"]["batch_size"] *= 2
+    assert est(task(cfg), 1)[0] == pytest.approx(420.0)
+    cfg["train"]["batch_size"] //= 4
+    assert est(task(cfg), 1)[0] == pytest.approx(220.0)
 
 
 def test_a_runs_recorded_sharing_counts_over_its_neighbours_times(tmp_path):
