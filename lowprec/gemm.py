@@ -47,6 +47,22 @@ _FP8 = ("e4m3", "e5m2")
 _ROW, _TENSOR = "row", "tensor"
 
 
+# Compiled on torch 2.11 (the GPU machines'), an INT8 layer without a bias, whose output was the GEMM
+# operator's own, got exactly zero input and weight gradients (with a bias, or eager, right). The
+# likely cause: Dynamo's trace of an autograd.Function routing an output's gradient to another output
+# that aliases it (pytorch issue 180642: zero gradients on torch 2.11, with an in-place op in the
+# forward, as MoR's BF16 fix-up and sub-tensor MoR's second GEMM are). A copy made in the traced
+# forward is an output of its own, and Inductor drops the copy from the code it generates (no kernel,
+# no memory traffic); eager, nothing is copied. Not yet run on a GPU.
+COPY_TRACED_OUTPUT = True
+
+
+def traced_output(y: torch.Tensor) -> torch.Tensor:
+    """What a fast-path autograd Function (QLinear's, INT8's) returns: ``y``, copied inside a trace
+    (``COPY_TRACED_OUTPUT``)."""
+    return y.clone() if COPY_TRACED_OUTPUT and torch.compiler.is_compiling() else y
+
+
 def scale_kind(spec) -> Optional[str]:
     """How ``_scaled_mm`` sees an operand's scales, or None where the fast path cannot quantize it
     (not FP8, stochastic rounding, MX / GAM scales, no saturation). Delayed scaling is a tensor

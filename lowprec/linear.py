@@ -30,7 +30,7 @@ from torch import nn
 
 from .compile_passes import realize_shared_operands
 from .config import env_switch
-from .gemm import FastPlan, FP8Operand, fast_path_applies, is_quantized, scaled_mm
+from .gemm import FastPlan, FP8Operand, fast_path_applies, is_quantized, scaled_mm, traced_output
 from .methods.int8_fallback_state import FallbackBuffers
 from .methods.int8_fast import int8_linear
 from .methods.layer_buffers import pass_buffers
@@ -645,7 +645,7 @@ class _FastLinearFn(torch.autograd.Function):
         source_amaxes = (cur_x if ("wgrad", "x") in plan.delayed_reused else None,
                          cur_w if ("dgrad", "w") in plan.delayed_reused else None)
         ctx.save_for_backward(*_tensors(x_keep), *_tensors(w_keep), *source_amaxes)
-        return y.reshape(*x.shape[:-1], y.shape[-1])
+        return traced_output(y.reshape(*x.shape[:-1], y.shape[-1]))
 
     @staticmethod
     def backward(ctx, dy):

@@ -607,3 +607,48 @@ def test_cpu_row_scales_route_to_the_gemm_of_the_codes_where_torch_refuses_them(
     assert sqnr_db(a.double() @ b.double().t(), got.double()) < 40  # quantized
     monkeypatch.setattr(scaled_mm, "CPU_ROW_SCALES", True)
     assert hardware_route(qa, qb) == "scaled_mm"
+
+
+@pytest.mark.parametrize("recipe", ["int8_block", "fp8_tensorwise_current"])
+def test_compiled_layer_without_bias_keeps_no_copy_of_its_output(recipe, monkeypatch):
+    """Compiled, the fast path's autograd Functions return a copy of their output
+    (``lowprec.gemm.traced_output``: torch 2.11's Dynamo lost both gradients of an INT8 layer without
+    a bias on the GPU), and Inductor's code has no copy of it: the generated forward is the one
+    without the copy, and the step's outputs and gradients are the same bit for bit. INT8 through
+    its GEMM operator (the torch reference on the CPU), FP8 through the fast path's torch ops."""
+    import re
+
+    import lowprec.gemm as gemm_mod
+    from lowprec.kernels import int8_fallback_gemm as kf
+    from lowprec.methods import int8_ops
+    from torch._inductor.utils import run_and_get_code
+
+    monkeypatch.setattr(int8_ops, "KERNEL_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(kf, "triton_available", lambda device=None: False)
+    monkeypatch.setattr(lin, "FAST_PATH", "all")
+    g = torch.Generator().manual_seed(1)
+    x, dy = torch.randn(2, 64, 256, generator=g), torch.randn(2, 64, 256, generator=g) * 1e-2
+
+    def step(model, compiled):
+        xx = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = compiled(xx)
+        y.float().backward(dy)
+        return [y.detach().float(), xx.grad, model[0].weight.grad]
+
+    runs = {}
+    for copy_out in (False, True):
+        monkeypatch.setattr(gemm_mod, "COPY_TRACED_OUTPUT", copy_out)
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(256, 256, bias=False))
+        convert(model, recipe_from_config({"recipe": recipe}))
+        got, code = run_and_get_code(step, model, torch.compile(model))
+        # the forward's code without its comments and the cache paths of its kernels
+        forward = "\n".join(line for line in code[0].splitlines() if not line.lstrip().startswith("#"))
+        runs[copy_out] = (got, re.sub(r"/\S+\.(py|so|cpp)\b", "", forward))
+    assert recipe != "int8_block" or "int8_block_mm" in runs[True][1]
+    assert runs[True][1] == runs[False][1]
+    for a, b in zip(runs[True][0], runs[False][0]):
+        assert torch.equal(a, b)
+

@@ -566,7 +566,7 @@ def test_compiled_int8_layer_equals_emulation_without_host_sync(method, bias, mo
     codes, scales and masks), outputs and gradients to the kernel's order of sums (SQNR floor), the
     operands really INT8 (SQNR ceiling against BF16), and a second step without one host wait.
     With and without a bias: GPT2's layers have one, Llama2's and Nemotron's not (a layer without
-    one lost both gradients on torch 2.11: ``lowprec.methods.int8_fast.COPY_GEMM_OUTPUT``)."""
+    one lost both gradients on torch 2.11: ``lowprec.gemm.traced_output``)."""
     import lowprec.linear as lin
     from lowprec.kernels import int8_fallback_gemm as kf
     from lowprec.linear import compile_blocks
@@ -670,7 +670,7 @@ def test_compiled_layer_without_bias_gets_the_eager_gradients(arm):
     as training compiles it (``compile_blocks``) against the same layer eager on the fast path: the
     output and both gradients agree (SQNR floor) and the gradients are not zero. On torch 2.11 the
     compiled INT8 layer got exactly zero gradients there, with a bias right
-    (``lowprec.methods.int8_fast.COPY_GEMM_OUTPUT``); every other GPU test of a layer has a bias."""
+    (``lowprec.gemm.traced_output``); every other GPU test of a layer has a bias."""
     from lowprec.bench.e2e_step import METHODS
     from lowprec.linear import compile_blocks
     from lowprec.recipes import recipe_from_config

@@ -412,32 +412,3 @@ def test_compiled_layer_multiplies_on_the_int8_operator(monkeypatch, count_calls
     for a, b in zip(got, want):
         assert sqnr_db(b.double(), a.double()) > 40  # bf16 outputs: a rounding step apart at most
     assert _state(fast) == _state(emu)
-
-
-def test_compiled_layer_without_bias_keeps_no_copy_of_its_output(monkeypatch):
-    """Without a bias, the compiled forward returns a copy of the GEMM operator's output
-    (``int8_fast.COPY_GEMM_OUTPUT``: torch 2.11's Dynamo lost both gradients of such a layer on
-    the GPU), and Inductor's code has no copy of it: the generated forward is the one without the copy,
-    and the step's outputs and gradients are the same bit for bit."""
-    import re
-
-    from lowprec.kernels import int8_fallback_gemm as kf
-    from torch._inductor.utils import run_and_get_code
-
-    monkeypatch.setattr(int8_ops, "KERNEL_DEVICES", ("cuda", "cpu"))
-    monkeypatch.setattr(kf, "triton_available", lambda device=None: False)
-    monkeypatch.setattr(lin, "FAST_PATH", "all")
-    runs = {}
-    for copy_out in (False, True):
-        monkeypatch.setattr(int8_fast, "COPY_GEMM_OUTPUT", copy_out)
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(256, 256, bias=False))
-        convert(model, recipe_from_config(CONFIGS["int8_block"]))
-        got, code = run_and_get_code(_compiled_steps, model)
-        # the forward's code without its comments and the cache paths of its kernels
-        forward = "\n".join(line for line in code[0].splitlines() if not line.lstrip().startswith("#"))
-        runs[copy_out] = (got, re.sub(r"/\S+\.(py|so|cpp)\b", "", forward))
-    assert "int8_block_mm" in runs[True][1]
-    assert runs[True][1] == runs[False][1]
-    for a, b in zip(runs[True][0], runs[False][0]):
-        assert torch.equal(a, b)

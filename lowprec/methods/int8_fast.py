@@ -44,6 +44,7 @@ from typing import Optional
 
 import torch
 
+from ..gemm import traced_output
 from ..numerics import quantize
 from ..numerics import rounding_stream as _stream
 from ..numerics.formats import round_cast
@@ -52,14 +53,6 @@ from .int8_fallback import FallbackInt8Quantizer, FallbackQTensor
 from .int8_fallback_rules import _int8_spec
 from .int8_fallback_state import FallbackBuffers
 from .int8_ops import block_mm, quantize_operand, quantizes_on_kernels, stream_keys, takes_kernels
-
-# Compiled on torch 2.11 (the GPU machines'), a layer without a bias, whose output is the INT8 GEMM
-# operator's own, got exactly zero input and weight gradients (with a bias, or eager, right). The
-# likely cause: Dynamo's trace of an autograd.Function routing an output's gradient to another output
-# that aliases it (pytorch issue 180642: zero gradients on torch 2.11). A copy made in the traced
-# forward is an output of its own, and Inductor drops the copy from the code it generates (no kernel,
-# no memory traffic); eager, nothing is copied. Not yet run on a GPU.
-COPY_GEMM_OUTPUT = True
 
 
 def int8_spec_ok(spec) -> bool:
@@ -272,8 +265,7 @@ class _Int8LinearFn(torch.autograd.Function):
         kx = _kept(qx) if ctx.x_meta else (x2d, *_NONE5[1:])
         kw = _kept(qw) if ctx.w_meta else _NONE5
         ctx.save_for_backward(weight, key, *kx, *kw)
-        y = y.to(out_dtype)
-        return y.clone() if bias is None and COPY_GEMM_OUTPUT and torch.compiler.is_compiling() else y
+        return traced_output(y.to(out_dtype))
 
     @staticmethod
     def backward(ctx, dy):
