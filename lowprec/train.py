@@ -51,6 +51,7 @@ from . import checkpoint as ckptlib  # noqa: E402
 from . import config as cfglib  # noqa: E402
 from . import provenance  # noqa: E402
 from .data import DataError, TokenData  # noqa: E402
+from .gradient_check import GradientsNotReached, require_weight_gradients  # noqa: E402
 from .io import write_json, write_text, write_yaml  # noqa: E402
 from .methods import apply_method, resolve_precision  # noqa: E402
 from .models import build_model, causal_lm_loss, compiled_cross_entropy, count_parameters  # noqa: E402
@@ -165,6 +166,8 @@ class LitLM(L.LightningModule):
         self.compiled = None  # lowprec.linear.compiled(self.model) when train.compile is on
         self.loss = None      # the loss of (logits, targets): models.compiled_cross_entropy() when compiled
         self.fused_optimizer = False  # AdamW's fused kernel (configure_optimizers: on the GPU)
+        self.stepped_model = "eager"   # the model the last training step called
+        self.gradients_checked: set[str] = set()  # the models whose first backward was checked
 
     def net(self):
         """The model this step calls: the compiled one, except on telemetry steps, which need the
@@ -177,7 +180,9 @@ class LitLM(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        loss = causal_lm_loss(self.net(), x, y, self.loss)
+        net = self.net()
+        self.stepped_model = "eager" if net is self.model else "compiled"
+        loss = causal_lm_loss(net, x, y, self.loss)
         finite = bool(torch.isfinite(loss))
         if self.trainer.world_size > 1:  # all ranks skip backward together, or DDP would hang
             finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
@@ -190,6 +195,14 @@ class LitLM(L.LightningModule):
         if self.extra_loss is not None:
             loss = loss + self.extra_loss(self.model)
         return loss
+
+    def on_after_backward(self):
+        # FSDP is left out: a rank holds shards of the matrices, and a shard's gradient may be absent
+        if self.stepped_model in self.gradients_checked or "fsdp" in type(self.trainer.strategy).__name__.lower():
+            return
+        self.gradients_checked.add(self.stepped_model)
+        require_weight_gradients(self.model.named_parameters(), self.matrix_names, step=self.global_step,
+                                 model=self.stepped_model)
 
     def on_validation_epoch_start(self):
         self.val_sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss x tokens, tokens
@@ -626,6 +639,8 @@ def main(argv: list[str] | None = None) -> None:
     except USER_ERRORS as e:
         one_line = " ".join(line.strip() for line in str(e).splitlines() if line.strip())  # e.g. YAML's
         sys.exit(f"lowprec.train: error: {one_line}")
+    except GradientsNotReached as e:  # a fault of the method or the toolchain: one line, as above
+        sys.exit(f"lowprec.train: error: {e}")
     except SIGTERMException:  # a SystemExit of status 0: a stopped run must not read as finished
         sys.exit("lowprec.train: stopped (SIGTERM) at the end of a step, which its checkpoint holds; "
                  "the next start of this config resumes there")

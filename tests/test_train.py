@@ -172,6 +172,79 @@ def test_divergence_is_recorded_not_raised(prepared_data, tmp_path):
     assert (out / "metrics.csv").is_file()
 
 
+class StandIn(torch.nn.Module):
+    """In the place of ``lowprec.linear.compiled(model)``: the model called through another module,
+    with the eager model that telemetry steps call."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.eager, self.cudagraphs = model, False
+
+    def forward(self, *args, **kwargs):
+        return self.eager(*args, **kwargs)
+
+
+class ZeroGradientOf(Callback):
+    """A backward that never reaches one weight: its gradient is replaced by zeros, on the steps
+    that call `model` ("eager" or "compiled"); `wrap` stands a plain wrapper in for the compiled model."""
+
+    def __init__(self, name, model="eager", wrap=False):
+        self.name, self.model, self.wrap = name, model, wrap
+
+    def on_train_start(self, trainer, pl_module):
+        if self.wrap:
+            pl_module.compiled = StandIn(pl_module.model)
+        weight = dict(pl_module.model.named_parameters())[self.name]
+        weight.register_hook(lambda g: torch.zeros_like(g) if pl_module.stepped_model == self.model else g)
+
+
+def test_a_backward_that_misses_a_weight_stops_the_run_at_that_step_with_its_name(prepared_data, tmp_path):
+    cfg = smoke_run_config("int8_fallback", "llama2", "int8_block", prepared_data, tmp_path, max_steps=6)
+    name = "model.layers.0.mlp.down_proj.weight"
+    with pytest.raises(train.GradientsNotReached, match=r"step 0 \(eager model\) gave 1 of \d+ weight matrices.*"
+                       + name.replace(".", r"\.")):
+        train.run(cfg, callbacks=[ZeroGradientOf(name)])
+    out = tmp_path / "runs/smoke/int8_fallback/llama2/int8_block/s0"
+    assert not (out / "provenance.json").exists() and not (out / "checkpoints" / "last.ckpt").exists()
+
+
+def test_the_compiled_models_first_backward_is_checked_after_an_eager_telemetry_step(prepared_data, tmp_path):
+    """Telemetry steps call the eager model (step 0 here), the others the compiled one: the first
+    backward of each is checked, so a fault of the compiled model alone stops the run at step 1."""
+    cfg = smoke_run_config("baselines", "gpt2", "fp8_tensorwise_current", prepared_data, tmp_path, max_steps=6)
+    cfg["method"]["telemetry_every"] = 4
+    name = "transformer.h.0.mlp.c_fc.weight"
+    with pytest.raises(train.GradientsNotReached, match=r"step 1 \(compiled model\)"):
+        train.run(cfg, callbacks=[ZeroGradientOf(name, model="compiled", wrap=True)])
+    # and a run whose backward reaches every weight trains through both models
+    rec = train.run(smoke_run_config("baselines", "gpt2", "fp8_tensorwise_current", prepared_data, tmp_path / "ok",
+                                     max_steps=6), callbacks=[ZeroGradientOf(name, model="none", wrap=True)])
+    assert rec["status"] == "completed" and rec["steps"] == 6
+
+
+def test_unreached_weights_are_those_without_a_gradient_or_with_zeros_only():
+    from lowprec.gradient_check import unreached_weights
+
+    params = {n: torch.nn.Parameter(torch.ones(2, 2)) for n in ("none", "zero", "nan", "one", "frozen")}
+    params["frozen"].requires_grad_(False)
+    params["zero"].grad = torch.zeros(2, 2)
+    params["nan"].grad = torch.tensor([[0.0, float("nan")], [0.0, 0.0]])
+    params["one"].grad = torch.tensor([[0.0, 0.0], [0.0, 1e-30]])
+    assert unreached_weights(params.items(), set(params)) == ["none", "zero"]
+    assert unreached_weights(params.items(), {"one", "nan"}) == []
+
+
+def test_a_backward_that_misses_a_weight_exits_non_zero_in_one_line(monkeypatch):
+    def missed(cfg):
+        raise train.GradientsNotReached("the backward of step 0 (eager model) gave 1 of 9 weight matrices ...")
+
+    monkeypatch.setattr(train, "run", missed)
+    monkeypatch.setattr(train.cfglib, "load_yaml", lambda path: {})
+    with pytest.raises(SystemExit) as e:
+        train.main(["--config", "run.yaml"])
+    assert str(e.value.code).startswith("lowprec.train: error: the backward of step 0")
+
+
 def test_config_change_starts_fresh_instead_of_resuming(prepared_data, tmp_path):
     cfg = smoke_run_config("mor", "nemotron", "bf16", prepared_data, tmp_path, max_steps=8, ckpt_every=4)
     with pytest.raises(Crash):
