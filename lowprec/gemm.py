@@ -98,15 +98,18 @@ def quantize_fp8(t: torch.Tensor, spec: QuantSpec,
     the ``amax`` its history gives (``DelayedScaler.step``), not the tensor's own."""
     if spec.scaling == "block" and amax is None and _block_quantize_on_kernel(t.device):
         return fp8_block_quantize_cuda(t, spec.fmt, list(spec.block), spec.margin, spec.pow2)
+    # the scales from t as it is (encode_scales), the cast from its fp32 widening: compiled, the
+    # tensor both read is then t, which Inductor stores in its own dtype where the producer's chain
+    # (SwiGLU's product) is not recomputed, where a widening both read was stored in fp32
+    scale = encode_scales(t, spec, amax)
     x = t.float()
-    scale = encode_scales(x, spec, amax)
     return fp8_cast(apply_blocks(x, scale, _resolve_block(spec, tuple(x.shape)), torch.mul), spec).contiguous(), scale
 
 
 def encode_scales(t: torch.Tensor, spec: QuantSpec, amax: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The encode-scale grid ``quantize_fp8`` casts a 2-D ``t`` with (in torch ops: not the block
-    kernel's pass), for a pass that casts on its own (``lowprec.methods.mor_fast``)."""
-    x = t.float()
+    kernel's pass), for a pass that casts on its own (``lowprec.methods.mor_fast``). The amax is
+    taken in t's own dtype (|x| and the max are exact in any float format), widened after."""
     if spec.scaling == "delayed":
         if amax is None:
             raise ValueError("quantize_fp8: delayed scaling needs the amax of its history (amax=)")
@@ -114,8 +117,8 @@ def encode_scales(t: torch.Tensor, spec: QuantSpec, amax: Optional[torch.Tensor]
     elif amax is not None:
         raise ValueError(f"quantize_fp8: amax= is for delayed scaling, not {spec.scaling!r}")
     else:
-        mag = torch.where(torch.isfinite(x), x.abs(), torch.zeros((), dtype=x.dtype, device=x.device))
-        amax = blocks_max(mag, _resolve_block(spec, tuple(x.shape)))
+        mag = torch.where(torch.isfinite(t), t.abs(), torch.zeros((), dtype=t.dtype, device=t.device))
+        amax = blocks_max(mag, _resolve_block(spec, tuple(t.shape))).float()
     fmax = spec.format.fmax
     if spec.scaling == "gam":
         return gam_block_scales(amax, amax.max(), fmax)

@@ -171,11 +171,18 @@ def _parse(argv):
     return p.parse_args(argv)
 
 
-def _torchao_convert(model, recipe: str):
+def torchao_available() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("torchao") is not None
+
+
+def torchao_convert(model, recipe: str, prog: str = PROG):
+    """torchao's float8 training on every linear layer but the LM head, as a user converts a model
+    (the peer arms of this benchmark and of ``lowprec.bench.inductor_plan``)."""
     try:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     except ImportError:
-        fail(PROG, f"arm torchao_{recipe} needs torchao (pip install torchao)")
+        fail(prog, f"arm torchao_{recipe} needs torchao (pip install torchao)")
     convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
                                module_filter_fn=lambda mod, fqn: "lm_head" not in fqn)
 
@@ -195,7 +202,7 @@ def build_arm(arm: str, shape: dict, cudagraphs: bool = False, inductor: dict | 
     if arm == "bf16_eager":
         return model, model, "eager"
     if arm.startswith("torchao_"):
-        _torchao_convert(model, arm.split("_", 1)[1])
+        torchao_convert(model, arm.split("_", 1)[1])
     elif arm != BASELINE:
         recipe = recipe_from_config(METHODS[arm])
         plan = _plan(arm, recipe)

@@ -1,7 +1,8 @@
 """The kernels Inductor generates for one transformer block of an arm, forward and backward, as it
 would for a GPU, on a machine without one: its Triton kernels (reductions and pointwise), their
 launches, the bytes those launches move by Inductor's estimate, and the calls it leaves to other
-code (GEMMs, the suite's operators), per graph.
+code (GEMMs, the suite's operators), per graph; torchao's float8 arms, the peers, are planned the same
+way (where torchao is installed), so that a plan compares the suite's fast path with theirs.
 
     python -m lowprec.bench.inductor_plan --shape llama_100m --arms bf16_compiled,fp8_delayed \\
         --out results/bench/inductor_plan_cpu.csv --sources DIR
@@ -217,13 +218,15 @@ def _block_model(arm: str, shape: dict, recorded: bool, inductor: dict | None = 
     from ..linear import QLinear, compiled, convert
     from ..models import build_model
     from ..recipes import recipe_from_config
-    from .e2e_step import BASELINE, METHODS
+    from .e2e_step import BASELINE, METHODS, torchao_convert
     from .train_step import VOCAB
 
     torch.manual_seed(0)
     model = build_model({**shape["model"], "layers": 1}, VOCAB)
     model.train()
-    if arm != BASELINE:
+    if arm.startswith("torchao_"):
+        torchao_convert(model, arm.split("_", 1)[1], prog=f"lowprec.bench.{PROG}")
+    elif arm != BASELINE:
         recipe = recipe_from_config(METHODS[arm])
         convert(model, recipe)
         if FastPlan.for_recipe(recipe) is None:
@@ -292,9 +295,9 @@ def _parse(argv):
 
 
 def _plannable(arms) -> tuple:
-    """The arms a plan is made for: the suite's compiled ones (torchao's convert outside it, eager
-    BF16 has no graph)."""
-    return tuple(a for a in arms if not a.startswith("torchao_") and a != "bf16_eager")
+    """The arms a plan is made for: the compiled ones, torchao's peers among them (eager BF16 has no
+    graph)."""
+    return tuple(a for a in arms if a != "bf16_eager")
 
 
 # recipes whose GEMMs and quantization passes are Triton operators on CUDA: their arms are planned
@@ -312,7 +315,7 @@ def main(argv=None) -> int:
     args = _parse(argv)
     from .. import provenance
     from ..io import provenance_path, write_json
-    from .e2e_step import ARMS, SHAPES
+    from .e2e_step import ARMS, SHAPES, torchao_available
 
     shapes = parse_names(PROG, "--shapes", args.shapes, tuple(SHAPES))
     arms = parse_names(PROG, "--arms", args.arms, _plannable(ARMS))
@@ -324,6 +327,10 @@ def main(argv=None) -> int:
     rows, skipped = [], {}
     for shape in shapes:
         for arm in arms:
+            if arm.startswith("torchao_") and not torchao_available():
+                skipped[f"{shape}/{arm}"] = "torchao is not installed"
+                print(f"# {shape} {arm}: skipped (torchao is not installed)", flush=True)
+                continue
             try:
                 sources = plan(arm, shape, args.tokens, inductor=inductor)
             except NoFastPath as exc:
