@@ -98,9 +98,9 @@ def quantize_fp8(t: torch.Tensor, spec: QuantSpec,
     the ``amax`` its history gives (``DelayedScaler.step``), not the tensor's own."""
     if spec.scaling == "block" and amax is None and _block_quantize_on_kernel(t.device):
         return fp8_block_quantize_cuda(t, spec.fmt, list(spec.block), spec.margin, spec.pow2)
-    # the scales from t as it is (encode_scales), the cast from its fp32 widening: compiled, the
-    # tensor both read is then t, which Inductor stores in its own dtype where the producer's chain
-    # (SwiGLU's product) is not recomputed, where a widening both read was stored in fp32
+    # the amax from t as it is (encode_scales), the cast from its fp32 widening: compiled, the one
+    # tensor both read is then t, which Inductor stores in t's dtype (bf16 for SwiGLU's product);
+    # a widening that both read, it stored in fp32
     scale = encode_scales(t, spec, amax)
     x = t.float()
     return fp8_cast(apply_blocks(x, scale, _resolve_block(spec, tuple(x.shape)), torch.mul), spec).contiguous(), scale

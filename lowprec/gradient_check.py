@@ -4,9 +4,10 @@ A method's backward that leaves a weight without a gradient, or with an exactly 
 model whose layers never move while its loss still falls a little through the others: a run that
 looks fine and is wrong. This happened: torch 2.11 compiled the INT8 fast path's layers without a
 bias into a backward of exact zeros (the README's known fault). No method of the suite zeroes a
-weight's whole gradient on purpose (a quantizer of a gradient scales it by its own maximum, so at
-least one code is non-zero), so the training process checks the first backward of each model it
-calls (the compiled one and, on telemetry steps, the eager one) and stops with the names.
+weight's whole gradient on purpose (a quantizer scales a gradient by its amax, or for delayed
+scaling by a recent step's, so its largest codes are not zero), so the training process checks the
+first backward of each model it calls (the compiled one and, on telemetry steps, the eager one) and
+stops with the names.
 """
 
 from __future__ import annotations
