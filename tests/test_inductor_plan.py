@@ -85,7 +85,14 @@ def test_cli_writes_the_plan_with_provenance_and_refuses_what_it_cannot_plan(tmp
     assert not (tmp_path / "x.csv").exists()
 
 
-def test_combo_kernels_and_the_gpus_scheduling():
+@pytest.fixture(scope="module")
+def fp8_current_plan():
+    """FP8 current scaling's block at 512 tokens, planned as it is: one compilation for the tests
+    that read it."""
+    return ip.plan("fp8_tensorwise_current", "llama_100m", tokens=512)
+
+
+def test_combo_kernels_and_the_gpus_scheduling(fp8_current_plan):
     """FP8 current scaling's block at 512 tokens planned as it is, under ``--inductor
     combo_kernels=true`` and with loop ordering after fusion off (one test: each plan is a
     compilation).
@@ -109,9 +116,10 @@ def test_combo_kernels_and_the_gpus_scheduling():
     from lowprec.bench.e2e_step import SHAPES
 
     grouping = scheduler.ForeachKernelSchedulerNode.group_algorithm_for_combo_kernels
-    sources = {name: ip.plan("fp8_tensorwise_current", "llama_100m", tokens=512, inductor=opts)
-               for name, opts in (("default", {}), ("combo", {"combo_kernels": True}),
-                                  ("no_loop_ordering", {"loop_ordering_after_fusion": False}))}
+    sources = {"default": fp8_current_plan,
+               **{name: ip.plan("fp8_tensorwise_current", "llama_100m", tokens=512, inductor=opts)
+                  for name, opts in (("combo", {"combo_kernels": True}),
+                                     ("no_loop_ordering", {"loop_ordering_after_fusion": False}))}}
     plans = {name: {g: ip.summarize(s) for g, s in graphs.items()} for name, graphs in sources.items()}
     ffn = SHAPES["llama_100m"]["model"]["ffn"]
     stored = re.findall(rf"empty_strided_cpu\(\(512, {ffn}\), \({ffn}, 1\), torch\.(\w+)\)", sources["default"]["forward"])
@@ -150,12 +158,12 @@ def test_int8_arms_are_planned_with_their_operators():
     assert int8_ops.KERNEL_DEVICES == before
 
 
-def test_torchao_peer_is_planned_beside_the_suites_arm():
+def test_torchao_peer_is_planned_beside_the_suites_arm(fp8_current_plan):
     """torchao's float8 tensorwise training, planned as the suite's arms are: its seven forward and
     fourteen backward FP8 GEMMs, and Inductor's kernels around them, to compare with
     ``fp8_tensorwise_current``'s (the same GEMMs; the bytes its casts move within a few percent)."""
-    ours, peer = ({g: ip.summarize(s) for g, s in ip.plan(arm, "llama_100m", tokens=512).items()}
-                  for arm in ("fp8_tensorwise_current", "torchao_tensorwise"))
+    ours, peer = ({g: ip.summarize(s) for g, s in sources.items()}
+                  for sources in (fp8_current_plan, ip.plan("torchao_tensorwise", "llama_100m", tokens=512)))
     for graph, gemms in (("forward", 7), ("backward", 14)):
         assert f"extern_kernels._scaled_mm:{gemms}" in peer[graph]["extern_calls"], peer[graph]
         assert f"extern_kernels._scaled_mm:{gemms}" in ours[graph]["extern_calls"], ours[graph]
